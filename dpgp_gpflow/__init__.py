@@ -1,0 +1,1 @@
+"""dpgp_gpflow: differentially private Gaussian processes (the cloaking method) for GPflow."""

@@ -1,0 +1,49 @@
+"""Errors and warnings raised by ``dpgp_gpflow``.
+
+Warnings that signal a possible privacy leak are never deduplicated by Python's warning filter:
+every occurrence is shown.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+__all__ = [
+    "BudgetExceededError",
+    "ClippingWarning",
+    "PrivacyLeakError",
+    "PrivacyLeakWarning",
+    "ReproducibleNoiseWarning",
+]
+
+
+class BudgetExceededError(RuntimeError):
+    """A release would spend more privacy budget than the accountant has left.
+
+    Raised before any noise is drawn, so nothing was released and nothing was spent.
+    """
+
+
+class PrivacyLeakError(RuntimeError):
+    """A release was refused because it could not be guaranteed private.
+
+    Typically: the hyperparameters were fitted on the private outputs (the model's marginal
+    likelihood was evaluated) and the user did not declare them public.
+    """
+
+
+class PrivacyLeakWarning(UserWarning):
+    """Something the user did may leak private information (for example an explicit seed)."""
+
+
+class ReproducibleNoiseWarning(PrivacyLeakWarning):
+    """The DP noise came from an explicit seed: the release is reproducible, so it is not
+    private against anyone who knows (or can guess) the seed."""
+
+
+class ClippingWarning(UserWarning):
+    """Private outputs were clipped to their public bounds (the count, never the values)."""
+
+
+warnings.simplefilter("always", PrivacyLeakWarning)
+warnings.simplefilter("always", ClippingWarning)
