@@ -1,0 +1,373 @@
+"""Choosing the DP noise covariance for a linear release ``v = C y`` (the "lambda optimiser").
+
+Pure TensorFlow functions of tensors, float64 throughout; the model classes build the cloaking
+matrix ``C`` and :mod:`dpgp_gpflow.release` draws the noise. Privacy assumption: everything here
+depends on the cloaking matrix only, which is a function of public inputs and public
+hyperparameters; the private outputs never enter.
+
+The maths (DESIGN.md sections 2 and 4):
+
+* ``C`` (k x n) is factored into its column space, ``C ~ U_r beta`` with ``U_r`` (k x r) orthonormal
+  and ``beta = U_r^T C`` (r x n) the exact sensitivity vectors of the projected release.
+* The noise covariance ``M`` (r x r, in ``U_r`` coordinates) minimises ``log det M`` ("entropy",
+  the papers) or ``trace M`` ("mse", the expected squared error the noise adds) subject to
+  ``beta_i^T M^{-1} beta_i <= 1``. We solve the Lagrange dual over one weight per training point,
+  ``g(l) = sum(l) - log det S`` or ``sum(l) - 2 tr S^{1/2}`` with ``S = beta diag(l) beta^T``, by
+  a log-barrier Newton method on a working set of points (gradients by autodiff of the dual), and
+  stop on the duality gap: a certificate, not a step-size rule.
+* Privacy never depends on convergence: the sensitivity is recomputed from the covariance
+  actually returned (:func:`mahalanobis_sensitivity`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator, Literal, NamedTuple
+
+import numpy as np
+import tensorflow as tf
+from check_shapes import check_shapes
+
+__all__ = [
+    "ColumnSpace",
+    "NoiseCovariance",
+    "Objective",
+    "OptimiserCertificate",
+    "column_space",
+    "column_spaces",
+    "mahalanobis_sensitivity",
+    "optimise_noise_covariance",
+]
+
+Objective = Literal["mse", "entropy"]
+OBJECTIVES = ("mse", "entropy")
+
+#: Candidate relative singular-value tolerances tried (in order) when ``rtol`` is chosen automatically.
+AUTO_RTOLS = (1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10, 1e-11, 1e-12)
+#: Working-set solves are used when there are more training points than this.
+DENSE_POINTS = 1500
+
+
+class ColumnSpace(NamedTuple):
+    """The column space of a cloaking matrix ``C`` (k x n), truncated at ``rtol``.
+
+    ``basis`` (k x r) has orthonormal columns; ``vectors = basis^T C`` (r x n) are the exact
+    sensitivity vectors of the projected release ``basis basis^T C y``; ``singular_values`` are
+    those kept (r); ``residual`` is the largest singular value discarded (0 if none), so the
+    projection moves ``C y`` by at most ``residual * ||y||_2`` (in the 2-norm, hence per point).
+    """
+
+    basis: tf.Tensor
+    vectors: tf.Tensor
+    singular_values: tf.Tensor
+    residual: float
+    rtol: float
+
+    @property
+    def rank(self) -> int:
+        return int(self.vectors.shape[0])
+
+
+class OptimiserCertificate(NamedTuple):
+    """How close the returned noise covariance is to the optimum of its objective.
+
+    ``gap`` is the duality gap of the feasible (rescaled) covariance: for "entropy" in log-det units
+    (``r * log(1 + eps)``), for "mse" in trace units. ``relative_gap`` is ``gap / r`` for entropy
+    (per-direction log-det excess) and ``gap / dual`` for mse (relative excess of the expected
+    squared error). ``converged`` is ``relative_gap <= tol``.
+    """
+
+    objective: str
+    gap: float
+    relative_gap: float
+    tol: float
+    iterations: int
+    converged: bool
+    support: int
+
+
+class NoiseCovariance(NamedTuple):
+    """A noise covariance ``M = F F^T`` in the coordinates of the vectors it was optimised for.
+
+    ``F = eigenvectors @ diag(scales)`` (r x r, invertible). ``weights`` are the dual weights (n).
+    """
+
+    eigenvectors: tf.Tensor
+    scales: tf.Tensor
+    weights: tf.Tensor
+    certificate: OptimiserCertificate
+
+    @property
+    def factor(self) -> tf.Tensor:
+        return self.eigenvectors * self.scales[None, :]
+
+
+@check_shapes("C: [k, n]")
+def column_space(C: tf.Tensor, rtol: float) -> ColumnSpace:
+    """Factor ``C`` into its column space, keeping the directions with ``s_j > rtol * s_1``.
+
+    A thin SVD of ``C`` (k x n); nothing k x k is formed when k > n. ``rtol`` must be in [0, 1).
+    """
+    return next(column_spaces(C, (rtol,)))
+
+
+def column_spaces(C, rtols) -> Iterator[ColumnSpace]:
+    """:func:`column_space` for each tolerance in ``rtols`` (one SVD; repeated ranks are skipped).
+
+    ``C`` may also be given factored as a pair ``(A, B)`` with ``C = A B`` (A: k x m, B: m x n), as
+    sparse models produce it: then only a thin QR of ``A`` and an SVD of an m x n matrix are needed.
+    """
+    rtols = tuple(float(t) for t in rtols)
+    for rtol in rtols:
+        if not 0.0 <= rtol < 1.0:
+            raise ValueError(f"rtol must be in [0, 1), got {rtol}")
+    if isinstance(C, (tuple, list)):
+        A, B = (tf.convert_to_tensor(x, dtype=tf.float64) for x in C)
+        Q, R = tf.linalg.qr(A)  # Q: [k, m'], R: [m', m]
+        inner = tf.linalg.matmul(R, B)  # [m', n]: C in the coordinates of Q
+    else:
+        Q = None
+        inner = tf.convert_to_tensor(C, dtype=tf.float64)
+    s, u, _ = tf.linalg.svd(inner, full_matrices=False)  # s: [p], u: [., p]
+    s_np = s.numpy()
+    if s_np.size == 0 or not np.all(np.isfinite(s_np)) or s_np[0] <= 0.0:
+        raise ValueError("the cloaking matrix is zero or not finite: nothing to release privately")
+    seen = set()
+    for rtol in rtols:
+        r = int(np.sum(s_np > rtol * s_np[0]))
+        if r in seen:
+            continue
+        seen.add(r)
+        vectors = tf.linalg.matmul(u[:, :r], inner, transpose_a=True)  # [r, n]: exact sensitivity vectors
+        basis = u[:, :r] if Q is None else tf.linalg.matmul(Q, u[:, :r])  # [k, r], orthonormal
+        residual = float(s_np[r]) if r < s_np.size else 0.0
+        yield ColumnSpace(basis, vectors, s[:r], residual, rtol)
+
+
+def _dual_terms(vectors: tf.Tensor, weights: tf.Tensor, objective: str):
+    """Eigen-decomposition of ``S = vectors diag(weights) vectors^T`` and the leverages ``q``."""
+    S = tf.linalg.matmul(vectors * weights[None, :], vectors, transpose_b=True)  # [r, r]
+    S = 0.5 * (S + tf.transpose(S))
+    w, V = tf.linalg.eigh(S)  # w: [r], V: [r, r]
+    w = tf.maximum(w, tf.reduce_max(w) * 1e-300 + 1e-300)
+    P = tf.linalg.matmul(V, vectors, transpose_a=True)  # [r, n]
+    inv_scale = 1.0 / w if objective == "entropy" else 1.0 / tf.sqrt(w)  # M^{-1} eigenvalues
+    q = tf.reduce_sum(P * P * inv_scale[:, None], axis=0)  # [n]
+    return w, V, P, q
+
+
+def _dual_value(vectors: tf.Tensor, weights: tf.Tensor, objective: str) -> tf.Tensor:
+    """The dual objective to minimise: ``sum(l) - log det S`` or ``sum(l) - 2 tr S^{1/2}``."""
+    S = tf.linalg.matmul(vectors * weights[None, :], vectors, transpose_b=True)
+    w = tf.linalg.eigvalsh(0.5 * (S + tf.transpose(S)))
+    bad = tf.reduce_min(w) <= 0.0
+    w_safe = tf.where(w > 0.0, w, tf.ones_like(w))
+    if objective == "entropy":
+        value = tf.reduce_sum(weights) - tf.reduce_sum(tf.math.log(w_safe))
+    else:
+        value = tf.reduce_sum(weights) - 2.0 * tf.reduce_sum(tf.sqrt(w_safe))
+    return tf.where(bad, tf.constant(np.inf, tf.float64), value)
+
+
+def _dual_value_and_gradient(vectors: tf.Tensor, weights: tf.Tensor, objective: str):
+    """Dual value and its gradient by autodiff (the gradient equals ``1 - q``)."""
+    with tf.GradientTape() as tape:
+        tape.watch(weights)
+        value = _dual_value(vectors, weights, objective)
+    return value, tape.gradient(value, weights)
+
+
+def _dual_hessian(w: tf.Tensor, P: tf.Tensor, objective: str) -> tf.Tensor:
+    """Hessian of the dual in the weights, from the eigen-decomposition of ``S``.
+
+    entropy: ``Q o Q`` with ``Q = P^T diag(1/w) P``; mse: ``sum_ab E_ab (p_a o p_b)(p_a o p_b)^T`` with
+    ``E_ab = 1 / (sqrt(w_a) sqrt(w_b) (sqrt(w_a) + sqrt(w_b)))`` (divided differences of ``w^{-1/2}``).
+    """
+    if objective == "entropy":
+        Q = tf.linalg.matmul(P * (1.0 / w)[:, None], P, transpose_a=True)
+        return Q * Q
+    sig = tf.sqrt(w)
+    E = 1.0 / (sig[:, None] * sig[None, :] * (sig[:, None] + sig[None, :]))  # [r, r]
+
+    def one_row(a):
+        pa = P[a]  # [m]
+        inner = tf.linalg.matmul(P * E[a][:, None], P, transpose_a=True)  # [m, m]
+        return (pa[:, None] * pa[None, :]) * inner
+
+    r = tf.shape(P)[0]
+    m = tf.shape(P)[1]
+    H0 = tf.zeros(tf.stack([m, m]), dtype=P.dtype)
+    _, H = tf.while_loop(
+        lambda a, H: a < r,
+        lambda a, H: (a + 1, H + one_row(a)),
+        (tf.constant(0), H0),
+        parallel_iterations=1,
+    )
+    return H
+
+
+def _certificate_terms(vectors: tf.Tensor, weights: tf.Tensor, objective: str):
+    """Duality gap of the rescaled feasible covariance, its relative form, and max q."""
+    w, _, _, q = _dual_terms(vectors, weights, objective)
+    r = tf.cast(tf.shape(vectors)[0], tf.float64)
+    total = tf.reduce_sum(weights)
+    qmax = tf.reduce_max(q)
+    if objective == "entropy":
+        eps = qmax * total / r - 1.0
+        gap = r * tf.math.log1p(tf.maximum(eps, -0.5))
+        rel = gap / r
+    else:
+        trace = tf.reduce_sum(tf.sqrt(w))
+        eps = qmax * total / trace - 1.0
+        gap = eps * trace * trace / total
+        rel = eps
+    return gap, rel, qmax, q
+
+
+@tf.function(reduce_retracing=True)
+def _barrier_newton(vectors, weights0, objective_is_entropy, tol, max_iter):
+    """Log-barrier Newton method for the dual restricted to the columns of ``vectors``.
+
+    Minimises ``g(l) - mu sum log l`` for a decreasing sequence of ``mu`` with damped Newton steps
+    (fraction-to-boundary rule, Armijo backtracking), until the restricted duality gap is below
+    ``tol`` or ``max_iter`` Newton steps were taken. Returns the weights and the step count.
+    """
+    objective = "entropy" if objective_is_entropy else "mse"
+    return _barrier_newton_impl(vectors, weights0, objective, tol, max_iter)
+
+
+def _barrier_newton_impl(vectors, weights0, objective, tol, max_iter):
+    dtype = tf.float64
+    m = tf.cast(tf.shape(vectors)[1], dtype)
+    gap0, rel0, _, _ = _certificate_terms(vectors, weights0, objective)
+    mu0 = tf.maximum(gap0, 1e-3) / m
+
+    def cond(it, weights, mu, done):
+        return tf.logical_and(it < max_iter, tf.logical_not(done))
+
+    def body(it, weights, mu, done):
+        w, V, P, q = _dual_terms(vectors, weights, objective)
+        value, grad = _dual_value_and_gradient(vectors, weights, objective)
+        H = _dual_hessian(w, P, objective)
+        gb = grad - mu / weights
+        Hb = H + tf.linalg.diag(mu / (weights * weights))
+        jitter = 1e-13 * tf.reduce_max(tf.linalg.diag_part(Hb))
+        Hb = Hb + jitter * tf.eye(tf.shape(Hb)[0], dtype=dtype)
+        Lh = tf.linalg.cholesky(Hb)
+        step = -tf.linalg.cholesky_solve(Lh, gb[:, None])[:, 0]
+        decrement2 = -tf.reduce_sum(gb * step)
+        # Fraction to the boundary: keep every weight strictly positive.
+        ratios = tf.where(step < 0.0, -weights / step, tf.fill(tf.shape(step), tf.constant(np.inf, dtype)))
+        t_max = tf.minimum(tf.constant(1.0, dtype), 0.99 * tf.reduce_min(ratios))
+        phi0 = value - mu * tf.reduce_sum(tf.math.log(weights))
+
+        def ls_cond(t, k):
+            trial = weights + t * step
+            phi = _dual_value(vectors, trial, objective) - mu * tf.reduce_sum(tf.math.log(trial))
+            return tf.logical_and(k < 60, tf.logical_not(phi <= phi0 - 0.25 * t * decrement2))
+
+        t, _ = tf.while_loop(ls_cond, lambda t, k: (0.5 * t, k + 1), (t_max, tf.constant(0)))
+        new_weights = weights + t * step
+        centred = decrement2 < 1e-9
+        gap, rel, _, _ = _certificate_terms(vectors, new_weights, objective)
+        new_done = tf.logical_and(centred, rel <= tol)
+        # Decrease the barrier once centred (at the central point the gap is about m * mu).
+        new_mu = tf.where(centred, tf.maximum(tf.minimum(mu * 0.1, gap / (10.0 * m)), 1e-300), mu)
+        return it + 1, new_weights, new_mu, new_done
+
+    it, weights, _, _ = tf.while_loop(
+        cond, body, (tf.constant(0), weights0, mu0, rel0 <= tol), parallel_iterations=1
+    )
+    return weights, it
+
+
+@check_shapes("vectors: [r, n]")
+def optimise_noise_covariance(
+    vectors: tf.Tensor,
+    objective: str = "mse",
+    *,
+    tol: float = 1e-6,
+    max_iter: int = 500,
+) -> NoiseCovariance:
+    """Noise covariance ``M`` (r x r) minimising ``log det M`` or ``tr M`` s.t. ``v_i^T M^{-1} v_i <= 1``.
+
+    ``vectors`` holds the sensitivity vectors as columns (rank r, full row rank). The returned
+    covariance is feasible (rescaled so that ``max_i v_i^T M^{-1} v_i = 1`` up to rounding) and
+    carries a duality-gap certificate. Deterministic: no random restarts.
+
+    Privacy assumption: none here; callers must recompute the sensitivity from the returned ``M``.
+    """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    if not (isinstance(tol, (int, float)) and tol > 0.0):
+        raise ValueError(f"tol must be > 0, got {tol!r}")
+    if not (isinstance(max_iter, int) and max_iter >= 1):
+        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
+    vectors = tf.convert_to_tensor(vectors, dtype=tf.float64)
+    r, n = int(vectors.shape[0]), int(vectors.shape[1])
+    if r == 0 or n == 0:
+        raise ValueError(f"need at least one sensitivity vector of positive dimension, got shape {(r, n)}")
+    entropy = objective == "entropy"
+    tol_t = tf.constant(float(tol), tf.float64)
+
+    # Working set: all points when affordable; otherwise the highest-leverage ones plus violators.
+    lev = tf.reduce_sum(tf.linalg.solve(
+        tf.linalg.matmul(vectors, vectors, transpose_b=True), vectors) * vectors, axis=0).numpy()
+    if n <= DENSE_POINTS:
+        work = np.arange(n)
+    else:
+        work = np.sort(np.argsort(-lev)[: max(4 * r, 500)])
+    weights = np.zeros(n)
+    weights[work] = r / max(len(work), 1)
+    total_iters = 0
+    for _ in range(50):
+        sub = tf.gather(vectors, work, axis=1)
+        w_sub = tf.constant(np.maximum(weights[work], 1e-12 * r / len(work)))
+        remaining = max(max_iter - total_iters, 1)
+        w_sub, its = _barrier_newton(sub, w_sub, entropy, tol_t, tf.constant(remaining))
+        total_iters += int(its)
+        weights = np.zeros(n)
+        weights[work] = w_sub.numpy()
+        gap, rel, qmax, q = _certificate_terms(vectors, tf.constant(weights), objective)
+        if work.size == n or float(rel) <= tol or total_iters >= max_iter:
+            break
+        # Add the points that violate the constraints most; drop the points with no weight.
+        q_np = q.numpy()
+        outside = np.setdiff1d(np.arange(n), work)
+        viol = outside[np.argsort(-q_np[outside])][: max(2 * r, 100)]
+        keep = work[weights[work] > 1e-10 * weights.max()]
+        if viol.size == 0:
+            break
+        work = np.union1d(keep, viol)
+        weights[viol] = 1e-3 * weights.max()
+
+    weights_t = tf.constant(weights)
+    w, V, _, q = _dual_terms(vectors, weights_t, objective)
+    gap, rel, qmax, _ = _certificate_terms(vectors, weights_t, objective)
+    # Feasible rescaling: M = M(l) * max q (then max_i v_i^T M^{-1} v_i = 1).
+    scales = tf.sqrt(w * qmax) if entropy else tf.sqrt(tf.sqrt(w) * qmax)
+    certificate = OptimiserCertificate(
+        objective=objective,
+        gap=float(gap),
+        relative_gap=float(rel),
+        tol=float(tol),
+        iterations=total_iters,
+        converged=bool(float(rel) <= tol),
+        support=int(np.sum(weights > 1e-8 * weights.max())),
+    )
+    return NoiseCovariance(V, scales, weights_t, certificate)
+
+
+@check_shapes("factor: [r, r]", "vectors: [r, n]")
+def mahalanobis_sensitivity(factor: tf.Tensor, vectors: tf.Tensor, data_sensitivity: float) -> float:
+    """``d * sqrt(max_i v_i^T (F F^T)^{-1} v_i)``: the sensitivity of ``v = vectors y`` against noise
+    with covariance ``F F^T``, for outputs that move by at most ``d`` (the square root included).
+
+    This is the privacy-critical number: it is computed from the factor actually used to draw noise.
+    """
+    z = tf.linalg.solve(factor, vectors)  # [r, n]
+    q = tf.reduce_sum(z * z, axis=0)
+    qmax = float(tf.reduce_max(q))
+    if not math.isfinite(qmax):
+        raise FloatingPointError("the sensitivity is not finite: the noise covariance is singular")
+    return float(data_sensitivity) * math.sqrt(qmax)

@@ -1,0 +1,130 @@
+"""Full GP regression with a DP release: :class:`DPGPR` and the GPR cloaking matrix."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Protocol, runtime_checkable
+
+import gpflow
+import tensorflow as tf
+from check_shapes import check_shapes, inherit_check_shapes
+
+from ..release import PrivateRelease, standard_release
+from .base import PrivateRegressionMixin, prepare_private_data, public_constant_mean
+
+__all__ = [
+    "DPGPR",
+    "SupportsCloakingMatrix",
+    "cloaking_matrix",
+    "gpr_cloaking_matrix",
+    "gpr_rkhs_sensitivity",
+]
+
+
+@runtime_checkable
+class SupportsCloakingMatrix(Protocol):
+    """A model whose predictive mean at ``Xnew`` is ``C (Y - m(X)) + m(Xnew)`` for a public ``C``."""
+
+    def cloaking_matrix(self, Xnew: Any) -> tf.Tensor:
+        """The k x n matrix ``C`` (how the predictions at ``Xnew`` move when one output moves)."""
+
+
+@check_shapes("X: [N, D]", "Xnew: [M, D]", "return: [M, N]")
+def gpr_cloaking_matrix(kernel: gpflow.kernels.Kernel, X: tf.Tensor, noise_variance: Any, Xnew: tf.Tensor) -> tf.Tensor:
+    """``C = K_*f (K_ff + sigma^2 I)^{-1}`` by Cholesky solves (no inverse is formed).
+
+    Depends only on public quantities: inputs, kernel hyperparameters and noise variance.
+    """
+    K = kernel(X) + noise_variance * tf.eye(tf.shape(X)[0], dtype=X.dtype)  # [N, N]
+    L = tf.linalg.cholesky(K)
+    Kfs = kernel(X, Xnew)  # [N, M]
+    return tf.transpose(tf.linalg.cholesky_solve(L, Kfs))  # [M, N]
+
+
+@check_shapes("X: [N, D]")
+def gpr_rkhs_sensitivity(kernel: gpflow.kernels.Kernel, X: tf.Tensor, noise_variance: Any) -> tf.Tensor:
+    """``max_j sqrt([K^{-1} K_ff K^{-1}]_jj)`` with ``K = K_ff + sigma^2 I`` (DESIGN 5.2).
+
+    The exact RKHS norm of the change in the posterior mean when output j moves by 1: multiply by
+    ``d`` for the sensitivity of the standard (Hall et al.) mechanism.
+    """
+    Kff = kernel(X)  # [N, N]
+    L = tf.linalg.cholesky(Kff + noise_variance * tf.eye(tf.shape(X)[0], dtype=X.dtype))
+    G = tf.linalg.cholesky_solve(L, Kff)  # K^{-1} Kff
+    H = tf.linalg.cholesky_solve(L, tf.transpose(G))  # K^{-1} Kff K^{-1}
+    return tf.sqrt(tf.reduce_max(tf.linalg.diag_part(H)))
+
+
+def cloaking_matrix(model: Any, Xnew: Any) -> tf.Tensor:
+    """The cloaking matrix of any model that supports it, or of a plain ``gpflow.models.GPR``.
+
+    For a plain GPR the hyperparameters must be public (we cannot tell whether they were trained).
+    """
+    if isinstance(model, SupportsCloakingMatrix):
+        return model.cloaking_matrix(Xnew)
+    if isinstance(model, gpflow.models.GPR):
+        X, _ = model.data
+        Xnew = tf.convert_to_tensor(Xnew, dtype=X.dtype)
+        return gpr_cloaking_matrix(model.kernel, X, model.likelihood.variance, Xnew)
+    raise TypeError(
+        f"{type(model).__name__} has no cloaking matrix: expected a model with a cloaking_matrix(Xnew) "
+        "method or a gpflow.models.GPR"
+    )
+
+
+class DPGPR(PrivateRegressionMixin, gpflow.models.GPR):
+    """GPflow's ``GPR`` with public output bounds and differentially private releases.
+
+    ``DPGPR((X, Y), kernel, y_bounds=(lo, hi), noise_variance=...)``. ``Y`` is clipped to the public
+    bounds (a :class:`~dpgp_gpflow.ClippingWarning` counts the clipped values) and centred with a
+    public prior mean (default: the midpoint of the bounds, not trainable). One output may move by
+    ``data_sensitivity`` (default ``hi - lo``). Inputs of any dimension; float32 or integer data are
+    converted to float64 (exactly).
+
+    Privacy assumption: ``X``, the kernel hyperparameters, the noise variance and the mean function
+    are public. Training them on ``Y`` (evaluating the marginal likelihood) makes :meth:`release`
+    refuse unless ``hyperparameters_public=True`` is passed. ``predict_f`` is GPflow's non-private
+    prediction: publish only what :meth:`release` returns.
+    """
+
+    def __init__(
+        self,
+        data: Any,
+        kernel: gpflow.kernels.Kernel,
+        *,
+        y_bounds: Any,
+        noise_variance: Optional[float] = None,
+        mean_function: Optional[gpflow.functions.MeanFunction] = None,
+        data_sensitivity: Optional[float] = None,
+    ) -> None:
+        X, Y, bounds, d = prepare_private_data(data, y_bounds, data_sensitivity)
+        if mean_function is None:
+            mean_function = public_constant_mean(bounds)
+        super().__init__((X, Y), kernel, mean_function=mean_function, noise_variance=noise_variance)
+        self.y_bounds = bounds
+        self.data_sensitivity = d
+
+    @inherit_check_shapes
+    def log_marginal_likelihood(self) -> tf.Tensor:
+        self._mark_private_objective()
+        return super().log_marginal_likelihood()
+
+    @check_shapes("Xnew: [M, D]", "return: [M, N]")
+    def cloaking_matrix(self, Xnew: Any) -> tf.Tensor:
+        """``C`` with ``predict_f(Xnew) mean = C (Y - m(X)) + m(Xnew)``; public (no outputs used)."""
+        X, _ = self.data
+        Xnew = tf.convert_to_tensor(Xnew, dtype=X.dtype)
+        return gpr_cloaking_matrix(self.kernel, X, self.likelihood.variance, Xnew)
+
+    def _standard_release(self, Xnew, variance, **kwargs) -> PrivateRelease:
+        X, _ = self.data
+        C = self.cloaking_matrix(Xnew)
+        mean = tf.linalg.matvec(C, self._centred_outputs()[:, 0]) + self.mean_function(Xnew)[:, 0]
+        unit = gpr_rkhs_sensitivity(self.kernel, X, self.likelihood.variance)
+        return standard_release(
+            mean,
+            variance,
+            self.kernel(Xnew),
+            sensitivity=float(unit) * self.data_sensitivity,
+            data_sensitivity=self.data_sensitivity,
+            **kwargs,
+        )

@@ -1,0 +1,262 @@
+"""The one code path that draws DP noise for a linear release: :class:`PrivateRelease`.
+
+A release publishes ``v~ = offset + C (y - m) + noise`` where ``C`` (k x n) is public (a function of
+public inputs and hyperparameters), ``y - m`` are the clipped, publicly centred private outputs and
+``offset`` is public. Two mechanisms:
+
+* ``cloaking_release`` (AISTATS 2018 / DESIGN 2-4): noise ``N(0, F F^T)`` shaped by the optimised
+  covariance; the mean is projected onto the ``r`` directions that receive noise.
+* ``standard_release`` (Hall et al. 2013 / DESIGN 5.2): noise from the GP prior at the test inputs,
+  scaled by the exact RKHS sensitivity.
+
+Randomness: by default from the operating system's CSPRNG (``secrets``), each coordinate the
+average of two normal draws, ``(z1 + z2) / sqrt(2)`` (Holohan & Braghin 2021). Floating-point
+Gaussian samplers are attackable in principle (Jin et al. 2022); this is a mitigation, not an
+exact sampler. An explicit ``seed`` makes the release reproducible and therefore not private
+against anyone who knows the seed: it warns and marks the release ``reproducible=True``.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import warnings
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from .accounting import PrivacyAccountant, current_accountant
+from .calibration import CALIBRATIONS, gaussian_multiplier, validate_delta, validate_epsilon
+from .cloaking import (
+    AUTO_RTOLS,
+    OBJECTIVES,
+    ColumnSpace,
+    OptimiserCertificate,
+    column_spaces,
+    mahalanobis_sensitivity,
+    optimise_noise_covariance,
+)
+from .exceptions import ReproducibleNoiseWarning
+
+__all__ = ["PrivateRelease", "cloaking_release", "standard_normal", "standard_release"]
+
+#: Multiplies every sensitivity, to absorb floating-point rounding in its computation.
+SENSITIVITY_SAFETY = 1.0 + 1e-8
+#: Automatic rank choice: the projection bias bound must be below this fraction of the smallest noise std.
+BIAS_FRACTION = 0.01
+
+
+@dataclass(frozen=True)
+class PrivateRelease:
+    """A differentially private release of GP predictions; every field is safe to publish.
+
+    It never holds the non-private mean. ``noise_factor`` (k x r) gives the DP noise covariance
+    ``noise_factor @ noise_factor.T`` (public), so users can add it to their uncertainty.
+    """
+
+    mean: np.ndarray  #: [k] released (noisy) predictive mean
+    variance: np.ndarray  #: [k] public posterior variance of f (does not depend on y)
+    noise_std: np.ndarray  #: [k] standard deviation of the DP noise at each point
+    noise_factor: np.ndarray  #: [k, r] factor of the DP noise covariance
+    epsilon: float
+    delta: float
+    data_sensitivity: float  #: d: how far one private output may move
+    sensitivity: float  #: Mahalanobis (cloaking) or RKHS (standard) sensitivity, d included
+    noise_multiplier: float  #: unit-sensitivity Gaussian multiplier s for (epsilon, delta)
+    calibration: str
+    objective: Optional[str]  #: "mse" / "entropy" for cloaking, None for the standard mechanism
+    certificate: Optional[OptimiserCertificate]
+    mechanism: str = "cloaking"
+    rank: int = 0  #: r: number of directions that receive noise
+    rtol: Optional[float] = None  #: singular-value tolerance that chose r
+    bias_bound: float = 0.0  #: worst-case |bias| per point from projecting the mean onto r directions
+    reproducible: bool = False  #: True when the noise came from an explicit seed (not private)
+
+    @property
+    def total_variance(self) -> np.ndarray:
+        """Posterior variance plus DP noise variance, per point."""
+        return self.variance + self.noise_std**2
+
+    @property
+    def mu(self) -> float:
+        """Gaussian-DP parameter of this release: sensitivity / noise std = 1 / noise_multiplier."""
+        return 1.0 / self.noise_multiplier
+
+
+def standard_normal(size: int, seed: Optional[int] = None) -> Tuple[np.ndarray, bool]:
+    """``size`` independent N(0, 1) draws and whether they are reproducible.
+
+    ``seed=None``: OS entropy via ``secrets.SystemRandom``; otherwise numpy's PCG64 with a
+    :class:`ReproducibleNoiseWarning`. A fresh generator for every release: state is never reused.
+    """
+    if seed is None:
+        rng = secrets.SystemRandom()
+        z = np.array([(rng.gauss(0.0, 1.0) + rng.gauss(0.0, 1.0)) for _ in range(size)]) / math.sqrt(2.0)
+        return z.reshape(size), False
+    warnings.warn(
+        f"DP noise drawn from an explicit seed ({seed!r}): the release is reproducible and NOT private "
+        "against anyone who knows the seed; use seed=None for a private release",
+        ReproducibleNoiseWarning,
+        stacklevel=3,
+    )
+    return np.random.default_rng(seed).standard_normal(size), True
+
+
+def _prepare(epsilon, delta, calibration, accountant) -> Tuple[float, float, float, Optional[PrivacyAccountant]]:
+    """Validate the privacy parameters, compute the multiplier and check the budget (no spend)."""
+    epsilon = validate_epsilon(epsilon)
+    delta = validate_delta(delta)
+    if calibration not in CALIBRATIONS:
+        raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}")
+    multiplier = gaussian_multiplier(epsilon, delta, calibration)
+    if accountant is None:
+        accountant = current_accountant()
+    if accountant is not None:
+        if not isinstance(accountant, PrivacyAccountant):
+            raise TypeError(f"accountant must be a PrivacyAccountant, got {type(accountant).__name__}")
+        accountant.check(epsilon, delta)
+    return epsilon, delta, multiplier, accountant
+
+
+def _cloaking_noise(space: ColumnSpace, objective: str, d: float, tol: float, max_iter: int):
+    """Optimised noise factor in ``space.basis`` coordinates (r x r) and the sensitivity it implies."""
+    s = space.singular_values
+    # entropy: optimise in whitened coordinates (invariant objective, best conditioned);
+    # mse: the trace must be taken in the output coordinates, so only rescale by s_1.
+    scale = (1.0 / s) if objective == "entropy" else tf.fill(tf.shape(s), 1.0 / s[0])  # [r]
+    scaled = space.vectors * scale[:, None]  # [r, n]
+    noise = optimise_noise_covariance(scaled, objective, tol=tol, max_iter=max_iter)
+    # The sensitivity of the released r-vector against the factor actually used (scaled coordinates:
+    # ||F^{-1} diag(scale) beta_i|| == ||(diag(1/scale) F)^{-1} beta_i||, so nothing is lost).
+    sensitivity = mahalanobis_sensitivity(noise.factor, scaled, d) * SENSITIVITY_SAFETY
+    factor_u = noise.factor / scale[:, None]  # [r, r] in basis coordinates
+    return factor_u, sensitivity, noise.certificate
+
+
+def cloaking_release(
+    C: tf.Tensor,
+    y_centred: tf.Tensor,
+    offset: tf.Tensor,
+    variance: tf.Tensor,
+    *,
+    data_sensitivity: float,
+    output_bound: float,
+    epsilon: float,
+    delta: float,
+    objective: str = "mse",
+    calibration: str = "analytic",
+    seed: Optional[int] = None,
+    accountant: Optional[PrivacyAccountant] = None,
+    rtol: Optional[float] = None,
+    tol: float = 1e-6,
+    max_iter: int = 500,
+) -> PrivateRelease:
+    """Release ``offset + C y_centred`` with cloaking noise, (epsilon, delta)-DP.
+
+    ``C`` is the k x n cloaking matrix, or a pair ``(A, B)`` with ``C = A B`` (sparse models).
+
+    Privacy assumptions: ``C``, ``offset`` and ``variance`` depend only on public data; each entry
+    of ``y_centred`` lies within ``output_bound`` of zero and moves by at most ``data_sensitivity``
+    between neighbours. ``rtol=None`` picks the rank by the bias rule (DESIGN 2): the smallest
+    candidate whose projection-bias bound ``s_{r+1} sqrt(n) output_bound`` is below 1% of the
+    smallest noise std.
+    """
+    epsilon, delta, multiplier, accountant = _prepare(epsilon, delta, calibration, accountant)
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    y_centred = tf.reshape(tf.convert_to_tensor(y_centred, dtype=tf.float64), [-1])
+    n = int(y_centred.shape[0])
+    rtols = AUTO_RTOLS if rtol is None else (float(rtol),)
+
+    chosen = None
+    for space in column_spaces(C, rtols):
+        factor_u, sensitivity, certificate = _cloaking_noise(space, objective, data_sensitivity, tol, max_iter)
+        noise_factor = tf.linalg.matmul(space.basis, factor_u) * (multiplier * sensitivity)  # [k, r]
+        noise_std = tf.sqrt(tf.reduce_sum(noise_factor**2, axis=1))
+        bias_bound = space.residual * math.sqrt(n) * float(output_bound)
+        chosen = (space, factor_u, sensitivity, certificate, noise_factor, noise_std, bias_bound)
+        if bias_bound <= BIAS_FRACTION * float(tf.reduce_min(noise_std)):
+            break
+    space, factor_u, sensitivity, certificate, noise_factor, noise_std, bias_bound = chosen
+
+    xi, reproducible = standard_normal(space.rank, seed)
+    coords = tf.linalg.matvec(space.vectors, y_centred)  # [r]: the mean projected onto the basis
+    coords = coords + (multiplier * sensitivity) * tf.linalg.matvec(factor_u, tf.constant(xi))
+    released = tf.reshape(offset, [-1]) + tf.linalg.matvec(space.basis, coords)
+
+    if accountant is not None:
+        accountant.spend(epsilon, delta, kind="gaussian", mu=1.0 / multiplier,
+                         description=f"cloaking release ({objective}) of {int(released.shape[0])} values")
+    return PrivateRelease(
+        mean=released.numpy(),
+        variance=np.reshape(np.asarray(variance, dtype=np.float64), [-1]),
+        noise_std=noise_std.numpy(),
+        noise_factor=noise_factor.numpy(),
+        epsilon=epsilon,
+        delta=delta,
+        data_sensitivity=float(data_sensitivity),
+        sensitivity=float(sensitivity),
+        noise_multiplier=float(multiplier),
+        calibration=calibration,
+        objective=objective,
+        certificate=certificate,
+        mechanism="cloaking",
+        rank=space.rank,
+        rtol=space.rtol,
+        bias_bound=float(bias_bound),
+        reproducible=reproducible,
+    )
+
+
+def standard_release(
+    mean: tf.Tensor,
+    variance: tf.Tensor,
+    prior_cov: tf.Tensor,
+    *,
+    sensitivity: float,
+    data_sensitivity: float,
+    epsilon: float,
+    delta: float,
+    calibration: str = "analytic",
+    seed: Optional[int] = None,
+    accountant: Optional[PrivacyAccountant] = None,
+) -> PrivateRelease:
+    """Release ``mean + s * sensitivity * G`` with ``G ~ N(0, prior_cov)`` (Hall et al. 2013).
+
+    Privacy assumptions: ``mean`` moves between neighbours by a vector whose Mahalanobis norm
+    against ``prior_cov`` is at most ``sensitivity`` (the exact RKHS sensitivity of DESIGN 5.2);
+    ``prior_cov`` and ``variance`` are public. Jitter is added to ``prior_cov`` (more noise: safe).
+    """
+    epsilon, delta, multiplier, accountant = _prepare(epsilon, delta, calibration, accountant)
+    prior_cov = tf.convert_to_tensor(prior_cov, dtype=tf.float64)
+    k = int(prior_cov.shape[0])
+    jitter = 1e-10 * float(tf.reduce_max(tf.linalg.diag_part(prior_cov))) + 1e-300
+    chol = tf.linalg.cholesky(prior_cov + jitter * tf.eye(k, dtype=tf.float64))  # [k, k]
+    sensitivity = float(sensitivity) * SENSITIVITY_SAFETY
+    noise_factor = chol * (multiplier * sensitivity)
+    xi, reproducible = standard_normal(k, seed)
+    released = tf.reshape(mean, [-1]) + tf.linalg.matvec(noise_factor, tf.constant(xi))
+    if accountant is not None:
+        accountant.spend(epsilon, delta, kind="gaussian", mu=1.0 / multiplier,
+                         description=f"standard (Hall et al.) release of {k} values")
+    return PrivateRelease(
+        mean=released.numpy(),
+        variance=np.reshape(np.asarray(variance, dtype=np.float64), [-1]),
+        noise_std=tf.sqrt(tf.reduce_sum(noise_factor**2, axis=1)).numpy(),
+        noise_factor=noise_factor.numpy(),
+        epsilon=epsilon,
+        delta=delta,
+        data_sensitivity=float(data_sensitivity),
+        sensitivity=sensitivity,
+        noise_multiplier=float(multiplier),
+        calibration=calibration,
+        objective=None,
+        certificate=None,
+        mechanism="standard",
+        rank=k,
+        rtol=None,
+        bias_bound=0.0,
+        reproducible=reproducible,
+    )

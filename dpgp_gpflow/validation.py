@@ -1,0 +1,97 @@
+"""Input checks shared by every model: clear errors naming the offending value, float64 data."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from numbers import Real
+from typing import Any, Optional, Tuple
+
+import numpy as np
+
+from .exceptions import ClippingWarning
+
+__all__ = ["as_inputs", "as_outputs", "clip_outputs", "validate_bounds", "validate_data_sensitivity"]
+
+
+def _as_float64(name: str, value: Any) -> np.ndarray:
+    """``value`` as a float64 array. Integer and float32 arrays are converted (float32 -> float64 is
+    exact); anything non-numeric raises ``TypeError``."""
+    try:
+        arr = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+    except Exception as exc:  # pragma: no cover - defensive
+        raise TypeError(f"{name} must be array-like, got {type(value).__name__}") from exc
+    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    return arr.astype(np.float64)
+
+
+def as_inputs(name: str, X: Any, input_dim: Optional[int] = None) -> np.ndarray:
+    """Public inputs as a finite float64 array of shape [N, D] with N >= 1."""
+    X = _as_float64(name, X)
+    if X.ndim != 2:
+        raise ValueError(f"{name} must have shape [N, D], got shape {X.shape}")
+    if X.shape[0] == 0:
+        raise ValueError(f"{name} is empty (shape {X.shape}): give at least one input")
+    if input_dim is not None and X.shape[1] != input_dim:
+        raise ValueError(f"{name} must have {input_dim} columns like the training inputs, got shape {X.shape}")
+    if not np.all(np.isfinite(X)):
+        raise ValueError(f"{name} contains {int(np.sum(~np.isfinite(X)))} non-finite values")
+    return X
+
+
+def as_outputs(name: str, Y: Any, num_data: int) -> np.ndarray:
+    """Private outputs as a finite float64 array of shape [N, 1]."""
+    Y = _as_float64(name, Y)
+    if Y.ndim != 2 or Y.shape[1] != 1:
+        raise ValueError(f"{name} must have shape [N, 1] (one output), got shape {Y.shape}")
+    if Y.shape[0] != num_data:
+        raise ValueError(f"{name} has {Y.shape[0]} rows but the inputs have {num_data}")
+    if not np.all(np.isfinite(Y)):
+        raise ValueError(f"{name} contains {int(np.sum(~np.isfinite(Y)))} non-finite values")
+    return Y
+
+
+def validate_bounds(y_bounds: Any) -> Tuple[float, float]:
+    """Public output bounds ``(lo, hi)`` with finite lo < hi."""
+    try:
+        lo, hi = y_bounds
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"y_bounds must be a pair (lo, hi) of public bounds, got {y_bounds!r}") from exc
+    for v in (lo, hi):
+        if isinstance(v, bool) or not isinstance(v, (Real, np.floating, np.integer)):
+            raise TypeError(f"y_bounds must hold real numbers, got {y_bounds!r}")
+    lo, hi = float(lo), float(hi)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise ValueError(f"y_bounds must be finite, got {(lo, hi)}")
+    if not lo < hi:
+        raise ValueError(f"y_bounds must satisfy lo < hi, got {(lo, hi)}")
+    return lo, hi
+
+
+def validate_data_sensitivity(d: Any, bounds: Tuple[float, float]) -> float:
+    """Public data sensitivity ``d`` in (0, hi - lo]; ``None`` means ``hi - lo``."""
+    width = bounds[1] - bounds[0]
+    if d is None:
+        return width
+    if isinstance(d, bool) or not isinstance(d, (Real, np.floating, np.integer)):
+        raise TypeError(f"data_sensitivity must be a real number, got {d!r}")
+    d = float(d)
+    if not (math.isfinite(d) and d > 0.0):
+        raise ValueError(f"data_sensitivity must be finite and > 0, got {d}")
+    if d > width:
+        raise ValueError(f"data_sensitivity {d} exceeds the width of the bounds {width}: use y_bounds instead")
+    return d
+
+
+def clip_outputs(Y: np.ndarray, bounds: Tuple[float, float]) -> np.ndarray:
+    """Clip private outputs to the public bounds, warning with the count (never the values)."""
+    lo, hi = bounds
+    outside = int(np.sum((Y < lo) | (Y > hi)))
+    if outside:
+        warnings.warn(
+            f"{outside} of {Y.size} private outputs lay outside the public bounds {bounds} and were clipped",
+            ClippingWarning,
+            stacklevel=3,
+        )
+    return np.clip(Y, lo, hi)
