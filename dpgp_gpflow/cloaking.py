@@ -177,17 +177,22 @@ def _dual_value_and_gradient(vectors: tf.Tensor, weights: tf.Tensor, objective: 
     return value, tape.gradient(value, weights)
 
 
+def _mse_curvature(w: tf.Tensor) -> tf.Tensor:
+    """``E_ab = 1 / (sqrt(w_a) sqrt(w_b) (sqrt(w_a) + sqrt(w_b)))``: divided differences of ``w^{-1/2}``."""
+    sig = tf.sqrt(w)
+    return 1.0 / (sig[:, None] * sig[None, :] * (sig[:, None] + sig[None, :]))  # [r, r]
+
+
 def _dual_hessian(w: tf.Tensor, P: tf.Tensor, objective: str) -> tf.Tensor:
     """Hessian of the dual in the weights, from the eigen-decomposition of ``S``.
 
     entropy: ``Q o Q`` with ``Q = P^T diag(1/w) P``; mse: ``sum_ab E_ab (p_a o p_b)(p_a o p_b)^T`` with
-    ``E_ab = 1 / (sqrt(w_a) sqrt(w_b) (sqrt(w_a) + sqrt(w_b)))`` (divided differences of ``w^{-1/2}``).
+    ``E`` from :func:`_mse_curvature` (cost r^2 m^2: used only for small problems).
     """
     if objective == "entropy":
         Q = tf.linalg.matmul(P * (1.0 / w)[:, None], P, transpose_a=True)
         return Q * Q
-    sig = tf.sqrt(w)
-    E = 1.0 / (sig[:, None] * sig[None, :] * (sig[:, None] + sig[None, :]))  # [r, r]
+    E = _mse_curvature(w)
 
     def one_row(a):
         pa = P[a]  # [m]
@@ -204,6 +209,61 @@ def _dual_hessian(w: tf.Tensor, P: tf.Tensor, objective: str) -> tf.Tensor:
         parallel_iterations=1,
     )
     return H
+
+
+def _mse_hessian_vector(w: tf.Tensor, P: tf.Tensor, v: tf.Tensor) -> tf.Tensor:
+    """Exact mse dual Hessian times ``v`` in O(r^2 m): ``(Hv)_j = p_j^T (E o (P diag(v) P^T)) p_j``."""
+    G = tf.linalg.matmul(P * v[None, :], P, transpose_b=True)  # [r, r]
+    return tf.reduce_sum(P * tf.linalg.matmul(_mse_curvature(w) * G, P), axis=0)
+
+
+def _mse_newton_direction(w, P, weights, gb, mu):
+    """Newton direction for the barrier mse dual by preconditioned conjugate gradients.
+
+    Exact Hessian-vector products; the preconditioner is the rank-one-curvature approximation
+    ``Qt o Qt + barrier`` with ``Qt = P^T diag(e) P``, ``e_a = (2 w_a^{3/2})^{-1/2}`` (exact on the
+    diagonal of ``E``). Used when the dense Hessian would cost too much.
+    """
+    e = tf.math.rsqrt(2.0 * tf.pow(w, 1.5))
+    Qt = tf.linalg.matmul(P * e[:, None], P, transpose_a=True)
+    barrier = mu / (weights * weights)
+    pre = Qt * Qt + tf.linalg.diag(barrier)
+    pre = pre + 1e-13 * tf.reduce_max(tf.linalg.diag_part(pre)) * tf.eye(tf.shape(pre)[0], dtype=pre.dtype)
+    Lp = tf.linalg.cholesky(pre)
+
+    def apply(v):
+        return _mse_hessian_vector(w, P, v) + barrier * v
+
+    def precondition(v):
+        return tf.linalg.cholesky_solve(Lp, v[:, None])[:, 0]
+
+    b = -gb
+    x = precondition(b)
+    res = b - apply(x)
+    z = precondition(res)
+    p = z
+    rz = tf.reduce_sum(res * z)
+    bnorm = tf.norm(b)
+
+    def cond(k, x, res, z, p, rz):
+        return tf.logical_and(k < 100, tf.norm(res) > 1e-11 * bnorm)
+
+    def body(k, x, res, z, p, rz):
+        Ap = apply(p)
+        alpha = rz / tf.reduce_sum(p * Ap)
+        x = x + alpha * p
+        res = res - alpha * Ap
+        z = precondition(res)
+        rz_new = tf.reduce_sum(res * z)
+        p = z + (rz_new / rz) * p
+        return k + 1, x, res, z, p, rz_new
+
+    _, x, _, _, _, _ = tf.while_loop(cond, body, (tf.constant(0), x, res, z, p, rz))
+    return x
+
+
+#: Above this many r^2 m^2 flops the mse Newton direction is computed by preconditioned CG.
+DENSE_MSE_HESSIAN_FLOPS = 2e9
 
 
 def _certificate_terms(vectors: tf.Tensor, weights: tf.Tensor, objective: str):
@@ -248,13 +308,20 @@ def _barrier_newton_impl(vectors, weights0, objective, tol, max_iter):
     def body(it, weights, mu, done):
         w, V, P, q = _dual_terms(vectors, weights, objective)
         value, grad = _dual_value_and_gradient(vectors, weights, objective)
-        H = _dual_hessian(w, P, objective)
         gb = grad - mu / weights
-        Hb = H + tf.linalg.diag(mu / (weights * weights))
-        jitter = 1e-13 * tf.reduce_max(tf.linalg.diag_part(Hb))
-        Hb = Hb + jitter * tf.eye(tf.shape(Hb)[0], dtype=dtype)
-        Lh = tf.linalg.cholesky(Hb)
-        step = -tf.linalg.cholesky_solve(Lh, gb[:, None])[:, 0]
+
+        def dense_direction():
+            Hb = _dual_hessian(w, P, objective) + tf.linalg.diag(mu / (weights * weights))
+            jitter = 1e-13 * tf.reduce_max(tf.linalg.diag_part(Hb))
+            Hb = Hb + jitter * tf.eye(tf.shape(Hb)[0], dtype=dtype)
+            return -tf.linalg.cholesky_solve(tf.linalg.cholesky(Hb), gb[:, None])[:, 0]
+
+        if objective == "entropy":
+            step = dense_direction()
+        else:
+            r_dim = tf.cast(tf.shape(P)[0], dtype)
+            use_cg = r_dim * r_dim * m * m > DENSE_MSE_HESSIAN_FLOPS
+            step = tf.cond(use_cg, lambda: _mse_newton_direction(w, P, weights, gb, mu), dense_direction)
         decrement2 = -tf.reduce_sum(gb * step)
         # Fraction to the boundary: keep every weight strictly positive.
         ratios = tf.where(step < 0.0, -weights / step, tf.fill(tf.shape(step), tf.constant(np.inf, dtype)))
@@ -266,11 +333,17 @@ def _barrier_newton_impl(vectors, weights0, objective, tol, max_iter):
             phi = _dual_value(vectors, trial, objective) - mu * tf.reduce_sum(tf.math.log(trial))
             return tf.logical_and(k < 60, tf.logical_not(phi <= phi0 - 0.25 * t * decrement2))
 
-        t, _ = tf.while_loop(ls_cond, lambda t, k: (0.5 * t, k + 1), (t_max, tf.constant(0)))
+        t, k = tf.while_loop(ls_cond, lambda t, k: (0.5 * t, k + 1), (t_max, tf.constant(0)))
+        # A failed line search means rounding error dominates the predicted decrease: stop there
+        # (the certificate then reports honestly how close we got).
+        stalled = tf.logical_or(
+            k >= 60, tf.reduce_max(tf.abs(t * step)) <= 1e-13 * tf.reduce_max(weights)
+        )
+        t = tf.where(k >= 60, tf.zeros_like(t), t)
         new_weights = weights + t * step
         centred = decrement2 < 1e-9
         gap, rel, _, _ = _certificate_terms(vectors, new_weights, objective)
-        new_done = tf.logical_and(centred, rel <= tol)
+        new_done = tf.logical_or(tf.logical_and(centred, rel <= tol), stalled)
         # Decrease the barrier once centred (at the central point the gap is about m * mu).
         new_mu = tf.where(centred, tf.maximum(tf.minimum(mu * 0.1, gap / (10.0 * m)), 1e-300), mu)
         return it + 1, new_weights, new_mu, new_done

@@ -116,9 +116,13 @@ def _positive_per_dim(name: str, value: Any, n_dims: int) -> np.ndarray:
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be a positive number or array of {n_dims}, got {value!r}") from exc
+        raise TypeError(
+            f"{name} must be a positive number or array of {n_dims}, got {value!r}"
+        ) from exc
     if arr.shape != (n_dims,):
-        raise ValueError(f"{name} must be a scalar or have shape ({n_dims},), got shape {arr.shape}")
+        raise ValueError(
+            f"{name} must be a scalar or have shape ({n_dims},), got shape {arr.shape}"
+        )
     if not np.all(np.isfinite(arr)) or np.any(arr <= 0.0):
         raise ValueError(f"{name} must be finite and > 0, got {arr}")
     return arr
@@ -175,14 +179,18 @@ def kde_lengthscale_function(
             raise ValueError(f"Scott's rule needs at least 2 public points, got n = {n}")
         h = X_np.std(axis=0, ddof=1) * n ** (-1.0 / (D + 4))
         if np.any(h <= 0.0):
-            raise ValueError(f"Scott's rule bandwidth is zero (constant column); pass bandwidth, got {h}")
+            raise ValueError(
+                f"Scott's rule bandwidth is zero (constant column); pass bandwidth, got {h}"
+            )
     else:
         h = _positive_per_dim("bandwidth", bandwidth, D)
 
     offsets_np: Optional[np.ndarray] = None
     if neighbourhood is not None:
         radius = _positive_per_dim("neighbourhood", neighbourhood, D)
-        if isinstance(neighbourhood_grid, bool) or not isinstance(neighbourhood_grid, (int, np.integer)):
+        if isinstance(neighbourhood_grid, bool) or not isinstance(
+            neighbourhood_grid, (int, np.integer)
+        ):
             raise TypeError(f"neighbourhood_grid must be an integer, got {neighbourhood_grid!r}")
         if neighbourhood_grid < 2:
             raise ValueError(f"neighbourhood_grid must be >= 2, got {neighbourhood_grid}")

@@ -28,7 +28,7 @@ from gpflow.utilities import positive
 from gpflow.utilities.model_utils import add_likelihood_noise_cov
 
 #: Half-widths below this many lengthscales use the Taylor expansion (error ~ 1e-12 relative).
-_TAYLOR_THRESHOLD = 0.0
+_TAYLOR_THRESHOLD = 1e-2
 _SQRT_HALF_PI = float(np.sqrt(np.pi / 2.0))
 _SQRT2 = float(np.sqrt(2.0))
 
@@ -92,7 +92,9 @@ def _interval_interval(z: tf.Tensor, h1: tf.Tensor, h2: tf.Tensor, ell: tf.Tenso
         * (
             1.0
             + (v2 - 1.0) * (s1 + s2) / 6.0
-            + (v2 * v2 - 6.0 * v2 + 3.0) * (s1 * s1 / 5.0 + 2.0 * s1 * s2 / 3.0 + s2 * s2 / 5.0) / 24.0
+            + (v2 * v2 - 6.0 * v2 + 3.0)
+            * (s1 * s1 / 5.0 + 2.0 * s1 * s2 / 3.0 + s2 * s2 / 5.0)
+            / 24.0
         )
     )
 
@@ -100,11 +102,16 @@ def _interval_interval(z: tf.Tensor, h1: tf.Tensor, h2: tf.Tensor, ell: tf.Tenso
         # int_{-a_small}^{a_small} F(z - t) dt with F(y) = int_{-a_big}^{a_big} phi(y + s) ds.
         zp, zm = (z + a_big) / ell, (z - a_big) / ell
         d2 = -(zp * _eq(z + a_big, ell) - zm * _eq(z - a_big, ell)) / ell  # F''
-        d4 = -(  # F'''' = phi'''(z + a) - phi'''(z - a)
-            (zp**3 - 3.0 * zp) * _eq(z + a_big, ell) - (zm**3 - 3.0 * zm) * _eq(z - a_big, ell)
-        ) / ell**3
+        d4 = (
+            -(  # F'''' = phi'''(z + a) - phi'''(z - a)
+                (zp**3 - 3.0 * zp) * _eq(z + a_big, ell) - (zm**3 - 3.0 * zm) * _eq(z - a_big, ell)
+            )
+            / ell**3
+        )
         sq = tf.square(a_small)
-        return 2.0 * a_small * (_interval_point(z, a_big, ell) + d2 * sq / 6.0 + d4 * sq * sq / 120.0)
+        return (
+            2.0 * a_small * (_interval_point(z, a_big, ell) + d2 * sq / 6.0 + d4 * sq * sq / 120.0)
+        )
 
     small1 = a1 < _TAYLOR_THRESHOLD * ell
     small2 = a2 < _TAYLOR_THRESHOLD * ell
@@ -191,7 +198,11 @@ class IntegralSE(gpflow.kernels.Kernel):
         """``cov(F(box), f(point)) = int_box k(u, point) du``."""
         m, h = self.centres_and_half_widths(boxes)  # [N, D]
         points = tf.convert_to_tensor(points, dtype=m.dtype)
-        if points.shape[-1] is not None and m.shape[-1] is not None and points.shape[-1] != m.shape[-1]:
+        if (
+            points.shape[-1] is not None
+            and m.shape[-1] is not None
+            and points.shape[-1] != m.shape[-1]
+        ):
             raise ValueError(
                 f"points have {points.shape[-1]} columns but boxes have D = {m.shape[-1]}"
             )
@@ -228,7 +239,9 @@ def predict_f_at_points(
     ``model`` is a ``gpflow.models.GPR`` with an :class:`IntegralSE` kernel, boxes as inputs,
     bin integrals as outputs and a zero mean function. Same algebra as ``GPR.predict_f``
     (``gpflow.conditionals.base_conditional``) with ``K_box_point`` as the cross-covariance and
-    the EQ kernel at the points as the prior.
+    the EQ kernel at the points as the prior. The noise is ``model.likelihood.variance_at(X)``,
+    so per-bin noise (e.g. Laplace noise on bin means, scaled by the volumes) may be given as a
+    ``gpflow.likelihoods.Gaussian`` with a variance function.
     """
     if not isinstance(model, gpflow.models.GPR):
         raise TypeError(f"model must be a gpflow.models.GPR, got {type(model).__name__}")
@@ -249,4 +262,6 @@ def predict_f_at_points(
         knn = kernel.K_point(Xpoints)  # [P, P]
     else:
         knn = kernel.variance * tf.ones(tf.shape(Xpoints)[:1], dtype=Xpoints.dtype)  # [P]
-    return gpflow.conditionals.base_conditional(kmn, kmm_plus_s, knn, Y, full_cov=full_cov, white=False)
+    return gpflow.conditionals.base_conditional(
+        kmn, kmm_plus_s, knn, Y, full_cov=full_cov, white=False
+    )
