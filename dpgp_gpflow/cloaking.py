@@ -43,7 +43,10 @@ Objective = Literal["mse", "entropy"]
 OBJECTIVES = ("mse", "entropy")
 
 #: Candidate relative singular-value tolerances tried (in order) when ``rtol`` is chosen automatically.
-AUTO_RTOLS = (1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10, 1e-11, 1e-12)
+AUTO_RTOLS = (1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10)
+#: Smallest rtol for the "mse" objective: its dual works with S in output coordinates, whose
+#: condition number grows like rtol^-2; below this float64 eigen-decompositions lose the small directions.
+MIN_MSE_RTOL = 1e-7
 #: Working-set solves are used when there are more training points than this.
 DENSE_POINTS = 1500
 
@@ -157,16 +160,24 @@ def _dual_terms(vectors: tf.Tensor, weights: tf.Tensor, objective: str):
 
 
 def _dual_value(vectors: tf.Tensor, weights: tf.Tensor, objective: str) -> tf.Tensor:
-    """The dual objective to minimise: ``sum(l) - log det S`` or ``sum(l) - 2 tr S^{1/2}``."""
-    S = tf.linalg.matmul(vectors * weights[None, :], vectors, transpose_b=True)
-    w = tf.linalg.eigvalsh(0.5 * (S + tf.transpose(S)))
-    bad = tf.reduce_min(w) <= 0.0
-    w_safe = tf.where(w > 0.0, w, tf.ones_like(w))
-    if objective == "entropy":
-        value = tf.reduce_sum(weights) - tf.reduce_sum(tf.math.log(w_safe))
-    else:
-        value = tf.reduce_sum(weights) - 2.0 * tf.reduce_sum(tf.sqrt(w_safe))
-    return tf.where(bad, tf.constant(np.inf, tf.float64), value)
+    """The dual objective to minimise: ``sum(l) - log det S`` or ``sum(l) - 2 tr S^{1/2}``.
+
+    ``+inf`` where ``S`` is singular or the weights are not finite (so line searches back off).
+    """
+
+    def value():
+        S = tf.linalg.matmul(vectors * weights[None, :], vectors, transpose_b=True)
+        w = tf.linalg.eigvalsh(0.5 * (S + tf.transpose(S)))
+        bad = tf.reduce_min(w) <= 0.0
+        w_safe = tf.where(w > 0.0, w, tf.ones_like(w))
+        if objective == "entropy":
+            v = tf.reduce_sum(weights) - tf.reduce_sum(tf.math.log(w_safe))
+        else:
+            v = tf.reduce_sum(weights) - 2.0 * tf.reduce_sum(tf.sqrt(w_safe))
+        return tf.where(bad, tf.constant(np.inf, tf.float64), v)
+
+    finite = tf.logical_and(tf.reduce_all(tf.math.is_finite(weights)), tf.reduce_all(weights >= 0.0))
+    return tf.cond(finite, value, lambda: tf.constant(np.inf, tf.float64))
 
 
 def _dual_value_and_gradient(vectors: tf.Tensor, weights: tf.Tensor, objective: str):

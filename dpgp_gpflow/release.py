@@ -31,6 +31,7 @@ from .accounting import PrivacyAccountant, current_accountant
 from .calibration import CALIBRATIONS, gaussian_multiplier, validate_delta, validate_epsilon
 from .cloaking import (
     AUTO_RTOLS,
+    MIN_MSE_RTOL,
     OBJECTIVES,
     ColumnSpace,
     OptimiserCertificate,
@@ -44,6 +45,11 @@ __all__ = ["PrivateRelease", "cloaking_release", "standard_normal", "standard_re
 
 #: Multiplies every sensitivity, to absorb floating-point rounding in its computation.
 SENSITIVITY_SAFETY = 1.0 + 1e-8
+#: Rounding in the released k-vector can leak along weakly-noised directions by about
+#: eps_machine * cond(F) (in Mahalanobis units): the sensitivity is inflated by this much times
+#: cond(F) as well, and releases with cond(F) above MAX_NOISE_CONDITION are refused.
+ROUNDING_SAFETY = 100.0 * float(np.finfo(np.float64).eps)
+MAX_NOISE_CONDITION = 1e11
 #: Automatic rank choice: the projection bias bound must be below this fraction of the smallest noise std.
 BIAS_FRACTION = 0.01
 #: Optimiser tolerance used while screening candidate ranks.
@@ -134,10 +140,19 @@ def _cloaking_noise(space: ColumnSpace, objective: str, d: float, tol: float, ma
     scale = (1.0 / s) if objective == "entropy" else tf.fill(tf.shape(s), 1.0 / s[0])  # [r]
     scaled = space.vectors * scale[:, None]  # [r, n]
     noise = optimise_noise_covariance(scaled, objective, tol=tol, max_iter=max_iter)
+    factor_u = noise.factor / scale[:, None]  # [r, r] in basis coordinates
+    sv = tf.linalg.svd(factor_u, compute_uv=False)
+    condition = float(sv[0] / sv[-1])
+    if not condition <= MAX_NOISE_CONDITION:
+        raise FloatingPointError(
+            f"the noise covariance has condition number {condition:.3g} > {MAX_NOISE_CONDITION:.0e}: "
+            "float64 rounding could then leak along its weakest directions, so this release cannot be "
+            "guaranteed; use a larger rtol"
+        )
     # The sensitivity of the released r-vector against the factor actually used (scaled coordinates:
     # ||F^{-1} diag(scale) beta_i|| == ||(diag(1/scale) F)^{-1} beta_i||, so nothing is lost).
-    sensitivity = mahalanobis_sensitivity(noise.factor, scaled, d) * SENSITIVITY_SAFETY
-    factor_u = noise.factor / scale[:, None]  # [r, r] in basis coordinates
+    safety = SENSITIVITY_SAFETY + ROUNDING_SAFETY * condition
+    sensitivity = mahalanobis_sensitivity(noise.factor, scaled, d) * safety
     return factor_u, sensitivity, noise.certificate
 
 
@@ -174,7 +189,15 @@ def cloaking_release(
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     y_centred = tf.reshape(tf.convert_to_tensor(y_centred, dtype=tf.float64), [-1])
     n = int(y_centred.shape[0])
-    rtols = AUTO_RTOLS if rtol is None else (float(rtol),)
+    if rtol is None:
+        rtols = tuple(t for t in AUTO_RTOLS if objective == "entropy" or t >= MIN_MSE_RTOL)
+    else:
+        rtols = (float(rtol),)
+        if objective == "mse" and rtols[0] < MIN_MSE_RTOL:
+            raise ValueError(
+                f"rtol={rtol} is below {MIN_MSE_RTOL} for objective='mse' (its optimiser cannot resolve "
+                "directions that small in float64); use a larger rtol or objective='entropy'"
+            )
 
     # Choose the rank: screen candidates with a loose solve (the noise std is then within about
     # 0.1% of optimal, DESIGN 4), then solve the chosen one to ``tol``.
@@ -196,7 +219,7 @@ def cloaking_release(
     xi, reproducible = standard_normal(space.rank, seed)
     coords = tf.linalg.matvec(space.vectors, y_centred)  # [r]: the mean projected onto the basis
     coords = coords + (multiplier * sensitivity) * tf.linalg.matvec(factor_u, tf.constant(xi))
-    released = tf.reshape(offset, [-1]) + tf.linalg.matvec(space.basis, coords)
+    released = tf.reshape(tf.cast(offset, tf.float64), [-1]) + tf.linalg.matvec(space.basis, coords)
 
     if accountant is not None:
         accountant.spend(epsilon, delta, kind="gaussian", mu=1.0 / multiplier,
@@ -246,10 +269,11 @@ def standard_release(
     k = int(prior_cov.shape[0])
     jitter = 1e-10 * float(tf.reduce_max(tf.linalg.diag_part(prior_cov))) + 1e-300
     chol = tf.linalg.cholesky(prior_cov + jitter * tf.eye(k, dtype=tf.float64))  # [k, k]
-    sensitivity = float(sensitivity) * SENSITIVITY_SAFETY
+    sv = tf.linalg.svd(chol, compute_uv=False)
+    sensitivity = float(sensitivity) * (SENSITIVITY_SAFETY + ROUNDING_SAFETY * float(sv[0] / sv[-1]))
     noise_factor = chol * (multiplier * sensitivity)
     xi, reproducible = standard_normal(k, seed)
-    released = tf.reshape(mean, [-1]) + tf.linalg.matvec(noise_factor, tf.constant(xi))
+    released = tf.reshape(tf.cast(mean, tf.float64), [-1]) + tf.linalg.matvec(noise_factor, tf.constant(xi))
     if accountant is not None:
         accountant.spend(epsilon, delta, kind="gaussian", mu=1.0 / multiplier,
                          description=f"standard (Hall et al.) release of {k} values")
