@@ -238,8 +238,9 @@ def _mse_newton_direction(w, P, weights, gb, mu):
     e = tf.math.rsqrt(2.0 * tf.pow(w, 1.5))
     Qt = tf.linalg.matmul(P * e[:, None], P, transpose_a=True)
     barrier = mu / (weights * weights)
-    pre = Qt * Qt + tf.linalg.diag(barrier)
-    pre = pre + 1e-13 * tf.reduce_max(tf.linalg.diag_part(pre)) * tf.eye(tf.shape(pre)[0], dtype=pre.dtype)
+    QQ = Qt * Qt
+    pre = QQ + tf.linalg.diag(barrier)
+    pre = pre + 1e-13 * tf.reduce_max(tf.linalg.diag_part(QQ)) * tf.eye(tf.shape(pre)[0], dtype=pre.dtype)
     Lp = tf.linalg.cholesky(pre)
 
     def apply(v):
@@ -322,8 +323,11 @@ def _barrier_newton_impl(vectors, weights0, objective, tol, max_iter):
         gb = grad - mu / weights
 
         def dense_direction():
-            Hb = _dual_hessian(w, P, objective) + tf.linalg.diag(mu / (weights * weights))
-            jitter = 1e-13 * tf.reduce_max(tf.linalg.diag_part(Hb))
+            H = _dual_hessian(w, P, objective)
+            Hb = H + tf.linalg.diag(mu / (weights * weights))
+            # Jitter relative to the dual's own curvature, not the barrier's (which explodes on
+            # inactive points and would swamp the Newton system).
+            jitter = 1e-13 * tf.reduce_max(tf.linalg.diag_part(H))
             Hb = Hb + jitter * tf.eye(tf.shape(Hb)[0], dtype=dtype)
             return -tf.linalg.cholesky_solve(tf.linalg.cholesky(Hb), gb[:, None])[:, 0]
 

@@ -1,0 +1,176 @@
+"""PrivacyAccountant: the ledger, the hard ceiling, the context manager, and releases charging it."""
+
+from __future__ import annotations
+
+import gpflow
+import numpy as np
+import pytest
+
+import dpgp_gpflow.release as release_module
+from dpgp_gpflow import BudgetExceededError, PrivacyAccountant
+from dpgp_gpflow.accounting import current_accountant
+from dpgp_gpflow.models import DPGPR
+
+pytestmark = pytest.mark.filterwarnings("ignore::dpgp_gpflow.ReproducibleNoiseWarning")
+
+XNEW = np.linspace(0.0, 3.0, 4)[:, None]
+
+
+@pytest.fixture(scope="module")
+def model():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0.0, 3.0, (8, 1))
+    Y = np.clip(np.sin(X) + 0.1 * rng.standard_normal((8, 1)), -1.0, 1.0)
+    return DPGPR((X, Y), gpflow.kernels.SquaredExponential(lengthscales=1.0), y_bounds=(-1.0, 1.0), noise_variance=0.1)
+
+
+@pytest.fixture
+def draws(monkeypatch):
+    """Counts calls of the one function that draws DP noise."""
+    calls = []
+    original = release_module.standard_normal
+
+    def counting(size, seed=None):
+        calls.append(size)
+        return original(size, seed)
+
+    monkeypatch.setattr(release_module, "standard_normal", counting)
+    return calls
+
+
+def test_check_spend_spent_remaining():
+    acc = PrivacyAccountant(epsilon=2.0, delta=0.02)
+    assert (acc.epsilon, acc.delta) == (2.0, 0.02)
+    assert acc.spent == (0.0, 0.0) and acc.remaining == (2.0, 0.02) and acc.ledger == ()
+    acc.check(2.0, 0.02)  # the whole budget is allowed
+    event = acc.spend(0.5, 0.005, kind="gaussian", mu=0.5, description="first")
+    assert (event.epsilon, event.delta, event.kind, event.mu, event.description) == (0.5, 0.005, "gaussian", 0.5, "first")
+    acc.spend(1.0, 0.01)
+    assert acc.spent == pytest.approx((1.5, 0.015))
+    assert acc.remaining == pytest.approx((0.5, 0.005))
+    assert len(acc.ledger) == 2
+    with pytest.raises(BudgetExceededError, match="epsilon"):
+        acc.check(0.6, 0.001)  # epsilon over
+    with pytest.raises(BudgetExceededError):
+        acc.check(0.1, 0.006)  # delta over
+    with pytest.raises(BudgetExceededError):
+        acc.spend(0.6, 0.0)
+    assert len(acc.ledger) == 2 and acc.spent == pytest.approx((1.5, 0.015))  # a refused spend records nothing
+    acc.spend(0.5, 0.005)
+    assert acc.remaining == pytest.approx((0.0, 0.0), abs=1e-15)
+    with pytest.raises(BudgetExceededError):
+        acc.check(1e-6, 0.0)
+
+
+def test_rounding_does_not_refuse_the_last_exact_share():
+    acc = PrivacyAccountant(epsilon=1.0, delta=1e-2)
+    for _ in range(10):
+        acc.spend(0.1, 1e-3)
+    assert acc.spent == pytest.approx((1.0, 1e-2), rel=1e-15)
+    with pytest.raises(BudgetExceededError):
+        acc.spend(0.1, 1e-3)
+
+
+def test_pure_budget_refuses_any_delta():
+    acc = PrivacyAccountant(epsilon=1.0)
+    assert acc.delta == 0.0
+    acc.spend(0.5, kind="pure")
+    with pytest.raises(BudgetExceededError):
+        acc.check(0.1, 1e-9)
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    (dict(epsilon=0.0, delta=0.01), ValueError),
+    (dict(epsilon=-1.0, delta=0.01), ValueError),
+    (dict(epsilon=float("nan"), delta=0.01), ValueError),
+    (dict(epsilon=1.0, delta=1.0), ValueError),
+    (dict(epsilon=1.0, delta=-0.1), ValueError),
+    (dict(epsilon="1", delta=0.01), TypeError),
+])
+def test_invalid_budget(kwargs, error):
+    with pytest.raises(error):
+        PrivacyAccountant(**kwargs)
+
+
+def test_invalid_spend():
+    acc = PrivacyAccountant(epsilon=1.0, delta=0.01)
+    with pytest.raises(ValueError):
+        acc.spend(-0.1, 0.0)
+    with pytest.raises(ValueError):
+        acc.spend(0.1, 2.0)
+    with pytest.raises(ValueError, match="kind"):
+        acc.spend(0.1, 0.0, kind="renyi")
+    assert acc.ledger == ()
+
+
+def test_release_inside_context_is_charged(model, draws):
+    with PrivacyAccountant(epsilon=1.5, delta=0.015) as acc:
+        assert current_accountant() is acc
+        rel = model.release(XNEW, epsilon=1.0, delta=0.01, seed=0)
+    assert current_accountant() is None
+    assert acc.spent == (1.0, 0.01)
+    (event,) = acc.ledger
+    assert event.kind == "gaussian" and event.mu == pytest.approx(1.0 / rel.noise_multiplier)
+    assert len(draws) == 1
+
+
+def test_explicit_accountant_wins_over_the_context(model):
+    explicit = PrivacyAccountant(epsilon=1.0, delta=0.01)
+    with PrivacyAccountant(epsilon=1.0, delta=0.01) as ctx:
+        model.release(XNEW, epsilon=0.5, delta=0.005, seed=0, accountant=explicit)
+    assert explicit.spent == (0.5, 0.005) and ctx.spent == (0.0, 0.0)
+
+
+def test_no_accountant_spends_nothing(model):
+    acc = PrivacyAccountant(epsilon=1.0, delta=0.01)
+    model.release(XNEW, epsilon=0.5, delta=0.005, seed=0)
+    assert acc.spent == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("mechanism", ["cloaking", "standard"])
+def test_over_budget_release_raises_and_draws_nothing(model, draws, mechanism):
+    acc = PrivacyAccountant(epsilon=1.0, delta=0.01)
+    model.release(XNEW, epsilon=0.7, delta=0.005, seed=0, accountant=acc, mechanism=mechanism)
+    assert len(draws) == 1
+    with pytest.raises(BudgetExceededError):
+        model.release(XNEW, epsilon=0.7, delta=0.005, seed=0, accountant=acc, mechanism=mechanism)
+    assert len(draws) == 1  # no noise was drawn for the refused release
+    assert acc.spent == (0.7, 0.005) and len(acc.ledger) == 1
+    with acc, pytest.raises(BudgetExceededError):  # and through the context as well
+        model.release(XNEW, epsilon=0.2, delta=0.006, seed=0, mechanism=mechanism)
+    assert len(draws) == 1 and len(acc.ledger) == 1
+    # what is left can still be spent
+    model.release(XNEW, epsilon=0.3, delta=0.005, seed=0, accountant=acc, mechanism=mechanism)
+    assert acc.remaining == pytest.approx((0.0, 0.0), abs=1e-12) and len(draws) == 2
+
+
+def test_nested_contexts_restore(model):
+    outer = PrivacyAccountant(epsilon=1.0, delta=0.01)
+    inner = PrivacyAccountant(epsilon=1.0, delta=0.01)
+    assert current_accountant() is None
+    with outer:
+        model.release(XNEW, epsilon=0.1, delta=0.001, seed=0)
+        with inner:
+            assert current_accountant() is inner
+            model.release(XNEW, epsilon=0.2, delta=0.002, seed=0)
+            with outer:  # re-entering the same accountant
+                assert current_accountant() is outer
+            assert current_accountant() is inner
+        assert current_accountant() is outer
+        model.release(XNEW, epsilon=0.3, delta=0.003, seed=0)
+    assert current_accountant() is None
+    assert outer.spent == pytest.approx((0.4, 0.004)) and inner.spent == pytest.approx((0.2, 0.002))
+
+
+def test_context_restored_after_an_exception():
+    acc = PrivacyAccountant(epsilon=1.0, delta=0.01)
+    with pytest.raises(RuntimeError):
+        with acc:
+            raise RuntimeError("boom")
+    assert current_accountant() is None
+
+
+def test_accountant_must_be_an_accountant(model, draws):
+    with pytest.raises(TypeError, match="PrivacyAccountant"):
+        model.release(XNEW, epsilon=1.0, delta=0.01, accountant=(1.0, 0.01))
+    assert draws == []

@@ -1,0 +1,281 @@
+"""Bad inputs raise the documented error (naming the value) and draw no noise; the leak guard fires."""
+
+from __future__ import annotations
+
+import warnings
+
+import gpflow
+import numpy as np
+import pytest
+
+import dpgp_gpflow.release as release_module
+from dpgp_gpflow import ClippingWarning, PrivacyAccountant, PrivacyLeakError
+from dpgp_gpflow.models import DPGPR
+
+pytestmark = pytest.mark.filterwarnings("ignore::dpgp_gpflow.ReproducibleNoiseWarning")
+
+LO, HI = -1.0, 1.0
+N = 8
+
+
+def data(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0.0, 3.0, (N, 1))
+    Y = np.clip(np.sin(X) + 0.1 * rng.standard_normal((N, 1)), LO, HI)
+    return X, Y
+
+
+def kernel():
+    return gpflow.kernels.SquaredExponential(lengthscales=1.0)
+
+
+def build(X=None, Y=None, **kwargs):
+    X0, Y0 = data()
+    kwargs.setdefault("y_bounds", (LO, HI))
+    kwargs.setdefault("noise_variance", 0.1)
+    return DPGPR((X0 if X is None else X, Y0 if Y is None else Y), kernel(), **kwargs)
+
+
+XNEW = np.linspace(0.0, 3.0, 4)[:, None]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return build()
+
+
+@pytest.fixture
+def draws(monkeypatch):
+    calls = []
+    original = release_module.standard_normal
+
+    def counting(size, seed=None):
+        calls.append(size)
+        return original(size, seed)
+
+    monkeypatch.setattr(release_module, "standard_normal", counting)
+    return calls
+
+
+# ---------------------------------------------------------------------------------------------
+# Privacy parameters and options at release time
+
+
+@pytest.mark.parametrize("mechanism", ["cloaking", "standard"])
+@pytest.mark.parametrize("epsilon, error", [
+    (0.0, ValueError), (-1.0, ValueError), (float("nan"), ValueError), (float("inf"), ValueError),
+    (True, TypeError), ("1", TypeError), (None, TypeError),
+])
+def test_bad_epsilon(model, draws, epsilon, error, mechanism):
+    acc = PrivacyAccountant(epsilon=10.0, delta=0.5)
+    with pytest.raises(error, match="epsilon"):
+        model.release(XNEW, epsilon=epsilon, delta=0.01, mechanism=mechanism, accountant=acc)
+    assert draws == [] and acc.ledger == ()
+
+
+@pytest.mark.parametrize("mechanism", ["cloaking", "standard"])
+@pytest.mark.parametrize("delta, error", [
+    (0.0, ValueError), (-0.01, ValueError), (1.0, ValueError), (2.0, ValueError), (float("nan"), ValueError),
+    (False, TypeError), ("0.01", TypeError),
+])
+def test_bad_delta(model, draws, delta, error, mechanism):
+    with pytest.raises(error, match="delta"):
+        model.release(XNEW, epsilon=1.0, delta=delta, mechanism=mechanism)
+    assert draws == []
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(objective="volume"), "objective"),
+    (dict(calibration="laplace"), "calibration"),
+    (dict(calibration="classical", epsilon=2.0), "epsilon <= 1"),
+    (dict(mechanism="exponential"), "mechanism"),
+])
+def test_unknown_options(model, draws, kwargs, match):
+    kw = dict(epsilon=1.0, delta=0.01)
+    kw.update(kwargs)
+    acc = PrivacyAccountant(epsilon=10.0, delta=0.5)
+    with pytest.raises(ValueError, match=match):
+        model.release(XNEW, accountant=acc, **kw)
+    assert draws == [] and acc.ledger == ()
+
+
+# ---------------------------------------------------------------------------------------------
+# Test inputs
+
+
+@pytest.mark.parametrize("Xnew, error, match", [
+    (np.array([[0.5], [np.nan]]), ValueError, "non-finite"),
+    (np.array([[0.5], [np.inf]]), ValueError, "non-finite"),
+    (np.zeros((0, 1)), ValueError, "empty"),
+    (np.zeros((3, 2)), ValueError, "columns"),
+    (np.zeros(3), ValueError, "shape"),
+    (np.array([["a"], ["b"]]), TypeError, "real numbers"),
+    (np.array([[True], [False]]), TypeError, "real numbers"),
+])
+def test_bad_test_inputs(model, draws, Xnew, error, match):
+    with pytest.raises(error, match=match):
+        model.release(Xnew, epsilon=1.0, delta=0.01)
+    assert draws == []
+
+
+def test_float32_and_integer_test_inputs_are_converted(model, draws):
+    a = model.release(XNEW.astype(np.float32), epsilon=1.0, delta=0.01, seed=0)
+    b = model.release(XNEW.astype(np.float32).astype(np.float64), epsilon=1.0, delta=0.01, seed=0)
+    np.testing.assert_array_equal(a.mean, b.mean)
+    c = model.release(np.array([[0], [1], [3]]), epsilon=1.0, delta=0.01, seed=0)
+    assert c.mean.dtype == np.float64 and c.mean.shape == (3,)
+
+
+# ---------------------------------------------------------------------------------------------
+# Training data, bounds and d at construction
+
+
+@pytest.mark.parametrize("y_bounds, error", [
+    ((1.0, 1.0), ValueError), ((2.0, 1.0), ValueError), ((0.0, np.inf), ValueError), ((np.nan, 1.0), ValueError),
+    ((0.0,), TypeError), (None, TypeError), (("a", "b"), TypeError), ((0.0, 1.0, 2.0), TypeError),
+])
+def test_bad_bounds(y_bounds, error):
+    with pytest.raises(error, match="y_bounds"):
+        build(y_bounds=y_bounds)
+
+
+@pytest.mark.parametrize("d, error", [
+    (0.0, ValueError), (-1.0, ValueError), (float("nan"), ValueError), (float("inf"), ValueError),
+    (2.5, ValueError),  # wider than the bounds
+    ("1", TypeError), (True, TypeError),
+])
+def test_bad_data_sensitivity(d, error):
+    with pytest.raises(error, match="data_sensitivity"):
+        build(data_sensitivity=d)
+
+
+def test_smaller_public_d_scales_the_noise(draws):
+    full = build().release(XNEW, epsilon=1.0, delta=0.01, seed=0, rtol=1e-6)
+    half = build(data_sensitivity=1.0).release(XNEW, epsilon=1.0, delta=0.01, seed=0, rtol=1e-6)
+    assert full.data_sensitivity == 2.0 and half.data_sensitivity == 1.0
+    np.testing.assert_allclose(half.noise_std, 0.5 * full.noise_std, rtol=1e-9)
+    np.testing.assert_allclose(half.sensitivity, 0.5 * full.sensitivity, rtol=1e-9)
+
+
+def bad(X=None, Y=None):
+    X0, Y0 = data()
+    return (X0 if X is None else X, Y0 if Y is None else Y)
+
+
+@pytest.mark.parametrize("X, Y, error, match", [
+    (*bad(X=np.where(np.arange(N)[:, None] == 2, np.nan, data()[0])), ValueError, "non-finite"),
+    (*bad(X=np.where(np.arange(N)[:, None] == 2, np.inf, data()[0])), ValueError, "non-finite"),
+    (*bad(Y=np.where(np.arange(N)[:, None] == 2, np.nan, data()[1])), ValueError, "non-finite"),
+    (*bad(Y=np.where(np.arange(N)[:, None] == 2, -np.inf, data()[1])), ValueError, "non-finite"),
+    (*bad(Y=data()[1][:, 0]), ValueError, r"\[N, 1\]"),
+    (*bad(Y=np.hstack([data()[1], data()[1]])), ValueError, r"\[N, 1\]"),
+    (*bad(Y=data()[1][:-1]), ValueError, "rows"),
+    (*bad(X=data()[0][:, 0]), ValueError, "shape"),
+    (*bad(X=np.zeros((0, 1)), Y=np.zeros((0, 1))), ValueError, "empty"),
+    (*bad(X=data()[0].astype(str)), TypeError, "real numbers"),
+    (*bad(Y=np.array([["a"]] * N)), TypeError, "real numbers"),
+    (*bad(Y=data()[1] > 0), TypeError, "real numbers"),
+    (*bad(Y=np.array([[None]] * N)), TypeError, "real numbers"),
+])
+def test_bad_training_data(X, Y, error, match):
+    with pytest.raises(error, match=match):
+        DPGPR((X, Y), kernel(), y_bounds=(LO, HI), noise_variance=0.1)
+
+
+def test_data_must_be_a_pair():
+    with pytest.raises(TypeError, match="pair"):
+        DPGPR(data()[0], kernel(), y_bounds=(LO, HI))
+
+
+def test_float32_data_is_converted_to_float64():
+    X, Y = data()
+    m32 = DPGPR((X.astype(np.float32), Y.astype(np.float32)), kernel(), y_bounds=(LO, HI), noise_variance=0.1)
+    X64, Y64 = X.astype(np.float32).astype(np.float64), Y.astype(np.float32).astype(np.float64)
+    m64 = DPGPR((X64, Y64), kernel(), y_bounds=(LO, HI), noise_variance=0.1)
+    assert all(t.dtype == np.float64 for t in m32.data)
+    np.testing.assert_array_equal(m32.data[0].numpy(), X64)
+    np.testing.assert_array_equal(m32.data[1].numpy(), Y64)
+    a = m32.release(XNEW, epsilon=1.0, delta=0.01, seed=1)
+    b = m64.release(XNEW, epsilon=1.0, delta=0.01, seed=1)
+    np.testing.assert_array_equal(a.mean, b.mean)
+    assert a.mean.dtype == np.float64
+
+
+def test_integer_data_is_converted():
+    X = np.arange(N)[:, None]
+    Y = (np.arange(N)[:, None] % 3) - 1
+    m = DPGPR((X, Y), kernel(), y_bounds=(-1, 1), noise_variance=0.1)
+    assert all(t.dtype == np.float64 for t in m.data)
+    assert m.y_bounds == (-1.0, 1.0) and m.data_sensitivity == 2.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Clipping
+
+
+def test_clipping_warns_with_the_count_and_clips():
+    X, Y = data()
+    Y = Y.copy()
+    Y[1, 0], Y[4, 0], Y[6, 0] = 5.0, -3.0, 1.0 + 1e-9
+    with pytest.warns(ClippingWarning, match=f"3 of {N}") as record:
+        m = DPGPR((X, Y), kernel(), y_bounds=(LO, HI), noise_variance=0.1)
+    assert len([w for w in record if issubclass(w.category, ClippingWarning)]) == 1
+    msg = str(record[0].message)
+    assert "5.0" not in msg and "-3.0" not in msg  # the count, never the values
+    Yc = m.data[1].numpy()
+    expected = Y.copy()
+    expected[1, 0], expected[4, 0], expected[6, 0] = HI, LO, HI
+    np.testing.assert_array_equal(Yc, expected)
+
+
+def test_no_warning_inside_the_bounds():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ClippingWarning)
+        X, Y = data()
+        Y = Y.copy()
+        Y[0, 0], Y[1, 0] = LO, HI  # on the bounds is inside
+        DPGPR((X, Y), kernel(), y_bounds=(LO, HI), noise_variance=0.1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The privacy-leak guard
+
+
+@pytest.mark.parametrize("mechanism", ["cloaking", "standard"])
+def test_leak_guard_after_scipy_training(draws, mechanism):
+    m = build()
+    gpflow.optimizers.Scipy().minimize(m.training_loss, m.trainable_variables, options=dict(maxiter=3))
+    assert m.private_objective_evaluated
+    with pytest.raises(PrivacyLeakError, match="hyperparameters_public"):
+        m.release(XNEW, epsilon=1.0, delta=0.01, mechanism=mechanism)
+    assert draws == []
+    rel = m.release(XNEW, epsilon=1.0, delta=0.01, mechanism=mechanism, hyperparameters_public=True, seed=0)
+    assert rel.mean.shape == (4,) and len(draws) == 1
+
+
+def test_leak_guard_after_an_eager_marginal_likelihood(draws):
+    m = build()
+    assert not m.private_objective_evaluated
+    m.release(XNEW, epsilon=1.0, delta=0.01, seed=0)  # a fresh model may release
+    m.log_marginal_likelihood()
+    acc = PrivacyAccountant(epsilon=10.0, delta=0.5)
+    with pytest.raises(PrivacyLeakError):
+        m.release(XNEW, epsilon=1.0, delta=0.01, accountant=acc)
+    assert len(draws) == 1 and acc.ledger == ()
+
+
+def test_leak_guard_after_the_training_loss(draws):
+    m = build()
+    m.training_loss()
+    with pytest.raises(PrivacyLeakError):
+        m.release(XNEW, epsilon=1.0, delta=0.01)
+    assert draws == []
+
+
+def test_prediction_does_not_trip_the_guard():
+    m = build()
+    m.predict_f(XNEW)
+    m.predict_y(XNEW)
+    m.cloaking_matrix(XNEW)
+    assert not m.private_objective_evaluated
+    m.release(XNEW, epsilon=1.0, delta=0.01, seed=0)
