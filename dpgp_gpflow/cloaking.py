@@ -296,7 +296,7 @@ def _certificate_terms(vectors: tf.Tensor, weights: tf.Tensor, objective: str):
     return gap, rel, qmax, q
 
 
-@tf.function(reduce_retracing=True)
+@tf.function(reduce_retracing=True, autograph=False)
 def _barrier_newton(vectors, weights0, objective_is_entropy, tol, max_iter):
     """Log-barrier Newton method for the dual restricted to the columns of ``vectors``.
 
