@@ -1,0 +1,64 @@
+"""Assemble ``benchmarks/RESULTS.md`` from the fragments in ``benchmarks/results/``.
+
+Each benchmark script writes its own fragment (``benchmarks/results/<name>.md``) with its table,
+the command that made it, the machine and the date; this script only concatenates them, in a
+fixed order (known benchmarks first, any others alphabetically). Fragments of ``--quick`` runs
+live in ``benchmarks/results/quick/`` and are not collected.
+
+Usage::
+
+    python benchmarks/make_results.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
+
+ORDER = ["optimiser_kung", "scaling", "scaling_gpu", "utility_kung"]
+SCRIPTS = {
+    "optimiser_kung": "benchmarks/optimiser_kung.py",
+    "scaling": "benchmarks/scaling.py",
+    "scaling_gpu": "benchmarks/scaling.py",
+    "utility_kung": "benchmarks/utility_kung.py",
+}
+
+HEADER = """# Benchmark results
+
+Every number below was written by the script named beside its table (the exact command, the
+machine and the date are recorded under each table); none was typed in by hand. To refresh a
+table, re-run its command, then `python benchmarks/make_results.py` to rebuild this file from
+the fragments in `benchmarks/results/`. Published figures are quoted for comparison only.
+"""
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results-dir", type=Path, default=_common.RESULTS_DIR)
+    parser.add_argument("--output", type=Path, default=_common.BENCH_DIR / "RESULTS.md")
+    args = parser.parse_args(argv)
+
+    fragments = {p.stem: p for p in sorted(args.results_dir.glob("*.md"))}
+    names = [n for n in ORDER if n in fragments] + sorted(n for n in fragments if n not in ORDER)
+    parts = [HEADER]
+    if not names:
+        parts.append("No results yet: run the benchmark scripts (usage in each script's docstring).\n")
+    for name in names:
+        script = SCRIPTS.get(name, "(see the command below)")
+        path = fragments[name]
+        shown = path.relative_to(_common.REPO_ROOT) if path.is_relative_to(_common.REPO_ROOT) else path
+        lines = path.read_text().strip().splitlines()
+        heading, rest = (lines[0], lines[1:]) if lines and lines[0].startswith("#") else ("## " + name, lines)
+        parts.append("\n".join([f"<!-- assembled from {shown} -->", heading, "",
+                                 f"*Made by `{script}` (exact command below).*", *rest, ""]))
+    args.output.write_text("\n".join(parts))
+    print(f"wrote {args.output} from {len(names)} fragment(s): {', '.join(names) or 'none'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
