@@ -5,7 +5,7 @@ Models in :mod:`dpgp_gpflow.models` publish predictions only through ``release``
 :class:`PrivateRelease` with an (epsilon, delta)-DP guarantee.
 """
 
-from . import accounting, calibration, cloaking, models, release
+from . import accounting, calibration, cloaking, composition, datasets, kernels, models, release, selection
 from .accounting import PrivacyAccountant
 from .exceptions import (
     BudgetExceededError,
@@ -31,6 +31,10 @@ __all__ = [
     "calibration",
     "cloaking",
     "cloaking_matrix",
+    "composition",
+    "datasets",
+    "kernels",
     "models",
     "release",
+    "selection",
 ]

@@ -6,8 +6,10 @@ output ``y_i``, replaced by another value within the public bounds (so ``|y_i - 
 Every release checks the accountant *before* drawing noise and spends *after*; an over-budget
 release raises :class:`~dpgp_gpflow.BudgetExceededError` and draws nothing. Events are kept as
 events (a Gaussian mechanism with its ``mu = sensitivity / noise std``, or a pure-epsilon
-mechanism), so tighter composition can be computed from the same ledger; the budget is enforced
-with basic composition (sum of epsilons, sum of deltas), which is always valid.
+mechanism), so tighter composition can be computed from the same ledger. The budget is enforced
+with basic composition (sum of epsilons, sum of deltas; always valid) unless the accountant is
+created with ``composition="gdp"`` (Gaussian releases compose exactly as sqrt(sum mu^2)-GDP) or
+``"pld"`` (privacy-loss distributions, via Google's dp-accounting).
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ __all__ = ["PrivacyAccountant", "PrivacyEvent", "current_accountant"]
 _DEFAULT: contextvars.ContextVar[Optional["PrivacyAccountant"]] = contextvars.ContextVar(
     "dpgp_gpflow_default_accountant", default=None
 )
+
+#: How a budget can be enforced: basic composition always; Gaussian-DP or privacy-loss distributions.
+COMPOSITIONS = ("basic", "gdp", "pld")
 
 #: Relative slack when comparing spent budget with the ceiling (floating-point rounding only).
 _BUDGET_RTOL = 1e-12
@@ -52,12 +57,15 @@ class PrivacyAccountant:
     releases made without an explicit ``accountant=`` are charged to ``acc``.
     """
 
-    def __init__(self, *, epsilon: float, delta: float = 0.0) -> None:
+    def __init__(self, *, epsilon: float, delta: float = 0.0, composition: str = "basic") -> None:
         self._epsilon = validate_epsilon(epsilon) if not (epsilon == math.inf) else math.inf
         if delta == 0.0:
             self._delta = 0.0
         else:
             self._delta = validate_delta(delta)
+        if composition not in COMPOSITIONS:
+            raise ValueError(f"composition must be one of {COMPOSITIONS}, got {composition!r}")
+        self._composition = composition
         self._ledger: List[PrivacyEvent] = []
         self._tokens: List[contextvars.Token] = []
 
@@ -71,6 +79,18 @@ class PrivacyAccountant:
     def delta(self) -> float:
         """The total delta budget."""
         return self._delta
+
+    @property
+    def composition(self) -> str:
+        """How the budget is enforced: "basic", "gdp" or "pld" (see :mod:`dpgp_gpflow.composition`)."""
+        return self._composition
+
+    def epsilon_spent(self, composition: Optional[str] = None, delta: Optional[float] = None) -> float:
+        """Epsilon spent at ``delta`` (default: the budget's) under ``composition`` (default: the budget's)."""
+        from .composition import composed_epsilon  # local import: composition imports this module
+
+        return composed_epsilon(self._ledger, self._delta if delta is None else delta,
+                                self._composition if composition is None else composition)
 
     @property
     def ledger(self) -> Tuple[PrivacyEvent, ...]:
@@ -91,10 +111,26 @@ class PrivacyAccountant:
         eps, delta = self.spent
         return max(self._epsilon - eps, 0.0), max(self._delta - delta, 0.0)
 
-    def check(self, epsilon: float, delta: float = 0.0) -> None:
-        """Raise :class:`BudgetExceededError` if spending ``(epsilon, delta)`` would exceed the budget."""
+    def check(self, epsilon: float, delta: float = 0.0, *, kind: str = "approximate", mu: Optional[float] = None) -> None:
+        """Raise :class:`BudgetExceededError` if spending ``(epsilon, delta)`` would exceed the budget.
+
+        Under "gdp" or "pld" composition the candidate event (its ``kind`` and ``mu``) is composed
+        with the ledger and the composed epsilon at the budget's delta is compared with the budget.
+        """
         epsilon = validate_epsilon(epsilon)
         delta = 0.0 if delta == 0.0 else validate_delta(delta)
+        if self._composition != "basic":
+            from .composition import composed_epsilon
+
+            candidate = PrivacyEvent(epsilon, delta, kind, None if mu is None else float(mu))
+            eps_total = composed_epsilon([*self._ledger, candidate], self._delta, self._composition)
+            if eps_total > self._epsilon * (1.0 + _BUDGET_RTOL):
+                raise BudgetExceededError(
+                    f"a release at (epsilon={epsilon}, delta={delta}) would bring the spend to "
+                    f"epsilon={eps_total:.6g} at delta={self._delta} under {self._composition} composition, "
+                    f"over the budget epsilon={self._epsilon}"
+                )
+            return
         eps_spent, delta_spent = self.spent
         eps_total = eps_spent + epsilon
         delta_total = delta_spent + delta
@@ -115,9 +151,9 @@ class PrivacyAccountant:
         description: str = "",
     ) -> PrivacyEvent:
         """Check, then record one event; returns it."""
-        self.check(epsilon, delta)
         if kind not in ("gaussian", "pure", "approximate"):
             raise ValueError(f"kind must be 'gaussian', 'pure' or 'approximate', got {kind!r}")
+        self.check(epsilon, delta, kind=kind, mu=mu)
         event = PrivacyEvent(float(epsilon), float(delta), kind, None if mu is None else float(mu), description)
         self._ledger.append(event)
         return event

@@ -49,12 +49,14 @@ from .accounting import PrivacyAccountant, current_accountant
 from .calibration import validate_epsilon
 from .exceptions import ReproducibleNoiseWarning
 from .kernels import IntegralSE, predict_f_at_points
+from .kernels.integral import _interval_interval, _interval_point
 from .validation import as_inputs, as_outputs, clip_outputs, validate_bounds, validate_data_sensitivity
 
 __all__ = [
     "BinNoiseVariance",
     "BinRelease",
     "Bins",
+    "GridIntegralSE",
     "bin_means_nonprivate",
     "fit_gp_on_bins",
     "fit_integral_gp",
@@ -323,6 +325,7 @@ class BinRelease:
 
 
 def _prepare_bins(X, Y, bins, y_bounds, data_sensitivity, empty_value, outside):
+    """Validate everything; returns ``(index [N'], Y [N', 1] unclipped, bounds, d, empty_value)``."""
     if not isinstance(bins, Bins):
         raise TypeError(f"bins must be a Bins (see make_bins), got {type(bins).__name__}")
     X = as_inputs("X", X, bins.ndim)
@@ -352,13 +355,17 @@ def _prepare_bins(X, Y, bins, y_bounds, data_sensitivity, empty_value, outside):
         if outside == "drop":
             index = index[inside]
             Y = Y[inside]
-    y = clip_outputs(Y, bounds)[:, 0]
-    counts = np.bincount(index, minlength=bins.n_bins).astype(np.int64)
-    sums = np.bincount(index, weights=y, minlength=bins.n_bins)
+    return index, Y, bounds, d, empty_value
+
+
+def _bin_means(index: np.ndarray, y: np.ndarray, n_bins: int, empty_value: float):
+    """Counts and means per bin of the (clipped) outputs ``y``; empty bins hold ``empty_value``."""
+    counts = np.bincount(index, minlength=n_bins).astype(np.int64)
+    sums = np.bincount(index, weights=y, minlength=n_bins)
     occupied = counts > 0
-    means = np.full(bins.n_bins, empty_value)
+    means = np.full(n_bins, empty_value)
     means[occupied] = sums[occupied] / counts[occupied]
-    return counts, means, bounds, d, empty_value
+    return counts, means
 
 
 def release_bin_means(
@@ -392,7 +399,9 @@ def release_bin_means(
         choice is public.
     """
     epsilon = validate_epsilon(epsilon)
-    counts, means, bounds, d, empty_value = _prepare_bins(X, Y, bins, y_bounds, data_sensitivity, empty_value, outside)
+    index, Y, bounds, d, empty_value = _prepare_bins(X, Y, bins, y_bounds, data_sensitivity, empty_value, outside)
+    y = clip_outputs(Y, bounds)[:, 0]  # ClippingWarning (a count, never values) points at the caller
+    counts, means = _bin_means(index, y, bins.n_bins, empty_value)
     if accountant is None:
         accountant = current_accountant()
     if accountant is not None:
@@ -438,7 +447,9 @@ def bin_means_nonprivate(
     Same layout as :func:`release_bin_means`, with ``epsilon = inf`` and zero noise scales. Nothing
     is charged to any accountant; never publish its output.
     """
-    counts, means, bounds, d, empty_value = _prepare_bins(X, Y, bins, y_bounds, None, empty_value, outside)
+    index, Y, bounds, d, empty_value = _prepare_bins(X, Y, bins, y_bounds, None, empty_value, outside)
+    y = clip_outputs(Y, bounds)[:, 0]
+    counts, means = _bin_means(index, y, bins.n_bins, empty_value)
     return BinRelease(
         bins=bins,
         boxes=bins.boxes,
@@ -519,6 +530,104 @@ class BinNoiseVariance(gpflow.functions.Function):
         return tf.gather(self._variances, flat)[:, None]
 
 
+class GridIntegralSE(IntegralSE):
+    """:class:`~dpgp_gpflow.kernels.IntegralSE`, fast for boxes that are bins of one grid.
+
+    The integral EQ kernel is a product over the axes, and along axis ``d`` the boxes of a grid
+    take only ``shape[d]`` distinct intervals, so ``K(B_i, B_j) = variance * prod_d T_d[k_i, k_j]``
+    with ``T_d`` the ``shape[d] x shape[d]`` table of 1-D interval-interval integrals (computed by
+    the same closed form as ``IntegralSE``). A kernel matrix then costs ``D`` gathers per entry
+    instead of ``D`` erf evaluations with their Taylor branches (for 2,336 4-D bins: about 1 s
+    instead of 80 s here). ``K_box_point`` works the same way (``shape[d] x P`` tables). Boxes that
+    are not bins of ``bins`` (any row) fall back to ``IntegralSE``; results agree to rounding.
+    """
+
+    def __init__(self, bins: Bins, lengthscales: TensorType = 1.0, variance: TensorType = 1.0,
+                 name: Optional[str] = None) -> None:
+        super().__init__(lengthscales=lengthscales, variance=variance, name=name)
+        if not isinstance(bins, Bins):
+            raise TypeError(f"bins must be a Bins, got {type(bins).__name__}")
+        self._check_dims(bins.ndim, "bins")
+        self._grid_edges = [tf.constant(e, dtype=tf.float64) for e in bins.edges]
+        self._grid_D = bins.ndim
+
+    def _ell(self, d: int) -> tf.Tensor:
+        return self.lengthscales if self.lengthscales.shape.rank == 0 else self.lengthscales[d]
+
+    def _grid_index(self, boxes: tf.Tensor) -> Tuple[list, tf.Tensor]:
+        """Per-axis bin index of each box and whether every box is exactly a bin of the grid."""
+        D = self._grid_D
+        index, ok = [], tf.constant(True)
+        for d, e in enumerate(self._grid_edges):
+            lower, upper = boxes[:, d], boxes[:, D + d]
+            k = tf.searchsorted(e, lower, side="left", out_type=tf.int32)
+            k = tf.clip_by_value(k, 0, int(e.shape[0]) - 2)
+            ok = ok & tf.reduce_all(tf.gather(e, k) == lower) & tf.reduce_all(tf.gather(e, k + 1) == upper)
+            index.append(k)
+        return index, ok
+
+    def _axis_intervals(self, d: int) -> Tuple[tf.Tensor, tf.Tensor]:
+        e = self._grid_edges[d]
+        return 0.5 * (e[:-1] + e[1:]), 0.5 * (e[1:] - e[:-1])
+
+    def _grid_shape_ok(self, boxes: tf.Tensor) -> bool:
+        return boxes.shape.rank == 2 and boxes.shape[-1] == 2 * self._grid_D
+
+    def K(self, X: TensorType, X2: Optional[TensorType] = None) -> tf.Tensor:
+        X = tf.convert_to_tensor(X, dtype=tf.float64)
+        X2t = X if X2 is None else tf.convert_to_tensor(X2, dtype=tf.float64)
+        if not (self._grid_shape_ok(X) and self._grid_shape_ok(X2t)):
+            return super().K(X, X2)
+        i1, ok1 = self._grid_index(X)
+        i2, ok2 = self._grid_index(X2t)
+
+        def fast() -> tf.Tensor:
+            out = None
+            for d in range(self._grid_D):
+                m, h = self._axis_intervals(d)
+                table = _interval_interval(m[:, None] - m[None, :], h[:, None], h[None, :], self._ell(d))
+                f = tf.gather(tf.gather(table, i1[d], axis=0), i2[d], axis=1)
+                out = f if out is None else out * f
+            return self.variance * out
+
+        return tf.cond(ok1 & ok2, fast, lambda: IntegralSE.K(self, X, X2))
+
+    def K_diag(self, X: TensorType) -> tf.Tensor:
+        X = tf.convert_to_tensor(X, dtype=tf.float64)
+        if not self._grid_shape_ok(X):
+            return super().K_diag(X)
+        idx, ok = self._grid_index(X)
+
+        def fast() -> tf.Tensor:
+            out = None
+            for d in range(self._grid_D):
+                _, h = self._axis_intervals(d)
+                diag = _interval_interval(tf.zeros_like(h), h, h, self._ell(d))
+                f = tf.gather(diag, idx[d])
+                out = f if out is None else out * f
+            return self.variance * out
+
+        return tf.cond(ok, fast, lambda: IntegralSE.K_diag(self, X))
+
+    def K_box_point(self, boxes: TensorType, points: TensorType) -> tf.Tensor:
+        boxes = tf.convert_to_tensor(boxes, dtype=tf.float64)
+        points = tf.convert_to_tensor(points, dtype=tf.float64)
+        if not self._grid_shape_ok(boxes) or points.shape[-1] != self._grid_D:
+            return super().K_box_point(boxes, points)
+        idx, ok = self._grid_index(boxes)
+
+        def fast() -> tf.Tensor:
+            out = None
+            for d in range(self._grid_D):
+                m, h = self._axis_intervals(d)
+                table = _interval_point(m[:, None] - points[None, :, d], h[:, None], self._ell(d))
+                f = tf.gather(table, idx[d], axis=0)
+                out = f if out is None else out * f
+            return self.variance * out
+
+        return tf.cond(ok, fast, lambda: IntegralSE.K_box_point(self, boxes, points))
+
+
 def _public_real(name: str, value: Any, *, positive: bool = False, allow_zero: bool = True) -> float:
     if isinstance(value, bool) or not isinstance(value, (Real, np.floating, np.integer)):
         raise TypeError(f"{name} must be a real number, got {value!r}")
@@ -586,6 +695,9 @@ def fit_integral_gp(
 ) -> gpflow.models.GPR:
     """A ``gpflow.models.GPR`` with an :class:`~dpgp_gpflow.kernels.IntegralSE` kernel on the bins.
 
+    The kernel is a :class:`GridIntegralSE` (an ``IntegralSE`` that exploits the grid: same values,
+    much faster for many bins).
+
     Each occupied bin is an observation of ``int_bin (f - m0)``: its centred released mean times its
     volume, ``(mean_j - m0) * V_j`` with the public prior mean ``m0 = release.empty_value`` (the
     integral kernel needs a zero mean function). The noise variance of observation ``j`` is
@@ -600,7 +712,7 @@ def fit_integral_gp(
     occ = release.occupied
     if not np.any(occ):
         raise ValueError("the release has no occupied bins: nothing to fit")
-    kernel = IntegralSE(lengthscales=lengthscales, variance=variance)
+    kernel = GridIntegralSE(release.bins, lengthscales=lengthscales, variance=variance)
     boxes = release.boxes[occ]
     volumes = release.volumes
     variances = volumes**2 * _bin_variance_of_mean(release, noise_variance)

@@ -49,6 +49,8 @@ AUTO_RTOLS = (1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10)
 MIN_MSE_RTOL = 1e-7
 #: Working-set solves are used when there are more training points than this.
 DENSE_POINTS = 1500
+#: Relative gap of the first, loose stage before points far from the support are pruned.
+PRUNE_TOL = 1e-2
 
 
 class ColumnSpace(NamedTuple):
@@ -258,7 +260,7 @@ def _mse_newton_direction(w, P, weights, gb, mu):
     bnorm = tf.norm(b)
 
     def cond(k, x, res, z, p, rz):
-        return tf.logical_and(k < 100, tf.norm(res) > 1e-11 * bnorm)
+        return tf.logical_and(k < 50, tf.norm(res) > 1e-8 * bnorm)
 
     def body(k, x, res, z, p, rz):
         Ap = apply(p)
@@ -407,27 +409,38 @@ def optimise_noise_covariance(
         work = np.sort(np.argsort(-lev)[: max(4 * r, 500)])
     weights = np.zeros(n)
     weights[work] = r / max(len(work), 1)
+    # Stage 1 solves loosely on many points; then the points that carry no weight and are far
+    # from active are pruned (the optimum's support is typically 1-3 r points) and stage 2 solves
+    # to ``tol``. Points outside the working set that violate their constraint are added back.
+    stage_tol = max(tol, PRUNE_TOL) if work.size > 3 * r else tol
     total_iters = 0
     for _ in range(50):
         sub = tf.gather(vectors, work, axis=1)
         w_sub = tf.constant(np.maximum(weights[work], 1e-12 * r / len(work)))
         remaining = max(max_iter - total_iters, 1)
-        w_sub, its = _barrier_newton(sub, w_sub, entropy, tol_t, tf.constant(remaining))
+        w_sub, its = _barrier_newton(sub, w_sub, entropy, tf.constant(float(stage_tol), tf.float64),
+                                     tf.constant(remaining))
         total_iters += int(its)
         weights = np.zeros(n)
         weights[work] = w_sub.numpy()
         gap, rel, qmax, q = _certificate_terms(vectors, tf.constant(weights), objective)
-        if work.size == n or float(rel) <= tol or total_iters >= max_iter:
+        if float(rel) <= tol or total_iters >= max_iter:
             break
-        # Add the points that violate the constraints most; drop the points with no weight.
         q_np = q.numpy()
-        outside = np.setdiff1d(np.arange(n), work)
-        viol = outside[np.argsort(-q_np[outside])][: max(2 * r, 100)]
-        keep = work[weights[work] > 1e-10 * weights.max()]
-        if viol.size == 0:
-            break
+        wmax = weights.max()
+        if stage_tol > tol:
+            heavy = np.argsort(-weights)[: 2 * r]
+            keep = np.union1d(work[(weights[work] > 1e-3 * wmax) | (q_np[work] > 0.9)], heavy)
+            stage_tol = tol
+        else:
+            keep = work[weights[work] > 1e-10 * wmax]
+        outside = np.setdiff1d(np.arange(n), keep)
+        violating = outside[q_np[outside] > 1.0]
+        viol = violating[np.argsort(-q_np[violating])][: max(2 * r, 100)]
+        if viol.size == 0 and keep.size == work.size:
+            continue  # same set: keep solving (the iteration cap ends it)
         work = np.union1d(keep, viol)
-        weights[viol] = 1e-3 * weights.max()
+        weights[viol] = 1e-3 * wmax
 
     weights_t = tf.constant(weights)
     w, V, _, q = _dual_terms(vectors, weights_t, objective)

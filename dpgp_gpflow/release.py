@@ -128,8 +128,22 @@ def _prepare(epsilon, delta, calibration, accountant) -> Tuple[float, float, flo
     if accountant is not None:
         if not isinstance(accountant, PrivacyAccountant):
             raise TypeError(f"accountant must be a PrivacyAccountant, got {type(accountant).__name__}")
-        accountant.check(epsilon, delta)
+        accountant.check(epsilon, delta, kind="gaussian", mu=1.0 / multiplier)
     return epsilon, delta, multiplier, accountant
+
+
+def candidate_rtols(objective: str, rtol: Optional[float]) -> Tuple[float, ...]:
+    """The singular-value tolerances a cloaking release tries, in order (one if ``rtol`` is given)."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    if rtol is None:
+        return tuple(t for t in AUTO_RTOLS if objective == "entropy" or t >= MIN_MSE_RTOL)
+    if objective == "mse" and float(rtol) < MIN_MSE_RTOL:
+        raise ValueError(
+            f"rtol={rtol} is below {MIN_MSE_RTOL} for objective='mse' (its optimiser cannot resolve "
+            "directions that small in float64); use a larger rtol or objective='entropy'"
+        )
+    return (float(rtol),)
 
 
 def _cloaking_noise(space: ColumnSpace, objective: str, d: float, tol: float, max_iter: int):
@@ -189,15 +203,7 @@ def cloaking_release(
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     y_centred = tf.reshape(tf.convert_to_tensor(y_centred, dtype=tf.float64), [-1])
     n = int(y_centred.shape[0])
-    if rtol is None:
-        rtols = tuple(t for t in AUTO_RTOLS if objective == "entropy" or t >= MIN_MSE_RTOL)
-    else:
-        rtols = (float(rtol),)
-        if objective == "mse" and rtols[0] < MIN_MSE_RTOL:
-            raise ValueError(
-                f"rtol={rtol} is below {MIN_MSE_RTOL} for objective='mse' (its optimiser cannot resolve "
-                "directions that small in float64); use a larger rtol or objective='entropy'"
-            )
+    rtols = candidate_rtols(objective, rtol)
 
     # Choose the rank: screen candidates with a loose solve (the noise std is then within about
     # 0.1% of optimal, DESIGN 4), then solve the chosen one to ``tol``.

@@ -63,7 +63,6 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
-import gpflow
 import numpy as np
 import tensorflow as tf
 from gpflow.utilities import deepcopy, multiple_assign, parameter_dict
@@ -77,9 +76,9 @@ from .calibration import (
     validate_delta,
     validate_epsilon,
 )
-from .cloaking import AUTO_RTOLS, OBJECTIVES, column_spaces
+from .cloaking import OBJECTIVES, column_spaces
 from .exceptions import ReproducibleNoiseWarning
-from .release import BIAS_FRACTION, _cloaking_noise
+from .release import BIAS_FRACTION, SCREEN_TOL, _cloaking_noise, candidate_rtols
 from .validation import validate_data_sensitivity
 
 __all__ = [
@@ -137,38 +136,67 @@ def _as_folds(folds: Sequence[Fold]) -> List[Fold]:
     return out
 
 
+def _normal_interval(alpha: np.ndarray, beta: np.ndarray) -> np.ndarray:
+    """``Phi(beta) - Phi(alpha)`` for ``alpha <= beta`` without cancellation in either tail."""
+    upper = alpha >= 0.0  # both in the upper tail: Phi(-alpha) - Phi(-beta)
+    lower = beta <= 0.0  # both in the lower tail
+    mid = ~(upper | lower)  # straddles 0: erf difference of two moderate numbers
+    out = np.empty_like(alpha)
+    out[upper] = special.ndtr(-alpha[upper]) - special.ndtr(-beta[upper])
+    out[lower] = special.ndtr(beta[lower]) - special.ndtr(alpha[lower])
+    out[mid] = 0.5 * (special.erf(beta[mid] / math.sqrt(2.0)) - special.erf(alpha[mid] / math.sqrt(2.0)))
+    return np.clip(out, 0.0, 1.0)
+
+
+_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(64)
+
+
 def expected_clipped_square(a: Any, sigma: Any, c: float) -> np.ndarray:
     """``E[clip(a + Z, -c, c)^2]`` for ``Z ~ N(0, sigma^2)``, elementwise, in closed form.
 
     With ``alpha = (-c - a) / sigma`` and ``beta = (c - a) / sigma`` (``phi``, ``Phi`` the standard
     normal pdf and cdf)::
 
-        c^2 (Phi(alpha) + Phi(-beta)) + (a^2 + sigma^2) (Phi(beta) - Phi(alpha))
-            + 2 a sigma (phi(alpha) - phi(beta)) + sigma^2 (alpha phi(alpha) - beta phi(beta))
+        c^2 (Phi(alpha) + Phi(-beta))                                   (the clipped tails)
+            + (a^2 + sigma^2) (Phi(beta) - Phi(alpha))
+            + sigma ((a - c) phi(alpha) - (a + c) phi(beta))            (int over [-c, c] of x^2 N(x; a, sigma^2))
 
-    (the clipped tails, then ``int (a + sigma t)^2 phi(t) dt`` over ``[alpha, beta]``). ``sigma = 0``
-    gives ``clip(a, -c, c)^2``. As a function of ``a`` it is ``2c``-Lipschitz for every ``sigma``.
+    For ``sigma > c`` the last two terms nearly cancel (each is about ``c sigma``, their sum about
+    ``c^3 / sigma``), so there the inner integral is computed by 64-point Gauss-Legendre quadrature
+    on ``[-c, c]`` instead, where the integrand is smooth (exact to rounding). ``sigma = 0`` gives
+    ``clip(a, -c, c)^2`` and ``sigma = inf`` gives ``c^2``. As a function of ``a`` it is ``2c``-Lipschitz for every ``sigma``.
     """
     a = np.asarray(a, dtype=np.float64)
     sigma = np.broadcast_to(np.asarray(sigma, dtype=np.float64), a.shape)
     c = float(c)
     if not c > 0.0:
         raise ValueError(f"c must be > 0, got {c}")
-    if np.any(sigma < 0.0) or not np.all(np.isfinite(sigma)):
-        raise ValueError("sigma must be finite and >= 0")
-    out = np.clip(a, -c, c) ** 2
-    pos = sigma > 0.0
+    if np.any(sigma < 0.0) or np.any(np.isnan(sigma)):
+        raise ValueError("sigma must be >= 0 (inf: the point is always clipped)")
+    if not np.all(np.isfinite(a)):
+        raise ValueError("a must be finite")
+    out = np.array(np.clip(a, -c, c) ** 2, dtype=np.float64, copy=True)
+    out[np.isinf(sigma)] = c * c
+    pos = (sigma > 0.0) & np.isfinite(sigma)
     if np.any(pos):
         ap, s = a[pos], sigma[pos]
         alpha = (-c - ap) / s
         beta = (c - ap) / s
-        pa, pb = np.exp(-0.5 * alpha**2) / math.sqrt(2 * math.pi), np.exp(-0.5 * beta**2) / math.sqrt(2 * math.pi)
         tails = special.ndtr(alpha) + special.ndtr(-beta)
-        inside = np.clip(1.0 - tails, 0.0, 1.0)
-        value = (c * c * tails + (ap * ap + s * s) * inside + 2.0 * ap * s * (pa - pb)
-                 + s * s * (alpha * pa - beta * pb))
-        out = np.array(out, copy=True)
-        out[pos] = np.clip(value, 0.0, c * c)
+        inner = np.empty_like(ap)
+        narrow = s <= c
+        if np.any(narrow):
+            an, sn, al, be = ap[narrow], s[narrow], alpha[narrow], beta[narrow]
+            pa = np.exp(-0.5 * al**2) / math.sqrt(2.0 * math.pi)
+            pb = np.exp(-0.5 * be**2) / math.sqrt(2.0 * math.pi)
+            inner[narrow] = (an * an + sn * sn) * _normal_interval(al, be) + sn * ((an - c) * pa - (an + c) * pb)
+        wide = ~narrow
+        if np.any(wide):
+            x = c * _GL_NODES  # [q] nodes on [-c, c]
+            aw, sw = ap[wide][:, None], s[wide][:, None]
+            density = np.exp(-0.5 * ((x[None, :] - aw) / sw) ** 2) / (sw * math.sqrt(2.0 * math.pi))
+            inner[wide] = c * np.sum(_GL_WEIGHTS[None, :] * x[None, :] ** 2 * density, axis=1)
+        out[pos] = np.clip(c * c * tails + inner, 0.0, c * c)
     return out
 
 
@@ -281,50 +309,71 @@ def exponential_mechanism(utilities: Any, epsilon: float, sensitivity: float, *,
 
 
 class _NoiseProfile:
-    """The noise std per test point of a cloaking release of ``C`` (k x n), as a function of the
-    noise multiplier: the same rank rule, optimiser and sensitivity as ``release.cloaking_release``,
-    computed lazily, one candidate rank at a time. Public (depends on ``C`` only)."""
+    """The noise std per point of ``release.cloaking_release(C, ...)`` as a function of the noise
+    multiplier, without drawing noise. It mirrors that function's rank rule step by step (candidate
+    ranks screened with a loose solve at ``SCREEN_TOL``, the first whose projection-bias bound is
+    below ``BIAS_FRACTION`` of the smallest noise std kept, then solved to ``tol``), caching every
+    solve so that other multipliers (other ``(epsilon, delta)``) cost nothing more. A test checks it
+    against real releases. Public: depends on ``C`` and the public output bound only.
+
+    If the release would be refused (``FloatingPointError``: an ill-conditioned noise covariance),
+    the std is ``inf``: that configuration could not be released, and its utility is the worst one.
+    """
 
     def __init__(self, C, *, data_sensitivity: float, output_bound: float, objective: str,
                  rtol: Optional[float] = None, tol: float = 1e-6, max_iter: int = 500) -> None:
         if objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
         if isinstance(C, (tuple, list)):
-            n = int(np.shape(C[1])[1])
+            n, k = int(np.shape(C[1])[1]), int(np.shape(C[0])[0])
         else:
-            n = int(np.shape(C)[1])
-        rtols = AUTO_RTOLS if rtol is None else (float(rtol),)
+            n, k = int(np.shape(C)[1]), int(np.shape(C)[0])
+        rtols = candidate_rtols(objective, rtol)
+        self._single = len(rtols) == 1
         self._spaces: Iterator = column_spaces(C, rtols)
-        self._candidates: List[Tuple[np.ndarray, float]] = []
+        self._candidates: List = []  # per candidate rank: [space, bias bound, screened min std, final std]
         self._exhausted = False
-        self._args = (objective, float(data_sensitivity), float(tol), int(max_iter))
+        self._objective, self._d, self._tol, self._max_iter = objective, float(data_sensitivity), float(tol), int(max_iter)
         self._bias_scale = math.sqrt(n) * float(output_bound)
+        self._k = k
 
-    def _candidate(self, i: int) -> Optional[Tuple[np.ndarray, float]]:
+    def _space(self, i: int):
         while len(self._candidates) <= i and not self._exhausted:
             try:
                 space = next(self._spaces)
             except StopIteration:
                 self._exhausted = True
                 break
-            objective, d, tol, max_iter = self._args
-            factor_u, sensitivity, _ = _cloaking_noise(space, objective, d, tol, max_iter)
-            unit = tf.linalg.matmul(space.basis, factor_u) * sensitivity  # [k, r]
-            unit_std = tf.sqrt(tf.reduce_sum(unit**2, axis=1)).numpy()
-            self._candidates.append((unit_std, space.residual * self._bias_scale))
+            self._candidates.append([space, space.residual * self._bias_scale, None, None])
         return self._candidates[i] if i < len(self._candidates) else None
+
+    def _unit_std(self, space, tol: float) -> np.ndarray:
+        """Noise std per point at unit multiplier (``cloaking_release``'s noise_std / multiplier)."""
+        try:
+            factor_u, sensitivity, _ = _cloaking_noise(space, self._objective, self._d, tol, self._max_iter)
+        except FloatingPointError:
+            return np.full(self._k, np.inf)
+        return tf.norm(tf.linalg.matmul(space.basis, factor_u), axis=1).numpy() * sensitivity
 
     def std(self, multiplier: float) -> np.ndarray:
         i, chosen = 0, None
         while True:
-            cand = self._candidate(i)
+            cand = self._space(i)
             if cand is None:
                 break
             chosen = cand
-            if cand[1] <= BIAS_FRACTION * float(np.min(multiplier * cand[0])):
+            if self._single:
+                break
+            if cand[2] is None:
+                cand[2] = float(np.min(self._unit_std(cand[0], max(self._tol, SCREEN_TOL))))
+                if math.isinf(cand[2]):  # the release itself would raise while screening
+                    cand[3] = np.full(self._k, np.inf)
+            if cand[1] <= BIAS_FRACTION * cand[2] * multiplier:
                 break
             i += 1
-        return multiplier * chosen[0]
+        if chosen[3] is None:
+            chosen[3] = self._unit_std(chosen[0], self._tol)
+        return multiplier * chosen[3]
 
 
 def release_noise_std(C, *, data_sensitivity: float, output_bound: float, epsilon: float, delta: float,
@@ -398,6 +447,12 @@ def _validate_grid(model, grid: Any) -> Tuple[Dict[str, Any], ...]:
         if unknown:
             raise KeyError(f"unknown parameter path(s) {unknown}; the model has {sorted(known)}")
     return grid
+
+
+def _same_grid(a, b) -> bool:
+    return len(a) == len(b) and all(
+        x.keys() == z.keys() and all(np.array_equal(np.asarray(x[k]), np.asarray(z[k])) for k in x)
+        for x, z in zip(a, b))
 
 
 class _Progress:
@@ -678,7 +733,7 @@ def select_hyperparameters(
             raise TypeError(f"cross_validation must be a CrossValidation, got {type(cv).__name__}")
         _, Y = model.data
         y = (Y.numpy() if hasattr(Y, "numpy") else np.asarray(Y))[:, 0]
-        if cv.grid != _validate_grid(model, grid) or cv.n != y.size or not np.array_equal(cv._y, y):
+        if not _same_grid(cv.grid, _validate_grid(model, grid)) or cv.n != y.size or not np.array_equal(cv._y, y):
             raise ValueError("cross_validation was computed for another model, data set or grid")
     sens = cv.sensitivities
     kept = np.ones(len(cv), dtype=bool) if threshold is None else sens <= threshold

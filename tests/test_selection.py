@@ -1,0 +1,480 @@
+"""DP hyperparameter selection (DESIGN 5.5) and tight composition (DESIGN 7).
+
+References are independent of the code under test: the JMLR toy example worked by hand, brute-force
+neighbours, Monte Carlo, a chi-squared test, GPflow's own predictions, the analytic Gaussian
+mechanism and ``dp_accounting``'s own accountant.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import gpflow
+import numpy as np
+import pytest
+from scipy import stats
+
+import dpgp_gpflow.selection as selection_module
+from dpgp_gpflow import BudgetExceededError, PrivacyAccountant, ReproducibleNoiseWarning
+from dpgp_gpflow.accounting import PrivacyEvent
+from dpgp_gpflow.calibration import analytic_gaussian_epsilon, analytic_gaussian_multiplier
+from dpgp_gpflow.composition import (
+    basic_composition,
+    composed_epsilon,
+    composition_report,
+    gdp_composition,
+    gdp_epsilon,
+    pld_epsilon,
+    pure_epsilon_rr_noise_parameter,
+)
+from dpgp_gpflow.models import DPGPR, DPGPRFITC
+from dpgp_gpflow.selection import (
+    Fold,
+    cross_validate,
+    cv_folds,
+    cv_predictions,
+    cv_sensitivity,
+    cv_utility,
+    expected_clipped_square,
+    exponential_mechanism,
+    point_sensitivities,
+    published_sensitivity,
+    release_noise_std,
+    select_hyperparameters,
+    selection_probabilities,
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Closed-form expected clipped square
+
+
+@pytest.mark.parametrize(
+    "a, sigma, c",
+    [(0.3, 1.0, 4.0), (3.5, 1.0, 4.0), (-5.0, 2.0, 4.0), (0.0, 10.0, 4.0), (4.6, 0.5, 4.0), (1.0, 0.05, 0.5)],
+)
+def test_expected_clipped_square_matches_monte_carlo(a, sigma, c):
+    rng = np.random.default_rng(12345)
+    samples = np.clip(a + sigma * rng.standard_normal(1_000_000), -c, c) ** 2
+    se = samples.std(ddof=1) / math.sqrt(samples.size)
+    exact = float(expected_clipped_square(a, sigma, c))
+    # 5 Monte Carlo standard errors (plus a floor for the near-deterministic cases).
+    assert abs(exact - samples.mean()) <= 5.0 * se + 1e-12, (exact, samples.mean(), se)
+
+
+def test_expected_clipped_square_limits_and_lipschitz():
+    a = np.linspace(-12.0, 12.0, 2001)
+    assert np.array_equal(expected_clipped_square(a, 0.0, 4.0), np.clip(a, -4.0, 4.0) ** 2)
+    # small sigma -> clip(a)^2; huge sigma -> c^2 (almost surely clipped)
+    assert np.allclose(expected_clipped_square(a, 1e-9, 4.0), np.clip(a, -4, 4) ** 2, atol=1e-6)
+    assert np.allclose(expected_clipped_square(a, 1e9, 4.0), 16.0, rtol=1e-6)
+    assert np.all(expected_clipped_square(a, np.inf, 4.0) == 16.0)  # a release that cannot happen
+    # 2c-Lipschitz in a for every sigma (what the sensitivity bound relies on)
+    for sigma in (0.0, 0.3, 1.0, 3.0, 30.0):
+        f = expected_clipped_square(a, sigma, 4.0)
+        slopes = np.abs(np.diff(f)) / np.diff(a)
+        assert slopes.max() <= 8.0 * (1.0 + 1e-9)
+
+
+# ---------------------------------------------------------------------------------------------
+# The JMLR toy example (section 5.1): polynomial linear smoothers
+
+
+def polynomial_folds(x, splits, order):
+    """Folds of the least-squares polynomial smoother: C = X*(X^T X)^{-1} X^T (computed here, by hand)."""
+    out = []
+    for train, test in splits:
+        Xtr = np.vander(x[train], order + 1, increasing=True)
+        Xte = np.vander(x[test], order + 1, increasing=True)
+        C = Xte @ np.linalg.solve(Xtr.T @ Xtr, Xtr.T)
+        out.append(Fold(np.asarray(train), np.asarray(test), C))
+    return out
+
+
+TOY_X = np.array([0.0, 1.0, 2.0, 4.0])
+TOY_Y = np.array([0.0, 0.5, 1.0, 2.0])
+HALVES = [(np.array([0, 1]), np.array([2, 3])), (np.array([2, 3]), np.array([0, 1]))]
+INTERLEAVED = [(np.array([0, 2]), np.array([1, 3])), (np.array([1, 3]), np.array([0, 2]))]
+
+
+def test_toy_example_matrices_sse_and_sensitivities():
+    d = 2.0  # "a sensitivity of 2" (JMLR 5.1)
+    f0 = polynomial_folds(TOY_X, HALVES, 0)
+    f1 = polynomial_folds(TOY_X, HALVES, 1)
+    np.testing.assert_allclose(f0[0].C, [[0.5, 0.5], [0.5, 0.5]], atol=1e-12)
+    np.testing.assert_allclose(f1[0].C, [[-1.0, 2.0], [-3.0, 4.0]], atol=1e-12)
+    # non-DP SSEs: 3.625 + 3.25 and 0 + 0 (no residual reaches the 4d = 8 clip)
+    assert cv_utility(f0, TOY_Y, d) == pytest.approx(-6.875, abs=1e-12)
+    assert cv_utility(f0[:1], TOY_Y, d) == pytest.approx(-3.625, abs=1e-12)
+    assert cv_utility(f1, TOY_Y, d) == pytest.approx(0.0, abs=1e-12)
+
+    # Corrected sensitivity by hand, 8 d^2 = 32:
+    # order 0: each point trains once (column L1 = 0.5 + 0.5) and is tested once: 32 * 2 = 64.
+    # order 1: split 1 columns [-1,-3] (L1 4), [2,4] (L1 6); split 2 trains on x = 2, 4 and
+    # predicts x = 0, 1 with rows [2,-1], [1.5,-0.5]: columns L1 3.5 and 1.5. Worst: x = 1,
+    # 32 * (6 + 1) = 224.
+    np.testing.assert_allclose(point_sensitivities(f0, 4, d), [64.0] * 4)
+    np.testing.assert_allclose(point_sensitivities(f1, 4, d), [32 * 5, 32 * 7, 32 * 4.5, 32 * 2.5])
+    assert max(cv_sensitivity(f0, 4, d), cv_sensitivity(f1, 4, d)) == pytest.approx(224.0)
+
+    # The published formula reproduces the paper's numbers: Delta_u = 116 (halves), 53 (interleaved)
+    assert max(published_sensitivity(f0, d), published_sensitivity(f1, d)) == pytest.approx(116.0)
+    i0, i1 = polynomial_folds(TOY_X, INTERLEAVED, 0), polynomial_folds(TOY_X, INTERLEAVED, 1)
+    assert max(published_sensitivity(i0, d), published_sensitivity(i1, d)) == pytest.approx(53.0)
+    # ... and its selection probability: SSEs 50 vs 1597 with Delta_u = 116 -> 99.87% for order 0
+    p = selection_probabilities([-50.0, -1597.0], 1.0, 116.0)
+    assert p[0] == pytest.approx(0.9987, abs=5e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# Brute force: neighbours never move the utility by more than the sensitivity
+
+
+def max_neighbour_change(folds, y, d, noise_std=None, lo=0.0, hi=1.0):
+    u0 = cv_utility(folds, y, d, noise_std)
+    worst = 0.0
+    for j in range(y.size):
+        for value in (lo, hi, np.clip(y[j] + d, lo, hi), np.clip(y[j] - d, lo, hi)):
+            y2 = y.copy()
+            y2[j] = value
+            worst = max(worst, abs(cv_utility(folds, y2, d, noise_std) - u0))
+    return worst
+
+
+def test_brute_force_random_cloaking_matrices():
+    rng = np.random.default_rng(2024)
+    published_violations = 0
+    for trial in range(150):
+        n = int(rng.integers(5, 13))
+        kappa = int(rng.integers(2, 5))
+        splits = cv_folds(n, kappa, seed=trial)
+        kind = trial % 3
+        if kind == 0:  # signed entries, residuals can be large
+            folds = [Fold(tr, te, rng.choice([0.3, 1.0, 3.0]) * rng.standard_normal((te.size, tr.size)),
+                          rng.standard_normal(te.size)) for tr, te in splits]
+        else:  # positive smoothers
+            folds = [Fold(tr, te, rng.uniform(0.0, 1.0, (te.size, tr.size))) for tr, te in splits]
+        y = rng.integers(0, 2, n).astype(float) if kind == 2 else rng.uniform(0.0, 1.0, n)
+        noise = None if trial % 2 else [rng.uniform(0.0, 2.0, te.size) for _, te in splits]
+        change = max_neighbour_change(folds, y, 1.0, noise)
+        assert change <= cv_sensitivity(folds, n, 1.0) * (1 + 1e-12), trial
+        published_violations += change > published_sensitivity(folds, 1.0)
+    assert published_violations >= 1  # the published bound is not a bound
+
+
+def test_published_formula_fails_explicit_case():
+    # Two folds of 6, a smoother C = 0.5 (all entries), y = 1 on the first half and 0 on the second.
+    # Fold 1 predicts 3 where y = 0 (residual 3 at 6 points); y_0: 1 -> 0 moves every prediction by
+    # -0.5: 6 * (9 - 6.25) = 16.5, plus 1 in the fold where it is tested: 17.5 > 9 + 6 / 4 = 10.5.
+    A, B = np.arange(6), np.arange(6, 12)
+    folds = [Fold(A, B, np.full((6, 6), 0.5)), Fold(B, A, np.full((6, 6), 0.5))]
+    y = np.r_[np.ones(6), np.zeros(6)]
+    y2 = y.copy()
+    y2[0] = 0.0
+    change = abs(cv_utility(folds, y2, 1.0) - cv_utility(folds, y, 1.0))
+    assert change == pytest.approx(17.5)
+    assert published_sensitivity(folds, 1.0) == pytest.approx(10.5)
+    assert change > published_sensitivity(folds, 1.0)
+    assert change <= cv_sensitivity(folds, 12, 1.0) == pytest.approx(8 * (3 + 1))
+
+
+def test_brute_force_small_gps():
+    rng = np.random.default_rng(7)
+    for trial in range(12):
+        n = int(rng.integers(6, 11))
+        X = rng.uniform(0.0, 5.0, (n, 1))
+        y = rng.uniform(0.0, 1.0, n)
+        model = DPGPR((X, y[:, None]), gpflow.kernels.SquaredExponential(), y_bounds=(0.0, 1.0), noise_variance=0.1)
+        grid = [{".kernel.lengthscales": float(rng.choice([0.1, 1.0, 5.0])),
+                 ".likelihood.variance": float(rng.choice([1e-3, 0.1, 1.0])),
+                 ".kernel.variance": float(rng.choice([0.5, 5.0]))}]
+        cv = cross_validate(model, grid, folds=int(rng.integers(2, 4)), split_seed=trial)
+        noise = [rng.uniform(0.0, 1.0, f.test.size) for f in cv.folds[0]]
+        change = max_neighbour_change(cv.folds[0], y, 1.0, noise)
+        assert change <= cv.sensitivities[0] * (1 + 1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# The exponential mechanism
+
+
+def test_gumbel_max_frequencies_match_softmax():
+    u = np.array([-3.0, -1.0, 0.0, -0.5, -6.0, -2.0])
+    p = selection_probabilities(u, 2.0, 1.5)
+    assert p.sum() == pytest.approx(1.0)
+    np.testing.assert_allclose(p, np.exp(u / 1.5) / np.exp(u / 1.5).sum())
+    log_w = 2.0 * u / (2 * 1.5)
+    rng = np.random.default_rng(31337)
+    draws = 20_000
+    counts = np.bincount([selection_module._gumbel_max(log_w, rng) for _ in range(draws)], minlength=u.size)
+    chi2, pvalue = stats.chisquare(counts, draws * p)
+    assert pvalue > 1e-3, (counts, draws * p)
+
+
+def test_gumbel_max_from_os_entropy():
+    u = np.array([0.0, -1.0, -2.0])
+    p = selection_probabilities(u, 1.0, 0.5)
+    rng = selection_module.secrets.SystemRandom()
+    draws = 3000
+    counts = np.bincount([selection_module._gumbel_max(np.log(p), rng) for _ in range(draws)], minlength=3)
+    assert stats.chisquare(counts, draws * p).pvalue > 1e-6
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        index, probs = exponential_mechanism(u, 1.0, 0.5)  # seed None: no warning
+    assert 0 <= index < 3 and np.allclose(probs, p)
+    with pytest.warns(ReproducibleNoiseWarning):
+        exponential_mechanism(u, 1.0, 0.5, seed=3)
+
+
+# ---------------------------------------------------------------------------------------------
+# GPflow plumbing
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    X = np.sort(rng.uniform(0.0, 6.0, (30, 1)), axis=0)
+    Y = np.clip(np.sin(X) + 0.1 * rng.standard_normal((30, 1)), -1.5, 1.5)
+    return X, Y
+
+
+def make_gpr(data):
+    return DPGPR(data, gpflow.kernels.SquaredExponential(lengthscales=1.0), y_bounds=(-1.5, 1.5), noise_variance=0.05)
+
+
+GRID = [{".kernel.lengthscales": ls, ".likelihood.variance": 0.01} for ls in (0.01, 1.0, 100.0)]
+
+
+def test_fold_matrices_reproduce_gpflow_predictions(data):
+    X, Y = data
+    model = make_gpr(data)
+    grid = [{".kernel.lengthscales": 0.7, ".likelihood.variance": 0.2, ".kernel.variance": 2.0}]
+    cv = cross_validate(model, grid, folds=4, split_seed=5)
+    assert model.kernel.lengthscales.numpy() == pytest.approx(1.0)  # the model itself is untouched
+    preds = cv_predictions(cv.folds[0], Y[:, 0])
+    tested = np.concatenate([te for _, te in cv.splits])
+    assert np.array_equal(np.sort(tested), np.arange(30))  # each point tested exactly once
+    for (train, test), pred in zip(cv.splits, preds):
+        ref = gpflow.models.GPR((X[train], Y[train]), gpflow.kernels.SquaredExponential(lengthscales=0.7, variance=2.0),
+                                mean_function=gpflow.functions.Constant(0.0), noise_variance=0.2)
+        np.testing.assert_allclose(pred, ref.predict_f(X[test])[0].numpy()[:, 0], rtol=1e-9, atol=1e-9)
+
+
+def test_fitc_fold_matrices(data):
+    X, Y = data
+    Z = np.linspace(0.0, 6.0, 5)[:, None]
+    model = DPGPRFITC(data, gpflow.kernels.SquaredExponential(), Z, noise_variance=0.1, y_bounds=(-1.5, 1.5))
+    grid = [{".kernel.lengthscales": 2.0}, {".kernel.lengthscales": 0.5, ".inducing_variable.Z": Z + 0.1}]
+    cv = cross_validate(model, grid, folds=3)
+    for config, folds in zip(grid, cv.folds):
+        for f in folds:
+            ref = gpflow.models.GPRFITC((X[f.train], Y[f.train]),
+                                        gpflow.kernels.SquaredExponential(lengthscales=config[".kernel.lengthscales"]),
+                                        config.get(".inducing_variable.Z", Z), noise_variance=0.1)
+            np.testing.assert_allclose(cv_predictions([f], Y[:, 0])[0],
+                                       ref.predict_f(X[f.test])[0].numpy()[:, 0], rtol=1e-7, atol=1e-7)
+    sel = select_hyperparameters(model, grid, epsilon=1.0, folds=3, epsilon_release=1.0, delta_release=0.01)
+    assert sel.probabilities.sum() == pytest.approx(1.0) and np.all(np.isfinite(sel.utilities))
+    assert sel.chosen in grid
+
+
+def test_release_noise_std_matches_actual_release(data):
+    X, _ = data
+    Xnew = np.linspace(-1.0, 7.0, 9)[:, None]
+    model = make_gpr(data)
+    with pytest.warns(ReproducibleNoiseWarning):
+        rel = model.release(Xnew, epsilon=1.0, delta=0.01, seed=0)
+    std = release_noise_std(model.cloaking_matrix(Xnew), data_sensitivity=model.data_sensitivity,
+                            output_bound=model._output_bound(), epsilon=1.0, delta=0.01)
+    np.testing.assert_allclose(std, rel.noise_std, rtol=1e-9)
+    # one cached profile serves several budgets (as CrossValidation.noise_std does)
+    short = DPGPR(data, gpflow.kernels.SquaredExponential(lengthscales=0.3), y_bounds=(-1.5, 1.5),
+                  noise_variance=1e-4)
+    profile = selection_module._NoiseProfile(short.cloaking_matrix(X), data_sensitivity=3.0,
+                                             output_bound=short._output_bound(), objective="mse")
+    for eps in (5.0, 0.2, 1.0):
+        with pytest.warns(ReproducibleNoiseWarning):
+            rel = short.release(X, epsilon=eps, delta=1e-3, seed=0)
+        np.testing.assert_allclose(profile.std(analytic_gaussian_multiplier(eps, 1e-3)), rel.noise_std, rtol=1e-9)
+    Z = np.linspace(0.0, 6.0, 4)[:, None]
+    fitc = DPGPRFITC(data, gpflow.kernels.SquaredExponential(), Z, noise_variance=0.1, y_bounds=(-1.5, 1.5))
+    with pytest.warns(ReproducibleNoiseWarning):
+        rel = fitc.release(Xnew, epsilon=0.5, delta=0.01, seed=0)
+    std = release_noise_std(fitc._release_matrix(Xnew), data_sensitivity=fitc.data_sensitivity,
+                            output_bound=fitc._output_bound(), epsilon=0.5, delta=0.01)
+    np.testing.assert_allclose(std, rel.noise_std, rtol=1e-9)
+
+
+def test_select_hyperparameters_end_to_end(data):
+    model = make_gpr(data)
+    with pytest.warns(ReproducibleNoiseWarning):
+        sel = select_hyperparameters(model, GRID, epsilon=1e5, folds=5, seed=1)
+    assert sel.probabilities.sum() == pytest.approx(1.0)
+    assert np.all(sel.kept) and sel.sensitivity == pytest.approx(sel.config_sensitivities.max())
+    assert sel.reproducible and sel.epsilon == 1e5
+    assert np.argmax(sel.utilities) == 1 and sel.probabilities[1] > 0.99  # lengthscale 1 fits sin(x)
+    assert sel.index == 1 and sel.chosen == GRID[1]
+    # the sensitivity is the corrected one: recompute it from the fold matrices
+    cv = cross_validate(model, GRID, folds=5)
+    assert sel.sensitivity == pytest.approx(max(cv_sensitivity(f, 30, 3.0) for f in cv.folds))
+    # tiny epsilon: almost uniform
+    tiny = select_hyperparameters(model, GRID, epsilon=1e-6, folds=5, cross_validation=cv)
+    np.testing.assert_allclose(tiny.probabilities, 1.0 / 3.0, atol=1e-5)
+    # apply assigns the chosen configuration
+    sel.apply(model)
+    assert model.kernel.lengthscales.numpy() == pytest.approx(1.0)
+    assert model.likelihood.variance.numpy() == pytest.approx(0.01)
+
+
+def test_utilities_include_release_noise(data):
+    model = make_gpr(data)
+    grid = [{".kernel.lengthscales": ls, ".likelihood.variance": 0.01} for ls in (0.3, 3.0)]
+    cv = cross_validate(model, grid, folds=3)
+    no_noise = cv.utilities()
+    noisy = cv.utilities(0.5, 0.01)
+    assert np.all(noisy < no_noise)  # the noise always costs
+    sigma = cv.noise_std(0, 0.5, 0.01)
+    assert all(s.shape == f.test.shape and np.all(s > 0) for s, f in zip(sigma, cv.folds[0]))
+    # a direct check of the utility with the noise: cv_utility at those stds
+    assert noisy[0] == pytest.approx(cv_utility(cv.folds[0], data[1][:, 0], 3.0, sigma))
+    sel = select_hyperparameters(model, grid, epsilon=1.0, epsilon_release=0.5, delta_release=0.01,
+                                 cross_validation=cv)
+    np.testing.assert_allclose(sel.utilities, noisy)
+
+
+def test_threshold_drops_configurations_first(data, monkeypatch):
+    model = make_gpr(data)
+    cv = cross_validate(model, GRID, folds=5)
+    sens = cv.sensitivities
+    assert len(set(np.round(sens, 6))) == 3
+    threshold = float(np.sort(sens)[1])  # keeps the two least sensitive
+    sel = select_hyperparameters(model, GRID, epsilon=1.0, threshold=threshold, cross_validation=cv)
+    assert np.array_equal(sel.kept, sens <= threshold)
+    assert sel.sensitivity == pytest.approx(threshold)
+    dropped = ~sel.kept
+    assert np.all(sel.probabilities[dropped] == 0.0) and np.all(np.isnan(sel.utilities[dropped]))
+    assert sel.probabilities.sum() == pytest.approx(1.0) and sel.kept[sel.index]
+    with pytest.raises(ValueError, match="threshold"):
+        select_hyperparameters(model, GRID, epsilon=1.0, threshold=0.5 * sens.min(), cross_validation=cv)
+
+
+def test_accountant_charged_once_and_refuses_before_computing(data, monkeypatch):
+    model = make_gpr(data)
+    acc = PrivacyAccountant(epsilon=1.5, delta=0.01)
+    sel = select_hyperparameters(model, GRID, epsilon=1.0, folds=3, accountant=acc)
+    assert len(acc.ledger) == 1
+    event = acc.ledger[0]
+    assert (event.epsilon, event.delta, event.kind, event.mu) == (1.0, 0.0, "pure", None)
+    assert acc.spent == (1.0, 0.0)
+
+    def boom(*args, **kwargs):  # any computation on the data would call this
+        raise AssertionError("computed before checking the budget")
+
+    monkeypatch.setattr(selection_module, "cross_validate", boom)
+    with pytest.raises(BudgetExceededError):
+        select_hyperparameters(model, GRID, epsilon=1.0, folds=3, accountant=acc)
+    with acc:  # the default accountant is used too
+        with pytest.raises(BudgetExceededError):
+            select_hyperparameters(model, GRID, epsilon=0.6, folds=3)
+    assert len(acc.ledger) == 1
+    assert sel.index in range(3)
+
+
+def test_input_validation(data):
+    model = make_gpr(data)
+    with pytest.raises(KeyError, match="unknown parameter"):
+        cross_validate(model, [{".kernel.lenghtscales": 1.0}])
+    with pytest.raises(ValueError, match="both"):
+        select_hyperparameters(model, GRID, epsilon=1.0, epsilon_release=1.0)
+    with pytest.raises(ValueError):
+        select_hyperparameters(model, GRID, epsilon=0.0)
+    with pytest.raises(TypeError):
+        select_hyperparameters(gpflow.models.GPR(data, gpflow.kernels.SquaredExponential()), GRID, epsilon=1.0)
+    with pytest.raises(ValueError, match="indices"):
+        cross_validate(model, GRID, folds=[(np.arange(5), np.array([40]))])
+    cv = cross_validate(model, GRID[:2], folds=3)
+    with pytest.raises(ValueError, match="another"):
+        select_hyperparameters(model, GRID, epsilon=1.0, cross_validation=cv)
+    # user-given splits, overlapping train/test: the bound still covers it (brute force)
+    folds = [(np.arange(0, 20), np.arange(15, 30)), (np.arange(10, 30), np.arange(0, 12))]
+    cv = cross_validate(model, GRID[1:2], folds=folds)
+    y = data[1][:, 0]
+    assert max_neighbour_change(cv.folds[0], y, 3.0, lo=-1.5, hi=1.5) <= cv.sensitivities[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Composition (DESIGN 7)
+
+
+def gaussian_event(mu, delta):
+    return PrivacyEvent(analytic_gaussian_epsilon(mu, delta), delta, "gaussian", mu)
+
+
+def test_design7_numbers():
+    # 10 releases at noise multiplier 5 (mu = 0.2), total delta 1e-5
+    events = [gaussian_event(0.2, 1e-6)] * 10  # basic: each release at delta / 10
+    eps_basic, delta_basic = basic_composition(events)
+    assert eps_basic == pytest.approx(8.34, abs=0.005) and delta_basic == pytest.approx(1e-5)
+    mu = gdp_composition([0.2] * 10)
+    assert mu == pytest.approx(0.2 * math.sqrt(10))
+    assert gdp_epsilon(mu, 1e-5) == pytest.approx(2.59, abs=0.005)
+    pld = pld_epsilon(events, 1e-5)
+    assert gdp_epsilon(mu, 1e-5) - 1e-6 <= pld <= gdp_epsilon(mu, 1e-5) + 5e-3  # PLD is pessimistic
+    report = composition_report(events, 1e-5)
+    assert report["basic"] == pytest.approx(eps_basic) and report["gdp"] == pytest.approx(2.59, abs=0.005)
+
+
+@pytest.mark.parametrize("s", [1.878, 5.0, 1.2])
+def test_pld_reproduces_analytic_gaussian_for_one_release(s):
+    # the conversion trap: a replace-one release at noise multiplier s is GaussianDpEvent(2 s)
+    import dp_accounting
+
+    event = PrivacyEvent(1.0, 0.01, "gaussian", 1.0 / s)
+    exact = analytic_gaussian_epsilon(1.0 / s, 0.01)
+    assert pld_epsilon([event], 0.01) == pytest.approx(exact, abs=2e-4)
+    acc = dp_accounting.pld.PLDAccountant(dp_accounting.NeighboringRelation.REPLACE_ONE)
+    acc.compose(dp_accounting.GaussianDpEvent(2.0 * s))
+    assert acc.get_epsilon(0.01) == pytest.approx(exact, abs=2e-4)
+    naive = dp_accounting.pld.PLDAccountant(dp_accounting.NeighboringRelation.REPLACE_ONE)
+    naive.compose(dp_accounting.GaussianDpEvent(s))  # the trap: this is a shift of 2, not 1
+    assert naive.get_epsilon(0.01) == pytest.approx(analytic_gaussian_epsilon(2.0 / s, 0.01), abs=2e-4)
+    assert analytic_gaussian_multiplier(1.0, 0.01) == pytest.approx(1.878, abs=1e-3)
+
+
+def test_pld_pure_and_mixed_events():
+    import dp_accounting
+
+    pure = PrivacyEvent(0.3, 0.0, "pure")
+    assert pld_epsilon([pure], 0.0) == pytest.approx(0.3, abs=2e-4)
+    p = pure_epsilon_rr_noise_parameter(0.3)
+    assert math.log((1 - p / 2) / (p / 2)) == pytest.approx(0.3)
+    # Research notes, scenario A: EM at 0.3 then a release at noise multiplier 4.983 is (1, 1e-5)
+    release = gaussian_event(1 / 4.983, 1e-5)
+    eps = pld_epsilon([pure, release], 1e-5)
+    assert eps == pytest.approx(1.0, abs=2e-3)
+    acc = dp_accounting.pld.PLDAccountant(dp_accounting.NeighboringRelation.REPLACE_ONE)
+    acc.compose(dp_accounting.RandomizedResponseDpEvent(p, 2))
+    acc.compose(dp_accounting.GaussianDpEvent(2 * 4.983))
+    assert eps == pytest.approx(acc.get_epsilon(1e-5), abs=1e-6)
+    # tight <= gdp-plus-basic <= ... and all at most the basic sum of recorded pairs, here
+    assert eps < composed_epsilon([pure, release], 1e-5, "gdp")
+    # an (eps, delta) event needs its delta: below it the epsilon is infinite
+    approx = PrivacyEvent(1.0, 0.01, "approximate")
+    assert pld_epsilon([approx], 0.01) == pytest.approx(1.0, abs=2e-4)
+    assert pld_epsilon([approx], 0.005) == math.inf
+
+
+def test_composed_epsilon_methods():
+    events = [gaussian_event(0.5, 1e-3), PrivacyEvent(1.0, 0.0, "pure"), PrivacyEvent(0.5, 1e-3, "approximate")]
+    basic = composed_epsilon(events, 2e-3, "basic")
+    assert basic == pytest.approx(analytic_gaussian_epsilon(0.5, 1e-3) + 1.5)
+    assert composed_epsilon(events, 1e-3, "basic") == math.inf  # deltas do not fit
+    gdp = composed_epsilon(events, 2e-3, "gdp")
+    assert gdp == pytest.approx(analytic_gaussian_epsilon(0.5, 1e-3) + 1.5)  # same delta split here
+    assert composed_epsilon(events, 2e-3, "pld") <= gdp
+    assert composed_epsilon([], 1e-5, "pld") == 0.0
+    with pytest.raises(ValueError):
+        composed_epsilon(events, 1e-3, "rdp")
+    with pytest.raises(ValueError):
+        pld_epsilon([PrivacyEvent(1.0, 0.0, "gaussian", None)], 1e-5)
