@@ -174,3 +174,38 @@ def test_accountant_must_be_an_accountant(model, draws):
     with pytest.raises(TypeError, match="PrivacyAccountant"):
         model.release(XNEW, epsilon=1.0, delta=0.01, accountant=(1.0, 0.01))
     assert draws == []
+
+
+# -- tight composition enforced by the accountant ------------------------------------------------
+
+
+def _gaussian_spends(accountant, count, multiplier):
+    """Spend ``count`` Gaussian releases at noise multiplier ``multiplier`` (epsilon 1, delta 1e-6 each)."""
+    accepted = 0
+    for _ in range(count):
+        try:
+            accountant.spend(1.0, 1e-6, kind="gaussian", mu=1.0 / multiplier)
+        except BudgetExceededError:
+            break
+        accepted += 1
+    return accepted
+
+
+def test_gdp_and_pld_budgets_admit_more_gaussian_releases_than_basic():
+    # 10 releases at s = 5 compose to about eps 2.59 at delta 1e-5 (DESIGN 7); basic needs eps 10.
+    from scipy.stats import norm
+
+    mu = np.sqrt(10) / 5.0  # exact GDP composition, computed here independently
+    delta_at = lambda eps: norm.cdf(-eps / mu + mu / 2) - np.exp(eps) * norm.cdf(-eps / mu - mu / 2)
+    assert delta_at(2.6) < 1e-5 < delta_at(2.55)
+    for composition in ("gdp", "pld"):
+        acc = PrivacyAccountant(epsilon=2.6, delta=1e-5, composition=composition)
+        assert _gaussian_spends(acc, 10, 5.0) == 10, composition
+        assert acc.epsilon_spent() <= 2.6
+    basic = PrivacyAccountant(epsilon=2.6, delta=1e-5)
+    assert _gaussian_spends(basic, 10, 5.0) == 2
+
+
+def test_unknown_composition_is_refused():
+    with pytest.raises(ValueError, match="composition"):
+        PrivacyAccountant(epsilon=1.0, delta=1e-5, composition="advanced")
