@@ -1,7 +1,7 @@
 """Errors and warnings raised by ``dpgp_gpflow``.
 
-Warnings that signal a possible privacy leak are never deduplicated by Python's warning filter:
-every occurrence is shown.
+Warnings that signal a possible privacy leak are not deduplicated by Python's default warning
+filter: every occurrence is shown (a user's own ``warnings`` filters still take precedence).
 """
 
 from __future__ import annotations
@@ -45,5 +45,6 @@ class ClippingWarning(UserWarning):
     """Private outputs were clipped to their public bounds (the count, never the values)."""
 
 
-warnings.simplefilter("always", PrivacyLeakWarning)
-warnings.simplefilter("always", ClippingWarning)
+# Appended, so that a user's own filters (inserted in front) still take precedence.
+warnings.filterwarnings("always", category=PrivacyLeakWarning, append=True)
+warnings.filterwarnings("always", category=ClippingWarning, append=True)

@@ -19,7 +19,7 @@ from ..exceptions import PrivacyLeakError
 from ..release import PrivateRelease, cloaking_release
 from ..validation import as_inputs, as_outputs, clip_outputs, validate_bounds, validate_data_sensitivity
 
-__all__ = ["PrivateRegressionMixin", "prepare_private_data"]
+__all__ = ["LeakGuardMixin", "PrivateRegressionMixin", "prepare_private_data", "public_constant_mean"]
 
 
 def prepare_private_data(data: Any, y_bounds: Any, data_sensitivity: Optional[float]):
@@ -42,18 +42,15 @@ def public_constant_mean(bounds: Tuple[float, float]) -> gpflow.functions.Consta
     return mean
 
 
-class PrivateRegressionMixin:
-    """Public bounds, the privacy-leak guard and ``release`` for a GPflow regression model.
+class LeakGuardMixin:
+    """Refuses releases after the training objective (which reads the private outputs) ran.
 
-    Subclasses set ``y_bounds``, ``data_sensitivity`` and implement ``cloaking_matrix`` (or
-    ``_release_matrix`` returning ``C`` or its factors ``(A, B)``).
+    Models call ``_mark_private_objective()`` from their objective; ``release`` calls
+    ``_check_hyperparameters_public``.
     """
 
-    y_bounds: Tuple[float, float]
-    data_sensitivity: float
     _private_objective_evaluated: bool = False
 
-    # -- the leak guard --------------------------------------------------------------------------
     def _mark_private_objective(self) -> None:
         # Runs in Python, so it fires when a tf.function traces the objective as well as eagerly.
         object.__setattr__(self, "_private_objective_evaluated", True)
@@ -73,6 +70,17 @@ class PrivateRegressionMixin:
                 "dpgp_gpflow.selection), or pass hyperparameters_public=True if they were in fact "
                 "chosen without the private outputs."
             )
+
+
+class PrivateRegressionMixin(LeakGuardMixin):
+    """Public bounds, the privacy-leak guard and ``release`` for a GPflow regression model.
+
+    Subclasses set ``y_bounds``, ``data_sensitivity`` and implement ``cloaking_matrix`` (or
+    ``_release_matrix`` returning ``C`` or its factors ``(A, B)``).
+    """
+
+    y_bounds: Tuple[float, float]
+    data_sensitivity: float
 
     # -- what the release needs ----------------------------------------------------------------
     def _centred_outputs(self) -> tf.Tensor:

@@ -17,9 +17,10 @@ propagated to the prediction (the papers left it out). Predictions cost no priva
 
 Composition over Newton steps (``steps = T``): each step is released at ``(epsilon / T, delta / T)``,
 so the T releases are ``(epsilon, delta)``-DP together by basic composition. The accountant is
-checked for the whole ``(epsilon, delta)`` before the first step (a budget too small for all T steps
-draws nothing) and charged once per step. Basic composition is loose for Gaussian mechanisms (the
-ledger keeps each step's ``mu`` for tighter accounting), but it is what the budget enforces.
+checked for all T steps before the first one (a budget too small for all T steps draws nothing) and
+charged once per step. Basic composition is loose for Gaussian mechanisms: each step is charged as a
+Gaussian event with its ``mu``, so an accountant created with ``composition="gdp"`` or ``"pld"``
+composes the steps exactly (``sqrt(T) mu``), and the pre-check uses that composition too.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from gpflow.base import InputData, MeanAndVariance
 from ..accounting import PrivacyAccountant, current_accountant
 from ..calibration import CALIBRATIONS, gaussian_multiplier, validate_delta, validate_epsilon
 from ..cloaking import OBJECTIVES
-from ..exceptions import PrivacyLeakError
 from ..release import PrivateRelease, cloaking_release
 from ..validation import as_inputs
 from .laplace import (
@@ -51,6 +51,7 @@ from .laplace import (
     sor_first_step_cloaking,
     sor_predict_from_weights,
 )
+from .base import LeakGuardMixin
 from .sgpr import kmeans_inducing_inputs
 
 __all__ = [
@@ -258,13 +259,15 @@ def _prepare_budget(
     if calibration not in CALIBRATIONS:
         raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}")
     eps_step, delta_step = epsilon / steps, delta / steps
-    gaussian_multiplier(eps_step, delta_step, calibration)  # raises now (e.g. classical with eps > 1)
+    multiplier = gaussian_multiplier(eps_step, delta_step, calibration)  # raises now (e.g. classical, eps > 1)
     if accountant is None:
         accountant = current_accountant()
     if accountant is not None:
         if not isinstance(accountant, PrivacyAccountant):
             raise TypeError(f"accountant must be a PrivacyAccountant, got {type(accountant).__name__}")
-        accountant.check(epsilon, delta)
+        # All steps at once: basic composition sees (epsilon, delta); Gaussian-DP / PLD accountants see
+        # the exact composition of the ``steps`` Gaussian releases, one Gaussian with mu = sqrt(T) / s.
+        accountant.check(epsilon, delta, kind="gaussian", mu=math.sqrt(steps) / multiplier)
     return eps_step, delta_step, accountant
 
 
@@ -275,31 +278,6 @@ def _step_seed(seed: Optional[int], step: int) -> Optional[int]:
     return int(np.random.SeedSequence([int(seed), int(step)]).generate_state(1, dtype=np.uint32)[0])
 
 
-class _LeakGuard:
-    """The leak guard of the regression models, for classifiers: training marks the model."""
-
-    _private_objective_evaluated: bool = False
-
-    def _mark_private_objective(self) -> None:
-        # Runs in Python, so it fires when a tf.function traces the objective as well as eagerly.
-        object.__setattr__(self, "_private_objective_evaluated", True)
-
-    @property
-    def private_objective_evaluated(self) -> bool:
-        """True once the training objective (which reads the private labels) was evaluated."""
-        return bool(self._private_objective_evaluated)
-
-    def _check_hyperparameters_public(self, hyperparameters_public: bool) -> None:
-        if self._private_objective_evaluated and not hyperparameters_public:
-            raise PrivacyLeakError(
-                "the model's training objective (the Laplace marginal likelihood of the private labels) "
-                "was evaluated, e.g. by training the hyperparameters with gpflow.optimizers.Scipy; "
-                "hyperparameters fitted on private labels leak them, and this release would not be DP. "
-                "Set the hyperparameters a priori (or select them privately with dpgp_gpflow.selection), "
-                "or pass hyperparameters_public=True if they were in fact chosen without the private labels."
-            )
-
-
 def _labels_vector(Y: tf.Tensor) -> tf.Tensor:
     return tf.reshape(Y, [-1])  # [N]: centred at the public constant 0, |y_i| <= 1
 
@@ -308,7 +286,7 @@ def _labels_vector(Y: tf.Tensor) -> tf.Tensor:
 # Full GP.
 
 
-class DPLaplaceGPC(_LeakGuard, LaplaceGPC):
+class DPLaplaceGPC(LeakGuardMixin, LaplaceGPC):
     """:class:`~dpgp_gpflow.models.LaplaceGPC` with DP releases of cloaked Newton steps.
 
     ``DPLaplaceGPC((X, Y), kernel)``: labels in {-1, +1} (labels in {0, 1} are rejected with a hint),
@@ -421,7 +399,7 @@ def _inducing_inputs(inducing_variable: Any, X: np.ndarray) -> np.ndarray:
     return as_inputs("inducing_variable", Z, X.shape[1])
 
 
-class DPSparseLaplaceGPC(_LeakGuard, LaplaceGPC):
+class DPSparseLaplaceGPC(LeakGuardMixin, LaplaceGPC):
     """Subset-of-regressors Laplace GP classifier with a one-shot DP release of its m weights.
 
     ``DPSparseLaplaceGPC((X, Y), kernel, inducing_variable)``: ``inducing_variable`` is an
