@@ -25,6 +25,7 @@ import math
 from typing import Iterator, Literal, NamedTuple
 
 import numpy as np
+import scipy.linalg
 import tensorflow as tf
 from check_shapes import check_shapes
 
@@ -377,7 +378,7 @@ def optimise_noise_covariance(
     objective: str = "mse",
     *,
     tol: float = 1e-6,
-    max_iter: int = 500,
+    max_iter: int = 2000,
 ) -> NoiseCovariance:
     """Noise covariance ``M`` (r x r) minimising ``log det M`` or ``tr M`` s.t. ``v_i^T M^{-1} v_i <= 1``.
 
@@ -406,7 +407,10 @@ def optimise_noise_covariance(
     if n <= DENSE_POINTS:
         work = np.arange(n)
     else:
-        work = np.sort(np.argsort(-lev)[: max(4 * r, 500)])
+        # The highest-leverage points plus r points that span all directions (pivoted QR), so that
+        # the restricted problem is well posed.
+        _, pivots = scipy.linalg.qr(vectors.numpy(), mode="r", pivoting=True)
+        work = np.union1d(np.argsort(-lev)[: max(4 * r, 500)], pivots[:r])
     weights = np.zeros(n)
     weights[work] = r / max(len(work), 1)
     # Stage 1 solves loosely on many points; then the points that carry no weight and are far
@@ -436,7 +440,7 @@ def optimise_noise_covariance(
             keep = work[weights[work] > 1e-10 * wmax]
         outside = np.setdiff1d(np.arange(n), keep)
         violating = outside[q_np[outside] > 1.0]
-        viol = violating[np.argsort(-q_np[violating])][: max(2 * r, 100)]
+        viol = violating[np.argsort(-q_np[violating])][: max(4 * r, 1000)]
         if viol.size == 0 and keep.size == work.size:
             continue  # same set: keep solving (the iteration cap ends it)
         work = np.union1d(keep, viol)

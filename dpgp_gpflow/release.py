@@ -186,7 +186,7 @@ def cloaking_release(
     accountant: Optional[PrivacyAccountant] = None,
     rtol: Optional[float] = None,
     tol: float = 1e-6,
-    max_iter: int = 500,
+    max_iter: int = 2000,
 ) -> PrivateRelease:
     """Release ``offset + C y_centred`` with cloaking noise, (epsilon, delta)-DP.
 
