@@ -119,12 +119,14 @@ def readout(ref, Xnew):
 
 def checked_R(pf: PrivateFunction, ref, X_reference):
     """The package's map from inducing values to released coordinates, checked independently:
-    ``R`` is upper triangular and ``A^T A = R^T R`` for the readout ``A`` at the reference inputs
-    (so ``A R^{-1}`` has orthonormal columns); any such ``R`` is a valid choice."""
+    ``R`` is upper triangular and ``R^T R = A^T A + ridge I`` for the readout ``A`` at the reference
+    inputs, with the documented ridge ``1e-8 tr(A^T A) / m`` that keeps R invertible."""
     R = pf._R.numpy()
     A = readout(ref, X_reference)
+    G = A.T @ A
+    G = G + 1e-8 * np.trace(G) / G.shape[0] * np.eye(G.shape[0])
     assert np.allclose(np.tril(R, -1), 0.0)
-    np.testing.assert_allclose(R.T @ R, A.T @ A, rtol=1e-8, atol=1e-10 * np.abs(A.T @ A).max())
+    np.testing.assert_allclose(R.T @ R, G, rtol=1e-8, atol=1e-10 * np.abs(G).max())
     return R
 
 
