@@ -231,6 +231,11 @@ def _mse_hessian_vector(w: tf.Tensor, P: tf.Tensor, v: tf.Tensor) -> tf.Tensor:
     return tf.reduce_sum(P * tf.linalg.matmul(_mse_curvature(w) * G, P), axis=0)
 
 
+def _barrier_curvature(mu, weights):
+    """``mu / l^2``, capped so that weights that have all but vanished cannot overflow it."""
+    return tf.minimum(mu / (weights * weights), 1e150)
+
+
 def _mse_newton_direction(w, P, weights, gb, mu):
     """Newton direction for the barrier mse dual by preconditioned conjugate gradients.
 
@@ -240,7 +245,7 @@ def _mse_newton_direction(w, P, weights, gb, mu):
     """
     e = tf.math.rsqrt(2.0 * tf.pow(w, 1.5))
     Qt = tf.linalg.matmul(P * e[:, None], P, transpose_a=True)
-    barrier = mu / (weights * weights)
+    barrier = _barrier_curvature(mu, weights)
     QQ = Qt * Qt
     pre = QQ + tf.linalg.diag(barrier)
     pre = pre + 1e-13 * tf.reduce_max(tf.linalg.diag_part(QQ)) * tf.eye(tf.shape(pre)[0], dtype=pre.dtype)
@@ -327,7 +332,7 @@ def _barrier_newton_impl(vectors, weights0, objective, tol, max_iter):
 
         def dense_direction():
             H = _dual_hessian(w, P, objective)
-            Hb = H + tf.linalg.diag(mu / (weights * weights))
+            Hb = H + tf.linalg.diag(_barrier_curvature(mu, weights))
             # Jitter relative to the dual's own curvature, not the barrier's (which explodes on
             # inactive points and would swamp the Newton system).
             jitter = 1e-13 * tf.reduce_max(tf.linalg.diag_part(H))
@@ -354,11 +359,9 @@ def _barrier_newton_impl(vectors, weights0, objective, tol, max_iter):
         t, k = tf.while_loop(ls_cond, lambda t, k: (0.5 * t, k + 1), (t_max, tf.constant(0)))
         # A failed line search means rounding error dominates the predicted decrease: stop there
         # (the certificate then reports honestly how close we got).
-        stalled = tf.logical_or(
-            k >= 60, tf.reduce_max(tf.abs(t * step)) <= 1e-13 * tf.reduce_max(weights)
-        )
-        t = tf.where(k >= 60, tf.zeros_like(t), t)
-        new_weights = weights + t * step
+        failed = tf.logical_or(k >= 60, tf.logical_not(tf.reduce_all(tf.math.is_finite(step))))
+        stalled = tf.logical_or(failed, tf.reduce_max(tf.abs(t * step)) <= 1e-13 * tf.reduce_max(weights))
+        new_weights = tf.where(failed, weights, weights + t * step)
         centred = decrement2 < 1e-9
         gap, rel, _, _ = _certificate_terms(vectors, new_weights, objective)
         new_done = tf.logical_or(tf.logical_and(centred, rel <= tol), stalled)
