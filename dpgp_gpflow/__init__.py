@@ -5,7 +5,7 @@ Models in :mod:`dpgp_gpflow.models` publish predictions only through ``release``
 :class:`PrivateRelease` with an (epsilon, delta)-DP guarantee.
 """
 
-from . import accounting, calibration, cloaking, composition, datasets, kernels, models, release, selection
+from . import accounting, baselines, calibration, cloaking, composition, datasets, kernels, models, release, selection
 from .accounting import PrivacyAccountant
 from .exceptions import (
     BudgetExceededError,
@@ -28,6 +28,7 @@ __all__ = [
     "PrivateRelease",
     "ReproducibleNoiseWarning",
     "accounting",
+    "baselines",
     "calibration",
     "cloaking",
     "cloaking_matrix",

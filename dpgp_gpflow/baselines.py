@@ -10,7 +10,11 @@ further privacy cost):
 3. Predictors: :func:`predict_bin_value` (the value of the bin containing x: "simple binning"),
    :func:`fit_gp_on_bins` (a GP with an EQ kernel on the bin centres) and
    :func:`fit_integral_gp` / :func:`predict_integral_gp` (a GP whose observations are the
-   integrals of f over the bins, :class:`~dpgp_gpflow.kernels.IntegralSE`).
+   integrals of f over the bins, :class:`~dpgp_gpflow.kernels.IntegralSE`; fitted with
+   :class:`GridIntegralSE`, the same kernel evaluated through per-axis tables of the grid).
+
+Fitting to a release is post-processing: hyperparameters of these GPs may even be trained on the
+released values (never on the raw outputs).
 
 Privacy model (DESIGN 1). Inputs ``X`` are public, so the bin *counts* are public too (they
 depend on ``X`` and the public edges only); outputs ``y`` are private, clipped to public bounds
@@ -78,7 +82,7 @@ _OUTSIDE = ("raise", "nearest", "drop")
 # the grid
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Bins:
     """A D-dimensional grid of axis-aligned bins with public edges.
 
@@ -281,7 +285,7 @@ def laplace_noise(size: int, seed: Optional[int] = None) -> Tuple[np.ndarray, bo
     return np.random.default_rng(seed).laplace(0.0, 1.0, size), True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class BinRelease:
     """Released bin means; every field is safe to publish.
 
@@ -530,6 +534,23 @@ class BinNoiseVariance(gpflow.functions.Function):
         return tf.gather(self._variances, flat)[:, None]
 
 
+@tf.function(reduce_retracing=True)
+def _table_box_box(m: tf.Tensor, h: tf.Tensor, ell: tf.Tensor) -> tf.Tensor:
+    """1-D integral kernel between all intervals of one axis (``[n, n]``), compiled once."""
+    return _interval_interval(m[:, None] - m[None, :], h[:, None], h[None, :], ell)
+
+
+@tf.function(reduce_retracing=True)
+def _table_diag(h: tf.Tensor, ell: tf.Tensor) -> tf.Tensor:
+    return _interval_interval(tf.zeros_like(h), h, h, ell)
+
+
+@tf.function(reduce_retracing=True)
+def _table_box_point(m: tf.Tensor, h: tf.Tensor, x: tf.Tensor, ell: tf.Tensor) -> tf.Tensor:
+    """1-D integrals of the EQ kernel over each interval of one axis at points ``x`` (``[n, P]``)."""
+    return _interval_point(m[:, None] - x[None, :], h[:, None], ell)
+
+
 class GridIntegralSE(IntegralSE):
     """:class:`~dpgp_gpflow.kernels.IntegralSE`, fast for boxes that are bins of one grid.
 
@@ -585,7 +606,7 @@ class GridIntegralSE(IntegralSE):
             out = None
             for d in range(self._grid_D):
                 m, h = self._axis_intervals(d)
-                table = _interval_interval(m[:, None] - m[None, :], h[:, None], h[None, :], self._ell(d))
+                table = _table_box_box(m, h, tf.convert_to_tensor(self._ell(d)))
                 f = tf.gather(tf.gather(table, i1[d], axis=0), i2[d], axis=1)
                 out = f if out is None else out * f
             return self.variance * out
@@ -602,7 +623,7 @@ class GridIntegralSE(IntegralSE):
             out = None
             for d in range(self._grid_D):
                 _, h = self._axis_intervals(d)
-                diag = _interval_interval(tf.zeros_like(h), h, h, self._ell(d))
+                diag = _table_diag(h, tf.convert_to_tensor(self._ell(d)))
                 f = tf.gather(diag, idx[d])
                 out = f if out is None else out * f
             return self.variance * out
@@ -620,7 +641,7 @@ class GridIntegralSE(IntegralSE):
             out = None
             for d in range(self._grid_D):
                 m, h = self._axis_intervals(d)
-                table = _interval_point(m[:, None] - points[None, :, d], h[:, None], self._ell(d))
+                table = _table_box_point(m, h, points[:, d], tf.convert_to_tensor(self._ell(d)))
                 f = tf.gather(table, idx[d], axis=0)
                 out = f if out is None else out * f
             return self.variance * out
