@@ -52,6 +52,13 @@ MIN_MSE_RTOL = 1e-7
 DENSE_POINTS = 1500
 #: Relative gap of the first, loose stage before points far from the support are pruned.
 PRUNE_TOL = 1e-2
+#: Working sets up to this size are solved in one stage (pruning would not pay for a restart).
+PRUNE_MIN_POINTS = 300
+#: The barrier weight is decreased once the squared Newton decrement is below this (loosely centred) ...
+CENTRED_DECREMENT = 1e-4
+#: ... by this factor (or to a tenth of the duality gap per point, if smaller).
+MU_FACTOR = 0.05
+MU_GAP_DIV = 10.0
 
 
 class ColumnSpace(NamedTuple):
@@ -183,12 +190,26 @@ def _dual_value(vectors: tf.Tensor, weights: tf.Tensor, objective: str) -> tf.Te
     return tf.cond(finite, value, lambda: tf.constant(np.inf, tf.float64))
 
 
-def _dual_value_and_gradient(vectors: tf.Tensor, weights: tf.Tensor, objective: str):
-    """Dual value and its gradient by autodiff (the gradient equals ``1 - q``)."""
+def _dual_state(vectors: tf.Tensor, weights: tf.Tensor, objective: str):
+    """One eigen-decomposition of ``S`` giving the dual value, its gradient (by autodiff, through
+    the eigen-decomposition; it equals ``1 - q``) and the terms of :func:`_dual_terms`.
+
+    For interior weights (all positive, ``S`` non-singular) only: the Newton iterations keep them there.
+    """
     with tf.GradientTape() as tape:
         tape.watch(weights)
-        value = _dual_value(vectors, weights, objective)
-    return value, tape.gradient(value, weights)
+        w, V, P, q = _dual_terms(vectors, weights, objective)
+        if objective == "entropy":
+            value = tf.reduce_sum(weights) - tf.reduce_sum(tf.math.log(w))
+        else:
+            value = tf.reduce_sum(weights) - 2.0 * tf.reduce_sum(tf.sqrt(w))
+    return value, tape.gradient(value, weights), w, V, P, tf.stop_gradient(q)
+
+
+def _dual_value_and_gradient(vectors: tf.Tensor, weights: tf.Tensor, objective: str):
+    """Dual value and its gradient by autodiff (the gradient equals ``1 - q``)."""
+    value, grad, _, _, _, _ = _dual_state(vectors, weights, objective)
+    return value, grad
 
 
 def _mse_curvature(w: tf.Tensor) -> tf.Tensor:
@@ -287,9 +308,19 @@ DENSE_MSE_HESSIAN_FLOPS = 2e9
 
 
 def _certificate_terms(vectors: tf.Tensor, weights: tf.Tensor, objective: str):
-    """Duality gap of the rescaled feasible covariance, its relative form, and max q."""
+    """Duality gap of the rescaled feasible covariance, its relative form, max q, and q."""
     w, _, _, q = _dual_terms(vectors, weights, objective)
-    r = tf.cast(tf.shape(vectors)[0], tf.float64)
+    gap, rel, qmax = _gap(w, q, weights, objective)
+    return gap, rel, qmax, q
+
+
+def _gap(w: tf.Tensor, q: tf.Tensor, weights: tf.Tensor, objective: str):
+    """Duality gap, relative gap and max q from the eigenvalues ``w`` of ``S`` and the leverages ``q``.
+
+    entropy: ``r log(1 + eps)`` with the design gap ``eps = max q * sum(l) / r - 1``; mse:
+    ``eps * tr^2 / sum(l)`` with ``eps = max q * sum(l) / tr - 1``, ``tr = tr S^{1/2}`` (relative gap eps).
+    """
+    r = tf.cast(tf.shape(w)[0], tf.float64)
     total = tf.reduce_sum(weights)
     qmax = tf.reduce_max(q)
     if objective == "entropy":
@@ -301,7 +332,26 @@ def _certificate_terms(vectors: tf.Tensor, weights: tf.Tensor, objective: str):
         eps = qmax * total / trace - 1.0
         gap = eps * trace * trace / total
         rel = eps
-    return gap, rel, qmax, q
+    return gap, rel, qmax
+
+
+@tf.function(reduce_retracing=True, autograph=False)
+def _compiled_certificate(vectors, weights, objective_is_entropy: bool):
+    """:func:`_certificate_terms` as one compiled call (the working-set loop calls it per stage)."""
+    return _certificate_terms(vectors, weights, "entropy" if objective_is_entropy else "mse")
+
+
+@tf.function(reduce_retracing=True, autograph=False)
+def _feasible_covariance(vectors, weights, objective_is_entropy: bool):
+    """Eigenvectors and scales of the feasible covariance ``M = M(l) * max q``, the gap, relative gap.
+
+    ``M(l) = S`` (entropy) or ``S^{1/2}`` (mse); rescaled so that ``max_i v_i^T M^{-1} v_i = 1``.
+    """
+    objective = "entropy" if objective_is_entropy else "mse"
+    w, V, _, q = _dual_terms(vectors, weights, objective)
+    gap, rel, qmax = _gap(w, q, weights, objective)
+    scales = tf.sqrt(w * qmax) if objective_is_entropy else tf.sqrt(tf.sqrt(w) * qmax)
+    return V, scales, gap, rel
 
 
 @tf.function(reduce_retracing=True, autograph=False)
@@ -319,15 +369,17 @@ def _barrier_newton(vectors, weights0, objective_is_entropy, tol, max_iter):
 def _barrier_newton_impl(vectors, weights0, objective, tol, max_iter):
     dtype = tf.float64
     m = tf.cast(tf.shape(vectors)[1], dtype)
-    gap0, rel0, _, _ = _certificate_terms(vectors, weights0, objective)
+    gap0, _, _, _ = _certificate_terms(vectors, weights0, objective)
     mu0 = tf.maximum(gap0, 1e-3) / m
 
     def cond(it, weights, mu, done):
         return tf.logical_and(it < max_iter, tf.logical_not(done))
 
     def body(it, weights, mu, done):
-        w, V, P, q = _dual_terms(vectors, weights, objective)
-        value, grad = _dual_value_and_gradient(vectors, weights, objective)
+        value, grad, w, V, P, q = _dual_state(vectors, weights, objective)
+        # The certificate bounds the excess of any weights, centred or not: stop once it is met.
+        gap, rel, _ = _gap(w, q, weights, objective)
+        converged = rel <= tol
         gb = grad - mu / weights
 
         def dense_direction():
@@ -361,18 +413,86 @@ def _barrier_newton_impl(vectors, weights0, objective, tol, max_iter):
         # (the certificate then reports honestly how close we got).
         failed = tf.logical_or(k >= 60, tf.logical_not(tf.reduce_all(tf.math.is_finite(step))))
         stalled = tf.logical_or(failed, tf.reduce_max(tf.abs(t * step)) <= 1e-13 * tf.reduce_max(weights))
-        new_weights = tf.where(failed, weights, weights + t * step)
-        centred = decrement2 < 1e-9
-        gap, rel, _, _ = _certificate_terms(vectors, new_weights, objective)
-        new_done = tf.logical_or(tf.logical_and(centred, rel <= tol), stalled)
-        # Decrease the barrier once centred (at the central point the gap is about m * mu).
-        new_mu = tf.where(centred, tf.maximum(tf.minimum(mu * 0.1, gap / (10.0 * m)), 1e-300), mu)
-        return it + 1, new_weights, new_mu, new_done
+        new_weights = tf.where(tf.logical_or(failed, converged), weights, weights + t * step)
+        # Decrease the barrier once (roughly) centred: at the central point the gap is about m mu.
+        centred = decrement2 < CENTRED_DECREMENT
+        new_mu = tf.where(centred, tf.maximum(tf.minimum(mu * MU_FACTOR, gap / (MU_GAP_DIV * m)), 1e-300), mu)
+        return it + 1, new_weights, new_mu, tf.logical_or(converged, stalled)
 
     it, weights, _, _ = tf.while_loop(
-        cond, body, (tf.constant(0), weights0, mu0, rel0 <= tol), parallel_iterations=1
+        cond, body, (tf.constant(0), weights0, mu0, tf.constant(False)), parallel_iterations=1
     )
     return weights, it
+
+
+#: Sensitivity vectors whose coordinates agree to this (relative to the largest entry of each
+#: coordinate, so that rounding amplified in weak directions is absorbed) are merged.
+DUPLICATE_RTOL = 1e-8
+
+
+def _distinct_columns(vectors: np.ndarray) -> np.ndarray:
+    """Indices (sorted) of one representative of each group of numerically identical columns."""
+    scale = np.max(np.abs(vectors), axis=1, keepdims=True)
+    if not np.all(np.isfinite(scale)) or np.any(scale == 0.0):
+        return np.arange(vectors.shape[1])
+    keys = np.round(vectors / (scale * DUPLICATE_RTOL)).T + 0.0  # + 0.0 turns -0.0 into 0.0
+    _, first = np.unique(keys, axis=0, return_index=True)
+    return np.sort(first)
+
+
+def _solve_on_working_sets(vectors: tf.Tensor, objective: str, tol: float, max_iter: int):
+    """Dual weights (numpy, [n]) for the columns of ``vectors`` and the number of Newton steps taken.
+
+    All points are solved together when affordable; otherwise on working sets (see below).
+    """
+    entropy = objective == "entropy"
+    r, n = int(vectors.shape[0]), int(vectors.shape[1])
+    # Working set: all points when affordable; otherwise the highest-leverage ones plus violators.
+    if n <= DENSE_POINTS:
+        work = np.arange(n)
+    else:
+        lev = tf.reduce_sum(tf.linalg.solve(
+            tf.linalg.matmul(vectors, vectors, transpose_b=True), vectors) * vectors, axis=0).numpy()
+        # The highest-leverage points plus r points that span all directions (pivoted QR), so that
+        # the restricted problem is well posed.
+        _, pivots = scipy.linalg.qr(vectors.numpy(), mode="r", pivoting=True)
+        work = np.union1d(np.argsort(-lev)[: max(4 * r, 500)], pivots[:r])
+    weights = np.zeros(n)
+    weights[work] = r / max(len(work), 1)
+    # Stage 1 solves loosely on many points; then the points that carry no weight and are far
+    # from active are pruned (the optimum's support is typically 1-3 r points) and stage 2 solves
+    # to ``tol``. Points outside the working set that violate their constraint are added back.
+    stage_tol = max(tol, PRUNE_TOL) if work.size > max(3 * r, PRUNE_MIN_POINTS) else tol
+    total_iters = 0
+    for _ in range(50):
+        sub = tf.gather(vectors, work, axis=1)
+        w_sub = tf.constant(np.maximum(weights[work], 1e-12 * r / len(work)))
+        remaining = max(max_iter - total_iters, 1)
+        w_sub, its = _barrier_newton(sub, w_sub, entropy, tf.constant(float(stage_tol), tf.float64),
+                                     tf.constant(remaining))
+        total_iters += int(its)
+        weights = np.zeros(n)
+        weights[work] = w_sub.numpy()
+        gap, rel, qmax, q = _compiled_certificate(vectors, tf.constant(weights), entropy)
+        if float(rel) <= tol or total_iters >= max_iter:
+            break
+        q_np = q.numpy()
+        wmax = weights.max()
+        if stage_tol > tol:
+            heavy = np.argsort(-weights)[: 2 * r]
+            keep = np.union1d(work[(weights[work] > 1e-3 * wmax) | (q_np[work] > 0.9)], heavy)
+            stage_tol = tol
+        else:
+            keep = work[weights[work] > 1e-10 * wmax]
+        outside = np.setdiff1d(np.arange(n), keep)
+        violating = outside[q_np[outside] > 1.0]
+        viol = violating[np.argsort(-q_np[violating])][: max(4 * r, 1000)]
+        if viol.size == 0 and keep.size == work.size:
+            continue  # same set: keep solving (the iteration cap ends it)
+        work = np.union1d(keep, viol)
+        weights[viol] = 1e-3 * wmax
+
+    return weights, total_iters
 
 
 @check_shapes("vectors: [r, n]")
@@ -402,58 +522,21 @@ def optimise_noise_covariance(
     if r == 0 or n == 0:
         raise ValueError(f"need at least one sensitivity vector of positive dimension, got shape {(r, n)}")
     entropy = objective == "entropy"
-    tol_t = tf.constant(float(tol), tf.float64)
-
-    # Working set: all points when affordable; otherwise the highest-leverage ones plus violators.
-    lev = tf.reduce_sum(tf.linalg.solve(
-        tf.linalg.matmul(vectors, vectors, transpose_b=True), vectors) * vectors, axis=0).numpy()
-    if n <= DENSE_POINTS:
-        work = np.arange(n)
-    else:
-        # The highest-leverage points plus r points that span all directions (pivoted QR), so that
-        # the restricted problem is well posed.
-        _, pivots = scipy.linalg.qr(vectors.numpy(), mode="r", pivoting=True)
-        work = np.union1d(np.argsort(-lev)[: max(4 * r, 500)], pivots[:r])
+    # Identical sensitivity vectors (repeated training inputs) carry identical constraints: solve
+    # over one representative of each and put its weight there (the certificate below is computed
+    # over all vectors, so this is safe even where the merge is only approximate).
+    distinct = _distinct_columns(vectors.numpy())
+    sub_weights, total_iters = _solve_on_working_sets(tf.gather(vectors, distinct, axis=1), objective, tol, max_iter)
     weights = np.zeros(n)
-    weights[work] = r / max(len(work), 1)
-    # Stage 1 solves loosely on many points; then the points that carry no weight and are far
-    # from active are pruned (the optimum's support is typically 1-3 r points) and stage 2 solves
-    # to ``tol``. Points outside the working set that violate their constraint are added back.
-    stage_tol = max(tol, PRUNE_TOL) if work.size > 3 * r else tol
-    total_iters = 0
-    for _ in range(50):
-        sub = tf.gather(vectors, work, axis=1)
-        w_sub = tf.constant(np.maximum(weights[work], 1e-12 * r / len(work)))
-        remaining = max(max_iter - total_iters, 1)
-        w_sub, its = _barrier_newton(sub, w_sub, entropy, tf.constant(float(stage_tol), tf.float64),
-                                     tf.constant(remaining))
-        total_iters += int(its)
-        weights = np.zeros(n)
-        weights[work] = w_sub.numpy()
-        gap, rel, qmax, q = _certificate_terms(vectors, tf.constant(weights), objective)
-        if float(rel) <= tol or total_iters >= max_iter:
-            break
-        q_np = q.numpy()
-        wmax = weights.max()
-        if stage_tol > tol:
-            heavy = np.argsort(-weights)[: 2 * r]
-            keep = np.union1d(work[(weights[work] > 1e-3 * wmax) | (q_np[work] > 0.9)], heavy)
-            stage_tol = tol
-        else:
-            keep = work[weights[work] > 1e-10 * wmax]
-        outside = np.setdiff1d(np.arange(n), keep)
-        violating = outside[q_np[outside] > 1.0]
-        viol = violating[np.argsort(-q_np[violating])][: max(4 * r, 1000)]
-        if viol.size == 0 and keep.size == work.size:
-            continue  # same set: keep solving (the iteration cap ends it)
-        work = np.union1d(keep, viol)
-        weights[viol] = 1e-3 * wmax
+    weights[distinct] = sub_weights
+    if distinct.size < n and total_iters < max_iter:
+        _, rel, _, _ = _compiled_certificate(vectors, tf.constant(weights), entropy)
+        if float(rel) > tol:  # the merge was too coarse for this tol: solve over all vectors
+            weights, more = _solve_on_working_sets(vectors, objective, tol, max_iter - total_iters)
+            total_iters += more
 
     weights_t = tf.constant(weights)
-    w, V, _, q = _dual_terms(vectors, weights_t, objective)
-    gap, rel, qmax, _ = _certificate_terms(vectors, weights_t, objective)
-    # Feasible rescaling: M = M(l) * max q (then max_i v_i^T M^{-1} v_i = 1).
-    scales = tf.sqrt(w * qmax) if entropy else tf.sqrt(tf.sqrt(w) * qmax)
+    V, scales, gap, rel = _feasible_covariance(vectors, weights_t, entropy)
     certificate = OptimiserCertificate(
         objective=objective,
         gap=float(gap),

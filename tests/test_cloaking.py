@@ -212,6 +212,38 @@ def test_working_set_path_matches_the_dense_solve(monkeypatch, objective):
     assert ours.certificate.converged
 
 
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_repeated_vectors_reach_the_cvxpy_optimum(objective):
+    """Repeated training inputs give identical sensitivity vectors; they are merged before solving,
+    which must not change the optimum (checked against cvxpy on the unmerged problem)."""
+    base = random_vectors(3, 7, 21)
+    V = base[:, [0, 1, 1, 2, 3, 3, 3, 4, 5, 6, 6]]
+    V = V + 1e-14 * np.abs(V).max() * random_vectors(3, V.shape[1], 22)  # rounding-level differences
+    assert cloaking._distinct_columns(V).size == 7
+    ours = optimise_noise_covariance(tf.constant(V), objective, tol=TOL)
+    F = factor_np(ours)
+    ref = objective_value(cvx_noise_covariance(V, objective), objective)
+    assert leverages(F @ F.T, V).max() <= 1.0 + LEV_TOL
+    assert abs(objective_value(F @ F.T, objective) - ref) <= OPT_RTOL * max(1.0, abs(ref))
+    assert ours.certificate.converged
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_too_coarse_a_merge_falls_back_to_all_vectors(monkeypatch, objective):
+    """If merging lumps distinct vectors together (here e1 with 1.4 e1, whose representative e1
+    is not the binding one), the certificate over all vectors fails and the optimiser solves
+    over all of them instead: still the cvxpy optimum."""
+    V = np.array([[1.0, 0.0, 1.4, 0.3], [0.0, 1.0, 0.0, 0.3]])
+    monkeypatch.setattr(cloaking, "DUPLICATE_RTOL", 0.9)
+    assert cloaking._distinct_columns(V).tolist() == [0, 1, 3]
+    ours = optimise_noise_covariance(tf.constant(V), objective, tol=TOL)
+    F = factor_np(ours)
+    ref = objective_value(cvx_noise_covariance(V, objective), objective)
+    assert leverages(F @ F.T, V).max() <= 1.0 + LEV_TOL
+    assert abs(objective_value(F @ F.T, objective) - ref) <= OPT_RTOL * max(1.0, abs(ref))
+    assert ours.certificate.converged
+
+
 # ---------------------------------------------------------------------------------------------
 # The dual and its autodiff gradient
 
