@@ -42,7 +42,7 @@ import secrets
 import warnings
 from dataclasses import dataclass
 from numbers import Integral, Real
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Optional, Tuple
 
 import gpflow
 import numpy as np

@@ -22,7 +22,7 @@ The maths (DESIGN.md sections 2 and 4):
 from __future__ import annotations
 
 import math
-from typing import Iterator, Literal, NamedTuple
+from typing import Iterator, Literal, NamedTuple, Optional
 
 import numpy as np
 import scipy.linalg
@@ -440,10 +440,11 @@ def _distinct_columns(vectors: np.ndarray) -> np.ndarray:
     return np.sort(first)
 
 
-def _solve_on_working_sets(vectors: tf.Tensor, objective: str, tol: float, max_iter: int):
+def _solve_on_working_sets(vectors: tf.Tensor, objective: str, tol: float, max_iter: int, initial=None):
     """Dual weights (numpy, [n]) for the columns of ``vectors`` and the number of Newton steps taken.
 
     All points are solved together when affordable; otherwise on working sets (see below).
+    ``initial`` (numpy, [n], non-negative) warm-starts the weights.
     """
     entropy = objective == "entropy"
     r, n = int(vectors.shape[0]), int(vectors.shape[1])
@@ -458,7 +459,11 @@ def _solve_on_working_sets(vectors: tf.Tensor, objective: str, tol: float, max_i
         _, pivots = scipy.linalg.qr(vectors.numpy(), mode="r", pivoting=True)
         work = np.union1d(np.argsort(-lev)[: max(4 * r, 500)], pivots[:r])
     weights = np.zeros(n)
-    weights[work] = r / max(len(work), 1)
+    if initial is None:
+        weights[work] = r / max(len(work), 1)
+    else:
+        work = np.union1d(work, np.flatnonzero(initial > 0.0)) if n > DENSE_POINTS else work
+        weights[work] = np.maximum(initial[work], 1e-6 * initial.max())
     # Stage 1 solves loosely on many points; then the points that carry no weight and are far
     # from active are pruned (the optimum's support is typically 1-3 r points) and stage 2 solves
     # to ``tol``. Points outside the working set that violate their constraint are added back.
@@ -502,12 +507,14 @@ def optimise_noise_covariance(
     *,
     tol: float = 1e-6,
     max_iter: int = 2000,
+    initial_weights: Optional[tf.Tensor] = None,
 ) -> NoiseCovariance:
     """Noise covariance ``M`` (r x r) minimising ``log det M`` or ``tr M`` s.t. ``v_i^T M^{-1} v_i <= 1``.
 
     ``vectors`` holds the sensitivity vectors as columns (rank r, full row rank). The returned
     covariance is feasible (rescaled so that ``max_i v_i^T M^{-1} v_i = 1`` up to rounding) and
-    carries a duality-gap certificate. Deterministic: no random restarts.
+    carries a duality-gap certificate. Deterministic: no random restarts. ``initial_weights`` (n,
+    non-negative; e.g. the ``weights`` of a looser solve of the same problem) warm-start the dual.
 
     Privacy assumption: none here; callers must recompute the sensitivity from the returned ``M``.
     """
@@ -525,8 +532,14 @@ def optimise_noise_covariance(
     # Identical sensitivity vectors (repeated training inputs) carry identical constraints: solve
     # over one representative of each and put its weight there (the certificate below is computed
     # over all vectors, so this is safe even where the merge is only approximate).
+    initial = None
+    if initial_weights is not None:
+        initial = np.asarray(initial_weights, dtype=np.float64).reshape(-1)
+        if initial.shape != (n,) or not np.all(np.isfinite(initial)) or np.any(initial < 0.0) or initial.max() <= 0.0:
+            raise ValueError(f"initial_weights must be {n} finite non-negative numbers, not all zero")
     distinct = _distinct_columns(vectors.numpy())
-    sub_weights, total_iters = _solve_on_working_sets(tf.gather(vectors, distinct, axis=1), objective, tol, max_iter)
+    sub_weights, total_iters = _solve_on_working_sets(
+        tf.gather(vectors, distinct, axis=1), objective, tol, max_iter, None if initial is None else initial[distinct])
     weights = np.zeros(n)
     weights[distinct] = sub_weights
     if distinct.size < n and total_iters < max_iter:

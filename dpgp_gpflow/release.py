@@ -22,7 +22,7 @@ import math
 import secrets
 import warnings
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Any, Iterator, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -41,7 +41,7 @@ from .cloaking import (
 )
 from .exceptions import ReproducibleNoiseWarning
 
-__all__ = ["PrivateRelease", "cloaking_release", "standard_normal", "standard_release"]
+__all__ = ["NoisePlan", "PrivateRelease", "cloaking_release", "standard_normal", "standard_release"]
 
 #: Multiplies every sensitivity, to absorb floating-point rounding in its computation.
 SENSITIVITY_SAFETY = 1.0 + 1e-8
@@ -146,14 +146,24 @@ def candidate_rtols(objective: str, rtol: Optional[float]) -> Tuple[float, ...]:
     return (float(rtol),)
 
 
-def _cloaking_noise(space: ColumnSpace, objective: str, d: float, tol: float, max_iter: int):
+class _Noise(NamedTuple):
+    """An optimised noise factor in a column space's basis coordinates, and what it implies."""
+
+    factor: tf.Tensor  #: [r, r] in basis coordinates (unit multiplier)
+    sensitivity: float  #: Mahalanobis sensitivity against ``factor`` (with the safety factor)
+    certificate: Any  #: the optimiser's certificate
+    weights: tf.Tensor  #: [n] dual weights (to warm-start a tighter solve of the same space)
+
+
+def _cloaking_noise(space: ColumnSpace, objective: str, d: float, tol: float, max_iter: int,
+                    initial_weights=None) -> _Noise:
     """Optimised noise factor in ``space.basis`` coordinates (r x r) and the sensitivity it implies."""
     s = space.singular_values
     # entropy: optimise in whitened coordinates (invariant objective, best conditioned);
     # mse: the trace must be taken in the output coordinates, so only rescale by s_1.
     scale = (1.0 / s) if objective == "entropy" else tf.fill(tf.shape(s), 1.0 / s[0])  # [r]
     scaled = space.vectors * scale[:, None]  # [r, n]
-    noise = optimise_noise_covariance(scaled, objective, tol=tol, max_iter=max_iter)
+    noise = optimise_noise_covariance(scaled, objective, tol=tol, max_iter=max_iter, initial_weights=initial_weights)
     factor_u = noise.factor / scale[:, None]  # [r, r] in basis coordinates
     sv = tf.linalg.svd(factor_u, compute_uv=False)
     condition = float(sv[0] / sv[-1])
@@ -167,7 +177,82 @@ def _cloaking_noise(space: ColumnSpace, objective: str, d: float, tol: float, ma
     # ||F^{-1} diag(scale) beta_i|| == ||(diag(1/scale) F)^{-1} beta_i||, so nothing is lost).
     safety = SENSITIVITY_SAFETY + ROUNDING_SAFETY * condition
     sensitivity = mahalanobis_sensitivity(noise.factor, scaled, d) * safety
-    return factor_u, sensitivity, noise.certificate
+    return _Noise(factor_u, sensitivity, noise.certificate, noise.weights)
+
+
+class NoisePlan:
+    """The noise a cloaking release of ``C`` would add, as a function of the noise multiplier,
+    without drawing any: the rank rule of :func:`cloaking_release` lives here (and only here).
+
+    ``rtol=None``: candidate ranks (:func:`candidate_rtols`) are screened in order with a loose solve
+    (``SCREEN_TOL``: the noise std is then within about 0.1% of optimal, DESIGN 4); the first whose
+    projection-bias bound ``s_{r+1} sqrt(n) output_bound`` is below ``BIAS_FRACTION`` of its
+    smallest noise std is solved to ``tol``, warm-started from its screening solve. Every solve is
+    cached, so other multipliers (other budgets) cost nothing more. A release that cannot be
+    guaranteed (``FloatingPointError``) raises for every multiplier that reaches it.
+
+    Privacy assumption: ``C`` and ``output_bound`` are public; the outputs never enter.
+    """
+
+    def __init__(self, C, *, data_sensitivity: float, output_bound: float, objective: str,
+                 rtol: Optional[float] = None, tol: float = 1e-6, max_iter: int = 2000) -> None:
+        rtols = candidate_rtols(objective, rtol)
+        shape_of = (lambda M: tuple(np.shape(M)))
+        self.n = shape_of(C[1])[1] if isinstance(C, (tuple, list)) else shape_of(C)[1]
+        self.k = shape_of(C[0])[0] if isinstance(C, (tuple, list)) else shape_of(C)[0]
+        self._single = len(rtols) == 1
+        self._spaces: Iterator[ColumnSpace] = column_spaces(C, rtols)
+        self._candidates: List[list] = []  # per candidate rank: [space, bias bound, screened, final]
+        self._objective, self._d = objective, float(data_sensitivity)
+        self._tol, self._max_iter = float(tol), int(max_iter)
+        self._bias_scale = math.sqrt(self.n) * float(output_bound)
+
+    def _candidate(self, i: int):
+        while len(self._candidates) <= i:
+            space = next(self._spaces, None)
+            if space is None:
+                return None
+            self._candidates.append([space, space.residual * self._bias_scale, None, None])
+        return self._candidates[i]
+
+    def _solve(self, space: ColumnSpace, tol: float, initial_weights=None):
+        try:
+            return _cloaking_noise(space, self._objective, self._d, tol, self._max_iter, initial_weights)
+        except FloatingPointError as exc:
+            return exc
+
+    @staticmethod
+    def _result(noise):
+        if isinstance(noise, FloatingPointError):
+            raise FloatingPointError(str(noise))
+        return noise
+
+    def choose(self, multiplier: float) -> Tuple[ColumnSpace, _Noise]:
+        """The column space and the (unit-multiplier) noise a release with ``multiplier`` would use."""
+        i, chosen = 0, None
+        while True:
+            cand = self._candidate(i)
+            if cand is None:
+                break
+            chosen = cand
+            if self._single:
+                break
+            if cand[2] is None:
+                cand[2] = self._solve(cand[0], max(self._tol, SCREEN_TOL))
+            screened = self._result(cand[2])
+            min_std = float(tf.reduce_min(tf.norm(tf.linalg.matmul(cand[0].basis, screened.factor), axis=1)))
+            if cand[1] <= BIAS_FRACTION * min_std * multiplier * screened.sensitivity:
+                break
+            i += 1
+        if chosen[3] is None:
+            warm = chosen[2].weights if isinstance(chosen[2], _Noise) else None
+            chosen[3] = self._solve(chosen[0], self._tol, warm)
+        return chosen[0], self._result(chosen[3])
+
+    def noise_std(self, multiplier: float) -> np.ndarray:
+        """The release's ``noise_std`` (k) at ``multiplier``; raises where the release would."""
+        space, noise = self.choose(multiplier)
+        return multiplier * noise.sensitivity * tf.norm(tf.linalg.matmul(space.basis, noise.factor), axis=1).numpy()
 
 
 def cloaking_release(
@@ -194,30 +279,21 @@ def cloaking_release(
 
     Privacy assumptions: ``C``, ``offset`` and ``variance`` depend only on public data; each entry
     of ``y_centred`` lies within ``output_bound`` of zero and moves by at most ``data_sensitivity``
-    between neighbours. ``rtol=None`` picks the rank by the bias rule (DESIGN 2): the smallest
-    candidate whose projection-bias bound ``s_{r+1} sqrt(n) output_bound`` is below 1% of the
-    smallest noise std.
+    between neighbours. ``rtol=None`` picks the rank by the bias rule (DESIGN 2, :class:`NoisePlan`):
+    the smallest candidate whose projection-bias bound ``s_{r+1} sqrt(n) output_bound`` is below 1%
+    of the smallest noise std.
     """
     epsilon, delta, multiplier, accountant = _prepare(epsilon, delta, calibration, accountant)
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     y_centred = tf.reshape(tf.convert_to_tensor(y_centred, dtype=tf.float64), [-1])
     n = int(y_centred.shape[0])
-    rtols = candidate_rtols(objective, rtol)
-
-    # Choose the rank: screen candidates with a loose solve (the noise std is then within about
-    # 0.1% of optimal, DESIGN 4), then solve the chosen one to ``tol``.
-    space = None
-    for candidate in column_spaces(C, rtols):
-        space = candidate
-        if len(rtols) == 1:
-            break
-        bias_bound = space.residual * math.sqrt(n) * float(output_bound)
-        factor_u, sensitivity, _ = _cloaking_noise(space, objective, data_sensitivity, max(tol, SCREEN_TOL), max_iter)
-        min_std = float(tf.reduce_min(tf.norm(tf.linalg.matmul(space.basis, factor_u), axis=1))) * multiplier * sensitivity
-        if bias_bound <= BIAS_FRACTION * min_std:
-            break
-    factor_u, sensitivity, certificate = _cloaking_noise(space, objective, data_sensitivity, tol, max_iter)
+    plan = NoisePlan(C, data_sensitivity=data_sensitivity, output_bound=output_bound, objective=objective,
+                     rtol=rtol, tol=tol, max_iter=max_iter)
+    if plan.n != n:
+        raise ValueError(f"the cloaking matrix has {plan.n} columns but there are {n} outputs")
+    space, noise = plan.choose(multiplier)
+    factor_u, sensitivity, certificate = noise.factor, noise.sensitivity, noise.certificate
     noise_factor = tf.linalg.matmul(space.basis, factor_u) * (multiplier * sensitivity)  # [k, r]
     noise_std = tf.sqrt(tf.reduce_sum(noise_factor**2, axis=1))
     bias_bound = space.residual * math.sqrt(n) * float(output_bound)

@@ -61,7 +61,7 @@ import secrets
 import sys
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
@@ -76,9 +76,9 @@ from .calibration import (
     validate_delta,
     validate_epsilon,
 )
-from .cloaking import OBJECTIVES, column_spaces
+from .cloaking import OBJECTIVES
 from .exceptions import ReproducibleNoiseWarning
-from .release import BIAS_FRACTION, SCREEN_TOL, _cloaking_noise, candidate_rtols
+from .release import NoisePlan
 from .validation import validate_data_sensitivity
 
 __all__ = [
@@ -310,11 +310,8 @@ def exponential_mechanism(utilities: Any, epsilon: float, sensitivity: float, *,
 
 class _NoiseProfile:
     """The noise std per point of ``release.cloaking_release(C, ...)`` as a function of the noise
-    multiplier, without drawing noise. It mirrors that function's rank rule step by step (candidate
-    ranks screened with a loose solve at ``SCREEN_TOL``, the first whose projection-bias bound is
-    below ``BIAS_FRACTION`` of the smallest noise std kept, then solved to ``tol``), caching every
-    solve so that other multipliers (other ``(epsilon, delta)``) cost nothing more. A test checks it
-    against real releases. Public: depends on ``C`` and the public output bound only.
+    multiplier, without drawing noise: :class:`~dpgp_gpflow.release.NoisePlan` (the release's own
+    rank rule, cached across multipliers). Public: depends on ``C`` and the public output bound only.
 
     If the release would be refused (``FloatingPointError``: an ill-conditioned noise covariance),
     the std is ``inf``: that configuration could not be released, and its utility is the worst one.
@@ -324,56 +321,14 @@ class _NoiseProfile:
                  rtol: Optional[float] = None, tol: float = 1e-6, max_iter: int = 500) -> None:
         if objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
-        if isinstance(C, (tuple, list)):
-            n, k = int(np.shape(C[1])[1]), int(np.shape(C[0])[0])
-        else:
-            n, k = int(np.shape(C)[1]), int(np.shape(C)[0])
-        rtols = candidate_rtols(objective, rtol)
-        self._single = len(rtols) == 1
-        self._spaces: Iterator = column_spaces(C, rtols)
-        self._candidates: List = []  # per candidate rank: [space, bias bound, screened min std, final std]
-        self._exhausted = False
-        self._objective, self._d, self._tol, self._max_iter = objective, float(data_sensitivity), float(tol), int(max_iter)
-        self._bias_scale = math.sqrt(n) * float(output_bound)
-        self._k = k
-
-    def _space(self, i: int):
-        while len(self._candidates) <= i and not self._exhausted:
-            try:
-                space = next(self._spaces)
-            except StopIteration:
-                self._exhausted = True
-                break
-            self._candidates.append([space, space.residual * self._bias_scale, None, None])
-        return self._candidates[i] if i < len(self._candidates) else None
-
-    def _unit_std(self, space, tol: float) -> np.ndarray:
-        """Noise std per point at unit multiplier (``cloaking_release``'s noise_std / multiplier)."""
-        try:
-            factor_u, sensitivity, _ = _cloaking_noise(space, self._objective, self._d, tol, self._max_iter)
-        except FloatingPointError:
-            return np.full(self._k, np.inf)
-        return tf.norm(tf.linalg.matmul(space.basis, factor_u), axis=1).numpy() * sensitivity
+        self._plan = NoisePlan(C, data_sensitivity=data_sensitivity, output_bound=output_bound,
+                               objective=objective, rtol=rtol, tol=tol, max_iter=max_iter)
 
     def std(self, multiplier: float) -> np.ndarray:
-        i, chosen = 0, None
-        while True:
-            cand = self._space(i)
-            if cand is None:
-                break
-            chosen = cand
-            if self._single:
-                break
-            if cand[2] is None:
-                cand[2] = float(np.min(self._unit_std(cand[0], max(self._tol, SCREEN_TOL))))
-                if math.isinf(cand[2]):  # the release itself would raise while screening
-                    cand[3] = np.full(self._k, np.inf)
-            if cand[1] <= BIAS_FRACTION * cand[2] * multiplier:
-                break
-            i += 1
-        if chosen[3] is None:
-            chosen[3] = self._unit_std(chosen[0], self._tol)
-        return multiplier * chosen[3]
+        try:
+            return self._plan.noise_std(multiplier)
+        except FloatingPointError:
+            return np.full(self._plan.k, np.inf)
 
 
 def release_noise_std(C, *, data_sensitivity: float, output_bound: float, epsilon: float, delta: float,
@@ -488,24 +443,40 @@ class _Progress:
 
 
 def _model_kind(model) -> str:
-    from .models import DPGPR, DPGPRFITC
+    from .models import DPGPR, DPGPRFITC, DPLaplaceGPC
 
     if isinstance(model, DPGPRFITC):
         return "fitc"
     if isinstance(model, DPGPR):
         return "gpr"
-    raise TypeError(f"model must be a dpgp_gpflow.models.DPGPR or DPGPRFITC, got {type(model).__name__}")
+    if isinstance(model, DPLaplaceGPC):
+        return "laplace"
+    raise TypeError(f"model must be a dpgp_gpflow.models.DPGPR, DPGPRFITC or DPLaplaceGPC, got {type(model).__name__}")
+
+
+#: Classification (labels in {-1, +1}, public prior mean 0): bounds of the labels.
+LABEL_BOUNDS = (-1.0, 1.0)
+
+
+def _output_bounds(model, kind: str) -> Tuple[float, float]:
+    return LABEL_BOUNDS if kind == "laplace" else tuple(model.y_bounds)
 
 
 def _fold_matrices(work, kind: str, X: np.ndarray, splits: Sequence[Split]):
     """Per fold: (Fold, release matrix C or (A, B), output bound). Public: no outputs are read."""
     from .models import gpr_cloaking_matrix
+    from .models.laplace import first_step_predictive_cloaking
     from .models.sgpr import fitc_readout, fitc_terms
 
-    lo, hi = work.y_bounds
+    lo, hi = _output_bounds(work, kind)
     out = []
     for train, test in splits:
         Xtr, Xte = tf.constant(X[train]), tf.constant(X[test])
+        if kind == "laplace":  # latent mean at the test inputs after one Newton step: linear in the labels
+            C = first_step_predictive_cloaking(work.kernel, Xtr, Xte)
+            release_matrix = C.numpy()
+            out.append((Fold(train, test, C.numpy(), np.zeros(test.size)), release_matrix, 1.0))
+            continue
         if kind == "gpr":
             C = gpr_cloaking_matrix(work.kernel, Xtr, work.likelihood.variance, Xte)
             release_matrix = C.numpy()
@@ -591,13 +562,18 @@ class CrossValidation:
 
 def cross_validate(model, grid: Sequence[Config], *, folds: Union[int, Sequence[Split]] = 5, split_seed: int = 0,
                    d: Optional[float] = None, progress: bool = False) -> CrossValidation:
-    """Fold cloaking matrices of ``model`` (a DPGPR or DPGPRFITC) for every configuration of ``grid``.
+    """Fold cloaking matrices of ``model`` (a DPGPR, DPGPRFITC or DPLaplaceGPC) for every configuration of ``grid``.
 
     Each configuration (a dict of GPflow parameter paths to values, e.g.
     ``{".kernel.lengthscales": 25.0, ".likelihood.variance": 1.0}``) is assigned to a copy of the
     model; nothing is trained and the model itself is not changed. ``folds``: the number of folds of
     a :func:`cv_folds` split seeded by ``split_seed``, or a list of ``(train, test)`` index arrays.
     For a DPGPRFITC the fold matrix is ``A(X_test) B(X_train)`` with the model's (public) inducing inputs.
+    For a DPLaplaceGPC (labels in {-1, +1}, ``d = 2``) it maps the training labels to the latent mean at
+    the test inputs after one Newton step from zero (:func:`~dpgp_gpflow.models.laplace.first_step_predictive_cloaking`,
+    what a one-step release predicts), and the utility is the clipped squared error of that latent
+    against the held-out labels (a least-squares classification loss, linear in the labels, so the
+    sensitivity of DESIGN 5.5 applies unchanged).
     """
     kind = _model_kind(model)
     grid = _validate_grid(model, grid)
@@ -605,7 +581,10 @@ def cross_validate(model, grid: Sequence[Config], *, folds: Union[int, Sequence[
     X = X.numpy() if hasattr(X, "numpy") else np.asarray(X)
     y = (Y.numpy() if hasattr(Y, "numpy") else np.asarray(Y))[:, 0].astype(np.float64)
     n = X.shape[0]
-    d = model.data_sensitivity if d is None else validate_data_sensitivity(d, model.y_bounds)
+    if d is None:
+        d = 2.0 if kind == "laplace" else model.data_sensitivity
+    else:
+        d = validate_data_sensitivity(d, _output_bounds(model, kind))
     if isinstance(folds, (int, np.integer)) and not isinstance(folds, bool):
         splits = cv_folds(n, int(folds), split_seed)
     else:
@@ -680,7 +659,8 @@ def select_hyperparameters(
 ) -> Selection:
     """Select one configuration of ``grid`` for ``model`` with the epsilon-DP exponential mechanism.
 
-    ``model``: a :class:`~dpgp_gpflow.models.DPGPR` or :class:`~dpgp_gpflow.models.DPGPRFITC` holding
+    ``model``: a :class:`~dpgp_gpflow.models.DPGPR`, :class:`~dpgp_gpflow.models.DPGPRFITC` or
+    :class:`~dpgp_gpflow.models.DPLaplaceGPC` (see :func:`cross_validate` for its loss) holding
     the private outputs (its own hyperparameters are not used and not changed; see
     :meth:`Selection.apply`). ``grid``: a list of dicts of GPflow parameter paths to values.
     ``folds``: the number of folds (a public split seeded by ``split_seed``) or a list of

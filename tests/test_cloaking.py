@@ -244,6 +244,27 @@ def test_too_coarse_a_merge_falls_back_to_all_vectors(monkeypatch, objective):
     assert ours.certificate.converged
 
 
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_warm_start_from_a_loose_solve_reaches_the_optimum(objective):
+    V = gp_vectors(objective, n=40, k=12)
+    loose = optimise_noise_covariance(tf.constant(V), objective, tol=1e-2)
+    warm = optimise_noise_covariance(tf.constant(V), objective, tol=TOL, initial_weights=loose.weights)
+    cold = optimise_noise_covariance(tf.constant(V), objective, tol=TOL)
+    F = factor_np(warm)
+    ref = objective_value(cvx_noise_covariance(V, objective), objective)
+    assert leverages(F @ F.T, V).max() <= 1.0 + LEV_TOL
+    assert abs(objective_value(F @ F.T, objective) - ref) <= OPT_RTOL * max(1.0, abs(ref))
+    assert warm.certificate.converged
+    assert warm.certificate.iterations <= cold.certificate.iterations
+
+
+def test_warm_start_rejects_bad_weights():
+    V = tf.constant(random_vectors(2, 5, 3))
+    for bad in (np.ones(4), -np.ones(5), np.zeros(5), np.full(5, np.nan)):
+        with pytest.raises(ValueError, match="initial_weights"):
+            optimise_noise_covariance(V, "mse", initial_weights=bad)
+
+
 # ---------------------------------------------------------------------------------------------
 # The dual and its autodiff gradient
 

@@ -478,3 +478,72 @@ def test_composed_epsilon_methods():
         composed_epsilon(events, 1e-3, "rdp")
     with pytest.raises(ValueError):
         pld_epsilon([PrivacyEvent(1.0, 0.0, "gaussian", None)], 1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# Classification: the one-step Laplace latent, clipped squared error against the labels
+
+
+def ref_one_step_latent(Xtr, ytr, Xte, lengthscale, variance):
+    """numpy: f1 = (K^{-1} + I/4)^{-1} y/2 = K (I + K/4)^{-1} y/2 (Newton step from 0, logistic:
+    W = I/4, grad log p = y/2), then the latent mean k_*^T K^{-1} f1 = k_*^T (I + K/4)^{-1} y/2."""
+    def k(A, B):
+        return variance * np.exp(-0.5 * (A[:, None, 0] - B[None, :, 0]) ** 2 / lengthscale**2)
+
+    K = k(Xtr, Xtr)
+    return k(Xte, Xtr) @ np.linalg.solve(np.eye(len(Xtr)) + 0.25 * K, ytr / 2.0)
+
+
+@pytest.fixture(scope="module")
+def labels():
+    rng = np.random.default_rng(3)
+    X = np.sort(rng.uniform(0.0, 6.0, (24, 1)), axis=0)
+    y = np.where(np.sin(2.0 * X[:, 0]) + 0.3 * rng.standard_normal(24) > 0.0, 1.0, -1.0)
+    return X, y
+
+
+def test_classification_fold_matrices_are_the_one_step_latent(labels):
+    from dpgp_gpflow.models import DPLaplaceGPC
+
+    X, y = labels
+    model = DPLaplaceGPC((X, y[:, None]), gpflow.kernels.SquaredExponential())
+    grid = [{".kernel.lengthscales": 0.8, ".kernel.variance": 3.0}]
+    cv = cross_validate(model, grid, folds=4, split_seed=2)
+    assert cv.data_sensitivity == 2.0  # a label moves from -1 to +1
+    for (train, test), fold, pred in zip(cv.splits, cv.folds[0], cv_predictions(cv.folds[0], y)):
+        ref = ref_one_step_latent(X[train], y[train], X[test], 0.8, 3.0)
+        np.testing.assert_allclose(pred, ref, rtol=1e-7, atol=1e-9)
+        assert np.all(fold.offset == 0.0)
+
+
+def test_classification_brute_force_sensitivity(labels):
+    """Flipping any one label never moves the utility by more than the computed sensitivity."""
+    from dpgp_gpflow.models import DPLaplaceGPC
+
+    X, y = labels
+    model = DPLaplaceGPC((X, y[:, None]), gpflow.kernels.SquaredExponential())
+    grid = [{".kernel.lengthscales": ls, ".kernel.variance": v} for ls in (0.1, 1.0) for v in (1.0, 30.0)]
+    cv = cross_validate(model, grid, folds=3, split_seed=1)
+    rng = np.random.default_rng(4)
+    for i in range(len(grid)):
+        noise = [rng.uniform(0.0, 2.0, f.test.size) for f in cv.folds[i]]
+        u0 = cv_utility(cv.folds[i], y, 2.0, noise)
+        worst = max(abs(cv_utility(cv.folds[i], np.where(np.arange(y.size) == j, -y, y), 2.0, noise) - u0)
+                    for j in range(y.size))
+        assert 0.0 < worst <= cv.sensitivities[i] * (1 + 1e-12)
+
+
+def test_select_hyperparameters_for_a_classifier(labels):
+    from dpgp_gpflow.models import DPLaplaceGPC
+
+    X, y = labels
+    model = DPLaplaceGPC((X, y[:, None]), gpflow.kernels.SquaredExponential())
+    grid = [{".kernel.lengthscales": ls, ".kernel.variance": 10.0} for ls in (0.005, 0.5, 500.0)]
+    acc = PrivacyAccountant(epsilon=2.0, delta=1e-3)
+    with pytest.warns(ReproducibleNoiseWarning):
+        sel = select_hyperparameters(model, grid, epsilon=1.0, folds=4, seed=0, accountant=acc)
+    assert acc.spent[0] == pytest.approx(1.0) and acc.spent[1] == 0.0
+    assert np.argmax(sel.utilities) == 1  # lengthscale 0.5 follows sin(2x); 0.005 and 500 predict ~0
+    assert sel.probabilities.sum() == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="exceeds the width"):
+        cross_validate(model, grid, folds=4, d=3.0)

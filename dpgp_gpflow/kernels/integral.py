@@ -17,7 +17,7 @@ kernel matrices are positive semi-definite only for ``lower <= upper``.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Optional, Tuple
 
 import gpflow
 import numpy as np

@@ -19,7 +19,13 @@ from ..exceptions import PrivacyLeakError
 from ..release import PrivateRelease, cloaking_release
 from ..validation import as_inputs, as_outputs, clip_outputs, validate_bounds, validate_data_sensitivity
 
-__all__ = ["LeakGuardMixin", "PrivateRegressionMixin", "prepare_private_data", "public_constant_mean"]
+__all__ = [
+    "LeakGuardMixin",
+    "PrivateRegressionMixin",
+    "prepare_private_data",
+    "public_constant_mean",
+    "reference_coordinates",
+]
 
 
 def prepare_private_data(data: Any, y_bounds: Any, data_sensitivity: Optional[float]):
@@ -40,6 +46,20 @@ def public_constant_mean(bounds: Tuple[float, float]) -> gpflow.functions.Consta
     mean = gpflow.functions.Constant(np.array([0.5 * (bounds[0] + bounds[1])]))
     gpflow.set_trainable(mean, False)
     return mean
+
+
+def reference_coordinates(readout: tf.Tensor) -> tf.Tensor:
+    """Upper-triangular ``R`` (m x m) with ``R^T R = A^T A + ridge I`` for a public readout ``A`` (k x m).
+
+    Sparse models release ``v = R u`` instead of their m inducing values or weights ``u``: then the
+    "mse" objective measures the squared error of the predictions ``A u`` at the reference inputs.
+    The ridge (``1e-8 tr(A^T A) / m``) keeps ``R`` invertible when the reference inputs barely see
+    some directions; mapping back by ``R^{-1}`` is public post-processing.
+    """
+    m = int(readout.shape[1])
+    G = tf.linalg.matmul(readout, readout, transpose_a=True)  # [m, m]
+    ridge = 1e-8 * tf.linalg.trace(G) / m
+    return tf.transpose(tf.linalg.cholesky(G + ridge * tf.eye(m, dtype=G.dtype)))
 
 
 class LeakGuardMixin:

@@ -51,7 +51,7 @@ from .laplace import (
     sor_first_step_cloaking,
     sor_predict_from_weights,
 )
-from .base import LeakGuardMixin
+from .base import LeakGuardMixin, reference_coordinates
 from .sgpr import kmeans_inducing_inputs
 
 __all__ = [
@@ -483,9 +483,10 @@ class DPSparseLaplaceGPC(LeakGuardMixin, LaplaceGPC):
 
         ``reference_inputs=None`` releases the weights ``w1 = C_w y`` themselves (``objective="mse"``
         then minimises the expected squared error of the weights). With public ``reference_inputs``
-        (e.g. the training inputs ``X``), the release is of ``R w1`` where ``Phi_ref = Q R`` (thin QR),
-        so ``"mse"`` minimises the expected squared error of the latents at the reference inputs; the
-        map back to ``w~`` is public post-processing. ``"entropy"`` is the same either way (it is
+        (e.g. the training inputs ``X``), the release is of ``R w1`` with ``R^T R = Phi_ref^T Phi_ref``
+        (plus a tiny ridge: :func:`~dpgp_gpflow.models.base.reference_coordinates`), so ``"mse"``
+        minimises the expected squared error of the latents at the reference inputs; the map back to
+        ``w~`` is public post-processing. ``"entropy"`` is the same either way (it is
         invariant to invertible maps). Only one step is supported (``steps=1``).
         """
         self._check_hyperparameters_public(hyperparameters_public)
@@ -503,10 +504,7 @@ class DPSparseLaplaceGPC(LeakGuardMixin, LaplaceGPC):
             C, variance = C_w, tf.linalg.diag_part(Sigma_w)
         else:
             Xref = as_inputs("reference_inputs", reference_inputs, int(X.shape[1]))
-            _, R = tf.linalg.qr(self.features(Xref))  # [M, M] upper triangular
-            diag = tf.abs(tf.linalg.diag_part(R))
-            if int(R.shape[0]) < m or float(tf.reduce_min(diag)) <= 1e-12 * float(tf.reduce_max(diag)):
-                raise ValueError("the reference inputs do not determine all weights; add more reference inputs")
+            R = reference_coordinates(self.features(Xref))  # [M, M] upper triangular
             C = tf.matmul(R, C_w)
             variance = tf.reduce_sum(tf.matmul(R, Sigma_w) * R, axis=1)  # diag(R Sigma_w R^T)
         rel = cloaking_release(

@@ -27,10 +27,13 @@ from gpflow.base import InputData, MeanAndVariance, RegressionData
 from gpflow.models import GPModel, InternalDataTrainingLossMixin
 from gpflow.models.util import data_input_to_tensor
 
+from .gpr import gpr_cloaking_matrix
+
 __all__ = [
     "LaplaceGPC",
     "LaplaceMode",
     "first_newton_step_cloaking",
+    "first_step_predictive_cloaking",
     "laplace_mode",
     "laplace_predict",
     "newton_step_cloaking",
@@ -253,6 +256,17 @@ def first_newton_step_cloaking(K: tf.Tensor) -> tf.Tensor:
     K = tf.convert_to_tensor(K, dtype=gpflow.config.default_float())
     w = tf.fill([tf.shape(K)[0], 1], tf.constant(0.25, dtype=K.dtype))
     return 0.5 * _posterior_covariance(K, w)
+
+
+@check_shapes("X: [N, D]", "Xnew: [K, D]", "return: [K, N]")
+def first_step_predictive_cloaking(kernel: gpflow.kernels.Kernel, X: tf.Tensor, Xnew: tf.Tensor) -> tf.Tensor:
+    """The latent mean at ``Xnew`` after the first Newton step from ``f0 = 0``, as a linear map of the labels.
+
+    ``E[f* | f1] = k_*^T K^{-1} f1`` with ``f1 = 1/2 (K^{-1} + I/4)^{-1} y`` (see
+    :func:`first_newton_step_cloaking`) equals ``2 K_*f (K_ff + 4 I)^{-1} y``: the GP-regression
+    cloaking matrix with noise variance 4, doubled. Public: inputs and kernel only.
+    """
+    return 2.0 * gpr_cloaking_matrix(kernel, X, tf.constant(4.0, dtype=X.dtype), Xnew)
 
 
 @check_shapes("K: [N, N]", "f: [N, 1]", "return[0]: [N, N]", "return[1]: [N, 1]")

@@ -20,7 +20,7 @@ from gpflow.covariances import Kuf, Kuu
 from ..accounting import PrivacyAccountant
 from ..release import PrivateRelease, cloaking_release
 from ..validation import as_inputs
-from .base import PrivateRegressionMixin, prepare_private_data, public_constant_mean
+from .base import PrivateRegressionMixin, prepare_private_data, public_constant_mean, reference_coordinates
 
 __all__ = [
     "DPGPRFITC",
@@ -214,13 +214,8 @@ class DPGPRFITC(PrivateRegressionMixin, gpflow.models.GPRFITC):
         Xref = X if reference_inputs is None else tf.constant(as_inputs("reference_inputs", reference_inputs, int(X.shape[1])))
         terms = self._fitc_terms()
         A_ref = fitc_readout(self.kernel, self.inducing_variable.Z, terms.Luu, Xref)  # [R, M]
-        # Release in coordinates R v with R^T R = A_ref^T A_ref + ridge I, so that "mse" measures the
-        # error at the reference inputs (the small ridge keeps R invertible when the reference inputs
-        # barely see some inducing directions); mapping back by R^{-1} is public post-processing.
+        R = reference_coordinates(A_ref)  # release R v: "mse" is then the error at the reference inputs
         m = int(terms.B.shape[0])
-        G = tf.linalg.matmul(A_ref, A_ref, transpose_a=True)  # [M, M]
-        ridge = 1e-8 * tf.linalg.trace(G) / m
-        R = tf.transpose(tf.linalg.cholesky(G + ridge * tf.eye(m, dtype=G.dtype)))  # [M, M] upper
         release = cloaking_release(
             tf.linalg.matmul(R, terms.B),
             self._centred_outputs(),

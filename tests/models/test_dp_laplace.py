@@ -257,7 +257,8 @@ def test_exact_audit_sparse(sparse_model, sparse_release, problem):
 
 
 def test_exact_audit_sparse_reference_inputs(sparse_model, problem):
-    """With reference inputs the release is of ``v = R w`` (``Phi_ref = Q R``); the weights come back exactly.
+    """With reference inputs the release is of ``v = R w`` (``R^T R = Phi_ref^T Phi_ref`` + a 1e-8
+    relative ridge); the weights come back exactly.
 
     An invertible public map does not change the privacy loss, so the audit runs in weight space:
     the noise factor ``F_w = R^{-1} F_v`` against the columns of ``C_w``.
@@ -270,9 +271,9 @@ def test_exact_audit_sparse_reference_inputs(sparse_model, problem):
     mu = mu_np(F_w, Cw)
     assert mu <= (1.0 / rel.noise_multiplier) * (1 + 1e-6)
     assert gaussian_delta_at_shift(EPS, mu) <= DELTA * (1 + 1e-9)
-    # Phi w = Q v and Phi F_w = Q F_v with Q orthonormal: norms are preserved
-    assert np.linalg.norm(Phi @ pc.weights) == pytest.approx(np.linalg.norm(rel.mean), rel=1e-8)
-    assert np.sum((Phi @ F_w) ** 2) == pytest.approx(np.sum(rel.noise_factor**2), rel=1e-8)
+    # ||Phi w|| = ||R w|| up to the ridge (relative 1e-8 of the trace): norms are preserved to ~1e-8
+    assert np.linalg.norm(Phi @ pc.weights) == pytest.approx(np.linalg.norm(rel.mean), rel=1e-6)
+    assert np.sum((Phi @ F_w) ** 2) == pytest.approx(np.sum(rel.noise_factor**2), rel=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,7 +30,6 @@ from types import SimpleNamespace
 import gpflow
 import numpy as np
 import pytest
-import tensorflow as tf
 from reference import gaussian_delta_at_shift, k_se, mahalanobis_shifts, range_projector
 from scipy.linalg import solve_triangular
 
@@ -539,7 +538,7 @@ def test_scale_smoke_20000_points():
     everything is O(n m); an n x n float64 matrix alone would be 3.2 GB. Most inputs form a dense
     cluster plus a few hundred scattered ones, so that the optimiser's first working set (the
     highest-leverage points) holds the optimum's support (see the scale convergence test below)."""
-    n, m = 20_000, 30
+    n = 20_000
     rng = np.random.default_rng(0)
     X = np.concatenate([rng.normal(5.0, 0.6, (n - 300, 2)), rng.uniform(0.0, 10.0, (300, 2))])
     Y = np.clip(np.sin(X.sum(1, keepdims=True)) + MID + 0.3 * rng.standard_normal((n, 1)), LO, HI)
