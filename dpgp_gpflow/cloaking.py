@@ -303,8 +303,9 @@ def _mse_newton_direction(w, P, weights, gb, mu):
     return x
 
 
-#: Above this many r^2 m^2 flops the mse Newton direction is computed by preconditioned CG.
-DENSE_MSE_HESSIAN_FLOPS = 2e9
+#: Above this many r^2 m^2 flops the mse Newton direction is computed by preconditioned CG (the
+#: dense Hessian is built row by row, r products of size m x r x m: slower than a few CG steps).
+DENSE_MSE_HESSIAN_FLOPS = 1e8
 
 
 def _certificate_terms(vectors: tf.Tensor, weights: tf.Tensor, objective: str):

@@ -206,6 +206,10 @@ class NoisePlan:
         self._objective, self._d = objective, float(data_sensitivity)
         self._tol, self._max_iter = float(tol), int(max_iter)
         self._bias_scale = math.sqrt(self.n) * float(output_bound)
+        #: what the plan was built for (a release that reuses it must ask for exactly this)
+        self.settings = dict(data_sensitivity=float(data_sensitivity), output_bound=float(output_bound),
+                             objective=objective, rtol=None if rtol is None else float(rtol), tol=float(tol),
+                             max_iter=int(max_iter))
 
     def _candidate(self, i: int):
         while len(self._candidates) <= i:
@@ -238,7 +242,10 @@ class NoisePlan:
             if self._single:
                 break
             if cand[2] is None:
-                cand[2] = self._solve(cand[0], max(self._tol, SCREEN_TOL))
+                # Dual weights are per training point, so the previous rank's solve warm-starts this one.
+                previous = self._candidates[i - 1][2] if i > 0 else None
+                warm = previous.weights if isinstance(previous, _Noise) else None
+                cand[2] = self._solve(cand[0], max(self._tol, SCREEN_TOL), warm)
             screened = self._result(cand[2])
             min_std = float(tf.reduce_min(tf.norm(tf.linalg.matmul(cand[0].basis, screened.factor), axis=1)))
             if cand[1] <= BIAS_FRACTION * min_std * multiplier * screened.sensitivity:
@@ -275,7 +282,9 @@ def cloaking_release(
 ) -> PrivateRelease:
     """Release ``offset + C y_centred`` with cloaking noise, (epsilon, delta)-DP.
 
-    ``C`` is the k x n cloaking matrix, or a pair ``(A, B)`` with ``C = A B`` (sparse models).
+    ``C`` is the k x n cloaking matrix, a pair ``(A, B)`` with ``C = A B`` (sparse models), or a
+    :class:`NoisePlan` of it built with the same keyword arguments (to reuse its optimiser solves when
+    releasing the same predictions at several budgets; the release is then of the plan's matrix).
 
     Privacy assumptions: ``C``, ``offset`` and ``variance`` depend only on public data; each entry
     of ``y_centred`` lies within ``output_bound`` of zero and moves by at most ``data_sensitivity``
@@ -288,8 +297,14 @@ def cloaking_release(
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     y_centred = tf.reshape(tf.convert_to_tensor(y_centred, dtype=tf.float64), [-1])
     n = int(y_centred.shape[0])
-    plan = NoisePlan(C, data_sensitivity=data_sensitivity, output_bound=output_bound, objective=objective,
-                     rtol=rtol, tol=tol, max_iter=max_iter)
+    settings = dict(data_sensitivity=float(data_sensitivity), output_bound=float(output_bound), objective=objective,
+                    rtol=None if rtol is None else float(rtol), tol=float(tol), max_iter=int(max_iter))
+    if isinstance(C, NoisePlan):
+        plan = C
+        if plan.settings != settings:
+            raise ValueError(f"this NoisePlan was built for {plan.settings}, not for {settings}")
+    else:
+        plan = NoisePlan(C, **settings)
     if plan.n != n:
         raise ValueError(f"the cloaking matrix has {plan.n} columns but there are {n} outputs")
     space, noise = plan.choose(multiplier)

@@ -429,3 +429,25 @@ def test_release_on_rank_deficient_matrices(case, objective):
     assert mu <= (1.0 / s_mult) * (1 + 1e-6)
     assert gaussian_delta_at_shift(eps, mu) <= delta * (1 + 1e-6)
     assert np.linalg.norm((np.eye(k) - P) @ rel.mean) <= 1e-8 * max(1.0, np.linalg.norm(rel.mean))
+
+
+def test_noise_plan_reused_across_budgets():
+    """A NoisePlan reused for several budgets gives each release what a fresh release gives, and
+    refuses a release that asks for other settings (a smaller d would under-noise)."""
+    from dpgp_gpflow.release import NoisePlan
+
+    C = gp_cloaking_matrix(30, 12, seed=4)
+    y = np.random.default_rng(1).uniform(-1.0, 1.0, 30)
+    kw = dict(data_sensitivity=2.0, output_bound=1.0)
+    plan = NoisePlan(tf.constant(C), objective="mse", **kw)
+    for eps in (2.0, 0.5):
+        fresh = cloaking_release(tf.constant(C), tf.constant(y), np.zeros(12), np.zeros(12), epsilon=eps,
+                                 delta=1e-3, seed=3, **kw)
+        reused = cloaking_release(plan, tf.constant(y), np.zeros(12), np.zeros(12), epsilon=eps,
+                                  delta=1e-3, seed=3, **kw)
+        np.testing.assert_allclose(reused.noise_std, fresh.noise_std, rtol=1e-12)
+        np.testing.assert_allclose(reused.mean, fresh.mean, rtol=1e-12)
+        assert reused.rank == fresh.rank
+    with pytest.raises(ValueError, match="NoisePlan was built for"):
+        cloaking_release(plan, tf.constant(y), np.zeros(12), np.zeros(12), epsilon=1.0, delta=1e-3,
+                         data_sensitivity=4.0, output_bound=1.0)

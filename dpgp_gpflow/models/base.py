@@ -114,6 +114,12 @@ class PrivateRegressionMixin(LeakGuardMixin):
         lo, hi = self.y_bounds
         return float(np.max(np.maximum(hi - m, m - lo)))
 
+    def _cloaking_release(self, C, offset, variance, **kwargs) -> PrivateRelease:
+        """``offset + C (y - m)`` with cloaking noise: this model's clipped, centred private outputs,
+        their public bounds and data sensitivity; ``kwargs`` as for :func:`cloaking_release`."""
+        return cloaking_release(C, self._centred_outputs(), offset, variance, data_sensitivity=self.data_sensitivity,
+                                output_bound=self._output_bound(), **kwargs)
+
     def _release_matrix(self, Xnew: tf.Tensor):
         return self.cloaking_matrix(Xnew)
 
@@ -151,13 +157,10 @@ class PrivateRegressionMixin(LeakGuardMixin):
         mean_new = self.mean_function(Xnew)
         _, variance = self.predict_f(Xnew)  # public: the posterior variance does not depend on y
         if mechanism == "cloaking":
-            return cloaking_release(
+            return self._cloaking_release(
                 self._release_matrix(Xnew),
-                self._centred_outputs(),
                 mean_new,
                 variance,
-                data_sensitivity=self.data_sensitivity,
-                output_bound=self._output_bound(),
                 epsilon=epsilon,
                 delta=delta,
                 objective=objective,

@@ -18,7 +18,7 @@ from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.covariances import Kuf, Kuu
 
 from ..accounting import PrivacyAccountant
-from ..release import PrivateRelease, cloaking_release
+from ..release import PrivateRelease
 from ..validation import as_inputs
 from .base import PrivateRegressionMixin, prepare_private_data, public_constant_mean, reference_coordinates
 
@@ -216,13 +216,10 @@ class DPGPRFITC(PrivateRegressionMixin, gpflow.models.GPRFITC):
         A_ref = fitc_readout(self.kernel, self.inducing_variable.Z, terms.Luu, Xref)  # [R, M]
         R = reference_coordinates(A_ref)  # release R v: "mse" is then the error at the reference inputs
         m = int(terms.B.shape[0])
-        release = cloaking_release(
+        release = self._cloaking_release(
             tf.linalg.matmul(R, terms.B),
-            self._centred_outputs(),
             tf.zeros([m], dtype=tf.float64),
             tf.zeros([m], dtype=tf.float64),
-            data_sensitivity=self.data_sensitivity,
-            output_bound=self._output_bound(),
             epsilon=epsilon,
             delta=delta,
             objective=objective,
