@@ -23,7 +23,7 @@ the paper states for the figure), d = 100 cm (public bounds 60..160 cm), (1, 0.0
 
 Usage::
 
-    python benchmarks/optimiser_kung.py            # full: 5 timing repeats, 5 GD seeds
+    python benchmarks/optimiser_kung.py            # full: 15 timing repeats, 5 GD seeds
     python benchmarks/optimiser_kung.py --quick    # smoke test (writes results/quick/)
 """
 
@@ -140,7 +140,7 @@ def build_problem():
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke test: 1 repeat, 1 GD seed, small caps")
-    parser.add_argument("--repeats", type=int, default=None, help="timing repeats (default 5; quick 1)")
+    parser.add_argument("--repeats", type=int, default=None, help="timing repeats (default 15; quick 1)")
     parser.add_argument("--seeds", type=int, default=None, help="GD seeds 0..S-1 (default 5; quick 1)")
     parser.add_argument("--rtol", type=float, default=1e-8, help="column-space tolerance (default 1e-8)")
     parser.add_argument("--max-iter", type=int, default=200_000, help="GD iteration cap (default 200000)")
@@ -148,7 +148,7 @@ def main(argv=None) -> int:
                         help="iteration cap of the unprojected GD (default 200000; quick 5000)")
     parser.add_argument("--out-dir", type=Path, default=None, help="where to write the fragment")
     args = parser.parse_args(argv)
-    repeats = args.repeats or (1 if args.quick else 5)
+    repeats = args.repeats or (1 if args.quick else 15)
     n_seeds = args.seeds or (1 if args.quick else 5)
     literal_cap = args.literal_max_iter or (5_000 if args.quick else 200_000)
 

@@ -361,7 +361,8 @@ def _barrier_newton(vectors, weights0, objective_is_entropy, tol, max_iter):
 
     Minimises ``g(l) - mu sum log l`` for a decreasing sequence of ``mu`` with damped Newton steps
     (fraction-to-boundary rule, Armijo backtracking), until the restricted duality gap is below
-    ``tol`` or ``max_iter`` Newton steps were taken. Returns the weights and the step count.
+    ``tol`` or ``max_iter`` Newton steps were taken. Returns the weights, the step count and whether
+    the gap met ``tol``.
     """
     objective = "entropy" if objective_is_entropy else "mse"
     return _barrier_newton_impl(vectors, weights0, objective, tol, max_iter)
@@ -373,10 +374,10 @@ def _barrier_newton_impl(vectors, weights0, objective, tol, max_iter):
     gap0, _, _, _ = _certificate_terms(vectors, weights0, objective)
     mu0 = tf.maximum(gap0, 1e-3) / m
 
-    def cond(it, weights, mu, done):
+    def cond(it, weights, mu, done, met):
         return tf.logical_and(it < max_iter, tf.logical_not(done))
 
-    def body(it, weights, mu, done):
+    def body(it, weights, mu, done, met):
         value, grad, w, V, P, q = _dual_state(vectors, weights, objective)
         # The certificate bounds the excess of any weights, centred or not: stop once it is met.
         gap, rel, _ = _gap(w, q, weights, objective)
@@ -418,12 +419,12 @@ def _barrier_newton_impl(vectors, weights0, objective, tol, max_iter):
         # Decrease the barrier once (roughly) centred: at the central point the gap is about m mu.
         centred = decrement2 < CENTRED_DECREMENT
         new_mu = tf.where(centred, tf.maximum(tf.minimum(mu * MU_FACTOR, gap / (MU_GAP_DIV * m)), 1e-300), mu)
-        return it + 1, new_weights, new_mu, tf.logical_or(converged, stalled)
+        return it + 1, new_weights, new_mu, tf.logical_or(converged, stalled), converged
 
-    it, weights, _, _ = tf.while_loop(
-        cond, body, (tf.constant(0), weights0, mu0, tf.constant(False)), parallel_iterations=1
+    it, weights, _, _, met = tf.while_loop(
+        cond, body, (tf.constant(0), weights0, mu0, tf.constant(False), tf.constant(False)), parallel_iterations=1
     )
-    return weights, it
+    return weights, it, met
 
 
 #: Sensitivity vectors whose coordinates agree to this (relative to the largest entry of each
@@ -474,11 +475,13 @@ def _solve_on_working_sets(vectors: tf.Tensor, objective: str, tol: float, max_i
         sub = tf.gather(vectors, work, axis=1)
         w_sub = tf.constant(np.maximum(weights[work], 1e-12 * r / len(work)))
         remaining = max(max_iter - total_iters, 1)
-        w_sub, its = _barrier_newton(sub, w_sub, entropy, tf.constant(float(stage_tol), tf.float64),
-                                     tf.constant(remaining))
+        w_sub, its, met = _barrier_newton(sub, w_sub, entropy, tf.constant(float(stage_tol), tf.float64),
+                                          tf.constant(remaining))
         total_iters += int(its)
         weights = np.zeros(n)
         weights[work] = w_sub.numpy()
+        if work.size == n and stage_tol <= tol and bool(met):
+            break  # the restricted certificate is the full one here
         gap, rel, qmax, q = _compiled_certificate(vectors, tf.constant(weights), entropy)
         if float(rel) <= tol or total_iters >= max_iter:
             break
@@ -543,14 +546,14 @@ def optimise_noise_covariance(
         tf.gather(vectors, distinct, axis=1), objective, tol, max_iter, None if initial is None else initial[distinct])
     weights = np.zeros(n)
     weights[distinct] = sub_weights
-    if distinct.size < n and total_iters < max_iter:
-        _, rel, _, _ = _compiled_certificate(vectors, tf.constant(weights), entropy)
-        if float(rel) > tol:  # the merge was too coarse for this tol: solve over all vectors
-            weights, more = _solve_on_working_sets(vectors, objective, tol, max_iter - total_iters)
-            total_iters += more
-
     weights_t = tf.constant(weights)
     V, scales, gap, rel = _feasible_covariance(vectors, weights_t, entropy)
+    if float(rel) > tol and distinct.size < n and total_iters < max_iter:
+        # The merge was too coarse for this tol: solve over all vectors.
+        weights, more = _solve_on_working_sets(vectors, objective, tol, max_iter - total_iters)
+        total_iters += more
+        weights_t = tf.constant(weights)
+        V, scales, gap, rel = _feasible_covariance(vectors, weights_t, entropy)
     certificate = OptimiserCertificate(
         objective=objective,
         gap=float(gap),
