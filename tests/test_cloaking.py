@@ -212,6 +212,15 @@ def test_working_set_path_matches_the_dense_solve(monkeypatch, objective):
     assert ours.certificate.converged
 
 
+def assert_cvxpy_optimum(V: np.ndarray, objective: str, noise) -> None:
+    """Feasible, converged, and within OPT_RTOL of cvxpy's optimum on the same vectors."""
+    F = factor_np(noise)
+    ref = objective_value(cvx_noise_covariance(V, objective), objective)
+    assert leverages(F @ F.T, V).max() <= 1.0 + LEV_TOL
+    assert abs(objective_value(F @ F.T, objective) - ref) <= OPT_RTOL * max(1.0, abs(ref))
+    assert noise.certificate.converged
+
+
 @pytest.mark.parametrize("objective", OBJECTIVES)
 def test_repeated_vectors_reach_the_cvxpy_optimum(objective):
     """Repeated training inputs give identical sensitivity vectors; they are merged before solving,
@@ -220,12 +229,7 @@ def test_repeated_vectors_reach_the_cvxpy_optimum(objective):
     V = base[:, [0, 1, 1, 2, 3, 3, 3, 4, 5, 6, 6]]
     V = V + 1e-14 * np.abs(V).max() * random_vectors(3, V.shape[1], 22)  # rounding-level differences
     assert cloaking._distinct_columns(V).size == 7
-    ours = optimise_noise_covariance(tf.constant(V), objective, tol=TOL)
-    F = factor_np(ours)
-    ref = objective_value(cvx_noise_covariance(V, objective), objective)
-    assert leverages(F @ F.T, V).max() <= 1.0 + LEV_TOL
-    assert abs(objective_value(F @ F.T, objective) - ref) <= OPT_RTOL * max(1.0, abs(ref))
-    assert ours.certificate.converged
+    assert_cvxpy_optimum(V, objective, optimise_noise_covariance(tf.constant(V), objective, tol=TOL))
 
 
 @pytest.mark.parametrize("objective", OBJECTIVES)
@@ -236,12 +240,7 @@ def test_too_coarse_a_merge_falls_back_to_all_vectors(monkeypatch, objective):
     V = np.array([[1.0, 0.0, 1.4, 0.3], [0.0, 1.0, 0.0, 0.3]])
     monkeypatch.setattr(cloaking, "DUPLICATE_RTOL", 0.9)
     assert cloaking._distinct_columns(V).tolist() == [0, 1, 3]
-    ours = optimise_noise_covariance(tf.constant(V), objective, tol=TOL)
-    F = factor_np(ours)
-    ref = objective_value(cvx_noise_covariance(V, objective), objective)
-    assert leverages(F @ F.T, V).max() <= 1.0 + LEV_TOL
-    assert abs(objective_value(F @ F.T, objective) - ref) <= OPT_RTOL * max(1.0, abs(ref))
-    assert ours.certificate.converged
+    assert_cvxpy_optimum(V, objective, optimise_noise_covariance(tf.constant(V), objective, tol=TOL))
 
 
 @pytest.mark.parametrize("objective", OBJECTIVES)
@@ -250,11 +249,7 @@ def test_warm_start_from_a_loose_solve_reaches_the_optimum(objective):
     loose = optimise_noise_covariance(tf.constant(V), objective, tol=1e-2)
     warm = optimise_noise_covariance(tf.constant(V), objective, tol=TOL, initial_weights=loose.weights)
     cold = optimise_noise_covariance(tf.constant(V), objective, tol=TOL)
-    F = factor_np(warm)
-    ref = objective_value(cvx_noise_covariance(V, objective), objective)
-    assert leverages(F @ F.T, V).max() <= 1.0 + LEV_TOL
-    assert abs(objective_value(F @ F.T, objective) - ref) <= OPT_RTOL * max(1.0, abs(ref))
-    assert warm.certificate.converged
+    assert_cvxpy_optimum(V, objective, warm)
     assert warm.certificate.iterations <= cold.certificate.iterations
 
 
