@@ -55,7 +55,7 @@ PRUNE_TOL = 1e-2
 #: Working sets up to this size are solved in one stage (pruning would not pay for a restart).
 PRUNE_MIN_POINTS = 300
 #: The barrier weight is decreased once the squared Newton decrement is below this (loosely centred) ...
-CENTRED_DECREMENT = 1e-4
+CENTRED_DECREMENT = 1e-6
 #: ... by this factor (or to a tenth of the duality gap per point, if smaller).
 MU_FACTOR = 0.05
 MU_GAP_DIV = 10.0

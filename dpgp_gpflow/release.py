@@ -221,9 +221,14 @@ class NoisePlan:
 
     def _solve(self, space: ColumnSpace, tol: float, initial_weights=None):
         try:
-            return _cloaking_noise(space, self._objective, self._d, tol, self._max_iter, initial_weights)
+            noise = _cloaking_noise(space, self._objective, self._d, tol, self._max_iter, initial_weights)
+            if initial_weights is None or noise.certificate.converged:
+                return noise
         except FloatingPointError as exc:
-            return exc
+            if initial_weights is None:
+                return exc
+        # A warm start can mislead the barrier (e.g. weights tuned to other directions): start cold.
+        return self._solve(space, tol)
 
     @staticmethod
     def _result(noise):
