@@ -561,3 +561,23 @@ def test_dp_classifier_beats_chance_on_average():
     p, _ = m.predict_y(Xt)
     nondp = np.mean(np.where(p.numpy()[:, 0] >= 0.5, 1.0, -1.0) == yt)
     assert nondp > 0.8 and np.mean(accs) > 0.65
+
+
+def test_ill_conditioned_mnist_release_converges(data_dir):
+    """Regression: an mse solve (sparse classifier on MNIST, m = 70, lengthscale 95) that lost the
+    barrier's central path with too loose a centring and then refused to release. It must release,
+    with a converged certificate, and pass the exact audit."""
+    from dpgp_gpflow.datasets import load_mnist_binary
+    from dpgp_gpflow.models import kmeans_inducing_inputs
+
+    X, Y, _, _ = load_mnist_binary(data_dir / "mnist_2400.npz", n_train=256, n_test=100, size=15, seed=0,
+                                   pixel_max=255.0)
+    Z = kmeans_inducing_inputs(X, 70)
+    model = DPSparseLaplaceGPC((X, Y), gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=95.0), Z)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ReproducibleNoiseWarning)
+        pc = model.release(epsilon=1.0, delta=0.01, seed=0)
+    (rel,) = pc.releases
+    assert rel.certificate.converged
+    mu = mu_np(pc.weight_noise_factor, model.cloaking_matrix().numpy())
+    assert mu <= (1.0 / rel.noise_multiplier) * (1 + 1e-6)
