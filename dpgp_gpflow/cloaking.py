@@ -206,11 +206,6 @@ def _dual_state(vectors: tf.Tensor, weights: tf.Tensor, objective: str):
     return value, tape.gradient(value, weights), w, V, P, tf.stop_gradient(q)
 
 
-def _dual_value_and_gradient(vectors: tf.Tensor, weights: tf.Tensor, objective: str):
-    """Dual value and its gradient by autodiff (the gradient equals ``1 - q``)."""
-    value, grad, _, _, _, _ = _dual_state(vectors, weights, objective)
-    return value, grad
-
 
 def _mse_curvature(w: tf.Tensor) -> tf.Tensor:
     """``E_ab = 1 / (sqrt(w_a) sqrt(w_b) (sqrt(w_a) + sqrt(w_b)))``: divided differences of ``w^{-1/2}``."""
@@ -464,7 +459,7 @@ def _solve_on_working_sets(vectors: tf.Tensor, objective: str, tol: float, max_i
     if initial is None:
         weights[work] = r / max(len(work), 1)
     else:
-        work = np.union1d(work, np.flatnonzero(initial > 0.0)) if n > DENSE_POINTS else work
+        work = np.union1d(work, np.flatnonzero(initial > 0.0))
         weights[work] = np.maximum(initial[work], 1e-6 * initial.max())
     # Stage 1 solves loosely on many points; then the points that carry no weight and are far
     # from active are pruned (the optimum's support is typically 1-3 r points) and stage 2 solves
@@ -482,7 +477,7 @@ def _solve_on_working_sets(vectors: tf.Tensor, objective: str, tol: float, max_i
         weights[work] = w_sub.numpy()
         if work.size == n and stage_tol <= tol and bool(met):
             break  # the restricted certificate is the full one here
-        gap, rel, qmax, q = _compiled_certificate(vectors, tf.constant(weights), entropy)
+        _, rel, _, q = _compiled_certificate(vectors, tf.constant(weights), entropy)
         if float(rel) <= tol or total_iters >= max_iter:
             break
         q_np = q.numpy()

@@ -180,6 +180,11 @@ def _cloaking_noise(space: ColumnSpace, objective: str, d: float, tol: float, ma
     return _Noise(factor_u, sensitivity, noise.certificate, noise.weights)
 
 
+def _unit_noise_factor(space: ColumnSpace, noise: _Noise) -> tf.Tensor:
+    """The release's noise factor (k x r) at unit multiplier: ``basis F`` times the sensitivity."""
+    return tf.linalg.matmul(space.basis, noise.factor) * noise.sensitivity
+
+
 class NoisePlan:
     """The noise a cloaking release of ``C`` would add, as a function of the noise multiplier,
     without drawing any: the rank rule of :func:`cloaking_release` lives here (and only here).
@@ -197,9 +202,8 @@ class NoisePlan:
     def __init__(self, C, *, data_sensitivity: float, output_bound: float, objective: str,
                  rtol: Optional[float] = None, tol: float = 1e-6, max_iter: int = 2000) -> None:
         rtols = candidate_rtols(objective, rtol)
-        shape_of = (lambda M: tuple(np.shape(M)))
-        self.n = shape_of(C[1])[1] if isinstance(C, (tuple, list)) else shape_of(C)[1]
-        self.k = shape_of(C[0])[0] if isinstance(C, (tuple, list)) else shape_of(C)[0]
+        left, right = (C[0], C[1]) if isinstance(C, (tuple, list)) else (C, C)  # C = A B, or C itself
+        self.k, self.n = int(np.shape(left)[0]), int(np.shape(right)[1])
         self._single = len(rtols) == 1
         self._spaces: Iterator[ColumnSpace] = column_spaces(C, rtols)
         self._candidates: List[list] = []  # per candidate rank: [space, bias bound, screened, final]
@@ -216,8 +220,12 @@ class NoisePlan:
             space = next(self._spaces, None)
             if space is None:
                 return None
-            self._candidates.append([space, space.residual * self._bias_scale, None, None])
+            self._candidates.append([space, self.bias_bound(space), None, None])
         return self._candidates[i]
+
+    def bias_bound(self, space: ColumnSpace) -> float:
+        """``s_{r+1} sqrt(n) output_bound``: how far projecting onto ``space`` can move the mean (2-norm)."""
+        return space.residual * self._bias_scale
 
     def _solve(self, space: ColumnSpace, tol: float, initial_weights=None):
         try:
@@ -251,9 +259,8 @@ class NoisePlan:
                 previous = self._candidates[i - 1][2] if i > 0 else None
                 warm = previous.weights if isinstance(previous, _Noise) else None
                 cand[2] = self._solve(cand[0], max(self._tol, SCREEN_TOL), warm)
-            screened = self._result(cand[2])
-            min_std = float(tf.reduce_min(tf.norm(tf.linalg.matmul(cand[0].basis, screened.factor), axis=1)))
-            if cand[1] <= BIAS_FRACTION * min_std * multiplier * screened.sensitivity:
+            min_std = float(tf.reduce_min(tf.norm(_unit_noise_factor(cand[0], self._result(cand[2])), axis=1)))
+            if cand[1] <= BIAS_FRACTION * min_std * multiplier:
                 break
             i += 1
         if chosen[3] is None:
@@ -263,8 +270,7 @@ class NoisePlan:
 
     def noise_std(self, multiplier: float) -> np.ndarray:
         """The release's ``noise_std`` (k) at ``multiplier``; raises where the release would."""
-        space, noise = self.choose(multiplier)
-        return multiplier * noise.sensitivity * tf.norm(tf.linalg.matmul(space.basis, noise.factor), axis=1).numpy()
+        return multiplier * tf.norm(_unit_noise_factor(*self.choose(multiplier)), axis=1).numpy()
 
 
 def cloaking_release(
@@ -313,14 +319,13 @@ def cloaking_release(
     if plan.n != n:
         raise ValueError(f"the cloaking matrix has {plan.n} columns but there are {n} outputs")
     space, noise = plan.choose(multiplier)
-    factor_u, sensitivity, certificate = noise.factor, noise.sensitivity, noise.certificate
-    noise_factor = tf.linalg.matmul(space.basis, factor_u) * (multiplier * sensitivity)  # [k, r]
-    noise_std = tf.sqrt(tf.reduce_sum(noise_factor**2, axis=1))
-    bias_bound = space.residual * math.sqrt(n) * float(output_bound)
+    sensitivity = noise.sensitivity
+    noise_factor = _unit_noise_factor(space, noise) * multiplier  # [k, r]
+    noise_std = tf.norm(noise_factor, axis=1)
 
     xi, reproducible = standard_normal(space.rank, seed)
     coords = tf.linalg.matvec(space.vectors, y_centred)  # [r]: the mean projected onto the basis
-    coords = coords + (multiplier * sensitivity) * tf.linalg.matvec(factor_u, tf.constant(xi))
+    coords = coords + (multiplier * sensitivity) * tf.linalg.matvec(noise.factor, tf.constant(xi))
     released = tf.reshape(tf.cast(offset, tf.float64), [-1]) + tf.linalg.matvec(space.basis, coords)
 
     if accountant is not None:
@@ -338,11 +343,11 @@ def cloaking_release(
         noise_multiplier=float(multiplier),
         calibration=calibration,
         objective=objective,
-        certificate=certificate,
+        certificate=noise.certificate,
         mechanism="cloaking",
         rank=space.rank,
         rtol=space.rtol,
-        bias_bound=float(bias_bound),
+        bias_bound=float(plan.bias_bound(space)),
         reproducible=reproducible,
     )
 

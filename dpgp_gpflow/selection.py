@@ -319,8 +319,6 @@ class _NoiseProfile:
 
     def __init__(self, C, *, data_sensitivity: float, output_bound: float, objective: str,
                  rtol: Optional[float] = None, tol: float = 1e-6, max_iter: int = 500) -> None:
-        if objective not in OBJECTIVES:
-            raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
         self._plan = NoisePlan(C, data_sensitivity=data_sensitivity, output_bound=output_bound,
                                objective=objective, rtol=rtol, tol=tol, max_iter=max_iter)
 
@@ -454,12 +452,13 @@ def _model_kind(model) -> str:
     raise TypeError(f"model must be a dpgp_gpflow.models.DPGPR, DPGPRFITC or DPLaplaceGPC, got {type(model).__name__}")
 
 
-#: Classification (labels in {-1, +1}, public prior mean 0): bounds of the labels.
-LABEL_BOUNDS = (-1.0, 1.0)
-
-
 def _output_bounds(model, kind: str) -> Tuple[float, float]:
-    return LABEL_BOUNDS if kind == "laplace" else tuple(model.y_bounds)
+    """Public bounds of the outputs: ``y_bounds``, or the labels' {-1, +1} for a classifier."""
+    if kind == "laplace":
+        from .models.dp_laplace import _LABEL_BOUND
+
+        return (-_LABEL_BOUND, _LABEL_BOUND)
+    return tuple(model.y_bounds)
 
 
 def _fold_matrices(work, kind: str, X: np.ndarray, splits: Sequence[Split]):
@@ -475,9 +474,7 @@ def _fold_matrices(work, kind: str, X: np.ndarray, splits: Sequence[Split]):
         if kind == "laplace":  # latent mean at the test inputs after one Newton step: linear in the labels
             C = first_step_predictive_cloaking(work.kernel, Xtr, Xte)
             release_matrix = C.numpy()
-            out.append((Fold(train, test, C.numpy(), np.zeros(test.size)), release_matrix, 1.0))
-            continue
-        if kind == "gpr":
+        elif kind == "gpr":
             C = gpr_cloaking_matrix(work.kernel, Xtr, work.likelihood.variance, Xte)
             release_matrix = C.numpy()
         else:
@@ -582,7 +579,9 @@ def cross_validate(model, grid: Sequence[Config], *, folds: Union[int, Sequence[
     y = (Y.numpy() if hasattr(Y, "numpy") else np.asarray(Y))[:, 0].astype(np.float64)
     n = X.shape[0]
     if d is None:
-        d = 2.0 if kind == "laplace" else model.data_sensitivity
+        from .models.dp_laplace import LABEL_SENSITIVITY
+
+        d = LABEL_SENSITIVITY if kind == "laplace" else model.data_sensitivity
     else:
         d = validate_data_sensitivity(d, _output_bounds(model, kind))
     if isinstance(folds, (int, np.integer)) and not isinstance(folds, bool):
