@@ -1,4 +1,4 @@
-"""Shared fixtures: float64, shape checking on, and the papers' data folder."""
+"""Shared fixtures: float64, shape checking on, the papers' data folder, and a noise-draw counter."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from pathlib import Path
 import gpflow
 import pytest
 from check_shapes import set_enable_check_shapes
+
+import dpgp_gpflow.release as release_module
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,3 +38,17 @@ def data_dir() -> Path:
 
 set_enable_check_shapes(True)
 gpflow.config.set_default_float("float64")
+
+
+@pytest.fixture
+def draws(monkeypatch):
+    """Counts calls of the one function that draws DP noise (``release.standard_normal``)."""
+    calls = []
+    original = release_module.standard_normal
+
+    def counting(size, seed=None):
+        calls.append(size)
+        return original(size, seed)
+
+    monkeypatch.setattr(release_module, "standard_normal", counting)
+    return calls

@@ -6,7 +6,6 @@ import gpflow
 import numpy as np
 import pytest
 
-import dpgp_gpflow.release as release_module
 from dpgp_gpflow import BudgetExceededError, PrivacyAccountant
 from dpgp_gpflow.accounting import current_accountant
 from dpgp_gpflow.models import DPGPR
@@ -22,20 +21,6 @@ def model():
     X = rng.uniform(0.0, 3.0, (8, 1))
     Y = np.clip(np.sin(X) + 0.1 * rng.standard_normal((8, 1)), -1.0, 1.0)
     return DPGPR((X, Y), gpflow.kernels.SquaredExponential(lengthscales=1.0), y_bounds=(-1.0, 1.0), noise_variance=0.1)
-
-
-@pytest.fixture
-def draws(monkeypatch):
-    """Counts calls of the one function that draws DP noise."""
-    calls = []
-    original = release_module.standard_normal
-
-    def counting(size, seed=None):
-        calls.append(size)
-        return original(size, seed)
-
-    monkeypatch.setattr(release_module, "standard_normal", counting)
-    return calls
 
 
 def test_check_spend_spent_remaining():

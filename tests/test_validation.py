@@ -8,7 +8,6 @@ import gpflow
 import numpy as np
 import pytest
 
-import dpgp_gpflow.release as release_module
 from dpgp_gpflow import ClippingWarning, PrivacyAccountant, PrivacyLeakError
 from dpgp_gpflow.models import DPGPR
 
@@ -42,19 +41,6 @@ XNEW = np.linspace(0.0, 3.0, 4)[:, None]
 @pytest.fixture(scope="module")
 def model():
     return build()
-
-
-@pytest.fixture
-def draws(monkeypatch):
-    calls = []
-    original = release_module.standard_normal
-
-    def counting(size, seed=None):
-        calls.append(size)
-        return original(size, seed)
-
-    monkeypatch.setattr(release_module, "standard_normal", counting)
-    return calls
 
 
 # ---------------------------------------------------------------------------------------------

@@ -360,16 +360,9 @@ def test_predict_f_sparse_matches_numpy(sparse_release, problem):
     np.testing.assert_allclose(sparse_release.releases[0].variance, np.diag(Sigma), rtol=1e-7)
 
 
-def test_predictions_spend_nothing_and_draw_nothing(model, sparse_model, problem, monkeypatch):
+def test_predictions_spend_nothing_and_draw_nothing(model, sparse_model, problem, draws):
     X, _, Xnew = problem
-    calls = []
-    original = release_module.standard_normal
-
-    def counting(size, seed=None):
-        calls.append(size)
-        return original(size, seed)
-
-    monkeypatch.setattr(release_module, "standard_normal", counting)
+    calls = draws
     with PrivacyAccountant(epsilon=2.0, delta=0.02) as acc:
         pcs = [model.release(epsilon=EPS, delta=DELTA / 2), sparse_model.release(epsilon=EPS, delta=DELTA / 2)]
         assert len(acc.ledger) == 2 and len(calls) == 2
