@@ -28,6 +28,13 @@ RESULTS_DIR = BENCH_DIR / "results"
 #: Fragments of ``--quick`` runs go here (not collected into RESULTS.md).
 QUICK_DIR = RESULTS_DIR / "quick"
 
+# The !Kung protocol of DESIGN section 9 (JMLR Table 1), shared by utility_kung, sparse_kung and
+# baselines: EQ hyperparameters and the height interval fixed a priori, (1, 0.01)-DP, 14 folds.
+KUNG_LENGTHSCALE, KUNG_KERNEL_VARIANCE, KUNG_NOISE_VARIANCE = 15.0, 10.0, 25.0
+KUNG_Y_BOUNDS = (60.0, 160.0)
+KUNG_EPSILON, KUNG_DELTA = 1.0, 0.01
+KUNG_N_FOLDS = 14
+
 
 # ------------------------------------------------------------------------------------------
 # provenance

@@ -84,11 +84,11 @@ warnings.filterwarnings("ignore", category=dpgp_gpflow.ReproducibleNoiseWarning)
 warnings.filterwarnings("ignore", category=dpgp_gpflow.ClippingWarning)
 
 # Part A
-KUNG_Y_BOUNDS = (60.0, 160.0)
+from _common import (  # noqa: E402  (the !Kung protocol of DESIGN section 9)
+    KUNG_DELTA, KUNG_EPSILON, KUNG_KERNEL_VARIANCE, KUNG_LENGTHSCALE, KUNG_NOISE_VARIANCE, KUNG_Y_BOUNDS)
+
 KUNG_AGE_BOUNDS = (0.0, 90.0)
-KUNG_LENGTHSCALE, KUNG_KERNEL_VARIANCE, KUNG_NOISE_VARIANCE = 15.0, 10.0, 25.0
 KUNG_ALT_KERNEL_VARIANCE = ((KUNG_Y_BOUNDS[1] - KUNG_Y_BOUNDS[0]) / 4.0) ** 2  # 625
-KUNG_EPSILON, KUNG_DELTA = 1.0, 0.01
 KUNG_BIN_COUNTS = (18, 9, 6, 4, 3)  # widths 5, 10, 15, 22.5, 30 years
 KUNG_BIN_COUNTS_QUICK = (9, 3)
 

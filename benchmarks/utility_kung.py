@@ -47,12 +47,10 @@ from dpgp_gpflow.models import DPGPR  # noqa: E402
 warnings.filterwarnings("ignore", category=dpgp_gpflow.ReproducibleNoiseWarning)
 warnings.filterwarnings("ignore", category=dpgp_gpflow.ClippingWarning)
 
-LENGTHSCALE = 15.0
-KERNEL_VARIANCE = 10.0
-NOISE_VARIANCE = 25.0
-Y_BOUNDS = (60.0, 160.0)
-EPSILON, DELTA = 1.0, 0.01
-N_FOLDS = 14
+LENGTHSCALE, KERNEL_VARIANCE, NOISE_VARIANCE = (_common.KUNG_LENGTHSCALE, _common.KUNG_KERNEL_VARIANCE,
+                                               _common.KUNG_NOISE_VARIANCE)
+Y_BOUNDS, N_FOLDS = _common.KUNG_Y_BOUNDS, _common.KUNG_N_FOLDS
+EPSILON, DELTA = _common.KUNG_EPSILON, _common.KUNG_DELTA
 # JMLR Table 1's "standard" is the full-GP cloaking model (against "sparse" and "non-stationary"),
 # run with the papers' settings: classical calibration, log-det (entropy) objective.
 PUBLISHED = {"cloaking-published": "13.3 +- 3.2", "no DP": "7.1 +- 1.8"}

@@ -37,6 +37,7 @@ __all__ = [
     "column_space",
     "column_spaces",
     "mahalanobis_sensitivity",
+    "noise_std_lower_bound",
     "optimise_noise_covariance",
 ]
 
@@ -574,3 +575,33 @@ def mahalanobis_sensitivity(factor: tf.Tensor, vectors: tf.Tensor, data_sensitiv
     if not math.isfinite(qmax):
         raise FloatingPointError("the sensitivity is not finite: the noise covariance is singular")
     return float(data_sensitivity) * math.sqrt(qmax)
+
+
+#: Rows of ``C`` formed at a time by :func:`noise_std_lower_bound` when ``C`` comes factored.
+LOWER_BOUND_CHUNK = 1024
+
+
+def noise_std_lower_bound(C, data_sensitivity: float, noise_multiplier: float) -> np.ndarray:
+    """``s d max_i |C_ji|`` per prediction j: no Gaussian noise, of any covariance, can be smaller.
+
+    A release ``C y + N(0, Sigma)`` whose outputs move by up to ``d`` is (epsilon, delta)-DP with the
+    analytic multiplier ``s`` only if ``s^2 d^2 c_i^T Sigma^{-1} c_i <= 1`` for every column ``c_i``
+    (the privacy loss of a Gaussian shift depends on its Mahalanobis norm alone; for a singular
+    ``Sigma`` read its pseudo-inverse, and ``c_i`` must lie in its range), and Cauchy-Schwarz,
+    ``C_ji^2 <= Sigma_jj c_i^T Sigma^{-1} c_i``, then gives ``Sigma_jj >= s^2 d^2 C_ji^2``. Optimal
+    for a single prediction (k = 1); a yardstick for the optimiser and for utility targets otherwise.
+
+    ``C`` is the k x n cloaking matrix or a factored pair ``(A, B)`` (formed ``LOWER_BOUND_CHUNK`` rows
+    at a time). Public: depends on ``C`` (public inputs and hyperparameters) only.
+    """
+    d, s = float(data_sensitivity), float(noise_multiplier)
+    if not (math.isfinite(d) and d > 0.0 and math.isfinite(s) and s > 0.0):
+        raise ValueError(f"data_sensitivity and noise_multiplier must be finite and > 0, got {d!r}, {s!r}")
+    if isinstance(C, (tuple, list)):
+        A, B = (tf.convert_to_tensor(x, dtype=tf.float64) for x in C)
+        rows = [tf.reduce_max(tf.abs(tf.linalg.matmul(A[i:i + LOWER_BOUND_CHUNK], B)), axis=1)
+                for i in range(0, int(A.shape[0]), LOWER_BOUND_CHUNK)]
+        largest = tf.concat(rows, axis=0)
+    else:
+        largest = tf.reduce_max(tf.abs(tf.convert_to_tensor(C, dtype=tf.float64)), axis=1)
+    return s * d * largest.numpy()

@@ -446,3 +446,43 @@ def test_noise_plan_reused_across_budgets():
     with pytest.raises(ValueError, match="NoisePlan was built for"):
         cloaking_release(plan, tf.constant(y), np.zeros(12), np.zeros(12), epsilon=1.0, delta=1e-3,
                          data_sensitivity=4.0, output_bound=1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The per-prediction lower bound on the noise of any Gaussian release
+
+
+def test_noise_std_lower_bound_closed_form():
+    """``s d max_i |C_ji|``, computed in NumPy; the factored form (A, B) gives the same."""
+    from dpgp_gpflow.cloaking import noise_std_lower_bound
+
+    rng = np.random.default_rng(7)
+    A, B = rng.standard_normal((2500, 3)), rng.standard_normal((3, 40))  # > one chunk of rows
+    expected = 2.5 * 3.0 * np.abs(A @ B).max(axis=1)
+    np.testing.assert_allclose(noise_std_lower_bound(A @ B, 3.0, 2.5), expected, rtol=1e-12)
+    np.testing.assert_allclose(noise_std_lower_bound((A, B), 3.0, 2.5), expected, rtol=1e-12)
+    for bad in ((0.0, 1.0), (1.0, -1.0), (np.inf, 1.0), (1.0, np.nan)):
+        with pytest.raises(ValueError, match="must be finite and > 0"):
+            noise_std_lower_bound(A @ B, *bad)
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+@pytest.mark.parametrize("case", list(RANK_CASES) + ["random-8x30"])
+def test_every_release_respects_the_noise_lower_bound(case, objective):
+    """No release adds less noise than the Cauchy-Schwarz bound allows (for the matrix it releases,
+    the projection ``P C``); with one prediction, or one training point, the optimum attains it."""
+    from dpgp_gpflow.cloaking import noise_std_lower_bound
+
+    C = random_vectors(8, 30, 5) if case == "random-8x30" else RANK_CASES[case]()
+    k, n = C.shape
+    d = 2.0
+    rel = cloaking_release(tf.constant(C), tf.constant(np.zeros(n)), np.zeros(k), np.zeros(k),
+                           data_sensitivity=d, output_bound=d / 2, epsilon=0.7, delta=1e-4,
+                           objective=objective, seed=0)
+    P = range_projector(rel.noise_factor)
+    bound = noise_std_lower_bound(P @ C, d, rel.noise_multiplier)
+    assert np.all(rel.noise_std >= bound * (1 - 1e-9))
+    if k == 1 or n == 1:  # the optimal noise is then N(0, (s d)^2 c c^T) along the single column c
+        np.testing.assert_allclose(rel.noise_std, bound, rtol=1e-6)
+    else:
+        assert np.any(rel.noise_std > bound * (1 + 1e-3))  # correlated releases pay for sharing noise
