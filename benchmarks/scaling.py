@@ -12,7 +12,8 @@ process, read by the parent with ``os.wait4``) belongs to that case alone; it in
 ~0.5 GB of TensorFlow itself (the "baseline" column: peak RSS before the data are built). Within
 the process the release is called once "cold" (includes tf.function tracing) and then
 ``--repeats`` more times ("warm", median reported) when the case is cheap; large cases get no
-warm repeats (the cold time is then the only time). The split (cloaking matrix, posterior variance,
+warm repeats (the cold time is then the only time); a case that times out during its warm
+repeats keeps its cold result. The split (cloaking matrix, posterior variance,
 SVD, optimiser) is measured on the cold call by wrapping the package's functions in the worker.
 
 Usage::
@@ -140,21 +141,28 @@ def worker(n: int, k: int, repeats: int, cores: int | None) -> None:
     n_opt = calls["optimiser"]
     cert = certificates[-1]
     warm = []
-    for _ in range(repeats):
+
+    def report(complete: bool) -> None:
+        # Printed after the cold call and after each warm repeat: if the case times out during the
+        # repeats, the parent still has the cold result and the repeats done so far.
+        print(json.dumps({
+            "n": n, "k": k, "grid": shape, "cold_s": cold, "warm_s": warm, "complete": complete,
+            "warm_median_s": statistics.median(warm) if warm else None,
+            "split_cold_s": split, "optimiser_calls_cold": n_opt,
+            "rank": release.rank, "rtol": release.rtol, "bias_bound": release.bias_bound,
+            "certificate": cert, "sensitivity": release.sensitivity,
+            "median_noise_std": float(np.median(release.noise_std)),
+            "baseline_rss_bytes": baseline_rss, "self_peak_rss_bytes": _common.peak_rss_self_bytes(),
+            "gpus": _common.gpu_names(), "tf_threads": [tf.config.threading.get_intra_op_parallelism_threads(),
+                                                      tf.config.threading.get_inter_op_parallelism_threads()],
+            "cores": len(os.sched_getaffinity(0)),
+        }), flush=True)
+
+    report(complete=repeats == 0)
+    for i in range(repeats):
         t, _ = _common.time_call(call)
         warm.append(t)
-    print(json.dumps({
-        "n": n, "k": k, "grid": shape, "cold_s": cold, "warm_s": warm,
-        "warm_median_s": statistics.median(warm) if warm else None,
-        "split_cold_s": split, "optimiser_calls_cold": n_opt,
-        "rank": release.rank, "rtol": release.rtol, "bias_bound": release.bias_bound,
-        "certificate": cert, "sensitivity": release.sensitivity,
-        "median_noise_std": float(np.median(release.noise_std)),
-        "baseline_rss_bytes": baseline_rss, "self_peak_rss_bytes": _common.peak_rss_self_bytes(),
-        "gpus": _common.gpu_names(), "tf_threads": [tf.config.threading.get_intra_op_parallelism_threads(),
-                                                  tf.config.threading.get_inter_op_parallelism_threads()],
-        "cores": len(os.sched_getaffinity(0)),
-    }))
+        report(complete=i == repeats - 1)
 
 
 # ------------------------------------------------------------------------------------------
@@ -215,10 +223,10 @@ def main(argv=None) -> int:
         print(f"case n={n}, k={k} ({reps} warm repeats, timeout {args.timeout:g} s) ...", flush=True)
         res = _common.run_isolated(argv_case, timeout=args.timeout, env=env)
         peak_mib = res["maxrss_bytes"] / 2**20
-        out = _common.last_json_line(res["stdout"]) if not res["timed_out"] else None
-        if res["timed_out"]:
+        out = _common.last_json_line(res["stdout"])  # on a timeout: the cold result, if it got that far
+        if res["timed_out"] and out is None:
             rows.append([n, k, "–", f"timeout (> {args.timeout:g} s)", "–", "–", f"{peak_mib:.0f}", "–", "–", "–", "–"])
-        elif res["returncode"] != 0 or out is None:
+        elif (res["returncode"] != 0 and not res["timed_out"]) or out is None:
             tail = (res["stderr"].strip().splitlines() or ["?"])[-1][:120]
             rows.append([n, k, "–", f"failed (exit {res['returncode']}): {tail}", "–", "–", f"{peak_mib:.0f}",
                          "–", "–", "–", "–"])
@@ -230,6 +238,8 @@ def main(argv=None) -> int:
                      f"{sp['optimiser']:.1f} ({out['optimiser_calls_cold']}x) / {other:.1f}")
             cert = out["certificate"]
             warm = (f"{out['warm_median_s']:.2f} (of {len(out['warm_s'])})" if out["warm_s"] else "–")
+            if res["timed_out"]:
+                warm = f"{warm}; timeout (> {args.timeout:g} s) during the warm repeats"
             rows.append([
                 n, k, f"{out['grid'][0]}x{out['grid'][1]}", f"{out['cold_s']:.2f}", warm, split,
                 f"{peak_mib:.0f}", f"{out['baseline_rss_bytes'] / 2**20:.0f}",
