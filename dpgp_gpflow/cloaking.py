@@ -491,7 +491,7 @@ def _solve_on_working_sets(vectors: tf.Tensor, objective: str, tol: float, max_i
             keep = work[weights[work] > 1e-10 * wmax]
         outside = np.setdiff1d(np.arange(n), keep)
         violating = outside[q_np[outside] > 1.0]
-        viol = violating[np.argsort(-q_np[violating])][: max(4 * r, 1000)]
+        viol = violating[np.argsort(-q_np[violating])][:r]  # the worst r: most others follow them
         if viol.size == 0 and keep.size == work.size:
             continue  # same set: keep solving (the iteration cap ends it)
         work = np.union1d(keep, viol)
