@@ -103,19 +103,20 @@ def build(method, X, Y):
     return DPGPR((X, Y), gibbs_kernel(X), y_bounds=Y_BOUNDS, noise_variance=NOISE_VARIANCE)
 
 
-def dp_rmse(model, Xt, yt, calibration, objective, n_seeds, seed0, with_bound=False):
-    """Mean RMSE over ``n_seeds`` releases; with ``with_bound`` also the expected RMSE of the release
-    (closed form: no-DP squared error plus the noise variance, per point) and the lower bound on it for
-    any Gaussian release of these predictions (``noise_std_lower_bound``)."""
+def dp_rmse(model, Xt, yt, calibration, objective, n_seeds, seed0):
+    """Mean RMSE over ``n_seeds`` separate releases, and the first release."""
     releases = [model.release(Xt, epsilon=EPSILON, delta=DELTA, calibration=calibration, objective=objective,
                               seed=seed0 + s) for s in range(n_seeds)]
-    measured = float(np.mean([rmse(rel.mean, yt) for rel in releases]))
-    if not with_bound:
-        return measured
-    rel = releases[0]
-    mse_no_dp = rmse(model.predict_f(Xt)[0].numpy(), yt) ** 2
-    floor = noise_std_lower_bound(model.cloaking_matrix(Xt), rel.data_sensitivity, rel.noise_multiplier)
-    return measured, float(np.sqrt(mse_no_dp + np.mean(rel.noise_std**2))), float(np.sqrt(mse_no_dp + np.mean(floor**2)))
+    return float(np.mean([rmse(rel.mean, yt) for rel in releases])), releases[0]
+
+
+def expected_rmses(model, Xt, no_dp_rmse, release):
+    """Expected RMSE of ``release`` (closed form: the no-DP squared error plus the noise variance, per
+    point) and the same for the smallest noise any Gaussian release of these predictions could add
+    (``noise_std_lower_bound``)."""
+    floor = noise_std_lower_bound(model.cloaking_matrix(Xt), release.data_sensitivity, release.noise_multiplier)
+    return (float(np.sqrt(no_dp_rmse**2 + np.mean(release.noise_std**2))),
+            float(np.sqrt(no_dp_rmse**2 + np.mean(floor**2))))
 
 
 def ms(values) -> str:
@@ -156,16 +157,15 @@ def main(argv=None) -> int:
             Xt, yt = X[test], Y[test, 0]
             for method in METHODS:
                 model = build(method, X[train], Y[train])
-                res[method]["no DP"].append(rmse(model.predict_f(Xt)[0].numpy(), yt))
+                no_dp = rmse(model.predict_f(Xt)[0].numpy(), yt)
+                res[method]["no DP"].append(no_dp)
                 for label, calibration, objective in SETTINGS:
+                    measured, release = dp_rmse(model, Xt, yt, calibration, objective, n_seeds, 1000 * f)
+                    res[method][label].append(measured)
                     if label == "ours":
-                        measured, expected, floor = dp_rmse(model, Xt, yt, calibration, objective, n_seeds, 1000 * f,
-                                                            with_bound=True)
+                        expected, floor = expected_rmses(model, Xt, no_dp, release)
                         res[method]["expected"].append(expected)
                         res[method]["floor"].append(floor)
-                    else:
-                        measured = dp_rmse(model, Xt, yt, calibration, objective, n_seeds, 1000 * f)
-                    res[method][label].append(measured)
             print(f"{dim} fold {f + 1}/{len(folds)} ({time.perf_counter() - t_start:.0f} s): "
                   + "; ".join(f"{m}: pub {res[m]['published'][-1]:.1f}, ours {res[m]['ours'][-1]:.1f}, "
                               f"no DP {res[m]['no DP'][-1]:.1f}" for m in METHODS), flush=True)
@@ -199,7 +199,7 @@ def main(argv=None) -> int:
             for m in M_SWEEP:
                 model = sparse_model(X1[train], Y[train], m)
                 sweep[m]["no DP"].append(rmse(model.predict_f(Xt)[0].numpy(), yt))
-                sweep[m]["DP"].append(dp_rmse(model, Xt, yt, "analytic", "mse", n_seeds, 1000 * f))
+                sweep[m]["DP"].append(dp_rmse(model, Xt, yt, "analytic", "mse", n_seeds, 1000 * f)[0])
             print(f"sweep fold {f + 1}/{len(sweep_folds)} ({time.perf_counter() - t_start:.0f} s)", flush=True)
         sweep_table = _common.markdown_table(
             ["inducing inputs m", "DP, ours (analytic, mse)", "no DP"],

@@ -207,7 +207,6 @@ def _dual_state(vectors: tf.Tensor, weights: tf.Tensor, objective: str):
     return value, tape.gradient(value, weights), w, V, P, tf.stop_gradient(q)
 
 
-
 def _mse_curvature(w: tf.Tensor) -> tf.Tensor:
     """``E_ab = 1 / (sqrt(w_a) sqrt(w_b) (sqrt(w_a) + sqrt(w_b)))``: divided differences of ``w^{-1/2}``."""
     sig = tf.sqrt(w)
