@@ -31,6 +31,7 @@ from .accounting import PrivacyAccountant, current_accountant
 from .calibration import CALIBRATIONS, gaussian_multiplier, validate_delta, validate_epsilon
 from .cloaking import (
     AUTO_RTOLS,
+    DEFAULT_TOL,
     MIN_MSE_RTOL,
     OBJECTIVES,
     ColumnSpace,
@@ -38,6 +39,7 @@ from .cloaking import (
     column_spaces,
     mahalanobis_sensitivity,
     optimise_noise_covariance,
+    projection_rows,
 )
 from .exceptions import ReproducibleNoiseWarning
 
@@ -50,10 +52,9 @@ SENSITIVITY_SAFETY = 1.0 + 1e-8
 #: cond(F) as well, and releases with cond(F) above MAX_NOISE_CONDITION are refused.
 ROUNDING_SAFETY = 100.0 * float(np.finfo(np.float64).eps)
 MAX_NOISE_CONDITION = 1e11
-#: Automatic rank choice: the projection bias bound must be below this fraction of the smallest noise std.
+#: Automatic rank choice: every prediction's worst-case projection bias must be below this fraction
+#: of the smallest noise std any release of its projected value could have.
 BIAS_FRACTION = 0.01
-#: Optimiser tolerance used while screening candidate ranks.
-SCREEN_TOL = 1e-3
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ class PrivateRelease:
     mechanism: str = "cloaking"
     rank: int = 0  #: r: number of directions that receive noise
     rtol: Optional[float] = None  #: singular-value tolerance that chose r
-    bias_bound: float = 0.0  #: worst-case |bias| per point from projecting the mean onto r directions
+    bias_bound: float = 0.0  #: largest worst-case |bias| of any value from projecting the mean onto r directions
     reproducible: bool = False  #: True when the noise came from an explicit seed (not private)
 
     @property
@@ -152,18 +153,16 @@ class _Noise(NamedTuple):
     factor: tf.Tensor  #: [r, r] in basis coordinates (unit multiplier)
     sensitivity: float  #: Mahalanobis sensitivity against ``factor`` (with the safety factor)
     certificate: Any  #: the optimiser's certificate
-    weights: tf.Tensor  #: [n] dual weights (to warm-start a tighter solve of the same space)
 
 
-def _cloaking_noise(space: ColumnSpace, objective: str, d: float, tol: float, max_iter: int,
-                    initial_weights=None) -> _Noise:
+def _cloaking_noise(space: ColumnSpace, objective: str, d: float, tol: float, max_iter: int) -> _Noise:
     """Optimised noise factor in ``space.basis`` coordinates (r x r) and the sensitivity it implies."""
     s = space.singular_values
     # entropy: optimise in whitened coordinates (invariant objective, best conditioned);
     # mse: the trace must be taken in the output coordinates, so only rescale by s_1.
     scale = (1.0 / s) if objective == "entropy" else tf.fill(tf.shape(s), 1.0 / s[0])  # [r]
     scaled = space.vectors * scale[:, None]  # [r, n]
-    noise = optimise_noise_covariance(scaled, objective, tol=tol, max_iter=max_iter, initial_weights=initial_weights)
+    noise = optimise_noise_covariance(scaled, objective, tol=tol, max_iter=max_iter)
     factor_u = noise.factor / scale[:, None]  # [r, r] in basis coordinates
     sv = tf.linalg.svd(factor_u, compute_uv=False)
     condition = float(sv[0] / sv[-1])
@@ -177,7 +176,7 @@ def _cloaking_noise(space: ColumnSpace, objective: str, d: float, tol: float, ma
     # ||F^{-1} diag(scale) beta_i|| == ||(diag(1/scale) F)^{-1} beta_i||, so nothing is lost).
     safety = SENSITIVITY_SAFETY + ROUNDING_SAFETY * condition
     sensitivity = mahalanobis_sensitivity(noise.factor, scaled, d) * safety
-    return _Noise(factor_u, sensitivity, noise.certificate, noise.weights)
+    return _Noise(factor_u, sensitivity, noise.certificate)
 
 
 def _unit_noise_factor(space: ColumnSpace, noise: _Noise) -> tf.Tensor:
@@ -189,27 +188,33 @@ class NoisePlan:
     """The noise a cloaking release of ``C`` would add, as a function of the noise multiplier,
     without drawing any: the rank rule of :func:`cloaking_release` lives here (and only here).
 
-    ``rtol=None``: candidate ranks (:func:`candidate_rtols`) are screened in order with a loose solve
-    (``SCREEN_TOL``: the noise std is then within about 0.1% of optimal, DESIGN 4); the first whose
-    projection-bias bound ``s_{r+1} sqrt(n) output_bound`` is below ``BIAS_FRACTION`` of its
-    smallest noise std is solved to ``tol``, warm-started from its screening solve. Every solve is
-    cached, so other multipliers (other budgets) cost nothing more. A release that cannot be
-    guaranteed (``FloatingPointError``) raises for every multiplier that reaches it.
+    ``rtol=None``: candidate ranks (:func:`candidate_rtols`) are tried in order, and the first whose
+    projection is harmless is solved to ``tol``: for every prediction j, the exact worst-case bias
+    of projecting, ``b ||C_j - P_j||_1`` (:func:`projection_rows`, ``b = output_bound``), must be at
+    most ``BIAS_FRACTION`` of ``s d max_i |P_ji|``, a lower bound on the noise std of prediction j
+    in any release of the projection ``P`` (:func:`noise_std_lower_bound`). No optimisation is needed
+    to choose the rank. (DESIGN 2 compares the 2-norm bound ``s_{r+1} sqrt(n) b`` with the smallest
+    noise std instead; that needs a solve per candidate, and lets the least noised prediction,
+    e.g. one far from all data, dictate the rank for all.) Every solve is cached, so other
+    multipliers (other budgets) cost nothing more. A release that cannot be guaranteed
+    (``FloatingPointError``) raises for every multiplier that reaches it.
 
     Privacy assumption: ``C`` and ``output_bound`` are public; the outputs never enter.
     """
 
     def __init__(self, C, *, data_sensitivity: float, output_bound: float, objective: str,
-                 rtol: Optional[float] = None, tol: float = 1e-6, max_iter: int = 2000) -> None:
+                 rtol: Optional[float] = None, tol: float = DEFAULT_TOL, max_iter: int = 2000) -> None:
         rtols = candidate_rtols(objective, rtol)
         left, right = (C[0], C[1]) if isinstance(C, (tuple, list)) else (C, C)  # C = A B, or C itself
         self.k, self.n = int(np.shape(left)[0]), int(np.shape(right)[1])
+        self._C = C
         self._single = len(rtols) == 1
         self._spaces: Iterator[ColumnSpace] = column_spaces(C, rtols)
-        self._candidates: List[list] = []  # per candidate rank: [space, bias bound, screened, final]
+        self._candidates: List[list] = []  # per candidate rank: [space, bias bound, bias ratio, noise]
         self._objective, self._d = objective, float(data_sensitivity)
         self._tol, self._max_iter = float(tol), int(max_iter)
-        self._bias_scale = math.sqrt(self.n) * float(output_bound)
+        self._output_bound = float(output_bound)
+        self._rounding: Optional[float] = None
         #: what the plan was built for (a release that reuses it must ask for exactly this)
         self.settings = dict(data_sensitivity=float(data_sensitivity), output_bound=float(output_bound),
                              objective=objective, rtol=None if rtol is None else float(rtol), tol=float(tol),
@@ -220,57 +225,44 @@ class NoisePlan:
             space = next(self._spaces, None)
             if space is None:
                 return None
-            self._candidates.append([space, self.bias_bound(space), None, None])
+            l1, largest = projection_rows(self._C, space)
+            bias = self._output_bound * l1  # [k]: worst-case bias of each projected prediction
+            floor = self._d * largest  # [k]: noise std lower bound per unit multiplier
+            if self._rounding is None:  # bias at the level of float64 rounding of C counts as none
+                self._rounding = 1e-12 * float(np.max(bias + self._output_bound * largest))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.where(bias > self._rounding, bias / floor, 0.0)
+            self._candidates.append([space, float(bias.max()), float(ratio.max()), None])
         return self._candidates[i]
 
-    def bias_bound(self, space: ColumnSpace) -> float:
-        """``s_{r+1} sqrt(n) output_bound``: how far projecting onto ``space`` can move the mean (2-norm)."""
-        return space.residual * self._bias_scale
-
-    def _solve(self, space: ColumnSpace, tol: float, initial_weights=None):
+    def _solve(self, space: ColumnSpace):
         try:
-            noise = _cloaking_noise(space, self._objective, self._d, tol, self._max_iter, initial_weights)
-            if initial_weights is None or noise.certificate.converged:
-                return noise
+            return _cloaking_noise(space, self._objective, self._d, self._tol, self._max_iter)
         except FloatingPointError as exc:
-            if initial_weights is None:
-                return exc
-        # A warm start can mislead the barrier (e.g. weights tuned to other directions): start cold.
-        return self._solve(space, tol)
+            return exc
 
-    @staticmethod
-    def _result(noise):
-        if isinstance(noise, FloatingPointError):
-            raise FloatingPointError(str(noise))
-        return noise
-
-    def choose(self, multiplier: float) -> Tuple[ColumnSpace, _Noise]:
-        """The column space and the (unit-multiplier) noise a release with ``multiplier`` would use."""
+    def choose(self, multiplier: float) -> Tuple[ColumnSpace, _Noise, float]:
+        """The column space, the (unit-multiplier) noise and the largest worst-case projection bias of
+        a release with ``multiplier``."""
         i, chosen = 0, None
         while True:
             cand = self._candidate(i)
             if cand is None:
                 break
             chosen = cand
-            if self._single:
-                break
-            if cand[2] is None:
-                # Dual weights are per training point, so the previous rank's solve warm-starts this one.
-                previous = self._candidates[i - 1][2] if i > 0 else None
-                warm = previous.weights if isinstance(previous, _Noise) else None
-                cand[2] = self._solve(cand[0], max(self._tol, SCREEN_TOL), warm)
-            min_std = float(tf.reduce_min(tf.norm(_unit_noise_factor(cand[0], self._result(cand[2])), axis=1)))
-            if cand[1] <= BIAS_FRACTION * min_std * multiplier:
+            if self._single or cand[2] <= BIAS_FRACTION * multiplier:
                 break
             i += 1
-        if chosen[3] is None:
-            warm = chosen[2].weights if isinstance(chosen[2], _Noise) else None
-            chosen[3] = self._solve(chosen[0], self._tol, warm)
-        return chosen[0], self._result(chosen[3])
+        if chosen[3] is None:  # solved cold: the noise depends on C and the settings alone
+            chosen[3] = self._solve(chosen[0])
+        if isinstance(chosen[3], FloatingPointError):
+            raise FloatingPointError(str(chosen[3]))
+        return chosen[0], chosen[3], chosen[1]
 
     def noise_std(self, multiplier: float) -> np.ndarray:
         """The release's ``noise_std`` (k) at ``multiplier``; raises where the release would."""
-        return multiplier * tf.norm(_unit_noise_factor(*self.choose(multiplier)), axis=1).numpy()
+        space, noise, _ = self.choose(multiplier)
+        return multiplier * tf.norm(_unit_noise_factor(space, noise), axis=1).numpy()
 
 
 def cloaking_release(
@@ -288,7 +280,7 @@ def cloaking_release(
     seed: Optional[int] = None,
     accountant: Optional[PrivacyAccountant] = None,
     rtol: Optional[float] = None,
-    tol: float = 1e-6,
+    tol: float = DEFAULT_TOL,
     max_iter: int = 2000,
 ) -> PrivateRelease:
     """Release ``offset + C y_centred`` with cloaking noise, (epsilon, delta)-DP.
@@ -299,9 +291,9 @@ def cloaking_release(
 
     Privacy assumptions: ``C``, ``offset`` and ``variance`` depend only on public data; each entry
     of ``y_centred`` lies within ``output_bound`` of zero and moves by at most ``data_sensitivity``
-    between neighbours. ``rtol=None`` picks the rank by the bias rule (DESIGN 2, :class:`NoisePlan`):
-    the smallest candidate whose projection-bias bound ``s_{r+1} sqrt(n) output_bound`` is below 1%
-    of the smallest noise std.
+    between neighbours. ``rtol=None`` picks the rank by the bias rule of :class:`NoisePlan`: the
+    smallest candidate for which no prediction's worst-case projection bias exceeds 1% of the
+    least noise its projected value could carry.
     """
     epsilon, delta, multiplier, accountant = _prepare(epsilon, delta, calibration, accountant)
     if objective not in OBJECTIVES:
@@ -318,7 +310,7 @@ def cloaking_release(
         plan = NoisePlan(C, **settings)
     if plan.n != n:
         raise ValueError(f"the cloaking matrix has {plan.n} columns but there are {n} outputs")
-    space, noise = plan.choose(multiplier)
+    space, noise, bias_bound = plan.choose(multiplier)
     sensitivity = noise.sensitivity
     noise_factor = _unit_noise_factor(space, noise) * multiplier  # [k, r]
     noise_std = tf.norm(noise_factor, axis=1)
@@ -347,7 +339,7 @@ def cloaking_release(
         mechanism="cloaking",
         rank=space.rank,
         rtol=space.rtol,
-        bias_bound=float(plan.bias_bound(space)),
+        bias_bound=bias_bound,
         reproducible=reproducible,
     )
 

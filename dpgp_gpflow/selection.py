@@ -76,7 +76,7 @@ from .calibration import (
     validate_delta,
     validate_epsilon,
 )
-from .cloaking import OBJECTIVES
+from .cloaking import DEFAULT_TOL, OBJECTIVES
 from .exceptions import ReproducibleNoiseWarning
 from .release import NoisePlan
 from .validation import validate_data_sensitivity
@@ -318,7 +318,7 @@ class _NoiseProfile:
     """
 
     def __init__(self, C, *, data_sensitivity: float, output_bound: float, objective: str,
-                 rtol: Optional[float] = None, tol: float = 1e-6, max_iter: int = 500) -> None:
+                 rtol: Optional[float] = None, tol: float = DEFAULT_TOL, max_iter: int = 500) -> None:
         self._plan = NoisePlan(C, data_sensitivity=data_sensitivity, output_bound=output_bound,
                                objective=objective, rtol=rtol, tol=tol, max_iter=max_iter)
 
@@ -331,7 +331,7 @@ class _NoiseProfile:
 
 def release_noise_std(C, *, data_sensitivity: float, output_bound: float, epsilon: float, delta: float,
                       objective: str = "mse", calibration: str = "analytic", rtol: Optional[float] = None,
-                      tol: float = 1e-6, max_iter: int = 500) -> np.ndarray:
+                      tol: float = DEFAULT_TOL, max_iter: int = 500) -> np.ndarray:
     """The DP noise std per point of ``cloaking_release(C, ...)`` at ``(epsilon, delta)``, drawing nothing.
 
     ``C`` is k x n or a pair ``(A, B)``; the arguments mean what they mean for

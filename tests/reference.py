@@ -182,3 +182,34 @@ def objective_value(M: np.ndarray, objective: str) -> float:
             raise ValueError("M is not positive definite")
         return float(logdet)
     return float(np.trace(M))
+
+
+def projection_bias(C: np.ndarray, r: int, output_bound: float):
+    """Per row j of ``C``: the worst-case bias ``b ||C_j - P_j||_1`` of replacing ``C y`` (``|y_i| <= b``)
+    by its projection ``P = U_r U_r^T C`` onto the top r left singular vectors (numpy SVD), and
+    ``max_i |P_ji|``. Brute-force reference for the automatic rank rule."""
+    U = np.linalg.svd(C, full_matrices=False)[0][:, :r]
+    P = U @ (U.T @ C)
+    return output_bound * np.abs(C - P).sum(axis=1), np.abs(P).max(axis=1)
+
+
+def rank_rule_holds(C: np.ndarray, r: int, output_bound: float, d: float, multiplier: float) -> bool:
+    """The automatic rank rule: every row's worst-case bias <= 1% of ``multiplier d max_i |P_ji|``."""
+    bias, largest = projection_bias(C, r, output_bound)
+    return bool(np.all(bias <= 0.01 * multiplier * d * largest))
+
+
+def assert_first_rank_that_holds(C: np.ndarray, release, output_bound: float, d: float, objective: str) -> None:
+    """``release.rank`` is the first automatic candidate (rtols 1e-2, 1e-3, ...; mse stops at 1e-7)
+    whose rank satisfies :func:`rank_rule_holds`; the smaller candidate ranks break the rule."""
+    s = np.linalg.svd(C, compute_uv=False)
+    rtols = [10.0 ** -e for e in range(2, 11) if objective == "entropy" or e <= 7]
+    ranks = []
+    for t in rtols:
+        r = int(np.sum(s > t * s[0]))
+        if r not in ranks:
+            ranks.append(r)
+    assert release.rank in ranks
+    assert rank_rule_holds(C, release.rank, output_bound, d, release.noise_multiplier)
+    for r in ranks[: ranks.index(release.rank)]:
+        assert not rank_rule_holds(C, r, output_bound, d, release.noise_multiplier)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from reference import (
+    assert_first_rank_that_holds,
     cvx_noise_covariance,
     entropy_dual_bound,
     gaussian_delta_at_shift,
@@ -18,6 +19,7 @@ from reference import (
     mahalanobis_shifts,
     mse_dual_bound,
     objective_value,
+    projection_bias,
     range_projector,
     sqrtm_psd,
 )
@@ -375,6 +377,49 @@ def test_column_space_of_a_factored_matrix():
     np.testing.assert_allclose(fact.singular_values.numpy(), full.singular_values.numpy(), rtol=1e-10)
 
 
+@pytest.fixture
+def randomised_svd(monkeypatch):
+    """Make small matrices take the randomised-SVD path; yields the list of its calls' results."""
+    monkeypatch.setattr(cloaking, "RANDOMISED_SVD_MIN", 40)
+    monkeypatch.setattr(cloaking, "RANDOMISED_SVD_SAMPLE", 16)
+    calls = []
+    original = cloaking._leading_singular_triplets
+
+    def spy(*args):
+        out = original(*args)
+        calls.append(out)
+        return out
+
+    monkeypatch.setattr(cloaking, "_leading_singular_triplets", spy)
+    return calls
+
+
+@pytest.mark.parametrize("rtol", [1e-3, 1e-7])
+def test_randomised_column_space_matches_the_full_svd(randomised_svd, rtol):
+    C = gp_cloaking_matrix(n=150, k=120, seed=6, lengthscale=0.5)
+    s = np.linalg.svd(C, compute_uv=False)
+    assert np.min(np.abs(s / (rtol * s[0]) - 1.0)) > 1e-3  # no singular value on the threshold
+    space = column_space(tf.constant(C), rtol)
+    assert len(randomised_svd) == 1 and randomised_svd[0][1].shape[1] == 32  # sampled, not full
+    r = space.rank
+    assert r == int(np.sum(s > rtol * s[0])) and r < 32
+    basis, vectors = space.basis.numpy(), space.vectors.numpy()
+    np.testing.assert_allclose(basis.T @ basis, np.eye(r), atol=1e-10)
+    np.testing.assert_allclose(vectors, basis.T @ C, atol=1e-12 * s[0])  # exact sensitivity vectors
+    np.testing.assert_allclose(space.singular_values.numpy(), s[:r], rtol=1e-8, atol=1e-12 * s[0])
+    # residual bounds the discarded part, and is close to s_{r+1}
+    assert np.linalg.norm(C - basis @ vectors, 2) <= space.residual * (1 + 1e-9)
+    assert space.residual <= s[r] * (1 + 1e-6) + 1e-10 * s[0]
+
+
+def test_randomised_column_space_falls_back_to_the_full_svd(randomised_svd):
+    C = np.random.default_rng(3).standard_normal((60, 80))  # flat spectrum: no sample reaches rtol
+    space = column_space(tf.constant(C), 1e-6)
+    s = np.linalg.svd(C, compute_uv=False)
+    assert space.rank == 60 and space.residual == 0.0
+    np.testing.assert_allclose(space.singular_values.numpy(), s, rtol=1e-10)
+
+
 def test_column_space_rejects_bad_input():
     with pytest.raises(ValueError, match="rtol"):
         column_space(tf.constant(np.eye(2)), 1.0)
@@ -412,9 +457,11 @@ def test_release_on_rank_deficient_matrices(case, objective):
     r = rel.rank
     assert 1 <= r <= min(k, n) and rel.noise_factor.shape == (k, r)
     assert r == int(np.sum(s > rel.rtol * s[0]))
-    expected_bias = (s[r] if r < s.size else 0.0) * np.sqrt(n) * d / 2
-    assert rel.bias_bound == pytest.approx(expected_bias, rel=1e-6, abs=1e-15)
-    assert rel.bias_bound <= 0.01 * rel.noise_std.min()
+    bias, _ = projection_bias(C, r, d / 2)
+    assert rel.bias_bound == pytest.approx(bias.max(), rel=1e-6, abs=1e-12)
+    assert rel.bias_bound <= (s[r] if r < s.size else 0.0) * np.sqrt(n) * d / 2 + 1e-12  # 2-norm bound
+    assert np.all(bias <= 0.01 * rel.noise_std * (1 + 1e-9) + 1e-12)
+    assert_first_rank_that_holds(C, rel, d / 2, d, objective)
     # Exact audit: the shift of the projected release over all n neighbours, in the metric of the
     # covariance actually used, is at most 1/multiplier, and delta at that shift is <= delta.
     F = rel.noise_factor

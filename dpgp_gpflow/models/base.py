@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..accounting import PrivacyAccountant
+from ..cloaking import DEFAULT_TOL
 from ..exceptions import PrivacyLeakError
 from ..release import PrivateRelease, cloaking_release
 from ..validation import as_inputs, as_outputs, clip_outputs, validate_bounds, validate_data_sensitivity
@@ -123,6 +124,11 @@ class PrivateRegressionMixin(LeakGuardMixin):
     def _release_matrix(self, Xnew: tf.Tensor):
         return self.cloaking_matrix(Xnew)
 
+    def _release_terms(self, Xnew: tf.Tensor):
+        """The release matrix (or its factors) and the public posterior variance at ``Xnew``."""
+        _, variance = self.predict_f(Xnew)  # public: the posterior variance does not depend on y
+        return self._release_matrix(Xnew), variance
+
     def _validated_inputs(self, Xnew: Any) -> tf.Tensor:
         X, _ = self.data
         return tf.constant(as_inputs("Xnew", Xnew, int(X.shape[1])))
@@ -140,7 +146,7 @@ class PrivateRegressionMixin(LeakGuardMixin):
         mechanism: str = "cloaking",
         hyperparameters_public: bool = False,
         rtol: Optional[float] = None,
-        tol: float = 1e-6,
+        tol: float = DEFAULT_TOL,
     ) -> PrivateRelease:
         """Release the predictive mean at ``Xnew`` with an (epsilon, delta)-DP guarantee.
 
@@ -155,10 +161,10 @@ class PrivateRegressionMixin(LeakGuardMixin):
         Xnew = self._validated_inputs(Xnew)
         self._check_hyperparameters_public(hyperparameters_public)
         mean_new = self.mean_function(Xnew)
-        _, variance = self.predict_f(Xnew)  # public: the posterior variance does not depend on y
         if mechanism == "cloaking":
+            C, variance = self._release_terms(Xnew)
             return self._cloaking_release(
-                self._release_matrix(Xnew),
+                C,
                 mean_new,
                 variance,
                 epsilon=epsilon,
@@ -171,6 +177,7 @@ class PrivateRegressionMixin(LeakGuardMixin):
                 tol=tol,
             )
         if mechanism == "standard":
+            _, variance = self.predict_f(Xnew)
             return self._standard_release(
                 Xnew, variance, epsilon=epsilon, delta=delta, calibration=calibration, seed=seed,
                 accountant=accountant,

@@ -36,7 +36,7 @@ from gpflow.base import InputData, MeanAndVariance
 
 from ..accounting import PrivacyAccountant, current_accountant
 from ..calibration import CALIBRATIONS, gaussian_multiplier, validate_delta, validate_epsilon
-from ..cloaking import OBJECTIVES
+from ..cloaking import DEFAULT_TOL, OBJECTIVES
 from ..release import PrivateRelease, cloaking_release
 from ..validation import as_inputs
 from .laplace import (
@@ -323,7 +323,7 @@ class DPLaplaceGPC(LeakGuardMixin, LaplaceGPC):
         accountant: Optional[PrivacyAccountant] = None,
         hyperparameters_public: bool = False,
         rtol: Optional[float] = None,
-        tol: float = 1e-6,
+        tol: float = DEFAULT_TOL,
     ) -> PrivateLaplaceClassifier:
         """Release ``steps`` cloaked Newton steps from ``f0 = 0``; (epsilon, delta)-DP in total.
 
@@ -476,7 +476,7 @@ class DPSparseLaplaceGPC(LeakGuardMixin, LaplaceGPC):
         hyperparameters_public: bool = False,
         reference_inputs: Any = None,
         rtol: Optional[float] = None,
-        tol: float = 1e-6,
+        tol: float = DEFAULT_TOL,
         steps: int = 1,
     ) -> PrivateSparseClassifier:
         """Release the first Newton step of the m SoR weights once, (epsilon, delta)-DP (d = 2).

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol, runtime_checkable
+from typing import Any, Optional, Protocol, Tuple, runtime_checkable
 
 import gpflow
 import tensorflow as tf
@@ -34,10 +34,23 @@ def gpr_cloaking_matrix(kernel: gpflow.kernels.Kernel, X: tf.Tensor, noise_varia
 
     Depends only on public quantities: inputs, kernel hyperparameters and noise variance.
     """
+    return gpr_cloaking_matrix_and_variance(kernel, X, noise_variance, Xnew)[0]
+
+
+@check_shapes("X: [N, D]", "Xnew: [M, D]", "return[0]: [M, N]", "return[1]: [M, 1]")
+def gpr_cloaking_matrix_and_variance(kernel: gpflow.kernels.Kernel, X: tf.Tensor, noise_variance: Any,
+                                     Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+    """:func:`gpr_cloaking_matrix` and the posterior variance ``diag(K_** - K_*f K^{-1} K_f*)`` (as
+    ``predict_f`` gives it) from one Cholesky factor and two triangular solves.
+
+    Public: neither depends on the outputs.
+    """
     K = kernel(X) + noise_variance * tf.eye(tf.shape(X)[0], dtype=X.dtype)  # [N, N]
     L = tf.linalg.cholesky(K)
-    Kfs = kernel(X, Xnew)  # [N, M]
-    return tf.transpose(tf.linalg.cholesky_solve(L, Kfs))  # [M, N]
+    A = tf.linalg.triangular_solve(L, kernel(X, Xnew), lower=True)  # [N, M]: L^{-1} K_f*
+    C = tf.transpose(tf.linalg.triangular_solve(L, A, lower=True, adjoint=True))  # [M, N]
+    variance = kernel(Xnew, full_cov=False) - tf.reduce_sum(A * A, axis=0)  # [M]
+    return C, variance[:, None]
 
 
 @check_shapes("X: [N, D]")
@@ -114,6 +127,10 @@ class DPGPR(PrivateRegressionMixin, gpflow.models.GPR):
         X, _ = self.data
         Xnew = tf.convert_to_tensor(Xnew, dtype=X.dtype)
         return gpr_cloaking_matrix(self.kernel, X, self.likelihood.variance, Xnew)
+
+    def _release_terms(self, Xnew: tf.Tensor):
+        X, _ = self.data
+        return gpr_cloaking_matrix_and_variance(self.kernel, X, self.likelihood.variance, Xnew)
 
     def _standard_release(self, Xnew, variance, **kwargs) -> PrivateRelease:
         X, _ = self.data

@@ -18,6 +18,7 @@ from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.covariances import Kuf, Kuu
 
 from ..accounting import PrivacyAccountant
+from ..cloaking import DEFAULT_TOL
 from ..release import PrivateRelease
 from ..validation import as_inputs
 from .base import PrivateRegressionMixin, prepare_private_data, public_constant_mean, reference_coordinates
@@ -200,7 +201,7 @@ class DPGPRFITC(PrivateRegressionMixin, gpflow.models.GPRFITC):
         hyperparameters_public: bool = False,
         reference_inputs: Any = None,
         rtol: Optional[float] = None,
-        tol: float = 1e-6,
+        tol: float = DEFAULT_TOL,
     ) -> PrivateFunction:
         """Release the m inducing values once; the returned function predicts anywhere for free.
 

@@ -9,6 +9,7 @@ from functools import partial
 import gpflow
 import numpy as np
 import pytest
+import tensorflow as tf
 from reference import (
     b_bound,
     gaussian_delta_at_shift,
@@ -18,13 +19,17 @@ from reference import (
     k_periodic_se,
     k_se,
     mahalanobis_shifts,
+    assert_first_rank_that_holds,
+    projection_bias,
     range_projector,
+    rank_rule_holds,
     rkhs_sensitivity_unit,
 )
 
 import dpgp_gpflow
 from dpgp_gpflow import PrivateRelease, ReproducibleNoiseWarning
 from dpgp_gpflow.models import DPGPR, SupportsCloakingMatrix, gpr_rkhs_sensitivity
+from dpgp_gpflow.models.gpr import gpr_cloaking_matrix_and_variance
 
 NOISE = 0.1
 LO, HI = -1.5, 2.5  # asymmetric, so the public prior mean (0.5) is not zero
@@ -86,6 +91,10 @@ def test_cloaking_matrix_reproduces_predict_f(kernel, dim):
     np.testing.assert_allclose(C, ref_C, rtol=1e-7, atol=1e-10 * np.abs(ref_C).max())
     np.testing.assert_allclose(mean, ref_mean, rtol=1e-8, atol=1e-12)
     np.testing.assert_allclose(var, ref_var, rtol=1e-7, atol=1e-12)
+    # the release's matrix and variance come from one factorisation
+    C2, var2 = gpr_cloaking_matrix_and_variance(model.kernel, tf.constant(X), NOISE, tf.constant(Xnew))
+    np.testing.assert_allclose(C2.numpy(), C, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(var2.numpy()[:, 0], ref_var, rtol=1e-7, atol=1e-12)
 
 
 def test_cloaking_matrix_of_a_plain_gpflow_gpr():
@@ -241,9 +250,15 @@ def test_rank_rtol_and_bias_bound_recorded(releases, problem, objective):
     assert rel.rank == int(np.sum(s > rel.rtol * s[0]))
     assert rel.rank < problem["Xnew"].shape[0]  # the dense grid makes C rank deficient
     n = problem["X"].shape[0]
-    expected = s[rel.rank] * np.sqrt(n) * (HI - LO) / 2  # s_{r+1} * max ||y - m||_2
-    assert rel.bias_bound == pytest.approx(expected, rel=1e-6)
-    assert rel.bias_bound <= 0.01 * rel.noise_std.min()
+    C, B = problem["C"], (HI - LO) / 2  # centred outputs lie within B of the prior mean (the midpoint)
+    bias, largest = projection_bias(C, rel.rank, B)
+    assert rel.bias_bound == pytest.approx(bias.max(), rel=1e-6)
+    assert rel.bias_bound <= s[rel.rank] * np.sqrt(n) * B * (1 + 1e-9)  # the 2-norm bound holds too
+    # The rule: every prediction's worst-case bias is <= 1% of its noise std (and of its floor) ...
+    assert np.all(bias <= 0.01 * rel.noise_std * (1 + 1e-9))
+    assert rank_rule_holds(C, rel.rank, B, D, rel.noise_multiplier)
+    # ... and the previous candidate rank breaks it (the rule takes the first that holds).
+    assert_first_rank_that_holds(C, rel, B, D, objective)
 
 
 @pytest.mark.parametrize("objective", ["mse", "entropy"])
@@ -300,7 +315,7 @@ def test_explicit_rtol_is_recorded(model, problem):
     s = np.linalg.svd(problem["C"], compute_uv=False)
     r = int(np.sum(s > 1e-4 * s[0]))
     assert rel.rtol == 1e-4 and rel.rank == r
-    assert rel.bias_bound == pytest.approx(s[r] * np.sqrt(25) * D / 2, rel=1e-6)
+    assert rel.bias_bound == pytest.approx(projection_bias(problem["C"], r, D / 2)[0].max(), rel=1e-6)
     exact_audit(rel, problem["C"], D)
 
 
