@@ -13,8 +13,8 @@ process, read by the parent with ``os.wait4``) belongs to that case alone; it in
 the process the release is called once "cold" (includes tf.function tracing) and then
 ``--repeats`` more times ("warm", median reported) when the case is cheap; large cases get no
 warm repeats (the cold time is then the only time); a case that times out during its warm
-repeats keeps its cold result. The split (cloaking matrix, posterior variance,
-SVD, optimiser) is measured on the cold call by wrapping the package's functions in the worker.
+repeats keeps its cold result. The split (cloaking matrix with the posterior variance, SVD, rank
+rule, optimiser) is measured on the cold call by wrapping the package's functions in the worker.
 
 Usage::
 
@@ -85,12 +85,13 @@ def worker(n: int, k: int, repeats: int, cores: int | None) -> None:
     from dpgp_gpflow.models import DPGPR
 
     baseline_rss = _common.peak_rss_self_bytes()
-    timers = {"cloaking_matrix": 0.0, "posterior_variance": 0.0, "svd": 0.0, "optimiser": 0.0}
+    timers = {"cloaking_matrix": 0.0, "svd": 0.0, "rank_rule": 0.0, "optimiser": 0.0}
     calls = {"optimiser": 0}
     certificates = []
 
     orig_spaces = rel_mod.column_spaces
     orig_opt = rel_mod.optimise_noise_covariance
+    orig_rows = rel_mod.projection_rows
 
     def timed_spaces(C, rtols):
         gen = orig_spaces(C, rtols)
@@ -112,20 +113,21 @@ def worker(n: int, k: int, repeats: int, cores: int | None) -> None:
         certificates.append(out.certificate._asdict())
         return out
 
+    def timed_rows(*a, **kw):
+        t0 = time.perf_counter()
+        out = orig_rows(*a, **kw)
+        timers["rank_rule"] += time.perf_counter() - t0
+        return out
+
     rel_mod.column_spaces = timed_spaces
     rel_mod.optimise_noise_covariance = timed_opt
+    rel_mod.projection_rows = timed_rows
 
     class TimedDPGPR(DPGPR):
-        def cloaking_matrix(self, Xnew):
+        def _release_terms(self, Xnew):  # the cloaking matrix and the posterior variance
             t0 = time.perf_counter()
-            out = super().cloaking_matrix(Xnew)
+            out = super()._release_terms(Xnew)
             timers["cloaking_matrix"] += time.perf_counter() - t0
-            return out
-
-        def predict_f(self, *a, **kw):
-            t0 = time.perf_counter()
-            out = super().predict_f(*a, **kw)
-            timers["posterior_variance"] += time.perf_counter() - t0
             return out
 
     X, Y, bounds = make_synthetic_2d(n, seed=0)
@@ -234,7 +236,7 @@ def main(argv=None) -> int:
             gpus = out["gpus"]
             sp = out["split_cold_s"]
             other = out["cold_s"] - sum(sp.values())
-            split = (f"{sp['cloaking_matrix']:.1f} / {sp['posterior_variance']:.1f} / {sp['svd']:.1f} / "
+            split = (f"{sp['cloaking_matrix']:.1f} / {sp['svd']:.1f} / {sp['rank_rule']:.1f} / "
                      f"{sp['optimiser']:.1f} ({out['optimiser_calls_cold']}x) / {other:.1f}")
             cert = out["certificate"]
             warm = (f"{out['warm_median_s']:.2f} (of {len(out['warm_s'])})" if out["warm_s"] else "–")
@@ -250,7 +252,7 @@ def main(argv=None) -> int:
         print("  " + " | ".join(str(c) for c in rows[-1]), flush=True)
 
     headers = ["n", "k", "grid", "cold time (s)", "warm median (s)",
-               "split of cold call (s): C / post. var / SVD / optimiser (calls) / other",
+               "split of cold call (s): C and post. var / SVD / rank rule / optimiser (calls) / other",
                "peak RSS (MiB)", "RSS after import (MiB)", "r", "certificate (rel. gap, iterations)",
                "median noise std"]
     table = _common.markdown_table(headers, rows, align="rrlrrlrrlll")
@@ -273,8 +275,9 @@ def main(argv=None) -> int:
         "own footprint is the 'after import' column). 'cold' is the first release in the process (includes "
         f"tf.function tracing); 'warm' the median of further releases, run only for cases with n k <= {CHEAP:,} "
         f"(here {repeats} warm repeat(s) for those, {args.big_repeats} for the other {n_big} case(s)). The split is of the cold call: cloaking "
-        "matrix, posterior variance (`predict_f`), SVD (`column_spaces`), optimiser (all automatic-rtol "
-        "candidates; number of calls in brackets), rest. "
+        "matrix and posterior variance (one Cholesky factor), SVD (`column_spaces`; randomised when both sides "
+        "of C exceed 2,000), rank rule (`projection_rows`, per candidate rank), optimiser (number of calls in "
+        "brackets), rest. "
         + (f"Cases pinned to {args.cores} core(s). " if args.cores else "")
         + ("GPUs hidden. " if args.cpu_only else ""),
         "",
