@@ -623,20 +623,23 @@ def mahalanobis_sensitivity(factor: tf.Tensor, vectors: tf.Tensor, data_sensitiv
     return float(data_sensitivity) * math.sqrt(qmax)
 
 
-#: Rows of ``C`` formed at a time by the row-wise functions below (bounds memory for factored or large ``C``).
-ROW_CHUNK = 1024
+#: Entries of ``C`` formed at a time by the row-wise functions below (bounds memory for factored or large ``C``).
+BLOCK_ENTRIES = 2**24
 
 
 def _row_blocks(C) -> Iterator[tuple]:
-    """``(start, rows)`` blocks of at most ``ROW_CHUNK`` dense rows of ``C`` or of a factored ``(A, B)``."""
+    """``(start, rows)`` blocks of dense rows of ``C`` or of a factored ``(A, B)``, about
+    ``BLOCK_ENTRIES`` entries each."""
     if isinstance(C, (tuple, list)):
         A, B = (tf.convert_to_tensor(x, dtype=tf.float64) for x in C)
-        for i in range(0, int(A.shape[0]), ROW_CHUNK):
-            yield i, tf.linalg.matmul(A[i:i + ROW_CHUNK], B)
+        step = max(1, BLOCK_ENTRIES // max(int(B.shape[1]), 1))
+        for i in range(0, int(A.shape[0]), step):
+            yield i, tf.linalg.matmul(A[i:i + step], B)
     else:
         C = tf.convert_to_tensor(C, dtype=tf.float64)
-        for i in range(0, int(C.shape[0]), ROW_CHUNK):
-            yield i, C[i:i + ROW_CHUNK]
+        step = max(1, BLOCK_ENTRIES // max(int(C.shape[1]), 1))
+        for i in range(0, int(C.shape[0]), step):
+            yield i, C[i:i + step]
 
 
 def noise_std_lower_bound(C, data_sensitivity: float, noise_multiplier: float) -> np.ndarray:
@@ -649,7 +652,7 @@ def noise_std_lower_bound(C, data_sensitivity: float, noise_multiplier: float) -
     ``C_ji^2 <= Sigma_jj c_i^T Sigma^{-1} c_i``, then gives ``Sigma_jj >= s^2 d^2 C_ji^2``. Optimal
     for a single prediction (k = 1); a yardstick for the optimiser and for utility targets otherwise.
 
-    ``C`` is the k x n cloaking matrix or a factored pair ``(A, B)`` (formed ``ROW_CHUNK`` rows at a
+    ``C`` is the k x n cloaking matrix or a factored pair ``(A, B)`` (formed a block of rows at a
     time). Public: depends on ``C`` (public inputs and hyperparameters) only.
     """
     d, s = float(data_sensitivity), float(noise_multiplier)

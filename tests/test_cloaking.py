@@ -443,6 +443,26 @@ def test_optimiser_rejects_bad_arguments():
 # A full release on rank-deficient cloaking matrices (no model: the release path itself)
 
 
+@pytest.mark.parametrize("block_entries", [2**24, 250])  # one block; many blocks
+def test_projection_rows_against_numpy(monkeypatch, block_entries):
+    """Per-row l1 norm of ``C - P`` and max |P| for ``P`` the projection onto the leading r left
+    singular vectors, dense and factored, against a NumPy SVD."""
+    monkeypatch.setattr(cloaking, "BLOCK_ENTRIES", block_entries)
+    rng = np.random.default_rng(11)
+    A, B = rng.standard_normal((37, 6)), rng.standard_normal((6, 50))
+    A[:, 3:] *= 1e-3  # three strong directions, three weak
+    C = A @ B
+    space = column_space(tf.constant(C), 1e-2)
+    assert space.rank == 3
+    U = np.linalg.svd(C, full_matrices=False)[0][:, :3]
+    P = U @ (U.T @ C)
+    for given in (C, (A, B)):
+        l1, largest = cloaking.projection_rows(given, space)
+        np.testing.assert_allclose(l1, np.abs(C - P).sum(axis=1), rtol=1e-8, atol=1e-12)
+        np.testing.assert_allclose(largest, np.abs(P).max(axis=1), rtol=1e-10)
+    assert l1.min() > 0.0  # the weak directions are dropped: every row moves
+
+
 @pytest.mark.parametrize("objective", OBJECTIVES)
 @pytest.mark.parametrize("case", list(RANK_CASES))
 def test_release_on_rank_deficient_matrices(case, objective):
@@ -499,12 +519,13 @@ def test_noise_plan_reused_across_budgets():
 # The per-prediction lower bound on the noise of any Gaussian release
 
 
-def test_noise_std_lower_bound_closed_form():
+def test_noise_std_lower_bound_closed_form(monkeypatch):
     """``s d max_i |C_ji|``, computed in NumPy; the factored form (A, B) gives the same."""
     from dpgp_gpflow.cloaking import noise_std_lower_bound
 
+    monkeypatch.setattr(cloaking, "BLOCK_ENTRIES", 400)  # 10 rows per block: many blocks
     rng = np.random.default_rng(7)
-    A, B = rng.standard_normal((2500, 3)), rng.standard_normal((3, 40))  # > one chunk of rows
+    A, B = rng.standard_normal((2500, 3)), rng.standard_normal((3, 40))
     expected = 2.5 * 3.0 * np.abs(A @ B).max(axis=1)
     np.testing.assert_allclose(noise_std_lower_bound(A @ B, 3.0, 2.5), expected, rtol=1e-12)
     np.testing.assert_allclose(noise_std_lower_bound((A, B), 3.0, 2.5), expected, rtol=1e-12)
