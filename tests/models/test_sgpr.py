@@ -18,7 +18,6 @@ reference inputs; we check ``R`` (``R^T R = A^T A``) rather than trust it.
 from __future__ import annotations
 
 import inspect
-import os
 import resource
 import sys
 import time
@@ -568,7 +567,6 @@ def test_scale_smoke_20000_points():
     assert pf.release.certificate.converged, pf.release.certificate
 
 
-@pytest.mark.skipif(not os.environ.get("DPGP_SCALE_TESTS"), reason="minutes long: set DPGP_SCALE_TESTS=1")
 def test_scale_optimiser_converges_on_uniform_inputs():
     """Uniform 2-D inputs, n = 20,000, m = 30: the optimum's support is spread over many points, so
     the working set must grow to find it; the certificate must still converge."""
