@@ -632,14 +632,15 @@ def _row_blocks(C) -> Iterator[tuple]:
     ``BLOCK_ENTRIES`` entries each."""
     if isinstance(C, (tuple, list)):
         A, B = (tf.convert_to_tensor(x, dtype=tf.float64) for x in C)
-        step = max(1, BLOCK_ENTRIES // max(int(B.shape[1]), 1))
-        for i in range(0, int(A.shape[0]), step):
-            yield i, tf.linalg.matmul(A[i:i + step], B)
+        k, n = int(A.shape[0]), int(B.shape[1])
+        rows = lambda i, j: tf.linalg.matmul(A[i:j], B)  # noqa: E731
     else:
         C = tf.convert_to_tensor(C, dtype=tf.float64)
-        step = max(1, BLOCK_ENTRIES // max(int(C.shape[1]), 1))
-        for i in range(0, int(C.shape[0]), step):
-            yield i, C[i:i + step]
+        k, n = (int(x) for x in C.shape)
+        rows = lambda i, j: C[i:j]  # noqa: E731
+    step = max(1, BLOCK_ENTRIES // max(n, 1))
+    for i in range(0, k, step):
+        yield i, rows(i, i + step)
 
 
 def noise_std_lower_bound(C, data_sensitivity: float, noise_multiplier: float) -> np.ndarray:

@@ -177,12 +177,10 @@ class PrivateRegressionMixin(LeakGuardMixin):
                 tol=tol,
             )
         if mechanism == "standard":
-            _, variance = self.predict_f(Xnew)
             return self._standard_release(
-                Xnew, variance, epsilon=epsilon, delta=delta, calibration=calibration, seed=seed,
-                accountant=accountant,
+                Xnew, epsilon=epsilon, delta=delta, calibration=calibration, seed=seed, accountant=accountant,
             )
         raise ValueError(f"mechanism must be 'cloaking' or 'standard', got {mechanism!r}")
 
-    def _standard_release(self, Xnew, variance, **kwargs) -> PrivateRelease:
+    def _standard_release(self, Xnew, **kwargs) -> PrivateRelease:
         raise NotImplementedError(f"{type(self).__name__} has no standard (Hall et al.) mechanism")

@@ -132,9 +132,9 @@ class DPGPR(PrivateRegressionMixin, gpflow.models.GPR):
         X, _ = self.data
         return gpr_cloaking_matrix_and_variance(self.kernel, X, self.likelihood.variance, Xnew)
 
-    def _standard_release(self, Xnew, variance, **kwargs) -> PrivateRelease:
+    def _standard_release(self, Xnew, **kwargs) -> PrivateRelease:
         X, _ = self.data
-        C = self.cloaking_matrix(Xnew)
+        C, variance = self._release_terms(Xnew)
         mean = tf.linalg.matvec(C, self._centred_outputs()[:, 0]) + self.mean_function(Xnew)[:, 0]
         unit = gpr_rkhs_sensitivity(self.kernel, X, self.likelihood.variance)
         return standard_release(
