@@ -84,12 +84,8 @@ def _xi(r: int, seed: int) -> np.ndarray:
 def _rebuild(model, pc, rel):
     """The classifier ``model.release`` would return for the release ``rel`` (one step, no reference)."""
     if isinstance(model, DPSparseLaplaceGPC):
-        X, _ = model.data
-        Z = tf.constant(model.inducing_variable.Z.numpy())
-        return PrivateSparseClassifier([rel], gpflow.utilities.deepcopy(model.kernel), Z, X, rel.mean, rel.noise_factor)
-    X, _ = model.data
-    return PrivateLaplaceClassifier([rel], gpflow.utilities.deepcopy(model.kernel), X, pc.W_diag,
-                                    gpflow.config.default_jitter())
+        return PrivateSparseClassifier(rel, model.public_readout())
+    return PrivateLaplaceClassifier([rel], pc.readout)
 
 
 def one_step_releases(model, n: int, seed0: int, objective: str, calibration: str):

@@ -1,12 +1,30 @@
 """dpgp_gpflow: differentially private Gaussian processes (the cloaking method) for GPflow.
 
 Training inputs are public; training outputs are private and bounded by public ``y_bounds``.
-Models in :mod:`dpgp_gpflow.models` publish predictions only through ``release``, which returns a
-:class:`PrivateRelease` with an (epsilon, delta)-DP guarantee.
+Every model meets one contract (:mod:`dpgp_gpflow.contract`) and publishes through one path
+(:mod:`dpgp_gpflow.pipeline`): model contract -> release terms -> noise plan -> draw -> spend,
+returning a released object (:mod:`dpgp_gpflow.released`) with an (epsilon, delta)-DP guarantee.
 """
 
-from . import accounting, baselines, calibration, cloaking, composition, datasets, kernels, models, release, selection
+from . import (
+    accounting,
+    baselines,
+    calibration,
+    cloaking,
+    composition,
+    contract,
+    datasets,
+    kernels,
+    models,
+    pipeline,
+    release,
+    released,
+    sampling,
+    selection,
+    validation,
+)
 from .accounting import PrivacyAccountant
+from .contract import FactoredPrivateModel, PrivateModel, PublicReadout, ReleaseTerms
 from .exceptions import (
     BudgetExceededError,
     ClippingWarning,
@@ -15,17 +33,23 @@ from .exceptions import (
     ReproducibleNoiseWarning,
 )
 from .models import cloaking_matrix
-from .release import PrivateRelease
+from .released import PrivateClassifier, PrivateFunction, PrivateRelease
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BudgetExceededError",
     "ClippingWarning",
+    "FactoredPrivateModel",
     "PrivacyAccountant",
     "PrivacyLeakError",
     "PrivacyLeakWarning",
+    "PrivateClassifier",
+    "PrivateFunction",
+    "PrivateModel",
     "PrivateRelease",
+    "PublicReadout",
+    "ReleaseTerms",
     "ReproducibleNoiseWarning",
     "accounting",
     "baselines",
@@ -33,9 +57,14 @@ __all__ = [
     "cloaking",
     "cloaking_matrix",
     "composition",
+    "contract",
     "datasets",
     "kernels",
     "models",
+    "pipeline",
     "release",
+    "released",
+    "sampling",
     "selection",
+    "validation",
 ]

@@ -16,38 +16,21 @@ from __future__ import annotations
 
 import contextvars
 import math
-from dataclasses import dataclass
-from typing import List, Optional, Tuple
+import threading
+from typing import Any, List, Optional, Sequence, Tuple
 
-from .calibration import validate_delta, validate_epsilon
+from .composition import COMPOSITIONS, PrivacyEvent, composed_epsilon
 from .exceptions import BudgetExceededError
+from .validation import validate_delta, validate_epsilon
 
-__all__ = ["PrivacyAccountant", "PrivacyEvent", "current_accountant"]
+__all__ = ["PrivacyAccountant", "PrivacyEvent", "current_accountant", "reserve", "resolve_accountant"]
 
 _DEFAULT: contextvars.ContextVar[Optional["PrivacyAccountant"]] = contextvars.ContextVar(
     "dpgp_gpflow_default_accountant", default=None
 )
 
-#: How a budget can be enforced: basic composition always; Gaussian-DP or privacy-loss distributions.
-COMPOSITIONS = ("basic", "gdp", "pld")
-
 #: Relative slack when comparing spent budget with the ceiling (floating-point rounding only).
 _BUDGET_RTOL = 1e-12
-
-
-@dataclass(frozen=True)
-class PrivacyEvent:
-    """One spend: ``(epsilon, delta)`` and, for Gaussian mechanisms, ``mu = sensitivity / noise std``.
-
-    ``kind`` is ``"gaussian"`` (``mu`` set), ``"pure"`` (delta = 0, e.g. the exponential mechanism)
-    or ``"approximate"`` (any other (epsilon, delta) mechanism).
-    """
-
-    epsilon: float
-    delta: float
-    kind: str = "approximate"
-    mu: Optional[float] = None
-    description: str = ""
 
 
 class PrivacyAccountant:
@@ -68,6 +51,7 @@ class PrivacyAccountant:
         self._composition = composition
         self._ledger: List[PrivacyEvent] = []
         self._tokens: List[contextvars.Token] = []
+        self._lock = threading.RLock()  # check-and-record is atomic across threads
 
     # -- budget ------------------------------------------------------------------------------
     @property
@@ -87,8 +71,6 @@ class PrivacyAccountant:
 
     def epsilon_spent(self, composition: Optional[str] = None, delta: Optional[float] = None) -> float:
         """Epsilon spent at ``delta`` (default: the budget's) under ``composition`` (default: the budget's)."""
-        from .composition import composed_epsilon  # local import: composition imports this module
-
         return composed_epsilon(self._ledger, self._delta if delta is None else delta,
                                 self._composition if composition is None else composition)
 
@@ -112,34 +94,36 @@ class PrivacyAccountant:
         return max(self._epsilon - eps, 0.0), max(self._delta - delta, 0.0)
 
     def check(self, epsilon: float, delta: float = 0.0, *, kind: str = "approximate", mu: Optional[float] = None) -> None:
-        """Raise :class:`BudgetExceededError` if spending ``(epsilon, delta)`` would exceed the budget.
+        """Raise :class:`BudgetExceededError` if spending ``(epsilon, delta)`` would exceed the budget
+        (one event; :meth:`check_events` for several)."""
+        self.check_events([_event(epsilon, delta, kind, mu)])
 
-        Under "gdp" or "pld" composition the candidate event (its ``kind`` and ``mu``) is composed
-        with the ledger and the composed epsilon at the budget's delta is compared with the budget.
+    def check_events(self, events: Sequence[PrivacyEvent]) -> None:
+        """Raise :class:`BudgetExceededError` if recording all ``events`` would exceed the budget.
+
+        The candidates are composed with the ledger under the budget's composition: basic sums the
+        pairs; "gdp" and "pld" compose exactly and compare the epsilon at the budget's delta.
         """
-        epsilon = validate_epsilon(epsilon)
-        delta = 0.0 if delta == 0.0 else validate_delta(delta)
-        if self._composition != "basic":
-            from .composition import composed_epsilon
-
-            candidate = PrivacyEvent(epsilon, delta, kind, None if mu is None else float(mu))
-            eps_total = composed_epsilon([*self._ledger, candidate], self._delta, self._composition)
-            if eps_total > self._epsilon * (1.0 + _BUDGET_RTOL):
+        events = list(events)
+        with self._lock:
+            if self._composition != "basic":
+                eps_total = composed_epsilon([*self._ledger, *events], self._delta, self._composition)
+                if eps_total > self._epsilon * (1.0 + _BUDGET_RTOL):
+                    raise BudgetExceededError(
+                        f"{_describe(events)} would bring the spend to epsilon={eps_total:.6g} at "
+                        f"delta={self._delta} under {self._composition} composition, over the budget "
+                        f"epsilon={self._epsilon}"
+                    )
+                return
+            eps_spent, delta_spent = self.spent
+            eps_total = eps_spent + math.fsum(e.epsilon for e in events)
+            delta_total = delta_spent + math.fsum(e.delta for e in events)
+            if eps_total > self._epsilon * (1.0 + _BUDGET_RTOL) or delta_total > self._delta * (1.0 + _BUDGET_RTOL):
                 raise BudgetExceededError(
-                    f"a release at (epsilon={epsilon}, delta={delta}) would bring the spend to "
-                    f"epsilon={eps_total:.6g} at delta={self._delta} under {self._composition} composition, "
-                    f"over the budget epsilon={self._epsilon}"
+                    f"{_describe(events)} would bring the spend to (epsilon={eps_total:.6g}, "
+                    f"delta={delta_total:.6g}), over the budget (epsilon={self._epsilon}, delta={self._delta}); "
+                    f"remaining: {self.remaining}"
                 )
-            return
-        eps_spent, delta_spent = self.spent
-        eps_total = eps_spent + epsilon
-        delta_total = delta_spent + delta
-        if eps_total > self._epsilon * (1.0 + _BUDGET_RTOL) or delta_total > self._delta * (1.0 + _BUDGET_RTOL):
-            raise BudgetExceededError(
-                f"a release at (epsilon={epsilon}, delta={delta}) would bring the spend to "
-                f"(epsilon={eps_total:.6g}, delta={delta_total:.6g}), over the budget "
-                f"(epsilon={self._epsilon}, delta={self._delta}); remaining: {self.remaining}"
-            )
 
     def spend(
         self,
@@ -151,11 +135,10 @@ class PrivacyAccountant:
         description: str = "",
     ) -> PrivacyEvent:
         """Check, then record one event; returns it."""
-        if kind not in ("gaussian", "pure", "approximate"):
-            raise ValueError(f"kind must be 'gaussian', 'pure' or 'approximate', got {kind!r}")
-        self.check(epsilon, delta, kind=kind, mu=mu)
-        event = PrivacyEvent(float(epsilon), float(delta), kind, None if mu is None else float(mu), description)
-        self._ledger.append(event)
+        event = _event(epsilon, delta, kind, mu, description)
+        with self._lock:
+            self.check_events([event])
+            self._ledger.append(event)
         return event
 
     # -- context manager ------------------------------------------------------------------------
@@ -177,3 +160,40 @@ class PrivacyAccountant:
 def current_accountant() -> Optional[PrivacyAccountant]:
     """The accountant of the innermost active ``with PrivacyAccountant(...)`` block, if any."""
     return _DEFAULT.get()
+
+
+def resolve_accountant(accountant: Any = None) -> Optional[PrivacyAccountant]:
+    """``accountant`` itself, else the innermost ``with PrivacyAccountant(...)``, else None."""
+    if accountant is None:
+        accountant = current_accountant()
+    if accountant is not None and not isinstance(accountant, PrivacyAccountant):
+        raise TypeError(f"accountant must be a PrivacyAccountant, got {type(accountant).__name__}")
+    return accountant
+
+
+def reserve(accountant: Any, events: Sequence[PrivacyEvent]) -> Optional[PrivacyAccountant]:
+    """Check -> compute -> spend, first step: resolve the accountant and check that ``events``
+    (everything the caller is about to release, composed together) fit its budget.
+
+    Every mechanism calls this before it computes anything from the private outputs, and charges
+    each event with :meth:`PrivacyAccountant.spend` after its draw and before it returns. Returns the
+    accountant to charge (None when there is none). Raises :class:`BudgetExceededError` otherwise.
+    """
+    accountant = resolve_accountant(accountant)
+    if accountant is not None:
+        accountant.check_events(events)
+    return accountant
+
+
+def _event(epsilon: float, delta: float, kind: str, mu: Optional[float] = None, description: str = "") -> PrivacyEvent:
+    if kind not in ("gaussian", "pure", "approximate"):
+        raise ValueError(f"kind must be 'gaussian', 'pure' or 'approximate', got {kind!r}")
+    epsilon = validate_epsilon(epsilon)
+    delta = 0.0 if delta == 0.0 else validate_delta(delta)
+    return PrivacyEvent(epsilon, delta, kind, None if mu is None else float(mu), description)
+
+
+def _describe(events: Sequence[PrivacyEvent]) -> str:
+    if len(events) == 1:
+        return f"a release at (epsilon={events[0].epsilon}, delta={events[0].delta})"
+    return f"{len(events)} releases at (epsilon, delta) = {[(e.epsilon, e.delta) for e in events]}"

@@ -7,11 +7,11 @@ sensitivity ``Delta`` adds noise with standard deviation ``multiplier * Delta``.
 from __future__ import annotations
 
 import math
-from numbers import Real
-from typing import Literal
 
 import numpy as np
 from scipy import optimize, special
+
+from .validation import CALIBRATIONS, Calibration, check_real, validate_calibration, validate_delta, validate_epsilon
 
 __all__ = [
     "Calibration",
@@ -25,35 +25,6 @@ __all__ = [
     "validate_delta",
     "validate_epsilon",
 ]
-
-Calibration = Literal["analytic", "classical"]
-CALIBRATIONS = ("analytic", "classical")
-
-
-def _check_real(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (Real, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a real number, got {value!r} of type {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value}")
-    return value
-
-
-def validate_epsilon(epsilon: object) -> float:
-    """Return ``epsilon`` as a float; ``TypeError``/``ValueError`` unless it is finite and > 0."""
-    epsilon = _check_real("epsilon", epsilon)
-    if epsilon <= 0.0:
-        raise ValueError(f"epsilon must be > 0, got {epsilon}")
-    return epsilon
-
-
-def validate_delta(delta: object) -> float:
-    """Return ``delta`` as a float; ``TypeError``/``ValueError`` unless 0 < delta < 1."""
-    delta = _check_real("delta", delta)
-    if not 0.0 < delta < 1.0:
-        raise ValueError(f"delta must be in the open interval (0, 1), got {delta}")
-    return delta
-
 
 def analytic_gaussian_delta(epsilon: float, mu: float) -> float:
     """Exact delta(epsilon) of a Gaussian mechanism whose sensitivity / noise std is ``mu``.
@@ -136,17 +107,15 @@ def classical_gaussian_multiplier(epsilon: float, delta: float) -> float:
 
 def gaussian_multiplier(epsilon: float, delta: float, calibration: str = "analytic") -> float:
     """Unit-sensitivity Gaussian noise multiplier for ``calibration`` in {"analytic", "classical"}."""
-    if calibration == "analytic":
+    if validate_calibration(calibration) == "analytic":
         return analytic_gaussian_multiplier(epsilon, delta)
-    if calibration == "classical":
-        return classical_gaussian_multiplier(epsilon, delta)
-    raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}")
+    return classical_gaussian_multiplier(epsilon, delta)
 
 
 def laplace_scale(sensitivity: float, epsilon: float) -> float:
     """Scale ``b = sensitivity / epsilon`` of the Laplace mechanism for an L1 ``sensitivity``."""
     epsilon = validate_epsilon(epsilon)
-    sensitivity = _check_real("sensitivity", sensitivity)
+    sensitivity = check_real("sensitivity", sensitivity)
     if sensitivity < 0.0:
         raise ValueError(f"sensitivity must be >= 0, got {sensitivity}")
     return sensitivity / epsilon
@@ -161,7 +130,7 @@ def exponential_mechanism_log_weights(
     ``sensitivity`` bounds how much any utility changes between neighbouring datasets.
     """
     epsilon = validate_epsilon(epsilon)
-    sensitivity = _check_real("sensitivity", sensitivity)
+    sensitivity = check_real("sensitivity", sensitivity)
     if sensitivity <= 0.0:
         raise ValueError(f"sensitivity must be > 0, got {sensitivity}")
     u = np.asarray(utilities, dtype=np.float64)

@@ -5,7 +5,7 @@ matrix ``C`` and :mod:`dpgp_gpflow.release` draws the noise. Privacy assumption:
 depends on the cloaking matrix only, which is a function of public inputs and public
 hyperparameters; the private outputs never enter.
 
-The maths (DESIGN.md sections 2 and 4):
+The maths (docs/mechanisms.md#cloaking and #noise-optimiser):
 
 * ``C`` (k x n) is factored into its column space, ``C ~ U_r beta`` with ``U_r`` (k x r) orthonormal
   and ``beta = U_r^T C`` (r x n) the exact sensitivity vectors of the projected release.
@@ -22,12 +22,14 @@ The maths (DESIGN.md sections 2 and 4):
 from __future__ import annotations
 
 import math
-from typing import Iterator, Literal, NamedTuple, Optional
+from typing import Iterator, NamedTuple, Optional
 
 import numpy as np
 import scipy.linalg
 import tensorflow as tf
 from check_shapes import check_shapes
+
+from .validation import OBJECTIVES, Objective, validate_objective
 
 __all__ = [
     "DEFAULT_TOL",
@@ -43,8 +45,6 @@ __all__ = [
     "projection_rows",
 ]
 
-Objective = Literal["mse", "entropy"]
-OBJECTIVES = ("mse", "entropy")
 
 #: Default relative duality gap of every release's noise optimisation: the noise's objective
 #: (expected squared error for "mse", log det per direction for "entropy") is certified within
@@ -564,8 +564,7 @@ def optimise_noise_covariance(
 
     Privacy assumption: none here; callers must recompute the sensitivity from the returned ``M``.
     """
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    validate_objective(objective)
     if not (isinstance(tol, (int, float)) and tol > 0.0):
         raise ValueError(f"tol must be > 0, got {tol!r}")
     if not (isinstance(max_iter, int) and max_iter >= 1):

@@ -1,6 +1,6 @@
 """Composition of a ledger of privacy events: basic, exact Gaussian-DP, and privacy loss distributions.
 
-Pure functions of :class:`~dpgp_gpflow.accounting.PrivacyEvent` sequences (DESIGN 7). One neighbouring
+Pure functions of :class:`~dpgp_gpflow.accounting.PrivacyEvent` sequences (docs/composition.md#conversion-trap). One neighbouring
 relation throughout: two datasets differ in one private output, replaced by another value in the
 public bounds ("replace one"). Each event is one of
 
@@ -22,7 +22,7 @@ Three compositions, all valid upper bounds on the epsilon of the whole sequence 
 * :func:`pld_epsilon`: numerically tight composition of any mixture with privacy loss
   distributions (Google's ``dp-accounting``), pessimistic discretisation (an upper bound).
 
-The conversion trap (DESIGN 7): under ``REPLACE_ONE``, ``dp_accounting``'s ``GaussianDpEvent(sigma)``
+The conversion trap (docs/composition.md#conversion-trap): under ``REPLACE_ONE``, ``dp_accounting``'s ``GaussianDpEvent(sigma)``
 means noise std ``sigma`` against a mean shift of **2** (a replace is a remove plus an add of a
 unit-norm vector). Our ``mu`` already is the replace-one sensitivity over the noise std, so one
 release is ``GaussianDpEvent(2 / mu)`` (``= 2 * noise_multiplier``); passing the noise multiplier
@@ -42,13 +42,18 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Dict, Iterable, List, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from .accounting import PrivacyEvent
+from dp_accounting import NeighboringRelation
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
+from dp_accounting.pld.common import DifferentialPrivacyParameters
+
 from .calibration import analytic_gaussian_epsilon
 
 __all__ = [
     "COMPOSITIONS",
+    "PrivacyEvent",
     "basic_composition",
     "composed_epsilon",
     "composition_report",
@@ -59,8 +64,23 @@ __all__ = [
     "pure_epsilon_rr_noise_parameter",
 ]
 
-#: Compositions understood by :func:`composed_epsilon`.
+#: Compositions understood by :func:`composed_epsilon` (and by a ``PrivacyAccountant``'s budget).
 COMPOSITIONS = ("basic", "gdp", "pld")
+
+
+@dataclass(frozen=True)
+class PrivacyEvent:
+    """One spend: ``(epsilon, delta)`` and, for Gaussian mechanisms, ``mu = sensitivity / noise std``.
+
+    ``kind`` is ``"gaussian"`` (``mu`` set), ``"pure"`` (delta = 0, e.g. the exponential mechanism)
+    or ``"approximate"`` (any other (epsilon, delta) mechanism).
+    """
+
+    epsilon: float
+    delta: float
+    kind: str = "approximate"
+    mu: Optional[float] = None
+    description: str = ""
 #: Default discretisation of the privacy loss (dp-accounting's default). Pessimistic rounding keeps
 #: the result an upper bound; smaller is tighter and slower.
 PLD_DISCRETIZATION = 1e-4
@@ -131,10 +151,6 @@ def pure_epsilon_rr_noise_parameter(epsilon: float) -> float:
 
 def _pld(events: Sequence[PrivacyEvent], discretization: float):
     """The composed privacy loss distribution (replace-one), or None for an empty ledger."""
-    from dp_accounting.pld import privacy_loss_distribution as pld_lib
-    from dp_accounting.pld.common import DifferentialPrivacyParameters
-    from dp_accounting import NeighboringRelation
-
     replace_one = NeighboringRelation.REPLACE_ONE
     plds = []
     # Gaussian events compose exactly into one Gaussian (sqrt of the sum of mu^2): one PLD.

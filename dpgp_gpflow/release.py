@@ -4,36 +4,30 @@ A release publishes ``v~ = offset + C (y - m) + noise`` where ``C`` (k x n) is p
 public inputs and hyperparameters), ``y - m`` are the clipped, publicly centred private outputs and
 ``offset`` is public. Two mechanisms:
 
-* ``cloaking_release`` (AISTATS 2018 / DESIGN 2-4): noise ``N(0, F F^T)`` shaped by the optimised
+* ``cloaking_release`` (AISTATS 2018 / docs/mechanisms.md#cloaking): noise ``N(0, F F^T)`` shaped by the optimised
   covariance; the mean is projected onto the ``r`` directions that receive noise.
-* ``standard_release`` (Hall et al. 2013 / DESIGN 5.2): noise from the GP prior at the test inputs,
+* ``standard_release`` (Hall et al. 2013 / docs/mechanisms.md#standard-mechanism): noise from the GP prior at the test inputs,
   scaled by the exact RKHS sensitivity.
 
-Randomness: by default from the operating system's CSPRNG (``secrets``), each coordinate the
-average of two normal draws, ``(z1 + z2) / sqrt(2)`` (Holohan & Braghin 2021). Floating-point
-Gaussian samplers are attackable in principle (Jin et al. 2022); this is a mitigation, not an
-exact sampler. An explicit ``seed`` makes the release reproducible and therefore not private
-against anyone who knows the seed: it warns and marks the release ``reproducible=True``.
+The budget is reserved (:func:`~dpgp_gpflow.accounting.reserve`) before anything is computed and
+charged after the draw; the noise comes from :mod:`dpgp_gpflow.sampling` (the CSPRNG unless an
+explicit ``seed`` makes the release reproducible, and so not private, marked ``reproducible=True``).
 """
 
 from __future__ import annotations
 
-import math
-import secrets
-import warnings
-from dataclasses import dataclass
 from typing import Any, Iterator, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
 
-from .accounting import PrivacyAccountant, current_accountant
-from .calibration import CALIBRATIONS, gaussian_multiplier, validate_delta, validate_epsilon
+from . import sampling
+from .accounting import PrivacyAccountant, PrivacyEvent, reserve
+from .calibration import gaussian_multiplier
 from .cloaking import (
     AUTO_RTOLS,
     DEFAULT_TOL,
     MIN_MSE_RTOL,
-    OBJECTIVES,
     ColumnSpace,
     OptimiserCertificate,
     column_spaces,
@@ -41,7 +35,9 @@ from .cloaking import (
     optimise_noise_covariance,
     projection_rows,
 )
-from .exceptions import ReproducibleNoiseWarning
+from .released import PrivateRelease
+from .sampling import standard_normal
+from .validation import validate_calibration, validate_delta, validate_epsilon, validate_objective
 
 __all__ = ["NoisePlan", "PrivateRelease", "cloaking_release", "standard_normal", "standard_release"]
 
@@ -57,86 +53,22 @@ MAX_NOISE_CONDITION = 1e11
 BIAS_FRACTION = 0.01
 
 
-@dataclass(frozen=True)
-class PrivateRelease:
-    """A differentially private release of GP predictions; every field is safe to publish.
-
-    It never holds the non-private mean. ``noise_factor`` (k x r) gives the DP noise covariance
-    ``noise_factor @ noise_factor.T`` (public), so users can add it to their uncertainty.
-    """
-
-    mean: np.ndarray  #: [k] released (noisy) predictive mean
-    variance: np.ndarray  #: [k] public posterior variance of f (does not depend on y)
-    noise_std: np.ndarray  #: [k] standard deviation of the DP noise at each point
-    noise_factor: np.ndarray  #: [k, r] factor of the DP noise covariance
-    epsilon: float
-    delta: float
-    data_sensitivity: float  #: d: how far one private output may move
-    #: Sensitivity in the Mahalanobis norm of the noise covariance's shape, d included: for cloaking
-    #: ``d sqrt(max_i c_i^T M^+ c_i)`` with the optimised M; for the standard mechanism the RKHS bound
-    #: ``d max_j sqrt([K^-1 Kff K^-1]_jj)`` against the prior covariance. The noise std along a
-    #: neighbour's shift is ``noise_multiplier * sensitivity`` in both cases.
-    sensitivity: float
-    noise_multiplier: float  #: unit-sensitivity Gaussian multiplier s for (epsilon, delta)
-    calibration: str
-    objective: Optional[str]  #: "mse" / "entropy" for cloaking, None for the standard mechanism
-    certificate: Optional[OptimiserCertificate]
-    mechanism: str = "cloaking"
-    rank: int = 0  #: r: number of directions that receive noise
-    rtol: Optional[float] = None  #: singular-value tolerance that chose r
-    bias_bound: float = 0.0  #: largest worst-case |bias| of any value from projecting the mean onto r directions
-    reproducible: bool = False  #: True when the noise came from an explicit seed (not private)
-
-    @property
-    def total_variance(self) -> np.ndarray:
-        """Posterior variance plus DP noise variance, per point."""
-        return self.variance + self.noise_std**2
-
-    @property
-    def mu(self) -> float:
-        """Gaussian-DP parameter of this release: sensitivity / noise std = 1 / noise_multiplier."""
-        return 1.0 / self.noise_multiplier
-
-
-def standard_normal(size: int, seed: Optional[int] = None) -> Tuple[np.ndarray, bool]:
-    """``size`` independent N(0, 1) draws and whether they are reproducible.
-
-    ``seed=None``: OS entropy via ``secrets.SystemRandom``; otherwise numpy's PCG64 with a
-    :class:`ReproducibleNoiseWarning`. A fresh generator for every release: state is never reused.
-    """
-    if seed is None:
-        rng = secrets.SystemRandom()
-        z = np.array([(rng.gauss(0.0, 1.0) + rng.gauss(0.0, 1.0)) for _ in range(size)]) / math.sqrt(2.0)
-        return z.reshape(size), False
-    warnings.warn(
-        f"DP noise drawn from an explicit seed ({seed!r}): the release is reproducible and NOT private "
-        "against anyone who knows the seed; use seed=None for a private release",
-        ReproducibleNoiseWarning,
-        stacklevel=3,
-    )
-    return np.random.default_rng(seed).standard_normal(size), True
-
-
 def _prepare(epsilon, delta, calibration, accountant) -> Tuple[float, float, float, Optional[PrivacyAccountant]]:
-    """Validate the privacy parameters, compute the multiplier and check the budget (no spend)."""
-    epsilon = validate_epsilon(epsilon)
-    delta = validate_delta(delta)
-    if calibration not in CALIBRATIONS:
-        raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}")
-    multiplier = gaussian_multiplier(epsilon, delta, calibration)
-    if accountant is None:
-        accountant = current_accountant()
-    if accountant is not None:
-        if not isinstance(accountant, PrivacyAccountant):
-            raise TypeError(f"accountant must be a PrivacyAccountant, got {type(accountant).__name__}")
-        accountant.check(epsilon, delta, kind="gaussian", mu=1.0 / multiplier)
+    """Validate the privacy parameters, compute the multiplier and reserve the budget (no spend)."""
+    epsilon, delta = validate_epsilon(epsilon), validate_delta(delta)
+    multiplier = gaussian_multiplier(epsilon, delta, validate_calibration(calibration))
+    accountant = reserve(accountant, [gaussian_event(epsilon, delta, multiplier)])
     return epsilon, delta, multiplier, accountant
+
+
+def gaussian_event(epsilon: float, delta: float, multiplier: float, description: str = "") -> PrivacyEvent:
+    """The ledger entry of one Gaussian release at noise multiplier ``multiplier`` (``mu = 1 / s``)."""
+    return PrivacyEvent(float(epsilon), float(delta), "gaussian", 1.0 / float(multiplier), description)
 
 
 def candidate_rtols(objective: str, rtol: Optional[float]) -> Tuple[float, ...]:
     """The singular-value tolerances a cloaking release tries, in order (one if ``rtol`` is given)."""
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    validate_objective(objective)
     if rtol is None:
         return tuple(t for t in AUTO_RTOLS if objective == "entropy" or t >= MIN_MSE_RTOL)
     if objective == "mse" and float(rtol) < MIN_MSE_RTOL:
@@ -193,7 +125,7 @@ class NoisePlan:
     of projecting, ``b ||C_j - P_j||_1`` (:func:`projection_rows`, ``b = output_bound``), must be at
     most ``BIAS_FRACTION`` of ``s d max_i |P_ji|``, a lower bound on the noise std of prediction j
     in any release of the projection ``P`` (:func:`noise_std_lower_bound`). No optimisation is needed
-    to choose the rank. (DESIGN 2 compares the 2-norm bound ``s_{r+1} sqrt(n) b`` with the smallest
+    to choose the rank. (docs/mechanisms.md#rank-rule explains why; the original papers' rule compares the 2-norm bound ``s_{r+1} sqrt(n) b`` with the smallest
     noise std instead; that needs a solve per candidate, and lets the least noised prediction,
     e.g. one far from all data, dictate the rank for all.) Every solve is cached, so other
     multipliers (other budgets) cost nothing more. A release that cannot be guaranteed
@@ -282,6 +214,7 @@ def cloaking_release(
     rtol: Optional[float] = None,
     tol: float = DEFAULT_TOL,
     max_iter: int = 2000,
+    y_bounds: Optional[Tuple[float, float]] = None,
 ) -> PrivateRelease:
     """Release ``offset + C y_centred`` with cloaking noise, (epsilon, delta)-DP.
 
@@ -296,8 +229,7 @@ def cloaking_release(
     least noise its projected value could carry.
     """
     epsilon, delta, multiplier, accountant = _prepare(epsilon, delta, calibration, accountant)
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    validate_objective(objective)
     y_centred = tf.reshape(tf.convert_to_tensor(y_centred, dtype=tf.float64), [-1])
     n = int(y_centred.shape[0])
     settings = dict(data_sensitivity=float(data_sensitivity), output_bound=float(output_bound), objective=objective,
@@ -310,19 +242,19 @@ def cloaking_release(
         plan = NoisePlan(C, **settings)
     if plan.n != n:
         raise ValueError(f"the cloaking matrix has {plan.n} columns but there are {n} outputs")
+    description = f"cloaking release ({objective}) of {plan.k} values"
     space, noise, bias_bound = plan.choose(multiplier)
     sensitivity = noise.sensitivity
     noise_factor = _unit_noise_factor(space, noise) * multiplier  # [k, r]
     noise_std = tf.norm(noise_factor, axis=1)
 
-    xi, reproducible = standard_normal(space.rank, seed)
+    xi, reproducible = sampling.standard_normal(space.rank, seed)
     coords = tf.linalg.matvec(space.vectors, y_centred)  # [r]: the mean projected onto the basis
     coords = coords + (multiplier * sensitivity) * tf.linalg.matvec(noise.factor, tf.constant(xi))
     released = tf.reshape(tf.cast(offset, tf.float64), [-1]) + tf.linalg.matvec(space.basis, coords)
 
     if accountant is not None:
-        accountant.spend(epsilon, delta, kind="gaussian", mu=1.0 / multiplier,
-                         description=f"cloaking release ({objective}) of {int(released.shape[0])} values")
+        accountant.spend(epsilon, delta, kind="gaussian", mu=1.0 / multiplier, description=description)
     return PrivateRelease(
         mean=released.numpy(),
         variance=np.reshape(np.asarray(variance, dtype=np.float64), [-1]),
@@ -341,6 +273,7 @@ def cloaking_release(
         rtol=space.rtol,
         bias_bound=bias_bound,
         reproducible=reproducible,
+        y_bounds=y_bounds,
     )
 
 
@@ -356,26 +289,27 @@ def standard_release(
     calibration: str = "analytic",
     seed: Optional[int] = None,
     accountant: Optional[PrivacyAccountant] = None,
+    y_bounds: Optional[Tuple[float, float]] = None,
 ) -> PrivateRelease:
     """Release ``mean + s * sensitivity * G`` with ``G ~ N(0, prior_cov)`` (Hall et al. 2013).
 
     Privacy assumptions: ``mean`` moves between neighbours by a vector whose Mahalanobis norm
-    against ``prior_cov`` is at most ``sensitivity`` (the exact RKHS sensitivity of DESIGN 5.2);
+    against ``prior_cov`` is at most ``sensitivity`` (the exact RKHS sensitivity of docs/mechanisms.md#standard-mechanism);
     ``prior_cov`` and ``variance`` are public. Jitter is added to ``prior_cov`` (more noise: safe).
     """
-    epsilon, delta, multiplier, accountant = _prepare(epsilon, delta, calibration, accountant)
     prior_cov = tf.convert_to_tensor(prior_cov, dtype=tf.float64)
     k = int(prior_cov.shape[0])
+    description = f"standard (Hall et al.) release of {k} values"
+    epsilon, delta, multiplier, accountant = _prepare(epsilon, delta, calibration, accountant)
     jitter = 1e-10 * float(tf.reduce_max(tf.linalg.diag_part(prior_cov))) + 1e-300
     chol = tf.linalg.cholesky(prior_cov + jitter * tf.eye(k, dtype=tf.float64))  # [k, k]
     sv = tf.linalg.svd(chol, compute_uv=False)
     sensitivity = float(sensitivity) * (SENSITIVITY_SAFETY + ROUNDING_SAFETY * float(sv[0] / sv[-1]))
     noise_factor = chol * (multiplier * sensitivity)
-    xi, reproducible = standard_normal(k, seed)
+    xi, reproducible = sampling.standard_normal(k, seed)
     released = tf.reshape(tf.cast(mean, tf.float64), [-1]) + tf.linalg.matvec(noise_factor, tf.constant(xi))
     if accountant is not None:
-        accountant.spend(epsilon, delta, kind="gaussian", mu=1.0 / multiplier,
-                         description=f"standard (Hall et al.) release of {k} values")
+        accountant.spend(epsilon, delta, kind="gaussian", mu=1.0 / multiplier, description=description)
     return PrivateRelease(
         mean=released.numpy(),
         variance=np.reshape(np.asarray(variance, dtype=np.float64), [-1]),
@@ -394,4 +328,5 @@ def standard_release(
         rtol=None,
         bias_bound=0.0,
         reproducible=reproducible,
+        y_bounds=y_bounds,
     )

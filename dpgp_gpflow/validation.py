@@ -1,17 +1,83 @@
-"""Input checks shared by every model: clear errors naming the offending value, float64 data."""
+"""Input checks, in one place: data (float64, finite, shaped) and privacy parameters.
+
+Every entry point validates ``epsilon``, ``delta``, ``objective`` and ``calibration`` here, so each
+rule has one wording and one implementation.
+"""
 
 from __future__ import annotations
 
 import math
 import warnings
 from numbers import Real
-from typing import Any, Optional, Tuple
+from typing import Any, Literal, Optional, Tuple
 
 import numpy as np
 
 from .exceptions import ClippingWarning
 
-__all__ = ["as_inputs", "as_outputs", "clip_outputs", "validate_bounds", "validate_data_sensitivity"]
+__all__ = [
+    "CALIBRATIONS",
+    "Calibration",
+    "OBJECTIVES",
+    "Objective",
+    "as_inputs",
+    "check_real",
+    "as_outputs",
+    "clip_outputs",
+    "validate_bounds",
+    "validate_calibration",
+    "validate_data_sensitivity",
+    "validate_delta",
+    "validate_epsilon",
+    "validate_objective",
+]
+
+#: How the Gaussian noise multiplier is calibrated (:mod:`dpgp_gpflow.calibration`).
+Calibration = Literal["analytic", "classical"]
+CALIBRATIONS: Tuple[str, ...] = ("analytic", "classical")
+#: What the cloaking noise covariance minimises (:mod:`dpgp_gpflow.cloaking`).
+Objective = Literal["mse", "entropy"]
+OBJECTIVES: Tuple[str, ...] = ("mse", "entropy")
+
+
+def check_real(name: str, value: object) -> float:
+    """``value`` as a finite float; ``TypeError`` for non-reals (bools included), ``ValueError`` for inf/nan."""
+    if isinstance(value, bool) or not isinstance(value, (Real, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a real number, got {value!r} of type {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return value
+
+
+def validate_epsilon(epsilon: object) -> float:
+    """Return ``epsilon`` as a float; ``TypeError``/``ValueError`` unless it is finite and > 0."""
+    epsilon = check_real("epsilon", epsilon)
+    if epsilon <= 0.0:
+        raise ValueError(f"epsilon must be > 0, got {epsilon}")
+    return epsilon
+
+
+def validate_delta(delta: object) -> float:
+    """Return ``delta`` as a float; ``TypeError``/``ValueError`` unless 0 < delta < 1."""
+    delta = check_real("delta", delta)
+    if not 0.0 < delta < 1.0:
+        raise ValueError(f"delta must be in the open interval (0, 1), got {delta}")
+    return delta
+
+
+def validate_objective(objective: object) -> str:
+    """``objective`` if it is one of :data:`OBJECTIVES`, else ``ValueError``."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    return str(objective)
+
+
+def validate_calibration(calibration: object) -> str:
+    """``calibration`` if it is one of :data:`CALIBRATIONS`, else ``ValueError``."""
+    if calibration not in CALIBRATIONS:
+        raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}")
+    return str(calibration)
 
 
 def _as_float64(name: str, value: Any) -> np.ndarray:

@@ -11,7 +11,7 @@ import gpflow
 import pytest
 from check_shapes import set_enable_check_shapes
 
-import dpgp_gpflow.release as release_module
+from dpgp_gpflow import sampling
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,13 +42,15 @@ gpflow.config.set_default_float("float64")
 
 @pytest.fixture
 def draws(monkeypatch):
-    """Counts calls of the one function that draws DP noise (``release.standard_normal``)."""
+    """Counts every draw of DP noise: the calls of :mod:`dpgp_gpflow.sampling`'s samplers (Gaussian,
+    Laplace, Gumbel), the one module that draws noise. Holds the size of each draw."""
     calls = []
-    original = release_module.standard_normal
+    for name in ("standard_normal", "laplace", "gumbel"):
+        original = getattr(sampling, name)
 
-    def counting(size, seed=None):
-        calls.append(size)
-        return original(size, seed)
+        def counting(size, seed=None, _original=original):
+            calls.append(size)
+            return _original(size, seed)
 
-    monkeypatch.setattr(release_module, "standard_normal", counting)
+        monkeypatch.setattr(sampling, name, counting)
     return calls

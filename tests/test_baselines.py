@@ -6,9 +6,13 @@
 * black-box audit: Clopper-Pearson lower bound on epsilon from threshold tests on releases of
   neighbouring datasets (one output per bin moved by d); the correct mechanism passes, an
   under-noised one (scale halved) is caught;
-* accounting: one pure-epsilon event; over budget raises before any noise is drawn;
+* accounting: one pure-epsilon event; over budget raises before any noise is drawn or any output
+  is clipped, and leaves the ledger as it was;
 * predictors: bin values on a 2-D grid, the GP on bin centres against a NumPy GP with
   per-observation noise, the integral-kernel GP's data and noise, and its recovery of sin(x).
+
+The grid kernel itself (``dpgp_gpflow.kernels.GridIntegralSE``) is tested in
+``tests/kernels/test_grid_integral.py``.
 """
 
 from __future__ import annotations
@@ -24,15 +28,15 @@ from scipy import stats
 
 import dpgp_gpflow
 from dpgp_gpflow import BudgetExceededError, ClippingWarning, PrivacyAccountant, ReproducibleNoiseWarning
-from dpgp_gpflow import baselines
+from dpgp_gpflow import baselines, kernels, sampling
 from dpgp_gpflow.kernels import IntegralSE, predict_f_at_points
 from dpgp_gpflow.baselines import (
     BinRelease,
     GridIntegralSE,
+    IntegralGPR,
     bin_means_nonprivate,
     fit_gp_on_bins,
     fit_integral_gp,
-    laplace_noise,
     make_bins,
     predict_bin_value,
     predict_integral_gp,
@@ -50,7 +54,7 @@ def zero_noise(size, seed=None):
 
 @pytest.fixture
 def no_noise(monkeypatch):
-    monkeypatch.setattr(baselines, "laplace_noise", zero_noise)
+    monkeypatch.setattr(sampling, "laplace", zero_noise)
 
 
 def data_2d(n=300, seed=0):
@@ -237,7 +241,7 @@ def test_over_budget_raises_before_drawing(monkeypatch):
         calls.append(size)
         return np.zeros(int(size)), False
 
-    monkeypatch.setattr(baselines, "laplace_noise", recording)
+    monkeypatch.setattr(sampling, "laplace", recording)
     X, Y = data_2d()
     bins = make_bins(edges=EDGES_2D)
     acc = PrivacyAccountant(epsilon=1.0)
@@ -251,20 +255,63 @@ def test_over_budget_raises_before_drawing(monkeypatch):
     assert len(acc.ledger) == 1
 
 
+@pytest.mark.parametrize("composition", ["basic", "pld"])
+def test_refused_budget_draws_nothing_and_leaves_ledger(draws, composition):
+    """An accountant with too little epsilon refuses before the outputs are touched: no Laplace draw
+    (``draws`` counts the calls of dpgp_gpflow.sampling), no ClippingWarning, no ledger entry."""
+    X, Y = data_2d()  # some outputs lie outside the bounds: clipping them would warn
+    bins = make_bins(edges=EDGES_2D)
+    acc = PrivacyAccountant(epsilon=0.5, delta=1e-6, composition=composition)
+    acc.spend(0.2, 0.0, kind="pure", description="earlier release")
+    before = tuple(acc.ledger)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ClippingWarning)  # the outputs are not even clipped
+        with pytest.raises(BudgetExceededError):
+            release_bin_means(X, Y, bins, y_bounds=BOUNDS_Y, epsilon=0.4, accountant=acc)
+        with PrivacyAccountant(epsilon=0.1):  # the innermost `with` accountant refuses too
+            with pytest.raises(BudgetExceededError):
+                release_bin_means(X, Y, bins, y_bounds=BOUNDS_Y, epsilon=0.4)
+    assert draws == [], "Laplace noise was drawn although the budget was refused"
+    assert tuple(acc.ledger) == before and acc.spent[0] == pytest.approx(0.2)
+
+
 # ---------------------------------------------------------------------------------------------
 # the sampler and the black-box audit
 
 
+def test_release_draws_from_the_sampling_module(draws):
+    X, Y = data_2d()
+    bins = make_bins(edges=EDGES_2D)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ClippingWarning)
+        rel = release_bin_means(X, Y, bins, y_bounds=BOUNDS_Y, epsilon=1.0)
+    assert draws == [int(np.sum(rel.occupied))]  # one draw, one value per occupied bin
+
+
+def test_laplace_noise_is_a_deprecated_alias(monkeypatch):
+    calls = []
+
+    def recording(size, seed=None):
+        calls.append((size, seed))
+        return np.ones(int(size)), True
+
+    monkeypatch.setattr(sampling, "laplace", recording)
+    with pytest.warns(DeprecationWarning, match="sampling.laplace"):
+        z, reproducible = baselines.laplace_noise(3, seed=5)
+    assert calls == [(3, 5)] and reproducible
+    assert_array_equal(z, np.ones(3))
+
+
 def test_laplace_sampler_seeded_ks():
     with pytest.warns(ReproducibleNoiseWarning):
-        z, reproducible = laplace_noise(20000, seed=1234)
+        z, reproducible = sampling.laplace(20000, seed=1234)
     assert reproducible and z.shape == (20000,)
     assert stats.kstest(z, stats.laplace.cdf).pvalue > 0.01
     assert stats.kstest(1.1 * z, stats.laplace.cdf).pvalue < 1e-3  # the test has power
 
 
 def test_laplace_sampler_csprng_ks():
-    z, reproducible = laplace_noise(20000)
+    z, reproducible = sampling.laplace(20000)
     assert not reproducible
     # OS entropy cannot be seeded: a correct sampler fails this with probability 1e-6.
     assert stats.kstest(z, stats.laplace.cdf).pvalue > 1e-6
@@ -322,13 +369,13 @@ def test_black_box_audit_passes():
 
 
 def test_black_box_audit_catches_under_noise(monkeypatch):
-    real = baselines.laplace_noise
+    real = sampling.laplace
 
     def halved(size, seed=None):
         z, rep = real(size, seed)
         return 0.5 * z, rep
 
-    monkeypatch.setattr(baselines, "laplace_noise", halved)
+    monkeypatch.setattr(sampling, "laplace", halved)
     eps_lb, eps = audit_releases()
     assert eps_lb > eps, f"under-noised mechanism not caught (lower bound {eps_lb:.3f})"
 
@@ -400,7 +447,7 @@ def test_integral_gp_data_and_noise():
     assert_allclose(integrals.numpy()[:, 0], (rel.mean[occ] - 4.0) * vol[occ], rtol=1e-14)
     noise = vol[occ] ** 2 * (2.0 * rel.noise_scale[occ] ** 2 + 3.0 / rel.counts[occ])
     assert_allclose(model.likelihood.variance_at(boxes).numpy()[:, 0], noise, rtol=1e-12)
-    assert model.y_prior_mean == 4.0
+    assert isinstance(model, IntegralGPR) and model.y_prior_mean == 4.0
     # far from every bin the prediction returns to the public prior mean
     mean, _ = predict_integral_gp(model, np.array([[100.0, 100.0]]))
     assert_allclose(mean, [[4.0]], atol=1e-9)
@@ -425,38 +472,14 @@ def test_integral_gp_recovers_sin_from_noiseless_bins():
     assert err_int < 0.6 * err_bin
 
 
-@pytest.mark.parametrize("lengthscales", [0.7, [0.6, 1.7]])
-def test_grid_integral_kernel_equals_integral_se(lengthscales):
+def test_grid_integral_kernel_takes_bins():
+    """The kernel lives in dpgp_gpflow.kernels (tested there); a Bins is a grid like its edges."""
+    assert GridIntegralSE is kernels.GridIntegralSE
     bins = make_bins(edges=EDGES_2D)
-    rng = np.random.default_rng(5)
-    boxes = bins.boxes[rng.permutation(bins.n_bins)]  # any order, repeats allowed
-    boxes = np.vstack([boxes, boxes[:3]])
-    points = rng.uniform(-2.0, 5.0, (7, 2))
-    fast, ref = GridIntegralSE(bins, lengthscales, 2.5), IntegralSE(lengthscales, 2.5)
-    scale = np.max(np.abs(ref.K(boxes).numpy()))
-    assert_allclose(fast.K(boxes).numpy(), ref.K(boxes).numpy(), rtol=1e-12, atol=1e-14 * scale)
-    assert_allclose(fast.K(boxes, boxes[:4]).numpy(), ref.K(boxes, boxes[:4]).numpy(), rtol=1e-12, atol=1e-14 * scale)
-    assert_allclose(fast.K_diag(boxes).numpy(), ref.K_diag(boxes).numpy(), rtol=1e-12)
-    assert_allclose(fast.K_box_point(boxes, points).numpy(), ref.K_box_point(boxes, points).numpy(),
-                    rtol=1e-12, atol=1e-14 * scale)
-    off_grid = boxes.copy()
-    off_grid[0, 0] += 0.1  # not a bin: falls back to IntegralSE
-    assert_allclose(fast.K(off_grid).numpy(), ref.K(off_grid).numpy(), rtol=1e-12, atol=1e-14 * scale)
-
-
-def test_grid_integral_kernel_gradients_match():
-    """Hyperparameters may be trained on a release (post-processing): gradients must be right."""
-    import tensorflow as tf
-
-    bins = make_bins(edges=EDGES_2D)
-    boxes = tf.constant(bins.boxes)
-    grads = []
-    for kern in (GridIntegralSE(bins, [0.6, 1.7], 2.5), IntegralSE([0.6, 1.7], 2.5)):
-        with tf.GradientTape() as tape:
-            value = tf.reduce_sum(kern.K(boxes) ** 2) + tf.reduce_sum(kern.K_box_point(boxes, boxes[:, :2]))
-        grads.append(tape.gradient(value, kern.trainable_variables))
-    for g_fast, g_ref in zip(*grads):
-        assert_allclose(g_fast.numpy(), g_ref.numpy(), rtol=1e-10)
+    a, b = GridIntegralSE(bins, [0.6, 1.7], 2.5), GridIntegralSE(bins.edges, [0.6, 1.7], 2.5)
+    assert_array_equal(a.K(bins.boxes).numpy(), b.K(bins.boxes).numpy())
+    assert_allclose(a.K(bins.boxes).numpy(), IntegralSE([0.6, 1.7], 2.5).K(bins.boxes).numpy(), rtol=1e-12,
+                    atol=1e-14)
 
 
 def test_integral_gp_prediction_equals_plain_integral_se_model():
@@ -472,6 +495,57 @@ def test_integral_gp_prediction_equals_plain_integral_se_model():
     mean_ref, var_ref = predict_f_at_points(plain, Xnew)
     assert_allclose(mean, mean_ref.numpy() + 5.0, rtol=1e-10)
     assert_allclose(var, var_ref.numpy(), rtol=1e-9)
+    # a plain GPR declares no prior mean: it must be given, and then gives the same prediction
+    with pytest.raises(ValueError, match="prior_mean"):
+        predict_integral_gp(plain, Xnew)
+    mean_plain, _ = predict_integral_gp(plain, Xnew, prior_mean=5.0)
+    assert_allclose(mean_plain, mean, rtol=1e-10)
+
+
+def test_integral_gp_is_a_gpr_declaring_its_prior_mean():
+    """fit_integral_gp returns an IntegralGPR (a GPR subclass with y_prior_mean in its constructor),
+    not a GPR with an attribute set on it afterwards; fit_gp_on_bins sets no attribute at all."""
+    X, Y = data_2d(seed=6)
+    bins = make_bins(edges=EDGES_2D)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", (ClippingWarning, ReproducibleNoiseWarning))
+        rel = release_bin_means(X, Y, bins, y_bounds=BOUNDS_Y, epsilon=1.0, seed=8, empty_value=3.5)
+    model = fit_integral_gp(rel, [0.8, 1.1], 6.0, noise_variance=1.0)
+    assert type(model) is IntegralGPR and isinstance(model, gpflow.models.GPR)
+    assert isinstance(model.kernel, GridIntegralSE) and model.y_prior_mean == 3.5
+    assert isinstance(model.mean_function, gpflow.mean_functions.Zero)
+    Xnew = np.array([[0.1, 0.1], [2.0, 2.5], [3.5, -0.7]])
+    mean, var = model.predict_f_points(Xnew)
+    mean_np, var_np = predict_integral_gp(model, Xnew)
+    assert_allclose(mean.numpy(), mean_np, rtol=1e-12)
+    assert_allclose(var.numpy(), var_np, rtol=1e-12)
+    mean_fc, cov = predict_integral_gp(model, Xnew, full_cov=True)
+    assert cov.shape == (1, 3, 3)
+    assert_allclose(np.diag(cov[0])[:, None], var_np, rtol=1e-10)
+    assert_allclose(mean_fc, mean_np, rtol=1e-12)
+    # an explicit prior_mean overrides the model's
+    assert_allclose(predict_integral_gp(model, Xnew, prior_mean=0.0)[0], mean_np - 3.5, rtol=1e-10, atol=1e-12)
+    with pytest.raises(TypeError, match="IntegralSE"):
+        IntegralGPR(model.data, gpflow.kernels.SquaredExponential(), model.likelihood, y_prior_mean=0.0)
+    with pytest.raises(ValueError):
+        IntegralGPR(model.data, model.kernel, model.likelihood, y_prior_mean=float("nan"))
+    centre_gp = fit_gp_on_bins(rel)
+    assert type(centre_gp) is gpflow.models.GPR and not hasattr(centre_gp, "y_prior_mean")
+
+
+def test_release_repr_is_short():
+    X, Y = data_2d()
+    bins = make_bins(edges=EDGES_2D)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", (ClippingWarning, ReproducibleNoiseWarning))
+        rel = release_bin_means(X, Y, bins, y_bounds=BOUNDS_Y, epsilon=0.5)
+        seeded = release_bin_means(X, Y, bins, y_bounds=BOUNDS_Y, epsilon=0.5, seed=1)
+        exact = bin_means_nonprivate(X, Y, bins, y_bounds=BOUNDS_Y)
+    text = repr(rel)
+    assert text == "BinRelease(mechanism='laplace', epsilon=0.5, delta=0.0, n_bins=12, y_bounds=(0.0, 10.0))"
+    assert "[" not in text and "array" not in text and str(rel) == text  # no arrays, no values
+    assert repr(seeded).endswith("reproducible=True)")
+    assert "mechanism='none'" in repr(exact) and "epsilon=inf" in repr(exact)
 
 
 def test_predictors_reject_other_objects():
@@ -480,3 +554,12 @@ def test_predictors_reject_other_objects():
     with pytest.raises(TypeError):
         fit_gp_on_bins("not a release")
     assert isinstance(dpgp_gpflow.baselines.BinRelease, type) and BinRelease is dpgp_gpflow.baselines.BinRelease
+
+
+def test_package_reexports_every_public_name():
+    """README, notebooks and benchmarks use dpgp_gpflow.baselines.X for these names."""
+    names = ["BinNoiseVariance", "BinRelease", "Bins", "GridIntegralSE", "bin_means_nonprivate", "fit_gp_on_bins",
+             "fit_integral_gp", "laplace_noise", "make_bins", "predict_bin_value", "predict_integral_gp",
+             "release_bin_means"]
+    for name in names:
+        assert name in dpgp_gpflow.baselines.__all__ and callable(getattr(dpgp_gpflow.baselines, name)), name

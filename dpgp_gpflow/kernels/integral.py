@@ -27,6 +27,8 @@ from gpflow.base import MeanAndVariance, Parameter, TensorType
 from gpflow.utilities import positive
 from gpflow.utilities.model_utils import add_likelihood_noise_cov
 
+__all__ = ["IntegralSE", "interval_interval", "interval_point", "predict_f_at_points"]
+
 #: Half-widths below this many lengthscales use the Taylor expansion (error ~ 1e-12 relative).
 _TAYLOR_THRESHOLD = 1e-2
 _SQRT_HALF_PI = float(np.sqrt(np.pi / 2.0))
@@ -38,8 +40,18 @@ def _eq(y: tf.Tensor, ell: tf.Tensor) -> tf.Tensor:
     return tf.exp(-0.5 * tf.square(y / ell))
 
 
-def _interval_point(z: tf.Tensor, h: tf.Tensor, ell: tf.Tensor) -> tf.Tensor:
-    """``int_{-h}^{h} phi(z + s) ds`` elementwise (``h < 0``: oriented, negative)."""
+@check_shapes(
+    "z: [broadcast shape...]",
+    "h: [broadcast shape...]",
+    "ell: [broadcast shape...]",
+    "return: [shape...]",
+)
+def interval_point(z: tf.Tensor, h: tf.Tensor, ell: tf.Tensor) -> tf.Tensor:
+    """``int_{-h}^{h} phi(z + s) ds`` elementwise, broadcasting (``h < 0``: oriented, negative).
+
+    The 1-D factor of :meth:`IntegralSE.K_box_point`: an interval of centre ``m`` and half-width
+    ``h`` against a point ``x`` has ``z = m - x``.
+    """
     a = tf.abs(h)
     az = tf.abs(z)  # the integral is even in z
     lo = (az - a) / (_SQRT2 * ell)
@@ -61,8 +73,19 @@ def _interval_point(z: tf.Tensor, h: tf.Tensor, ell: tf.Tensor) -> tf.Tensor:
     return tf.sign(h) * tf.where(small, taylor, exact)
 
 
-def _interval_interval(z: tf.Tensor, h1: tf.Tensor, h2: tf.Tensor, ell: tf.Tensor) -> tf.Tensor:
-    """``int_{-h1}^{h1} int_{-h2}^{h2} phi(z + s - t) dt ds`` elementwise (oriented)."""
+@check_shapes(
+    "z: [broadcast shape...]",
+    "h1: [broadcast shape...]",
+    "h2: [broadcast shape...]",
+    "ell: [broadcast shape...]",
+    "return: [shape...]",
+)
+def interval_interval(z: tf.Tensor, h1: tf.Tensor, h2: tf.Tensor, ell: tf.Tensor) -> tf.Tensor:
+    """``int_{-h1}^{h1} int_{-h2}^{h2} phi(z + s - t) dt ds`` elementwise, broadcasting (oriented).
+
+    The 1-D factor of :meth:`IntegralSE.K`: intervals of centres ``m1, m2`` and half-widths
+    ``h1, h2`` have ``z = m1 - m2``.
+    """
     a1, a2 = tf.abs(h1), tf.abs(h2)
     az = tf.abs(z)
     c = _SQRT_HALF_PI * ell
@@ -110,7 +133,7 @@ def _interval_interval(z: tf.Tensor, h1: tf.Tensor, h2: tf.Tensor, ell: tf.Tenso
         )
         sq = tf.square(a_small)
         return (
-            2.0 * a_small * (_interval_point(z, a_big, ell) + d2 * sq / 6.0 + d4 * sq * sq / 120.0)
+            2.0 * a_small * (interval_point(z, a_big, ell) + d2 * sq / 6.0 + d4 * sq * sq / 120.0)
         )
 
     small1 = a1 < _TAYLOR_THRESHOLD * ell
@@ -180,13 +203,13 @@ class IntegralSE(gpflow.kernels.Kernel):
         m1, h1 = self.centres_and_half_widths(X)  # [N, D]
         m2, h2 = (m1, h1) if X2 is None else self.centres_and_half_widths(X2)  # [M, D]
         z = m1[:, None, :] - m2[None, :, :]  # [N, M, D]
-        factors = _interval_interval(z, h1[:, None, :], h2[None, :, :], self.lengthscales)
+        factors = interval_interval(z, h1[:, None, :], h2[None, :, :], self.lengthscales)
         return self.variance * tf.reduce_prod(factors, axis=-1)  # [N, M]
 
     @inherit_check_shapes
     def K_diag(self, X: TensorType) -> tf.Tensor:
         _, h = self.centres_and_half_widths(X)  # [N, D]
-        factors = _interval_interval(tf.zeros_like(h), h, h, self.lengthscales)
+        factors = interval_interval(tf.zeros_like(h), h, h, self.lengthscales)
         return self.variance * tf.reduce_prod(factors, axis=-1)  # [N]
 
     @check_shapes(
@@ -207,7 +230,7 @@ class IntegralSE(gpflow.kernels.Kernel):
                 f"points have {points.shape[-1]} columns but boxes have D = {m.shape[-1]}"
             )
         z = m[:, None, :] - points[None, :, :]  # [N, P, D]
-        factors = _interval_point(z, h[:, None, :], self.lengthscales)
+        factors = interval_point(z, h[:, None, :], self.lengthscales)
         return self.variance * tf.reduce_prod(factors, axis=-1)
 
     @check_shapes(

@@ -1,9 +1,11 @@
-"""What every DP regression model shares: public output bounds, the leak guard, ``release``.
+"""What every private GPflow model shares: public output bounds, the leak guard, the contract's
+common members and ``release``.
 
-A DP model subclasses a GPflow model and this mixin. It clips its private outputs to the public
-bounds at construction, centres them with a *public* prior mean (never a statistic of ``y``), and
-exposes ``cloaking_matrix(Xnew)``; ``release`` is the only method that publishes anything derived
-from the outputs.
+A private model subclasses a GPflow model and :class:`PrivateModelMixin` (or
+:class:`FactoredModelMixin`). It clips its private outputs to the public bounds at construction,
+centres them with a *public* prior mean (never a statistic of ``y``) and meets
+:class:`~dpgp_gpflow.contract.PrivateModel`; ``release`` (and ``release_function``) are the only
+methods that publish anything derived from the outputs.
 """
 
 from __future__ import annotations
@@ -14,14 +16,17 @@ import gpflow
 import numpy as np
 import tensorflow as tf
 
-from ..accounting import PrivacyAccountant
-from ..cloaking import DEFAULT_TOL
+from .. import pipeline
+from ..contract import ReleaseTerms
 from ..exceptions import PrivacyLeakError
-from ..release import PrivateRelease, cloaking_release
+from ..pipeline import reference_coordinates
+from ..released import PrivateFunction, PrivateRelease
 from ..validation import as_inputs, as_outputs, clip_outputs, validate_bounds, validate_data_sensitivity
 
 __all__ = [
+    "FactoredModelMixin",
     "LeakGuardMixin",
+    "PrivateModelMixin",
     "PrivateRegressionMixin",
     "prepare_private_data",
     "public_constant_mean",
@@ -47,20 +52,6 @@ def public_constant_mean(bounds: Tuple[float, float]) -> gpflow.functions.Consta
     mean = gpflow.functions.Constant(np.array([0.5 * (bounds[0] + bounds[1])]))
     gpflow.set_trainable(mean, False)
     return mean
-
-
-def reference_coordinates(readout: tf.Tensor) -> tf.Tensor:
-    """Upper-triangular ``R`` (m x m) with ``R^T R = A^T A + ridge I`` for a public readout ``A`` (k x m).
-
-    Sparse models release ``v = R u`` instead of their m inducing values or weights ``u``: then the
-    "mse" objective measures the squared error of the predictions ``A u`` at the reference inputs.
-    The ridge (``1e-8 tr(A^T A) / m``) keeps ``R`` invertible when the reference inputs barely see
-    some directions; mapping back by ``R^{-1}`` is public post-processing.
-    """
-    m = int(readout.shape[1])
-    G = tf.linalg.matmul(readout, readout, transpose_a=True)  # [m, m]
-    ridge = 1e-8 * tf.linalg.trace(G) / m
-    return tf.transpose(tf.linalg.cholesky(G + ridge * tf.eye(m, dtype=G.dtype)))
 
 
 class LeakGuardMixin:
@@ -93,94 +84,71 @@ class LeakGuardMixin:
             )
 
 
-class PrivateRegressionMixin(LeakGuardMixin):
-    """Public bounds, the privacy-leak guard and ``release`` for a GPflow regression model.
+class PrivateModelMixin(LeakGuardMixin):
+    """The :class:`~dpgp_gpflow.contract.PrivateModel` members every GPflow-based private model shares,
+    and ``release``, for a model holding ``data = (X, Y)`` (``Y`` clipped), ``mean_function``
+    (public), ``y_bounds`` and ``data_sensitivity``.
 
-    Subclasses set ``y_bounds``, ``data_sensitivity`` and implement ``cloaking_matrix`` (or
-    ``_release_matrix`` returning ``C`` or its factors ``(A, B)``).
+    A subclass adds :meth:`release_terms` and :meth:`split_terms` (and, when it releases m latent
+    values once, :class:`FactoredModelMixin`'s pieces); the leak guard needs its training objective
+    to call ``_mark_private_objective()``.
     """
 
     y_bounds: Tuple[float, float]
     data_sensitivity: float
 
-    # -- what the release needs ----------------------------------------------------------------
-    def _centred_outputs(self) -> tf.Tensor:
-        X, Y = self.data
-        return Y - self.mean_function(X)  # [N, 1]: centred with the public prior mean
+    @property
+    def input_dim(self) -> int:
+        """Number of input columns (public)."""
+        return int(self.data[0].shape[1])
 
-    def _output_bound(self) -> float:
-        """Public bound on ``|y_i - m(x_i)|``."""
+    @property
+    def output_bound(self) -> float:
+        """Public bound on ``|y_i - m(x_i)|``: the bounds' farthest point from the prior mean."""
         X, _ = self.data
         m = self.mean_function(X).numpy()
         lo, hi = self.y_bounds
         return float(np.max(np.maximum(hi - m, m - lo)))
 
-    def _cloaking_release(self, C, offset, variance, **kwargs) -> PrivateRelease:
-        """``offset + C (y - m)`` with cloaking noise: this model's clipped, centred private outputs,
-        their public bounds and data sensitivity; ``kwargs`` as for :func:`cloaking_release`."""
-        return cloaking_release(C, self._centred_outputs(), offset, variance, data_sensitivity=self.data_sensitivity,
-                                output_bound=self._output_bound(), **kwargs)
+    def centred_outputs(self) -> tf.Tensor:
+        """PRIVATE: the clipped outputs minus the public prior mean, [n]."""
+        X, Y = self.data
+        return tf.reshape(Y - self.mean_function(X), [-1])
 
-    def _release_matrix(self, Xnew: tf.Tensor):
-        return self.cloaking_matrix(Xnew)
+    def check_hyperparameters_public(self, declared: bool) -> None:
+        """The leak guard: raises ``PrivacyLeakError`` after the training objective ran, unless ``declared``."""
+        self._check_hyperparameters_public(declared)
 
-    def _release_terms(self, Xnew: tf.Tensor):
-        """The release matrix (or its factors) and the public posterior variance at ``Xnew``."""
-        _, variance = self.predict_f(Xnew)  # public: the posterior variance does not depend on y
-        return self._release_matrix(Xnew), variance
-
-    def _validated_inputs(self, Xnew: Any) -> tf.Tensor:
+    def _split_inputs(self, train: Any, test: Any) -> Tuple[tf.Tensor, tf.Tensor]:
         X, _ = self.data
-        return tf.constant(as_inputs("Xnew", Xnew, int(X.shape[1])))
+        return tf.gather(X, np.asarray(train)), tf.gather(X, np.asarray(test))
 
-    def release(
-        self,
-        Xnew: Any,
-        *,
-        epsilon: float,
-        delta: float,
-        objective: str = "mse",
-        calibration: str = "analytic",
-        seed: Optional[int] = None,
-        accountant: Optional[PrivacyAccountant] = None,
-        mechanism: str = "cloaking",
-        hyperparameters_public: bool = False,
-        rtol: Optional[float] = None,
-        tol: float = DEFAULT_TOL,
-    ) -> PrivateRelease:
-        """Release the predictive mean at ``Xnew`` with an (epsilon, delta)-DP guarantee.
+    def release(self, Xnew: Any, **options: Any) -> PrivateRelease:
+        """Release the predictive mean at ``Xnew`` with an (epsilon, delta)-DP guarantee: keywords
+        ``epsilon``, ``delta`` (required), ``objective``, ``calibration``, ``seed``, ``accountant``,
+        ``mechanism``, ``hyperparameters_public``, ``rtol``, ``tol``, as for
+        :func:`dpgp_gpflow.pipeline.release`, which states the privacy assumptions."""
+        return pipeline.release(self, Xnew, **options)
 
-        Privacy assumptions: inputs ``X`` and ``Xnew``, the kernel, the likelihood variance and the
-        prior mean are public (chosen without the outputs); each private output lies in
-        ``y_bounds``, and neighbouring datasets differ in one output. ``mechanism="cloaking"``
-        (default) optimises the noise covariance for ``objective`` ("mse": least expected squared
-        error; "entropy": the papers' log det); ``mechanism="standard"`` is Hall et al.'s GP-prior
-        noise. The budget is checked before and charged after (``accountant`` or the innermost
-        ``with PrivacyAccountant(...)``).
-        """
-        Xnew = self._validated_inputs(Xnew)
-        self._check_hyperparameters_public(hyperparameters_public)
-        mean_new = self.mean_function(Xnew)
-        if mechanism == "cloaking":
-            C, variance = self._release_terms(Xnew)
-            return self._cloaking_release(
-                C,
-                mean_new,
-                variance,
-                epsilon=epsilon,
-                delta=delta,
-                objective=objective,
-                calibration=calibration,
-                seed=seed,
-                accountant=accountant,
-                rtol=rtol,
-                tol=tol,
-            )
-        if mechanism == "standard":
-            return self._standard_release(
-                Xnew, epsilon=epsilon, delta=delta, calibration=calibration, seed=seed, accountant=accountant,
-            )
-        raise ValueError(f"mechanism must be 'cloaking' or 'standard', got {mechanism!r}")
 
-    def _standard_release(self, Xnew, **kwargs) -> PrivateRelease:
-        raise NotImplementedError(f"{type(self).__name__} has no standard (Hall et al.) mechanism")
+class FactoredModelMixin(PrivateModelMixin):
+    """For models whose predictions go through m latent values ``u = B y_c``: they provide
+    ``latent_terms()`` and ``public_readout()``; this gives :meth:`release_terms` (the factored map
+    ``(A(Xnew), B)``) and :meth:`release_function` (release once, predict anywhere)."""
+
+    def release_terms(self, Xnew: tf.Tensor) -> ReleaseTerms:
+        """The factored map ``(A(Xnew), B)``, the prior mean and the public variance at ``Xnew``."""
+        readout = self.public_readout()
+        return ReleaseTerms((readout.readout(Xnew), self.latent_terms().map), readout.offset(Xnew),
+                            readout.variance(Xnew))
+
+    #: what :meth:`release_function` returns
+    function_type: type = PrivateFunction
+
+    def release_function(self, **options: Any) -> PrivateFunction:
+        """Release the m latent values once; keywords as for :func:`dpgp_gpflow.pipeline.release_function`."""
+        return pipeline.release_function(self, function_type=self.function_type, **options)
+
+
+#: Deprecated name of :class:`PrivateModelMixin`.
+PrivateRegressionMixin = PrivateModelMixin

@@ -2,30 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol, Tuple, runtime_checkable
+from typing import Any, Optional, Tuple
 
 import gpflow
 import tensorflow as tf
 from check_shapes import check_shapes, inherit_check_shapes
 
-from ..release import PrivateRelease, standard_release
-from .base import PrivateRegressionMixin, prepare_private_data, public_constant_mean
+from ..contract import PrivateModel, ReleaseTerms
+from ..contract import cloaking_matrix as contract_cloaking_matrix
+from ..pipeline import StandardTerms
+from .base import PrivateModelMixin, prepare_private_data, public_constant_mean
 
 __all__ = [
     "DPGPR",
-    "SupportsCloakingMatrix",
     "cloaking_matrix",
     "gpr_cloaking_matrix",
     "gpr_rkhs_sensitivity",
 ]
-
-
-@runtime_checkable
-class SupportsCloakingMatrix(Protocol):
-    """A model whose predictive mean at ``Xnew`` is ``C (Y - m(X)) + m(Xnew)`` for a public ``C``."""
-
-    def cloaking_matrix(self, Xnew: Any) -> tf.Tensor:
-        """The k x n matrix ``C`` (how the predictions at ``Xnew`` move when one output moves)."""
 
 
 @check_shapes("X: [N, D]", "Xnew: [M, D]", "return: [M, N]")
@@ -55,7 +48,7 @@ def gpr_cloaking_matrix_and_variance(kernel: gpflow.kernels.Kernel, X: tf.Tensor
 
 @check_shapes("X: [N, D]")
 def gpr_rkhs_sensitivity(kernel: gpflow.kernels.Kernel, X: tf.Tensor, noise_variance: Any) -> tf.Tensor:
-    """``max_j sqrt([K^{-1} K_ff K^{-1}]_jj)`` with ``K = K_ff + sigma^2 I`` (DESIGN 5.2).
+    """``max_j sqrt([K^{-1} K_ff K^{-1}]_jj)`` with ``K = K_ff + sigma^2 I`` (docs/mechanisms.md#standard-mechanism).
 
     The exact RKHS norm of the change in the posterior mean when output j moves by 1: multiply by
     ``d`` for the sensitivity of the standard (Hall et al.) mechanism.
@@ -68,23 +61,18 @@ def gpr_rkhs_sensitivity(kernel: gpflow.kernels.Kernel, X: tf.Tensor, noise_vari
 
 
 def cloaking_matrix(model: Any, Xnew: Any) -> tf.Tensor:
-    """The cloaking matrix of any model that supports it, or of a plain ``gpflow.models.GPR``.
-
-    For a plain GPR the hyperparameters must be public (we cannot tell whether they were trained).
+    """The k x n cloaking matrix of any :class:`~dpgp_gpflow.contract.PrivateModel` at ``Xnew``
+    (:func:`dpgp_gpflow.contract.cloaking_matrix`), or of a plain ``gpflow.models.GPR``, whose
+    hyperparameters must then be public (nothing can tell whether they were trained). Public.
     """
-    if isinstance(model, SupportsCloakingMatrix):
-        return model.cloaking_matrix(Xnew)
-    if isinstance(model, gpflow.models.GPR):
+    if isinstance(model, gpflow.models.GPR) and not isinstance(model, PrivateModel):
         X, _ = model.data
         Xnew = tf.convert_to_tensor(Xnew, dtype=X.dtype)
         return gpr_cloaking_matrix(model.kernel, X, model.likelihood.variance, Xnew)
-    raise TypeError(
-        f"{type(model).__name__} has no cloaking matrix: expected a model with a cloaking_matrix(Xnew) "
-        "method or a gpflow.models.GPR"
-    )
+    return contract_cloaking_matrix(model, Xnew)
 
 
-class DPGPR(PrivateRegressionMixin, gpflow.models.GPR):
+class DPGPR(PrivateModelMixin, gpflow.models.GPR):
     """GPflow's ``GPR`` with public output bounds and differentially private releases.
 
     ``DPGPR((X, Y), kernel, y_bounds=(lo, hi), noise_variance=...)``. ``Y`` is clipped to the public
@@ -125,23 +113,21 @@ class DPGPR(PrivateRegressionMixin, gpflow.models.GPR):
     def cloaking_matrix(self, Xnew: Any) -> tf.Tensor:
         """``C`` with ``predict_f(Xnew) mean = C (Y - m(X)) + m(Xnew)``; public (no outputs used)."""
         X, _ = self.data
-        Xnew = tf.convert_to_tensor(Xnew, dtype=X.dtype)
-        return gpr_cloaking_matrix(self.kernel, X, self.likelihood.variance, Xnew)
+        return gpr_cloaking_matrix(self.kernel, X, self.likelihood.variance, tf.convert_to_tensor(Xnew, dtype=X.dtype))
 
-    def _release_terms(self, Xnew: tf.Tensor):
+    def release_terms(self, Xnew: tf.Tensor) -> ReleaseTerms:
+        """``C`` and the posterior variance at ``Xnew`` from one Cholesky factor; offset ``m(Xnew)``."""
         X, _ = self.data
-        return gpr_cloaking_matrix_and_variance(self.kernel, X, self.likelihood.variance, Xnew)
+        C, variance = gpr_cloaking_matrix_and_variance(self.kernel, X, self.likelihood.variance, Xnew)
+        return ReleaseTerms(C, self.mean_function(Xnew)[:, 0], variance[:, 0])
 
-    def _standard_release(self, Xnew, **kwargs) -> PrivateRelease:
+    def split_terms(self, train: Any, test: Any) -> ReleaseTerms:
+        """The GPR cloaking matrix trained on ``train`` at the inputs ``test`` (centred: offset 0)."""
+        Xtr, Xte = self._split_inputs(train, test)
+        C = gpr_cloaking_matrix(self.kernel, Xtr, self.likelihood.variance, Xte)
+        return ReleaseTerms(C, tf.zeros([int(C.shape[0])], dtype=C.dtype))
+
+    def standard_terms(self, Xnew: tf.Tensor) -> StandardTerms:
+        """The prior covariance at ``Xnew`` and the exact unit RKHS sensitivity (Hall et al.)."""
         X, _ = self.data
-        C, variance = self._release_terms(Xnew)
-        mean = tf.linalg.matvec(C, self._centred_outputs()[:, 0]) + self.mean_function(Xnew)[:, 0]
-        unit = gpr_rkhs_sensitivity(self.kernel, X, self.likelihood.variance)
-        return standard_release(
-            mean,
-            variance,
-            self.kernel(Xnew),
-            sensitivity=float(unit) * self.data_sensitivity,
-            data_sensitivity=self.data_sensitivity,
-            **kwargs,
-        )
+        return StandardTerms(self.kernel(Xnew), gpr_rkhs_sensitivity(self.kernel, X, self.likelihood.variance))

@@ -9,7 +9,7 @@ solve goes through a Cholesky factor.
 The gradient is affine in ``y`` (``grad = y / 2 + (1/2 - pi)``) and ``W`` does not depend on
 ``y``, so a Newton step from a *public* (or already released) ``f`` is ``C y + b`` with ``C`` and
 ``b`` functions of public quantities only: :func:`first_newton_step_cloaking` and
-:func:`newton_step_cloaking` give that matrix, which the DP classifiers cloak (DESIGN 5.4).
+:func:`newton_step_cloaking` give that matrix, which the DP classifiers cloak (docs/mechanisms.md#laplace-classification).
 :func:`predict_from_latent` and the SoR helpers predict from a (noisy) latent vector without
 reading labels.
 """
@@ -27,11 +27,14 @@ from gpflow.base import InputData, MeanAndVariance, RegressionData
 from gpflow.models import GPModel, InternalDataTrainingLossMixin
 from gpflow.models.util import data_input_to_tensor
 
+from ..released import probit_approximation
 from .gpr import gpr_cloaking_matrix
 
 __all__ = [
     "LaplaceGPC",
     "LaplaceMode",
+    "LaplaceReadout",
+    "SoRReadout",
     "first_newton_step_cloaking",
     "first_step_predictive_cloaking",
     "laplace_mode",
@@ -241,7 +244,7 @@ def laplace_predict(
 
 
 # ---------------------------------------------------------------------------------------------
-# Cloaking matrices of Newton steps (DESIGN 5.4).
+# Cloaking matrices of Newton steps (docs/mechanisms.md#laplace-classification).
 
 
 @check_shapes("K: [N, N]", "return: [N, N]")
@@ -305,7 +308,7 @@ def predict_from_latent(
     *,
     jitter: Optional[float] = None,
 ) -> tuple[tf.Tensor, tf.Tensor]:
-    """Latent prediction from a training latent vector, without reading labels (DESIGN 5.4).
+    """Latent prediction from a training latent vector, without reading labels (docs/mechanisms.md#laplace-classification).
 
     Mean ``k*^T K^{-1} f_train`` by a Cholesky solve of ``K + jitter I`` (``jitter`` defaults to
     ``gpflow.config.default_jitter()``; pass ``0.0`` for none); variance
@@ -331,7 +334,7 @@ def predict_from_latent(
 
 
 # ---------------------------------------------------------------------------------------------
-# Subset of regressors (SoR) in weight space: f = Phi w, w ~ N(0, I) (DESIGN 5.4, last paragraph).
+# Subset of regressors (SoR) in weight space: f = Phi w, w ~ N(0, I) (docs/mechanisms.md#laplace-classification).
 
 
 @check_shapes("Kmm: [M, M]", "Knm: [N, M]", "return: [N, M]")
@@ -398,19 +401,64 @@ def sor_predict_from_weights(
     return mean, var
 
 
-# ---------------------------------------------------------------------------------------------
-# Class probabilities.
+class LaplaceReadout:
+    """Frozen public pieces of a full-GP Laplace prediction from released training latents ``f~``:
+    ``E[f*] = k*^T K^{-1} f~`` (``K^{-1}`` by a Cholesky solve of ``K + jitter I``, factored once) and
+    ``V[f*] = k** - k*^T (K + W^{-1})^{-1} k*`` with the public ``W`` (see :func:`predict_from_latent`).
 
-
-@check_shapes("mean: [M, 1]", "var: [M, 1]", "return: [M, 1]")
-def probit_approximation(mean: tf.Tensor, var: tf.Tensor) -> tf.Tensor:
-    """``E[sigmoid(f*)] ~= sigmoid(mean / sqrt(1 + pi var / 8))`` for ``f* ~ N(mean, var)``.
-
-    MacKay's (1992) probit approximation of the logistic-Gaussian integral (GPML eq. 3.25
-    discussion; Bishop PRML eq. 4.153): replace the sigmoid by ``Phi(sqrt(pi / 8) f)``, whose
-    Gaussian integral is closed form. Error below about 0.02 in probability.
+    Privacy assumption: ``X``, the kernel and ``W`` are public (``W = I/4`` from ``f0 = 0``, or ``W``
+    at a released latent vector).
     """
-    return tf.sigmoid(mean / tf.sqrt(1.0 + math.pi * var / 8.0))
+
+    def __init__(self, kernel: gpflow.kernels.Kernel, X: tf.Tensor, W_diag: tf.Tensor, jitter: float) -> None:
+        self._kernel = gpflow.utilities.freeze(kernel)
+        self._X = tf.constant(X)
+        self.W_diag = tf.constant(tf.reshape(tf.convert_to_tensor(W_diag, dtype=self._X.dtype), [-1]))  # [N]
+        self.input_dim = int(self._X.shape[1])
+        K = self._kernel(self._X)
+        n = int(self._X.shape[0])
+        self._Lk = tf.linalg.cholesky(K + float(jitter) * tf.eye(n, dtype=K.dtype))  # [N, N]
+        self._sqrt_w = tf.sqrt(self.W_diag)[:, None]  # [N, 1]
+        self._LB = _b_cholesky(K, self._sqrt_w)  # [N, N]
+
+    def readout(self, Xnew: tf.Tensor) -> tf.Tensor:
+        return tf.transpose(tf.linalg.cholesky_solve(self._Lk, self._kernel(self._X, Xnew)))  # [K, N]
+
+    def offset(self, Xnew: tf.Tensor) -> tf.Tensor:
+        return tf.zeros([tf.shape(Xnew)[0]], dtype=Xnew.dtype)
+
+    def variance(self, Xnew: tf.Tensor) -> tf.Tensor:
+        v = tf.linalg.triangular_solve(self._LB, self._sqrt_w * self._kernel(self._X, Xnew), lower=True)  # [N, K]
+        return self._kernel(Xnew, full_cov=False) - tf.reduce_sum(tf.square(v), 0)
+
+
+class SoRReadout:
+    """Frozen public pieces of a SoR Laplace prediction from released weights ``w~``: features
+    ``Phi* = k(X*, Z) L_ZZ^{-T}`` (``L_ZZ`` factored once) and the variance
+    ``diag(Phi* (I + Phi^T W Phi)^{-1} Phi*^T)`` at ``W = I/4`` (the first step from ``w0 = 0``).
+
+    Privacy assumption: ``X``, ``Z`` and the kernel are public.
+    """
+
+    def __init__(self, kernel: gpflow.kernels.Kernel, Z: tf.Tensor, X: tf.Tensor) -> None:
+        self._kernel = gpflow.utilities.freeze(kernel)
+        self.Z = tf.constant(Z)
+        self.input_dim = int(self.Z.shape[1])
+        m = int(self.Z.shape[0])
+        Kmm = self._kernel(self.Z)
+        self._Lmm = tf.linalg.cholesky(Kmm + gpflow.config.default_jitter() * tf.eye(m, dtype=Kmm.dtype))
+        Phi = self.readout(tf.convert_to_tensor(X, dtype=Kmm.dtype))  # [N, M]
+        self._La = _weight_precision_cholesky(Phi, tf.fill([tf.shape(Phi)[0]], tf.constant(0.25, dtype=Phi.dtype)))
+
+    def readout(self, Xnew: tf.Tensor) -> tf.Tensor:
+        return tf.transpose(tf.linalg.triangular_solve(self._Lmm, self._kernel(self.Z, Xnew), lower=True))  # [K, M]
+
+    def offset(self, Xnew: tf.Tensor) -> tf.Tensor:
+        return tf.zeros([tf.shape(Xnew)[0]], dtype=Xnew.dtype)
+
+    def variance(self, Xnew: tf.Tensor) -> tf.Tensor:
+        v = tf.linalg.triangular_solve(self._La, tf.transpose(self.readout(Xnew)), lower=True)  # [M, K]
+        return tf.reduce_sum(tf.square(v), axis=0)
 
 
 def validate_labels(Y: object) -> np.ndarray:

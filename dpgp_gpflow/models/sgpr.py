@@ -2,7 +2,7 @@
 
 The FITC predictive mean is ``m(x) + A(x) B (y - m(X))`` with ``A(x) = k(x, Z) L_uu^{-T}`` (k x m) and
 ``B = (I + V diag(1/nu) V^T)^{-1} V diag(1/nu)`` (m x n), ``V = L_uu^{-1} K_uf``,
-``nu = diag(K_ff - Q_ff) + sigma^2`` (DESIGN 5.3). The outputs reach every prediction through the
+``nu = diag(K_ff - Q_ff) + sigma^2`` (docs/mechanisms.md#sparse-regression). The outputs reach every prediction through the
 m values ``B (y - m(X))``, so one private release of those values makes predictions at *any*
 inputs private by post-processing: "release once, query anywhere".
 """
@@ -16,15 +16,17 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.covariances import Kuf, Kuu
+from sklearn.cluster import KMeans
 
-from ..accounting import PrivacyAccountant
-from ..cloaking import DEFAULT_TOL
-from ..release import PrivateRelease
+from .. import pipeline
+from ..contract import ReleaseTerms, dense_map
+from ..released import PrivateFunction, PrivatePrediction
 from ..validation import as_inputs
-from .base import PrivateRegressionMixin, prepare_private_data, public_constant_mean, reference_coordinates
+from .base import FactoredModelMixin, prepare_private_data, public_constant_mean
 
 __all__ = [
     "DPGPRFITC",
+    "FITCReadout",
     "FITCTerms",
     "PrivateFunction",
     "PrivatePrediction",
@@ -38,8 +40,6 @@ def kmeans_inducing_inputs(X: Any, num_inducing: int, *, seed: int = 0) -> np.nd
 
     Privacy assumption: ``X`` is public; the outputs are never used (using them would leak).
     """
-    from sklearn.cluster import KMeans
-
     X = as_inputs("X", X)
     if not (isinstance(num_inducing, (int, np.integer)) and 1 <= num_inducing <= X.shape[0]):
         raise ValueError(f"num_inducing must be an integer in [1, {X.shape[0]}], got {num_inducing!r}")
@@ -81,57 +81,36 @@ def fitc_readout(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, Luu: tf.Tensor, Xn
     return tf.transpose(tf.linalg.triangular_solve(Luu, kus))
 
 
-class PrivatePrediction(NamedTuple):
-    """DP predictions from a :class:`PrivateFunction` (all safe to publish), each of shape [k]."""
+class FITCReadout:
+    """Frozen public pieces of a FITC model: ``A(x) = k(x, Z) L_uu^{-T}``, the prior mean, and the
+    FITC posterior variance ``k(x, x) - |w|^2 + |L_B^{-1} w|^2`` with ``w = L_uu^{-1} k(Z, x)``.
 
-    mean: np.ndarray
-    variance: np.ndarray
-    noise_std: np.ndarray
-
-
-class PrivateFunction:
-    """A released sparse GP: predictions at any inputs, with no further privacy cost.
-
-    Holds the DP release of the inducing values (``release``) and public model pieces only
-    (kernel, inducing inputs, mean function, Cholesky factors that do not depend on ``y``).
+    Holds frozen copies of the kernel and mean function and constants for ``Z`` and the Cholesky
+    factors (all public), so that training the model later changes nothing here.
     """
 
-    def __init__(self, release: PrivateRelease, kernel, Z, mean_function, terms: FITCTerms, R: tf.Tensor) -> None:
-        self.release = release
-        self._kernel = kernel
-        self._Z = Z
-        self._mean_function = mean_function
-        self._Luu = terms.Luu
-        self._LB = terms.LB
-        self._R = R  # [M, M] upper triangular: released coordinates are R times the inducing values
+    def __init__(self, kernel: gpflow.kernels.Kernel, mean_function: gpflow.functions.MeanFunction,
+                 Z: tf.Tensor, terms: FITCTerms) -> None:
+        self._kernel = gpflow.utilities.freeze(kernel)
+        self._mean_function = gpflow.utilities.freeze(mean_function)
+        self._Z = tf.constant(Z)
+        self._Luu = tf.constant(terms.Luu)
+        self._LB = tf.constant(terms.LB)
+        self.input_dim = int(self._Z.shape[1])
 
-    @property
-    def epsilon(self) -> float:
-        return self.release.epsilon
+    def readout(self, Xnew: tf.Tensor) -> tf.Tensor:
+        return fitc_readout(self._kernel, self._Z, self._Luu, Xnew)
 
-    @property
-    def delta(self) -> float:
-        return self.release.delta
+    def offset(self, Xnew: tf.Tensor) -> tf.Tensor:
+        return self._mean_function(Xnew)[:, 0]
 
-    def predict(self, Xnew: Any) -> PrivatePrediction:
-        """DP mean, public posterior variance and DP noise std at ``Xnew`` (post-processing only)."""
-        Xnew = tf.constant(as_inputs("Xnew", Xnew, int(self._Z.shape[1])))
-        readout = fitc_readout(self._kernel, self._Z, self._Luu, Xnew)  # [K, M]
-        # A = readout R^{-1}, by a triangular solve: A^T = R^{-T} readout^T.
-        A = tf.transpose(tf.linalg.triangular_solve(self._R, tf.transpose(readout), lower=False, adjoint=True))
-        mean = self._mean_function(Xnew)[:, 0] + tf.linalg.matvec(A, tf.constant(self.release.mean))
-        noise = tf.linalg.matmul(A, tf.constant(self.release.noise_factor))  # [K, r]
-        w = tf.transpose(readout)  # [M, K]
+    def variance(self, Xnew: tf.Tensor) -> tf.Tensor:
+        w = tf.transpose(self.readout(Xnew))  # [M, K]
         iA = tf.linalg.triangular_solve(self._LB, w)
-        var = self._kernel(Xnew, full_cov=False) - tf.reduce_sum(w**2, 0) + tf.reduce_sum(iA**2, 0)
-        return PrivatePrediction(
-            mean=mean.numpy(),
-            variance=var.numpy(),
-            noise_std=tf.sqrt(tf.reduce_sum(noise**2, axis=1)).numpy(),
-        )
+        return self._kernel(Xnew, full_cov=False) - tf.reduce_sum(w**2, 0) + tf.reduce_sum(iA**2, 0)
 
 
-class DPGPRFITC(PrivateRegressionMixin, gpflow.models.GPRFITC):
+class DPGPRFITC(FactoredModelMixin, gpflow.models.GPRFITC):
     """GPflow's ``GPRFITC`` with public output bounds and DP releases.
 
     ``DPGPRFITC((X, Y), kernel, inducing_variable, noise_variance=..., y_bounds=(lo, hi))``. The
@@ -178,56 +157,39 @@ class DPGPRFITC(PrivateRegressionMixin, gpflow.models.GPRFITC):
         X, _ = self.data
         return fitc_terms(self.kernel, self.inducing_variable.Z, X, self.likelihood.variance)
 
-    def _release_matrix(self, Xnew: tf.Tensor):
-        terms = self._fitc_terms()
-        return fitc_readout(self.kernel, self.inducing_variable.Z, terms.Luu, Xnew), terms.B
+    def latent_terms(self) -> ReleaseTerms:
+        """``B`` (m x n): the FITC inducing values ``u = B y_c``; offset 0 (public)."""
+        B = self._fitc_terms().B
+        return ReleaseTerms(B, tf.zeros([int(B.shape[0])], dtype=B.dtype))
+
+    def public_readout(self) -> FITCReadout:
+        """A frozen :class:`FITCReadout` of the current (public) kernel, mean, ``Z`` and factors."""
+        return FITCReadout(self.kernel, self.mean_function, self.inducing_variable.Z, self._fitc_terms())
+
+    def split_terms(self, train: Any, test: Any) -> ReleaseTerms:
+        """``(A(X_test), B(X_train))`` with this model's inducing inputs (centred: offset 0)."""
+        Xtr, Xte = self._split_inputs(train, test)
+        Z = self.inducing_variable.Z
+        terms = fitc_terms(self.kernel, Z, Xtr, self.likelihood.variance)
+        A = fitc_readout(self.kernel, Z, terms.Luu, Xte)
+        return ReleaseTerms((A, terms.B), tf.zeros([int(A.shape[0])], dtype=A.dtype))
 
     @check_shapes("Xnew: [K, D]", "return: [K, N]")
     def cloaking_matrix(self, Xnew: Any) -> tf.Tensor:
         """``C = A(Xnew) B`` (k x n): ``predict_f(Xnew) mean = C (Y - m(X)) + m(Xnew)``. Public."""
         X, _ = self.data
-        A, B = self._release_matrix(tf.convert_to_tensor(Xnew, dtype=X.dtype))
-        return tf.linalg.matmul(A, B)
+        return dense_map(self.release_terms(tf.convert_to_tensor(Xnew, dtype=X.dtype)).map)
 
-    def release_function(
-        self,
-        *,
-        epsilon: float,
-        delta: float,
-        objective: str = "mse",
-        calibration: str = "analytic",
-        seed: Optional[int] = None,
-        accountant: Optional[PrivacyAccountant] = None,
-        hyperparameters_public: bool = False,
-        reference_inputs: Any = None,
-        rtol: Optional[float] = None,
-        tol: float = DEFAULT_TOL,
-    ) -> PrivateFunction:
+    def release_function(self, *, reference_inputs: Any = None, **options: Any) -> PrivateFunction:
         """Release the m inducing values once; the returned function predicts anywhere for free.
 
         With ``objective="mse"`` the noise minimises the expected squared error at
         ``reference_inputs`` (public; default: the training inputs). With ``"entropy"`` the noise is
         the same (invariant) whatever the reference, and equals that of ``release(Xnew)`` at any
-        ``Xnew`` whose readout has full column rank (k >= m).
+        ``Xnew`` whose readout has full column rank (k >= m). Other keywords as for
+        :func:`dpgp_gpflow.pipeline.release_function`.
         """
-        self._check_hyperparameters_public(hyperparameters_public)
-        X, _ = self.data
-        Xref = X if reference_inputs is None else tf.constant(as_inputs("reference_inputs", reference_inputs, int(X.shape[1])))
-        terms = self._fitc_terms()
-        A_ref = fitc_readout(self.kernel, self.inducing_variable.Z, terms.Luu, Xref)  # [R, M]
-        R = reference_coordinates(A_ref)  # release R v: "mse" is then the error at the reference inputs
-        m = int(terms.B.shape[0])
-        release = self._cloaking_release(
-            tf.linalg.matmul(R, terms.B),
-            tf.zeros([m], dtype=tf.float64),
-            tf.zeros([m], dtype=tf.float64),
-            epsilon=epsilon,
-            delta=delta,
-            objective=objective,
-            calibration=calibration,
-            seed=seed,
-            accountant=accountant,
-            rtol=rtol,
-            tol=tol,
-        )
-        return PrivateFunction(release, self.kernel, self.inducing_variable.Z, self.mean_function, terms, R)
+        if reference_inputs is None:
+            reference_inputs = self.data[0]
+        return pipeline.release_function(self, reference_inputs=reference_inputs, function_type=self.function_type,
+                                         **options)

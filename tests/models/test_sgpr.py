@@ -119,7 +119,7 @@ def checked_R(pf: PrivateFunction, ref, X_reference):
     """The package's map from inducing values to released coordinates, checked independently:
     ``R`` is upper triangular and ``R^T R = A^T A + ridge I`` for the readout ``A`` at the reference
     inputs, with the documented ridge ``1e-8 tr(A^T A) / m`` that keeps R invertible."""
-    R = pf._R.numpy()
+    R = pf.coordinates.numpy()
     A = readout(ref, X_reference)
     G = A.T @ A
     G = G + 1e-8 * np.trace(G) / G.shape[0] * np.eye(G.shape[0])

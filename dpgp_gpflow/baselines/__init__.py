@@ -1,0 +1,44 @@
+"""The baselines the AISTATS 2018 paper compares cloaking against (section 4; docs/baselines.md#laplace-bin-means).
+
+Bin the public inputs on a grid with public edges, release every bin mean of the private outputs
+with the Laplace mechanism, then predict from the released bins (post-processing, no further
+privacy cost):
+
+* :mod:`.bins` -- :class:`Bins`, :func:`make_bins`: the grid; edges are never taken from the data.
+* :mod:`.mechanism` -- :func:`release_bin_means`: an epsilon-DP (delta = 0) :class:`BinRelease`,
+  assuming public inputs and edges and private outputs clipped to public bounds (parallel
+  composition over the disjoint bins); :func:`bin_means_nonprivate` for "no DP" comparisons.
+* :mod:`.predictors` -- :func:`predict_bin_value` (simple binning), :func:`fit_gp_on_bins` (a GP on
+  the bin centres) and :func:`fit_integral_gp` / :func:`predict_integral_gp` (a GP on the bin
+  integrals with :class:`~dpgp_gpflow.kernels.GridIntegralSE`).
+"""
+
+from ..kernels import GridIntegralSE
+from .bins import Bins, make_bins
+from .mechanism import BinRelease, bin_means_nonprivate, laplace_noise, release_bin_means
+from .predictors import (
+    NOISE_FLOOR,
+    BinNoiseVariance,
+    IntegralGPR,
+    fit_gp_on_bins,
+    fit_integral_gp,
+    predict_bin_value,
+    predict_integral_gp,
+)
+
+__all__ = [
+    "BinNoiseVariance",
+    "BinRelease",
+    "Bins",
+    "GridIntegralSE",
+    "IntegralGPR",
+    "NOISE_FLOOR",
+    "bin_means_nonprivate",
+    "fit_gp_on_bins",
+    "fit_integral_gp",
+    "laplace_noise",
+    "make_bins",
+    "predict_bin_value",
+    "predict_integral_gp",
+    "release_bin_means",
+]

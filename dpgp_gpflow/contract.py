@@ -1,0 +1,150 @@
+"""The contract every private model meets, and the one function that reads a cloaking matrix from it.
+
+A private model's released quantity is *linear* in its clipped, publicly centred private outputs
+``y_c = clip(y) - m(X)``:
+
+    released = offset + C y_c + noise,          C = A B  (optionally factored),
+
+where ``C``, ``offset`` and the posterior ``variance`` are public: functions of the public inputs,
+hyperparameters and inducing inputs only (``docs/mechanisms.md#the-private-linear-release``).
+:class:`PrivateModel` is that contract; release (:mod:`dpgp_gpflow.pipeline`), private
+hyperparameter selection (:mod:`dpgp_gpflow.selection`) and the standard mechanism consume only it.
+:class:`FactoredPrivateModel` adds what a model needs to release its m latent values once and
+predict anywhere from them (:class:`PublicReadout`).
+
+A model of your own meets the contract by providing these members; mixing in
+:class:`~dpgp_gpflow.models.PrivateModelMixin` then gives it ``release`` (and ``release_function``
+if it is factored), and :func:`~dpgp_gpflow.selection.select_hyperparameters` works on it unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional, Protocol, Tuple, Union, runtime_checkable
+
+import numpy as np
+import tensorflow as tf
+from check_shapes import check_shapes
+
+__all__ = [
+    "FactoredPrivateModel",
+    "PrivateModel",
+    "PublicReadout",
+    "ReleaseMap",
+    "ReleaseTerms",
+    "cloaking_matrix",
+    "dense_map",
+]
+
+#: A k x n cloaking matrix ``C``, or its factors ``(A, B)`` (k x m and m x n) with ``C = A B``.
+ReleaseMap = Union[tf.Tensor, Tuple[tf.Tensor, tf.Tensor]]
+
+
+class ReleaseTerms(NamedTuple):
+    """The public terms of a linear release ``offset + C y_c``: nothing here depends on the outputs."""
+
+    map: ReleaseMap  #: ``C`` [k, n], or ``(A, B)`` with ``C = A B``
+    offset: tf.Tensor  #: [k] the released value when every centred output is 0
+    #: [k] public posterior variance of the released values (for latent terms: [m], or the full [m, m]
+    #: covariance, or None when the model reports none)
+    variance: Optional[tf.Tensor] = None
+
+
+@runtime_checkable
+class PublicReadout(Protocol):
+    """Frozen public pieces that map m released latent values to predictions anywhere.
+
+    Predictions at ``Xnew`` are ``offset(Xnew) + readout(Xnew) u`` with public posterior variance
+    ``variance(Xnew)``. Privacy assumption: it holds copies of public quantities only (kernel,
+    inducing inputs, factorisations of public matrices), never the outputs, and nothing in it
+    changes when the model it came from is trained later.
+    """
+
+    input_dim: int
+
+    def readout(self, Xnew: tf.Tensor) -> tf.Tensor:
+        """``A(Xnew)`` [k, m]."""
+
+    def offset(self, Xnew: tf.Tensor) -> tf.Tensor:
+        """The public prior mean at ``Xnew`` [k]."""
+
+    def variance(self, Xnew: tf.Tensor) -> tf.Tensor:
+        """The public posterior variance at ``Xnew`` [k] (without the DP noise)."""
+
+
+@runtime_checkable
+class PrivateModel(Protocol):
+    """What release, selection and the audits need from a private model; every member but
+    :meth:`centred_outputs` is public.
+
+    * ``y_bounds``: public bounds ``(lo, hi)`` of each private output; ``data_sensitivity``: how far
+      one output may move between neighbours (``d <= hi - lo``).
+    * ``output_bound``: a public bound on ``|y_c,i|`` for every centred output.
+    * ``input_dim``: the number of input columns.
+    * :meth:`release_terms`: the linear map from the centred outputs to the released values at ``Xnew``.
+    * :meth:`split_terms`: the same map for a (train, test) split of the training points, from the
+      centred outputs at ``train`` to the centred predictions at ``test`` (for cross-validation).
+    * :meth:`check_hyperparameters_public`: raises ``PrivacyLeakError`` when the hyperparameters may
+      have been fitted on the outputs and ``declared`` does not say otherwise (the leak guard).
+    """
+
+    y_bounds: Tuple[float, float]
+    data_sensitivity: float
+
+    @property
+    def output_bound(self) -> float:
+        """Public bound on ``|y_i - m(x_i)|``."""
+
+    @property
+    def input_dim(self) -> int:
+        """Number of input columns."""
+
+    def centred_outputs(self) -> tf.Tensor:
+        """PRIVATE: the clipped outputs minus the public prior mean, [n]."""
+
+    def release_terms(self, Xnew: tf.Tensor) -> ReleaseTerms:
+        """The public map, offset and posterior variance of the predictions at ``Xnew`` [k, D]."""
+
+    def split_terms(self, train: np.ndarray, test: np.ndarray) -> ReleaseTerms:
+        """The public map from ``y_c[train]`` to the centred predictions at the points ``test``."""
+
+    def check_hyperparameters_public(self, declared: bool) -> None:
+        """Raise ``PrivacyLeakError`` unless the hyperparameters are public (or ``declared`` so)."""
+
+
+@runtime_checkable
+class FactoredPrivateModel(PrivateModel, Protocol):
+    """A :class:`PrivateModel` whose predictions anywhere go through m latent values ``u = B y_c``.
+
+    * :meth:`latent_terms`: ``B`` [m, n] with the latents' public offset and posterior variance.
+    * :meth:`public_readout`: a frozen :class:`PublicReadout` mapping ``u`` to predictions anywhere.
+    """
+
+    def latent_terms(self) -> ReleaseTerms:
+        """``B`` [m, n], offset [m] and variance [m] of the latent values."""
+
+    def public_readout(self) -> PublicReadout:
+        """A frozen copy of the public pieces that turn released latents into predictions."""
+
+
+def dense_map(map_: ReleaseMap) -> tf.Tensor:
+    """``C`` itself, or ``A B`` for a factored map."""
+    if isinstance(map_, (tuple, list)):
+        A, B = map_
+        return tf.linalg.matmul(A, B)
+    return tf.convert_to_tensor(map_, dtype=tf.float64)
+
+
+@check_shapes("return: [M, N]")
+def cloaking_matrix(model: Any, Xnew: Any) -> tf.Tensor:
+    """The k x n cloaking matrix ``C`` of any :class:`PrivateModel` at ``Xnew``: how its released
+    predictions move when one centred output moves (for the classifiers, the latent mean at ``Xnew``
+    after the first Newton step from zero). Public.
+    """
+    if isinstance(model, PrivateModel):
+        Xnew = tf.convert_to_tensor(Xnew, dtype=tf.float64)
+        return dense_map(model.release_terms(Xnew).map)
+    raise TypeError(
+        f"{type(model).__name__} has no cloaking matrix: it does not meet the dpgp_gpflow.contract.PrivateModel "
+        "contract (y_bounds, data_sensitivity, output_bound, input_dim, centred_outputs, release_terms, "
+        "split_terms, check_hyperparameters_public)"
+    )

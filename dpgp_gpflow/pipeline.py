@@ -1,0 +1,189 @@
+"""The one release path: model contract -> release terms -> noise plan -> draw -> spend.
+
+:func:`release` publishes a :class:`~dpgp_gpflow.contract.PrivateModel`'s predictions at given
+inputs; :func:`release_function` publishes a :class:`~dpgp_gpflow.contract.FactoredPrivateModel`'s
+m latent values once, so that predictions anywhere are free. Every model's ``release`` and
+``release_function`` methods are these functions; a model of your own that meets the contract
+can call them directly.
+
+Order of work, the same for every mechanism: validate the privacy parameters, check the leak
+guard, reserve the budget (:func:`~dpgp_gpflow.accounting.reserve`: nothing private has been
+computed yet), read the public terms from the model, plan the noise, draw it
+(:mod:`dpgp_gpflow.sampling`), charge the accountant, return.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NamedTuple, Optional, Protocol, Tuple, runtime_checkable
+
+import tensorflow as tf
+from check_shapes import check_shapes
+
+from .accounting import PrivacyAccountant, reserve
+from .calibration import gaussian_multiplier
+from .cloaking import DEFAULT_TOL
+from .contract import FactoredPrivateModel, PrivateModel, dense_map
+from .release import cloaking_release, gaussian_event, standard_release
+from .released import PrivateFunction, PrivateRelease
+from .validation import as_inputs, validate_calibration, validate_delta, validate_epsilon, validate_objective
+
+__all__ = [
+    "MECHANISMS",
+    "Mechanism",
+    "StandardTerms",
+    "SupportsStandardMechanism",
+    "reference_coordinates",
+    "release",
+    "release_function",
+]
+
+Mechanism = Literal["cloaking", "standard"]
+MECHANISMS: Tuple[str, ...] = ("cloaking", "standard")
+
+
+class StandardTerms(NamedTuple):
+    """What Hall et al.'s mechanism needs beyond the release terms (public)."""
+
+    prior_covariance: tf.Tensor  #: [k, k] the GP prior covariance at the test inputs
+    unit_sensitivity: tf.Tensor  #: RKHS sensitivity of the mean for a unit change of one output
+
+
+@runtime_checkable
+class SupportsStandardMechanism(Protocol):
+    """A :class:`~dpgp_gpflow.contract.PrivateModel` that also offers the standard mechanism."""
+
+    def standard_terms(self, Xnew: tf.Tensor) -> StandardTerms:
+        """Prior covariance at ``Xnew`` and the unit RKHS sensitivity (``docs/mechanisms.md#standard-mechanism``)."""
+
+
+@check_shapes("readout: [K, M]", "return: [M, M]")
+def reference_coordinates(readout: tf.Tensor) -> tf.Tensor:
+    """Upper-triangular ``R`` (m x m) with ``R^T R = A^T A + ridge I`` for a public readout ``A`` (k x m).
+
+    A factored release publishes ``v = R u`` instead of the m latent values ``u``: then the "mse"
+    objective measures the squared error of the predictions ``A u`` at the reference inputs. The
+    ridge (``1e-8 tr(A^T A) / m``) keeps ``R`` invertible when the reference inputs barely see some
+    directions; mapping back by ``R^{-1}`` is public post-processing.
+    """
+    m = int(readout.shape[1])
+    G = tf.linalg.matmul(readout, readout, transpose_a=True)  # [m, m]
+    ridge = 1e-8 * tf.linalg.trace(G) / m
+    return tf.transpose(tf.linalg.cholesky(G + ridge * tf.eye(m, dtype=G.dtype)))
+
+
+def _contract(model: Any, protocol: type = PrivateModel) -> None:
+    if not isinstance(model, protocol):
+        raise TypeError(f"{type(model).__name__} does not meet the {protocol.__name__} contract "
+                        "(see dpgp_gpflow.contract)")
+
+
+def _reserve(epsilon: Any, delta: Any, calibration: Any, accountant: Any) -> Tuple[float, float, Optional[PrivacyAccountant]]:
+    """Validate (epsilon, delta, calibration) and reserve one Gaussian release's budget."""
+    epsilon, delta = validate_epsilon(epsilon), validate_delta(delta)
+    multiplier = gaussian_multiplier(epsilon, delta, validate_calibration(calibration))
+    return epsilon, delta, reserve(accountant, [gaussian_event(epsilon, delta, multiplier)])
+
+
+def release(
+    model: PrivateModel,
+    Xnew: Any,
+    *,
+    epsilon: float,
+    delta: float,
+    objective: str = "mse",
+    calibration: str = "analytic",
+    seed: Optional[int] = None,
+    accountant: Optional[PrivacyAccountant] = None,
+    mechanism: str = "cloaking",
+    hyperparameters_public: bool = False,
+    rtol: Optional[float] = None,
+    tol: float = DEFAULT_TOL,
+) -> PrivateRelease:
+    """Release ``model``'s predictive mean at ``Xnew`` with an (epsilon, delta)-DP guarantee.
+
+    Privacy assumptions: everything the contract calls public is (inputs, ``Xnew``,
+    hyperparameters, prior mean, inducing inputs); each private output lies in ``model.y_bounds``
+    and neighbouring datasets differ in one output by at most ``model.data_sensitivity``.
+    ``mechanism="cloaking"`` optimises the noise covariance for ``objective`` ("mse": least
+    expected squared error; "entropy": the papers' log det); ``mechanism="standard"`` is Hall et
+    al.'s GP-prior noise (models that offer :class:`SupportsStandardMechanism`). The budget is
+    checked before and charged after (``accountant`` or the innermost ``with PrivacyAccountant``).
+    """
+    _contract(model)
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
+    if mechanism == "standard" and not isinstance(model, SupportsStandardMechanism):
+        raise NotImplementedError(f"{type(model).__name__} has no standard (Hall et al.) mechanism")
+    validate_objective(objective)
+    Xnew = tf.constant(as_inputs("Xnew", Xnew, int(model.input_dim)))
+    model.check_hyperparameters_public(hyperparameters_public)
+    epsilon, delta, accountant = _reserve(epsilon, delta, calibration, accountant)
+    terms = model.release_terms(Xnew)
+    common = dict(epsilon=epsilon, delta=delta, calibration=calibration, seed=seed, accountant=accountant,
+                  y_bounds=tuple(model.y_bounds))
+    if mechanism == "standard":
+        standard = model.standard_terms(Xnew)
+        mean = terms.offset + tf.linalg.matvec(dense_map(terms.map), model.centred_outputs())
+        return standard_release(mean, terms.variance, standard.prior_covariance,
+                                sensitivity=float(standard.unit_sensitivity) * model.data_sensitivity,
+                                data_sensitivity=model.data_sensitivity, **common)
+    return cloaking_release(terms.map, model.centred_outputs(), terms.offset, terms.variance,
+                            data_sensitivity=model.data_sensitivity, output_bound=model.output_bound,
+                            objective=objective, rtol=rtol, tol=tol, **common)
+
+
+def _latent_variance(covariance: Optional[tf.Tensor], R: Optional[tf.Tensor], m: int) -> tf.Tensor:
+    """Public variance [m] of the released coordinates ``R u`` from the latents' covariance (or
+    variances, [m], usable only without ``R``); zeros where the model reports none."""
+    if covariance is None or (R is not None and covariance.shape.rank == 1):
+        return tf.zeros([m], dtype=tf.float64)
+    if covariance.shape.rank == 1:
+        return covariance
+    if R is None:
+        return tf.linalg.diag_part(covariance)
+    return tf.reduce_sum(tf.linalg.matmul(R, covariance) * R, axis=1)  # diag(R S R^T)
+
+
+def release_function(
+    model: FactoredPrivateModel,
+    *,
+    epsilon: float,
+    delta: float,
+    objective: str = "mse",
+    calibration: str = "analytic",
+    seed: Optional[int] = None,
+    accountant: Optional[PrivacyAccountant] = None,
+    hyperparameters_public: bool = False,
+    reference_inputs: Any = None,
+    rtol: Optional[float] = None,
+    tol: float = DEFAULT_TOL,
+    function_type: type = PrivateFunction,
+) -> PrivateFunction:
+    """Release ``model``'s m latent values once; the returned function predicts anywhere for free.
+
+    ``reference_inputs=None`` releases the latents ``u = B y_c`` themselves. With public
+    ``reference_inputs`` the release is of ``R u`` (:func:`reference_coordinates` of the readout
+    there), so ``objective="mse"`` minimises the expected squared error of the predictions at the
+    reference inputs; ``"entropy"`` is the same either way (invariant to invertible maps). Privacy
+    assumptions as for :func:`release`; the readout is a frozen copy of public pieces, so training
+    the model afterwards does not change what was published.
+    """
+    _contract(model, FactoredPrivateModel)
+    validate_objective(objective)
+    model.check_hyperparameters_public(hyperparameters_public)
+    epsilon, delta, accountant = _reserve(epsilon, delta, calibration, accountant)
+    latent = model.latent_terms()
+    readout = model.public_readout()
+    B = dense_map(latent.map)  # [m, n]
+    m = int(B.shape[0])
+    R = None
+    if reference_inputs is not None:
+        Xref = tf.constant(as_inputs("reference_inputs", reference_inputs, int(model.input_dim)))
+        R = reference_coordinates(readout.readout(Xref))  # [m, m] upper triangular
+        B = tf.linalg.matmul(R, B)
+    variance = _latent_variance(latent.variance, R, m)
+    rel = cloaking_release(B, model.centred_outputs(), latent.offset, variance,
+                           data_sensitivity=model.data_sensitivity, output_bound=model.output_bound,
+                           epsilon=epsilon, delta=delta, objective=objective, calibration=calibration, seed=seed,
+                           accountant=accountant, rtol=rtol, tol=tol, y_bounds=tuple(model.y_bounds))
+    return function_type(rel, readout, R)

@@ -1,0 +1,242 @@
+"""Cross-validation over a grid of public hyperparameters, built from the model contract only.
+
+For each configuration the model's ``split_terms(train, test)`` gives each fold's public map from
+the centred training outputs to the centred test predictions (any
+:class:`~dpgp_gpflow.contract.PrivateModel`: no switch on the model's kind). :class:`CrossValidation`
+holds those public matrices, their sensitivities and the noise a later release would add;
+:meth:`CrossValidation.utilities` is the one private computation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+from gpflow.utilities import deepcopy, multiple_assign, parameter_dict
+
+from ..calibration import gaussian_multiplier
+from ..cloaking import DEFAULT_TOL
+from ..contract import PrivateModel, dense_map
+from ..progress import Progress
+from ..release import NoisePlan
+from ..validation import validate_calibration, validate_data_sensitivity, validate_delta, validate_epsilon, validate_objective
+from .utility import Fold, cv_sensitivity, cv_utility, published_sensitivity
+
+__all__ = ["CrossValidation", "cross_validate", "cv_folds", "release_noise_std", "same_grid", "validate_grid"]
+
+Config = Mapping[str, Any]
+Split = Tuple[np.ndarray, np.ndarray]
+
+
+class _NoiseProfile:
+    """The noise std per point of ``release.cloaking_release(C, ...)`` as a function of the noise
+    multiplier, without drawing noise: :class:`~dpgp_gpflow.release.NoisePlan` (the release's own
+    rank rule, cached across multipliers). Public: depends on ``C`` and the public output bound only.
+
+    If the release would be refused (``FloatingPointError``: an ill-conditioned noise covariance),
+    the std is ``inf``: that configuration could not be released, and its utility is the worst one.
+    """
+
+    def __init__(self, C, *, data_sensitivity: float, output_bound: float, objective: str,
+                 rtol: Optional[float] = None, tol: float = DEFAULT_TOL, max_iter: int = 500) -> None:
+        self._plan = NoisePlan(C, data_sensitivity=data_sensitivity, output_bound=output_bound,
+                               objective=objective, rtol=rtol, tol=tol, max_iter=max_iter)
+
+    def std(self, multiplier: float) -> np.ndarray:
+        try:
+            return self._plan.noise_std(multiplier)
+        except FloatingPointError:
+            return np.full(self._plan.k, np.inf)
+
+
+def release_noise_std(C, *, data_sensitivity: float, output_bound: float, epsilon: float, delta: float,
+                      objective: str = "mse", calibration: str = "analytic", rtol: Optional[float] = None,
+                      tol: float = DEFAULT_TOL, max_iter: int = 500) -> np.ndarray:
+    """The DP noise std per point of ``cloaking_release(C, ...)`` at ``(epsilon, delta)``, drawing nothing.
+
+    ``C`` is k x n or a pair ``(A, B)``; the arguments mean what they mean for
+    :func:`dpgp_gpflow.release.cloaking_release`, which would report the same ``noise_std``. Public:
+    depends on ``C`` and the public bound only; charges nothing.
+    """
+    multiplier = gaussian_multiplier(validate_epsilon(epsilon), validate_delta(delta), validate_calibration(calibration))
+    profile = _NoiseProfile(C, data_sensitivity=data_sensitivity, output_bound=output_bound, objective=objective,
+                            rtol=rtol, tol=tol, max_iter=max_iter)
+    return profile.std(multiplier)
+
+
+def cv_folds(n: int, folds: int = 5, seed: int = 0) -> List[Split]:
+    """Seeded kappa-fold split of ``range(n)``: ``(train, test)`` index arrays, each point tested once.
+
+    A ``default_rng(seed)`` permutation cut into ``folds`` near-equal blocks. Public: it depends on
+    ``n`` and the seed only (the same rule as :func:`dpgp_gpflow.datasets.kung_folds`).
+    """
+    n, folds = int(n), int(folds)
+    if not 2 <= folds <= n:
+        raise ValueError(f"folds must be an integer in [2, n={n}], got {folds}")
+    perm = np.random.default_rng(seed).permutation(n)
+    return [(np.setdiff1d(perm, test), np.sort(test)) for test in np.array_split(perm, folds)]
+
+
+def _validate_splits(splits: Any, n: int) -> List[Split]:
+    out = []
+    try:
+        items = list(splits)
+    except TypeError as exc:
+        raise TypeError("folds must be an int or a list of (train, test) index arrays") from exc
+    if not items:
+        raise ValueError("folds is empty")
+    for item in items:
+        try:
+            train, test = item
+        except (TypeError, ValueError) as exc:
+            raise TypeError("each fold must be a pair (train, test) of index arrays") from exc
+        pair = []
+        for name, idx in (("train", train), ("test", test)):
+            arr = np.asarray(idx)
+            if arr.ndim != 1 or arr.size == 0 or not np.issubdtype(arr.dtype, np.integer):
+                raise ValueError(f"a fold's {name} indices must be a non-empty 1-D integer array")
+            if arr.min() < 0 or arr.max() >= n or np.unique(arr).size != arr.size:
+                raise ValueError(f"a fold's {name} indices must be distinct and in [0, {n})")
+            pair.append(arr.astype(np.int64))
+        out.append((pair[0], pair[1]))
+    return out
+
+
+def validate_grid(model, grid: Any) -> Tuple[Dict[str, Any], ...]:
+    if isinstance(grid, Mapping) or not hasattr(grid, "__iter__"):
+        raise TypeError("grid must be a list of dicts mapping parameter paths to values")
+    grid = tuple(dict(c) for c in grid)
+    if not grid:
+        raise ValueError("grid is empty")
+    known = parameter_dict(model)
+    for config in grid:
+        unknown = [k for k in config if k not in known]
+        if unknown:
+            raise KeyError(f"unknown parameter path(s) {unknown}; the model has {sorted(known)}")
+    return grid
+
+
+def same_grid(a, b) -> bool:
+    return len(a) == len(b) and all(
+        x.keys() == z.keys() and all(np.array_equal(np.asarray(x[k]), np.asarray(z[k])) for k in x)
+        for x, z in zip(a, b))
+
+
+class CrossValidation:
+    """The public part of a CV over a grid (fold matrices, sensitivities) and, for the data owner,
+    the private utilities. Build it with :func:`cross_validate`.
+
+    Public: ``grid``, ``splits``, ``folds[i]`` (the :class:`Fold` list of configuration i),
+    ``sensitivities`` (corrected, per configuration), ``published_sensitivities`` (JMLR eq. 13, NOT
+    valid), ``noise_std(...)``. Private: :meth:`utilities` reads the model's outputs; publish a
+    selection made from them only through the exponential mechanism.
+    """
+
+    def __init__(self, grid, splits, folds, release_matrices, output_bounds, y, d, n) -> None:
+        # y: the private centred outputs; folds: offsets 0, maps from y[train] to centred predictions
+        self.grid: Tuple[Dict[str, Any], ...] = grid
+        self.splits: Tuple[Split, ...] = tuple(splits)
+        self.folds: List[List[Fold]] = folds
+        self.data_sensitivity = float(d)
+        self.n = int(n)
+        self._release_matrices = release_matrices
+        self._output_bounds = output_bounds
+        self._y = y  # private outputs (clipped), [n]
+        self._profiles: Dict[Tuple[str, int, int], _NoiseProfile] = {}
+        self.sensitivities = np.array([cv_sensitivity(f, n, d) for f in folds])
+        self.published_sensitivities = np.array([published_sensitivity(f, d) for f in folds])
+
+    def __len__(self) -> int:
+        return len(self.grid)
+
+    def computed_for(self, y: Any) -> bool:
+        """PRIVATE check: whether this cross-validation was computed on the centred outputs ``y``."""
+        y = np.asarray(y, dtype=np.float64).reshape(-1)
+        return self.n == y.size and bool(np.array_equal(self._y, y))
+
+    def noise_std(self, index: int, epsilon_release: Optional[float], delta_release: Optional[float], *,
+                  objective: str = "mse", calibration: str = "analytic") -> List[np.ndarray]:
+        """Per fold of configuration ``index``: the noise std a release of its test predictions at
+        ``(epsilon_release, delta_release)`` would add (zeros when no release budget is given)."""
+        if epsilon_release is None and delta_release is None:
+            return [np.zeros(f.test.size) for f in self.folds[index]]
+        multiplier = gaussian_multiplier(validate_epsilon(epsilon_release), validate_delta(delta_release), calibration)
+        out = []
+        for i, f in enumerate(self.folds[index]):
+            key = (objective, index, i)
+            if key not in self._profiles:
+                self._profiles[key] = _NoiseProfile(
+                    self._release_matrices[index][i], data_sensitivity=self.data_sensitivity,
+                    output_bound=self._output_bounds[index][i], objective=objective)
+            out.append(self._profiles[key].std(multiplier))
+        return out
+
+    def utilities(self, epsilon_release: Optional[float] = None, delta_release: Optional[float] = None, *,
+                  objective: str = "mse", calibration: str = "analytic", indices: Optional[Sequence[int]] = None,
+                  progress: bool = False) -> np.ndarray:
+        """PRIVATE: the expected clipped CV utilities (``nan`` for configurations not in ``indices``).
+
+        Noise-std computations are cached, so calling again at other release budgets is cheap.
+        """
+        if (epsilon_release is None) != (delta_release is None):
+            raise ValueError("give both epsilon_release and delta_release, or neither")
+        indices = range(len(self.grid)) if indices is None else list(indices)
+        u = np.full(len(self.grid), np.nan)
+        bar = Progress(len(indices), progress, "CV utilities")
+        try:
+            for i in indices:
+                sig = self.noise_std(i, epsilon_release, delta_release, objective=objective, calibration=calibration)
+                u[i] = cv_utility(self.folds[i], self._y, self.data_sensitivity, sig)
+                bar.update()
+        finally:
+            bar.close()
+        return u
+
+
+def _fold(model: PrivateModel, train: np.ndarray, test: np.ndarray) -> Tuple[Fold, Any]:
+    """One fold from the contract: the dense fold matrix (for the utility) and the map as the model
+    gives it (dense or factored, for the noise plan). Public: no outputs are read."""
+    terms = model.split_terms(train, test)
+    C = dense_map(terms.map).numpy()
+    release_map = tuple(t.numpy() for t in terms.map) if isinstance(terms.map, (tuple, list)) else C
+    return Fold(train, test, C, np.reshape(np.asarray(terms.offset, dtype=np.float64), [-1])), release_map
+
+
+def cross_validate(model: PrivateModel, grid: Sequence[Config], *, folds: Union[int, Sequence[Split]] = 5,
+                   split_seed: int = 0, d: Optional[float] = None, progress: bool = False) -> CrossValidation:
+    """Fold matrices of ``model`` (any :class:`~dpgp_gpflow.contract.PrivateModel`) for every configuration of ``grid``.
+
+    Each configuration (a dict of GPflow parameter paths to values, e.g.
+    ``{".kernel.lengthscales": 25.0, ".likelihood.variance": 1.0}``) is assigned to a copy of the
+    model; nothing is trained and the model itself is not changed. ``folds``: the number of folds of
+    a :func:`cv_folds` split seeded by ``split_seed``, or a list of ``(train, test)`` index arrays.
+    Each fold's matrix is the model's ``split_terms(train, test)``: for the regression models the
+    predictive mean at the test inputs given the training outputs; for the classifiers the latent
+    mean after one Newton step from zero (what a one-step release predicts), whose clipped squared
+    error against the held-out labels is a least-squares classification loss, linear in the labels,
+    so the sensitivity of ``docs/selection.md`` applies unchanged.
+    """
+    if not isinstance(model, PrivateModel):
+        raise TypeError(f"{type(model).__name__} does not meet the PrivateModel contract (see dpgp_gpflow.contract)")
+    grid = validate_grid(model, grid)
+    y = model.centred_outputs().numpy().astype(np.float64).reshape(-1)
+    n = y.size
+    d = model.data_sensitivity if d is None else validate_data_sensitivity(d, tuple(model.y_bounds))
+    if isinstance(folds, (int, np.integer)) and not isinstance(folds, bool):
+        splits = cv_folds(n, int(folds), split_seed)
+    else:
+        splits = _validate_splits(folds, n)
+    work = deepcopy(model)
+    all_folds, matrices, bounds = [], [], []
+    bar = Progress(len(grid), progress, "fold matrices")
+    try:
+        for config in grid:
+            multiple_assign(work, config)
+            per = [_fold(work, train, test) for train, test in splits]
+            all_folds.append([p[0] for p in per])
+            matrices.append([p[1] for p in per])
+            bounds.append([work.output_bound] * len(splits))
+            bar.update()
+    finally:
+        bar.close()
+    return CrossValidation(grid, splits, all_folds, matrices, bounds, y, d, n)

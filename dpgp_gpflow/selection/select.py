@@ -1,0 +1,158 @@
+"""The public entry point: :func:`select_hyperparameters` and its result :class:`Selection`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
+
+import numpy as np
+from gpflow.utilities import multiple_assign
+
+from ..accounting import PrivacyAccountant, PrivacyEvent, reserve
+from ..calibration import exponential_mechanism_log_weights
+from ..contract import PrivateModel
+from ..validation import validate_calibration, validate_delta, validate_epsilon, validate_objective
+from .cross_validation import Config, CrossValidation, Split, cross_validate, same_grid, validate_grid
+from .mechanism import gumbel_max, selection_probabilities
+
+__all__ = ["Selection", "select_hyperparameters"]
+
+
+@dataclass(frozen=True, eq=False)
+class Selection:
+    """The result of :func:`select_hyperparameters`.
+
+    Public (safe to publish): ``chosen`` / ``index`` (the epsilon-DP choice), ``grid``, ``kept``,
+    ``config_sensitivities``, ``sensitivity``, ``epsilon``, the splits and the release budget the
+    utility assumed. Private (data owner only): ``utilities`` and ``probabilities``.
+    """
+
+    chosen: Dict[str, Any]  #: the selected configuration
+    index: int  #: its position in ``grid``
+    utilities: np.ndarray = field(repr=False)  #: [K] PRIVATE expected clipped CV utilities (nan if dropped)
+    probabilities: np.ndarray = field(repr=False)  #: [K] PRIVATE selection probabilities (0 if dropped)
+    sensitivity: float  #: Delta_u: max of the corrected sensitivity over the kept configurations
+    epsilon: float
+    grid: Tuple[Dict[str, Any], ...] = field(repr=False)
+    kept: np.ndarray = field(repr=False)  #: [K] bool: configurations under the threshold
+    config_sensitivities: np.ndarray = field(repr=False)  #: [K] corrected sensitivity per configuration
+    published_sensitivity: float = field(repr=False, default=math.nan)  #: JMLR eq. (13)-(14), NOT valid
+    splits: Tuple[Split, ...] = field(repr=False, default=())
+    data_sensitivity: float = math.nan
+    epsilon_release: Optional[float] = None
+    delta_release: Optional[float] = None
+    reproducible: bool = False  #: True when the Gumbel noise came from an explicit seed (not private)
+
+    def apply(self, model) -> None:
+        """Assign the chosen configuration to ``model`` (``gpflow.utilities.multiple_assign``)."""
+        multiple_assign(model, self.chosen)
+
+
+def select_hyperparameters(
+    model,
+    grid: Sequence[Config],
+    *,
+    epsilon: float,
+    folds: Union[int, Sequence[Split]] = 5,
+    d: Optional[float] = None,
+    threshold: Optional[float] = None,
+    seed: Optional[int] = None,
+    delta_release: Optional[float] = None,
+    epsilon_release: Optional[float] = None,
+    objective: str = "mse",
+    calibration: str = "analytic",
+    accountant: Optional[PrivacyAccountant] = None,
+    progress: bool = False,
+    split_seed: int = 0,
+    cross_validation: Optional[CrossValidation] = None,
+    hyperparameters_public: bool = False,
+) -> Selection:
+    """Select one configuration of ``grid`` for ``model`` with the epsilon-DP exponential mechanism.
+
+    ``model``: any :class:`~dpgp_gpflow.contract.PrivateModel` (see :func:`cross_validate` for the
+    loss) holding the private outputs. Its hyperparameters in the grid are not used and not changed
+    (see :meth:`Selection.apply`); those outside the grid are used as they are, so they must be
+    public: a model whose training objective ran is refused (``PrivacyLeakError``) unless
+    ``hyperparameters_public=True``. ``grid``: a list of dicts of GPflow parameter paths to values.
+    ``folds``: the number of folds (a public split seeded by ``split_seed``) or a list of
+    ``(train, test)`` index arrays. ``d``: how far one output may move (default the model's
+    ``data_sensitivity``); residuals are clipped to ``[-4d, 4d]``.
+
+    The utility includes the expected effect of the DP noise of a cloaking release of each fold's
+    test predictions at ``(epsilon_release, delta_release)`` (``objective``/``calibration`` as for
+    ``release``); with no release budget the noise is taken as zero (the utility then ignores the
+    privacy cost of the release, and tends to favour configurations that need a lot of noise).
+
+    ``threshold``: public bound fixed in advance; configurations whose own sensitivity exceeds it
+    are dropped before anything private is computed. ``Delta_u`` is the max over the kept ones.
+
+    The budget (``accountant`` or the innermost ``with PrivacyAccountant(...)``) is checked before
+    anything is computed and charged once with a pure ``(epsilon, 0)`` event after the draw.
+    ``seed=None`` draws the Gumbel noise from the OS CSPRNG; an explicit seed warns.
+
+    ``cross_validation``: a :class:`CrossValidation` from :func:`cross_validate` on the same model,
+    grid and folds, to reuse its fold matrices and cached noise computations (then ``folds``,
+    ``split_seed`` and ``d`` are taken from it).
+    """
+    epsilon = validate_epsilon(epsilon)
+    if (epsilon_release is None) != (delta_release is None):
+        raise ValueError("give both epsilon_release and delta_release, or neither")
+    if epsilon_release is not None:
+        epsilon_release = validate_epsilon(epsilon_release)
+        delta_release = validate_delta(delta_release)
+    validate_objective(objective)
+    validate_calibration(calibration)
+    if threshold is not None:
+        threshold = float(threshold)
+        if not threshold > 0.0:
+            raise ValueError(f"threshold must be > 0, got {threshold}")
+    if not isinstance(model, PrivateModel):
+        raise TypeError(f"{type(model).__name__} does not meet the PrivateModel contract (see dpgp_gpflow.contract)")
+    # Parameters outside the grid are taken from the model: they must be public too (leak guard).
+    model.check_hyperparameters_public(hyperparameters_public)
+    description = "exponential mechanism: hyperparameter selection"
+    accountant = reserve(accountant, [PrivacyEvent(epsilon, 0.0, "pure", None, description)])
+
+    if cross_validation is None:
+        cv = cross_validate(model, grid, folds=folds, split_seed=split_seed, d=d, progress=progress)
+    else:
+        cv = cross_validation
+        if not isinstance(cv, CrossValidation):
+            raise TypeError(f"cross_validation must be a CrossValidation, got {type(cv).__name__}")
+        y = model.centred_outputs().numpy().reshape(-1)
+        if not same_grid(cv.grid, validate_grid(model, grid)) or not cv.computed_for(y):
+            raise ValueError("cross_validation was computed for another model, data set or grid")
+    sens = cv.sensitivities
+    kept = np.ones(len(cv), dtype=bool) if threshold is None else sens <= threshold
+    if not np.any(kept):
+        raise ValueError(f"no configuration has a sensitivity below the threshold {threshold} "
+                         f"(smallest: {float(np.min(sens)):.6g})")
+    idx = np.flatnonzero(kept)
+    delta_u = float(np.max(sens[idx]))
+    utilities = cv.utilities(epsilon_release, delta_release, objective=objective, calibration=calibration,
+                             indices=idx, progress=progress)
+    draw, reproducible = gumbel_max(exponential_mechanism_log_weights(utilities[idx], epsilon, delta_u), seed)
+    choice = int(idx[draw])
+    probabilities = np.zeros(len(cv))
+    probabilities[idx] = selection_probabilities(utilities[idx], epsilon, delta_u)
+    if accountant is not None:
+        accountant.spend(epsilon, 0.0, kind="pure",
+                         description=f"{description} among {idx.size} configurations ({len(cv.splits)}-fold CV)")
+    return Selection(
+        chosen=dict(cv.grid[choice]),
+        index=choice,
+        utilities=utilities,
+        probabilities=probabilities,
+        sensitivity=delta_u,
+        epsilon=epsilon,
+        grid=cv.grid,
+        kept=kept,
+        config_sensitivities=sens,
+        published_sensitivity=float(np.max(cv.published_sensitivities[idx])),
+        splits=cv.splits,
+        data_sensitivity=cv.data_sensitivity,
+        epsilon_release=epsilon_release,
+        delta_release=delta_release,
+        reproducible=reproducible,
+    )

@@ -1,0 +1,172 @@
+"""The cross-validated utility and its corrected sensitivity: pure NumPy functions of public fold
+matrices and (for the utility only) the private outputs.
+
+A fold of a linear smoother predicts ``offset + C y[train]`` at its test points; the utility is
+minus the sum of clipped squared residuals, with the release's DP noise included by its closed-form
+expectation. The sensitivity and the proof that the published bound is not valid are in
+``docs/selection.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, List, NamedTuple, Optional, Sequence
+
+import numpy as np
+from scipy import special
+
+__all__ = [
+    "CLIP_FACTOR",
+    "Fold",
+    "cv_predictions",
+    "cv_sensitivity",
+    "cv_utility",
+    "expected_clipped_square",
+    "point_sensitivities",
+    "as_folds",
+    "published_sensitivity",
+]
+
+#: Residuals are clipped to ``[-CLIP_FACTOR * d, CLIP_FACTOR * d]`` (the JMLR paper's 4d).
+CLIP_FACTOR = 4.0
+
+
+class Fold(NamedTuple):
+    """One CV fold of a linear smoother: ``pred = offset + C y[train]`` at the test points. Public."""
+
+    train: np.ndarray  #: [m] indices of the training points
+    test: np.ndarray  #: [k] indices of the test points
+    C: np.ndarray  #: [k, m] cloaking matrix of the fold
+    offset: Optional[np.ndarray] = None  #: [k] public part of the prediction (None: zeros)
+
+
+def as_folds(folds: Sequence[Fold]) -> List[Fold]:
+    out = []
+    for f in folds:
+        train = np.asarray(f.train, dtype=np.int64).reshape(-1)
+        test = np.asarray(f.test, dtype=np.int64).reshape(-1)
+        C = np.asarray(f.C, dtype=np.float64)
+        if C.shape != (test.size, train.size):
+            raise ValueError(f"a fold's C must have shape (len(test), len(train)) = {(test.size, train.size)}, "
+                             f"got {C.shape}")
+        offset = np.zeros(test.size) if f.offset is None else np.asarray(f.offset, dtype=np.float64).reshape(-1)
+        if offset.shape != (test.size,):
+            raise ValueError(f"a fold's offset must have shape ({test.size},), got {offset.shape}")
+        out.append(Fold(train, test, C, offset))
+    return out
+
+
+def _normal_interval(alpha: np.ndarray, beta: np.ndarray) -> np.ndarray:
+    """``Phi(beta) - Phi(alpha)`` for ``alpha <= beta`` without cancellation in either tail."""
+    upper = alpha >= 0.0  # both in the upper tail: Phi(-alpha) - Phi(-beta)
+    lower = beta <= 0.0  # both in the lower tail
+    mid = ~(upper | lower)  # straddles 0: erf difference of two moderate numbers
+    out = np.empty_like(alpha)
+    out[upper] = special.ndtr(-alpha[upper]) - special.ndtr(-beta[upper])
+    out[lower] = special.ndtr(beta[lower]) - special.ndtr(alpha[lower])
+    out[mid] = 0.5 * (special.erf(beta[mid] / math.sqrt(2.0)) - special.erf(alpha[mid] / math.sqrt(2.0)))
+    return np.clip(out, 0.0, 1.0)
+
+
+_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(64)
+
+
+def expected_clipped_square(a: Any, sigma: Any, c: float) -> np.ndarray:
+    """``E[clip(a + Z, -c, c)^2]`` for ``Z ~ N(0, sigma^2)``, elementwise, in closed form.
+
+    With ``alpha = (-c - a) / sigma`` and ``beta = (c - a) / sigma`` (``phi``, ``Phi`` the standard
+    normal pdf and cdf)::
+
+        c^2 (Phi(alpha) + Phi(-beta))                                   (the clipped tails)
+            + (a^2 + sigma^2) (Phi(beta) - Phi(alpha))
+            + sigma ((a - c) phi(alpha) - (a + c) phi(beta))            (int over [-c, c] of x^2 N(x; a, sigma^2))
+
+    For ``sigma > c`` the last two terms nearly cancel (each is about ``c sigma``, their sum about
+    ``c^3 / sigma``), so there the inner integral is computed by 64-point Gauss-Legendre quadrature
+    on ``[-c, c]`` instead, where the integrand is smooth (exact to rounding). ``sigma = 0`` gives
+    ``clip(a, -c, c)^2`` and ``sigma = inf`` gives ``c^2``. As a function of ``a`` it is ``2c``-Lipschitz for every ``sigma``.
+    """
+    a = np.asarray(a, dtype=np.float64)
+    sigma = np.broadcast_to(np.asarray(sigma, dtype=np.float64), a.shape)
+    c = float(c)
+    if not c > 0.0:
+        raise ValueError(f"c must be > 0, got {c}")
+    if np.any(sigma < 0.0) or np.any(np.isnan(sigma)):
+        raise ValueError("sigma must be >= 0 (inf: the point is always clipped)")
+    if not np.all(np.isfinite(a)):
+        raise ValueError("a must be finite")
+    out = np.array(np.clip(a, -c, c) ** 2, dtype=np.float64, copy=True)
+    out[np.isinf(sigma)] = c * c
+    pos = (sigma > 0.0) & np.isfinite(sigma)
+    if np.any(pos):
+        ap, s = a[pos], sigma[pos]
+        alpha = (-c - ap) / s
+        beta = (c - ap) / s
+        tails = special.ndtr(alpha) + special.ndtr(-beta)
+        inner = np.empty_like(ap)
+        narrow = s <= c
+        if np.any(narrow):
+            an, sn, al, be = ap[narrow], s[narrow], alpha[narrow], beta[narrow]
+            pa = np.exp(-0.5 * al**2) / math.sqrt(2.0 * math.pi)
+            pb = np.exp(-0.5 * be**2) / math.sqrt(2.0 * math.pi)
+            inner[narrow] = (an * an + sn * sn) * _normal_interval(al, be) + sn * ((an - c) * pa - (an + c) * pb)
+        wide = ~narrow
+        if np.any(wide):
+            x = c * _GL_NODES  # [q] nodes on [-c, c]
+            aw, sw = ap[wide][:, None], s[wide][:, None]
+            density = np.exp(-0.5 * ((x[None, :] - aw) / sw) ** 2) / (sw * math.sqrt(2.0 * math.pi))
+            inner[wide] = c * np.sum(_GL_WEIGHTS[None, :] * x[None, :] ** 2 * density, axis=1)
+        out[pos] = np.clip(c * c * tails + inner, 0.0, c * c)
+    return out
+
+
+def cv_predictions(folds: Sequence[Fold], y: Any) -> List[np.ndarray]:
+    """Each fold's predictions ``offset + C y[train]`` at its test points."""
+    y = np.asarray(y, dtype=np.float64).reshape(-1)
+    return [f.offset + f.C @ y[f.train] for f in as_folds(folds)]
+
+
+def cv_utility(folds: Sequence[Fold], y: Any, d: float, noise_std: Optional[Sequence[Any]] = None) -> float:
+    """``-sum_f sum_k E[clip(pred_k - y_k + Z_k, -4d, 4d)^2]`` (``noise_std[f]``: the std of ``Z`` per
+    test point of fold f; None for no noise). Reads the private ``y``: the result is private."""
+    folds = as_folds(folds)
+    y = np.asarray(y, dtype=np.float64).reshape(-1)
+    c = CLIP_FACTOR * float(d)
+    total = 0.0
+    for i, f in enumerate(folds):
+        residual = f.offset + f.C @ y[f.train] - y[f.test]
+        sigma = 0.0 if noise_std is None else np.asarray(noise_std[i], dtype=np.float64)
+        total += float(np.sum(expected_clipped_square(residual, sigma, c)))
+    return -total
+
+
+def point_sensitivities(folds: Sequence[Fold], n: int, d: float) -> np.ndarray:
+    """Per point j: ``8 d^2 sum_f ([j in train_f] ||C_f[:, j]||_1 + [j in test_f])`` (module docstring).
+
+    The bound on how much the CV utility moves when ``y_j`` moves by at most ``d``. Public.
+    """
+    folds = as_folds(folds)
+    d = float(d)
+    total = np.zeros(int(n))
+    for f in folds:
+        np.add.at(total, f.train, np.sum(np.abs(f.C), axis=0))
+        np.add.at(total, f.test, 1.0)
+    return 2.0 * CLIP_FACTOR * d * d * total
+
+
+def cv_sensitivity(folds: Sequence[Fold], n: int, d: float) -> float:
+    """The corrected sensitivity of the CV utility: ``max_j`` of :func:`point_sensitivities`."""
+    return float(np.max(point_sensitivities(folds, n, d)))
+
+
+def published_sensitivity(folds: Sequence[Fold], d: float) -> float:
+    """JMLR 2021 equations (13): ``9 d^2 + d^2 * (sum of the kappa - 1 largest max_j ||C_f[:, j]||_2^2)``.
+
+    **NOT a valid DP bound** (it drops the ``2 a.v`` term of a change in squared distance); kept
+    only to reproduce and compare with the published numbers (toy example: 116, interleaved: 53).
+    Take the max over configurations for equation (14).
+    """
+    folds = as_folds(folds)
+    d = float(d)
+    alphas = sorted((float(np.max(np.sum(f.C**2, axis=0))) if f.C.size else 0.0 for f in folds), reverse=True)
+    return 9.0 * d * d + d * d * math.fsum(alphas[: max(len(folds) - 1, 0)])

@@ -1,0 +1,103 @@
+"""The one release path: every entry point reserves the budget before anything is drawn, and what
+it publishes is frozen."""
+
+from __future__ import annotations
+
+import gpflow
+import numpy as np
+import pytest
+
+import dpgp_gpflow as dp
+from dpgp_gpflow.baselines import make_bins, release_bin_means
+from dpgp_gpflow.models import DPGPR, DPGPRFITC, DPLaplaceGPC, DPSparseLaplaceGPC
+from dpgp_gpflow.selection import select_hyperparameters
+
+pytestmark = pytest.mark.filterwarnings("ignore::dpgp_gpflow.ReproducibleNoiseWarning")
+
+LO, HI = -2.0, 2.0
+
+
+def se():
+    return gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=1.2)
+
+
+@pytest.fixture(scope="module")
+def toy():
+    rng = np.random.default_rng(5)
+    X = rng.uniform(0.0, 6.0, (20, 1))
+    Y = np.sin(X) + 0.2 * rng.standard_normal((20, 1))
+    L = np.where(np.sin(X) > 0, 1.0, -1.0)
+    return X, Y, L, np.linspace(0.0, 6.0, 5)[:, None], np.linspace(0.5, 5.5, 4)[:, None]
+
+
+ENTRY_POINTS = {
+    "cloaking": lambda t: DPGPR((t[0], t[1]), se(), y_bounds=(LO, HI), noise_variance=0.1).release(
+        t[3], epsilon=1.0, delta=1e-3),
+    "standard": lambda t: DPGPR((t[0], t[1]), se(), y_bounds=(LO, HI), noise_variance=0.1).release(
+        t[3], epsilon=1.0, delta=1e-3, mechanism="standard"),
+    "fitc-function": lambda t: DPGPRFITC((t[0], t[1]), se(), t[4], noise_variance=0.1, y_bounds=(LO, HI))
+    .release_function(epsilon=1.0, delta=1e-3),
+    "laplace-2-steps": lambda t: DPLaplaceGPC((t[0], t[2]), se()).release(epsilon=1.0, delta=1e-3, steps=2),
+    "sparse-classifier": lambda t: DPSparseLaplaceGPC((t[0], t[2]), se(), t[4]).release(epsilon=1.0, delta=1e-3),
+    "pipeline-at-Xnew-classifier": lambda t: dp.pipeline.release(DPLaplaceGPC((t[0], t[2]), se()), t[3],
+                                                                 epsilon=1.0, delta=1e-3),
+    "selection": lambda t: select_hyperparameters(
+        DPGPR((t[0], t[1]), se(), y_bounds=(LO, HI), noise_variance=0.1),
+        [{".kernel.lengthscales": v} for v in (0.5, 2.0)], epsilon=1.0, folds=2),
+    "laplace-bins": lambda t: release_bin_means(t[0], t[1], make_bins(edges=[np.linspace(0, 6, 4)]),
+                                                y_bounds=(LO, HI), epsilon=1.0),
+}
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+def test_a_refused_budget_draws_no_noise_and_spends_nothing(toy, entry, draws):
+    # 0.5 of epsilon is left (and 1e-4 of delta): every entry point asks for epsilon = 1
+    acc = dp.PrivacyAccountant(epsilon=1.5, delta=1.1e-3)
+    acc.spend(1.0, 1e-3, description="earlier release")
+    ledger = acc.ledger
+    with acc:
+        with pytest.raises(dp.BudgetExceededError):
+            ENTRY_POINTS[entry](toy)
+    assert draws == [] and acc.ledger == ledger
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+def test_each_entry_point_charges_what_it_draws(toy, entry, draws):
+    with dp.PrivacyAccountant(epsilon=10.0, delta=0.5) as acc:
+        ENTRY_POINTS[entry](toy)
+    steps = 2 if entry == "laplace-2-steps" else 1
+    assert len(draws) == steps and len(acc.ledger) == steps
+    assert acc.spent[0] == pytest.approx(1.0)
+
+
+def test_a_released_function_does_not_follow_later_training(toy):
+    X, Y, _, Xnew, Z = toy
+    mean = gpflow.functions.Constant(np.array([0.0]))  # trainable, public at release time
+    model = DPGPRFITC((X, Y), se(), Z, noise_variance=0.1, y_bounds=(LO, HI), mean_function=mean)
+    pf = model.release_function(epsilon=1.0, delta=1e-3, seed=1)
+    before = pf.predict(Xnew)
+    model.mean_function.c.assign([5.0])
+    model.kernel.lengthscales.assign(0.3)
+    after = pf.predict(Xnew)
+    for a, b in zip(before, after):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_released_classifier_does_not_follow_later_training(toy):
+    X, _, L, Xnew, _ = toy
+    model = DPLaplaceGPC((X, L), se())
+    pc = model.release(epsilon=1.0, delta=1e-3, seed=2)
+    p_before = pc.predict_y(Xnew)[0].numpy()
+    model.kernel.lengthscales.assign(0.2)
+    np.testing.assert_array_equal(pc.predict_y(Xnew)[0].numpy(), p_before)
+
+
+def test_selection_respects_the_leak_guard(toy):
+    X, Y, *_ = toy
+    model = DPGPR((X, Y), se(), y_bounds=(LO, HI), noise_variance=0.1)
+    model.training_loss()  # the marginal likelihood of the private outputs: variance and noise now leak
+    grid = [{".kernel.lengthscales": v} for v in (0.5, 2.0)]
+    with pytest.raises(dp.PrivacyLeakError):
+        select_hyperparameters(model, grid, epsilon=1.0, folds=2)
+    sel = select_hyperparameters(model, grid, epsilon=1.0, folds=2, hyperparameters_public=True, seed=0)
+    assert sel.chosen in grid
