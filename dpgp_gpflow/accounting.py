@@ -1,33 +1,50 @@
-"""Privacy budget accounting: a ledger of DP events with a hard ceiling.
+"""Privacy budget accounting: a ledger of DP events with a hard ceiling, and the one place where
+every mechanism's budget is checked before and charged after.
 
 One neighbouring relation throughout: two datasets are neighbours when they differ in one private
 output ``y_i``, replaced by another value within the public bounds (so ``|y_i - y'_i| <= d``).
 
-Every release checks the accountant *before* drawing noise and spends *after*; an over-budget
-release raises :class:`~dpgp_gpflow.BudgetExceededError` and draws nothing. Events are kept as
-events (a Gaussian mechanism with its ``mu = sensitivity / noise std``, or a pure-epsilon
-mechanism), so tighter composition can be computed from the same ledger. The budget is enforced
-with basic composition (sum of epsilons, sum of deltas; always valid) unless the accountant is
-created with ``composition="gdp"`` (Gaussian releases compose exactly as sqrt(sum mu^2)-GDP) or
-``"pld"`` (privacy-loss distributions, via Google's dp-accounting).
+Check -> compute -> spend. Every mechanism calls :func:`reserve` before it computes anything from
+the private outputs: the budget of everything it is about to release is checked against every
+accountant that applies (the one passed, or every enclosing ``with PrivacyAccountant(...)``) and
+*held*, so that concurrent releases (threads, processes sharing a ledger) can never together
+overspend. After each draw the mechanism commits its event (:meth:`Reservation.commit`); what is
+still held when it finishes (an error, a refusal after the draw) is given back. An over-budget
+release raises :class:`~dpgp_gpflow.BudgetExceededError` and draws nothing.
+
+Events are kept as events (a Gaussian mechanism with its ``mu = sensitivity / noise std``, or a
+pure-epsilon mechanism), so tighter composition can be computed from the same ledger
+(:mod:`dpgp_gpflow.composition`, ``docs/composition.md``).
 """
 
 from __future__ import annotations
 
 import contextvars
+import itertools
 import math
 import threading
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .composition import COMPOSITIONS, PrivacyEvent, composed_epsilon
 from .exceptions import BudgetExceededError
 from .validation import validate_delta, validate_epsilon
 
-__all__ = ["PrivacyAccountant", "PrivacyEvent", "current_accountant", "reserve", "resolve_accountant"]
+__all__ = [
+    "PrivacyAccountant",
+    "PrivacyEvent",
+    "Reservation",
+    "current_accountant",
+    "reserve",
+    "resolve_accountant",
+]
 
-_DEFAULT: contextvars.ContextVar[Optional["PrivacyAccountant"]] = contextvars.ContextVar(
-    "dpgp_gpflow_default_accountant", default=None
+#: The enclosing ``with PrivacyAccountant(...)`` blocks of this context, innermost last.
+_ACTIVE: contextvars.ContextVar[Tuple["PrivacyAccountant", ...]] = contextvars.ContextVar(
+    "dpgp_gpflow_accountants", default=()
 )
+#: How many ``with`` blocks are open in the whole process (any thread); see :func:`resolve_accountant`.
+_OPEN_BLOCKS = [0]
+_OPEN_LOCK = threading.Lock()
 
 #: Relative slack when comparing spent budget with the ceiling (floating-point rounding only).
 _BUDGET_RTOL = 1e-12
@@ -37,21 +54,23 @@ class PrivacyAccountant:
     """A privacy budget ``(epsilon, delta)`` with a ledger of the releases charged to it.
 
     Usable as a context manager: inside ``with PrivacyAccountant(epsilon=1, delta=1e-2) as acc:``
-    releases made without an explicit ``accountant=`` are charged to ``acc``.
+    releases made without an explicit ``accountant=`` are charged to ``acc`` and to every enclosing
+    accountant. The budget is enforced with basic composition (always valid) unless created with
+    ``composition="gdp"`` (Gaussian releases compose exactly) or ``"pld"`` (privacy-loss
+    distributions, Google's dp-accounting). Thread-safe: checking and holding budget is atomic.
     """
 
     def __init__(self, *, epsilon: float, delta: float = 0.0, composition: str = "basic") -> None:
         self._epsilon = validate_epsilon(epsilon) if not (epsilon == math.inf) else math.inf
-        if delta == 0.0:
-            self._delta = 0.0
-        else:
-            self._delta = validate_delta(delta)
+        self._delta = 0.0 if delta == 0.0 else validate_delta(delta)
         if composition not in COMPOSITIONS:
             raise ValueError(f"composition must be one of {COMPOSITIONS}, got {composition!r}")
         self._composition = composition
         self._ledger: List[PrivacyEvent] = []
+        self._held: Dict[int, List[PrivacyEvent]] = {}  # reservation id -> events not yet committed
+        self._ids = itertools.count()
         self._tokens: List[contextvars.Token] = []
-        self._lock = threading.RLock()  # check-and-record is atomic across threads
+        self._lock = threading.RLock()
 
     # -- budget ------------------------------------------------------------------------------
     @property
@@ -71,21 +90,20 @@ class PrivacyAccountant:
 
     def epsilon_spent(self, composition: Optional[str] = None, delta: Optional[float] = None) -> float:
         """Epsilon spent at ``delta`` (default: the budget's) under ``composition`` (default: the budget's)."""
-        return composed_epsilon(self._ledger, self._delta if delta is None else delta,
+        return composed_epsilon(self.ledger, self._delta if delta is None else delta,
                                 self._composition if composition is None else composition)
 
     @property
     def ledger(self) -> Tuple[PrivacyEvent, ...]:
         """Every event charged so far, in order."""
-        return tuple(self._ledger)
+        with self._lock:
+            return tuple(self._ledger)
 
     @property
     def spent(self) -> Tuple[float, float]:
         """``(epsilon, delta)`` spent so far under basic composition."""
-        return (
-            math.fsum(e.epsilon for e in self._ledger),
-            math.fsum(e.delta for e in self._ledger),
-        )
+        ledger = self.ledger
+        return math.fsum(e.epsilon for e in ledger), math.fsum(e.delta for e in ledger)
 
     @property
     def remaining(self) -> Tuple[float, float]:
@@ -101,29 +119,13 @@ class PrivacyAccountant:
     def check_events(self, events: Sequence[PrivacyEvent]) -> None:
         """Raise :class:`BudgetExceededError` if recording all ``events`` would exceed the budget.
 
-        The candidates are composed with the ledger under the budget's composition: basic sums the
-        pairs; "gdp" and "pld" compose exactly and compare the epsilon at the budget's delta.
+        The candidates are composed with the ledger and with the budget held by releases under way,
+        under the budget's composition: basic sums the pairs; "gdp" and "pld" compose exactly and
+        compare the epsilon at the budget's delta.
         """
-        events = list(events)
         with self._lock:
-            if self._composition != "basic":
-                eps_total = composed_epsilon([*self._ledger, *events], self._delta, self._composition)
-                if eps_total > self._epsilon * (1.0 + _BUDGET_RTOL):
-                    raise BudgetExceededError(
-                        f"{_describe(events)} would bring the spend to epsilon={eps_total:.6g} at "
-                        f"delta={self._delta} under {self._composition} composition, over the budget "
-                        f"epsilon={self._epsilon}"
-                    )
-                return
-            eps_spent, delta_spent = self.spent
-            eps_total = eps_spent + math.fsum(e.epsilon for e in events)
-            delta_total = delta_spent + math.fsum(e.delta for e in events)
-            if eps_total > self._epsilon * (1.0 + _BUDGET_RTOL) or delta_total > self._delta * (1.0 + _BUDGET_RTOL):
-                raise BudgetExceededError(
-                    f"{_describe(events)} would bring the spend to (epsilon={eps_total:.6g}, "
-                    f"delta={delta_total:.6g}), over the budget (epsilon={self._epsilon}, delta={self._delta}); "
-                    f"remaining: {self.remaining}"
-                )
+            committed = [*self._ledger, *itertools.chain.from_iterable(self._held.values())]
+            _check_budget(committed, list(events), self._epsilon, self._delta, self._composition)
 
     def spend(
         self,
@@ -134,55 +136,167 @@ class PrivacyAccountant:
         mu: Optional[float] = None,
         description: str = "",
     ) -> PrivacyEvent:
-        """Check, then record one event; returns it."""
+        """Check, then record one event at once; returns it. (Mechanisms use :func:`reserve`.)"""
         event = _event(epsilon, delta, kind, mu, description)
         with self._lock:
             self.check_events([event])
             self._ledger.append(event)
         return event
 
+    # -- holding budget for releases under way (see Reservation) -------------------------------
+    def _hold(self, events: Sequence[PrivacyEvent]) -> int:
+        with self._lock:
+            self.check_events(events)
+            key = next(self._ids)
+            self._held[key] = list(events)
+            return key
+
+    def _commit(self, key: int, event: PrivacyEvent) -> None:
+        with self._lock:
+            self._held[key].pop(0)
+            self._ledger.append(event)
+
+    def _release(self, key: int) -> None:
+        with self._lock:
+            self._held.pop(key, None)
+
     # -- context manager ------------------------------------------------------------------------
     def __enter__(self) -> "PrivacyAccountant":
-        self._tokens.append(_DEFAULT.set(self))
+        self._tokens.append(_ACTIVE.set((*_ACTIVE.get(), self)))
+        with _OPEN_LOCK:
+            _OPEN_BLOCKS[0] += 1
         return self
 
     def __exit__(self, *exc) -> None:
-        _DEFAULT.reset(self._tokens.pop())
+        _ACTIVE.reset(self._tokens.pop())
+        with _OPEN_LOCK:
+            _OPEN_BLOCKS[0] -= 1
 
     def __repr__(self) -> str:
         eps, delta = self.spent
         return (
-            f"PrivacyAccountant(epsilon={self._epsilon}, delta={self._delta}, "
+            f"PrivacyAccountant(epsilon={self._epsilon}, delta={self._delta}, composition={self._composition!r}, "
             f"spent=({eps:.6g}, {delta:.6g}), releases={len(self._ledger)})"
         )
 
 
+def _check_budget(committed: List[PrivacyEvent], events: List[PrivacyEvent], epsilon: float, delta: float,
+                  composition: str) -> None:
+    """Raise :class:`BudgetExceededError` unless ``committed + events`` fit ``(epsilon, delta)``."""
+    if composition != "basic":
+        eps_total = composed_epsilon([*committed, *events], delta, composition)
+        if eps_total > epsilon * (1.0 + _BUDGET_RTOL):
+            raise BudgetExceededError(
+                f"{_describe(events)} would bring the spend to epsilon={eps_total:.6g} at delta={delta} under "
+                f"{composition} composition, over the budget epsilon={epsilon}"
+            )
+        return
+    eps_total = math.fsum(e.epsilon for e in [*committed, *events])
+    delta_total = math.fsum(e.delta for e in [*committed, *events])
+    if eps_total > epsilon * (1.0 + _BUDGET_RTOL) or delta_total > delta * (1.0 + _BUDGET_RTOL):
+        raise BudgetExceededError(
+            f"{_describe(events)} would bring the spend to (epsilon={eps_total:.6g}, delta={delta_total:.6g}), "
+            f"over the budget (epsilon={epsilon}, delta={delta})"
+        )
+
+
+class Reservation:
+    """Budget held in every applicable accountant for events about to be released.
+
+    :meth:`commit` records the next held event (after its draw); leaving the ``with`` block (or
+    :meth:`close`) gives back whatever was not committed. An empty reservation (no accountant) does
+    nothing.
+    """
+
+    def __init__(self, accountants: Sequence[PrivacyAccountant], events: Sequence[PrivacyEvent]) -> None:
+        self._events = list(events)
+        self._held: List[Tuple[PrivacyAccountant, int]] = []
+        self._owner = True
+        try:
+            for acc in accountants:
+                self._held.append((acc, acc._hold(self._events)))
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def accountants(self) -> Tuple[PrivacyAccountant, ...]:
+        return tuple(acc for acc, _ in self._held)
+
+    def commit(self, description: str = "") -> PrivacyEvent:
+        """Record the next held event (with ``description``) in every accountant; returns it."""
+        if not self._events:
+            raise RuntimeError("nothing left to commit in this reservation")
+        held = self._events.pop(0)
+        event = PrivacyEvent(held.epsilon, held.delta, held.kind, held.mu, description or held.description)
+        for acc, key in self._held:
+            acc._commit(key, event)
+        return event
+
+    def close(self) -> None:
+        """Give back every held event that was not committed (a borrowed view gives back nothing)."""
+        if not self._owner:
+            return
+        for acc, key in self._held:
+            acc._release(key)
+        self._events.clear()
+
+    def borrow(self) -> "Reservation":
+        """A view that commits into this reservation but whose ``close`` leaves it held (for a
+        mechanism called by a caller that reserved for several releases)."""
+        view = object.__new__(Reservation)
+        view._events, view._held, view._owner = self._events, self._held, False
+        return view
+
+    def __enter__(self) -> "Reservation":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def current_accountant() -> Optional[PrivacyAccountant]:
     """The accountant of the innermost active ``with PrivacyAccountant(...)`` block, if any."""
-    return _DEFAULT.get()
+    active = _ACTIVE.get()
+    return active[-1] if active else None
 
 
-def resolve_accountant(accountant: Any = None) -> Optional[PrivacyAccountant]:
-    """``accountant`` itself, else the innermost ``with PrivacyAccountant(...)``, else None."""
-    if accountant is None:
-        accountant = current_accountant()
-    if accountant is not None and not isinstance(accountant, PrivacyAccountant):
-        raise TypeError(f"accountant must be a PrivacyAccountant, got {type(accountant).__name__}")
-    return accountant
+def resolve_accountant(accountant: Any = None) -> Tuple[PrivacyAccountant, ...]:
+    """The accountants a release must charge: ``accountant`` itself when given, else every enclosing
+    ``with PrivacyAccountant(...)`` block of this context (innermost last), else none.
 
-
-def reserve(accountant: Any, events: Sequence[PrivacyEvent]) -> Optional[PrivacyAccountant]:
-    """Check -> compute -> spend, first step: resolve the accountant and check that ``events``
-    (everything the caller is about to release, composed together) fit its budget.
-
-    Every mechanism calls this before it computes anything from the private outputs, and charges
-    each event with :meth:`PrivacyAccountant.spend` after its draw and before it returns. Returns the
-    accountant to charge (None when there is none). Raises :class:`BudgetExceededError` otherwise.
+    A release made with no accountant while a ``with`` block is open in another thread (a thread
+    pool or ``run_in_executor`` inside the block, which does not inherit it) raises rather than go
+    uncharged: pass ``accountant=`` explicitly there.
     """
-    accountant = resolve_accountant(accountant)
     if accountant is not None:
-        accountant.check_events(events)
-    return accountant
+        if not isinstance(accountant, PrivacyAccountant):
+            raise TypeError(f"accountant must be a PrivacyAccountant, got {type(accountant).__name__}")
+        return (accountant,)
+    active = _ACTIVE.get()
+    if not active:
+        with _OPEN_LOCK:
+            elsewhere = _OPEN_BLOCKS[0] > 0
+        if elsewhere:
+            raise RuntimeError(
+                "a release with no accountant while a `with PrivacyAccountant(...)` block is open in another "
+                "thread or context (threads and executors do not inherit it): pass accountant= explicitly"
+            )
+    return tuple({id(acc): acc for acc in active}.values())  # a re-entered accountant is charged once
+
+
+def reserve(accountant: Any, events: Sequence[PrivacyEvent]) -> Reservation:
+    """Check -> compute -> spend, first step: hold the budget of ``events`` (everything the caller is
+    about to release, composed together) in every accountant that applies
+    (:func:`resolve_accountant`), before anything private is computed.
+
+    Raises :class:`BudgetExceededError` if they do not fit. Use the result as a context manager and
+    :meth:`Reservation.commit` each event after its draw. A :class:`Reservation` passed as
+    ``accountant`` (a caller that already reserved) is borrowed: committed into, closed by its owner.
+    """
+    if isinstance(accountant, Reservation):
+        return accountant.borrow()
+    return Reservation(resolve_accountant(accountant), events)
 
 
 def _event(epsilon: float, delta: float, kind: str, mu: Optional[float] = None, description: str = "") -> PrivacyEvent:

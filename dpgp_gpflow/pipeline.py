@@ -19,7 +19,7 @@ from typing import Any, Literal, NamedTuple, Optional, Protocol, Tuple, runtime_
 import tensorflow as tf
 from check_shapes import check_shapes
 
-from .accounting import PrivacyAccountant, reserve
+from .accounting import PrivacyAccountant, Reservation, reserve
 from .calibration import gaussian_multiplier
 from .cloaking import DEFAULT_TOL
 from .contract import FactoredPrivateModel, PrivateModel, dense_map
@@ -77,7 +77,7 @@ def _contract(model: Any, protocol: type = PrivateModel) -> None:
                         "(see dpgp_gpflow.contract)")
 
 
-def _reserve(epsilon: Any, delta: Any, calibration: Any, accountant: Any) -> Tuple[float, float, Optional[PrivacyAccountant]]:
+def _reserve(epsilon: Any, delta: Any, calibration: Any, accountant: Any) -> Tuple[float, float, Reservation]:
     """Validate (epsilon, delta, calibration) and reserve one Gaussian release's budget."""
     epsilon, delta = validate_epsilon(epsilon), validate_delta(delta)
     multiplier = gaussian_multiplier(epsilon, delta, validate_calibration(calibration))
@@ -117,19 +117,20 @@ def release(
     validate_objective(objective)
     Xnew = tf.constant(as_inputs("Xnew", Xnew, int(model.input_dim)))
     model.check_hyperparameters_public(hyperparameters_public)
-    epsilon, delta, accountant = _reserve(epsilon, delta, calibration, accountant)
-    terms = model.release_terms(Xnew)
-    common = dict(epsilon=epsilon, delta=delta, calibration=calibration, seed=seed, accountant=accountant,
-                  y_bounds=tuple(model.y_bounds))
-    if mechanism == "standard":
-        standard = model.standard_terms(Xnew)
-        mean = terms.offset + tf.linalg.matvec(dense_map(terms.map), model.centred_outputs())
-        return standard_release(mean, terms.variance, standard.prior_covariance,
-                                sensitivity=float(standard.unit_sensitivity) * model.data_sensitivity,
-                                data_sensitivity=model.data_sensitivity, **common)
-    return cloaking_release(terms.map, model.centred_outputs(), terms.offset, terms.variance,
-                            data_sensitivity=model.data_sensitivity, output_bound=model.output_bound,
-                            objective=objective, rtol=rtol, tol=tol, **common)
+    epsilon, delta, reservation = _reserve(epsilon, delta, calibration, accountant)
+    with reservation:
+        terms = model.release_terms(Xnew)
+        common = dict(epsilon=epsilon, delta=delta, calibration=calibration, seed=seed, accountant=reservation,
+                      y_bounds=tuple(model.y_bounds))
+        if mechanism == "standard":
+            standard = model.standard_terms(Xnew)
+            mean = terms.offset + tf.linalg.matvec(dense_map(terms.map), model.centred_outputs())
+            return standard_release(mean, terms.variance, standard.prior_covariance,
+                                    sensitivity=float(standard.unit_sensitivity) * model.data_sensitivity,
+                                    data_sensitivity=model.data_sensitivity, **common)
+        return cloaking_release(terms.map, model.centred_outputs(), terms.offset, terms.variance,
+                                data_sensitivity=model.data_sensitivity, output_bound=model.output_bound,
+                                objective=objective, rtol=rtol, tol=tol, **common)
 
 
 def _latent_variance(covariance: Optional[tf.Tensor], R: Optional[tf.Tensor], m: int) -> tf.Tensor:
@@ -171,7 +172,16 @@ def release_function(
     _contract(model, FactoredPrivateModel)
     validate_objective(objective)
     model.check_hyperparameters_public(hyperparameters_public)
-    epsilon, delta, accountant = _reserve(epsilon, delta, calibration, accountant)
+    epsilon, delta, reservation = _reserve(epsilon, delta, calibration, accountant)
+    with reservation:
+        return function_type(*_latent_release(model, reservation, epsilon=epsilon, delta=delta, objective=objective,
+                                              calibration=calibration, seed=seed, reference_inputs=reference_inputs,
+                                              rtol=rtol, tol=tol))
+
+
+def _latent_release(model: FactoredPrivateModel, reservation: Reservation, *, reference_inputs: Any,
+                    **options: Any) -> Tuple[PrivateRelease, Any, Optional[tf.Tensor]]:
+    """The release of ``R u`` (or ``u``), the frozen readout and ``R``."""
     latent = model.latent_terms()
     readout = model.public_readout()
     B = dense_map(latent.map)  # [m, n]
@@ -184,6 +194,5 @@ def release_function(
     variance = _latent_variance(latent.variance, R, m)
     rel = cloaking_release(B, model.centred_outputs(), latent.offset, variance,
                            data_sensitivity=model.data_sensitivity, output_bound=model.output_bound,
-                           epsilon=epsilon, delta=delta, objective=objective, calibration=calibration, seed=seed,
-                           accountant=accountant, rtol=rtol, tol=tol, y_bounds=tuple(model.y_bounds))
-    return function_type(rel, readout, R)
+                           accountant=reservation, y_bounds=tuple(model.y_bounds), **options)
+    return rel, readout, R

@@ -16,13 +16,13 @@ explicit ``seed`` makes the release reproducible, and so not private, marked ``r
 
 from __future__ import annotations
 
-from typing import Any, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Any, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
 
 from . import sampling
-from .accounting import PrivacyAccountant, PrivacyEvent, reserve
+from .accounting import PrivacyAccountant, PrivacyEvent, Reservation, reserve
 from .calibration import gaussian_multiplier
 from .cloaking import (
     AUTO_RTOLS,
@@ -53,12 +53,13 @@ MAX_NOISE_CONDITION = 1e11
 BIAS_FRACTION = 0.01
 
 
-def _prepare(epsilon, delta, calibration, accountant) -> Tuple[float, float, float, Optional[PrivacyAccountant]]:
-    """Validate the privacy parameters, compute the multiplier and reserve the budget (no spend)."""
+def _prepare(epsilon, delta, calibration, accountant) -> Tuple[float, float, float, Reservation]:
+    """Validate the privacy parameters, compute the multiplier and reserve the budget (no spend).
+    ``accountant``: a :class:`~dpgp_gpflow.accounting.PrivacyAccountant`, a caller's
+    :class:`~dpgp_gpflow.accounting.Reservation` to commit into, or None (the enclosing ones)."""
     epsilon, delta = validate_epsilon(epsilon), validate_delta(delta)
     multiplier = gaussian_multiplier(epsilon, delta, validate_calibration(calibration))
-    accountant = reserve(accountant, [gaussian_event(epsilon, delta, multiplier)])
-    return epsilon, delta, multiplier, accountant
+    return epsilon, delta, multiplier, reserve(accountant, [gaussian_event(epsilon, delta, multiplier)])
 
 
 def gaussian_event(epsilon: float, delta: float, multiplier: float, description: str = "") -> PrivacyEvent:
@@ -210,7 +211,7 @@ def cloaking_release(
     objective: str = "mse",
     calibration: str = "analytic",
     seed: Optional[int] = None,
-    accountant: Optional[PrivacyAccountant] = None,
+    accountant: Union[PrivacyAccountant, Reservation, None] = None,
     rtol: Optional[float] = None,
     tol: float = DEFAULT_TOL,
     max_iter: int = 2000,
@@ -228,33 +229,34 @@ def cloaking_release(
     smallest candidate for which no prediction's worst-case projection bias exceeds 1% of the
     least noise its projected value could carry.
     """
-    epsilon, delta, multiplier, accountant = _prepare(epsilon, delta, calibration, accountant)
     validate_objective(objective)
-    y_centred = tf.reshape(tf.convert_to_tensor(y_centred, dtype=tf.float64), [-1])
-    n = int(y_centred.shape[0])
-    settings = dict(data_sensitivity=float(data_sensitivity), output_bound=float(output_bound), objective=objective,
-                    rtol=None if rtol is None else float(rtol), tol=float(tol), max_iter=int(max_iter))
-    if isinstance(C, NoisePlan):
-        plan = C
-        if plan.settings != settings:
-            raise ValueError(f"this NoisePlan was built for {plan.settings}, not for {settings}")
-    else:
-        plan = NoisePlan(C, **settings)
-    if plan.n != n:
-        raise ValueError(f"the cloaking matrix has {plan.n} columns but there are {n} outputs")
-    description = f"cloaking release ({objective}) of {plan.k} values"
-    space, noise, bias_bound = plan.choose(multiplier)
-    sensitivity = noise.sensitivity
-    noise_factor = _unit_noise_factor(space, noise) * multiplier  # [k, r]
-    noise_std = tf.norm(noise_factor, axis=1)
+    epsilon, delta, multiplier, reservation = _prepare(epsilon, delta, calibration, accountant)
+    try:
+        y_centred = tf.reshape(tf.convert_to_tensor(y_centred, dtype=tf.float64), [-1])
+        n = int(y_centred.shape[0])
+        settings = dict(data_sensitivity=float(data_sensitivity), output_bound=float(output_bound), objective=objective,
+                        rtol=None if rtol is None else float(rtol), tol=float(tol), max_iter=int(max_iter))
+        if isinstance(C, NoisePlan):
+            plan = C
+            if plan.settings != settings:
+                raise ValueError(f"this NoisePlan was built for {plan.settings}, not for {settings}")
+        else:
+            plan = NoisePlan(C, **settings)
+        if plan.n != n:
+            raise ValueError(f"the cloaking matrix has {plan.n} columns but there are {n} outputs")
+        description = f"cloaking release ({objective}) of {plan.k} values"
+        space, noise, bias_bound = plan.choose(multiplier)
+        sensitivity = noise.sensitivity
+        noise_factor = _unit_noise_factor(space, noise) * multiplier  # [k, r]
+        noise_std = tf.norm(noise_factor, axis=1)
 
-    xi, reproducible = sampling.standard_normal(space.rank, seed)
-    coords = tf.linalg.matvec(space.vectors, y_centred)  # [r]: the mean projected onto the basis
-    coords = coords + (multiplier * sensitivity) * tf.linalg.matvec(noise.factor, tf.constant(xi))
-    released = tf.reshape(tf.cast(offset, tf.float64), [-1]) + tf.linalg.matvec(space.basis, coords)
-
-    if accountant is not None:
-        accountant.spend(epsilon, delta, kind="gaussian", mu=1.0 / multiplier, description=description)
+        xi, reproducible = sampling.standard_normal(space.rank, seed)
+        coords = tf.linalg.matvec(space.vectors, y_centred)  # [r]: the mean projected onto the basis
+        coords = coords + (multiplier * sensitivity) * tf.linalg.matvec(noise.factor, tf.constant(xi))
+        released = tf.reshape(tf.cast(offset, tf.float64), [-1]) + tf.linalg.matvec(space.basis, coords)
+        reservation.commit(description)
+    finally:
+        reservation.close()
     return PrivateRelease(
         mean=released.numpy(),
         variance=np.reshape(np.asarray(variance, dtype=np.float64), [-1]),
@@ -288,7 +290,7 @@ def standard_release(
     delta: float,
     calibration: str = "analytic",
     seed: Optional[int] = None,
-    accountant: Optional[PrivacyAccountant] = None,
+    accountant: Union[PrivacyAccountant, Reservation, None] = None,
     y_bounds: Optional[Tuple[float, float]] = None,
 ) -> PrivateRelease:
     """Release ``mean + s * sensitivity * G`` with ``G ~ N(0, prior_cov)`` (Hall et al. 2013).
@@ -300,16 +302,18 @@ def standard_release(
     prior_cov = tf.convert_to_tensor(prior_cov, dtype=tf.float64)
     k = int(prior_cov.shape[0])
     description = f"standard (Hall et al.) release of {k} values"
-    epsilon, delta, multiplier, accountant = _prepare(epsilon, delta, calibration, accountant)
-    jitter = 1e-10 * float(tf.reduce_max(tf.linalg.diag_part(prior_cov))) + 1e-300
-    chol = tf.linalg.cholesky(prior_cov + jitter * tf.eye(k, dtype=tf.float64))  # [k, k]
-    sv = tf.linalg.svd(chol, compute_uv=False)
-    sensitivity = float(sensitivity) * (SENSITIVITY_SAFETY + ROUNDING_SAFETY * float(sv[0] / sv[-1]))
-    noise_factor = chol * (multiplier * sensitivity)
-    xi, reproducible = sampling.standard_normal(k, seed)
-    released = tf.reshape(tf.cast(mean, tf.float64), [-1]) + tf.linalg.matvec(noise_factor, tf.constant(xi))
-    if accountant is not None:
-        accountant.spend(epsilon, delta, kind="gaussian", mu=1.0 / multiplier, description=description)
+    epsilon, delta, multiplier, reservation = _prepare(epsilon, delta, calibration, accountant)
+    try:
+        jitter = 1e-10 * float(tf.reduce_max(tf.linalg.diag_part(prior_cov))) + 1e-300
+        chol = tf.linalg.cholesky(prior_cov + jitter * tf.eye(k, dtype=tf.float64))  # [k, k]
+        sv = tf.linalg.svd(chol, compute_uv=False)
+        sensitivity = float(sensitivity) * (SENSITIVITY_SAFETY + ROUNDING_SAFETY * float(sv[0] / sv[-1]))
+        noise_factor = chol * (multiplier * sensitivity)
+        xi, reproducible = sampling.standard_normal(k, seed)
+        released = tf.reshape(tf.cast(mean, tf.float64), [-1]) + tf.linalg.matvec(noise_factor, tf.constant(xi))
+        reservation.commit(description)
+    finally:
+        reservation.close()
     return PrivateRelease(
         mean=released.numpy(),
         variance=np.reshape(np.asarray(variance, dtype=np.float64), [-1]),

@@ -138,13 +138,15 @@ def test_nested_contexts_restore(model):
         with inner:
             assert current_accountant() is inner
             model.release(XNEW, epsilon=0.2, delta=0.002, seed=0)
-            with outer:  # re-entering the same accountant
+            with outer:  # re-entering the same accountant: charged once
                 assert current_accountant() is outer
+                model.release(XNEW, epsilon=0.05, delta=0.0005, seed=0)
             assert current_accountant() is inner
         assert current_accountant() is outer
         model.release(XNEW, epsilon=0.3, delta=0.003, seed=0)
     assert current_accountant() is None
-    assert outer.spent == pytest.approx((0.4, 0.004)) and inner.spent == pytest.approx((0.2, 0.002))
+    # every enclosing accountant is charged (the inner block's releases count for the outer too)
+    assert outer.spent == pytest.approx((0.65, 0.0065)) and inner.spent == pytest.approx((0.25, 0.0025))
 
 
 def test_context_restored_after_an_exception():
@@ -194,3 +196,61 @@ def test_gdp_and_pld_budgets_admit_more_gaussian_releases_than_basic():
 def test_unknown_composition_is_refused():
     with pytest.raises(ValueError, match="composition"):
         PrivacyAccountant(epsilon=1.0, delta=1e-5, composition="advanced")
+
+
+# ---------------------------------------------------------------------------------------------
+# Concurrency: budget is held before the draw, so racing releases can never overspend
+
+
+def test_racing_threads_never_overspend_and_refused_ones_draw_nothing(model, draws):
+    import threading
+
+    acc = PrivacyAccountant(epsilon=1.0, delta=0.01)  # admits exactly one release at (1, 0.01)
+    barrier = threading.Barrier(8)
+    outcomes = []
+
+    def worker():
+        barrier.wait()
+        try:
+            model.release(XNEW, epsilon=1.0, delta=0.01, accountant=acc)
+            outcomes.append("released")
+        except BudgetExceededError:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["refused"] * 7 + ["released"]
+    assert len(draws) == 1 and len(acc.ledger) == 1
+
+
+def test_a_release_in_a_thread_pool_inside_a_with_block_is_refused_not_uncharged(model, draws):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with PrivacyAccountant(epsilon=5.0, delta=0.05) as acc:
+        with ThreadPoolExecutor(2) as pool:
+            future = pool.submit(model.release, XNEW, epsilon=1.0, delta=0.01)
+            with pytest.raises(RuntimeError, match="pass accountant= explicitly"):
+                future.result()
+            # with the accountant passed explicitly the release is charged
+            pool.submit(model.release, XNEW, epsilon=1.0, delta=0.01, accountant=acc).result()
+    assert len(draws) == 1 and acc.spent == pytest.approx((1.0, 0.01))
+
+
+def test_held_budget_is_given_back_when_a_release_fails(model, monkeypatch):
+    from dpgp_gpflow import sampling
+
+    acc = PrivacyAccountant(epsilon=1.0, delta=0.01)
+
+    def broken(size, seed=None):
+        raise OSError("no entropy")
+
+    with monkeypatch.context() as m:
+        m.setattr(sampling, "standard_normal", broken)
+        with pytest.raises(OSError):
+            model.release(XNEW, epsilon=1.0, delta=0.01, accountant=acc)
+    assert acc.ledger == ()
+    model.release(XNEW, epsilon=1.0, delta=0.01, accountant=acc)  # the whole budget is available again
+    assert acc.spent == pytest.approx((1.0, 0.01))

@@ -188,16 +188,15 @@ def release_bin_means(
     occupied = p.counts > 0
     n_occupied = int(np.sum(occupied))
     description = f"Laplace bin means ({n_occupied} occupied of {bins.n_bins} bins)"
-    acc = reserve(accountant, [PrivacyEvent(epsilon, 0.0, "pure", None, description)])
-    # the outputs are touched only now; ClippingWarning (a count, never values) points at the caller
-    means = _bin_means(p, clip_outputs(p.Y, p.bounds)[:, 0])
-    scale = np.zeros(bins.n_bins)
-    scale[occupied] = (p.d / p.counts[occupied]) / epsilon
-    z, reproducible = sampling.laplace(n_occupied, seed)
-    released = means.copy()
-    released[occupied] = means[occupied] + scale[occupied] * np.asarray(z, dtype=np.float64)
-    if acc is not None:
-        acc.spend(epsilon, 0.0, kind="pure", description=description)
+    with reserve(accountant, [PrivacyEvent(epsilon, 0.0, "pure", None, description)]) as reservation:
+        # the outputs are touched only now; ClippingWarning (a count, never values) points at the caller
+        means = _bin_means(p, clip_outputs(p.Y, p.bounds)[:, 0])
+        scale = np.zeros(bins.n_bins)
+        scale[occupied] = (p.d / p.counts[occupied]) / epsilon
+        z, reproducible = sampling.laplace(n_occupied, seed)
+        released = means.copy()
+        released[occupied] = means[occupied] + scale[occupied] * np.asarray(z, dtype=np.float64)
+        reservation.commit(description)
     return BinRelease(
         bins=bins,
         boxes=bins.boxes,

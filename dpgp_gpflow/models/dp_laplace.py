@@ -36,7 +36,6 @@ import tensorflow as tf
 from check_shapes import inherit_check_shapes
 from gpflow.base import InputData, MeanAndVariance
 
-from .. import pipeline
 from ..accounting import PrivacyAccountant, reserve
 from ..calibration import gaussian_multiplier
 from ..cloaking import DEFAULT_TOL
@@ -229,29 +228,29 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
         validate_objective(objective)
         eps_step, delta_step = validate_epsilon(epsilon) / steps, validate_delta(delta) / steps
         multiplier = gaussian_multiplier(eps_step, delta_step, validate_calibration(calibration))
-        accountant = reserve(accountant, [gaussian_event(eps_step, delta_step, multiplier)] * steps)
-        X, _ = self.data
-        y = self.centred_outputs()  # [N]: labels centred at the public constant 0, |y_i| <= 1
-        K = self.kernel(X)  # [N, N] public
-        n = int(X.shape[0])
-        releases: List[PrivateRelease] = []
-        f = tf.zeros([n, 1], dtype=tf.float64)
-        W = tf.fill([n], tf.constant(0.25, dtype=tf.float64))
-        for t in range(steps):
-            if t == 0:
-                C, b = first_newton_step_cloaking(K), tf.zeros([n, 1], dtype=tf.float64)
-            else:
-                W = tf.reshape(tf.sigmoid(f) * tf.sigmoid(-f), [-1])  # at the released f~_t: public
-                C, b = newton_step_cloaking(K, f)
-            rel = cloaking_release(
-                C, y, tf.reshape(b, [-1]),
-                2.0 * tf.linalg.diag_part(C),  # public Laplace variance diag((K^{-1} + W)^{-1})
-                data_sensitivity=self.data_sensitivity, output_bound=self.output_bound, epsilon=eps_step,
-                delta=delta_step, objective=objective, calibration=calibration, seed=_step_seed(seed, t),
-                accountant=accountant, rtol=rtol, tol=tol, y_bounds=self.y_bounds,
-            )
-            releases.append(rel)
-            f = tf.constant(rel.mean[:, None])  # the released latents: public from here on
+        with reserve(accountant, [gaussian_event(eps_step, delta_step, multiplier)] * steps) as reservation:
+            X, _ = self.data
+            y = self.centred_outputs()  # [N]: labels centred at the public constant 0, |y_i| <= 1
+            K = self.kernel(X)  # [N, N] public
+            n = int(X.shape[0])
+            releases: List[PrivateRelease] = []
+            f = tf.zeros([n, 1], dtype=tf.float64)
+            W = tf.fill([n], tf.constant(0.25, dtype=tf.float64))
+            for t in range(steps):
+                if t == 0:
+                    C, b = first_newton_step_cloaking(K), tf.zeros([n, 1], dtype=tf.float64)
+                else:
+                    W = tf.reshape(tf.sigmoid(f) * tf.sigmoid(-f), [-1])  # at the released f~_t: public
+                    C, b = newton_step_cloaking(K, f)
+                rel = cloaking_release(
+                    C, y, tf.reshape(b, [-1]),
+                    2.0 * tf.linalg.diag_part(C),  # public Laplace variance diag((K^{-1} + W)^{-1})
+                    data_sensitivity=self.data_sensitivity, output_bound=self.output_bound, epsilon=eps_step,
+                    delta=delta_step, objective=objective, calibration=calibration, seed=_step_seed(seed, t),
+                    accountant=reservation, rtol=rtol, tol=tol, y_bounds=self.y_bounds,
+                )
+                releases.append(rel)
+                f = tf.constant(rel.mean[:, None])  # the released latents: public from here on
         return PrivateLaplaceClassifier(releases, LaplaceReadout(self.kernel, X, W, gpflow.config.default_jitter()))
 
 
@@ -361,21 +360,7 @@ class DPSparseLaplaceGPC(_LabelContract, FactoredModelMixin, LaplaceGPC):
         X, _ = self.data
         return dense_map(self.release_terms(tf.convert_to_tensor(Xnew, dtype=X.dtype)).map)
 
-    def release(
-        self,
-        *,
-        epsilon: float,
-        delta: float,
-        objective: str = "mse",
-        calibration: str = "analytic",
-        seed: Optional[int] = None,
-        accountant: Optional[PrivacyAccountant] = None,
-        hyperparameters_public: bool = False,
-        reference_inputs: Any = None,
-        rtol: Optional[float] = None,
-        tol: float = DEFAULT_TOL,
-        steps: int = 1,
-    ) -> PrivateSparseClassifier:
+    def release(self, *, steps: int = 1, **options: Any) -> PrivateSparseClassifier:
         """Release the first Newton step of the m SoR weights once, (epsilon, delta)-DP (d = 2).
 
         ``reference_inputs=None`` releases the weights ``w1 = C_w y`` themselves (``objective="mse"``
@@ -384,12 +369,9 @@ class DPSparseLaplaceGPC(_LabelContract, FactoredModelMixin, LaplaceGPC):
         (plus a tiny ridge: :func:`~dpgp_gpflow.pipeline.reference_coordinates`), so ``"mse"``
         minimises the expected squared error of the latents at the reference inputs; the map back to
         ``w~`` is public post-processing. ``"entropy"`` is the same either way (it is
-        invariant to invertible maps). Only one step is supported (``steps=1``).
+        invariant to invertible maps). Only one step is supported (``steps=1``). Keywords
+        (``epsilon``, ``delta`` required) as for :func:`dpgp_gpflow.pipeline.release_function`.
         """
         if _check_steps(steps) != 1:
             raise NotImplementedError("DPSparseLaplaceGPC releases the first Newton step only (steps=1)")
-        return pipeline.release_function(
-            self, epsilon=epsilon, delta=delta, objective=objective, calibration=calibration, seed=seed,
-            accountant=accountant, hyperparameters_public=hyperparameters_public, reference_inputs=reference_inputs,
-            rtol=rtol, tol=tol, function_type=PrivateSparseClassifier,
-        )
+        return self.release_function(**options)

@@ -112,33 +112,31 @@ def select_hyperparameters(
     # Parameters outside the grid are taken from the model: they must be public too (leak guard).
     model.check_hyperparameters_public(hyperparameters_public)
     description = "exponential mechanism: hyperparameter selection"
-    accountant = reserve(accountant, [PrivacyEvent(epsilon, 0.0, "pure", None, description)])
+    with reserve(accountant, [PrivacyEvent(epsilon, 0.0, "pure", None, description)]) as reservation:
 
-    if cross_validation is None:
-        cv = cross_validate(model, grid, folds=folds, split_seed=split_seed, d=d, progress=progress)
-    else:
-        cv = cross_validation
-        if not isinstance(cv, CrossValidation):
-            raise TypeError(f"cross_validation must be a CrossValidation, got {type(cv).__name__}")
-        y = model.centred_outputs().numpy().reshape(-1)
-        if not same_grid(cv.grid, validate_grid(model, grid)) or not cv.computed_for(y):
-            raise ValueError("cross_validation was computed for another model, data set or grid")
-    sens = cv.sensitivities
-    kept = np.ones(len(cv), dtype=bool) if threshold is None else sens <= threshold
-    if not np.any(kept):
-        raise ValueError(f"no configuration has a sensitivity below the threshold {threshold} "
-                         f"(smallest: {float(np.min(sens)):.6g})")
-    idx = np.flatnonzero(kept)
-    delta_u = float(np.max(sens[idx]))
-    utilities = cv.utilities(epsilon_release, delta_release, objective=objective, calibration=calibration,
-                             indices=idx, progress=progress)
-    draw, reproducible = gumbel_max(exponential_mechanism_log_weights(utilities[idx], epsilon, delta_u), seed)
-    choice = int(idx[draw])
-    probabilities = np.zeros(len(cv))
-    probabilities[idx] = selection_probabilities(utilities[idx], epsilon, delta_u)
-    if accountant is not None:
-        accountant.spend(epsilon, 0.0, kind="pure",
-                         description=f"{description} among {idx.size} configurations ({len(cv.splits)}-fold CV)")
+        if cross_validation is None:
+            cv = cross_validate(model, grid, folds=folds, split_seed=split_seed, d=d, progress=progress)
+        else:
+            cv = cross_validation
+            if not isinstance(cv, CrossValidation):
+                raise TypeError(f"cross_validation must be a CrossValidation, got {type(cv).__name__}")
+            y = model.centred_outputs().numpy().reshape(-1)
+            if not same_grid(cv.grid, validate_grid(model, grid)) or not cv.computed_for(y):
+                raise ValueError("cross_validation was computed for another model, data set or grid")
+        sens = cv.sensitivities
+        kept = np.ones(len(cv), dtype=bool) if threshold is None else sens <= threshold
+        if not np.any(kept):
+            raise ValueError(f"no configuration has a sensitivity below the threshold {threshold} "
+                             f"(smallest: {float(np.min(sens)):.6g})")
+        idx = np.flatnonzero(kept)
+        delta_u = float(np.max(sens[idx]))
+        utilities = cv.utilities(epsilon_release, delta_release, objective=objective, calibration=calibration,
+                                 indices=idx, progress=progress)
+        draw, reproducible = gumbel_max(exponential_mechanism_log_weights(utilities[idx], epsilon, delta_u), seed)
+        choice = int(idx[draw])
+        probabilities = np.zeros(len(cv))
+        probabilities[idx] = selection_probabilities(utilities[idx], epsilon, delta_u)
+        reservation.commit(f"{description} among {idx.size} configurations ({len(cv.splits)}-fold CV)")
     return Selection(
         chosen=dict(cv.grid[choice]),
         index=choice,
