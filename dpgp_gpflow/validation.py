@@ -24,6 +24,7 @@ __all__ = [
     "check_real",
     "as_outputs",
     "clip_outputs",
+    "clip_private_outputs",
     "validate_bounds",
     "validate_calibration",
     "validate_data_sensitivity",
@@ -113,8 +114,8 @@ def as_outputs(name: str, Y: Any, num_data: int) -> np.ndarray:
         raise ValueError(f"{name} must have shape [N, 1] (one output), got shape {Y.shape}")
     if Y.shape[0] != num_data:
         raise ValueError(f"{name} has {Y.shape[0]} rows but the inputs have {num_data}")
-    if not np.all(np.isfinite(Y)):
-        raise ValueError(f"{name} contains {int(np.sum(~np.isfinite(Y)))} non-finite values")
+    if not np.all(np.isfinite(Y)):  # no count: it would be a statistic of the private outputs
+        raise ValueError(f"{name} contains non-finite values (nan or inf)")
     return Y
 
 
@@ -161,3 +162,13 @@ def clip_outputs(Y: np.ndarray, bounds: Tuple[float, float]) -> np.ndarray:
             stacklevel=3,
         )
     return np.clip(Y, lo, hi)
+
+
+def clip_private_outputs(Y: Any, bounds: Tuple[float, float]) -> Any:
+    """``Y`` (a tensor) clipped to the public bounds at release time; ``ValueError`` if any is not
+    finite (the message carries no statistic of the outputs). Values outside warn as
+    :func:`clip_outputs` does (a count, for the data owner)."""
+    values = np.asarray(Y.numpy() if hasattr(Y, "numpy") else Y, dtype=np.float64)
+    if not np.all(np.isfinite(values)):
+        raise ValueError("the private outputs are not all finite (were they replaced after the model was built?)")
+    return clip_outputs(values, bounds)

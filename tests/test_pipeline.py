@@ -6,6 +6,7 @@ from __future__ import annotations
 import gpflow
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import dpgp_gpflow as dp
 from dpgp_gpflow.baselines import make_bins, release_bin_means
@@ -101,3 +102,34 @@ def test_selection_respects_the_leak_guard(toy):
         select_hyperparameters(model, grid, epsilon=1.0, folds=2)
     sel = select_hyperparameters(model, grid, epsilon=1.0, folds=2, hyperparameters_public=True, seed=0)
     assert sel.chosen in grid
+
+
+def test_outputs_replaced_after_construction_are_clipped_at_release(toy):
+    X, Y, _, Xnew, _ = toy
+    model = DPGPR((X, Y), se(), y_bounds=(LO, HI), noise_variance=0.1)
+    clipped = DPGPR((X, np.clip(np.full_like(Y, 1e4), LO, HI)), se(), y_bounds=(LO, HI), noise_variance=0.1)
+    model.data = (model.data[0], tf.constant(np.full_like(Y, 1e4)))  # the GPflow idiom skips the constructor
+    with pytest.warns(dp.ClippingWarning):
+        a = model.release(Xnew, epsilon=1.0, delta=1e-3, seed=3)
+    b = clipped.release(Xnew, epsilon=1.0, delta=1e-3, seed=3)
+    np.testing.assert_allclose(a.mean, b.mean, rtol=1e-12)  # exactly the release of the clipped outputs
+    model.data = (model.data[0], tf.constant(np.full_like(Y, np.nan)))
+    with pytest.raises(ValueError, match="not all finite") as info:
+        model.release(Xnew, epsilon=1.0, delta=1e-3)
+    assert not any(ch.isdigit() for ch in str(info.value))  # no count of the bad outputs
+
+
+@pytest.mark.parametrize("make", [
+    lambda t: DPGPR((t[0], t[1]), se(), y_bounds=(LO, HI), noise_variance=0.1),
+    lambda t: DPGPRFITC((t[0], t[1]), se(), t[4], noise_variance=0.1, y_bounds=(LO, HI)),
+    lambda t: DPLaplaceGPC((t[0], t[2]), se()),
+    lambda t: DPSparseLaplaceGPC((t[0], t[2]), se(), t[4]),
+])
+def test_bounds_and_data_sensitivity_are_fixed_after_construction(toy, make):
+    model = make(toy)
+    bounds, d = model.y_bounds, model.data_sensitivity
+    with pytest.raises(AttributeError, match="fixed"):
+        model.data_sensitivity = 1e-3
+    with pytest.raises(AttributeError, match="fixed"):
+        model.y_bounds = (0.0, 1e-3)
+    assert model.y_bounds == bounds and model.data_sensitivity == d

@@ -21,7 +21,14 @@ from ..contract import ReleaseTerms
 from ..exceptions import PrivacyLeakError
 from ..pipeline import reference_coordinates
 from ..released import PrivateFunction, PrivateRelease
-from ..validation import as_inputs, as_outputs, clip_outputs, validate_bounds, validate_data_sensitivity
+from ..validation import (
+    as_inputs,
+    as_outputs,
+    clip_outputs,
+    clip_private_outputs,
+    validate_bounds,
+    validate_data_sensitivity,
+)
 
 __all__ = [
     "FactoredModelMixin",
@@ -94,8 +101,36 @@ class PrivateModelMixin(LeakGuardMixin):
     to call ``_mark_private_objective()``.
     """
 
-    y_bounds: Tuple[float, float]
-    data_sensitivity: float
+    # -- public bounds and sensitivity: set once (at construction), read-only after ------------
+    @property
+    def y_bounds(self) -> Tuple[float, float]:
+        """Public bounds ``(lo, hi)`` of each private output (fixed at construction)."""
+        return self._fixed("_dp_y_bounds", "y_bounds")
+
+    @y_bounds.setter
+    def y_bounds(self, value: Any) -> None:
+        self._set_once("_dp_y_bounds", validate_bounds(value), "y_bounds")
+
+    @property
+    def data_sensitivity(self) -> float:
+        """How far one private output may move between neighbours (fixed at construction)."""
+        return self._fixed("_dp_data_sensitivity", "data_sensitivity")
+
+    @data_sensitivity.setter
+    def data_sensitivity(self, value: Any) -> None:
+        self._set_once("_dp_data_sensitivity", validate_data_sensitivity(value, self.y_bounds), "data_sensitivity")
+
+    def _fixed(self, key: str, name: str) -> Any:
+        try:
+            return self.__dict__[key]
+        except KeyError:
+            raise AttributeError(f"{type(self).__name__} has no {name} yet (set it in the constructor)") from None
+
+    def _set_once(self, key: str, value: Any, name: str) -> None:
+        if key in self.__dict__ and self.__dict__[key] != value:
+            raise AttributeError(f"{name} is fixed when the model is built (the privacy guarantee is computed "
+                                 "from it); build a new model for other bounds")
+        object.__setattr__(self, key, value)
 
     @property
     def input_dim(self) -> int:
@@ -111,9 +146,13 @@ class PrivateModelMixin(LeakGuardMixin):
         return float(np.max(np.maximum(hi - m, m - lo)))
 
     def centred_outputs(self) -> tf.Tensor:
-        """PRIVATE: the clipped outputs minus the public prior mean, [n]."""
+        """PRIVATE: the outputs clipped to ``y_bounds`` minus the public prior mean, [n].
+
+        Clipped here, at every use, as well as at construction: ``model.data = (X, Y)`` (a GPflow
+        idiom) must not bring unclipped outputs into a release.
+        """
         X, Y = self.data
-        return tf.reshape(Y - self.mean_function(X), [-1])
+        return tf.reshape(tf.constant(clip_private_outputs(Y, self.y_bounds)) - self.mean_function(X), [-1])
 
     def check_hyperparameters_public(self, declared: bool) -> None:
         """The leak guard: raises ``PrivacyLeakError`` after the training objective ran, unless ``declared``."""

@@ -143,11 +143,19 @@ def _unpack(data: Any) -> Tuple[np.ndarray, Any]:
     return as_inputs("X", X), Y
 
 
+def _fixed(name: str) -> property:
+    def refuse(self: Any, value: Any) -> None:
+        raise AttributeError(f"{name} is fixed for labels in {{-1, +1}} (the privacy guarantee is computed from it)")
+
+    value = {"y_bounds": LABEL_BOUNDS, "data_sensitivity": LABEL_SENSITIVITY}[name]
+    return property(lambda self: value, refuse, doc=f"{name} of labels in {{-1, +1}} (fixed).")
+
+
 class _LabelContract:
     """The contract's constants for labels in {-1, +1}: bounds (-1, +1), d = 2, prior mean 0."""
 
-    y_bounds = LABEL_BOUNDS
-    data_sensitivity = LABEL_SENSITIVITY
+    y_bounds = _fixed("y_bounds")
+    data_sensitivity = _fixed("data_sensitivity")
 
 
 # ---------------------------------------------------------------------------------------------
