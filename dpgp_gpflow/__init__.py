@@ -17,6 +17,7 @@ from . import (
     kernels,
     models,
     pipeline,
+    privacy_audit,
     release,
     released,
     sampling,
@@ -33,6 +34,7 @@ from .exceptions import (
     ReproducibleNoiseWarning,
 )
 from .models import cloaking_matrix
+from .privacy_audit import audit
 from .released import PrivateClassifier, PrivateFunction, PrivateRelease
 
 __version__ = "0.1.0"
@@ -52,6 +54,7 @@ __all__ = [
     "ReleaseTerms",
     "ReproducibleNoiseWarning",
     "accounting",
+    "audit",
     "baselines",
     "calibration",
     "cloaking",
@@ -62,6 +65,7 @@ __all__ = [
     "kernels",
     "models",
     "pipeline",
+    "privacy_audit",
     "release",
     "released",
     "sampling",

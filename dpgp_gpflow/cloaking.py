@@ -43,6 +43,7 @@ __all__ = [
     "noise_std_lower_bound",
     "optimise_noise_covariance",
     "projection_rows",
+    "row_norms",
 ]
 
 
@@ -677,3 +678,12 @@ def projection_rows(C, space: ColumnSpace) -> tuple:
         l1.append(tf.reduce_sum(tf.abs(rows - projected), axis=1))
         largest.append(tf.reduce_max(tf.abs(projected), axis=1))
     return tf.concat(l1, axis=0).numpy(), tf.concat(largest, axis=0).numpy()
+
+
+@check_shapes("F: [k, r]", "return: [k]")
+def row_norms(F: tf.Tensor) -> tf.Tensor:
+    """Euclidean norm of each row of ``F``, scaled so that tiny rows (a prediction far from all data)
+    do not underflow to 0 where their noise is not 0."""
+    scale = tf.reduce_max(tf.abs(F), axis=1, keepdims=True)  # [k, 1]
+    safe = tf.where(scale > 0.0, scale, tf.ones_like(scale))
+    return scale[:, 0] * tf.norm(F / safe, axis=1)

@@ -25,7 +25,7 @@ from .cloaking import DEFAULT_TOL
 from .contract import FactoredPrivateModel, PrivateModel, dense_map
 from .release import cloaking_release, gaussian_event, standard_release
 from .released import PrivateFunction, PrivateRelease
-from .validation import as_inputs, validate_calibration, validate_delta, validate_epsilon, validate_objective
+from .validation import as_inputs, require_float64, validate_calibration, validate_delta, validate_epsilon, validate_objective
 
 __all__ = [
     "MECHANISMS",
@@ -72,6 +72,7 @@ def reference_coordinates(readout: tf.Tensor) -> tf.Tensor:
 
 
 def _contract(model: Any, protocol: type = PrivateModel) -> None:
+    require_float64()
     if not isinstance(model, protocol):
         raise TypeError(f"{type(model).__name__} does not meet the {protocol.__name__} contract "
                         "(see dpgp_gpflow.contract)")

@@ -34,12 +34,20 @@ from .cloaking import (
     mahalanobis_sensitivity,
     optimise_noise_covariance,
     projection_rows,
+    row_norms,
 )
 from .released import PrivateRelease
 from .sampling import standard_normal
 from .validation import validate_calibration, validate_delta, validate_epsilon, validate_objective
 
-__all__ = ["NoisePlan", "PrivateRelease", "cloaking_release", "standard_normal", "standard_release"]
+__all__ = [
+    "NoisePlan",
+    "PrivateRelease",
+    "cloaking_release",
+    "gaussian_event",
+    "standard_normal",
+    "standard_release",
+]
 
 #: Multiplies every sensitivity, to absorb floating-point rounding in its computation.
 SENSITIVITY_SAFETY = 1.0 + 1e-8
@@ -195,7 +203,7 @@ class NoisePlan:
     def noise_std(self, multiplier: float) -> np.ndarray:
         """The release's ``noise_std`` (k) at ``multiplier``; raises where the release would."""
         space, noise, _ = self.choose(multiplier)
-        return multiplier * tf.norm(_unit_noise_factor(space, noise), axis=1).numpy()
+        return multiplier * row_norms(_unit_noise_factor(space, noise)).numpy()
 
 
 def cloaking_release(
@@ -248,7 +256,7 @@ def cloaking_release(
         space, noise, bias_bound = plan.choose(multiplier)
         sensitivity = noise.sensitivity
         noise_factor = _unit_noise_factor(space, noise) * multiplier  # [k, r]
-        noise_std = tf.norm(noise_factor, axis=1)
+        noise_std = row_norms(noise_factor)
 
         xi, reproducible = sampling.standard_normal(space.rank, seed)
         coords = tf.linalg.matvec(space.vectors, y_centred)  # [r]: the mean projected onto the basis
@@ -317,7 +325,7 @@ def standard_release(
     return PrivateRelease(
         mean=released.numpy(),
         variance=np.reshape(np.asarray(variance, dtype=np.float64), [-1]),
-        noise_std=tf.sqrt(tf.reduce_sum(noise_factor**2, axis=1)).numpy(),
+        noise_std=row_norms(noise_factor).numpy(),
         noise_factor=noise_factor.numpy(),
         epsilon=epsilon,
         delta=delta,

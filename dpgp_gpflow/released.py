@@ -23,7 +23,7 @@ import tensorflow as tf
 from check_shapes import check_shapes
 from gpflow.base import MeanAndVariance
 
-from .cloaking import OptimiserCertificate
+from .cloaking import OptimiserCertificate, row_norms
 from .contract import PublicReadout
 from .validation import as_inputs
 
@@ -169,26 +169,25 @@ class PrivateFunction(Released):
         return tf.constant(as_inputs("Xnew", Xnew, self._readout.input_dim))
 
     def _terms(self, Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """``(DP mean, public variance, DP noise variance)``, each [k, 1]."""
+        """``(DP mean [k, 1], public variance [k, 1], DP noise std [k])``."""
         A = self._readout.readout(Xnew)  # [k, M]
         mean = self._readout.offset(Xnew)[:, None] + tf.linalg.matmul(A, self._latent)
-        noise = tf.linalg.matmul(A, self._latent_noise)  # [k, r]
-        return mean, self._readout.variance(Xnew)[:, None], tf.reduce_sum(tf.square(noise), axis=1, keepdims=True)
+        noise_std = row_norms(tf.linalg.matmul(A, self._latent_noise))  # [k]: no underflow far from the data
+        return mean, self._readout.variance(Xnew)[:, None], noise_std
 
     def dp_noise_variance(self, Xnew: Any) -> tf.Tensor:
         """Variance [k, 1] of the DP noise propagated to the prediction at ``Xnew`` (public)."""
-        return self._terms(self._inputs(Xnew))[2]
+        return tf.square(self._terms(self._inputs(Xnew))[2])[:, None]
 
     def predict(self, Xnew: Any) -> PrivatePrediction:
         """DP mean, public posterior variance and DP noise std at ``Xnew``, each [k]."""
-        mean, var, noise_var = self._terms(self._inputs(Xnew))
-        return PrivatePrediction(mean=mean.numpy()[:, 0], variance=var.numpy()[:, 0],
-                                 noise_std=np.sqrt(noise_var.numpy()[:, 0]))
+        mean, var, noise_std = self._terms(self._inputs(Xnew))
+        return PrivatePrediction(mean=mean.numpy()[:, 0], variance=var.numpy()[:, 0], noise_std=noise_std.numpy())
 
     def predict_f(self, Xnew: Any) -> MeanAndVariance:
         """DP mean [k, 1] and variance [k, 1]: the public posterior variance plus the DP noise variance."""
-        mean, var, noise_var = self._terms(self._inputs(Xnew))
-        return mean, var + noise_var
+        mean, var, noise_std = self._terms(self._inputs(Xnew))
+        return mean, var + tf.square(noise_std)[:, None]
 
 
 @check_shapes("mean: [M, 1]", "var: [M, 1]", "return: [M, 1]")

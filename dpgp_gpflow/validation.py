@@ -11,6 +11,7 @@ import warnings
 from numbers import Real
 from typing import Any, Literal, Optional, Tuple
 
+import gpflow
 import numpy as np
 
 from .exceptions import ClippingWarning
@@ -25,6 +26,7 @@ __all__ = [
     "as_outputs",
     "clip_outputs",
     "clip_private_outputs",
+    "require_float64",
     "validate_bounds",
     "validate_calibration",
     "validate_data_sensitivity",
@@ -172,3 +174,15 @@ def clip_private_outputs(Y: Any, bounds: Tuple[float, float]) -> Any:
     if not np.all(np.isfinite(values)):
         raise ValueError("the private outputs are not all finite (were they replaced after the model was built?)")
     return clip_outputs(values, bounds)
+
+
+def require_float64() -> None:
+    """``TypeError`` unless GPflow's default float is float64: the sensitivity bounds and their
+    rounding safety factors are derived for float64 arithmetic, so a release in float32 could not
+    be guaranteed (it fails closed, with this message, rather than with an unclear dtype error)."""
+    if np.dtype(gpflow.config.default_float()) != np.float64:
+        raise TypeError(
+            f"dpgp_gpflow computes in float64 (its sensitivity bounds and rounding safety factors assume it), "
+            f"but GPflow's default float is {np.dtype(gpflow.config.default_float()).name}: call "
+            "gpflow.config.set_default_float(np.float64) before building the model"
+        )

@@ -133,3 +133,65 @@ def test_bounds_and_data_sensitivity_are_fixed_after_construction(toy, make):
     with pytest.raises(AttributeError, match="fixed"):
         model.y_bounds = (0.0, 1e-3)
     assert model.y_bounds == bounds and model.data_sensitivity == d
+
+
+def test_float32_default_fails_closed_with_a_clear_message(toy):
+    X, Y, *_ = toy
+    model = DPGPR((X, Y), se(), y_bounds=(LO, HI), noise_variance=0.1)
+    gpflow.config.set_default_float(np.float32)
+    try:
+        with pytest.raises(TypeError, match="set_default_float"):
+            DPGPR((X, Y), se(), y_bounds=(LO, HI), noise_variance=0.1)
+        with pytest.raises(TypeError, match="float64"):
+            model.release(toy[3], epsilon=1.0, delta=1e-3)
+    finally:
+        gpflow.config.set_default_float(np.float64)
+
+
+def test_noise_std_does_not_underflow_far_from_the_data(toy):
+    X, Y, *_ = toy
+    model = DPGPR((X, Y), se(), y_bounds=(LO, HI), noise_variance=0.1)
+    far = np.array([[3.0], [3.0 + 1.2 * 30.0]])  # the second is 30 lengthscales from every input
+    rel = model.release(far, epsilon=1.0, delta=1e-3, seed=1)
+    F = rel.noise_factor.astype(np.longdouble)  # an independent norm in extended precision
+    exact = np.sqrt(np.sum(F * F, axis=1)).astype(np.float64)
+    assert np.all((rel.noise_std > 0) == (np.abs(rel.noise_factor).max(axis=1) > 0))
+    np.testing.assert_allclose(rel.noise_std, exact, rtol=1e-12)
+
+
+AUDITED = {
+    "cloaking": lambda t: (DPGPR((t[0], t[1]), se(), y_bounds=(LO, HI), noise_variance=0.1), "at"),
+    "standard": lambda t: (DPGPR((t[0], t[1]), se(), y_bounds=(LO, HI), noise_variance=0.1), "standard"),
+    "fitc-function": lambda t: (DPGPRFITC((t[0], t[1]), se(), t[4], noise_variance=0.1, y_bounds=(LO, HI)), "fn"),
+    "laplace-2-steps": lambda t: (DPLaplaceGPC((t[0], t[2]), se()), "steps"),
+    "sparse-classifier": lambda t: (DPSparseLaplaceGPC((t[0], t[2]), se(), t[4]), "cls"),
+}
+
+
+@pytest.mark.parametrize("entry", sorted(AUDITED))
+def test_the_user_audit_recovers_the_claimed_privacy(toy, entry):
+    model, how = AUDITED[entry](toy)
+    kw = dict(epsilon=1.0, delta=1e-3, seed=2)
+    released = {"at": lambda: model.release(toy[3], **kw),
+                "standard": lambda: model.release(toy[3], mechanism="standard", **kw),
+                "fn": lambda: model.release_function(**kw),
+                "steps": lambda: model.release(steps=2, **kw),
+                "cls": lambda: model.release(**kw)}[how]()
+    report = dp.audit(released, model, toy[3] if how in ("at", "standard") else None)
+    assert report.passed and report.epsilon <= released.epsilon * (1 + 1e-9)
+    if how != "standard":  # cloaking is tight; Hall et al.'s RKHS bound is an upper bound over more than neighbours
+        assert report.epsilon == pytest.approx(released.epsilon, rel=1e-5)
+    assert report.delta == pytest.approx(released.delta)
+
+
+def test_the_user_audit_catches_too_little_noise(toy):
+    model = DPGPR((toy[0], toy[1]), se(), y_bounds=(LO, HI), noise_variance=0.1)
+    rel = model.release(toy[3], epsilon=1.0, delta=1e-3, seed=2)
+    from dataclasses import replace
+
+    weak = replace(rel, noise_factor=0.5 * rel.noise_factor)  # half the noise it claims
+    report = dp.audit(weak, model, toy[3])
+    assert not report.passed and report.epsilon > 1.5
+    C = dp.cloaking_matrix(model, toy[3]).numpy()
+    assert dp.privacy_audit.audit_release(rel, C).passed
+    assert not dp.privacy_audit.audit_release(rel, 1.1 * C).passed  # a map 10% larger than the noise covers

@@ -10,7 +10,7 @@ methods that publish anything derived from the outputs.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import gpflow
 import numpy as np
@@ -26,6 +26,7 @@ from ..validation import (
     as_outputs,
     clip_outputs,
     clip_private_outputs,
+    require_float64,
     validate_bounds,
     validate_data_sensitivity,
 )
@@ -43,6 +44,7 @@ __all__ = [
 
 def prepare_private_data(data: Any, y_bounds: Any, data_sensitivity: Optional[float]):
     """Validate ``(X, Y)``, clip ``Y`` to the public bounds; returns ``(X, Y, bounds, d)``."""
+    require_float64()
     try:
         X, Y = data
     except (TypeError, ValueError) as exc:
@@ -62,10 +64,16 @@ def public_constant_mean(bounds: Tuple[float, float]) -> gpflow.functions.Consta
 
 
 class LeakGuardMixin:
-    """Refuses releases after the training objective (which reads the private outputs) ran.
+    """Refuses releases whose hyperparameters may have been fitted on the private outputs.
 
-    Models call ``_mark_private_objective()`` from their objective; ``release`` calls
-    ``_check_hyperparameters_public``.
+    Two signals: the training objective (which reads the outputs) ran (models call
+    ``_mark_private_objective()`` from it), or a parameter's value changed since it was recorded as
+    public (at construction, by :meth:`declare_hyperparameters_public`, or by
+    :meth:`~dpgp_gpflow.selection.Selection.apply`): changed by training on another objective, by
+    a kernel shared with a model trained on the outputs, by ``multiple_assign`` of trained values.
+    ``release(..., hyperparameters_public=True)`` overrides both for values chosen without the
+    outputs. What cannot be detected: values fitted on the outputs elsewhere *before* the model was
+    built (``docs/privacy_model.md#leak-guard``).
     """
 
     _private_objective_evaluated: bool = False
@@ -79,8 +87,26 @@ class LeakGuardMixin:
         """True once the training objective (which reads the private outputs) was evaluated."""
         return bool(self._private_objective_evaluated)
 
+    def _parameter_values(self) -> Dict[str, np.ndarray]:
+        return {path: np.array(p.numpy(), copy=True) for path, p in gpflow.utilities.parameter_dict(self).items()}
+
+    def declare_hyperparameters_public(self) -> None:
+        """Record the current parameter values as public (chosen without the private outputs)."""
+        object.__setattr__(self, "_public_parameter_values", self._parameter_values())
+
+    def changed_hyperparameters(self) -> List[str]:
+        """Paths of the parameters whose values changed since they were last recorded as public."""
+        recorded = self.__dict__.get("_public_parameter_values")
+        if recorded is None:
+            return []
+        now = self._parameter_values()
+        return sorted(path for path in set(recorded) | set(now)
+                      if path not in recorded or path not in now or not np.array_equal(recorded[path], now[path]))
+
     def _check_hyperparameters_public(self, hyperparameters_public: bool) -> None:
-        if self._private_objective_evaluated and not hyperparameters_public:
+        if hyperparameters_public:
+            return
+        if self._private_objective_evaluated:
             raise PrivacyLeakError(
                 "the model's training objective (the marginal likelihood of the private outputs) was "
                 "evaluated, e.g. by training the hyperparameters with gpflow.optimizers.Scipy; "
@@ -88,6 +114,14 @@ class LeakGuardMixin:
                 "Set the hyperparameters a priori (or select them privately with "
                 "dpgp_gpflow.selection), or pass hyperparameters_public=True if they were in fact "
                 "chosen without the private outputs."
+            )
+        changed = self.changed_hyperparameters()
+        if changed:
+            raise PrivacyLeakError(
+                f"the parameters {changed} changed since the model was built (or last declared public); values "
+                "trained on the private outputs (through any objective or another model sharing them) leak them. "
+                "If the new values were chosen without the outputs, call model.declare_hyperparameters_public() "
+                "or pass hyperparameters_public=True."
             )
 
 

@@ -42,7 +42,7 @@ from ..cloaking import DEFAULT_TOL
 from ..contract import ReleaseTerms, dense_map
 from ..release import cloaking_release, gaussian_event
 from ..released import PrivateClassifier, PrivateRelease
-from ..validation import as_inputs, validate_calibration, validate_delta, validate_epsilon, validate_objective
+from ..validation import as_inputs, require_float64, validate_calibration, validate_delta, validate_epsilon, validate_objective
 from .base import FactoredModelMixin, PrivateModelMixin
 from .gpr import gpr_cloaking_matrix_and_variance
 from .laplace import (
@@ -136,6 +136,7 @@ def _step_seed(seed: Optional[int], step: int) -> Optional[int]:
 
 
 def _unpack(data: Any) -> Tuple[np.ndarray, Any]:
+    require_float64()
     try:
         X, Y = data
     except (TypeError, ValueError) as exc:
@@ -177,6 +178,7 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
     def __init__(self, data: Any, kernel: gpflow.kernels.Kernel, *, max_iter: int = 100, tol: float = 1e-10) -> None:
         X, Y = _unpack(data)
         super().__init__((X, Y), kernel, max_iter=max_iter, tol=tol)
+        self.declare_hyperparameters_public()  # as given: the leak guard refuses later changes
 
     def maximum_log_likelihood_objective(self) -> tf.Tensor:
         self._mark_private_objective()
@@ -203,6 +205,16 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
         if Xnew is None:
             return first_newton_step_cloaking(self.kernel(X))
         return dense_map(self.release_terms(tf.convert_to_tensor(Xnew, dtype=X.dtype)).map)
+
+    def release_maps(self, releases: List[PrivateRelease]) -> List[tf.Tensor]:
+        """The public cloaking matrix of each Newton step of a :meth:`release` (for an audit): the
+        first from ``f0 = 0``, step ``t + 1`` linearised at the released latents of step ``t``."""
+        X, _ = self.data
+        K = self.kernel(X)
+        maps = [first_newton_step_cloaking(K)]
+        for rel in releases[:-1]:
+            maps.append(newton_step_cloaking(K, tf.constant(rel.mean[:, None]))[0])
+        return maps
 
     def release(
         self,
@@ -309,6 +321,7 @@ class DPSparseLaplaceGPC(_LabelContract, FactoredModelMixin, LaplaceGPC):
         super().__init__((X, Y), kernel, max_iter=max_iter, tol=tol)
         self.inducing_variable = gpflow.inducing_variables.InducingPoints(Z)
         gpflow.set_trainable(self.inducing_variable, False)  # public; never fitted on the labels
+        self.declare_hyperparameters_public()  # as given: the leak guard refuses later changes
 
     def maximum_log_likelihood_objective(self) -> tf.Tensor:
         self._mark_private_objective()

@@ -103,6 +103,7 @@ class DPGPR(PrivateModelMixin, gpflow.models.GPR):
         super().__init__((X, Y), kernel, mean_function=mean_function, noise_variance=noise_variance)
         self.y_bounds = bounds
         self.data_sensitivity = d
+        self.declare_hyperparameters_public()  # as given: the leak guard refuses later changes
 
     @inherit_check_shapes
     def log_marginal_likelihood(self) -> tf.Tensor:

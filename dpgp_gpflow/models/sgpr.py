@@ -147,6 +147,7 @@ class DPGPRFITC(FactoredModelMixin, gpflow.models.GPRFITC):
         gpflow.set_trainable(self.inducing_variable, False)  # public; never fitted on the outputs
         self.y_bounds = bounds
         self.data_sensitivity = d
+        self.declare_hyperparameters_public()  # as given: the leak guard refuses later changes
 
     @inherit_check_shapes
     def fitc_log_marginal_likelihood(self) -> tf.Tensor:

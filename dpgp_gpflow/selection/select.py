@@ -45,8 +45,11 @@ class Selection:
     reproducible: bool = False  #: True when the Gumbel noise came from an explicit seed (not private)
 
     def apply(self, model) -> None:
-        """Assign the chosen configuration to ``model`` (``gpflow.utilities.multiple_assign``)."""
+        """Assign the chosen configuration to ``model`` (``gpflow.utilities.multiple_assign``) and record
+        the values as public for its leak guard (the choice is the DP output of the selection)."""
         multiple_assign(model, self.chosen)
+        if hasattr(model, "declare_hyperparameters_public"):
+            model.declare_hyperparameters_public()
 
 
 def select_hyperparameters(
