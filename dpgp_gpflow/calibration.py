@@ -14,6 +14,7 @@ from scipy import optimize, special
 from .validation import CALIBRATIONS, Calibration, check_real, validate_calibration, validate_delta, validate_epsilon
 
 __all__ = [
+    "CALIBRATIONS",
     "Calibration",
     "analytic_gaussian_delta",
     "analytic_gaussian_epsilon",

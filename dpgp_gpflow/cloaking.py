@@ -33,6 +33,7 @@ from .validation import OBJECTIVES, Objective, validate_objective
 
 __all__ = [
     "DEFAULT_TOL",
+    "OBJECTIVES",
     "ColumnSpace",
     "NoiseCovariance",
     "Objective",

@@ -29,7 +29,6 @@ from .cloaking import (
     DEFAULT_TOL,
     MIN_MSE_RTOL,
     ColumnSpace,
-    OptimiserCertificate,
     column_spaces,
     mahalanobis_sensitivity,
     optimise_noise_covariance,

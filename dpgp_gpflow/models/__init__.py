@@ -8,6 +8,7 @@ from .dp_laplace import DPLaplaceGPC, DPSparseLaplaceGPC, PrivateLaplaceClassifi
 from .gpr import DPGPR, cloaking_matrix, gpr_cloaking_matrix, gpr_rkhs_sensitivity
 from .laplace import LaplaceGPC
 from .sgpr import DPGPRFITC, kmeans_inducing_inputs
+from .titsias import DPSGPR, SGPRReadout
 
 #: Deprecated name of :class:`~dpgp_gpflow.contract.PrivateModel` (the old protocol asked for a
 #: ``cloaking_matrix(Xnew)`` method only, which the classifiers passed without meeting it).
@@ -17,6 +18,7 @@ __all__ = [
     "DPGPR",
     "DPGPRFITC",
     "DPLaplaceGPC",
+    "DPSGPR",
     "DPSparseLaplaceGPC",
     "FactoredModelMixin",
     "LaplaceGPC",
@@ -29,6 +31,7 @@ __all__ = [
     "PrivatePrediction",
     "PrivateRegressionMixin",
     "PrivateSparseClassifier",
+    "SGPRReadout",
     "SupportsCloakingMatrix",
     "cloaking_matrix",
     "gpr_cloaking_matrix",

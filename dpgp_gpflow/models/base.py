@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from .. import pipeline
-from ..contract import ReleaseTerms
+from ..contract import ReleaseTerms, dense_map
 from ..exceptions import PrivacyLeakError
 from ..pipeline import reference_coordinates
 from ..released import PrivateFunction, PrivateRelease
@@ -196,6 +196,11 @@ class PrivateModelMixin(LeakGuardMixin):
         X, _ = self.data
         return tf.gather(X, np.asarray(train)), tf.gather(X, np.asarray(test))
 
+    def cloaking_matrix(self, Xnew: Any) -> tf.Tensor:
+        """``C`` (k x n) at ``Xnew``, as :func:`dpgp_gpflow.cloaking_matrix` gives it. Public."""
+        X, _ = self.data
+        return dense_map(self.release_terms(tf.convert_to_tensor(Xnew, dtype=X.dtype)).map)
+
     def release(self, Xnew: Any, **options: Any) -> PrivateRelease:
         """Release the predictive mean at ``Xnew`` with an (epsilon, delta)-DP guarantee: keywords
         ``epsilon``, ``delta`` (required), ``objective``, ``calibration``, ``seed``, ``accountant``,
@@ -218,9 +223,22 @@ class FactoredModelMixin(PrivateModelMixin):
     #: what :meth:`release_function` returns
     function_type: type = PrivateFunction
 
-    def release_function(self, **options: Any) -> PrivateFunction:
-        """Release the m latent values once; keywords as for :func:`dpgp_gpflow.pipeline.release_function`."""
-        return pipeline.release_function(self, function_type=self.function_type, **options)
+    #: ``release_function``'s default reference inputs are the training inputs (the "mse" noise then
+    #: minimises the expected squared error of the predictions there); False: the latents themselves
+    reference_training_inputs: bool = True
+
+    def release_function(self, *, reference_inputs: Any = None, **options: Any) -> PrivateFunction:
+        """Release the m latent values once; the returned function predicts anywhere for free.
+
+        With ``objective="mse"`` the noise minimises the expected squared error at
+        ``reference_inputs`` (public; default: the training inputs, see
+        ``reference_training_inputs``). With ``"entropy"`` the noise is the same (invariant)
+        whatever the reference. Other keywords as for :func:`dpgp_gpflow.pipeline.release_function`.
+        """
+        if reference_inputs is None and self.reference_training_inputs:
+            reference_inputs = self.data[0]
+        return pipeline.release_function(self, reference_inputs=reference_inputs, function_type=self.function_type,
+                                         **options)
 
 
 #: Deprecated name of :class:`PrivateModelMixin`.

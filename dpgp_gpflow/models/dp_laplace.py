@@ -306,6 +306,7 @@ class DPSparseLaplaceGPC(_LabelContract, FactoredModelMixin, LaplaceGPC):
     """
 
     function_type = PrivateSparseClassifier
+    reference_training_inputs = False  # release the weights themselves unless reference inputs are given
 
     def __init__(
         self,

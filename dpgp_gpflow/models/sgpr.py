@@ -18,8 +18,7 @@ from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.covariances import Kuf, Kuu
 from sklearn.cluster import KMeans
 
-from .. import pipeline
-from ..contract import ReleaseTerms, dense_map
+from ..contract import ReleaseTerms
 from ..released import PrivateFunction, PrivatePrediction
 from ..validation import as_inputs
 from .base import FactoredModelMixin, prepare_private_data, public_constant_mean
@@ -174,23 +173,3 @@ class DPGPRFITC(FactoredModelMixin, gpflow.models.GPRFITC):
         terms = fitc_terms(self.kernel, Z, Xtr, self.likelihood.variance)
         A = fitc_readout(self.kernel, Z, terms.Luu, Xte)
         return ReleaseTerms((A, terms.B), tf.zeros([int(A.shape[0])], dtype=A.dtype))
-
-    @check_shapes("Xnew: [K, D]", "return: [K, N]")
-    def cloaking_matrix(self, Xnew: Any) -> tf.Tensor:
-        """``C = A(Xnew) B`` (k x n): ``predict_f(Xnew) mean = C (Y - m(X)) + m(Xnew)``. Public."""
-        X, _ = self.data
-        return dense_map(self.release_terms(tf.convert_to_tensor(Xnew, dtype=X.dtype)).map)
-
-    def release_function(self, *, reference_inputs: Any = None, **options: Any) -> PrivateFunction:
-        """Release the m inducing values once; the returned function predicts anywhere for free.
-
-        With ``objective="mse"`` the noise minimises the expected squared error at
-        ``reference_inputs`` (public; default: the training inputs). With ``"entropy"`` the noise is
-        the same (invariant) whatever the reference, and equals that of ``release(Xnew)`` at any
-        ``Xnew`` whose readout has full column rank (k >= m). Other keywords as for
-        :func:`dpgp_gpflow.pipeline.release_function`.
-        """
-        if reference_inputs is None:
-            reference_inputs = self.data[0]
-        return pipeline.release_function(self, reference_inputs=reference_inputs, function_type=self.function_type,
-                                         **options)

@@ -19,7 +19,7 @@ from ..cloaking import DEFAULT_TOL
 from ..contract import PrivateModel, dense_map
 from ..progress import Progress
 from ..release import NoisePlan
-from ..validation import validate_calibration, validate_data_sensitivity, validate_delta, validate_epsilon, validate_objective
+from ..validation import validate_calibration, validate_data_sensitivity, validate_delta, validate_epsilon
 from .utility import Fold, cv_sensitivity, cv_utility, published_sensitivity
 
 __all__ = ["CrossValidation", "cross_validate", "cv_folds", "release_noise_std", "same_grid", "validate_grid"]

@@ -1,0 +1,190 @@
+"""Titsias' variational sparse GP regression with DP releases: :class:`DPSGPR` and :class:`SGPRReadout`.
+
+With ``sigma^2`` the noise variance, ``L = chol(K_uu + jitter I)``, ``A = L^{-1} K_uf / sigma`` and
+``L_B = chol(I + A A^T)``, the SGPR predictive mean (Titsias 2009; GPflow's ``SGPR.predict_f``) is
+
+    m(x) + a(x) c,     a(x) = (L_B^{-1} L^{-1} k(Z, x))^T  [k, m],     c = B (y - m(X)),
+    B = L_B^{-1} L^{-1} K_uf / sigma^2  [m, n],
+
+and its variance ``k(x, x) - |L^{-1} k(Z, x)|^2 + |L_B^{-1} L^{-1} k(Z, x)|^2``. The outputs reach every
+prediction through the m values ``c`` (GPflow's own cached ``c``), so one private release of them makes
+predictions at *any* inputs private by post-processing, exactly as for
+:class:`~dpgp_gpflow.models.DPGPRFITC`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+import gpflow
+import tensorflow as tf
+from check_shapes import check_shapes, inherit_check_shapes
+from gpflow.covariances import Kuf, Kuu
+
+from ..contract import ReleaseTerms
+from ..validation import as_inputs
+from .base import FactoredModelMixin, prepare_private_data, public_constant_mean
+
+__all__ = [
+    "DPSGPR",
+    "SGPRReadout",
+    "SGPRTerms",
+    "sgpr_readout",
+    "sgpr_terms",
+    "sgpr_variance",
+]
+
+
+class SGPRTerms(NamedTuple):
+    """Public SGPR matrices (they depend on inputs, inducing inputs and hyperparameters only)."""
+
+    L: tf.Tensor  #: [M, M] Cholesky of K_uu (with GPflow's default jitter)
+    LB: tf.Tensor  #: [M, M] Cholesky of I + A A^T, A = L^{-1} K_uf / sigma
+    B: tf.Tensor  #: [M, N] L_B^{-1} L^{-1} K_uf / sigma^2: the map from the centred outputs to c
+
+
+@check_shapes("X: [N, D]", "Z: [M, D]", "noise_variance: [broadcast N]")
+def sgpr_terms(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, X: tf.Tensor, noise_variance: Any) -> SGPRTerms:
+    """The SGPR latent map ``B`` (m x n) and the Cholesky factors that predictions need.
+
+    Computed exactly as GPflow's ``SGPRPosterior._precompute`` does (``c = B (y - m(X))`` is its
+    ``c``), so that ``a(x) B (y - m(X)) + m(x)`` equals ``SGPR.predict_f`` mean. ``noise_variance``:
+    a scalar or one variance per input. Memory O(n m); no inverse is formed.
+    """
+    iv = gpflow.inducing_variables.InducingPoints(Z)
+    kuf = Kuf(iv, kernel, X)  # [M, N]
+    kuu = Kuu(iv, kernel, jitter=gpflow.config.default_jitter())  # [M, M]
+    sigma_sq = tf.broadcast_to(tf.convert_to_tensor(noise_variance, dtype=X.dtype), [tf.shape(X)[0]])  # [N]
+    sigma = tf.sqrt(sigma_sq)
+    L = tf.linalg.cholesky(kuu)
+    A = tf.linalg.triangular_solve(L, kuf / sigma, lower=True)  # [M, N]
+    M = tf.shape(Z)[0]
+    LB = tf.linalg.cholesky(tf.linalg.matmul(A, A, transpose_b=True) + tf.eye(M, dtype=X.dtype))
+    B = tf.linalg.triangular_solve(LB, A / sigma, lower=True)  # [M, N]
+    return SGPRTerms(L, LB, B)
+
+
+@check_shapes("Xnew: [K, D]", "Z: [M, D]", "L: [M, M]", "LB: [M, M]", "return: [K, M]")
+def sgpr_readout(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, LB: tf.Tensor, Xnew: tf.Tensor) -> tf.Tensor:
+    """``a(Xnew) = (L_B^{-1} L^{-1} k(Z, Xnew))^T``: maps the latent values ``c`` to predictions (public)."""
+    kus = Kuf(gpflow.inducing_variables.InducingPoints(Z), kernel, Xnew)  # [M, K]
+    tmp1 = tf.linalg.triangular_solve(L, kus, lower=True)
+    return tf.transpose(tf.linalg.triangular_solve(LB, tmp1, lower=True))
+
+
+@check_shapes("Xnew: [K, D]", "Z: [M, D]", "L: [M, M]", "LB: [M, M]", "return: [K]")
+def sgpr_variance(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, LB: tf.Tensor, Xnew: tf.Tensor) -> tf.Tensor:
+    """SGPR posterior variance of f: ``k(x, x) + |L_B^{-1} L^{-1} k(Z, x)|^2 - |L^{-1} k(Z, x)|^2`` (public)."""
+    kus = Kuf(gpflow.inducing_variables.InducingPoints(Z), kernel, Xnew)  # [M, K]
+    tmp1 = tf.linalg.triangular_solve(L, kus, lower=True)
+    tmp2 = tf.linalg.triangular_solve(LB, tmp1, lower=True)
+    return kernel(Xnew, full_cov=False) + tf.reduce_sum(tf.square(tmp2), 0) - tf.reduce_sum(tf.square(tmp1), 0)
+
+
+class SGPRReadout:
+    """Frozen public pieces of an SGPR model: ``a(x) = (L_B^{-1} L^{-1} k(Z, x))^T``, the prior mean,
+    and the SGPR posterior variance.
+
+    Holds frozen copies of the kernel and mean function and constants for ``Z`` and the Cholesky
+    factors (all public), so that training the model later changes nothing here.
+    """
+
+    def __init__(self, kernel: gpflow.kernels.Kernel, mean_function: gpflow.functions.MeanFunction,
+                 Z: tf.Tensor, terms: SGPRTerms) -> None:
+        self._kernel = gpflow.utilities.freeze(kernel)
+        self._mean_function = gpflow.utilities.freeze(mean_function)
+        self._Z = tf.constant(Z)
+        self._L = tf.constant(terms.L)
+        self._LB = tf.constant(terms.LB)
+        self.input_dim = int(self._Z.shape[1])
+
+    def readout(self, Xnew: tf.Tensor) -> tf.Tensor:
+        return sgpr_readout(self._kernel, self._Z, self._L, self._LB, Xnew)
+
+    def offset(self, Xnew: tf.Tensor) -> tf.Tensor:
+        return self._mean_function(Xnew)[:, 0]
+
+    def variance(self, Xnew: tf.Tensor) -> tf.Tensor:
+        return sgpr_variance(self._kernel, self._Z, self._L, self._LB, Xnew)
+
+
+class DPSGPR(FactoredModelMixin, gpflow.models.SGPR):
+    """GPflow's ``SGPR`` (Titsias' variational sparse GP) with public output bounds and DP releases.
+
+    ``DPSGPR((X, Y), kernel, inducing_variable, noise_variance=..., y_bounds=(lo, hi))``. The
+    inducing inputs must be public (e.g. :func:`~dpgp_gpflow.models.kmeans_inducing_inputs` on
+    ``X``); they are made non-trainable. ``release(Xnew, ...)`` is as for
+    :class:`~dpgp_gpflow.models.DPGPR` with the optimiser working in m dimensions;
+    :meth:`release_function` releases the m latent values once so that predictions anywhere are free.
+
+    Privacy assumption: ``X``, ``Z``, kernel hyperparameters and noise variance are public. The
+    training objective (``elbo``, and ``upper_bound``) reads the outputs: running it arms the leak guard.
+    """
+
+    def __init__(
+        self,
+        data: Any,
+        kernel: gpflow.kernels.Kernel,
+        inducing_variable: Any,
+        noise_variance: Optional[float] = None,
+        y_bounds: Any = None,
+        *,
+        mean_function: Optional[gpflow.functions.MeanFunction] = None,
+        data_sensitivity: Optional[float] = None,
+    ) -> None:
+        if y_bounds is None:
+            raise TypeError("y_bounds=(lo, hi), public bounds on the outputs, is required")
+        X, Y, bounds, d = prepare_private_data(data, y_bounds, data_sensitivity)
+        if isinstance(inducing_variable, gpflow.inducing_variables.InducingPoints):
+            Z = inducing_variable.Z.numpy()
+        else:
+            Z = inducing_variable
+        Z = as_inputs("inducing_variable", Z, X.shape[1])
+        if mean_function is None:
+            mean_function = public_constant_mean(bounds)
+        super().__init__((X, Y), kernel, Z, mean_function=mean_function, noise_variance=noise_variance)
+        gpflow.set_trainable(self.inducing_variable, False)  # public; never fitted on the outputs
+        self.y_bounds = bounds
+        self.data_sensitivity = d
+        self.declare_hyperparameters_public()  # as given: the leak guard refuses later changes
+
+    # -- the leak guard: every objective that reads the outputs marks the model --------------
+    @inherit_check_shapes
+    def elbo(self) -> tf.Tensor:
+        self._mark_private_objective()
+        return super().elbo()
+
+    @inherit_check_shapes
+    def quad_term(self, common: Any) -> tf.Tensor:
+        self._mark_private_objective()
+        return super().quad_term(common)
+
+    @inherit_check_shapes
+    def upper_bound(self) -> tf.Tensor:
+        self._mark_private_objective()
+        return super().upper_bound()
+
+    # -- the contract ---------------------------------------------------------------------------
+    def _noise_variance(self, X: tf.Tensor) -> tf.Tensor:
+        return tf.squeeze(self.likelihood.variance_at(X), axis=-1)  # [N], as GPflow's SGPR reads it
+
+    def _sgpr_terms(self) -> SGPRTerms:
+        X, _ = self.data
+        return sgpr_terms(self.kernel, self.inducing_variable.Z, X, self._noise_variance(X))
+
+    def latent_terms(self) -> ReleaseTerms:
+        """``B`` (m x n): the latent values ``c = B y_c`` (GPflow's SGPR ``c``); offset 0 (public)."""
+        B = self._sgpr_terms().B
+        return ReleaseTerms(B, tf.zeros([int(B.shape[0])], dtype=B.dtype))
+
+    def public_readout(self) -> SGPRReadout:
+        """A frozen :class:`SGPRReadout` of the current (public) kernel, mean, ``Z`` and factors."""
+        return SGPRReadout(self.kernel, self.mean_function, self.inducing_variable.Z, self._sgpr_terms())
+
+    def split_terms(self, train: Any, test: Any) -> ReleaseTerms:
+        """``(a(X_test), B(X_train))`` with this model's inducing inputs and hyperparameters (centred: offset 0)."""
+        Xtr, Xte = self._split_inputs(train, test)
+        Z = self.inducing_variable.Z
+        terms = sgpr_terms(self.kernel, Z, Xtr, self._noise_variance(Xtr))
+        A = sgpr_readout(self.kernel, Z, terms.L, terms.LB, Xte)
+        return ReleaseTerms((A, terms.B), tf.zeros([int(A.shape[0])], dtype=A.dtype))
