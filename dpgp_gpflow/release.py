@@ -132,7 +132,7 @@ class NoisePlan:
     projection is harmless is solved to ``tol``: for every prediction j, the exact worst-case bias
     of projecting, ``b ||C_j - P_j||_1`` (:func:`projection_rows`, ``b = output_bound``), must be at
     most ``BIAS_FRACTION`` of ``s d max_i |P_ji|``, a lower bound on the noise std of prediction j
-    in any release of the projection ``P`` (:func:`noise_std_lower_bound`). No optimisation is needed
+    in any release of the projection ``P`` (:func:`~dpgp_gpflow.cloaking.noise_std_lower_bound`). No optimisation is needed
     to choose the rank. (docs/mechanisms.md#rank-rule explains why; the original papers' rule compares the 2-norm bound ``s_{r+1} sqrt(n) b`` with the smallest
     noise std instead; that needs a solve per candidate, and lets the least noised prediction,
     e.g. one far from all data, dictate the rank for all.) Every solve is cached, so other

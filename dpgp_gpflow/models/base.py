@@ -130,7 +130,8 @@ class PrivateModelMixin(LeakGuardMixin):
     and ``release``, for a model holding ``data = (X, Y)`` (``Y`` clipped), ``mean_function``
     (public), ``y_bounds`` and ``data_sensitivity``.
 
-    A subclass adds :meth:`release_terms` and :meth:`split_terms` (and, when it releases m latent
+    A subclass adds :meth:`~dpgp_gpflow.contract.PrivateModel.release_terms` and
+    :meth:`~dpgp_gpflow.contract.PrivateModel.split_terms` (and, when it releases m latent
     values once, :class:`FactoredModelMixin`'s pieces); the leak guard needs its training objective
     to call ``_mark_private_objective()``.
     """
