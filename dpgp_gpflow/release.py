@@ -10,12 +10,21 @@ public inputs and hyperparameters), ``y - m`` are the clipped, publicly centred 
   scaled by the exact RKHS sensitivity.
 
 The budget is reserved (:func:`~dpgp_gpflow.accounting.reserve`) before anything is computed and
-charged after the draw; the noise comes from :mod:`dpgp_gpflow.sampling` (the CSPRNG unless an
+charged after the draw; the noise comes from :mod:`dpgp_gpflow.sampling` (OS entropy unless an
 explicit ``seed`` makes the release reproducible, and so not private, marked ``reproducible=True``).
+
+Exact noise (``sampler="exact"``, the default; docs/exact_sampling.md): the release computes the
+whitened query ``z = F^{-1} (V y) / (s Delta)`` (cloaking) or ``L^{-1} mean / (s Delta)`` (standard),
+whose L2 sensitivity is at most ``1/s`` once ``Delta`` is inflated for the floating-point error of the
+query and the grid rounding; adds exact discrete-Gaussian noise on a grid
+(:func:`dpgp_gpflow.sampling.standard_normal`, :func:`dpgp_gpflow.sampling.grid_sum`); and re-colours,
+``s Delta F (z + xi)``, which is post-processing. ``sampler="float"`` is the earlier floating-point
+draw ``V y + s Delta F xi`` (warns :class:`~dpgp_gpflow.PrivacyLeakWarning`).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
@@ -36,7 +45,7 @@ from .cloaking import (
     row_norms,
 )
 from .released import PrivateRelease
-from .sampling import standard_normal
+from .sampling import DISCRETE_GAUSSIAN_FACTOR, GRID_EXPONENT, gaussian_grid_factor, standard_normal, validate_sampler
 from .validation import validate_calibration, validate_delta, validate_epsilon, validate_objective
 
 __all__ = [
@@ -87,6 +96,11 @@ def candidate_rtols(objective: str, rtol: Optional[float]) -> Tuple[float, ...]:
     return (float(rtol),)
 
 
+#: Relative inflation of the exact sampler's sensitivity (noise std 9e-10 larger) so that the shift
+#: recomputed from the rescaled whitening matrix, with its own rounding, stays within the bound.
+WHITENING_SLACK = 1.0 + 2.0**-30
+
+
 class _Noise(NamedTuple):
     """An optimised noise factor in a column space's basis coordinates, and what it implies."""
 
@@ -122,6 +136,39 @@ def _cloaking_noise(space: ColumnSpace, objective: str, d: float, tol: float, ma
 def _unit_noise_factor(space: ColumnSpace, noise: _Noise) -> tf.Tensor:
     """The release's noise factor (k x r) at unit multiplier: ``basis F`` times the sensitivity."""
     return tf.linalg.matmul(space.basis, noise.factor) * noise.sensitivity
+
+
+def _whitened_query(space: ColumnSpace, noise: _Noise, y_centred: tf.Tensor, multiplier: float,
+                    data_sensitivity: float, output_bound: float) -> Tuple[float, np.ndarray]:
+    """The exact sampler's sensitivity ``Delta`` and whitened query ``z = W y``, ``W = F^{-1} V / (s Delta)``.
+
+    ``W`` is public (computed from ``C`` alone; its own rounding does not matter), so the L2 shift of
+    ``W y`` between neighbours is exactly ``d max_i ||w_i||``; computing ``W y`` in float64 errs by at
+    most ``gamma_n b sum_i ||w_i||`` (any summation order, ``|y_i| <= b``), which may differ between
+    neighbours, so twice that is added; the grid rounding adds ``sqrt(r) 2^GRID_EXPONENT``. ``Delta``
+    is the cloaking sensitivity or, if larger, this bound, inflated by
+    :func:`~dpgp_gpflow.sampling.gaussian_grid_factor`; the check below recomputes the whole shift
+    from the matrix actually used and refuses if it exceeds ``1 / (s K)``.
+    """
+    W = tf.linalg.solve(noise.factor, space.vectors)  # [r, n]: F^{-1} V, public
+    r, n = int(W.shape[0]), int(W.shape[1])
+    unit = float(np.finfo(np.float64).eps) / 2.0
+    gamma_n = n * unit / (1.0 - n * unit)
+    d, b = float(data_sensitivity), float(output_bound)
+
+    def shift_bound(matrix: tf.Tensor) -> float:
+        norms = tf.norm(matrix, axis=0)  # [n]
+        return SENSITIVITY_SAFETY * (d * float(tf.reduce_max(norms)) + 2.0 * gamma_n * b * float(tf.reduce_sum(norms)))
+
+    # WHITENING_SLACK covers the rounding of recomputing the bound below from the rescaled W (norms of
+    # r entries: a relative error of order r ulp), which would otherwise refuse some valid releases.
+    sensitivity = max(float(noise.sensitivity), shift_bound(W)) * gaussian_grid_factor(multiplier, r) * WHITENING_SLACK
+    W = W / (multiplier * sensitivity)
+    mu = shift_bound(W) + math.sqrt(r) * 2.0**GRID_EXPONENT
+    if not (math.isfinite(mu) and mu * DISCRETE_GAUSSIAN_FACTOR <= 1.0 / multiplier):
+        raise FloatingPointError(f"the whitened query's sensitivity {mu:.6g} exceeds 1/multiplier; "
+                                 "this release cannot be guaranteed")
+    return sensitivity, tf.linalg.matvec(W, y_centred).numpy()
 
 
 class NoisePlan:
@@ -223,6 +270,7 @@ def cloaking_release(
     tol: float = DEFAULT_TOL,
     max_iter: int = 2000,
     y_bounds: Optional[Tuple[float, float]] = None,
+    sampler: str = "exact",
 ) -> PrivateRelease:
     """Release ``offset + C y_centred`` with cloaking noise, (epsilon, delta)-DP.
 
@@ -235,8 +283,14 @@ def cloaking_release(
     between neighbours. ``rtol=None`` picks the rank by the bias rule of :class:`NoisePlan`: the
     smallest candidate for which no prediction's worst-case projection bias exceeds 1% of the
     least noise its projected value could carry.
+
+    ``sampler="exact"`` (default) draws exact discrete-Gaussian noise for the whitened query (module
+    docstring; ``sensitivity`` and ``noise_factor`` then include the inflation for its rounding, a
+    relative 1e-11 or so); ``"float"`` is the floating-point sampler, for speed comparisons only (warns).
+    An explicit ``seed`` draws numpy's normals either way (reproducible, not private).
     """
     validate_objective(objective)
+    validate_sampler(sampler)
     epsilon, delta, multiplier, reservation = _prepare(epsilon, delta, calibration, accountant)
     try:
         y_centred = tf.reshape(tf.convert_to_tensor(y_centred, dtype=tf.float64), [-1])
@@ -253,13 +307,20 @@ def cloaking_release(
             raise ValueError(f"the cloaking matrix has {plan.n} columns but there are {n} outputs")
         description = f"cloaking release ({objective}) of {plan.k} values"
         space, noise, bias_bound = plan.choose(multiplier)
-        sensitivity = noise.sensitivity
-        noise_factor = _unit_noise_factor(space, noise) * multiplier  # [k, r]
+        if sampler == "float":
+            sampling.warn_float_sampler(description)
+            sensitivity = noise.sensitivity
+            noise_factor = _unit_noise_factor(space, noise) * multiplier  # [k, r]
+            xi, reproducible = sampling.float_standard_normal(space.rank, seed)
+            coords = tf.linalg.matvec(space.vectors, y_centred)  # [r]: the mean projected onto the basis
+            coords = coords + (multiplier * sensitivity) * tf.linalg.matvec(noise.factor, tf.constant(xi))
+        else:  # exact: whiten, add grid noise exactly, re-colour (post-processing)
+            sensitivity, z = _whitened_query(space, noise, y_centred, multiplier, data_sensitivity, output_bound)
+            noise_factor = tf.linalg.matmul(space.basis, noise.factor) * (multiplier * sensitivity)  # [k, r]
+            xi, reproducible = sampling.standard_normal(space.rank, seed)
+            z = z + xi if reproducible else sampling.grid_sum(z, xi)
+            coords = (multiplier * sensitivity) * tf.linalg.matvec(noise.factor, tf.constant(z))
         noise_std = row_norms(noise_factor)
-
-        xi, reproducible = sampling.standard_normal(space.rank, seed)
-        coords = tf.linalg.matvec(space.vectors, y_centred)  # [r]: the mean projected onto the basis
-        coords = coords + (multiplier * sensitivity) * tf.linalg.matvec(noise.factor, tf.constant(xi))
         released = tf.reshape(tf.cast(offset, tf.float64), [-1]) + tf.linalg.matvec(space.basis, coords)
         reservation.commit(description)
     finally:
@@ -299,13 +360,19 @@ def standard_release(
     seed: Optional[int] = None,
     accountant: Union[PrivacyAccountant, Reservation, None] = None,
     y_bounds: Optional[Tuple[float, float]] = None,
+    sampler: str = "exact",
 ) -> PrivateRelease:
     """Release ``mean + s * sensitivity * G`` with ``G ~ N(0, prior_cov)`` (Hall et al. 2013).
 
     Privacy assumptions: ``mean`` moves between neighbours by a vector whose Mahalanobis norm
     against ``prior_cov`` is at most ``sensitivity`` (the exact RKHS sensitivity of docs/mechanisms.md#standard-mechanism);
     ``prior_cov`` and ``variance`` are public. Jitter is added to ``prior_cov`` (more noise: safe).
+
+    ``sampler="exact"`` (default): the whitened query ``L^{-1} mean / (s Delta)`` (a triangular solve;
+    its rounding is covered by the same condition-number factor as before) gets exact grid noise and is
+    re-coloured with ``L``; ``"float"``: the floating-point sampler (warns). See :func:`cloaking_release`.
     """
+    validate_sampler(sampler)
     prior_cov = tf.convert_to_tensor(prior_cov, dtype=tf.float64)
     k = int(prior_cov.shape[0])
     description = f"standard (Hall et al.) release of {k} values"
@@ -315,9 +382,19 @@ def standard_release(
         chol = tf.linalg.cholesky(prior_cov + jitter * tf.eye(k, dtype=tf.float64))  # [k, k]
         sv = tf.linalg.svd(chol, compute_uv=False)
         sensitivity = float(sensitivity) * (SENSITIVITY_SAFETY + ROUNDING_SAFETY * float(sv[0] / sv[-1]))
-        noise_factor = chol * (multiplier * sensitivity)
-        xi, reproducible = sampling.standard_normal(k, seed)
-        released = tf.reshape(tf.cast(mean, tf.float64), [-1]) + tf.linalg.matvec(noise_factor, tf.constant(xi))
+        mean = tf.reshape(tf.cast(mean, tf.float64), [-1])
+        if sampler == "float":
+            sampling.warn_float_sampler(description)
+            noise_factor = chol * (multiplier * sensitivity)
+            xi, reproducible = sampling.float_standard_normal(k, seed)
+            released = mean + tf.linalg.matvec(noise_factor, tf.constant(xi))
+        else:  # exact: whiten with L, add grid noise exactly, re-colour with L (post-processing)
+            sensitivity = sensitivity * gaussian_grid_factor(multiplier, k)
+            noise_factor = chol * (multiplier * sensitivity)
+            z = tf.linalg.triangular_solve(chol, mean[:, None], lower=True)[:, 0] / (multiplier * sensitivity)
+            xi, reproducible = sampling.standard_normal(k, seed)
+            z = z.numpy() + xi if reproducible else sampling.grid_sum(z.numpy(), xi)
+            released = tf.linalg.matvec(noise_factor, tf.constant(z))
         reservation.commit(description)
     finally:
         reservation.close()

@@ -8,6 +8,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from pathlib import Path
 
 import gpflow
+import numpy as np
 import pytest
 from check_shapes import set_enable_check_shapes
 
@@ -40,17 +41,35 @@ set_enable_check_shapes(True)
 gpflow.config.set_default_float("float64")
 
 
+#: Every sampler of :mod:`dpgp_gpflow.sampling` that draws DP noise, and how to read the number of
+#: coordinates of a draw from its arguments.
+_SAMPLERS = {
+    "standard_normal": lambda args, kwargs: args[0] if args else kwargs["size"],
+    "laplace": lambda args, kwargs: args[0] if args else kwargs["size"],
+    "gumbel": lambda args, kwargs: args[0] if args else kwargs["size"],
+    "float_standard_normal": lambda args, kwargs: args[0] if args else kwargs["size"],
+    "float_laplace": lambda args, kwargs: args[0] if args else kwargs["size"],
+    "gumbel_argmax": lambda args, kwargs: int(np.size(args[0] if args else kwargs["log_weights"])),
+    "add_laplace": lambda args, kwargs: int(np.size(args[0] if args else kwargs["values"])),
+}
+
+
 @pytest.fixture
 def draws(monkeypatch):
-    """Counts every draw of DP noise: the calls of :mod:`dpgp_gpflow.sampling`'s samplers (Gaussian,
-    Laplace, Gumbel), the one module that draws noise. Holds the size of each draw."""
+    """Counts every draw of DP noise: the calls of :mod:`dpgp_gpflow.sampling`'s samplers, the one
+    module that draws noise. Holds the size of each draw. A sampler is counted when it returns (one
+    that refuses its arguments drew nothing), and once even when it calls another sampler (a seeded
+    ``gumbel_argmax`` calls ``gumbel``)."""
     calls = []
-    for name in ("standard_normal", "laplace", "gumbel"):
+    for name, size_of in _SAMPLERS.items():
         original = getattr(sampling, name)
 
-        def counting(size, seed=None, _original=original):
-            calls.append(size)
-            return _original(size, seed)
+        def counting(*args, _original=original, _size_of=size_of, **kwargs):
+            i = len(calls)
+            result = _original(*args, **kwargs)
+            if len(calls) == i:
+                calls.append(_size_of(args, kwargs))
+            return result
 
         monkeypatch.setattr(sampling, name, counting)
     return calls

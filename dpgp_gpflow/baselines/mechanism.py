@@ -8,8 +8,9 @@ holding it, by at most ``d / n_j``; Laplace noise of scale ``(d / n_j) / epsilon
 epsilon-DP, and as the bins are disjoint the whole vector is epsilon-DP (parallel composition).
 Empty bins publish a public value with no noise: they hold no private output.
 
-The noise comes from :func:`dpgp_gpflow.sampling.laplace` (the package's one sampling module: OS
-CSPRNG by default, a textbook floating-point sampler, not a snapping mechanism). The budget is
+The noise is added by :func:`dpgp_gpflow.sampling.add_laplace` (the package's one sampling module):
+by default OpenDP's exact discrete Laplace on the whitened means rounded to its grid
+(``docs/exact_sampling.md#laplace-bin-means``); the bin means themselves are float64. The budget is
 reserved (:func:`~dpgp_gpflow.accounting.reserve`) before any private output is touched and
 charged after the draw.
 """
@@ -193,9 +194,8 @@ def release_bin_means(
         means = _bin_means(p, clip_outputs(p.Y, p.bounds)[:, 0])
         scale = np.zeros(bins.n_bins)
         scale[occupied] = (p.d / p.counts[occupied]) / epsilon
-        z, reproducible = sampling.laplace(n_occupied, seed)
         released = means.copy()
-        released[occupied] = means[occupied] + scale[occupied] * np.asarray(z, dtype=np.float64)
+        released[occupied], reproducible = sampling.add_laplace(means[occupied], scale[occupied], epsilon, seed)
         reservation.commit(description)
     return BinRelease(
         bins=bins,

@@ -1,7 +1,8 @@
-"""The exponential mechanism over utilities (Gumbel-max with noise from :mod:`dpgp_gpflow.sampling`).
+"""The exponential mechanism over utilities, drawn by :mod:`dpgp_gpflow.sampling`.
 
-Floating-point sampling of the exponential mechanism is not exact (Ilvento 2020); this is the usual
-caveat, not a known attack on this implementation (``docs/privacy_model.md#randomness``).
+The draw is exact by default (:func:`dpgp_gpflow.sampling.gumbel_argmax`: OpenDP's report-noisy-max
+with Gumbel noise, compared exactly; docs/exact_sampling.md). ``sampler="float"`` is the earlier
+floating-point Gumbel-max, which is not exact (Ilvento 2020), for speed comparisons only (warns).
 """
 
 from __future__ import annotations
@@ -24,20 +25,29 @@ def selection_probabilities(utilities: Any, epsilon: float, sensitivity: float) 
     return p / np.sum(p)
 
 
-def gumbel_max(log_weights: Any, seed: Optional[int] = None) -> Tuple[int, bool]:
-    """``argmax(log_weights + Gumbel noise)``: a draw with probabilities ``softmax(log_weights)``
-    (noise from :func:`dpgp_gpflow.sampling.gumbel`); returns the index and whether it is reproducible."""
+def gumbel_max(log_weights: Any, seed: Optional[int] = None, *, sampler: str = "exact") -> Tuple[int, bool]:
+    """``argmax(log_weights + Gumbel noise)``: a draw with probabilities ``softmax(log_weights)``;
+    returns the index and whether it is reproducible.
+
+    ``sampler="exact"`` (default): :func:`dpgp_gpflow.sampling.gumbel_argmax` (exact; an explicit seed
+    falls back to seeded floating-point Gumbel noise). ``"float"``: floating-point noise from
+    :func:`dpgp_gpflow.sampling.gumbel` (warns :class:`~dpgp_gpflow.PrivacyLeakWarning`).
+    """
+    sampling.validate_sampler(sampler)
     log_weights = np.asarray(log_weights, dtype=np.float64).reshape(-1)
+    if sampler == "exact":
+        return sampling.gumbel_argmax(log_weights, seed)
+    sampling.warn_float_sampler("the exponential mechanism's draw")
     noise, reproducible = sampling.gumbel(log_weights.size, seed)
     return int(np.argmax(log_weights + noise)), reproducible
 
 
 def exponential_mechanism(utilities: Any, epsilon: float, sensitivity: float, *,
-                          seed: Optional[int] = None) -> Tuple[int, np.ndarray]:
+                          seed: Optional[int] = None, sampler: str = "exact") -> Tuple[int, np.ndarray]:
     """One epsilon-DP draw ``argmax(epsilon u / (2 sensitivity) + Gumbel)``; returns ``(index, probabilities)``.
 
     The probabilities are private (functions of the utilities); only the index may be published.
-    Charges nothing: :func:`select_hyperparameters` does the accounting.
+    Charges nothing: :func:`select_hyperparameters` does the accounting. ``sampler``: see :func:`gumbel_max`.
     """
-    index, _ = gumbel_max(exponential_mechanism_log_weights(utilities, epsilon, sensitivity), seed)
+    index, _ = gumbel_max(exponential_mechanism_log_weights(utilities, epsilon, sensitivity), seed, sampler=sampler)
     return index, selection_probabilities(utilities, epsilon, sensitivity)
