@@ -15,18 +15,24 @@ release raises :class:`~dpgp_gpflow.BudgetExceededError` and draws nothing.
 Events are kept as events (a Gaussian mechanism with its ``mu = sensitivity / noise std``, or a
 pure-epsilon mechanism), so tighter composition can be computed from the same ledger
 (:mod:`dpgp_gpflow.composition`, ``docs/composition.md``).
+
+The events are stored in memory (default) or in a persistent SQLite ledger shared by processes
+(``PrivacyAccountant(..., ledger="budget.sqlite")``, :mod:`dpgp_gpflow.ledger`): one storage
+interface, so the checks, composition and reservations below are written once.
 """
 
 from __future__ import annotations
 
 import contextvars
-import itertools
 import math
+import os
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from .composition import COMPOSITIONS, PrivacyEvent, composed_epsilon
 from .exceptions import BudgetExceededError
+from .ledger import LedgerStore, LedgerTransaction, MemoryLedger, SQLiteLedger
 from .validation import validate_delta, validate_epsilon
 
 __all__ = [
@@ -58,19 +64,50 @@ class PrivacyAccountant:
     accountant. The budget is enforced with basic composition (always valid) unless created with
     ``composition="gdp"`` (Gaussian releases compose exactly) or ``"pld"`` (privacy-loss
     distributions, Google's dp-accounting). Thread-safe: checking and holding budget is atomic.
+
+    ``ledger=None`` (default): the events live in memory and die with the accountant.
+    ``ledger="budget.sqlite"``: a persistent SQLite ledger (:mod:`dpgp_gpflow.ledger`), created
+    with this budget if the file is missing, else opened (``ValueError`` if its stored budget
+    differs: a ledger's budget is fixed at creation; :meth:`open` uses the stored one). Processes
+    sharing the file can never together overspend, and every spend is on disk before its release
+    is returned. ``dataset`` labels the rows this accountant writes (default: the label the ledger
+    was created with). Privacy assumption: the ledger is trusted storage of the data owner; a file
+    deleted, replaced by an older copy or edited by hand is outside the guarantee.
     """
 
-    def __init__(self, *, epsilon: float, delta: float = 0.0, composition: str = "basic") -> None:
-        self._epsilon = validate_epsilon(epsilon) if not (epsilon == math.inf) else math.inf
-        self._delta = 0.0 if delta == 0.0 else validate_delta(delta)
+    def __init__(self, *, epsilon: float, delta: float = 0.0, composition: str = "basic",
+                 ledger: Union[str, os.PathLike, None] = None, dataset: Optional[str] = None) -> None:
+        epsilon = validate_epsilon(epsilon) if not (epsilon == math.inf) else math.inf
+        delta = 0.0 if delta == 0.0 else validate_delta(delta)
         if composition not in COMPOSITIONS:
             raise ValueError(f"composition must be one of {COMPOSITIONS}, got {composition!r}")
-        self._composition = composition
-        self._ledger: List[PrivacyEvent] = []
-        self._held: Dict[int, List[PrivacyEvent]] = {}  # reservation id -> events not yet committed
-        self._ids = itertools.count()
+        if dataset is not None and not isinstance(dataset, str):
+            raise TypeError(f"dataset must be a string label, got {type(dataset).__name__}")
+        if ledger is None:
+            store: LedgerStore = MemoryLedger()
+        else:
+            store = SQLiteLedger.create_or_open(ledger, (float(epsilon), float(delta), composition), dataset)
+            dataset = store.dataset if dataset is None else dataset
+        self._setup(epsilon, delta, composition, store, dataset)
+
+    @classmethod
+    def open(cls, path: Union[str, os.PathLike], *, dataset: Optional[str] = None) -> "PrivacyAccountant":
+        """The accountant of the existing ledger file ``path``, with the budget stored in it
+        (``FileNotFoundError`` if there is none). ``dataset``: as in the constructor."""
+        store = SQLiteLedger.open(path)
+        if dataset is not None and not isinstance(dataset, str):
+            raise TypeError(f"dataset must be a string label, got {type(dataset).__name__}")
+        acc = cls.__new__(cls)
+        epsilon, delta, composition = store.budget
+        acc._setup(epsilon, delta, composition, store, store.dataset if dataset is None else dataset)
+        return acc
+
+    def _setup(self, epsilon: float, delta: float, composition: str, store: LedgerStore,
+               dataset: Optional[str]) -> None:
+        self._epsilon, self._delta, self._composition = epsilon, delta, composition
+        self._store = store
+        self._dataset = dataset
         self._tokens: List[contextvars.Token] = []
-        self._lock = threading.RLock()
 
     # -- budget ------------------------------------------------------------------------------
     @property
@@ -88,28 +125,54 @@ class PrivacyAccountant:
         """How the budget is enforced: "basic", "gdp" or "pld" (see :mod:`dpgp_gpflow.composition`)."""
         return self._composition
 
+    @property
+    def ledger_path(self) -> Optional[Path]:
+        """The ledger file, or None for an accountant in memory."""
+        return self._store.path
+
+    @property
+    def dataset(self) -> Optional[str]:
+        """The label written into the rows this accountant records."""
+        return self._dataset
+
     def epsilon_spent(self, composition: Optional[str] = None, delta: Optional[float] = None) -> float:
-        """Epsilon spent at ``delta`` (default: the budget's) under ``composition`` (default: the budget's)."""
+        """Epsilon spent (committed events) at ``delta`` (default: the budget's) under ``composition``
+        (default: the budget's)."""
         return composed_epsilon(self.ledger, self._delta if delta is None else delta,
                                 self._composition if composition is None else composition)
 
     @property
     def ledger(self) -> Tuple[PrivacyEvent, ...]:
-        """Every event charged so far, in order."""
-        with self._lock:
-            return tuple(self._ledger)
+        """Every event committed so far, in the order of commitment."""
+        return tuple(self._store.events()[0])
 
     @property
     def spent(self) -> Tuple[float, float]:
-        """``(epsilon, delta)`` spent so far under basic composition."""
+        """``(epsilon, delta)`` committed so far under basic composition."""
         ledger = self.ledger
         return math.fsum(e.epsilon for e in ledger), math.fsum(e.delta for e in ledger)
 
     @property
+    def held(self) -> Tuple[float, float]:
+        """``(epsilon, delta)`` held under basic composition by releases under way, or by processes
+        that died between their hold and their commit (these stay held, and count as spent)."""
+        held = self._store.events()[1]
+        return math.fsum(e.epsilon for e in held), math.fsum(e.delta for e in held)
+
+    @property
     def remaining(self) -> Tuple[float, float]:
-        """``(epsilon, delta)`` left under basic composition."""
-        eps, delta = self.spent
+        """``(epsilon, delta)`` left under basic composition (neither committed nor held)."""
+        committed, held = self._store.events()
+        eps = math.fsum(e.epsilon for e in [*committed, *held])
+        delta = math.fsum(e.delta for e in [*committed, *held])
         return max(self._epsilon - eps, 0.0), max(self._delta - delta, 0.0)
+
+    def history(self) -> List[Dict[str, Any]]:
+        """Every row of the ledger, for display: dicts with ``id``, ``time`` (UTC ISO, when held),
+        ``settled``, ``status`` ("held", "committed" or "cancelled"; held rows count as spent),
+        ``kind``, ``epsilon``, ``delta``, ``mu``, ``description``, ``dataset``, ``pid`` and
+        ``reservation``, in order. Rows are never deleted."""
+        return self._store.history()
 
     def check(self, epsilon: float, delta: float = 0.0, *, kind: str = "approximate", mu: Optional[float] = None) -> None:
         """Raise :class:`BudgetExceededError` if spending ``(epsilon, delta)`` would exceed the budget
@@ -123,9 +186,12 @@ class PrivacyAccountant:
         under the budget's composition: basic sums the pairs; "gdp" and "pld" compose exactly and
         compare the epsilon at the budget's delta.
         """
-        with self._lock:
-            committed = [*self._ledger, *itertools.chain.from_iterable(self._held.values())]
-            _check_budget(committed, list(events), self._epsilon, self._delta, self._composition)
+        with self._store.transaction(write=False) as tx:
+            self._check(tx, events)
+
+    def _check(self, tx: LedgerTransaction, events: Sequence[PrivacyEvent]) -> None:
+        committed, held = tx.events()
+        _check_budget([*committed, *held], list(events), self._epsilon, self._delta, self._composition)
 
     def spend(
         self,
@@ -138,27 +204,24 @@ class PrivacyAccountant:
     ) -> PrivacyEvent:
         """Check, then record one event at once; returns it. (Mechanisms use :func:`reserve`.)"""
         event = _event(epsilon, delta, kind, mu, description)
-        with self._lock:
-            self.check_events([event])
-            self._ledger.append(event)
+        with self._store.transaction() as tx:
+            self._check(tx, [event])
+            tx.record(event, self._dataset)
         return event
 
     # -- holding budget for releases under way (see Reservation) -------------------------------
-    def _hold(self, events: Sequence[PrivacyEvent]) -> int:
-        with self._lock:
-            self.check_events(events)
-            key = next(self._ids)
-            self._held[key] = list(events)
-            return key
+    def _hold(self, events: Sequence[PrivacyEvent]) -> str:
+        with self._store.transaction() as tx:  # read, check and hold in one atomic step
+            self._check(tx, events)
+            return tx.hold(events, self._dataset)
 
-    def _commit(self, key: int, event: PrivacyEvent) -> None:
-        with self._lock:
-            self._held[key].pop(0)
-            self._ledger.append(event)
+    def _commit(self, key: str, event: PrivacyEvent) -> None:
+        with self._store.transaction() as tx:
+            tx.commit(key, event)
 
-    def _release(self, key: int) -> None:
-        with self._lock:
-            self._held.pop(key, None)
+    def _release(self, key: str) -> None:
+        with self._store.transaction() as tx:
+            tx.cancel(key)
 
     # -- context manager ------------------------------------------------------------------------
     def __enter__(self) -> "PrivacyAccountant":
@@ -173,10 +236,12 @@ class PrivacyAccountant:
             _OPEN_BLOCKS[0] -= 1
 
     def __repr__(self) -> str:
-        eps, delta = self.spent
+        ledger = self.ledger
+        eps, delta = math.fsum(e.epsilon for e in ledger), math.fsum(e.delta for e in ledger)
+        where = "" if self._store.path is None else f", ledger={str(self._store.path)!r}"
         return (
-            f"PrivacyAccountant(epsilon={self._epsilon}, delta={self._delta}, composition={self._composition!r}, "
-            f"spent=({eps:.6g}, {delta:.6g}), releases={len(self._ledger)})"
+            f"PrivacyAccountant(epsilon={self._epsilon}, delta={self._delta}, composition={self._composition!r}"
+            f"{where}, spent=({eps:.6g}, {delta:.6g}), releases={len(ledger)})"
         )
 
 
@@ -210,7 +275,7 @@ class Reservation:
 
     def __init__(self, accountants: Sequence[PrivacyAccountant], events: Sequence[PrivacyEvent]) -> None:
         self._events = list(events)
-        self._held: List[Tuple[PrivacyAccountant, int]] = []
+        self._held: List[Tuple[PrivacyAccountant, str]] = []
         self._owner = True
         try:
             for acc in accountants:
