@@ -35,6 +35,7 @@ from .exceptions import (
 )
 from .models import cloaking_matrix
 from .privacy_audit import audit
+from .publishing import load
 from .released import PrivateClassifier, PrivateFunction, PrivateRelease
 
 __version__ = "0.1.0"
@@ -63,6 +64,7 @@ __all__ = [
     "contract",
     "datasets",
     "kernels",
+    "load",
     "models",
     "pipeline",
     "privacy_audit",

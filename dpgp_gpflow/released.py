@@ -7,7 +7,10 @@
   adds class probabilities. Each factors what it needs once, at construction.
 
 All share :class:`Released`: the releases they are built from, their total ``(epsilon, delta)``
-under basic composition, and a short repr (mechanism, epsilon, delta, k, r, bounds; no arrays).
+under basic composition, a short repr (mechanism, epsilon, delta, k, r, bounds; no arrays), a
+privacy card (:meth:`Released.privacy_card`) and :meth:`Released.save` to a release file
+(``docs/release_file.md``; read back with :func:`dpgp_gpflow.load`). A :class:`PrivateFunction` also
+exports a TensorFlow SavedModel (:meth:`PrivateFunction.export_saved_model`) that plain TensorFlow serves.
 Privacy assumption: none of them holds the private outputs or anything computed from them except
 the released (noisy) values; every other piece is a copy of a public quantity.
 """
@@ -15,8 +18,11 @@ the released (noisy) values; every other piece is a copy of a public quantity.
 from __future__ import annotations
 
 import math
+import os
+import re
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Optional, Sequence, Tuple
+from pathlib import Path
+from typing import Any, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
@@ -25,6 +31,15 @@ from gpflow.base import MeanAndVariance
 
 from .cloaking import OptimiserCertificate, row_norms
 from .contract import PublicReadout
+from .release_file import (
+    ReleaseDocument,
+    ReleaseFileError,
+    inputs_hash,
+    provenance,
+    take_arrays,
+    write,
+    write_card,
+)
 from .validation import as_inputs
 
 __all__ = [
@@ -34,6 +49,7 @@ __all__ = [
     "PrivateRelease",
     "Released",
     "probit_approximation",
+    "release_from_document",
 ]
 
 
@@ -46,6 +62,57 @@ class Released:
         raise NotImplementedError
 
     # ``epsilon``, ``delta`` and ``reproducible``: fields of a PrivateRelease, totals of a PrivateFunction.
+
+    # -- the privacy card and the release file (docs/release_file.md) --------------------------------
+
+    def privacy_card(self) -> Dict[str, Any]:
+        """What was released and under which guarantee, as plain values (``docs/release_file.md#the-privacy-card``):
+        the total ``epsilon``, ``delta`` (basic composition), ``reproducible``, and one entry per release."""
+        return {"epsilon": self.epsilon, "delta": self.delta, "reproducible": self.reproducible,
+                "releases": [r.release_card() for r in self.releases]}
+
+    def file_content(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+        """``(content, arrays)`` of this object's release file (the card is added by :meth:`save`)."""
+        arrays: Dict[str, np.ndarray] = {}
+        for i, r in enumerate(self.releases):
+            for name in _RELEASE_ARRAYS:
+                arrays[f"releases/{i}/{name}"] = np.asarray(getattr(r, name), dtype=np.float64)
+        return {}, arrays
+
+    def save(self, path: Union[str, "os.PathLike[str]"], *, inputs: Any = None, **card_extras: Any) -> Path:
+        """Write this object to a release file at ``path`` (one JSON file, ``docs/release_file.md``); read it
+        back with :func:`dpgp_gpflow.load`. Saving is post-processing: it costs no privacy budget.
+
+        The card records the privacy parameters of every release, the software versions, the creation
+        time (UTC) and ``inputs_hash``: the SHA-256 (:func:`~dpgp_gpflow.release_file.inputs_hash`) of the
+        public ``inputs`` the release was computed at when given (for a :class:`PrivateRelease` its
+        ``Xnew``), or an ``inputs_hash=`` string passed as is. Other keywords are added to the card as
+        they are (plain JSON values; the card's own keys are refused). ``NotImplementedError`` when a
+        piece has no file form (a readout without ``release_state``, a kernel outside the supported list).
+        """
+        cls = type(self)
+        if not cls.__module__.startswith("dpgp_gpflow."):
+            raise NotImplementedError(
+                f"cannot save a {cls.__module__}.{cls.__qualname__}: release files hold dpgp_gpflow's own released "
+                "classes only (a subclass would load as a class without its own behaviour)")
+        content, arrays = self.file_content()
+        card = self.privacy_card()
+        reserved = set(card) | {"software", "created"}
+        clash = sorted(reserved & set(card_extras))
+        if clash:
+            raise ValueError(f"card_extras may not set the card's own keys {clash}")
+        recorded = card_extras.pop("inputs_hash", None)
+        if recorded is not None and not (isinstance(recorded, str) and re.fullmatch(r"[0-9a-f]{64}", recorded)):
+            raise ValueError(f"inputs_hash must be 64 lower-case hex digits (a SHA-256), got {recorded!r}")
+        if inputs is not None:
+            computed = inputs_hash(inputs)
+            if recorded is not None and recorded != computed:
+                raise ValueError("inputs_hash does not match the SHA-256 of the inputs given")
+            recorded = computed
+        card.update(provenance())
+        card["inputs_hash"] = recorded
+        card.update(card_extras)
+        return write(path, cls.__name__, card, content, arrays)
 
     def __repr__(self) -> str:
         last = self.releases[-1]
@@ -103,6 +170,37 @@ class PrivateRelease(Released):
     def mu(self) -> float:
         """Gaussian-DP parameter of this release: sensitivity / noise std = 1 / noise_multiplier."""
         return 1.0 / self.noise_multiplier
+
+    def release_card(self) -> Dict[str, Any]:
+        """This release's entry in a privacy card: every scalar field (``certificate`` as a dict) and ``k``."""
+        card: Dict[str, Any] = {name: getattr(self, name) for name in _RELEASE_FIELDS}
+        card["y_bounds"] = None if self.y_bounds is None else [float(b) for b in self.y_bounds]
+        card["certificate"] = None if self.certificate is None else {
+            name: getattr(self.certificate, name) for name in OptimiserCertificate._fields}
+        card["k"] = int(np.size(self.mean))
+        return card
+
+    @classmethod
+    def from_release_card(cls, card: Mapping[str, Any], arrays: Mapping[str, np.ndarray],
+                          prefix: str = "releases/0/") -> "PrivateRelease":
+        """The release of a :meth:`release_card` entry and its arrays (``prefix + "mean"``, ...) from a
+        release file; ``ReleaseFileError`` when a field or an array is missing or malformed."""
+        if not isinstance(card, Mapping):
+            raise ReleaseFileError("a release's card entry must be an object")
+        fields = {name: _card_field(card, name, kind) for name, kind in _RELEASE_FIELD_TYPES.items()}
+        bounds = card.get("y_bounds")
+        if bounds is not None:
+            if not (isinstance(bounds, list) and len(bounds) == 2 and all(_is_number(b) for b in bounds)):
+                raise ReleaseFileError(f"release card: y_bounds must be null or [lo, hi], got {bounds!r}")
+            bounds = (float(bounds[0]), float(bounds[1]))
+        fields["y_bounds"] = bounds
+        fields["certificate"] = _certificate(card.get("certificate", "missing"))
+        a = take_arrays("PrivateRelease", arrays, {"mean": 1, "variance": 1, "noise_std": 1, "noise_factor": 2}, prefix)
+        k = a["mean"].shape[0]
+        if (a["variance"].shape != (k,) or a["noise_std"].shape != (k,) or a["noise_factor"].shape[0] != k
+                or card.get("k") != k):
+            raise ReleaseFileError(f"release {prefix!r}: mean [{k}] does not match variance, noise_std, noise_factor or k")
+        return cls(**a, **fields)
 
 
 
@@ -189,6 +287,88 @@ class PrivateFunction(Released):
         mean, var, noise_std = self._terms(self._inputs(Xnew))
         return mean, var + tf.square(noise_std)[:, None]
 
+    # -- publishing -----------------------------------------------------------------------------
+
+    def file_content(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+        """The releases' arrays, ``R`` (``coordinates``) and the readout's frozen public state
+        (``readout/...``): ``docs/release_file.md#functions-and-classifiers``. Nothing here needs the
+        private outputs or, except for a Laplace readout (``k(X*, X)``), the training inputs."""
+        content, arrays = super().file_content()
+        state = getattr(self._readout, "release_state", None)
+        readout_cls = type(self._readout)
+        if state is None or not readout_cls.__module__.startswith("dpgp_gpflow."):
+            raise NotImplementedError(
+                f"cannot save the readout {readout_cls.__qualname__}: a release file holds dpgp_gpflow's readouts that "
+                "define release_state() (export_saved_model needs no file form)")
+        readout_content, readout_arrays = state()
+        content = {**content, "readout": {"kind": readout_cls.__name__, "state": readout_content},
+                   "coordinates": self.coordinates is not None}
+        if self.coordinates is not None:
+            arrays["coordinates"] = self.coordinates.numpy()
+        arrays.update({f"readout/{name}": np.asarray(a) for name, a in readout_arrays.items()})
+        return content, arrays
+
+    @classmethod
+    def from_release_document(cls, document: ReleaseDocument, readout: PublicReadout) -> "PrivateFunction":
+        """The object of a verified release file (:func:`dpgp_gpflow.release_file.read`) with its readout
+        already rebuilt (:func:`dpgp_gpflow.publishing.load` picks the readout class). Sets the same
+        state as the constructor; a subclass keeping state of its own must override this."""
+        releases = _releases_of(document)
+        m = releases[-1].mean.shape[0]
+        coordinates = None
+        flag = document.content.get("coordinates")
+        if not isinstance(flag, bool):
+            raise ReleaseFileError("content.coordinates must be true or false")
+        if flag:
+            coordinates = take_arrays(cls.__name__, document.arrays, {"coordinates": 2})["coordinates"]
+            if coordinates.shape != (m, m):
+                raise ReleaseFileError(f"coordinates must be [{m}, {m}], got {list(coordinates.shape)}")
+        probe = readout.readout(tf.zeros([1, int(readout.input_dim)], dtype=tf.float64))
+        if tuple(probe.shape) != (1, m):
+            raise ReleaseFileError(f"the readout maps {int(probe.shape[1])} latent values, the release has {m}")
+        function = cls.__new__(cls)
+        PrivateFunction.__init__(function, releases[-1], readout, coordinates, releases=releases)
+        return function
+
+    def _serving_outputs(self, Xnew: tf.Tensor) -> Dict[str, tf.Tensor]:
+        mean, var, noise_std = self._terms(Xnew)
+        return {"mean": mean[:, 0], "variance": var[:, 0], "noise_std": noise_std}
+
+    def export_saved_model(self, path: Union[str, "os.PathLike[str]"]) -> Path:
+        """Write a TensorFlow SavedModel at ``path`` (a folder) that plain TensorFlow serves without
+        dpgp_gpflow or GPflow installed (``docs/release_file.md#savedmodel-export``).
+
+        Signature ``serving_default``: input ``X`` float64 [None, D]; outputs (each [None]) ``mean``,
+        ``variance`` (public posterior variance) and ``noise_std`` (DP noise std) as :meth:`predict`,
+        or for a :class:`PrivateClassifier` ``probability`` (of class +1), ``latent_mean`` and
+        ``latent_variance`` (DP noise included) as :meth:`PrivateClassifier.predict_y` / ``predict_f``.
+        The released values and public pieces are constants of the graph; the privacy card is written
+        beside it, to ``assets.extra/privacy_card.json``. Post-processing: no privacy cost.
+
+        ``NotImplementedError`` when the readout cannot be traced by ``tf.function`` (it creates
+        variables on every call).
+        """
+        path = Path(path)
+        outputs = self._serving_outputs
+        serve = tf.function(lambda X: outputs(X), autograph=False,  # plain TF ops: nothing to convert
+                            input_signature=[tf.TensorSpec([None, int(self._readout.input_dim)], tf.float64, name="X")])
+        module = tf.Module()
+        module.serve = serve
+        try:
+            concrete = serve.get_concrete_function()
+        except ValueError as exc:
+            if "tf.Variable" not in str(exc):
+                raise
+            raise NotImplementedError(
+                f"cannot export {type(self._readout).__qualname__}: its methods create TensorFlow variables on every "
+                "call (e.g. a GPflow InducingPoints), so tf.function cannot trace them into a SavedModel") from exc
+        tf.saved_model.save(module, str(path), signatures={"serving_default": concrete})
+        card = {**self.privacy_card(), **provenance()}
+        extra = path / "assets.extra"
+        extra.mkdir(exist_ok=True)
+        write_card(extra / "privacy_card.json", type(self).__name__, card)
+        return path
+
 
 @check_shapes("mean: [M, 1]", "var: [M, 1]", "return: [M, 1]")
 def probit_approximation(mean: tf.Tensor, var: tf.Tensor) -> tf.Tensor:
@@ -218,3 +398,75 @@ class PrivateClassifier(PrivateFunction):
         """Predicted labels in {-1, +1} [k, 1]: the sign of the latent mean (p >= 1/2 gives +1)."""
         mean, _ = self.predict_f(Xnew)
         return np.where(mean.numpy() >= 0.0, 1.0, -1.0)
+
+    def _serving_outputs(self, Xnew: tf.Tensor) -> Dict[str, tf.Tensor]:
+        mean, var, noise_std = self._terms(Xnew)
+        latent_var = var + tf.square(noise_std)[:, None]
+        p = probit_approximation(mean, latent_var)
+        return {"probability": p[:, 0], "latent_mean": mean[:, 0], "latent_variance": latent_var[:, 0]}
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the card back (docs/release_file.md).
+
+#: The arrays of each release in a release file, under ``releases/<i>/``.
+_RELEASE_ARRAYS = ("mean", "variance", "noise_std", "noise_factor")
+#: The scalar fields of a release's card entry and their JSON types.
+_RELEASE_FIELD_TYPES: Dict[str, str] = {
+    "mechanism": "str", "calibration": "str", "objective": "str?", "epsilon": "float", "delta": "float",
+    "data_sensitivity": "float", "sensitivity": "float", "noise_multiplier": "float", "rank": "int",
+    "rtol": "float?", "bias_bound": "float", "reproducible": "bool",
+}
+_RELEASE_FIELDS = tuple(_RELEASE_FIELD_TYPES)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _card_field(card: Mapping[str, Any], name: str, kind: str) -> Any:
+    if name not in card:
+        raise ReleaseFileError(f"release card: {name} is missing")
+    value = card[name]
+    if kind.endswith("?"):
+        if value is None:
+            return None
+        kind = kind[:-1]
+    ok = {"str": isinstance(value, str), "bool": isinstance(value, bool), "float": _is_number(value),
+          "int": isinstance(value, int) and not isinstance(value, bool)}[kind]
+    if not ok:
+        raise ReleaseFileError(f"release card: {name} must be a {kind}, got {value!r}")
+    return float(value) if kind == "float" else value
+
+
+def _certificate(value: Any) -> Optional[OptimiserCertificate]:
+    if value is None:
+        return None
+    if not (isinstance(value, Mapping) and set(value) == set(OptimiserCertificate._fields)):
+        raise ReleaseFileError(f"release card: certificate must be null or an object with {OptimiserCertificate._fields}")
+    cert = {name: _card_field(value, name, kind) for name, kind in (
+        ("objective", "str"), ("gap", "float"), ("relative_gap", "float"), ("tol", "float"),
+        ("iterations", "int"), ("converged", "bool"), ("support", "int"))}
+    return OptimiserCertificate(**cert)
+
+
+def _releases_of(document: ReleaseDocument) -> Tuple[PrivateRelease, ...]:
+    """Every release of a verified release file, checked against the card's totals."""
+    entries = document.card.get("releases")
+    if not isinstance(entries, list) or not entries:
+        raise ReleaseFileError("card.releases must be a non-empty list")
+    releases = tuple(PrivateRelease.from_release_card(e, document.arrays, f"releases/{i}/")
+                     for i, e in enumerate(entries))
+    for name, total in (("epsilon", math.fsum(r.epsilon for r in releases)),
+                        ("delta", math.fsum(r.delta for r in releases))):
+        if document.card.get(name) != total:
+            raise ReleaseFileError(f"card.{name} {document.card.get(name)!r} is not the total of the releases ({total!r})")
+    return releases
+
+
+def release_from_document(document: ReleaseDocument) -> PrivateRelease:
+    """The :class:`PrivateRelease` of a verified release file of kind ``"PrivateRelease"``."""
+    releases = _releases_of(document)
+    if len(releases) != 1:
+        raise ReleaseFileError(f"a PrivateRelease file holds one release, this one {len(releases)}")
+    return releases[0]

@@ -17,7 +17,7 @@ reading labels.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional
+from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple
 
 import gpflow
 import numpy as np
@@ -27,6 +27,7 @@ from gpflow.base import InputData, MeanAndVariance, RegressionData
 from gpflow.models import GPModel, InternalDataTrainingLossMixin
 from gpflow.models.util import data_input_to_tensor
 
+from ..release_file import ReleaseFileError, kernel_from_spec, kernel_spec, take_arrays
 from ..released import probit_approximation
 from .gpr import gpr_cloaking_matrix
 
@@ -431,6 +432,36 @@ class LaplaceReadout:
         v = tf.linalg.triangular_solve(self._LB, self._sqrt_w * self._kernel(self._X, Xnew), lower=True)  # [N, K]
         return self._kernel(Xnew, full_cov=False) - tf.reduce_sum(tf.square(v), 0)
 
+    def release_state(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+        """``(content, arrays)`` of a release file (``docs/release_file.md#readouts``): the kernel as a
+        specification; the public training inputs ``X``, ``W`` and the Cholesky factors ``Lk`` (of
+        ``K + jitter I``) and ``LB`` as arrays. ``X`` is needed to predict (``k(X*, X)``); it is public,
+        and no label or statistic of the labels is saved.
+
+        ``NotImplementedError`` when the kernel is not one a release file holds.
+        """
+        content = {"input_dim": self.input_dim, "kernel": kernel_spec(self._kernel)}
+        return content, {"X": self._X.numpy(), "W_diag": self.W_diag.numpy(), "Lk": self._Lk.numpy(),
+                         "LB": self._LB.numpy()}
+
+    @classmethod
+    def from_release_state(cls, content: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> "LaplaceReadout":
+        """The readout of :meth:`release_state`'s ``(content, arrays)``, with exactly the saved factors."""
+        a = take_arrays("LaplaceReadout", arrays, {"X": 2, "W_diag": 1, "Lk": 2, "LB": 2})
+        n, dim = a["X"].shape
+        if (a["W_diag"].shape != (n,) or a["Lk"].shape != (n, n) or a["LB"].shape != (n, n)
+                or content.get("input_dim") != dim or np.any(a["W_diag"] < 0)):
+            raise ReleaseFileError(f"LaplaceReadout: X [{n}, {dim}] does not match W_diag, Lk, LB or input_dim")
+        readout = cls.__new__(cls)  # the factors as saved: nothing recomputed
+        readout._kernel = kernel_from_spec(content.get("kernel"))
+        readout._X = tf.constant(a["X"])
+        readout.W_diag = tf.constant(a["W_diag"])
+        readout.input_dim = int(dim)
+        readout._Lk = tf.constant(a["Lk"])
+        readout._sqrt_w = tf.sqrt(readout.W_diag)[:, None]
+        readout._LB = tf.constant(a["LB"])
+        return readout
+
 
 class SoRReadout:
     """Frozen public pieces of a SoR Laplace prediction from released weights ``w~``: features
@@ -459,6 +490,31 @@ class SoRReadout:
     def variance(self, Xnew: tf.Tensor) -> tf.Tensor:
         v = tf.linalg.triangular_solve(self._La, tf.transpose(self.readout(Xnew)), lower=True)  # [M, K]
         return tf.reduce_sum(tf.square(v), axis=0)
+
+    def release_state(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+        """``(content, arrays)`` of a release file (``docs/release_file.md#readouts``): the kernel as a
+        specification; ``Z`` and the Cholesky factors ``Lmm`` and ``La`` as arrays (the training inputs
+        are not needed once ``La`` is factored).
+
+        ``NotImplementedError`` when the kernel is not one a release file holds.
+        """
+        content = {"input_dim": self.input_dim, "kernel": kernel_spec(self._kernel)}
+        return content, {"Z": self.Z.numpy(), "Lmm": self._Lmm.numpy(), "La": self._La.numpy()}
+
+    @classmethod
+    def from_release_state(cls, content: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> "SoRReadout":
+        """The readout of :meth:`release_state`'s ``(content, arrays)``, with exactly the saved factors."""
+        a = take_arrays("SoRReadout", arrays, {"Z": 2, "Lmm": 2, "La": 2})
+        m, dim = a["Z"].shape
+        if a["Lmm"].shape != (m, m) or a["La"].shape != (m, m) or content.get("input_dim") != dim:
+            raise ReleaseFileError(f"SoRReadout: Z [{m}, {dim}] does not match Lmm, La or input_dim")
+        readout = cls.__new__(cls)  # the factors as saved: nothing recomputed
+        readout._kernel = kernel_from_spec(content.get("kernel"))
+        readout.Z = tf.constant(a["Z"])
+        readout.input_dim = int(dim)
+        readout._Lmm = tf.constant(a["Lmm"])
+        readout._La = tf.constant(a["La"])
+        return readout
 
 
 def validate_labels(Y: object) -> np.ndarray:

@@ -9,7 +9,7 @@ inputs private by post-processing: "release once, query anywhere".
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple
 
 import gpflow
 import numpy as np
@@ -19,6 +19,14 @@ from gpflow.covariances import Kuf, Kuu
 from sklearn.cluster import KMeans
 
 from ..contract import ReleaseTerms
+from ..release_file import (
+    ReleaseFileError,
+    kernel_from_spec,
+    kernel_spec,
+    mean_function_from_spec,
+    mean_function_spec,
+    take_arrays,
+)
 from ..released import PrivateFunction, PrivatePrediction
 from ..validation import as_inputs
 from .base import FactoredModelMixin, prepare_private_data, public_constant_mean
@@ -75,8 +83,12 @@ def fitc_terms(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, X: tf.Tensor, noise_
 
 @check_shapes("Xnew: [K, D]", "Z: [M, D]", "Luu: [M, M]", "return: [K, M]")
 def fitc_readout(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, Luu: tf.Tensor, Xnew: tf.Tensor) -> tf.Tensor:
-    """``A(Xnew) = k(Xnew, Z) L_uu^{-T}``: maps the inducing values to predictions (public)."""
-    kus = Kuf(gpflow.inducing_variables.InducingPoints(Z), kernel, Xnew)  # [M, K]
+    """``A(Xnew) = k(Xnew, Z) L_uu^{-T}``: maps the inducing values to predictions (public).
+
+    ``k(Z, Xnew)`` directly (what ``Kuf`` of ``InducingPoints`` computes) rather than through a fresh
+    ``InducingPoints``, whose variable would make this untraceable by ``tf.function`` (SavedModel export).
+    """
+    kus = kernel(Z, Xnew)  # [M, K]
     return tf.transpose(tf.linalg.triangular_solve(Luu, kus))
 
 
@@ -107,6 +119,27 @@ class FITCReadout:
         w = tf.transpose(self.readout(Xnew))  # [M, K]
         iA = tf.linalg.triangular_solve(self._LB, w)
         return self._kernel(Xnew, full_cov=False) - tf.reduce_sum(w**2, 0) + tf.reduce_sum(iA**2, 0)
+
+    def release_state(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+        """``(content, arrays)`` of a release file (``docs/release_file.md#readouts``): the kernel and mean
+        function as specifications, ``Z``, ``Luu`` and ``LB`` as arrays. All public; no outputs.
+
+        ``NotImplementedError`` when the kernel or mean function is not one a release file holds.
+        """
+        content = {"input_dim": self.input_dim, "kernel": kernel_spec(self._kernel),
+                   "mean_function": mean_function_spec(self._mean_function)}
+        return content, {"Z": self._Z.numpy(), "Luu": self._Luu.numpy(), "LB": self._LB.numpy()}
+
+    @classmethod
+    def from_release_state(cls, content: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> "FITCReadout":
+        """The readout of :meth:`release_state`'s ``(content, arrays)``, with exactly the saved values."""
+        a = take_arrays("FITCReadout", arrays, {"Z": 2, "Luu": 2, "LB": 2})
+        m, dim = a["Z"].shape
+        if a["Luu"].shape != (m, m) or a["LB"].shape != (m, m) or content.get("input_dim") != dim:
+            raise ReleaseFileError(f"FITCReadout: Z [{m}, {dim}] does not match Luu, LB or input_dim")
+        terms = FITCTerms(a["Luu"], a["LB"], None)
+        return cls(kernel_from_spec(content.get("kernel")), mean_function_from_spec(content.get("mean_function")),
+                   a["Z"], terms)
 
 
 class DPGPRFITC(FactoredModelMixin, gpflow.models.GPRFITC):

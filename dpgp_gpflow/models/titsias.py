@@ -14,14 +14,23 @@ predictions at *any* inputs private by post-processing, exactly as for
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple
 
 import gpflow
+import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.covariances import Kuf, Kuu
 
 from ..contract import ReleaseTerms
+from ..release_file import (
+    ReleaseFileError,
+    kernel_from_spec,
+    kernel_spec,
+    mean_function_from_spec,
+    mean_function_spec,
+    take_arrays,
+)
 from ..validation import as_inputs
 from .base import FactoredModelMixin, prepare_private_data, public_constant_mean
 
@@ -66,8 +75,11 @@ def sgpr_terms(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, X: tf.Tensor, noise_
 
 @check_shapes("Xnew: [K, D]", "Z: [M, D]", "L: [M, M]", "LB: [M, M]", "return: [K, M]")
 def sgpr_readout(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, LB: tf.Tensor, Xnew: tf.Tensor) -> tf.Tensor:
-    """``a(Xnew) = (L_B^{-1} L^{-1} k(Z, Xnew))^T``: maps the latent values ``c`` to predictions (public)."""
-    kus = Kuf(gpflow.inducing_variables.InducingPoints(Z), kernel, Xnew)  # [M, K]
+    """``a(Xnew) = (L_B^{-1} L^{-1} k(Z, Xnew))^T``: maps the latent values ``c`` to predictions (public).
+
+    ``k(Z, Xnew)`` directly (what ``Kuf`` of ``InducingPoints`` computes), so that this traces in
+    ``tf.function`` (SavedModel export) without creating a variable per call."""
+    kus = kernel(Z, Xnew)  # [M, K]
     tmp1 = tf.linalg.triangular_solve(L, kus, lower=True)
     return tf.transpose(tf.linalg.triangular_solve(LB, tmp1, lower=True))
 
@@ -75,7 +87,7 @@ def sgpr_readout(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, LB: 
 @check_shapes("Xnew: [K, D]", "Z: [M, D]", "L: [M, M]", "LB: [M, M]", "return: [K]")
 def sgpr_variance(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, LB: tf.Tensor, Xnew: tf.Tensor) -> tf.Tensor:
     """SGPR posterior variance of f: ``k(x, x) + |L_B^{-1} L^{-1} k(Z, x)|^2 - |L^{-1} k(Z, x)|^2`` (public)."""
-    kus = Kuf(gpflow.inducing_variables.InducingPoints(Z), kernel, Xnew)  # [M, K]
+    kus = kernel(Z, Xnew)  # [M, K], as in sgpr_readout
     tmp1 = tf.linalg.triangular_solve(L, kus, lower=True)
     tmp2 = tf.linalg.triangular_solve(LB, tmp1, lower=True)
     return kernel(Xnew, full_cov=False) + tf.reduce_sum(tf.square(tmp2), 0) - tf.reduce_sum(tf.square(tmp1), 0)
@@ -106,6 +118,26 @@ class SGPRReadout:
 
     def variance(self, Xnew: tf.Tensor) -> tf.Tensor:
         return sgpr_variance(self._kernel, self._Z, self._L, self._LB, Xnew)
+
+    def release_state(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+        """``(content, arrays)`` of a release file (``docs/release_file.md#readouts``): the kernel and mean
+        function as specifications, ``Z``, ``L`` and ``LB`` as arrays. All public; no outputs.
+
+        ``NotImplementedError`` when the kernel or mean function is not one a release file holds.
+        """
+        content = {"input_dim": self.input_dim, "kernel": kernel_spec(self._kernel),
+                   "mean_function": mean_function_spec(self._mean_function)}
+        return content, {"Z": self._Z.numpy(), "L": self._L.numpy(), "LB": self._LB.numpy()}
+
+    @classmethod
+    def from_release_state(cls, content: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> "SGPRReadout":
+        """The readout of :meth:`release_state`'s ``(content, arrays)``, with exactly the saved values."""
+        a = take_arrays("SGPRReadout", arrays, {"Z": 2, "L": 2, "LB": 2})
+        m, dim = a["Z"].shape
+        if a["L"].shape != (m, m) or a["LB"].shape != (m, m) or content.get("input_dim") != dim:
+            raise ReleaseFileError(f"SGPRReadout: Z [{m}, {dim}] does not match L, LB or input_dim")
+        return cls(kernel_from_spec(content.get("kernel")), mean_function_from_spec(content.get("mean_function")),
+                   a["Z"], SGPRTerms(a["L"], a["LB"], None))
 
 
 class DPSGPR(FactoredModelMixin, gpflow.models.SGPR):
