@@ -1,36 +1,27 @@
-"""Progress on long work: tqdm where it is installed, else a one-line counter on stderr."""
+"""Progress on long work: a tqdm bar on stderr."""
 
 from __future__ import annotations
 
 import sys
+from typing import Optional
 
-try:
-    from tqdm.auto import tqdm
-except ImportError:  # tqdm is optional
-    tqdm = None
+from tqdm.auto import tqdm
 
 __all__ = ["Progress"]
 
 
 class Progress:
-    """A progress bar over ``total`` steps; silent when ``enabled`` is false."""
+    """A progress bar over ``total`` steps on stderr; silent when ``enabled`` is false."""
 
     def __init__(self, total: int, enabled: bool, desc: str) -> None:
-        self._enabled = bool(enabled)
-        self._total, self._count, self._desc = total, 0, desc
-        self._bar = tqdm(total=total, desc=desc) if (self._enabled and tqdm is not None) else None
+        self._bar = tqdm(total=total, desc=desc, file=sys.stderr, leave=False) if enabled else None
 
-    def update(self) -> None:
-        self._count += 1
-        if not self._enabled:
-            return
+    def update(self, desc: Optional[str] = None) -> None:
+        """One step done; ``desc`` names the step that starts now."""
         if self._bar is not None:
+            if desc is not None:
+                self._bar.set_description_str(desc)
             self._bar.update(1)
-        else:
-            sys.stderr.write(f"\r{self._desc}: {self._count}/{self._total}")
-            if self._count == self._total:
-                sys.stderr.write("\n")
-            sys.stderr.flush()
 
     def close(self) -> None:
         if self._bar is not None:

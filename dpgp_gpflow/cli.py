@@ -1,0 +1,462 @@
+"""The ``dpgp`` command line: private GP releases from CSV or Parquet files, for data owners.
+
+``dpgp release``, ``dpgp predict``, ``dpgp select``, ``dpgp show``, ``dpgp budget init|show`` and
+``dpgp demo`` (``dpgp --help``; ``dpgp COMMAND --help``). Every input is checked before the ledger
+is touched or any noise is drawn: bad input prints one line ``dpgp: error: ...`` and exits with
+code 2, with nothing drawn and nothing spent. The standard library's ``argparse`` parses the
+options, so that ``--x COL [COL ...]`` takes several columns as written.
+
+Privacy model (``docs/privacy_model.md``): the ``--x`` columns are public, the ``--y`` column is
+private and clipped to ``--bounds``; hyperparameters given on the command line are public (chosen
+without the outputs), or chosen privately by ``dpgp select``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import List, NoReturn, Optional, Sequence, Tuple
+
+import gpflow
+import numpy as np
+import pandas as pd
+
+from . import __version__
+from .__main__ import run_demo
+from .accounting import PrivacyAccountant, PrivacyEvent
+from .calibration import gaussian_multiplier
+from .composition import COMPOSITIONS
+from .exceptions import BudgetExceededError, PrivacyLeakError
+from .models import DPGPR, DPGPRFITC, kmeans_inducing_inputs
+from .progress import Progress
+from .publishing import load, read_card
+from .release import gaussian_event
+from .released import PrivateFunction, Released
+from .selection import select_hyperparameters
+from .validation import OBJECTIVES, validate_bounds, validate_delta, validate_epsilon
+
+__all__ = ["main"]
+
+KERNELS = {
+    "se": gpflow.kernels.SquaredExponential,
+    "matern52": gpflow.kernels.Matern52,
+    "matern32": gpflow.kernels.Matern32,
+}
+
+
+class UsageError(Exception):
+    """Bad input: reported as one line, exit code 2, before anything is drawn or spent."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse prints the usage too)
+        sys.stderr.write(f"dpgp: error: {message} (see {self.prog} --help)\n")
+        raise SystemExit(2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading tables
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    """A CSV or Parquet file (by extension) as a DataFrame; ``UsageError`` if unreadable or empty."""
+    if not path.is_file():
+        raise UsageError(f"{path}: no such file")
+    try:
+        frame = pd.read_parquet(path) if path.suffix.lower() in (".parquet", ".pq") else pd.read_csv(path)
+    except Exception as exc:  # pandas raises many kinds; all mean "cannot read this table"
+        raise UsageError(f"{path}: cannot read it as {'Parquet' if path.suffix == '.parquet' else 'CSV'} ({exc})")
+    if frame.shape[0] == 0:
+        raise UsageError(f"{path}: the table is empty")
+    return frame
+
+
+def columns(frame: pd.DataFrame, names: Sequence[str], path: Path, *, private: bool = False) -> np.ndarray:
+    """The named columns as a finite float64 array [rows, len(names)].
+
+    For the private column the message never describes its values (no counts, no examples).
+    """
+    missing = [c for c in names if c not in frame.columns]
+    if missing:
+        raise UsageError(f"{path}: no column(s) {missing}; the table has {list(frame.columns)}")
+    out = []
+    for c in names:
+        values = pd.to_numeric(frame[c], errors="coerce")
+        if values.isna().any() and not private:
+            raise UsageError(f"{path}: column {c!r} has {int(values.isna().sum())} missing or non-numeric value(s)")
+        if private and not np.all(np.isfinite(values.to_numpy(dtype=np.float64, na_value=np.nan))):
+            raise UsageError(f"{path}: the private column {c!r} has missing, non-numeric or infinite values")
+        out.append(values.to_numpy(dtype=np.float64))
+    arr = np.stack(out, axis=1)
+    if not private and not np.all(np.isfinite(arr)):
+        raise UsageError(f"{path}: the columns {list(names)} have infinite values")
+    return arr
+
+
+def _output(path: Path, force: bool) -> Path:
+    if path.exists() and not force:
+        raise UsageError(f"{path} exists (use --force to overwrite)")
+    if not path.parent.exists():
+        raise UsageError(f"{path.parent}: no such folder")
+    return path
+
+
+def _privacy(epsilon: float, delta: float) -> Tuple[float, float]:
+    try:
+        return validate_epsilon(epsilon), validate_delta(delta)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _bounds(args) -> Tuple[float, float]:
+    try:
+        return validate_bounds(tuple(args.bounds))
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"--bounds: {exc}") from None
+
+
+def _positive(name: str, value: Optional[float]) -> Optional[float]:
+    if value is not None and not (math.isfinite(value) and value > 0.0):
+        raise UsageError(f"{name} must be finite and > 0, got {value}")
+    return value
+
+
+def _kernel(args, dim: int, lengthscales: Optional[Sequence[float]] = None) -> gpflow.kernels.Kernel:
+    ls = list(args.lengthscale if lengthscales is None else lengthscales)
+    if len(ls) not in (1, dim):
+        raise UsageError(f"--lengthscale takes one value or one per --x column ({dim}), got {len(ls)}")
+    for v in ls:
+        _positive("--lengthscale", v)
+    return KERNELS[args.kernel](lengthscales=ls[0] if len(ls) == 1 else np.asarray(ls, dtype=np.float64),
+                                variance=_positive("--variance", args.variance))
+
+
+def _ledger(args) -> Optional[PrivacyAccountant]:
+    if args.ledger is None:
+        return None
+    path = Path(args.ledger)
+    if not path.is_file():
+        raise UsageError(f"{path}: no ledger there (create one with: dpgp budget init {path} --epsilon E --delta D)")
+    return PrivacyAccountant.open(path, dataset=args.dataset or Path(args.data).name)
+
+
+def _test_inputs(args, X: np.ndarray) -> Optional[np.ndarray]:
+    if args.at is not None and args.grid is not None:
+        raise UsageError("give --at or --grid, not both")
+    if args.at is not None:
+        path = Path(args.at)
+        return columns(read_table(path), args.x, path)
+    if args.grid is not None:
+        if not (1 <= args.grid <= 10_000):
+            raise UsageError(f"--grid must be between 1 and 10000 points per axis, got {args.grid}")
+        axes = [np.linspace(lo, hi, args.grid) for lo, hi in zip(X.min(axis=0), X.max(axis=0))]  # public range
+        if args.grid ** X.shape[1] > 1_000_000:
+            raise UsageError(f"--grid {args.grid} over {X.shape[1]} inputs is {args.grid ** X.shape[1]} points; use fewer")
+        return np.stack([g.reshape(-1) for g in np.meshgrid(*axes, indexing="ij")], axis=1)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands
+
+
+def _release_inputs(args, X: np.ndarray) -> Optional[np.ndarray]:
+    """The public inputs to release at (``--at``/``--grid``), checked against ``--sparse``."""
+    Xnew = _test_inputs(args, X)
+    if args.sparse is None and Xnew is None:
+        raise UsageError("give --at TEST.csv or --grid N (or --sparse M to release a function usable anywhere)")
+    if args.sparse is not None and not (1 <= args.sparse <= X.shape[0]):
+        raise UsageError(f"--sparse must be between 1 and the number of rows ({X.shape[0]}), got {args.sparse}")
+    return Xnew
+
+
+def _release(args, data: Path, X: np.ndarray, Y: np.ndarray, bounds: Tuple[float, float],
+             kernel: gpflow.kernels.Kernel, Xnew: Optional[np.ndarray], epsilon: float, delta: float,
+             accountant: Optional[PrivacyAccountant], out: Path) -> Released:
+    """Build the model, release (checking and charging ``accountant``), write ``out``."""
+    steps = Progress(3, not args.quiet and sys.stderr.isatty(), "model")  # no bar in logs and pipes
+    try:
+        if args.sparse is None:
+            model = DPGPR((X, Y), kernel, y_bounds=bounds, noise_variance=args.noise)
+            steps.update("release")
+            released = model.release(Xnew, epsilon=epsilon, delta=delta, objective=args.objective,
+                                     accountant=accountant, seed=args.seed)
+        else:
+            Z = kmeans_inducing_inputs(X, args.sparse)  # public inputs only
+            model = DPGPRFITC((X, Y), kernel, Z, noise_variance=args.noise, y_bounds=bounds)
+            steps.update("release")
+            released = model.release_function(epsilon=epsilon, delta=delta, objective=args.objective,
+                                              accountant=accountant, seed=args.seed)
+        steps.update("write")
+        released.save(out, inputs=Xnew if args.sparse is None else None, columns=list(args.x),
+                      dataset=args.dataset or data.name)
+        steps.update()
+    finally:
+        steps.close()
+    if not args.quiet:
+        sys.stderr.write(f"wrote {out}: {released!r}\n")
+    return released
+
+
+def cmd_release(args) -> int:
+    epsilon, delta = _privacy(args.epsilon, args.delta)
+    bounds = _bounds(args)
+    data = Path(args.data)
+    frame = read_table(data)
+    X = columns(frame, args.x, data)
+    Y = columns(frame, [args.y], data, private=True)
+    Xnew = _release_inputs(args, X)
+    _positive("--noise", args.noise)
+    kernel = _kernel(args, X.shape[1])
+    out = _output(Path(args.output), args.force)
+    accountant = _ledger(args)  # opened last: every check above has passed
+    if accountant is not None:  # refuse an over-budget release before the model is even built
+        accountant.check_events([gaussian_event(epsilon, delta, gaussian_multiplier(epsilon, delta))])
+    _release(args, data, X, Y, bounds, kernel, Xnew, epsilon, delta, accountant, out)
+    return 0
+
+
+def cmd_predict(args) -> int:
+    released, card = _load(Path(args.release))
+    if not isinstance(released, PrivateFunction):
+        raise UsageError(f"{args.release} holds values at fixed inputs, not a function: nothing to predict "
+                         "(release with --sparse M to predict anywhere)")
+    names = list(card.get("columns") or [])
+    at = Path(args.at)
+    frame = read_table(at)
+    if not names:
+        names = [c for c in frame.columns][: released.readout.input_dim]
+    Xq = columns(frame, names, at)
+    out = _output(Path(args.output), args.force)
+    pred = released.predict(Xq)
+    table = frame[names].copy()
+    table["mean"], table["variance"], table["noise_std"] = pred.mean, pred.variance, pred.noise_std
+    table.to_csv(out, index=False)
+    if not args.quiet:
+        sys.stderr.write(f"wrote {out}: {len(table)} predictions (post-processing: no privacy cost)\n")
+    return 0
+
+
+def cmd_select(args) -> int:
+    epsilon = _privacy_epsilon(args.epsilon)
+    bounds = _bounds(args)
+    data = Path(args.data)
+    frame = read_table(data)
+    X = columns(frame, args.x, data)
+    Y = columns(frame, [args.y], data, private=True)
+    for v in args.grid_lengthscale:
+        _positive("--grid-lengthscale", v)
+    if len(args.grid_lengthscale) < 2:
+        raise UsageError("--grid-lengthscale needs at least two values to choose from")
+    if not (2 <= args.folds <= X.shape[0]):
+        raise UsageError(f"--folds must be between 2 and the number of rows, got {args.folds}")
+    _positive("--noise", args.noise)
+    kernel = _kernel(args, X.shape[1], [args.grid_lengthscale[0]])
+    events = [PrivacyEvent(epsilon, 0.0, "pure", None, "dpgp select")]
+    out = None
+    if args.output is not None:  # then release with the chosen lengthscale: check it all first
+        if args.release_epsilon is None or args.release_delta is None:
+            raise UsageError("-o needs --release-epsilon and --release-delta (the release's own budget)")
+        release_epsilon, release_delta = _privacy(args.release_epsilon, args.release_delta)
+        Xnew = _release_inputs(args, X)
+        out = _output(Path(args.output), args.force)
+        events.append(gaussian_event(release_epsilon, release_delta, gaussian_multiplier(release_epsilon, release_delta)))
+    elif any(v is not None for v in (args.release_epsilon, args.release_delta, args.at, args.grid, args.sparse)):
+        raise UsageError("--release-epsilon, --release-delta, --at, --grid and --sparse release after the "
+                         "selection: give -o OUT.json too")
+    accountant = _ledger(args)
+    if accountant is not None:
+        accountant.check_events(events)  # the selection and the release together, before either runs
+    model = DPGPR((X, Y), kernel, y_bounds=bounds, noise_variance=args.noise)
+    grid = [{".kernel.lengthscales": float(v)} for v in args.grid_lengthscale]
+    selection = select_hyperparameters(model, grid, epsilon=epsilon, folds=args.folds, accountant=accountant,
+                                       seed=args.seed, progress=not args.quiet and sys.stderr.isatty())
+    chosen = float(selection.chosen[".kernel.lengthscales"])
+    result = {"lengthscale": chosen, "epsilon": selection.epsilon, "mechanism": "exponential",
+              "configurations": len(grid), "folds": args.folds}
+    if out is not None:
+        _release(args, data, X, Y, bounds, _kernel(args, X.shape[1], [chosen]), Xnew, release_epsilon,
+                 release_delta, accountant, out)
+        result["release"] = str(out)
+    print(json.dumps(result))
+    return 0
+
+
+def _card_lines(card: dict, indent: str = "  ") -> List[str]:
+    """The privacy card as indented ``key: value`` lines (nested releases and dicts indented further)."""
+    lines = []
+    for key, value in card.items():
+        if isinstance(value, dict):
+            lines.append(f"{indent}{key}:")
+            lines += _card_lines(value, indent + "  ")
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            for i, v in enumerate(value):
+                lines.append(f"{indent}{key} [{i + 1} of {len(value)}]:")
+                lines += _card_lines(v, indent + "  ")
+        else:
+            lines.append(f"{indent}{key}: {value}")
+    return lines
+
+
+def cmd_show(args) -> int:
+    released, card = _load(Path(args.release))
+    print(f"{args.release}: {released!r}")
+    print("\n".join(_card_lines(card)))
+    return 0
+
+
+def cmd_budget_init(args) -> int:
+    path = _output(Path(args.file), force=False)
+    epsilon, delta = _privacy(args.epsilon, args.delta)
+    if args.composition not in COMPOSITIONS:
+        raise UsageError(f"--composition must be one of {COMPOSITIONS}")
+    PrivacyAccountant(epsilon=epsilon, delta=delta, composition=args.composition, ledger=path)
+    print(f"created {path}: budget (epsilon={epsilon}, delta={delta}), {args.composition} composition")
+    return 0
+
+
+def cmd_budget_show(args) -> int:
+    path = Path(args.file)
+    if not path.is_file():
+        raise UsageError(f"{path}: no ledger there")
+    acc = PrivacyAccountant.open(path)
+    eps, dlt = acc.spent
+    rem_eps, rem_dlt = acc.remaining
+    print(f"ledger {path}: budget (epsilon={acc.epsilon}, delta={acc.delta}), {acc.composition} composition")
+    print(f"spent (basic): epsilon={eps:.6g}, delta={dlt:.6g}; remaining (basic): epsilon={rem_eps:.6g}, delta={rem_dlt:.6g}")
+    held_eps, held_dlt = acc.held
+    if held_eps > 0.0 or held_dlt > 0.0:
+        print(f"held by releases under way or by processes that died mid-release (counted as spent): "
+              f"epsilon={held_eps:.6g}, delta={held_dlt:.6g}")
+    if acc.composition != "basic":
+        print(f"spent ({acc.composition}): epsilon={acc.epsilon_spent():.6g} at delta={acc.delta}")
+    for row in acc.history():
+        print("  " + ", ".join(f"{k}={row[k]}" for k in row))
+    return 0
+
+
+def cmd_demo(args) -> int:
+    run_demo(output=Path(args.output), seed=args.seed)
+    return 0
+
+
+def _privacy_epsilon(value: float) -> float:
+    try:
+        return validate_epsilon(value)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _load(path: Path) -> Tuple[Released, dict]:
+    """The released object in a release file and its privacy card (as written, with the extras)."""
+    if not path.is_file():
+        raise UsageError(f"{path}: no such file")
+    try:
+        return load(path), read_card(path)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"{path}: {exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Parser
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quiet", action="store_true", help="no progress bar or summary on stderr")
+
+
+def _data_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("data", help="CSV or Parquet file with the inputs and the private output")
+    p.add_argument("--x", nargs="+", required=True, metavar="COL", help="public input column(s)")
+    p.add_argument("--y", required=True, metavar="COL", help="the private output column")
+    p.add_argument("--bounds", nargs=2, type=float, required=True, metavar=("LO", "HI"),
+                   help="public bounds of the output (values outside are clipped)")
+    p.add_argument("--kernel", choices=sorted(KERNELS), default="se")
+    p.add_argument("--variance", type=float, default=1.0, help="kernel variance (public; default 1)")
+    p.add_argument("--noise", type=float, default=1.0, help="likelihood noise variance (public; default 1)")
+    p.add_argument("--ledger", metavar="FILE", help="privacy ledger to check and charge (dpgp budget init)")
+    p.add_argument("--seed", type=int, default=None, help="reproducible noise: NOT private against the seed's holder")
+
+
+def _release_options(p: argparse.ArgumentParser, required_output: bool) -> None:
+    p.add_argument("--at", metavar="TEST.csv", help="inputs to predict at (same column names as --x)")
+    p.add_argument("--grid", type=int, metavar="N", help="predict on an N-per-axis grid over the inputs' range")
+    p.add_argument("--sparse", type=int, metavar="M", help="sparse GP with M k-means inducing inputs: a function")
+    p.add_argument("--objective", choices=OBJECTIVES, default="mse")
+    p.add_argument("--dataset", help="label recorded in the ledger and the release file (default: the file name)")
+    p.add_argument("-o", "--output", required=required_output, metavar="OUT.json", help="the release file")
+    p.add_argument("--force", action="store_true", help="overwrite OUT.json")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="dpgp", description="Differentially private Gaussian-process releases (dpgp_gpflow "
+                     f"{__version__}). Inputs are public; the output column is private.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("release", help="release DP predictions (or a DP function with --sparse)")
+    _data_options(p)
+    p.add_argument("--epsilon", type=float, required=True)
+    p.add_argument("--delta", type=float, required=True)
+    p.add_argument("--lengthscale", type=float, nargs="+", default=[1.0], metavar="L",
+                   help="one lengthscale, or one per --x column (public; default 1)")
+    _release_options(p, required_output=True)
+    _common(p)
+    p.set_defaults(run=cmd_release)
+
+    p = sub.add_parser("predict", help="predict from a released function (no privacy cost)")
+    p.add_argument("release", metavar="OUT.json")
+    p.add_argument("--at", required=True, metavar="NEW.csv")
+    p.add_argument("-o", "--output", required=True, metavar="PRED.csv")
+    p.add_argument("--force", action="store_true")
+    _common(p)
+    p.set_defaults(run=cmd_predict)
+
+    p = sub.add_parser("select", help="choose a lengthscale privately (exponential mechanism)")
+    _data_options(p)
+    p.add_argument("--grid-lengthscale", type=float, nargs="+", required=True, metavar="L",
+                   help="the lengthscales to choose from (public)")
+    p.add_argument("--epsilon", type=float, required=True, help="the selection's budget (pure epsilon)")
+    p.add_argument("--folds", type=int, default=5)
+    p.add_argument("--release-epsilon", type=float, help="with -o: release at the chosen lengthscale with this epsilon")
+    p.add_argument("--release-delta", type=float, help="with -o: ... and this delta")
+    _release_options(p, required_output=False)
+    _common(p)
+    p.set_defaults(run=cmd_select)
+
+    p = sub.add_parser("show", help="print a release file's privacy card")
+    p.add_argument("release", metavar="OUT.json")
+    p.set_defaults(run=cmd_show)
+
+    budget = sub.add_parser("budget", help="create or show a privacy ledger")
+    bsub = budget.add_subparsers(dest="budget_command", required=True, parser_class=_Parser)
+    p = bsub.add_parser("init", help="create a ledger with a fixed budget")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--epsilon", type=float, required=True)
+    p.add_argument("--delta", type=float, required=True)
+    p.add_argument("--composition", choices=COMPOSITIONS, default="basic")
+    p.set_defaults(run=cmd_budget_init)
+    p = bsub.add_parser("show", help="spent, remaining and every event")
+    p.add_argument("file", metavar="FILE")
+    p.set_defaults(run=cmd_budget_show)
+
+    p = sub.add_parser("demo", help="the diabetes demo (a table and a PNG)")
+    p.add_argument("--output", default="demo_output")
+    p.add_argument("--seed", type=int, default=None)
+    p.set_defaults(run=cmd_demo)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run ``dpgp``; returns the exit code (2 for bad input, with one line on stderr)."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except UsageError as exc:
+        sys.stderr.write(f"dpgp: error: {exc}\n")
+        return 2
+    except (BudgetExceededError, PrivacyLeakError) as exc:
+        sys.stderr.write(f"dpgp: error: {exc}\n")
+        return 2

@@ -1,0 +1,181 @@
+"""The ``dpgp`` command line end to end, through subprocesses, on CSVs written here."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpgp_gpflow as dp
+
+ENV = dict(os.environ, PYTHONWARNINGS="ignore")
+
+
+def dpgp(*args, cwd: Path) -> subprocess.CompletedProcess:
+    """Run the installed console script's entry point (``dpgp ...``) in a fresh process."""
+    code = "import sys, dpgp_gpflow_cli; sys.exit(dpgp_gpflow_cli.main())"
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], cwd=cwd, env=ENV, capture_output=True,
+                          text=True, timeout=240)
+
+
+_MANY = """
+import contextlib, io, json, sys
+import dpgp_gpflow_cli
+results = []
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            code = dpgp_gpflow_cli.main(argv)
+        except SystemExit as exc:
+            code = exc.code
+    results.append([code, err.getvalue()])
+print(json.dumps(results))
+"""
+
+
+def dpgp_many(argvs, cwd: Path) -> list:
+    """Run ``dpgp`` once per argument list, all in one fresh process (one TensorFlow start-up);
+    returns ``[exit code, stderr]`` per run."""
+    proc = subprocess.run([sys.executable, "-c", _MANY, json.dumps(argvs)], cwd=cwd, env=ENV, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("cli")
+    rng = np.random.default_rng(0)
+    n = 60
+    frame = pd.DataFrame({"age": rng.uniform(0, 80, n), "weight": rng.uniform(40, 100, n)})
+    frame["height"] = 100 + 0.8 * frame["age"].clip(upper=20) + 0.1 * frame["weight"] + rng.normal(0, 3, n)
+    frame.to_csv(d / "data.csv", index=False)
+    frame.to_parquet(d / "data.parquet")
+    pd.DataFrame({"age": [5.0, 30.0, 60.0], "weight": [50.0, 70.0, 90.0]}).to_csv(d / "test.csv", index=False)
+    return d
+
+
+RELEASE = ["--x", "age", "weight", "--y", "height", "--bounds", "60", "180", "--lengthscale", "20", "30",
+           "--variance", "100", "--noise", "10"]
+
+
+def test_budget_release_show_predict_end_to_end(work):
+    r = dpgp("budget", "init", "ledger.sqlite", "--epsilon", "2", "--delta", "0.02", cwd=work)
+    assert r.returncode == 0, r.stderr
+    r = dpgp("release", "data.csv", *RELEASE, "--epsilon", "1", "--delta", "0.01", "--at", "test.csv",
+             "--ledger", "ledger.sqlite", "-o", "at.json", "--quiet", cwd=work)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr and "W0000" not in r.stderr and "cuda" not in r.stderr.lower()
+    loaded = dp.load(work / "at.json")
+    assert isinstance(loaded, dp.PrivateRelease) and loaded.mean.shape == (3,)
+    assert loaded.epsilon == 1.0 and loaded.delta == 0.01 and loaded.y_bounds == (60.0, 180.0)
+    r = dpgp("show", "at.json", cwd=work)
+    assert r.returncode == 0 and "epsilon" in r.stdout and "cloaking" in r.stdout, r.stderr
+    # a sparse release: a function, then predictions anywhere at no privacy cost
+    r = dpgp("release", "data.parquet", *RELEASE, "--epsilon", "1", "--delta", "0.01", "--sparse", "8",
+             "--ledger", "ledger.sqlite", "-o", "fn.json", "--quiet", cwd=work)
+    assert r.returncode == 0, r.stderr
+    r = dpgp("predict", "fn.json", "--at", "test.csv", "-o", "pred.csv", "--quiet", cwd=work)
+    assert r.returncode == 0, r.stderr
+    pred = pd.read_csv(work / "pred.csv")
+    assert list(pred.columns) == ["age", "weight", "mean", "variance", "noise_std"] and len(pred) == 3
+    expected = dp.load(work / "fn.json").predict(pred[["age", "weight"]].to_numpy())
+    np.testing.assert_allclose(pred["mean"], expected.mean, rtol=1e-10)
+    # the ledger: both releases charged, nothing left
+    r = dpgp("budget", "show", "ledger.sqlite", cwd=work)
+    assert r.returncode == 0 and "remaining (basic): epsilon=0," in r.stdout, r.stdout + r.stderr
+    r = dpgp("release", "data.csv", *RELEASE, "--epsilon", "0.5", "--delta", "0.001", "--at", "test.csv",
+             "--ledger", "ledger.sqlite", "-o", "over.json", cwd=work)
+    assert r.returncode == 2 and not (work / "over.json").exists()
+    assert len(r.stderr.strip().splitlines()) == 1 and "budget" in r.stderr
+
+
+BAD_INPUTS = [
+    (["--x", "nope", "--y", "height"], "no column"),
+    (["--x", "age", "--y", "height", "--epsilon", "0"], "epsilon"),
+    (["--x", "age", "--y", "height", "--delta", "1.5"], "delta"),
+    (["--x", "age", "--y", "height", "--delta", "0"], "delta"),
+    (["--x", "age", "--y", "height", "--bounds", "180", "60"], "lo < hi"),
+    (["--x", "age", "--y", "missing_y"], "no column"),
+    (["--x", "age", "--y", "height", "--data", "empty.csv"], "empty"),
+    (["--x", "age", "--y", "height", "--data", "nan.csv"], "private column"),
+    (["--x", "label", "--y", "height", "--data", "text.csv"], "non-numeric"),
+    (["--x", "age", "--y", "height", "--output", "exists.json"], "exists"),
+    (["--x", "age", "--y", "height", "--ledger", "over.sqlite"], "budget"),
+    (["--x", "age", "--y", "height", "--lengthscale", "1", "2", "3"], "--lengthscale"),
+]
+
+
+def _release_argv(bad: list) -> list:
+    options = {"--data": "data.csv", "--bounds": ["60", "180"], "--epsilon": "1", "--delta": "0.01",
+               "--output": "bad.json", "--ledger": "over.sqlite"}
+    args, i = [], 0
+    while i < len(bad):
+        if bad[i] in options:
+            options[bad[i]] = bad[i + 1] if bad[i] != "--bounds" else bad[i + 1: i + 3]
+            i += 3 if bad[i] == "--bounds" else 2
+        else:
+            args.append(bad[i])
+            i += 1
+    return ["release", options["--data"], *args, "--bounds", *options["--bounds"], "--epsilon", options["--epsilon"],
+            "--delta", options["--delta"], "--at", "test.csv", "--ledger", options["--ledger"],
+            "-o", options["--output"], "--quiet"]
+
+
+def test_bad_input_exits_2_with_one_line_and_spends_nothing(work):
+    pd.DataFrame({"age": [], "height": []}).to_csv(work / "empty.csv", index=False)
+    pd.DataFrame({"age": [1.0, 2.0], "height": [100.0, np.nan]}).to_csv(work / "nan.csv", index=False)
+    pd.DataFrame({"label": ["a", "b"], "height": [100.0, 110.0]}).to_csv(work / "text.csv", index=False)
+    (work / "exists.json").write_text("{}")
+    assert dpgp("budget", "init", "over.sqlite", "--epsilon", "0.5", "--delta", "0.001", cwd=work).returncode == 0
+    results = dpgp_many([_release_argv(bad) for bad, _ in BAD_INPUTS], cwd=work)
+    for (bad, message), (code, stderr) in zip(BAD_INPUTS, results):
+        assert code == 2, (bad, stderr)
+        lines = stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("dpgp: error:") and message in lines[0], (bad, stderr)
+    assert not (work / "bad.json").exists()
+    assert dp.PrivacyAccountant.open(work / "over.sqlite").ledger == ()  # nothing spent, nothing held
+    assert dp.PrivacyAccountant.open(work / "over.sqlite").held == (0.0, 0.0)
+
+
+def test_select_chooses_from_the_grid_and_charges_the_ledger(work):
+    assert dpgp("budget", "init", "sel.sqlite", "--epsilon", "1", "--delta", "0", cwd=work).returncode != 0  # delta 0
+    assert dpgp("budget", "init", "sel.sqlite", "--epsilon", "1", "--delta", "1e-6", cwd=work).returncode == 0
+    r = dpgp("select", "data.csv", "--x", "age", "--y", "height", "--bounds", "60", "180", "--variance", "100",
+             "--grid-lengthscale", "2", "20", "200", "--epsilon", "0.5", "--folds", "3", "--ledger", "sel.sqlite",
+             "--quiet", cwd=work)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["lengthscale"] in (2.0, 20.0, 200.0) and out["epsilon"] == 0.5
+    assert dp.PrivacyAccountant.open(work / "sel.sqlite").spent[0] == pytest.approx(0.5)
+
+
+def test_help_and_usage_errors(work):
+    r = dpgp("--help", cwd=work)
+    assert r.returncode == 0 and "release" in r.stdout and "budget" in r.stdout
+    r = dpgp("release", cwd=work)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_select_then_release_checks_both_spends_first(work):
+    assert dpgp("budget", "init", "both.sqlite", "--epsilon", "1", "--delta", "1e-3", cwd=work).returncode == 0
+    common = ["data.csv", "--x", "age", "--y", "height", "--bounds", "60", "180", "--variance", "100",
+              "--grid-lengthscale", "5", "50", "--epsilon", "0.5", "--folds", "3", "--ledger", "both.sqlite",
+              "--at", "test.csv", "--release-delta", "1e-3", "--quiet"]
+    # selection (0.5) + release (0.6) exceed the budget (1): refused before either runs
+    r = dpgp("select", *common, "--release-epsilon", "0.6", "-o", "sel.json", cwd=work)
+    assert r.returncode == 2 and "budget" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert dp.PrivacyAccountant.open(work / "both.sqlite").ledger == () and not (work / "sel.json").exists()
+    r = dpgp("select", *common, "--release-epsilon", "0.5", "-o", "sel.json", cwd=work)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    released = dp.load(work / "sel.json")
+    assert out["lengthscale"] in (5.0, 50.0) and released.epsilon == 0.5 and released.mean.shape == (3,)
+    assert [e.kind for e in dp.PrivacyAccountant.open(work / "both.sqlite").ledger] == ["pure", "gaussian"]
