@@ -54,7 +54,8 @@ def _text(site: Path, page: str) -> str:
 def test_site_builds_strict_with_every_page(site):
     for page in ["getting_started", "privacy_model", "mechanisms", "selection", "composition", "baselines",
                  "corrections", "guides/regression", "guides/sparse", "guides/classification",
-                 "guides/selection", "guides/accounting", "guides/your_own_model", "api/contract",
+                 "guides/selection", "guides/accounting", "guides/your_own_model", "guides/publishing",
+                 "exact_sampling", "release_file", "api/publishing", "api/ledger", "api/contract",
                  "api/pipeline", "api/models", "api/released"]:
         assert (site / page / "index.html").is_file(), page
     assert (site / "index.html").is_file()
