@@ -19,6 +19,8 @@ from .exceptions import ClippingWarning
 __all__ = [
     "CALIBRATIONS",
     "Calibration",
+    "MIN_DATA_SENSITIVITY",
+    "MIN_DELTA",
     "OBJECTIVES",
     "Objective",
     "as_inputs",
@@ -53,6 +55,12 @@ def check_real(name: str, value: object) -> float:
     return value
 
 
+#: Smallest delta accepted: float64's smallest normal number. Below it the analytic Gaussian profile
+#: (a difference of two normal tail probabilities) cannot be evaluated to any relative accuracy, so
+#: a calibration for a subnormal delta (e.g. 5e-324) is in fact only (epsilon, ~4e-314)-DP.
+MIN_DELTA = float(np.finfo(np.float64).tiny)
+
+
 def validate_epsilon(epsilon: object) -> float:
     """Return ``epsilon`` as a float; ``TypeError``/``ValueError`` unless it is finite and > 0."""
     epsilon = check_real("epsilon", epsilon)
@@ -62,10 +70,14 @@ def validate_epsilon(epsilon: object) -> float:
 
 
 def validate_delta(delta: object) -> float:
-    """Return ``delta`` as a float; ``TypeError``/``ValueError`` unless 0 < delta < 1."""
+    """Return ``delta`` as a float; ``TypeError``/``ValueError`` unless 0 < delta < 1 (and not subnormal:
+    ``delta >= MIN_DELTA``)."""
     delta = check_real("delta", delta)
     if not 0.0 < delta < 1.0:
         raise ValueError(f"delta must be in the open interval (0, 1), got {delta}")
+    if delta < MIN_DELTA:
+        raise ValueError(f"delta {delta} is subnormal (below {MIN_DELTA}): the Gaussian calibration cannot "
+                         "resolve it in float64 (the noise would be too small for it)")
     return delta
 
 
@@ -135,19 +147,36 @@ def validate_bounds(y_bounds: Any) -> Tuple[float, float]:
         raise ValueError(f"y_bounds must be finite, got {(lo, hi)}")
     if not lo < hi:
         raise ValueError(f"y_bounds must satisfy lo < hi, got {(lo, hi)}")
+    if not (math.isfinite(hi - lo) and math.isfinite(lo + hi)):
+        # the width (the default data sensitivity) and the midpoint (the default prior mean) must
+        # be representable, or the noise scale / prior mean would be inf
+        raise ValueError(f"y_bounds {(lo, hi)} overflow float64: hi - lo and lo + hi must be finite")
     return lo, hi
 
 
+#: Smallest data sensitivity accepted: float64's smallest normal number. A subnormal ``d`` (e.g. the
+#: width of the bounds ``(0, 5e-324)``) makes the noise underflow to exactly zero while the released
+#: mean can still move, so such a release could not be private.
+MIN_DATA_SENSITIVITY = float(np.finfo(np.float64).tiny)
+
+
 def validate_data_sensitivity(d: Any, bounds: Tuple[float, float]) -> float:
-    """Public data sensitivity ``d`` in (0, hi - lo]; ``None`` means ``hi - lo``."""
+    """Public data sensitivity ``d`` in (0, hi - lo]; ``None`` means ``hi - lo``. Either must be finite
+    and at least :data:`MIN_DATA_SENSITIVITY` (no subnormal sensitivity: the noise would underflow)."""
     width = bounds[1] - bounds[0]
     if d is None:
+        if not (math.isfinite(width) and width >= MIN_DATA_SENSITIVITY):
+            raise ValueError(f"the width {width} of y_bounds {tuple(bounds)} must be finite and at least "
+                             f"{MIN_DATA_SENSITIVITY} (a subnormal sensitivity underflows the noise to zero)")
         return width
     if isinstance(d, bool) or not isinstance(d, (Real, np.floating, np.integer)):
         raise TypeError(f"data_sensitivity must be a real number, got {d!r}")
     d = float(d)
     if not (math.isfinite(d) and d > 0.0):
         raise ValueError(f"data_sensitivity must be finite and > 0, got {d}")
+    if d < MIN_DATA_SENSITIVITY:
+        raise ValueError(f"data_sensitivity {d} is subnormal (below {MIN_DATA_SENSITIVITY}): the noise would "
+                         "underflow to zero")
     if d > width:
         raise ValueError(f"data_sensitivity {d} exceeds the width of the bounds {width}: use y_bounds instead")
     return d
