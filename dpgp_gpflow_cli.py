@@ -11,8 +11,8 @@ import sys
 from typing import List, Optional
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    """Run ``dpgp`` with ``argv`` (default: the command line); returns the exit code."""
+def _import_quietly():
+    """``dpgp_gpflow.cli``, imported with TensorFlow's start-up log silenced."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)
@@ -22,7 +22,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         os.dup2(saved, 2)
         os.close(saved)
         os.close(devnull)
-    return cli.main(argv)
+    return cli
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run ``dpgp`` with ``argv`` (default: the command line); returns the exit code."""
+    return _import_quietly().main(argv)
+
+
+def demo(argv: Optional[List[str]] = None) -> int:
+    """Run ``dpgp-demo`` (the same as ``dpgp demo``) with ``argv``; returns the exit code."""
+    return _import_quietly().main(["demo", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

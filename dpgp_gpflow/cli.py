@@ -339,7 +339,11 @@ def cmd_budget_show(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    run_demo(output=Path(args.output), seed=args.seed)
+    epsilon, delta = _privacy(args.epsilon, args.delta)
+    for name, value in (("--split-seed", args.split_seed), ("--seed", args.seed)):
+        if value is not None and value < 0:
+            raise UsageError(f"{name} must be >= 0, got {value}")
+    run_demo(epsilon, delta, Path(args.output), args.split_seed, args.seed)
     return 0
 
 
@@ -443,8 +447,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_budget_show)
 
     p = sub.add_parser("demo", help="the diabetes demo (a table and a PNG)")
-    p.add_argument("--output", default="demo_output")
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--epsilon", type=float, default=1.0, help="epsilon of each release (default 1.0)")
+    p.add_argument("--delta", type=float, default=0.01, help="delta of each release (default 0.01)")
+    p.add_argument("--output", default="demo_output", help="folder for the PNG (default: demo_output/)")
+    p.add_argument("--split-seed", type=int, default=0, help="seed of the public train/test split (default 0)")
+    p.add_argument("--seed", type=int, default=None, help="reproducible noise: NOT private against the seed's holder")
     p.set_defaults(run=cmd_demo)
     return parser
 

@@ -160,22 +160,6 @@ def test_select_chooses_from_the_grid_and_charges_the_ledger(work):
 def test_help_and_usage_errors(work):
     r = dpgp("--help", cwd=work)
     assert r.returncode == 0 and "release" in r.stdout and "budget" in r.stdout
-    r = dpgp("release", cwd=work)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
-
-
-def test_select_then_release_checks_both_spends_first(work):
-    assert dpgp("budget", "init", "both.sqlite", "--epsilon", "1", "--delta", "1e-3", cwd=work).returncode == 0
-    common = ["data.csv", "--x", "age", "--y", "height", "--bounds", "60", "180", "--variance", "100",
-              "--grid-lengthscale", "5", "50", "--epsilon", "0.5", "--folds", "3", "--ledger", "both.sqlite",
-              "--at", "test.csv", "--release-delta", "1e-3", "--quiet"]
-    # selection (0.5) + release (0.6) exceed the budget (1): refused before either runs
-    r = dpgp("select", *common, "--release-epsilon", "0.6", "-o", "sel.json", cwd=work)
-    assert r.returncode == 2 and "budget" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert dp.PrivacyAccountant.open(work / "both.sqlite").ledger == () and not (work / "sel.json").exists()
-    r = dpgp("select", *common, "--release-epsilon", "0.5", "-o", "sel.json", cwd=work)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout.strip().splitlines()[-1])
-    released = dp.load(work / "sel.json")
-    assert out["lengthscale"] in (5.0, 50.0) and released.epsilon == 0.5 and released.mean.shape == (3,)
-    assert [e.kind for e in dp.PrivacyAccountant.open(work / "both.sqlite").ledger] == ["pure", "gaussian"]
+    for code, stderr in dpgp_many([["release"], ["demo", "--epsilon", "0"], ["budget", "show", "none.sqlite"],
+                                   ["predict", "nofile.json", "--at", "test.csv", "-o", "p.csv"]], cwd=work):
+        assert code == 2 and len(stderr.strip().splitlines()) == 1 and stderr.startswith("dpgp: error:"), stderr
