@@ -78,6 +78,7 @@ __all__ = [
     "provenance",
     "read",
     "take_arrays",
+    "take_factors",
     "write",
     "write_card",
 ]
@@ -323,6 +324,19 @@ def take_arrays(owner: str, arrays: Mapping[str, np.ndarray], ndims: Mapping[str
             raise ReleaseFileError(f"{owner}: array {prefix + name!r} has non-finite values")
         out[name] = arr
     return out
+
+
+def take_factors(owner: str, content: Mapping[str, Any], arrays: Mapping[str, np.ndarray], points: str,
+                 squares: Tuple[str, ...], vectors: Tuple[str, ...] = ()) -> Dict[str, np.ndarray]:
+    """A readout's arrays (:func:`take_arrays`): ``points`` [m, D] with ``D`` the content's ``input_dim``,
+    each of ``squares`` [m, m] (its factors) and each of ``vectors`` [m]; ``ReleaseFileError`` otherwise."""
+    a = take_arrays(owner, arrays, {points: 2, **{name: 2 for name in squares}, **{name: 1 for name in vectors}})
+    m, dim = a[points].shape
+    if (content.get("input_dim") != dim or any(a[name].shape != (m, m) for name in squares)
+            or any(a[name].shape != (m,) for name in vectors)):
+        raise ReleaseFileError(f"{owner}: {points} [{m}, {dim}] does not match {', '.join(squares + vectors)} "
+                               "or input_dim")
+    return a
 
 
 # ---------------------------------------------------------------------------------------------

@@ -375,3 +375,16 @@ def test_saved_model_serves_without_the_package(released, tmp_path):
         assert set(served[path]) == set(outputs)
         for key, value in outputs.items():
             np.testing.assert_allclose(served[path][key], value, rtol=1e-10, atol=1e-14, err_msg=f"{path} {key}")
+
+
+@pytest.mark.parametrize("name, factor", [("fitc-function", "LB"), ("sgpr-function", "L"),
+                                          ("laplace-2-steps", "Lk"), ("sparse-classifier", "La")])
+def test_a_readout_factor_of_the_wrong_shape_is_refused(saved, tmp_path, name, factor):
+    def drop_a_row(raw):
+        entry = raw["arrays"][f"readout/{factor}"]
+        rows, cols = entry["shape"]
+        values = np.frombuffer(base64.b64decode(entry["data"]), dtype="<f8").reshape(rows, cols)[:-1]
+        entry["shape"], entry["data"] = [rows - 1, cols], base64.b64encode(values.tobytes()).decode()
+
+    with pytest.raises(release_file.ReleaseFileError, match="does not match"):
+        dp.load(_edited(saved[name], tmp_path, drop_a_row, rehash=True))

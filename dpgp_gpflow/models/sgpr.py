@@ -20,12 +20,11 @@ from sklearn.cluster import KMeans
 
 from ..contract import ReleaseTerms
 from ..release_file import (
-    ReleaseFileError,
     kernel_from_spec,
     kernel_spec,
     mean_function_from_spec,
     mean_function_spec,
-    take_arrays,
+    take_factors,
 )
 from ..released import PrivateFunction, PrivatePrediction
 from ..validation import as_inputs
@@ -133,10 +132,7 @@ class FITCReadout:
     @classmethod
     def from_release_state(cls, content: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> "FITCReadout":
         """The readout of :meth:`release_state`'s ``(content, arrays)``, with exactly the saved values."""
-        a = take_arrays("FITCReadout", arrays, {"Z": 2, "Luu": 2, "LB": 2})
-        m, dim = a["Z"].shape
-        if a["Luu"].shape != (m, m) or a["LB"].shape != (m, m) or content.get("input_dim") != dim:
-            raise ReleaseFileError(f"FITCReadout: Z [{m}, {dim}] does not match Luu, LB or input_dim")
+        a = take_factors("FITCReadout", content, arrays, "Z", ("Luu", "LB"))
         terms = FITCTerms(a["Luu"], a["LB"], None)
         return cls(kernel_from_spec(content.get("kernel")), mean_function_from_spec(content.get("mean_function")),
                    a["Z"], terms)

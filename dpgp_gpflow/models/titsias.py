@@ -24,12 +24,11 @@ from gpflow.covariances import Kuf, Kuu
 
 from ..contract import ReleaseTerms
 from ..release_file import (
-    ReleaseFileError,
     kernel_from_spec,
     kernel_spec,
     mean_function_from_spec,
     mean_function_spec,
-    take_arrays,
+    take_factors,
 )
 from ..validation import as_inputs
 from .base import FactoredModelMixin, prepare_private_data, public_constant_mean
@@ -132,10 +131,7 @@ class SGPRReadout:
     @classmethod
     def from_release_state(cls, content: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> "SGPRReadout":
         """The readout of :meth:`release_state`'s ``(content, arrays)``, with exactly the saved values."""
-        a = take_arrays("SGPRReadout", arrays, {"Z": 2, "L": 2, "LB": 2})
-        m, dim = a["Z"].shape
-        if a["L"].shape != (m, m) or a["LB"].shape != (m, m) or content.get("input_dim") != dim:
-            raise ReleaseFileError(f"SGPRReadout: Z [{m}, {dim}] does not match L, LB or input_dim")
+        a = take_factors("SGPRReadout", content, arrays, "Z", ("L", "LB"))
         return cls(kernel_from_spec(content.get("kernel")), mean_function_from_spec(content.get("mean_function")),
                    a["Z"], SGPRTerms(a["L"], a["LB"], None))
 
