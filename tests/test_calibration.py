@@ -238,3 +238,15 @@ def test_analytic_epsilon_of_a_calibrated_tiny_release():
     """At (1e-10, 1e-10) the old absolute xtol=1e-13 gave 1.00009e-10: 9e-5 too large."""
     mu = 1.0 / analytic_gaussian_multiplier(1e-10, 1e-10)
     assert analytic_gaussian_epsilon(mu, 1e-10) == pytest.approx(1e-10, rel=1e-6)
+
+
+@pytest.mark.parametrize("epsilon, delta", [
+    (1e-300, 2.3e-308), (1e-10, 2.3e-308), (1e-5, 2.3e-308),  # the multiplier was 7% too small at (1e-10, ...)
+    (1e20, 1e-10), (1e20, 0.5), (1.0, 1e-5), (1e6, 1.0 - 1e-16), (1.7e308, 0.01),
+])
+def test_analytic_multiplier_is_sound_and_tight_at_extremes(epsilon, delta):
+    """Found beside FUZZ-BUG-3: the multiplier's own profile (analytic_gaussian_delta) lost precision
+    at tiny epsilon with tiny delta and at epsilon ~1e20, so the noise was too small there."""
+    s = analytic_gaussian_multiplier(epsilon, delta)
+    assert _mp_delta(epsilon, 1.0 / s) <= delta
+    assert _mp_delta(epsilon, 1.0 / (s * (1.0 - 1e-9))) > delta
