@@ -33,7 +33,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from .composition import COMPOSITIONS, PrivacyEvent, composed_epsilon
 from .exceptions import BudgetExceededError
 from .ledger import LedgerStore, LedgerTransaction, MemoryLedger, SQLiteLedger
-from .validation import validate_delta, validate_epsilon
+from .validation import check_real, validate_budget_delta, validate_epsilon
 
 __all__ = [
     "PrivacyAccountant",
@@ -78,7 +78,7 @@ class PrivacyAccountant:
     def __init__(self, *, epsilon: float, delta: float = 0.0, composition: str = "basic",
                  ledger: Union[str, os.PathLike, None] = None, dataset: Optional[str] = None) -> None:
         epsilon = validate_epsilon(epsilon) if not (epsilon == math.inf) else math.inf
-        delta = 0.0 if delta == 0.0 else validate_delta(delta)
+        delta = validate_budget_delta(delta)
         if composition not in COMPOSITIONS:
             raise ValueError(f"composition must be one of {COMPOSITIONS}, got {composition!r}")
         if dataset is not None and not isinstance(dataset, str):
@@ -368,8 +368,8 @@ def _event(epsilon: float, delta: float, kind: str, mu: Optional[float] = None, 
     if kind not in ("gaussian", "pure", "approximate"):
         raise ValueError(f"kind must be 'gaussian', 'pure' or 'approximate', got {kind!r}")
     epsilon = validate_epsilon(epsilon)
-    delta = 0.0 if delta == 0.0 else validate_delta(delta)
-    return PrivacyEvent(epsilon, delta, kind, None if mu is None else float(mu), description)
+    delta = validate_budget_delta(delta)
+    return PrivacyEvent(epsilon, delta, kind, None if mu is None else check_real("mu", mu), description)
 
 
 def _describe(events: Sequence[PrivacyEvent]) -> str:

@@ -45,11 +45,13 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+import numpy as np
 from dp_accounting import NeighboringRelation
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.pld.common import DifferentialPrivacyParameters
 
 from .calibration import analytic_gaussian_epsilon
+from .validation import MIN_DELTA, check_real
 
 __all__ = [
     "COMPOSITIONS",
@@ -93,6 +95,9 @@ def _events(events: Iterable[PrivacyEvent]) -> List[PrivacyEvent]:
     for e in events:
         if not isinstance(e, PrivacyEvent):
             raise TypeError(f"events must be PrivacyEvent objects, got {type(e).__name__}")
+        for name in ("epsilon", "delta", "mu"):
+            if isinstance(getattr(e, name), (bool, np.bool_)):
+                raise TypeError(f"an event's {name} must be a real number, not a bool ({getattr(e, name)!r})")
         if e.kind not in _KINDS:
             raise ValueError(f"unknown event kind {e.kind!r}; expected one of {_KINDS}")
         if e.kind == "gaussian" and (e.mu is None or not e.mu > 0.0 or not math.isfinite(e.mu)):
@@ -105,7 +110,7 @@ def _events(events: Iterable[PrivacyEvent]) -> List[PrivacyEvent]:
 
 
 def _check_delta(delta: float) -> float:
-    delta = float(delta)
+    delta = check_real("delta", delta)
     if not 0.0 <= delta < 1.0:
         raise ValueError(f"delta must be in [0, 1), got {delta}")
     return delta
@@ -128,13 +133,14 @@ def gdp_composition(mus: Iterable[float]) -> float:
 def gdp_epsilon(mu: float, delta: float) -> float:
     """Smallest epsilon at which a ``mu``-GDP mechanism is ``(epsilon, delta)``-DP (exact profile).
 
-    ``delta = 0`` gives ``inf`` for ``mu > 0`` (a Gaussian mechanism is never pure DP).
+    ``delta = 0`` gives ``inf`` for ``mu > 0`` (a Gaussian mechanism is never pure DP), and so does a
+    subnormal ``delta`` (below ``MIN_DELTA``: a sound bound where the profile cannot be resolved).
     """
     delta = _check_delta(delta)
     mu = float(mu)
     if mu <= 0.0:
         return 0.0
-    if delta == 0.0:
+    if delta < MIN_DELTA:  # 0, or subnormal: not resolvable in float64 (validation.MIN_DELTA)
         return math.inf
     return analytic_gaussian_epsilon(mu, delta)
 

@@ -6,10 +6,10 @@ m latent values once, so that predictions anywhere are free. Every model's ``rel
 ``release_function`` methods are these functions; a model of your own that meets the contract
 can call them directly.
 
-Order of work, the same for every mechanism: validate the privacy parameters, check the leak
-guard, reserve the budget (:func:`~dpgp_gpflow.accounting.reserve`: nothing private has been
-computed yet), read the public terms from the model, plan the noise, draw it
-(:mod:`dpgp_gpflow.sampling`), charge the accountant, return.
+Order of work, the same for every mechanism: validate the privacy parameters and the seed, check
+the leak guard, read the public terms from the model (:func:`release`: refused unless finite),
+reserve the budget (:func:`~dpgp_gpflow.accounting.reserve`: nothing private has been computed
+yet), plan the noise, draw it (:mod:`dpgp_gpflow.sampling`), charge the accountant, return.
 """
 
 from __future__ import annotations
@@ -19,13 +19,22 @@ from typing import Any, Literal, NamedTuple, Optional, Protocol, Tuple, runtime_
 import tensorflow as tf
 from check_shapes import check_shapes
 
-from .accounting import PrivacyAccountant, Reservation, reserve
+from .accounting import PrivacyAccountant, PrivacyEvent, Reservation, reserve
 from .calibration import gaussian_multiplier
 from .cloaking import DEFAULT_TOL
 from .contract import FactoredPrivateModel, PrivateModel, dense_map
 from .release import cloaking_release, gaussian_event, standard_release
 from .released import PrivateFunction, PrivateRelease
-from .validation import as_inputs, require_float64, validate_calibration, validate_delta, validate_epsilon, validate_objective
+from .validation import (
+    as_inputs,
+    require_float64,
+    validate_calibration,
+    validate_delta,
+    validate_epsilon,
+    validate_objective,
+    validate_public_terms,
+    validate_seed,
+)
 
 __all__ = [
     "MECHANISMS",
@@ -78,11 +87,17 @@ def _contract(model: Any, protocol: type = PrivateModel) -> None:
                         "(see dpgp_gpflow.contract)")
 
 
-def _reserve(epsilon: Any, delta: Any, calibration: Any, accountant: Any) -> Tuple[float, float, Reservation]:
-    """Validate (epsilon, delta, calibration) and reserve one Gaussian release's budget."""
+def _event(epsilon: Any, delta: Any, calibration: Any) -> Tuple[float, float, PrivacyEvent]:
+    """Validate (epsilon, delta, calibration): one Gaussian release's event."""
     epsilon, delta = validate_epsilon(epsilon), validate_delta(delta)
     multiplier = gaussian_multiplier(epsilon, delta, validate_calibration(calibration))
-    return epsilon, delta, reserve(accountant, [gaussian_event(epsilon, delta, multiplier)])
+    return epsilon, delta, gaussian_event(epsilon, delta, multiplier)
+
+
+def _reserve(epsilon: Any, delta: Any, calibration: Any, accountant: Any) -> Tuple[float, float, Reservation]:
+    """Validate (epsilon, delta, calibration) and reserve one Gaussian release's budget."""
+    epsilon, delta, event = _event(epsilon, delta, calibration)
+    return epsilon, delta, reserve(accountant, [event])
 
 
 def release(
@@ -116,15 +131,21 @@ def release(
     if mechanism == "standard" and not isinstance(model, SupportsStandardMechanism):
         raise NotImplementedError(f"{type(model).__name__} has no standard (Hall et al.) mechanism")
     validate_objective(objective)
+    seed = validate_seed(seed)
     Xnew = tf.constant(as_inputs("Xnew", Xnew, int(model.input_dim)))
     model.check_hyperparameters_public(hyperparameters_public)
-    epsilon, delta, reservation = _reserve(epsilon, delta, calibration, accountant)
-    with reservation:
-        terms = model.release_terms(Xnew)
+    epsilon, delta, event = _event(epsilon, delta, calibration)
+    # the public terms, checked finite before any budget is reserved (a refusal draws and spends nothing)
+    terms = model.release_terms(Xnew)
+    more = {"variance": terms.variance}
+    if mechanism == "standard":
+        standard = model.standard_terms(Xnew)
+        more.update(prior_covariance=standard.prior_covariance, unit_sensitivity=standard.unit_sensitivity)
+    validate_public_terms(f"{mechanism} release", dense_map(terms.map), terms.offset, model.output_bound, **more)
+    with reserve(accountant, [event]) as reservation:
         common = dict(epsilon=epsilon, delta=delta, calibration=calibration, seed=seed, accountant=reservation,
                       y_bounds=tuple(model.y_bounds))
         if mechanism == "standard":
-            standard = model.standard_terms(Xnew)
             mean = terms.offset + tf.linalg.matvec(dense_map(terms.map), model.centred_outputs())
             return standard_release(mean, terms.variance, standard.prior_covariance,
                                     sensitivity=float(standard.unit_sensitivity) * model.data_sensitivity,
@@ -172,6 +193,7 @@ def release_function(
     """
     _contract(model, FactoredPrivateModel)
     validate_objective(objective)
+    seed = validate_seed(seed)
     model.check_hyperparameters_public(hyperparameters_public)
     epsilon, delta, reservation = _reserve(epsilon, delta, calibration, accountant)
     with reservation:

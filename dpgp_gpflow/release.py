@@ -46,7 +46,14 @@ from .cloaking import (
 )
 from .released import PrivateRelease
 from .sampling import DISCRETE_GAUSSIAN_FACTOR, GRID_EXPONENT, gaussian_grid_factor, standard_normal, validate_sampler
-from .validation import validate_calibration, validate_delta, validate_epsilon, validate_objective
+from .validation import (
+    require_finite,
+    validate_calibration,
+    validate_delta,
+    validate_epsilon,
+    validate_objective,
+    validate_seed,
+)
 
 __all__ = [
     "NoisePlan",
@@ -291,6 +298,7 @@ def cloaking_release(
     """
     validate_objective(objective)
     validate_sampler(sampler)
+    seed = validate_seed(seed)
     epsilon, delta, multiplier, reservation = _prepare(epsilon, delta, calibration, accountant)
     try:
         y_centred = tf.reshape(tf.convert_to_tensor(y_centred, dtype=tf.float64), [-1])
@@ -373,7 +381,9 @@ def standard_release(
     re-coloured with ``L``; ``"float"``: the floating-point sampler (warns). See :func:`cloaking_release`.
     """
     validate_sampler(sampler)
+    seed = validate_seed(seed)
     prior_cov = tf.convert_to_tensor(prior_cov, dtype=tf.float64)
+    require_finite("standard release", prior_covariance=prior_cov)
     k = int(prior_cov.shape[0])
     description = f"standard (Hall et al.) release of {k} values"
     epsilon, delta, multiplier, reservation = _prepare(epsilon, delta, calibration, accountant)
@@ -382,6 +392,10 @@ def standard_release(
         chol = tf.linalg.cholesky(prior_cov + jitter * tf.eye(k, dtype=tf.float64))  # [k, k]
         sv = tf.linalg.svd(chol, compute_uv=False)
         sensitivity = float(sensitivity) * (SENSITIVITY_SAFETY + ROUNDING_SAFETY * float(sv[0] / sv[-1]))
+        if not (math.isfinite(sensitivity) and bool(tf.reduce_all(tf.math.is_finite(chol)))):
+            # public (prior covariance and sensitivity only): refused before anything is drawn
+            raise FloatingPointError("the standard mechanism's noise scale is not finite (a singular or overflowing "
+                                     "prior covariance); nothing was released or charged")
         mean = tf.reshape(tf.cast(mean, tf.float64), [-1])
         if sampler == "float":
             sampling.warn_float_sampler(description)

@@ -20,6 +20,7 @@ __all__ = [
     "CALIBRATIONS",
     "Calibration",
     "MIN_DATA_SENSITIVITY",
+    "MAX_SEED",
     "MIN_DELTA",
     "OBJECTIVES",
     "Objective",
@@ -34,7 +35,12 @@ __all__ = [
     "validate_data_sensitivity",
     "validate_delta",
     "validate_epsilon",
+    "validate_noise_variance",
     "validate_objective",
+    "validate_budget_delta",
+    "require_finite",
+    "validate_public_terms",
+    "validate_seed",
 ]
 
 #: How the Gaussian noise multiplier is calibrated (:mod:`dpgp_gpflow.calibration`).
@@ -81,6 +87,44 @@ def validate_delta(delta: object) -> float:
     return delta
 
 
+def validate_budget_delta(delta: object) -> float:
+    """A budget's or event's ``delta``: ``0`` or :func:`validate_delta`'s range; ``TypeError`` for
+    non-reals (bools included), ``ValueError`` otherwise."""
+    value = check_real("delta", delta)
+    return 0.0 if value == 0.0 else validate_delta(value)
+
+
+#: Seeds are taken below 2**128: numpy's SeedSequence pools 128 bits, so larger ones add nothing.
+MAX_SEED = 2**128
+
+
+def validate_seed(seed: object) -> Optional[int]:
+    """``None`` or ``seed`` as an int in ``[0, 2**128)``; ``TypeError`` for non-integers (bools and
+    floats included), ``ValueError`` when out of range. Checked before any budget is reserved."""
+    if seed is None:
+        return None
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be None or a non-negative integer, got {seed!r} of type {type(seed).__name__}")
+    seed = int(seed)
+    if not 0 <= seed < MAX_SEED:
+        raise ValueError(f"seed must be in [0, 2**128), got {seed}")
+    return seed
+
+
+def validate_noise_variance(noise_variance: object) -> Optional[float]:
+    """``None`` (GPflow's default, 1) or the likelihood variance as a float above GPflow's lower bound
+    (``gpflow.config.default_likelihood_positive_minimum()``, 1e-6 by default); ``TypeError`` for
+    non-reals (bools included), ``ValueError`` for nan, inf or values at or below the bound."""
+    if noise_variance is None:
+        return None
+    value = check_real("noise_variance", noise_variance)
+    lower = float(gpflow.config.default_likelihood_positive_minimum())
+    if not value > lower:
+        raise ValueError(f"noise_variance must be > {lower} (GPflow's lower bound on a likelihood variance), "
+                         f"got {value}")
+    return value
+
+
 def validate_objective(objective: object) -> str:
     """``objective`` if it is one of :data:`OBJECTIVES`, else ``ValueError``."""
     if objective not in OBJECTIVES:
@@ -93,6 +137,30 @@ def validate_calibration(calibration: object) -> str:
     if calibration not in CALIBRATIONS:
         raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}")
     return str(calibration)
+
+
+def require_finite(what: str, **arrays: Any) -> None:
+    """``ValueError`` naming ``what`` and the arrays (public values only) that are not all finite."""
+    bad = [k for k, v in arrays.items()
+           if v is not None and not np.all(np.isfinite(np.asarray(v.numpy() if hasattr(v, "numpy") else v,
+                                                                  dtype=np.float64)))]
+    if bad:
+        raise ValueError(f"{what}: the public {', '.join(bad)} {'is' if len(bad) == 1 else 'are'} not finite (do "
+                         "the inputs overflow the kernel?); nothing was released or charged")
+
+
+def validate_public_terms(what: str, C: Any, offset: Any, output_bound: float, **more: Any) -> None:
+    """``ValueError`` unless a release's public terms are finite: the map ``C`` (k x n), ``offset``,
+    every array in ``more`` (e.g. a prior covariance; None skipped) and the bound
+    ``max_i ||C_i||_1 * output_bound + |offset_i|`` on the released mean (so that the private mean
+    cannot overflow). Public values only: call it before any budget is reserved."""
+    require_finite(what, map=C, offset=offset, **more)
+    C = np.asarray(C.numpy() if hasattr(C, "numpy") else C, dtype=np.float64)
+    offset = np.asarray(offset.numpy() if hasattr(offset, "numpy") else offset, dtype=np.float64).reshape(-1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        rows = np.abs(C).reshape(C.shape[0], -1).sum(axis=1) if C.size else np.zeros(1)
+        bound = np.max(rows * float(output_bound) + np.abs(offset), initial=0.0)
+    require_finite(what, bound_on_the_released_mean=bound)
 
 
 def _as_float64(name: str, value: Any) -> np.ndarray:

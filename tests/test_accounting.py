@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import gpflow
 import numpy as np
 import pytest
 
 from dpgp_gpflow import BudgetExceededError, PrivacyAccountant
-from dpgp_gpflow.accounting import current_accountant
+from dpgp_gpflow.accounting import PrivacyEvent, current_accountant
 from dpgp_gpflow.models import DPGPR
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpgp_gpflow.ReproducibleNoiseWarning")
@@ -254,3 +256,59 @@ def test_held_budget_is_given_back_when_a_release_fails(model, monkeypatch):
     assert acc.ledger == ()
     model.release(XNEW, epsilon=1.0, delta=0.01, accountant=acc)  # the whole budget is available again
     assert acc.spent == pytest.approx((1.0, 0.01))
+
+
+# ---------------------------------------------------------------------------------------------
+# Found by the fuzz suite (tests/fuzz)
+
+
+@pytest.mark.parametrize("delta", [False, np.False_, True, np.True_])
+def test_bool_budget_delta_is_refused(delta):
+    """FUZZ-BUG-9: delta=False was taken as 0.0 (``delta == 0.0`` was tested before validation)."""
+    with pytest.raises(TypeError, match="delta"):
+        PrivacyAccountant(epsilon=1.0, delta=delta)
+
+
+@pytest.mark.parametrize("kwargs", [dict(delta=False), dict(delta=np.False_), dict(kind="gaussian", delta=1e-3, mu=True),
+                                    dict(kind="gaussian", delta=1e-3, mu=np.True_)])
+def test_bool_event_delta_or_mu_is_refused(kwargs):
+    acc = PrivacyAccountant(epsilon=10.0, delta=0.5)
+    for call in (acc.check, acc.spend):
+        with pytest.raises(TypeError):
+            call(0.5, **kwargs)
+    assert acc.ledger == () and acc.history() == []
+    with pytest.raises(TypeError, match="delta"):
+        acc.epsilon_spent("basic", False)
+
+
+def test_bool_fields_of_a_privacy_event_are_refused():
+    from dpgp_gpflow.composition import composed_epsilon
+
+    for event in (PrivacyEvent(1.0, 1e-3, "gaussian", True), PrivacyEvent(1.0, False, "pure"),
+                  PrivacyEvent(True, 0.0, "pure")):
+        with pytest.raises(TypeError, match="bool"):
+            composed_epsilon([event], 0.5, "gdp")
+
+
+@pytest.mark.parametrize("mu", [1e7, 1e10, 1e100, 1e200])
+def test_gdp_check_of_a_huge_gaussian_event(mu):
+    """FUZZ-BUG-3: the "gdp" check raised OverflowError (or never returned) for mu above ~1e6."""
+    acc = PrivacyAccountant(epsilon=1e308, delta=0.5, composition="gdp")
+    need = 0.5 * mu * mu  # delta < 1 needs epsilon of order mu^2 / 2
+    if math.isfinite(need):
+        acc.check(1.0, 1e-3, kind="gaussian", mu=mu)
+        assert acc.epsilon_spent() == 0.0
+        small = PrivacyAccountant(epsilon=need / 2, delta=0.5, composition="gdp")
+        with pytest.raises(BudgetExceededError):
+            small.spend(1.0, 1e-3, kind="gaussian", mu=mu)
+        assert small.ledger == ()
+    else:  # mu^2 / 2 overflows: no finite budget covers it
+        with pytest.raises(BudgetExceededError):
+            acc.spend(1.0, 1e-3, kind="gaussian", mu=mu)
+
+
+def test_gdp_epsilon_at_a_subnormal_delta_is_infinite():
+    from dpgp_gpflow.composition import gdp_epsilon
+
+    assert gdp_epsilon(1.0, 1e-320) == math.inf  # sound: the profile cannot be resolved there
+    assert gdp_epsilon(1.0, 2.3e-308) == pytest.approx(37.92, rel=1e-3)

@@ -565,3 +565,32 @@ def test_package_reexports_every_public_name():
              "release_bin_means"]
     for name in names:
         assert name in dpgp_gpflow.baselines.__all__ and callable(getattr(dpgp_gpflow.baselines, name)), name
+
+
+# ---------------------------------------------------------------------------------------------
+# FUZZ-BUG-8: make_bins(counts=k, bounds=...) returned non-finite or repeated edges (or raised
+# MemoryError) where the grid is not representable.
+
+
+@pytest.mark.parametrize("counts, bounds", [
+    (3, (-1e308, 1e308)),  # the width overflows: edges [nan, inf, inf, 1e308] before the fix
+    (3, (-1.7e308, 1.7e308)),
+    (2, (1e308, 1.7e308)),  # the centre of a bin overflows
+    (2, (0.0, 5e-324)),  # below float resolution: repeated edges
+    (4, (1.0, 1.0 + 2.2e-16)),
+    ([2, 3], [(0.0, 1.0), (-1e308, 1e308)]),
+    (10**12, (0.0, 1.0)),  # MemoryError before the fix
+    ([10**4, 10**4], (0.0, 1.0)),
+])
+def test_make_bins_refuses_unrepresentable_grids(counts, bounds):
+    with pytest.raises(ValueError, match="bins"):
+        make_bins(counts=counts, bounds=bounds)
+
+
+def test_make_bins_counts_refuse_bools_and_keep_representable_grids():
+    with pytest.raises(TypeError, match="counts"):
+        make_bins(counts=True, bounds=(0.0, 1.0))
+    bins = make_bins(counts=[4, 2], bounds=[(0.0, 1.0), (-0.8e308, 0.0)])  # wide but representable
+    assert_array_equal(bins.edges[0], np.linspace(0.0, 1.0, 5))
+    assert_array_equal(bins.edges[1], [-0.8e308, -0.4e308, 0.0])
+    assert np.all(np.isfinite(bins.centres))

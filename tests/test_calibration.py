@@ -175,3 +175,78 @@ def test_exponential_mechanism_bad_inputs():
         exponential_mechanism_log_weights(np.array([0.0, np.nan]), 1.0, 1.0)
     with pytest.raises(ValueError, match="epsilon"):
         exponential_mechanism_log_weights(np.zeros(2), -1.0, 1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# FUZZ-BUG-3: analytic_gaussian_epsilon at the far ends of mu and delta (it raised OverflowError,
+# never returned, undershot for mu >~ 1e10 and overshot below epsilon ~1e-5).
+
+
+def _scipy_epsilon(mu, delta):
+    """Independent reference: SciPy's brentq on tests/reference.py's delta(epsilon)."""
+    from scipy import optimize
+
+    f = lambda e: analytic_delta(e, 1.0 / mu) - delta  # noqa: E731
+    hi = 1.0
+    while f(hi) > 0.0:
+        hi *= 2.0
+    return optimize.brentq(f, 0.0, hi, xtol=1e-300, rtol=1e-15, maxiter=1000)
+
+
+@pytest.mark.parametrize("mu, delta", [(0.05, 1e-3), (0.5, 1e-5), (1.0, 1e-10), (2.0, 1e-3), (5.0, 0.1), (20.0, 1e-6)])
+def test_analytic_epsilon_matches_scipy_reference(mu, delta):
+    assert analytic_gaussian_epsilon(mu, delta) == pytest.approx(_scipy_epsilon(mu, delta), rel=1e-9)
+
+
+def _mp_delta(epsilon, mu):
+    """delta(epsilon) at 400 digits (enough for mu up to 1e154 and down to 1e-300)."""
+    import mpmath
+
+    with mpmath.workdps(400):
+        e, m = mpmath.mpf(epsilon), mpmath.mpf(mu)
+        return mpmath.ncdf(-e / m + m / 2) - mpmath.exp(e) * mpmath.ncdf(-e / m - m / 2)
+
+
+@pytest.mark.parametrize("mu", [1e-300, 3.6e-10, 1e-3, 1e3, 1e7, 1e10, 1e100, 1e154])
+@pytest.mark.parametrize("delta", [2.3e-308, 1e-10, 0.5, 1.0 - 1e-16])
+def test_analytic_epsilon_is_tight_and_sound_at_extremes(mu, delta):
+    eps = analytic_gaussian_epsilon(mu, delta)
+    assert math.isfinite(eps) and eps >= 0.0
+    assert _mp_delta(eps, mu) <= delta  # sound: (eps, delta)-DP
+    if eps > 0.0:
+        assert _mp_delta(eps * (1.0 - 1e-9), mu) > delta  # tight to 1e-9
+
+
+def test_analytic_epsilon_overflowing_and_infinite_mu():
+    for mu in (1e155, 1e200, 1e308, math.inf):  # mu^2 / 2 overflows: no finite epsilon
+        assert analytic_gaussian_epsilon(mu, 0.5) == math.inf
+    assert analytic_gaussian_epsilon(0.0, 0.5) == 0.0
+    with pytest.raises(ValueError, match="mu"):
+        analytic_gaussian_epsilon(math.nan, 0.5)
+    with pytest.raises(TypeError, match="mu"):
+        analytic_gaussian_epsilon(True, 0.5)
+
+
+def test_analytic_epsilon_decreases_with_delta_for_huge_mu():
+    """Before the fix, (1e10, 1e-10) gave 4.9999999346e19 < (1e10, 0.5)'s 5e19 (cancellation)."""
+    eps = [analytic_gaussian_epsilon(1e10, d) for d in (1e-300, 1e-10, 1e-3, 0.5)]
+    assert all(a > b for a, b in zip(eps, eps[1:]))
+    assert eps[1] == pytest.approx(5e19 + 1e10 * 6.361340, rel=1e-15)  # mu^2/2 + mu z, z = 6.36134...
+
+
+def test_analytic_epsilon_of_a_calibrated_tiny_release():
+    """At (1e-10, 1e-10) the old absolute xtol=1e-13 gave 1.00009e-10: 9e-5 too large."""
+    mu = 1.0 / analytic_gaussian_multiplier(1e-10, 1e-10)
+    assert analytic_gaussian_epsilon(mu, 1e-10) == pytest.approx(1e-10, rel=1e-6)
+
+
+@pytest.mark.parametrize("epsilon, delta", [
+    (1e-300, 2.3e-308), (1e-10, 2.3e-308), (1e-5, 2.3e-308),  # the multiplier was 7% too small at (1e-10, ...)
+    (1e20, 1e-10), (1e20, 0.5), (1.0, 1e-5), (1e6, 1.0 - 1e-16), (1.7e308, 0.01),
+])
+def test_analytic_multiplier_is_sound_and_tight_at_extremes(epsilon, delta):
+    """Found beside FUZZ-BUG-3: the multiplier's own profile (analytic_gaussian_delta) lost precision
+    at tiny epsilon with tiny delta and at epsilon ~1e20, so the noise was too small there."""
+    s = analytic_gaussian_multiplier(epsilon, delta)
+    assert _mp_delta(epsilon, 1.0 / s) <= delta
+    assert _mp_delta(epsilon, 1.0 / (s * (1.0 - 1e-9))) > delta

@@ -387,7 +387,7 @@ def test_accountant_charged_once_and_refuses_before_computing(data, monkeypatch)
 
 def test_input_validation(data):
     model = make_gpr(data)
-    with pytest.raises(KeyError, match="unknown parameter"):
+    with pytest.raises(ValueError, match="unknown parameter"):
         cross_validate(model, [{".kernel.lenghtscales": 1.0}])
     with pytest.raises(ValueError, match="both"):
         select_hyperparameters(model, GRID, epsilon=1.0, epsilon_release=1.0)
@@ -551,3 +551,52 @@ def test_select_hyperparameters_for_a_classifier(labels):
     assert sel.probabilities.sum() == pytest.approx(1.0)
     with pytest.raises(ValueError, match="exceeds the width"):
         cross_validate(model, grid, folds=4, d=3.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Found by the fuzz suite (tests/fuzz): bad grids are refused before any budget is reserved (the
+# accountant's history stays empty) and before any draw; each configuration starts from the model.
+
+LS, KV, NV = ".kernel.lengthscales", ".kernel.variance", ".likelihood.variance"
+
+
+def test_unknown_parameter_path_is_a_value_error_naming_it(data, draws):
+    """FUZZ-BUG-5: a KeyError before the fix."""
+    model = make_gpr(data)
+    acc = PrivacyAccountant(epsilon=10.0)
+    with pytest.raises(ValueError, match=r"\.kernel\.lenghtscales") as info:
+        select_hyperparameters(model, [{LS: 1.0}, {".kernel.lenghtscales": 1.0}], epsilon=1.0, folds=3, accountant=acc)
+    for path in (LS, KV, NV):  # the valid ones are listed
+        assert path in str(info.value)
+    assert draws == [] and acc.history() == []
+
+
+@pytest.mark.parametrize("config, error", [
+    ({LS: 0.0}, ValueError), ({LS: -1.0}, ValueError), ({LS: math.nan}, ValueError), ({KV: 0.0}, ValueError),
+    ({KV: -2.0}, ValueError), ({KV: math.inf}, ValueError), ({NV: 1e-6}, ValueError), ({NV: 1e-300}, ValueError),
+    ({LS: np.array([1.0, 2.0])}, ValueError), ({LS: "a"}, TypeError), ({LS: None}, TypeError), ({LS: True}, TypeError),
+])
+def test_grid_values_outside_constraints_are_refused_before_reserving(data, draws, config, error):
+    """FUZZ-BUG-4: tensorflow's InvalidArgumentError from multiple_assign, after the budget was reserved."""
+    model = make_gpr(data)
+    acc = PrivacyAccountant(epsilon=10.0)
+    with pytest.raises(error, match=next(iter(config)).replace(".", r"\.")):
+        select_hyperparameters(model, [{LS: 1.0}, config], epsilon=1.0, folds=3, accountant=acc)
+    assert draws == [] and acc.history() == []
+    with pytest.raises(error):
+        cross_validate(model, [config], folds=3)
+
+
+def test_each_configuration_starts_from_the_model(data):
+    """FUZZ-BUG-6: configurations were assigned one after another to one copy of the model, so the
+    second configuration below used the first one's lengthscale 0.3 instead of the model's 1.0."""
+    X, Y = data
+    model = make_gpr(data)  # lengthscale 1.0, variance 1.0, noise 0.05
+    cv = cross_validate(model, [{LS: 0.3}, {KV: 2.0}], folds=3, split_seed=1)
+    for index, (ls, var) in enumerate([(0.3, 1.0), (1.0, 2.0)]):
+        preds = cv_predictions(cv.folds[index], Y[:, 0])
+        for (train, test), pred in zip(cv.splits, preds):
+            ref = gpflow.models.GPR((X[train], Y[train]), gpflow.kernels.SquaredExponential(lengthscales=ls, variance=var),
+                                    mean_function=gpflow.functions.Constant(0.0), noise_variance=0.05)
+            np.testing.assert_allclose(pred, ref.predict_f(X[test])[0].numpy()[:, 0], rtol=1e-9, atol=1e-9)
+    assert model.kernel.lengthscales.numpy() == pytest.approx(1.0) and model.kernel.variance.numpy() == pytest.approx(1.0)

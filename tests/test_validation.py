@@ -265,3 +265,85 @@ def test_prediction_does_not_trip_the_guard():
     m.cloaking_matrix(XNEW)
     assert not m.private_objective_evaluated
     m.release(XNEW, epsilon=1.0, delta=0.01, seed=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Found by the fuzz suite (tests/fuzz): refused with the documented error before any budget is
+# reserved (the accountant's history stays empty: nothing was even held) and before any draw.
+
+
+@pytest.mark.parametrize("cls", ["DPGPR", "DPGPRFITC", "DPSGPR"])
+@pytest.mark.parametrize("value, error", [
+    (1e-6, ValueError), (5e-7, ValueError), (0.0, ValueError), (-1.0, ValueError), (float("nan"), ValueError),
+    (float("inf"), ValueError), (True, TypeError), ("0.1", TypeError),
+])
+def test_noise_variance_outside_gpflow_bound_is_refused(draws, cls, value, error):
+    """FUZZ-BUG-1: tensorflow's InvalidArgumentError from gpflow.Parameter before the fix."""
+    from dpgp_gpflow.models import DPGPRFITC, DPSGPR
+
+    X, Y = data()
+    build_it = {
+        "DPGPR": lambda: DPGPR((X, Y), kernel(), y_bounds=(LO, HI), noise_variance=value),
+        "DPGPRFITC": lambda: DPGPRFITC((X, Y), kernel(), X[:3], noise_variance=value, y_bounds=(LO, HI)),
+        "DPSGPR": lambda: DPSGPR((X, Y), kernel(), X[:3], noise_variance=value, y_bounds=(LO, HI)),
+    }[cls]
+    with pytest.raises(error, match="noise_variance"):
+        build_it()
+    assert draws == []
+
+
+def test_noise_variance_just_above_gpflow_bound_is_kept():
+    model = build(noise_variance=1.5e-6)
+    assert model.likelihood.variance.numpy() == pytest.approx(1.5e-6, rel=1e-9)
+    assert build(noise_variance=None).likelihood.variance.numpy() == pytest.approx(1.0)  # GPflow's default
+
+
+@pytest.mark.parametrize("seed, error", [
+    (-1, ValueError), (np.int64(-3), ValueError), (2**128, ValueError), (1.5, TypeError), (3.0, TypeError),
+    (True, TypeError), (np.bool_(False), TypeError), ("7", TypeError),
+])
+def test_validate_seed(seed, error):
+    from dpgp_gpflow.validation import validate_seed
+
+    with pytest.raises(error, match="seed"):
+        validate_seed(seed)
+
+
+def test_validate_seed_accepts_none_and_integers():
+    from dpgp_gpflow.validation import validate_seed
+
+    assert validate_seed(None) is None
+    assert [validate_seed(s) for s in (0, np.int64(3), 2**128 - 1)] == [0, 3, 2**128 - 1]
+    assert type(validate_seed(np.uint32(5))) is int
+
+
+@pytest.mark.parametrize("seed, error", [(-1, ValueError), (1.5, TypeError), (True, TypeError), (2**130, ValueError)])
+@pytest.mark.parametrize("entry", ["cloaking", "standard", "release_function", "classifier", "selection", "bins",
+                                   "cloaking_release"])
+def test_invalid_seed_is_refused_before_reserving(draws, seed, error, entry):
+    """FUZZ-BUG-7: an invalid seed was refused only inside the sampler, after the private computation."""
+    from dpgp_gpflow.baselines import make_bins, release_bin_means
+    from dpgp_gpflow.models import DPLaplaceGPC, DPSGPR
+    from dpgp_gpflow.release import cloaking_release
+    from dpgp_gpflow.selection import select_hyperparameters
+
+    X, Y = data()
+    acc = PrivacyAccountant(epsilon=100.0, delta=0.5)
+    common = dict(epsilon=1.0, delta=1e-2, seed=seed, accountant=acc)
+    calls = {
+        "cloaking": lambda: build().release(XNEW, **common),
+        "standard": lambda: build().release(XNEW, mechanism="standard", **common),
+        "release_function": lambda: DPSGPR((X, Y), kernel(), X[:3], noise_variance=0.1,
+                                           y_bounds=(LO, HI)).release_function(**common),
+        "classifier": lambda: DPLaplaceGPC((X, np.where(Y > 0, 1.0, -1.0)), kernel()).release(**common),
+        "selection": lambda: select_hyperparameters(build(), [{".kernel.lengthscales": 1.0}], epsilon=1.0, folds=2,
+                                                    seed=seed, accountant=acc),
+        "bins": lambda: release_bin_means(X, Y, make_bins(counts=2, bounds=(0.0, 3.0)), y_bounds=(LO, HI),
+                                          epsilon=1.0, seed=seed, accountant=acc),
+        "cloaking_release": lambda: cloaking_release(
+            np.eye(N), np.zeros(N), np.zeros(N), np.zeros(N), data_sensitivity=1.0, output_bound=1.0, **common),
+    }
+    with pytest.raises(error, match="seed"):
+        calls[entry]()
+    assert draws == []
+    assert acc.history() == [], "budget was reserved before the seed was checked"

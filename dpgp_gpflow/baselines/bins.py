@@ -6,6 +6,7 @@ never places them from the data; inputs are public, so bin membership and counts
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 from numbers import Integral
@@ -17,7 +18,10 @@ from check_shapes import check_shapes
 from ..kernels import grid_edges
 from ..validation import as_inputs
 
-__all__ = ["Bins", "make_bins"]
+__all__ = ["MAX_BINS", "Bins", "make_bins"]
+
+#: Most bins :func:`make_bins` builds from ``counts`` (every release allocates a few arrays of this size).
+MAX_BINS = 10**7
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,6 +131,8 @@ def _from_counts(counts: Any, bounds: Any, D: Optional[int]) -> Bins:
             b = np.asarray(bounds, dtype=np.float64)
             D = 1 if b.shape == (2,) else b.shape[0]
         counts = [counts] * D
+    if any(isinstance(c, (bool, np.bool_)) for c in counts):
+        raise TypeError(f"counts must be integers, got {counts!r}")
     counts = [int(c) for c in counts]
     if D is None:
         D = len(counts)
@@ -134,8 +140,17 @@ def _from_counts(counts: Any, bounds: Any, D: Optional[int]) -> Bins:
         raise ValueError(f"counts gives {len(counts)} axes but X has D = {D} columns")
     if any(c < 1 for c in counts):
         raise ValueError(f"counts must be >= 1, got {counts}")
+    if math.prod(counts) > MAX_BINS:
+        raise ValueError(f"counts {counts} give more than {MAX_BINS} bins")
     b = _axis_bounds(bounds, D)
-    return Bins(tuple(np.linspace(b[d, 0], b[d, 1], counts[d] + 1) for d in range(D)))
+    with np.errstate(over="ignore", invalid="ignore"):
+        axes = tuple(np.linspace(b[d, 0], b[d, 1], counts[d] + 1) for d in range(D))
+        ok = [np.all(np.isfinite(e)) and np.all(np.diff(e) > 0.0) and np.all(np.isfinite(e[:-1] + e[1:])) for e in axes]
+    for d, e in enumerate(axes):
+        if not ok[d]:
+            raise ValueError(f"{counts[d]} equal-width bins over the bounds {b[d].tolist()} are not representable "
+                             "in float64 (the width or a bin centre overflows, or the edges would repeat)")
+    return Bins(axes)
 
 
 def make_bins(
@@ -152,7 +167,8 @@ def make_bins(
         place the edges.
     :param edges: one strictly increasing array of edges per axis (a single array for D = 1).
     :param counts: the number of bins per axis (an int for every axis, or one per axis), with
-        ``bounds``: equal-width bins spanning each axis' public bounds.
+        ``bounds``: equal-width bins spanning each axis' public bounds. ``ValueError`` when the edges
+        are not finite and strictly increasing in float64, or for more than :data:`MAX_BINS` bins.
     :param bounds: public input bounds, a pair ``(lo, hi)`` for every axis or ``[D, 2]``.
 
     The edges must be chosen without the private outputs. Bins from ``counts`` need public

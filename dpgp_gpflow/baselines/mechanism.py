@@ -27,7 +27,14 @@ import numpy as np
 
 from .. import sampling
 from ..accounting import PrivacyAccountant, PrivacyEvent, reserve
-from ..validation import as_outputs, clip_outputs, validate_bounds, validate_data_sensitivity, validate_epsilon
+from ..validation import (
+    as_outputs,
+    clip_outputs,
+    validate_bounds,
+    validate_data_sensitivity,
+    validate_epsilon,
+    validate_seed,
+)
 from .bins import Bins
 
 __all__ = ["BinRelease", "bin_means_nonprivate", "laplace_noise", "release_bin_means"]
@@ -185,6 +192,7 @@ def release_bin_means(
         choice is public.
     """
     epsilon = validate_epsilon(epsilon)
+    seed = validate_seed(seed)
     p = _prepare(X, Y, bins, y_bounds, data_sensitivity, empty_value, outside)
     occupied = p.counts > 0
     n_occupied = int(np.sum(occupied))

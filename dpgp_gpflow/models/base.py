@@ -29,6 +29,7 @@ from ..validation import (
     require_float64,
     validate_bounds,
     validate_data_sensitivity,
+    validate_noise_variance,
 )
 
 __all__ = [
@@ -42,9 +43,11 @@ __all__ = [
 ]
 
 
-def prepare_private_data(data: Any, y_bounds: Any, data_sensitivity: Optional[float]):
-    """Validate ``(X, Y)``, clip ``Y`` to the public bounds; returns ``(X, Y, bounds, d)``."""
+def prepare_private_data(data: Any, y_bounds: Any, data_sensitivity: Optional[float], noise_variance: Any = None):
+    """Validate ``(X, Y)`` (and ``noise_variance``: ``validate_noise_variance``, ``TypeError`` /
+    ``ValueError``), clip ``Y`` to the public bounds; returns ``(X, Y, bounds, d)``."""
     require_float64()
+    validate_noise_variance(noise_variance)
     try:
         X, Y = data
     except (TypeError, ValueError) as exc:

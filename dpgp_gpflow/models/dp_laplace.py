@@ -42,7 +42,15 @@ from ..cloaking import DEFAULT_TOL
 from ..contract import ReleaseTerms, dense_map
 from ..release import cloaking_release, gaussian_event
 from ..released import PrivateClassifier, PrivateRelease
-from ..validation import as_inputs, require_float64, validate_calibration, validate_delta, validate_epsilon, validate_objective
+from ..validation import (
+    as_inputs,
+    require_float64,
+    validate_calibration,
+    validate_delta,
+    validate_epsilon,
+    validate_objective,
+    validate_seed,
+)
 from .base import FactoredModelMixin, PrivateModelMixin
 from .gpr import gpr_cloaking_matrix_and_variance
 from .laplace import (
@@ -246,6 +254,7 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
         self.check_hyperparameters_public(hyperparameters_public)
         steps = _check_steps(steps)
         validate_objective(objective)
+        seed = validate_seed(seed)
         eps_step, delta_step = validate_epsilon(epsilon) / steps, validate_delta(delta) / steps
         multiplier = gaussian_multiplier(eps_step, delta_step, validate_calibration(calibration))
         with reserve(accountant, [gaussian_event(eps_step, delta_step, multiplier)] * steps) as reservation:

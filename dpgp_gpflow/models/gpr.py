@@ -97,7 +97,7 @@ class DPGPR(PrivateModelMixin, gpflow.models.GPR):
         mean_function: Optional[gpflow.functions.MeanFunction] = None,
         data_sensitivity: Optional[float] = None,
     ) -> None:
-        X, Y, bounds, d = prepare_private_data(data, y_bounds, data_sensitivity)
+        X, Y, bounds, d = prepare_private_data(data, y_bounds, data_sensitivity, noise_variance)
         if mean_function is None:
             mean_function = public_constant_mean(bounds)
         super().__init__((X, Y), kernel, mean_function=mean_function, noise_variance=noise_variance)

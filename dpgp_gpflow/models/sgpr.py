@@ -163,7 +163,7 @@ class DPGPRFITC(FactoredModelMixin, gpflow.models.GPRFITC):
     ) -> None:
         if y_bounds is None:
             raise TypeError("y_bounds=(lo, hi), public bounds on the outputs, is required")
-        X, Y, bounds, d = prepare_private_data(data, y_bounds, data_sensitivity)
+        X, Y, bounds, d = prepare_private_data(data, y_bounds, data_sensitivity, noise_variance)
         if isinstance(inducing_variable, gpflow.inducing_variables.InducingPoints):
             Z = inducing_variable.Z.numpy()
         else:

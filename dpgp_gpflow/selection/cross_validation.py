@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
+import tensorflow as tf
 from gpflow.utilities import deepcopy, multiple_assign, parameter_dict
 
 from ..calibration import gaussian_multiplier
@@ -102,17 +103,48 @@ def _validate_splits(splits: Any, n: int) -> List[Split]:
     return out
 
 
+def _check_value(path: str, param: Any, value: Any) -> None:
+    """``TypeError`` unless ``value`` holds real numbers; ``ValueError`` unless it has the parameter's
+    shape and lies inside its constraint (its transform maps it to a finite unconstrained value)."""
+    try:
+        arr = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+    except Exception as exc:  # pragma: no cover - defensive
+        raise TypeError(f"the grid value {value!r} for {path} is not array-like") from exc
+    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+        raise TypeError(f"the grid value {value!r} for {path} must hold real numbers")
+    arr = arr.astype(np.float64)
+    if arr.shape != tuple(param.shape):
+        raise ValueError(f"the grid value for {path} has shape {arr.shape}, the parameter {tuple(param.shape)}")
+    ok = bool(np.all(np.isfinite(arr)))
+    if ok and param.transform is not None:
+        unconstrained = param.transform.inverse(tf.constant(arr, dtype=param.dtype))
+        ok = bool(tf.reduce_all(tf.math.is_finite(unconstrained))) and bool(
+            tf.reduce_all(tf.math.is_finite(param.transform.forward(unconstrained))))
+    if not ok:
+        raise ValueError(f"the grid value {value!r} for {path} is outside the parameter's constraint "
+                         f"({param.transform.name if param.transform is not None else 'finite'})")
+
+
 def validate_grid(model, grid: Any) -> Tuple[Dict[str, Any], ...]:
+    """The grid as a tuple of dicts, checked against ``model`` (public, nothing is assigned):
+    ``TypeError`` for a grid that is not a list of dicts or a value that is not real numbers,
+    ``ValueError`` for an empty grid, an unknown parameter path (the message lists the valid ones)
+    or a value of the wrong shape or outside the parameter's constraint (e.g. a lengthscale <= 0)."""
     if isinstance(grid, Mapping) or not hasattr(grid, "__iter__"):
         raise TypeError("grid must be a list of dicts mapping parameter paths to values")
-    grid = tuple(dict(c) for c in grid)
+    try:
+        grid = tuple(dict(c) for c in grid)
+    except (TypeError, ValueError) as exc:
+        raise TypeError("grid must be a list of dicts mapping parameter paths to values") from exc
     if not grid:
         raise ValueError("grid is empty")
     known = parameter_dict(model)
     for config in grid:
         unknown = [k for k in config if k not in known]
         if unknown:
-            raise KeyError(f"unknown parameter path(s) {unknown}; the model has {sorted(known)}")
+            raise ValueError(f"unknown parameter path(s) {unknown}; the model's parameters are {sorted(known)}")
+        for path, value in config.items():
+            _check_value(path, known[path], value)
     return grid
 
 
@@ -207,8 +239,9 @@ def cross_validate(model: PrivateModel, grid: Sequence[Config], *, folds: Union[
     """Fold matrices of ``model`` (any :class:`~dpgp_gpflow.contract.PrivateModel`) for every configuration of ``grid``.
 
     Each configuration (a dict of GPflow parameter paths to values, e.g.
-    ``{".kernel.lengthscales": 25.0, ".likelihood.variance": 1.0}``) is assigned to a copy of the
-    model; nothing is trained and the model itself is not changed. ``folds``: the number of folds of
+    ``{".kernel.lengthscales": 25.0, ".likelihood.variance": 1.0}``) is assigned to its own fresh copy
+    of the model (parameters it does not set keep the model's values); nothing is trained and the
+    model itself is not changed. ``folds``: the number of folds of
     a :func:`cv_folds` split seeded by ``split_seed``, or a list of ``(train, test)`` index arrays.
     Each fold's matrix is the model's ``split_terms(train, test)``: for the regression models the
     predictive mean at the test inputs given the training outputs; for the classifiers the latent
@@ -226,11 +259,11 @@ def cross_validate(model: PrivateModel, grid: Sequence[Config], *, folds: Union[
         splits = cv_folds(n, int(folds), split_seed)
     else:
         splits = _validate_splits(folds, n)
-    work = deepcopy(model)
     all_folds, matrices, bounds = [], [], []
     bar = Progress(len(grid), progress, "fold matrices")
     try:
         for config in grid:
+            work = deepcopy(model)  # every configuration starts from the model's own values
             multiple_assign(work, config)
             per = [_fold(work, train, test) for train, test in splits]
             all_folds.append([p[0] for p in per])

@@ -12,7 +12,7 @@ from gpflow.utilities import multiple_assign
 from ..accounting import PrivacyAccountant, PrivacyEvent, reserve
 from ..calibration import exponential_mechanism_log_weights
 from ..contract import PrivateModel
-from ..validation import validate_calibration, validate_delta, validate_epsilon, validate_objective
+from ..validation import validate_calibration, validate_delta, validate_epsilon, validate_objective, validate_seed
 from .cross_validation import Config, CrossValidation, Split, cross_validate, same_grid, validate_grid
 from .mechanism import gumbel_max, selection_probabilities
 
@@ -99,6 +99,7 @@ def select_hyperparameters(
     ``split_seed`` and ``d`` are taken from it).
     """
     epsilon = validate_epsilon(epsilon)
+    seed = validate_seed(seed)
     if (epsilon_release is None) != (delta_release is None):
         raise ValueError("give both epsilon_release and delta_release, or neither")
     if epsilon_release is not None:
@@ -114,6 +115,7 @@ def select_hyperparameters(
         raise TypeError(f"{type(model).__name__} does not meet the PrivateModel contract (see dpgp_gpflow.contract)")
     # Parameters outside the grid are taken from the model: they must be public too (leak guard).
     model.check_hyperparameters_public(hyperparameters_public)
+    checked_grid = validate_grid(model, grid)  # before the budget is reserved: TypeError / ValueError
     description = "exponential mechanism: hyperparameter selection"
     with reserve(accountant, [PrivacyEvent(epsilon, 0.0, "pure", None, description)]) as reservation:
 
@@ -124,7 +126,7 @@ def select_hyperparameters(
             if not isinstance(cv, CrossValidation):
                 raise TypeError(f"cross_validation must be a CrossValidation, got {type(cv).__name__}")
             y = model.centred_outputs().numpy().reshape(-1)
-            if not same_grid(cv.grid, validate_grid(model, grid)) or not cv.computed_for(y):
+            if not same_grid(cv.grid, checked_grid) or not cv.computed_for(y):
                 raise ValueError("cross_validation was computed for another model, data set or grid")
         sens = cv.sensitivities
         kept = np.ones(len(cv), dtype=bool) if threshold is None else sens <= threshold

@@ -437,3 +437,54 @@ def test_single_training_point_closed_form(objective):
     assert rel.rank == 1 and rel.noise_factor.shape == (3, 1)
     np.testing.assert_allclose(np.abs(rel.noise_factor[:, 0]), rel.noise_multiplier * D * np.abs(C[:, 0]), rtol=1e-7)
     exact_audit(rel, C, D)
+
+
+# ---------------------------------------------------------------------------------------------
+# FUZZ-BUG-2: public terms that are not finite (a kernel overflowing at huge inputs) are refused
+# before any budget is reserved (the accountant's history stays empty) and before any draw.
+
+
+def _fuzz_model(kernel):
+    X = np.linspace(0.0, 3.0, 8)[:, None]
+    Y = np.clip(np.sin(X), LO, HI)
+    return DPGPR((X, Y), kernel, y_bounds=(LO, HI), noise_variance=NOISE)
+
+
+@pytest.mark.parametrize("x", [1e154, 1e200, -1e300])
+def test_standard_mechanism_refuses_non_finite_prior_covariance(draws, x):
+    model = _fuzz_model(gpflow.kernels.SquaredExponential())
+    Xnew = np.array([[x], [1.0]])
+    prior = model.standard_terms(tf.constant(Xnew)).prior_covariance.numpy()
+    assert not np.all(np.isfinite(prior))  # (x - x)^2 overflows: inf - inf
+    acc = dpgp_gpflow.PrivacyAccountant(epsilon=10.0, delta=0.5)
+    with pytest.raises(ValueError, match="not finite"):
+        model.release(Xnew, epsilon=EPS, delta=DELTA, mechanism="standard", accountant=acc)
+    assert draws == [] and acc.history() == []
+
+
+def test_standard_release_refuses_non_finite_prior_covariance_before_drawing(draws):
+    acc = dpgp_gpflow.PrivacyAccountant(epsilon=10.0, delta=0.5)
+    with pytest.raises(ValueError, match="prior_covariance"):
+        dpgp_gpflow.release.standard_release(np.zeros(2), np.ones(2), np.array([[np.nan, 0.0], [0.0, 1.0]]),
+                                             sensitivity=1.0, data_sensitivity=1.0, epsilon=EPS, delta=DELTA,
+                                             accountant=acc)
+    assert draws == [] and acc.history() == []
+
+
+@pytest.mark.parametrize("mechanism", ["cloaking", "standard"])
+def test_release_refuses_overflowing_cloaking_terms(draws, mechanism):
+    """A linear kernel at |x| = 1e306: the cloaking map (and the released mean it bounds) overflow."""
+    model = _fuzz_model(gpflow.kernels.Linear(variance=1.0))
+    Xnew = np.array([[1e306], [1.0]])
+    acc = dpgp_gpflow.PrivacyAccountant(epsilon=10.0, delta=0.5)
+    with pytest.raises(ValueError, match="not finite"):
+        model.release(Xnew, epsilon=EPS, delta=DELTA, mechanism=mechanism, accountant=acc)
+    assert draws == [] and acc.history() == []
+
+
+def test_huge_inputs_with_finite_terms_still_release(draws):
+    """The squared exponential vanishes far away: finite cloaking terms, so the release goes ahead."""
+    model = _fuzz_model(gpflow.kernels.SquaredExponential())
+    rel = model.release(np.array([[1e300], [1.0]]), epsilon=EPS, delta=DELTA)
+    assert np.all(np.isfinite(rel.mean)) and rel.mean[0] == pytest.approx(MID)  # the prior mean, exactly public
+    assert len(draws) == 1
