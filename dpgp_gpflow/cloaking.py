@@ -491,6 +491,18 @@ def _distinct_columns(vectors: np.ndarray) -> np.ndarray:
     return np.sort(first)
 
 
+def _best_uniform_weight(vectors: tf.Tensor, objective: str) -> float:
+    """The cold start: the dual's minimiser over equal weights ``c`` on the columns of ``vectors`` (r x m),
+    ``c = r / m`` (entropy) or ``(tr G^{1/2} / m)^2`` (mse), ``G = vectors vectors^T``."""
+    r, m = int(vectors.shape[0]), int(vectors.shape[1])
+    if objective == "entropy":
+        return r / m
+    G = tf.linalg.matmul(vectors, vectors, transpose_b=True)
+    root_trace = float(tf.reduce_sum(tf.sqrt(tf.maximum(tf.linalg.eigvalsh(0.5 * (G + tf.transpose(G))), 0.0))))
+    c = (root_trace / m) ** 2
+    return c if math.isfinite(c) and c > 0.0 else r / m
+
+
 def _solve_on_working_sets(vectors: tf.Tensor, objective: str, tol: float, max_iter: int, initial=None):
     """Dual weights (numpy, [n]) for the columns of ``vectors`` and the number of Newton steps taken.
 
@@ -511,7 +523,7 @@ def _solve_on_working_sets(vectors: tf.Tensor, objective: str, tol: float, max_i
         work = np.union1d(np.argsort(-lev)[: max(4 * r, 500)], pivots[:r])
     weights = np.zeros(n)
     if initial is None:
-        weights[work] = r / max(len(work), 1)
+        weights[work] = _best_uniform_weight(tf.gather(vectors, work, axis=1), objective)
     else:
         work = np.union1d(work, np.flatnonzero(initial > 0.0))
         weights[work] = np.maximum(initial[work], 1e-6 * initial.max())
