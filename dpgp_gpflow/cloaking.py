@@ -13,7 +13,7 @@ The maths (docs/mechanisms.md#cloaking and #noise-optimiser):
   the papers) or ``trace M`` ("mse", the expected squared error the noise adds) subject to
   ``beta_i^T M^{-1} beta_i <= 1``. We solve the Lagrange dual over one weight per training point,
   ``g(l) = sum(l) - log det S`` or ``sum(l) - 2 tr S^{1/2}`` with ``S = beta diag(l) beta^T``, by
-  a log-barrier Newton method on a working set of points (gradients by autodiff of the dual), and
+  a log-barrier Newton method on a working set of points (gradient ``1 - q`` in closed form), and
   stop on the duality gap: a certificate, not a step-size rule.
 * Privacy never depends on convergence: the sensitivity is recomputed from the covariance
   actually returned (:func:`mahalanobis_sensitivity`).
@@ -69,6 +69,13 @@ CENTRED_DECREMENT = 1e-6
 #: ... by this factor (or to a tenth of the duality gap per point, if smaller).
 MU_FACTOR = 0.05
 MU_GAP_DIV = 10.0
+#: The first barrier weight is the duality gap per point divided by this: the (loosely centred)
+#: path is joined close to the optimum, which matters most on warm restarts of the working-set
+#: rounds (a large first weight pushes warm weights away from the optimum before coming back).
+MU_START_DIV = 100.0
+#: Relative residual at which conjugate gradients stop (inexact Newton: the line search and the
+#: duality-gap stop make the step's accuracy a matter of speed only, never of the certificate).
+CG_RTOL = 1e-2
 
 
 class ColumnSpace(NamedTuple):
@@ -241,19 +248,17 @@ def _dual_value(vectors: tf.Tensor, weights: tf.Tensor, objective: str) -> tf.Te
 
 
 def _dual_state(vectors: tf.Tensor, weights: tf.Tensor, objective: str):
-    """One eigen-decomposition of ``S`` giving the dual value, its gradient (by autodiff, through
-    the eigen-decomposition; it equals ``1 - q``) and the terms of :func:`_dual_terms`.
+    """One eigen-decomposition of ``S`` giving the dual value, its gradient ``1 - q`` (closed form:
+    no backpropagation through the eigen-decomposition) and the terms of :func:`_dual_terms`.
 
     For interior weights (all positive, ``S`` non-singular) only: the Newton iterations keep them there.
     """
-    with tf.GradientTape() as tape:
-        tape.watch(weights)
-        w, V, P, q = _dual_terms(vectors, weights, objective)
-        if objective == "entropy":
-            value = tf.reduce_sum(weights) - tf.reduce_sum(tf.math.log(w))
-        else:
-            value = tf.reduce_sum(weights) - 2.0 * tf.reduce_sum(tf.sqrt(w))
-    return value, tape.gradient(value, weights), w, V, P, tf.stop_gradient(q)
+    w, V, P, q = _dual_terms(vectors, weights, objective)
+    if objective == "entropy":
+        value = tf.reduce_sum(weights) - tf.reduce_sum(tf.math.log(w))
+    else:
+        value = tf.reduce_sum(weights) - 2.0 * tf.reduce_sum(tf.sqrt(w))
+    return value, 1.0 - q, w, V, P, q
 
 
 def _mse_curvature(w: tf.Tensor) -> tf.Tensor:
@@ -331,7 +336,7 @@ def _mse_newton_direction(w, P, weights, gb, mu):
     bnorm = tf.norm(b)
 
     def cond(k, x, res, z, p, rz):
-        return tf.logical_and(k < 50, tf.norm(res) > 1e-8 * bnorm)
+        return tf.logical_and(k < 50, tf.norm(res) > CG_RTOL * bnorm)
 
     def body(k, x, res, z, p, rz):
         Ap = apply(p)
@@ -416,7 +421,7 @@ def _barrier_newton_impl(vectors, weights0, objective, tol, max_iter):
     dtype = tf.float64
     m = tf.cast(tf.shape(vectors)[1], dtype)
     gap0, _, _, _ = _certificate_terms(vectors, weights0, objective)
-    mu0 = tf.maximum(gap0, 1e-3) / m
+    mu0 = tf.maximum(gap0, 1e-3) / (m * MU_START_DIV)
 
     def cond(it, weights, mu, done, met):
         return tf.logical_and(it < max_iter, tf.logical_not(done))
@@ -486,6 +491,18 @@ def _distinct_columns(vectors: np.ndarray) -> np.ndarray:
     return np.sort(first)
 
 
+def _best_uniform_weight(vectors: tf.Tensor, objective: str) -> float:
+    """The cold start: the dual's minimiser over equal weights ``c`` on the columns of ``vectors`` (r x m),
+    ``c = r / m`` (entropy) or ``(tr G^{1/2} / m)^2`` (mse), ``G = vectors vectors^T``."""
+    r, m = int(vectors.shape[0]), int(vectors.shape[1])
+    if objective == "entropy":
+        return r / m
+    G = tf.linalg.matmul(vectors, vectors, transpose_b=True)
+    root_trace = float(tf.reduce_sum(tf.sqrt(tf.maximum(tf.linalg.eigvalsh(0.5 * (G + tf.transpose(G))), 0.0))))
+    c = (root_trace / m) ** 2
+    return c if math.isfinite(c) and c > 0.0 else r / m
+
+
 def _solve_on_working_sets(vectors: tf.Tensor, objective: str, tol: float, max_iter: int, initial=None):
     """Dual weights (numpy, [n]) for the columns of ``vectors`` and the number of Newton steps taken.
 
@@ -506,7 +523,7 @@ def _solve_on_working_sets(vectors: tf.Tensor, objective: str, tol: float, max_i
         work = np.union1d(np.argsort(-lev)[: max(4 * r, 500)], pivots[:r])
     weights = np.zeros(n)
     if initial is None:
-        weights[work] = r / max(len(work), 1)
+        weights[work] = _best_uniform_weight(tf.gather(vectors, work, axis=1), objective)
     else:
         work = np.union1d(work, np.flatnonzero(initial > 0.0))
         weights[work] = np.maximum(initial[work], 1e-6 * initial.max())

@@ -554,3 +554,19 @@ def test_every_release_respects_the_noise_lower_bound(case, objective):
         np.testing.assert_allclose(rel.noise_std, bound, rtol=1e-6)
     else:
         assert np.any(rel.noise_std > bound * (1 + 1e-3))  # correlated releases pay for sharing noise
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+@pytest.mark.parametrize("dense_points", [10_000, 50])
+def test_repeated_solves_of_the_same_shapes_do_not_retrace(monkeypatch, objective, dense_points):
+    """The compiled optimiser stages keep stable signatures: once a problem of given shapes has been
+    solved (here twice, through the dense or the working-set path), solving another problem of the
+    same shapes traces nothing new."""
+    monkeypatch.setattr(cloaking, "DENSE_POINTS", dense_points)
+    compiled = (cloaking._barrier_newton, cloaking._compiled_certificate, cloaking._feasible_covariance)
+    for seed in (31, 32):
+        optimise_noise_covariance(tf.constant(random_vectors(4, 300, seed)), objective, tol=TOL)
+    before = [f.experimental_get_tracing_count() for f in compiled]
+    for seed in (33, 34, 35):
+        optimise_noise_covariance(tf.constant(random_vectors(4, 300, seed)), objective, tol=TOL)
+    assert [f.experimental_get_tracing_count() for f in compiled] == before
