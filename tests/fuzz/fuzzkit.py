@@ -81,6 +81,17 @@ def private_tokens(values: Iterable[float]) -> List[str]:
     return sorted(tokens)
 
 
+#: The private values' printed forms, which no error message may contain.
+TOKENS = private_tokens(PRIVATE_INSIDE + PRIVATE_OUTSIDE)
+#: A small valid training set shared by the fuzz tests: public inputs, private outputs holding the
+#: private values (some outside LO_HI), labels in {-1, +1} and 3 public inducing inputs.
+N = 8
+X_TRAIN = np.linspace(0.0, 3.0, N)[:, None]
+Y_TRAIN = np.array([[v] for v in (PRIVATE_INSIDE + PRIVATE_OUTSIDE + PRIVATE_INSIDE)[:N]])
+LABELS = np.array([[1.0], [1.0], [-1.0], [1.0], [-1.0], [-1.0], [1.0], [-1.0]])
+Z_TRAIN = X_TRAIN[::3]
+
+
 def assert_no_private(text: str, tokens: Sequence[str], where: str) -> None:
     leaked = [t for t in tokens if t in text]
     assert not leaked, f"{where} carries private output digits {leaked}: {text!r}"

@@ -29,6 +29,7 @@ from fuzzkit import (  # noqa: E402
     LO_HI,
     PRIVATE_INSIDE,
     PRIVATE_OUTSIDE,
+    TOKENS,
     as_container,
     bounds_strategy,
     containers,
@@ -37,14 +38,12 @@ from fuzzkit import (  # noqa: E402
     epsilons,
     float_matrix,
     fuzz_settings,
-    private_tokens,
     run_call,
     seeds,
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
-TOKENS = private_tokens(PRIVATE_INSIDE + PRIVATE_OUTSIDE)
 
 
 def assert_valid_grid(bins, D=None):

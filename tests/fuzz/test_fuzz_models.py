@@ -27,10 +27,15 @@ from dpgp_gpflow.models import DPGPR, DPGPRFITC, DPSGPR, DPLaplaceGPC, DPSparseL
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fuzzkit import (  # noqa: E402
     DOCUMENTED,
+    LABELS,
     LO_HI,
     PRIVATE_INSIDE,
     PRIVATE_OUTSIDE,
     RELEASE_ERRORS,
+    TOKENS,
+    X_TRAIN,
+    Y_TRAIN,
+    Z_TRAIN,
     as_container,
     assert_charged,
     assert_gaussian_release,
@@ -43,19 +48,12 @@ from fuzzkit import (  # noqa: E402
     epsilons,
     float_matrix,
     fuzz_settings,
-    private_tokens,
     run_call,
     seeds,
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
-TOKENS = private_tokens(PRIVATE_INSIDE + PRIVATE_OUTSIDE)
-N = 8
-X_TRAIN = np.linspace(0.0, 3.0, N)[:, None]
-Y_TRAIN = np.array([[v] for v in (PRIVATE_INSIDE + PRIVATE_OUTSIDE + PRIVATE_INSIDE)[:N]])
-LABELS = np.array([[1.0], [1.0], [-1.0], [1.0], [-1.0], [-1.0], [1.0], [-1.0]])
-Z_TRAIN = X_TRAIN[::3]  # 3 public inducing inputs
 X2_TRAIN = np.column_stack([X_TRAIN[:, 0], np.cos(X_TRAIN[:, 0])])  # a 2-D input set
 
 

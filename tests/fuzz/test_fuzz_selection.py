@@ -28,26 +28,23 @@ from dpgp_gpflow.selection import select_hyperparameters
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fuzzkit import (  # noqa: E402
     DOCUMENTED,
+    LABELS,
     LO_HI,
-    PRIVATE_INSIDE,
-    PRIVATE_OUTSIDE,
+    N,
+    TOKENS,
+    X_TRAIN,
+    Y_TRAIN,
+    Z_TRAIN,
     corrupted,
     deltas,
     epsilons,
     fuzz_settings,
-    private_tokens,
     run_call,
     seeds,
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
-TOKENS = private_tokens(PRIVATE_INSIDE + PRIVATE_OUTSIDE)
-N = 8
-X_TRAIN = np.linspace(0.0, 3.0, N)[:, None]
-Y_TRAIN = np.array([[v] for v in (PRIVATE_INSIDE + PRIVATE_OUTSIDE + PRIVATE_INSIDE)[:N]])
-LABELS = np.array([[1.0], [1.0], [-1.0], [1.0], [-1.0], [-1.0], [1.0], [-1.0]])
-Z_TRAIN = X_TRAIN[::3]
 LS, KV, NV = ".kernel.lengthscales", ".kernel.variance", ".likelihood.variance"
 
 
