@@ -135,6 +135,20 @@ def _on_grid(z: Any, size: int) -> np.ndarray:
     return z
 
 
+def _exact_grid_noise(kind: str, size: int) -> np.ndarray:
+    """``size`` exact draws of OpenDP's discrete ``kind`` ("gaussian": ``make_gaussian`` under the L2
+    distance; "laplace": ``make_laplace`` under L1) with scale 1 on ``2^GRID_EXPONENT Z``, applied to a
+    zero vector, as exact float64 grid values."""
+    if size == 0:
+        return np.zeros(0)
+    odp = _opendp()
+    make, distance = {"gaussian": (odp.m.make_gaussian, odp.l2_distance),
+                      "laplace": (odp.m.make_laplace, odp.l1_distance)}[kind]
+    measurement = make(odp.vector_domain(odp.atom_domain(T=float, nan=False), size=size), distance(T=float),
+                       scale=1.0, k=GRID_EXPONENT)
+    return _on_grid(measurement([0.0] * size), size)
+
+
 def standard_normal(size: int, seed: Optional[int] = None) -> Tuple[np.ndarray, bool]:
     """``size`` standard Gaussian draws and whether they are reproducible (``seed`` given).
 
@@ -147,12 +161,7 @@ def standard_normal(size: int, seed: Optional[int] = None) -> Tuple[np.ndarray, 
     if seed is not None:
         rng, _ = _generator(seed, "DP noise")
         return rng.standard_normal(size), True
-    if size == 0:
-        return np.zeros(0), False
-    odp = _opendp()
-    space = odp.vector_domain(odp.atom_domain(T=float, nan=False), size=size), odp.l2_distance(T=float)
-    measurement = odp.m.make_gaussian(*space, scale=1.0, k=GRID_EXPONENT)
-    return _on_grid(measurement([0.0] * size), size), False
+    return _exact_grid_noise("gaussian", size), False
 
 
 def laplace(size: int, seed: Optional[int] = None) -> Tuple[np.ndarray, bool]:
@@ -166,12 +175,7 @@ def laplace(size: int, seed: Optional[int] = None) -> Tuple[np.ndarray, bool]:
     if seed is not None:
         rng, _ = _generator(seed, "DP noise")
         return rng.laplace(0.0, 1.0, size), True
-    if size == 0:
-        return np.zeros(0), False
-    odp = _opendp()
-    space = odp.vector_domain(odp.atom_domain(T=float, nan=False), size=size), odp.l1_distance(T=float)
-    measurement = odp.m.make_laplace(*space, scale=1.0, k=GRID_EXPONENT)
-    return _on_grid(measurement([0.0] * size), size), False
+    return _exact_grid_noise("laplace", size), False
 
 
 def float_standard_normal(size: int, seed: Optional[int] = None) -> Tuple[np.ndarray, bool]:
