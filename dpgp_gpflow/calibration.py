@@ -121,7 +121,8 @@ def analytic_gaussian_epsilon(mu: float, delta: float) -> float:
 
     if excess(lo) <= 0.0 and lo == (-0.5 * mu if large else 0.0):
         return 0.0
-    assert excess(hi) <= 0.0
+    if not excess(hi) <= 0.0:  # the bracket's upper end must be feasible (not an assert: kept under -O)
+        raise FloatingPointError(f"cannot bracket the analytic Gaussian epsilon at mu={mu}, delta={delta}")
     for _ in range(4000):  # bisection: lo infeasible, hi feasible, until adjacent floats
         mid = 0.5 * (lo + hi)
         if mid <= lo or mid >= hi:
