@@ -24,6 +24,7 @@ __all__ = [
     "MIN_DELTA",
     "OBJECTIVES",
     "Objective",
+    "as_float64",
     "as_inputs",
     "check_real",
     "as_outputs",
@@ -163,7 +164,7 @@ def validate_public_terms(what: str, C: Any, offset: Any, output_bound: float, *
     require_finite(what, bound_on_the_released_mean=bound)
 
 
-def _as_float64(name: str, value: Any) -> np.ndarray:
+def as_float64(name: str, value: Any) -> np.ndarray:
     """``value`` as a float64 array. Integer and float32 arrays are converted (float32 -> float64 is
     exact); anything non-numeric raises ``TypeError``."""
     try:
@@ -177,7 +178,7 @@ def _as_float64(name: str, value: Any) -> np.ndarray:
 
 def as_inputs(name: str, X: Any, input_dim: Optional[int] = None) -> np.ndarray:
     """Public inputs as a finite float64 array of shape [N, D] with N >= 1."""
-    X = _as_float64(name, X)
+    X = as_float64(name, X)
     if X.ndim != 2:
         raise ValueError(f"{name} must have shape [N, D], got shape {X.shape}")
     if X.shape[0] == 0:
@@ -191,7 +192,7 @@ def as_inputs(name: str, X: Any, input_dim: Optional[int] = None) -> np.ndarray:
 
 def as_outputs(name: str, Y: Any, num_data: int) -> np.ndarray:
     """Private outputs as a finite float64 array of shape [N, 1]."""
-    Y = _as_float64(name, Y)
+    Y = as_float64(name, Y)
     if Y.ndim != 2 or Y.shape[1] != 1:
         raise ValueError(f"{name} must have shape [N, 1] (one output), got shape {Y.shape}")
     if Y.shape[0] != num_data:

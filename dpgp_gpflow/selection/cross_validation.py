@@ -20,7 +20,7 @@ from ..cloaking import DEFAULT_TOL
 from ..contract import PrivateModel, dense_map
 from ..progress import Progress
 from ..release import NoisePlan
-from ..validation import validate_calibration, validate_data_sensitivity, validate_delta, validate_epsilon
+from ..validation import as_float64, validate_calibration, validate_data_sensitivity, validate_delta, validate_epsilon
 from .utility import Fold, cv_sensitivity, cv_utility, published_sensitivity
 
 __all__ = ["CrossValidation", "cross_validate", "cv_folds", "release_noise_std", "same_grid", "validate_grid"]
@@ -106,13 +106,7 @@ def _validate_splits(splits: Any, n: int) -> List[Split]:
 def _check_value(path: str, param: Any, value: Any) -> None:
     """``TypeError`` unless ``value`` holds real numbers; ``ValueError`` unless it has the parameter's
     shape and lies inside its constraint (its transform maps it to a finite unconstrained value)."""
-    try:
-        arr = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
-    except Exception as exc:  # pragma: no cover - defensive
-        raise TypeError(f"the grid value {value!r} for {path} is not array-like") from exc
-    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
-        raise TypeError(f"the grid value {value!r} for {path} must hold real numbers")
-    arr = arr.astype(np.float64)
+    arr = as_float64(f"the grid value for {path}", value)
     if arr.shape != tuple(param.shape):
         raise ValueError(f"the grid value for {path} has shape {arr.shape}, the parameter {tuple(param.shape)}")
     ok = bool(np.all(np.isfinite(arr)))
