@@ -25,7 +25,6 @@ import math
 from typing import Iterator, NamedTuple, Optional
 
 import numpy as np
-import scipy.linalg
 import tensorflow as tf
 from check_shapes import check_shapes
 
@@ -385,14 +384,7 @@ def _gap(w: tf.Tensor, q: tf.Tensor, weights: tf.Tensor, objective: str):
     return gap, rel, qmax
 
 
-@tf.function(reduce_retracing=True, autograph=False)
-def _compiled_certificate(vectors, weights, objective_is_entropy: bool):
-    """:func:`_certificate_terms` as one compiled call (the working-set loop calls it per stage)."""
-    return _certificate_terms(vectors, weights, "entropy" if objective_is_entropy else "mse")
-
-
-@tf.function(reduce_retracing=True, autograph=False)
-def _feasible_covariance(vectors, weights, objective_is_entropy: bool):
+def _feasible_covariance_impl(vectors, weights, objective_is_entropy: bool):
     """Eigenvectors and scales of the feasible covariance ``M = M(l) * max q``, the gap, relative gap.
 
     ``M(l) = S`` (entropy) or ``S^{1/2}`` (mse); rescaled so that ``max_i v_i^T M^{-1} v_i = 1``.
@@ -402,19 +394,6 @@ def _feasible_covariance(vectors, weights, objective_is_entropy: bool):
     gap, rel, qmax = _gap(w, q, weights, objective)
     scales = tf.sqrt(w * qmax) if objective_is_entropy else tf.sqrt(tf.sqrt(w) * qmax)
     return V, scales, gap, rel
-
-
-@tf.function(reduce_retracing=True, autograph=False)
-def _barrier_newton(vectors, weights0, objective_is_entropy, tol, max_iter):
-    """Log-barrier Newton method for the dual restricted to the columns of ``vectors``.
-
-    Minimises ``g(l) - mu sum log l`` for a decreasing sequence of ``mu`` with damped Newton steps
-    (fraction-to-boundary rule, Armijo backtracking), until the restricted duality gap is below
-    ``tol`` or ``max_iter`` Newton steps were taken. Returns the weights, the step count and whether
-    the gap met ``tol``.
-    """
-    objective = "entropy" if objective_is_entropy else "mse"
-    return _barrier_newton_impl(vectors, weights0, objective, tol, max_iter)
 
 
 def _barrier_newton_impl(vectors, weights0, objective, tol, max_iter):
@@ -479,90 +458,171 @@ def _barrier_newton_impl(vectors, weights0, objective, tol, max_iter):
 #: Sensitivity vectors whose coordinates agree to this (relative to the largest entry of each
 #: coordinate, so that rounding amplified in weak directions is absorbed) are merged.
 DUPLICATE_RTOL = 1e-8
+#: Most working-set rounds of one solve.
+MAX_ROUNDS = 50
+
+_MATRIX = tf.TensorSpec([None, None], tf.float64)
+_VECTOR = tf.TensorSpec([None], tf.float64)
+_REAL = tf.TensorSpec([], tf.float64)
+_COUNT = tf.TensorSpec([], tf.int32)
 
 
-def _distinct_columns(vectors: np.ndarray) -> np.ndarray:
-    """Indices (sorted) of one representative of each group of numerically identical columns."""
-    scale = np.max(np.abs(vectors), axis=1, keepdims=True)
-    if not np.all(np.isfinite(scale)) or np.any(scale == 0.0):
-        return np.arange(vectors.shape[1])
-    keys = np.round(vectors / (scale * DUPLICATE_RTOL)).T + 0.0  # + 0.0 turns -0.0 into 0.0
-    _, first = np.unique(keys, axis=0, return_index=True)
-    return np.sort(first)
+def _distinct_columns_impl(vectors: tf.Tensor, rtol: tf.Tensor) -> tf.Tensor:
+    scale = tf.reduce_max(tf.abs(vectors), axis=1, keepdims=True)  # [r, 1]
+    n = tf.shape(vectors)[1]
+    usable = tf.logical_and(tf.reduce_all(tf.math.is_finite(scale)), tf.reduce_all(scale > 0.0))
+
+    def merged():
+        keys = tf.round(vectors / (scale * rtol)) + 0.0  # + 0.0 turns -0.0 into 0.0
+        _, group = tf.raw_ops.UniqueV2(x=keys, axis=tf.constant([1], tf.int64), out_idx=tf.int32)
+        first = tf.math.unsorted_segment_min(tf.range(n), group, tf.reduce_max(group) + 1)
+        return tf.sort(first)
+
+    return tf.cond(usable, merged, lambda: tf.range(n))
 
 
-def _best_uniform_weight(vectors: tf.Tensor, objective: str) -> float:
+@tf.function(input_signature=[_MATRIX, _REAL], autograph=False)
+def _distinct_columns(vectors: tf.Tensor, rtol: tf.Tensor) -> tf.Tensor:
+    """Indices (sorted, [n']) of one representative of each group of numerically identical columns
+    (coordinates equal after rounding to ``rtol`` times each coordinate's largest entry)."""
+    return _distinct_columns_impl(vectors, rtol)
+
+
+def _best_uniform_weight(vectors: tf.Tensor, objective: str) -> tf.Tensor:
     """The cold start: the dual's minimiser over equal weights ``c`` on the columns of ``vectors`` (r x m),
     ``c = r / m`` (entropy) or ``(tr G^{1/2} / m)^2`` (mse), ``G = vectors vectors^T``."""
-    r, m = int(vectors.shape[0]), int(vectors.shape[1])
+    r = tf.cast(tf.shape(vectors)[0], tf.float64)
+    m = tf.cast(tf.shape(vectors)[1], tf.float64)
     if objective == "entropy":
         return r / m
     G = tf.linalg.matmul(vectors, vectors, transpose_b=True)
-    root_trace = float(tf.reduce_sum(tf.sqrt(tf.maximum(tf.linalg.eigvalsh(0.5 * (G + tf.transpose(G))), 0.0))))
+    root_trace = tf.reduce_sum(tf.sqrt(tf.maximum(tf.linalg.eigvalsh(0.5 * (G + tf.transpose(G))), 0.0)))
     c = (root_trace / m) ** 2
-    return c if math.isfinite(c) and c > 0.0 else r / m
+    return tf.where(tf.logical_and(tf.math.is_finite(c), c > 0.0), c, r / m)
 
 
-def _solve_on_working_sets(vectors: tf.Tensor, objective: str, tol: float, max_iter: int, initial=None):
-    """Dual weights (numpy, [n]) for the columns of ``vectors`` and the number of Newton steps taken.
+def _indicator(indices: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
+    """Boolean of the shape of ``like`` ([n]), True at ``indices``."""
+    indices = tf.cast(indices, tf.int32)
+    return tf.tensor_scatter_nd_update(tf.zeros_like(like, dtype=tf.bool), indices[:, None],
+                                       tf.ones_like(indices, dtype=tf.bool))
 
-    All points are solved together when affordable; otherwise on working sets (see below).
-    ``initial`` (numpy, [n], non-negative) warm-starts the weights.
+
+def _pivot_columns(vectors: tf.Tensor, count: tf.Tensor) -> tf.Tensor:
+    """``count`` column indices chosen by column-pivoted Gram-Schmidt (Businger & Golub): each the
+    column with the largest residual after projecting out those chosen before, so that together
+    they span the leading directions of ``vectors``. O(count r n), matrix-vector work only."""
+
+    def body(j, residual, chosen):
+        norms = tf.reduce_sum(residual * residual, axis=0)  # [n]
+        i = tf.argmax(norms, output_type=tf.int32)
+        col = residual[:, i]
+        q = col / tf.maximum(tf.norm(col), 1e-300)
+        residual = residual - q[:, None] * tf.linalg.matvec(residual, q, transpose_a=True)[None, :]
+        return j + 1, residual, chosen.write(j, i)
+
+    _, _, chosen = tf.while_loop(lambda j, *_: j < count, body,
+                                 (tf.constant(0), vectors, tf.TensorArray(tf.int32, size=count)))
+    return chosen.stack()
+
+
+def _initial_working_set(vectors: tf.Tensor, dense_points: tf.Tensor) -> tf.Tensor:
+    """All points when at most ``dense_points``; otherwise the highest-leverage points plus r points
+    that span all directions (:func:`_pivot_columns`), so that the restricted problem is well posed."""
+    r, n = tf.shape(vectors)[0], tf.shape(vectors)[1]
+
+    def screened():
+        G = tf.linalg.matmul(vectors, vectors, transpose_b=True)  # [r, r]
+        lev = tf.reduce_sum(tf.linalg.solve(G, vectors) * vectors, axis=0)  # [n]
+        lev = tf.where(tf.math.is_finite(lev), lev, tf.zeros_like(lev))
+        top = tf.math.top_k(lev, k=tf.minimum(tf.maximum(4 * r, 500), n)).indices
+        return tf.logical_or(_indicator(top, lev), _indicator(_pivot_columns(vectors, r), lev))
+
+    return tf.cond(n <= dense_points, lambda: tf.ones_like(vectors[0], dtype=tf.bool), screened)
+
+
+def _working_set_solve(vectors, initial, objective, tol, max_iter, dense_points):
+    """Dual weights ([n]) for the columns of ``vectors`` and the number of Newton steps taken.
+
+    All points are solved together when affordable; otherwise on working sets. Stage 1 solves loosely
+    on many points; then the points that carry no weight and are far from active are pruned (the
+    optimum's support is typically 1-3 r points) and stage 2 solves to ``tol``. Points outside the
+    working set that violate their constraint are added back, the worst r per round. ``initial``
+    ([n], non-negative; all zero for a cold start) warm-starts the weights. Pure TensorFlow: the
+    working set is a boolean mask, the restricted problem is gathered from it in the graph.
     """
-    entropy = objective == "entropy"
-    r, n = int(vectors.shape[0]), int(vectors.shape[1])
-    # Working set: all points when affordable; otherwise the highest-leverage ones plus violators.
-    if n <= DENSE_POINTS:
-        work = np.arange(n)
-    else:
-        lev = tf.reduce_sum(tf.linalg.solve(
-            tf.linalg.matmul(vectors, vectors, transpose_b=True), vectors) * vectors, axis=0).numpy()
-        # The highest-leverage points plus r points that span all directions (pivoted QR), so that
-        # the restricted problem is well posed.
-        _, pivots = scipy.linalg.qr(vectors.numpy(), mode="r", pivoting=True)
-        work = np.union1d(np.argsort(-lev)[: max(4 * r, 500)], pivots[:r])
-    weights = np.zeros(n)
-    if initial is None:
-        weights[work] = _best_uniform_weight(tf.gather(vectors, work, axis=1), objective)
-    else:
-        work = np.union1d(work, np.flatnonzero(initial > 0.0))
-        weights[work] = np.maximum(initial[work], 1e-6 * initial.max())
-    # Stage 1 solves loosely on many points; then the points that carry no weight and are far
-    # from active are pruned (the optimum's support is typically 1-3 r points) and stage 2 solves
-    # to ``tol``. Points outside the working set that violate their constraint are added back.
-    stage_tol = max(tol, PRUNE_TOL) if work.size > max(3 * r, PRUNE_MIN_POINTS) else tol
-    total_iters = 0
-    for _ in range(50):
-        sub = tf.gather(vectors, work, axis=1)
-        w_sub = tf.constant(np.maximum(weights[work], 1e-12 * r / len(work)))
-        remaining = max(max_iter - total_iters, 1)
-        w_sub, its, met = _barrier_newton(sub, w_sub, entropy, tf.constant(float(stage_tol), tf.float64),
-                                          tf.constant(remaining))
-        total_iters += int(its)
-        weights = np.zeros(n)
-        weights[work] = w_sub.numpy()
-        if work.size == n and stage_tol <= tol and bool(met):
-            break  # the restricted certificate is the full one here
-        _, rel, _, q = _compiled_certificate(vectors, tf.constant(weights), entropy)
-        if float(rel) <= tol or total_iters >= max_iter:
-            break
-        q_np = q.numpy()
-        wmax = weights.max()
-        if stage_tol > tol:
-            heavy = np.argsort(-weights)[: 2 * r]
-            keep = np.union1d(work[(weights[work] > 1e-3 * wmax) | (q_np[work] > 0.9)], heavy)
-            stage_tol = tol
-        else:
-            keep = work[weights[work] > 1e-10 * wmax]
-        outside = np.setdiff1d(np.arange(n), keep)
-        violating = outside[q_np[outside] > 1.0]
-        viol = violating[np.argsort(-q_np[violating])][:r]  # the worst r: most others follow them
-        if viol.size == 0 and keep.size == work.size:
-            continue  # same set: keep solving (the iteration cap ends it)
-        work = np.union1d(keep, viol)
-        weights[viol] = 1e-3 * wmax
+    r, n = tf.shape(vectors)[0], tf.shape(vectors)[1]
+    rf = tf.cast(r, tf.float64)
+    warm = tf.reduce_max(initial) > 0.0
+    mask = tf.logical_or(_initial_working_set(vectors, dense_points), initial > 0.0)
+    cold = _best_uniform_weight(tf.gather(vectors, tf.where(mask)[:, 0], axis=1), objective)
+    start = tf.where(warm, tf.maximum(initial, 1e-6 * tf.reduce_max(initial)), tf.fill([n], cold))
+    weights = tf.where(mask, start, tf.zeros_like(start))
+    size = tf.reduce_sum(tf.cast(mask, tf.int32))
+    stage_tol = tf.where(size > tf.maximum(3 * r, PRUNE_MIN_POINTS), tf.maximum(tol, PRUNE_TOL), tol)
 
-    return weights, total_iters
+    def body(rounds, weights, mask, stage_tol, total, done):
+        work = tf.where(mask)[:, 0]
+        m = tf.cast(tf.shape(work)[0], tf.float64)
+        w_sub = tf.maximum(tf.gather(weights, work), 1e-12 * rf / m)
+        w_sub, its, met = _barrier_newton_impl(tf.gather(vectors, work, axis=1), w_sub, objective, stage_tol,
+                                               tf.maximum(max_iter - total, 1))
+        total = total + its
+        weights = tf.tensor_scatter_nd_update(tf.zeros_like(weights), tf.cast(work, tf.int32)[:, None], w_sub)
+        _, rel, _, q = _certificate_terms(vectors, weights, objective)
+        # all points solved to tol: the restricted certificate is the full one
+        finished = tf.reduce_all(mask) & (stage_tol <= tol) & met
+        finished = finished | (rel <= tol) | (total >= max_iter)
+        wmax = tf.reduce_max(weights)
+        loose = stage_tol > tol
+        heavy = _indicator(tf.math.top_k(weights, k=tf.minimum(2 * r, n)).indices, weights)
+        keep = tf.where(loose, (mask & ((weights > 1e-3 * wmax) | (q > 0.9))) | heavy, mask & (weights > 1e-10 * wmax))
+        worst = tf.math.top_k(tf.where(~keep & (q > 1.0), q, tf.zeros_like(q)), k=tf.minimum(r, n))
+        violators = _indicator(tf.boolean_mask(worst.indices, worst.values > 1.0), weights)
+        same = ~tf.reduce_any(violators) & tf.reduce_all(tf.equal(keep, mask))  # keep solving the same set
+        new_mask = tf.where(same, mask, keep | violators)
+        new_weights = tf.where(violators & ~same, 1e-3 * wmax, weights)
+        return (rounds + 1, tf.where(finished, weights, new_weights),
+                tf.where(finished, mask, new_mask), tf.where(loose, tol, stage_tol), total, finished)
+
+    _, weights, _, _, total, _ = tf.while_loop(
+        lambda rounds, *rest: (rounds < MAX_ROUNDS) & ~rest[-1], body,
+        (tf.constant(0), weights, mask, stage_tol, tf.constant(0), tf.constant(False)))
+    return weights, total
+
+
+def _optimise_impl(vectors, initial, tol, max_iter, dense_points, duplicate_rtol, objective):
+    """:func:`optimise_noise_covariance` on tensors: eigenvectors, scales, weights, gap, relative gap,
+    Newton steps, support. Identical sensitivity vectors (repeated training inputs) carry identical
+    constraints: the solve is over one representative of each, and the certificate over all vectors
+    (so the merge is safe even where it is only approximate); if the merge was too coarse for ``tol``,
+    all vectors are solved again."""
+    n = tf.shape(vectors)[1]
+    entropy = objective == "entropy"
+    distinct = _distinct_columns_impl(vectors, duplicate_rtol)
+    sub_weights, iters = _working_set_solve(tf.gather(vectors, distinct, axis=1), tf.gather(initial, distinct),
+                                            objective, tol, max_iter, dense_points)
+    weights = tf.tensor_scatter_nd_update(tf.zeros_like(initial), distinct[:, None], sub_weights)
+    V, scales, gap, rel = _feasible_covariance_impl(vectors, weights, entropy)
+
+    def all_vectors():
+        more_weights, more = _working_set_solve(vectors, tf.zeros_like(initial), objective, tol,
+                                                max_iter - iters, dense_points)
+        return (more_weights, iters + more) + tuple(_feasible_covariance_impl(vectors, more_weights, entropy))
+
+    refit = (rel > tol) & (tf.shape(distinct)[0] < n) & (iters < max_iter)
+    weights, iters, V, scales, gap, rel = tf.cond(refit, all_vectors, lambda: (weights, iters, V, scales, gap, rel))
+    support = tf.reduce_sum(tf.cast(weights > 1e-8 * tf.reduce_max(weights), tf.int32))
+    return V, scales, weights, gap, rel, iters, support
+
+
+def _compiled_optimiser(objective: str):
+    return tf.function(lambda *args: _optimise_impl(*args, objective=objective), autograph=False,
+                       input_signature=[_MATRIX, _VECTOR, _REAL, _COUNT, _COUNT, _REAL])
+
+
+#: The compiled noise optimiser, one per objective: stable signatures (any shapes, no retracing).
+OPTIMISERS = {objective: _compiled_optimiser(objective) for objective in OBJECTIVES}
 
 
 @check_shapes("vectors: [r, n]")
@@ -580,6 +640,7 @@ def optimise_noise_covariance(
     covariance is feasible (rescaled so that ``max_i v_i^T M^{-1} v_i = 1`` up to rounding) and
     carries a duality-gap certificate. Deterministic: no random restarts. ``initial_weights`` (n,
     non-negative; e.g. the ``weights`` of a looser solve of the same problem) warm-start the dual.
+    The whole solve is one compiled call (:data:`OPTIMISERS`); this wrapper validates and reports.
 
     Privacy assumption: none here; callers must recompute the sensitivity from the returned ``M``.
     """
@@ -592,38 +653,22 @@ def optimise_noise_covariance(
     r, n = int(vectors.shape[0]), int(vectors.shape[1])
     if r == 0 or n == 0:
         raise ValueError(f"need at least one sensitivity vector of positive dimension, got shape {(r, n)}")
-    entropy = objective == "entropy"
-    # Identical sensitivity vectors (repeated training inputs) carry identical constraints: solve
-    # over one representative of each and put its weight there (the certificate below is computed
-    # over all vectors, so this is safe even where the merge is only approximate).
-    initial = None
+    initial = np.zeros(n)
     if initial_weights is not None:
         initial = np.asarray(initial_weights, dtype=np.float64).reshape(-1)
         if initial.shape != (n,) or not np.all(np.isfinite(initial)) or np.any(initial < 0.0) or initial.max() <= 0.0:
             raise ValueError(f"initial_weights must be {n} finite non-negative numbers, not all zero")
-    distinct = _distinct_columns(vectors.numpy())
-    sub_weights, total_iters = _solve_on_working_sets(
-        tf.gather(vectors, distinct, axis=1), objective, tol, max_iter, None if initial is None else initial[distinct])
-    weights = np.zeros(n)
-    weights[distinct] = sub_weights
-    weights_t = tf.constant(weights)
-    V, scales, gap, rel = _feasible_covariance(vectors, weights_t, entropy)
-    if float(rel) > tol and distinct.size < n and total_iters < max_iter:
-        # The merge was too coarse for this tol: solve over all vectors.
-        weights, more = _solve_on_working_sets(vectors, objective, tol, max_iter - total_iters)
-        total_iters += more
-        weights_t = tf.constant(weights)
-        V, scales, gap, rel = _feasible_covariance(vectors, weights_t, entropy)
-    certificate = OptimiserCertificate(
-        objective=objective,
-        gap=float(gap),
-        relative_gap=float(rel),
-        tol=float(tol),
-        iterations=total_iters,
-        converged=bool(float(rel) <= tol),
-        support=int(np.sum(weights > 1e-8 * weights.max())),
-    )
-    return NoiseCovariance(V, scales, weights_t, certificate)
+    V, scales, weights, gap, rel, iters, support = OPTIMISERS[objective](
+        vectors, tf.constant(initial), tf.constant(float(tol), tf.float64), tf.constant(int(max_iter), tf.int32),
+        tf.constant(int(DENSE_POINTS), tf.int32), tf.constant(float(DUPLICATE_RTOL), tf.float64))
+    return NoiseCovariance(V, scales, weights, certificate_of(objective, gap, rel, tol, iters, support))
+
+
+def certificate_of(objective: str, gap, relative_gap, tol: float, iterations, support) -> OptimiserCertificate:
+    """The :class:`OptimiserCertificate` of a compiled solve's outputs (host values)."""
+    return OptimiserCertificate(objective=objective, gap=float(gap), relative_gap=float(relative_gap), tol=float(tol),
+                                iterations=int(iterations), converged=bool(float(relative_gap) <= tol),
+                                support=int(support))
 
 
 @check_shapes("factor: [r, r]", "vectors: [r, n]")
@@ -633,12 +678,16 @@ def mahalanobis_sensitivity(factor: tf.Tensor, vectors: tf.Tensor, data_sensitiv
 
     This is the privacy-critical number: it is computed from the factor actually used to draw noise.
     """
-    z = tf.linalg.solve(factor, vectors)  # [r, n]
-    q = tf.reduce_sum(z * z, axis=0)
-    qmax = float(tf.reduce_max(q))
+    qmax = float(_max_mahalanobis_norm2(tf.convert_to_tensor(factor, tf.float64), tf.convert_to_tensor(vectors, tf.float64)))
     if not math.isfinite(qmax):
         raise FloatingPointError("the sensitivity is not finite: the noise covariance is singular")
     return float(data_sensitivity) * math.sqrt(qmax)
+
+
+def _max_mahalanobis_norm2(factor: tf.Tensor, vectors: tf.Tensor) -> tf.Tensor:
+    """``max_i ||F^{-1} v_i||^2`` (an LU solve with the factor itself; the one formula of the sensitivity)."""
+    z = tf.linalg.solve(factor, vectors)  # [r, n]
+    return tf.reduce_max(tf.reduce_sum(z * z, axis=0))
 
 
 #: Entries of ``C`` formed at a time by the row-wise functions below (bounds memory for factored or large ``C``).
@@ -692,10 +741,19 @@ def projection_rows(C, space: ColumnSpace) -> tuple:
     """
     l1, largest = [], []
     for start, rows in _row_blocks(C):
-        projected = tf.linalg.matmul(space.basis[start:start + int(rows.shape[0])], space.vectors)
-        l1.append(tf.reduce_sum(tf.abs(rows - projected), axis=1))
-        largest.append(tf.reduce_max(tf.abs(projected), axis=1))
+        block = _projection_block(rows, space.basis[start:start + int(rows.shape[0])], space.vectors)
+        l1.append(block[0])
+        largest.append(block[1])
     return tf.concat(l1, axis=0).numpy(), tf.concat(largest, axis=0).numpy()
+
+
+def _projection_block_impl(rows: tf.Tensor, basis_rows: tf.Tensor, vectors: tf.Tensor):
+    """``||C_j - P_j||_1`` and ``max_i |P_ji|`` for the rows ``C_j`` given (see :func:`projection_rows`)."""
+    projected = tf.linalg.matmul(basis_rows, vectors)
+    return tf.reduce_sum(tf.abs(rows - projected), axis=1), tf.reduce_max(tf.abs(projected), axis=1)
+
+
+_projection_block = tf.function(_projection_block_impl, input_signature=[_MATRIX] * 3, autograph=False)
 
 
 @check_shapes("F: [k, r]", "return: [k]")

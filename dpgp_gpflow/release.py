@@ -33,19 +33,35 @@ import tensorflow as tf
 from . import sampling
 from .accounting import PrivacyAccountant, PrivacyEvent, Reservation, reserve
 from .calibration import gaussian_multiplier
+from . import cloaking
 from .cloaking import (
+    _COUNT,
+    _MATRIX,
+    _REAL,
+    _VECTOR,
     AUTO_RTOLS,
     DEFAULT_TOL,
     MIN_MSE_RTOL,
+    OBJECTIVES,
     ColumnSpace,
+    _max_mahalanobis_norm2,
+    _optimise_impl,
+    certificate_of,
     column_spaces,
-    mahalanobis_sensitivity,
-    optimise_noise_covariance,
     projection_rows,
     row_norms,
 )
 from .released import PrivateRelease
-from .sampling import DISCRETE_GAUSSIAN_FACTOR, GRID_EXPONENT, gaussian_grid_factor, standard_normal, validate_sampler
+from .sampling import (
+    DISCRETE_GAUSSIAN_FACTOR,
+    GRID_EXPONENT,
+    MAX_GRID_LOSS,
+    gaussian_grid_factor,
+    grid_factor_of_loss,
+    grid_loss,
+    standard_normal,
+    validate_sampler,
+)
 from .validation import (
     require_finite,
     validate_calibration,
@@ -58,6 +74,8 @@ from .validation import (
 __all__ = [
     "NoisePlan",
     "PrivateRelease",
+    "check_whitened_shift",
+    "publish_cloaking",
     "cloaking_release",
     "gaussian_event",
     "standard_normal",
@@ -112,32 +130,56 @@ class _Noise(NamedTuple):
     """An optimised noise factor in a column space's basis coordinates, and what it implies."""
 
     factor: tf.Tensor  #: [r, r] in basis coordinates (unit multiplier)
-    sensitivity: float  #: Mahalanobis sensitivity against ``factor`` (with the safety factor)
+    sensitivity: float  #: Mahalanobis sensitivity against ``factor`` (with the safety factors)
     certificate: Any  #: the optimiser's certificate
 
 
-def _cloaking_noise(space: ColumnSpace, objective: str, d: float, tol: float, max_iter: int) -> _Noise:
-    """Optimised noise factor in ``space.basis`` coordinates (r x r) and the sensitivity it implies."""
-    s = space.singular_values
+def _noise_in_space_impl(vectors, singular_values, data_sensitivity, tol, max_iter, dense_points, duplicate_rtol,
+                         objective):
+    """Optimised noise factor in basis coordinates (r x r), its Mahalanobis sensitivity (with the
+    safety factors), its condition number and the optimiser's certificate terms; pure TensorFlow."""
+    s = singular_values
     # entropy: optimise in whitened coordinates (invariant objective, best conditioned);
     # mse: the trace must be taken in the output coordinates, so only rescale by s_1.
     scale = (1.0 / s) if objective == "entropy" else tf.fill(tf.shape(s), 1.0 / s[0])  # [r]
-    scaled = space.vectors * scale[:, None]  # [r, n]
-    noise = optimise_noise_covariance(scaled, objective, tol=tol, max_iter=max_iter)
-    factor_u = noise.factor / scale[:, None]  # [r, r] in basis coordinates
-    sv = tf.linalg.svd(factor_u, compute_uv=False)
-    condition = float(sv[0] / sv[-1])
-    if not condition <= MAX_NOISE_CONDITION:
-        raise FloatingPointError(
-            f"the noise covariance has condition number {condition:.3g} > {MAX_NOISE_CONDITION:.0e}: "
-            "float64 rounding could then leak along its weakest directions, so this release cannot be "
-            "guaranteed; use a larger rtol"
-        )
+    scaled = vectors * scale[:, None]  # [r, n]
+    V, scales, _, gap, rel, iters, support = _optimise_impl(
+        scaled, tf.zeros_like(scaled[0]), tol, max_iter, dense_points, duplicate_rtol, objective)
+    factor = V * scales[None, :]
+    sv = tf.linalg.svd(factor / scale[:, None], compute_uv=False)
+    condition = sv[0] / sv[-1]
     # The sensitivity of the released r-vector against the factor actually used (scaled coordinates:
     # ||F^{-1} diag(scale) beta_i|| == ||(diag(1/scale) F)^{-1} beta_i||, so nothing is lost).
     safety = SENSITIVITY_SAFETY + ROUNDING_SAFETY * condition
-    sensitivity = mahalanobis_sensitivity(noise.factor, scaled, d) * safety
-    return _Noise(factor_u, sensitivity, noise.certificate)
+    sensitivity = data_sensitivity * tf.sqrt(_max_mahalanobis_norm2(factor, scaled)) * safety
+    return factor / scale[:, None], sensitivity, condition, gap, rel, iters, support
+
+
+def _compiled_noise_solver(objective: str):
+    return tf.function(lambda *args: _noise_in_space_impl(*args, objective=objective), autograph=False,
+                       input_signature=[_MATRIX, _VECTOR, _REAL, _REAL, _COUNT, _COUNT, _REAL])
+
+
+#: The compiled noise stage of a release, one per objective (stable signatures: any r and n).
+NOISE_SOLVERS = {objective: _compiled_noise_solver(objective) for objective in OBJECTIVES}
+
+_CONDITION_MESSAGE = ("the noise covariance's condition number exceeds {:.0e}: float64 rounding could then "
+                      "leak along its weakest directions, so this release cannot be guaranteed; use a larger rtol")
+
+
+def _cloaking_noise(space: ColumnSpace, objective: str, d: float, tol: float, max_iter: int) -> _Noise:
+    """Optimised noise factor in ``space.basis`` coordinates (r x r) and the sensitivity it implies
+    (one compiled call); refuses a factor whose rounding could leak (``FloatingPointError``)."""
+    factor, sensitivity, condition, gap, rel, iters, support = NOISE_SOLVERS[objective](
+        space.vectors, space.singular_values, tf.constant(float(d), tf.float64), tf.constant(float(tol), tf.float64),
+        tf.constant(int(max_iter), tf.int32), tf.constant(int(cloaking.DENSE_POINTS), tf.int32),
+        tf.constant(float(cloaking.DUPLICATE_RTOL), tf.float64))
+    condition, sensitivity = float(condition), float(sensitivity)
+    if not condition <= MAX_NOISE_CONDITION:
+        raise FloatingPointError(f"condition number {condition:.3g}: " + _CONDITION_MESSAGE.format(MAX_NOISE_CONDITION))
+    if not math.isfinite(sensitivity):
+        raise FloatingPointError("the sensitivity is not finite: the noise covariance is singular")
+    return _Noise(factor, sensitivity, certificate_of(objective, gap, rel, tol, iters, support))
 
 
 def _unit_noise_factor(space: ColumnSpace, noise: _Noise) -> tf.Tensor:
@@ -145,37 +187,55 @@ def _unit_noise_factor(space: ColumnSpace, noise: _Noise) -> tf.Tensor:
     return tf.linalg.matmul(space.basis, noise.factor) * noise.sensitivity
 
 
-def _whitened_query(space: ColumnSpace, noise: _Noise, y_centred: tf.Tensor, multiplier: float,
-                    data_sensitivity: float, output_bound: float) -> Tuple[float, np.ndarray]:
-    """The exact sampler's sensitivity ``Delta`` and whitened query ``z = W y``, ``W = F^{-1} V / (s Delta)``.
+def _whitening_impl(factor, vectors, sensitivity, multiplier, data_sensitivity, output_bound):
+    """The exact sampler's sensitivity ``Delta``, whitening matrix ``W = F^{-1} V / (s Delta)`` and the
+    whitened query's recomputed L2 shift ``mu`` (the release is refused unless ``mu K <= 1/s``).
 
     ``W`` is public (computed from ``C`` alone; its own rounding does not matter), so the L2 shift of
     ``W y`` between neighbours is exactly ``d max_i ||w_i||``; computing ``W y`` in float64 errs by at
     most ``gamma_n b sum_i ||w_i||`` (any summation order, ``|y_i| <= b``), which may differ between
     neighbours, so twice that is added; the grid rounding adds ``sqrt(r) 2^GRID_EXPONENT``. ``Delta``
-    is the cloaking sensitivity or, if larger, this bound, inflated by
-    :func:`~dpgp_gpflow.sampling.gaussian_grid_factor`; the check below recomputes the whole shift
-    from the matrix actually used and refuses if it exceeds ``1 / (s K)``.
+    is the cloaking sensitivity or, if larger, this bound, inflated by the grid factor
+    (:func:`~dpgp_gpflow.sampling.gaussian_grid_factor`).
     """
-    W = tf.linalg.solve(noise.factor, space.vectors)  # [r, n]: F^{-1} V, public
-    r, n = int(W.shape[0]), int(W.shape[1])
+    W = tf.linalg.solve(factor, vectors)  # [r, n]: F^{-1} V, public
+    r = tf.cast(tf.shape(W)[0], tf.float64)
+    n = tf.cast(tf.shape(W)[1], tf.float64)
     unit = float(np.finfo(np.float64).eps) / 2.0
     gamma_n = n * unit / (1.0 - n * unit)
-    d, b = float(data_sensitivity), float(output_bound)
 
-    def shift_bound(matrix: tf.Tensor) -> float:
+    def shift_bound(matrix):
         norms = tf.norm(matrix, axis=0)  # [n]
-        return SENSITIVITY_SAFETY * (d * float(tf.reduce_max(norms)) + 2.0 * gamma_n * b * float(tf.reduce_sum(norms)))
+        return SENSITIVITY_SAFETY * (data_sensitivity * tf.reduce_max(norms)
+                                     + 2.0 * gamma_n * output_bound * tf.reduce_sum(norms))
 
+    loss = grid_loss(multiplier, tf.sqrt(r))
     # WHITENING_SLACK covers the rounding of recomputing the bound below from the rescaled W (norms of
     # r entries: a relative error of order r ulp), which would otherwise refuse some valid releases.
-    sensitivity = max(float(noise.sensitivity), shift_bound(W)) * gaussian_grid_factor(multiplier, r) * WHITENING_SLACK
-    W = W / (multiplier * sensitivity)
-    mu = shift_bound(W) + math.sqrt(r) * 2.0**GRID_EXPONENT
+    delta_ = tf.maximum(sensitivity, shift_bound(W)) * grid_factor_of_loss(loss) * WHITENING_SLACK
+    W = W / (multiplier * delta_)
+    mu = shift_bound(W) + tf.sqrt(r) * 2.0**GRID_EXPONENT
+    return delta_, W, tf.where(loss <= MAX_GRID_LOSS, mu, tf.constant(np.inf, tf.float64))
+
+
+_whitening = tf.function(_whitening_impl, input_signature=[_MATRIX, _MATRIX] + [_REAL] * 4, autograph=False)
+
+
+def _whitening_matrix(space: ColumnSpace, noise: _Noise, multiplier: float, data_sensitivity: float,
+                      output_bound: float) -> Tuple[float, tf.Tensor]:
+    """The exact sampler's sensitivity ``Delta`` and whitening matrix ``W`` (:func:`_whitening_impl`, compiled),
+    refused (``FloatingPointError``) if the shift recomputed from the matrix actually used exceeds ``1 / (s K)``."""
+    sensitivity, W, mu = _whitening(noise.factor, space.vectors, *(tf.constant(float(x), tf.float64) for x in (
+        noise.sensitivity, multiplier, data_sensitivity, output_bound)))
+    check_whitened_shift(float(mu), multiplier)
+    return float(sensitivity), W
+
+
+def check_whitened_shift(mu: float, multiplier: float) -> None:
+    """Refuse (``FloatingPointError``) a whitened query whose L2 shift ``mu`` exceeds ``1 / (s K)``."""
     if not (math.isfinite(mu) and mu * DISCRETE_GAUSSIAN_FACTOR <= 1.0 / multiplier):
         raise FloatingPointError(f"the whitened query's sensitivity {mu:.6g} exceeds 1/multiplier; "
                                  "this release cannot be guaranteed")
-    return sensitivity, tf.linalg.matvec(W, y_centred).numpy()
 
 
 class NoisePlan:
@@ -315,43 +375,58 @@ def cloaking_release(
             raise ValueError(f"the cloaking matrix has {plan.n} columns but there are {n} outputs")
         description = f"cloaking release ({objective}) of {plan.k} values"
         space, noise, bias_bound = plan.choose(multiplier)
-        if sampler == "float":
-            sampling.warn_float_sampler(description)
-            sensitivity = noise.sensitivity
-            noise_factor = _unit_noise_factor(space, noise) * multiplier  # [k, r]
-            xi, reproducible = sampling.float_standard_normal(space.rank, seed)
-            coords = tf.linalg.matvec(space.vectors, y_centred)  # [r]: the mean projected onto the basis
-            coords = coords + (multiplier * sensitivity) * tf.linalg.matvec(noise.factor, tf.constant(xi))
-        else:  # exact: whiten, add grid noise exactly, re-colour (post-processing)
-            sensitivity, z = _whitened_query(space, noise, y_centred, multiplier, data_sensitivity, output_bound)
+        record = dict(epsilon=epsilon, delta=delta, data_sensitivity=data_sensitivity, calibration=calibration,
+                      objective=objective, certificate=noise.certificate, rank=space.rank, rtol=space.rtol,
+                      bias_bound=bias_bound, y_bounds=y_bounds)
+        if sampler == "exact":  # whiten, add grid noise exactly, re-colour (post-processing)
+            sensitivity, W = _whitening_matrix(space, noise, multiplier, data_sensitivity, output_bound)
             noise_factor = tf.linalg.matmul(space.basis, noise.factor) * (multiplier * sensitivity)  # [k, r]
-            xi, reproducible = sampling.standard_normal(space.rank, seed)
-            z = z + xi if reproducible else sampling.grid_sum(z, xi)
-            coords = (multiplier * sensitivity) * tf.linalg.matvec(noise.factor, tf.constant(z))
-        noise_std = row_norms(noise_factor)
+            return publish_cloaking(noise_factor=noise_factor, whitening=W, y_centred=y_centred, offset=offset,
+                                    variance=variance, sensitivity=sensitivity, multiplier=multiplier,
+                                    reservation=reservation, seed=seed, **record)
+        sampling.warn_float_sampler(description)
+        sensitivity = noise.sensitivity
+        noise_factor = _unit_noise_factor(space, noise) * multiplier  # [k, r]
+        xi, reproducible = sampling.float_standard_normal(space.rank, seed)
+        coords = tf.linalg.matvec(space.vectors, y_centred)  # [r]: the mean projected onto the basis
+        coords = coords + (multiplier * sensitivity) * tf.linalg.matvec(noise.factor, tf.constant(xi))
         released = tf.reshape(tf.cast(offset, tf.float64), [-1]) + tf.linalg.matvec(space.basis, coords)
         reservation.commit(description)
+        return _cloaking_record(released, noise_factor, variance, sensitivity, multiplier, reproducible, **record)
     finally:
         reservation.close()
+
+
+def publish_cloaking(*, noise_factor: tf.Tensor, whitening: tf.Tensor, y_centred: tf.Tensor, offset: Any,
+                     variance: Any, sensitivity: float, multiplier: float, reservation: Reservation,
+                     seed: Optional[int], **record: Any) -> PrivateRelease:
+    """The host's part of every exact cloaking release: whiten the query (``z = W y_c``), add exact grid
+    noise (:func:`dpgp_gpflow.sampling.standard_normal`, :func:`~dpgp_gpflow.sampling.grid_sum`),
+    re-colour (``offset + noise_factor z``: post-processing) and charge ``reservation``.
+
+    Privacy assumption: ``whitening`` has L2 sensitivity at most ``1 / (s K)`` (checked by the caller
+    from the matrix itself) and ``noise_factor`` is public.
+    """
+    z = tf.linalg.matvec(whitening, y_centred).numpy()
+    xi, reproducible = sampling.standard_normal(int(whitening.shape[0]), seed)
+    z = z + xi if reproducible else sampling.grid_sum(z, xi)
+    released = tf.reshape(tf.cast(offset, tf.float64), [-1]) + tf.linalg.matvec(noise_factor, tf.constant(z))
+    reservation.commit(f"cloaking release ({record['objective']}) of {int(noise_factor.shape[0])} values")
+    return _cloaking_record(released, noise_factor, variance, sensitivity, multiplier, reproducible, **record)
+
+
+def _cloaking_record(released, noise_factor, variance, sensitivity, multiplier, reproducible, **record) -> PrivateRelease:
+    record["data_sensitivity"] = float(record["data_sensitivity"])
     return PrivateRelease(
         mean=released.numpy(),
         variance=np.reshape(np.asarray(variance, dtype=np.float64), [-1]),
-        noise_std=noise_std.numpy(),
+        noise_std=row_norms(noise_factor).numpy(),
         noise_factor=noise_factor.numpy(),
-        epsilon=epsilon,
-        delta=delta,
-        data_sensitivity=float(data_sensitivity),
         sensitivity=float(sensitivity),
         noise_multiplier=float(multiplier),
-        calibration=calibration,
-        objective=objective,
-        certificate=noise.certificate,
         mechanism="cloaking",
-        rank=space.rank,
-        rtol=space.rtol,
-        bias_bound=bias_bound,
         reproducible=reproducible,
-        y_bounds=y_bounds,
+        **record,
     )
 
 

@@ -42,6 +42,7 @@ from .exceptions import PrivacyLeakWarning, ReproducibleNoiseWarning
 __all__ = [
     "DISCRETE_GAUSSIAN_FACTOR",
     "GRID_EXPONENT",
+    "MAX_GRID_LOSS",
     "MAX_GRID_NOISE",
     "SAMPLERS",
     "SMOOTHING_STD",
@@ -50,6 +51,8 @@ __all__ = [
     "float_laplace",
     "float_standard_normal",
     "gaussian_grid_factor",
+    "grid_factor_of_loss",
+    "grid_loss",
     "grid_sum",
     "gumbel",
     "gumbel_argmax",
@@ -283,11 +286,26 @@ def gaussian_grid_factor(multiplier: float, dimension: int) -> float:
     r = int(dimension)
     if not (s > 0.0 and math.isfinite(s)) or r < 1:
         raise ValueError(f"need a positive multiplier and dimension, got {multiplier!r}, {dimension!r}")
-    loss = s * DISCRETE_GAUSSIAN_FACTOR * math.sqrt(r) * _GRID
-    if not loss <= 0.5:
+    loss = grid_loss(s, math.sqrt(r))
+    if not loss <= MAX_GRID_LOSS:
         raise ValueError(f"the noise multiplier {s:.3g} is too large for the exact sampler's grid "
                          f"(2^{GRID_EXPONENT}) in {r} dimensions")
-    return DISCRETE_GAUSSIAN_FACTOR / (1.0 - loss) * (1.0 + 4.0 * _UNIT_ROUNDOFF)  # rounded up
+    return grid_factor_of_loss(loss)
+
+
+#: Largest :func:`grid_loss` the exact sampler accepts.
+MAX_GRID_LOSS = 0.5
+
+
+def grid_loss(multiplier: Any, sqrt_dimension: Any) -> Any:
+    """``s K sqrt(r) 2^GRID_EXPONENT``, the part of the privacy budget the grid rounding uses (floats
+    or tensors: the compiled engine evaluates the same formula in its graph)."""
+    return multiplier * DISCRETE_GAUSSIAN_FACTOR * sqrt_dimension * _GRID
+
+
+def grid_factor_of_loss(loss: Any) -> Any:
+    """:func:`gaussian_grid_factor` from its :func:`grid_loss` (floats or tensors), rounded up."""
+    return DISCRETE_GAUSSIAN_FACTOR / (1.0 - loss) * (1.0 + 4.0 * _UNIT_ROUNDOFF)
 
 
 def _log_theta_tail(a: float) -> float:

@@ -1,0 +1,189 @@
+"""The compiled release engine: a cloaking release's whole noise plan as one TensorFlow graph.
+
+:func:`noise_plan` computes, from the public cloaking matrix ``C`` alone, everything a cloaking
+release needs except the private outputs and the random draw: the column space and the rank rule,
+the optimised noise covariance with its certificate, the Mahalanobis sensitivity (with the exact
+sampler's inflation) and the whitening matrix. It is pure TensorFlow, so a training script can call
+it inside its own ``tf.function``, on any device. :func:`publish` then does the host's part, the
+only part that touches the private outputs: reserve the budget, whiten the query, draw exact noise
+from the OS CSPRNG (:mod:`dpgp_gpflow.sampling`), re-colour, charge the accountant.
+
+The eager release path (:func:`dpgp_gpflow.release.cloaking_release`) runs the same compiled stages
+(``cloaking.OPTIMISERS``, ``release.NOISE_SOLVERS``, the whitening); here they are composed in one
+graph, with the rank rule of :class:`~dpgp_gpflow.release.NoisePlan` as a ``tf.while_loop``.
+
+Privacy assumption: ``C`` (and so the plan) is a function of public inputs and hyperparameters only;
+the plan never sees ``y``. docs/compiled_engine.md has the details and a Keras example.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional, Union
+
+import tensorflow as tf
+from check_shapes import check_shapes
+
+from . import cloaking
+from .accounting import PrivacyAccountant, Reservation
+from .cloaking import DEFAULT_TOL, _projection_block_impl
+from .release import (
+    BIAS_FRACTION,
+    MAX_NOISE_CONDITION,
+    _noise_in_space_impl,
+    _prepare,
+    _whitening_impl,
+    candidate_rtols,
+    check_whitened_shift,
+    publish_cloaking,
+)
+from .released import PrivateRelease
+from .validation import validate_objective
+
+__all__ = ["GraphNoisePlan", "noise_plan", "publish"]
+
+
+class GraphNoisePlan(NamedTuple):
+    """The noise of one cloaking release, as tensors (all public: functions of ``C`` alone).
+
+    The release is ``offset + noise_factor @ (round(whitening @ y_c) + xi)`` with ``xi`` exact
+    standard discrete-Gaussian noise on a grid (:func:`publish`); its noise covariance is
+    ``noise_factor noise_factor^T``.
+    """
+
+    noise_factor: tf.Tensor  #: [k, r] the release's noise factor (multiplier and sensitivity included)
+    whitening: tf.Tensor  #: [r, n] the whitening matrix W (whitened query ``W y_c`` has L2 sensitivity <= 1/s)
+    basis: tf.Tensor  #: [k, r] orthonormal basis of the noised directions
+    sensitivity: tf.Tensor  #: [] the Mahalanobis sensitivity Delta (exact sampler's inflation included)
+    noise_multiplier: tf.Tensor  #: [] the calibration's s
+    rank: tf.Tensor  #: [] int32: r
+    rtol: tf.Tensor  #: [] the singular-value tolerance that gave r
+    bias_bound: tf.Tensor  #: [] largest worst-case projection bias of any released value
+    relative_gap: tf.Tensor  #: [] the optimiser's certified relative duality gap
+    gap: tf.Tensor  #: [] the optimiser's duality gap
+    iterations: tf.Tensor  #: [] int32: Newton steps
+    support: tf.Tensor  #: [] int32: training points carrying dual weight
+    shift: tf.Tensor  #: [] the whitened query's L2 shift recomputed from ``whitening`` (must be <= 1/(s K))
+
+
+@check_shapes("C: [k, n]")
+def noise_plan(
+    C: tf.Tensor,
+    *,
+    noise_multiplier: Any,
+    data_sensitivity: Any,
+    output_bound: Any,
+    objective: str = "mse",
+    rtol: Optional[float] = None,
+    tol: float = DEFAULT_TOL,
+    max_iter: int = 2000,
+) -> GraphNoisePlan:
+    """The :class:`GraphNoisePlan` of a cloaking release of ``C y_c`` at noise multiplier ``s``.
+
+    Graph-safe: call it eagerly or inside a ``tf.function`` (``C`` may have unknown dimensions there);
+    nothing leaves the graph. ``noise_multiplier`` comes from
+    :func:`dpgp_gpflow.calibration.gaussian_multiplier` (epsilon, delta, calibration), computed on the
+    host; ``objective``, ``rtol``, ``tol`` and ``max_iter`` are Python values (they shape the graph).
+    Same rank rule, optimiser and sensitivity as :func:`dpgp_gpflow.release.cloaking_release` for a
+    dense ``C`` (a full SVD here; the eager path may use a randomised one on large matrices). A plan
+    that cannot be guaranteed (a noise factor too ill-conditioned, a whitened shift too large) raises
+    ``tf.errors.InvalidArgumentError`` when it runs.
+
+    Privacy assumption: ``C`` depends only on public data; ``y`` never enters.
+    """
+    validate_objective(objective)
+    rtols = tf.constant(candidate_rtols(objective, rtol), tf.float64)
+    f64 = lambda x: tf.convert_to_tensor(x, tf.float64)  # noqa: E731  (never via float32)
+    s, d, b = f64(noise_multiplier), f64(data_sensitivity), f64(output_bound)
+    C = tf.convert_to_tensor(C, tf.float64)
+    singular, left, _ = tf.linalg.svd(C, full_matrices=False)
+    tf.debugging.assert_positive(singular[0], "the cloaking matrix is zero: nothing to release privately")
+    ranks = tf.reduce_sum(tf.cast(singular[None, :] > rtols[:, None] * singular[0], tf.int32), axis=1)
+
+    def bias_terms(i):
+        basis = left[:, :ranks[i]]
+        l1, largest = _projection_block_impl(C, basis, tf.linalg.matmul(basis, C, transpose_a=True))
+        return b * l1, largest  # worst-case bias per prediction; noise floor / (s d)
+
+    bias0, largest0 = bias_terms(0)
+    rounding = 1e-12 * tf.reduce_max(bias0 + b * largest0)  # bias at float64 rounding of C counts as none
+
+    def ratio(i):
+        bias, largest = bias_terms(i)
+        return tf.reduce_max(tf.where(bias > rounding, bias / (d * largest), tf.zeros_like(bias))), tf.reduce_max(bias)
+
+    last = tf.shape(rtols)[0] - 1
+    (i,) = tf.while_loop(lambda i: (i < last) & (ratio(i)[0] > BIAS_FRACTION * s), lambda i: (i + 1,),
+                         (tf.constant(0),))
+    first = tf.argmax(tf.cast(tf.equal(ranks, ranks[i]), tf.int32), output_type=tf.int32)  # rtol that first gave r
+    basis = left[:, :ranks[i]]
+    vectors = tf.linalg.matmul(basis, C, transpose_a=True)  # [r, n]: exact sensitivity vectors
+    factor, sensitivity, condition, gap, rel, iters, support = _noise_in_space_impl(
+        vectors, singular[:ranks[i]], d, tf.constant(float(tol), tf.float64), tf.constant(int(max_iter)),
+        tf.constant(int(cloaking.DENSE_POINTS)), tf.constant(float(cloaking.DUPLICATE_RTOL), tf.float64),
+        objective=objective)
+    tf.debugging.assert_less_equal(condition, tf.constant(MAX_NOISE_CONDITION, tf.float64),
+                                   "the noise covariance is too ill-conditioned to be guaranteed; use a larger rtol")
+    delta_, whitening, shift = _whitening_impl(factor, vectors, sensitivity, s, d, b)
+    return GraphNoisePlan(
+        noise_factor=tf.linalg.matmul(basis, factor) * (s * delta_),
+        whitening=whitening,
+        basis=basis,
+        sensitivity=delta_,
+        noise_multiplier=s,
+        rank=ranks[i],
+        rtol=rtols[first],
+        bias_bound=ratio(i)[1],
+        relative_gap=rel,
+        gap=gap,
+        iterations=iters,
+        support=support,
+        shift=shift,
+    )
+
+
+def publish(
+    plan: GraphNoisePlan,
+    y_centred: Any,
+    offset: Any,
+    variance: Any,
+    *,
+    epsilon: float,
+    delta: float,
+    data_sensitivity: float,
+    objective: str = "mse",
+    calibration: str = "analytic",
+    tol: float = DEFAULT_TOL,
+    seed: Optional[int] = None,
+    accountant: Union[PrivacyAccountant, Reservation, None] = None,
+    y_bounds: Optional[tuple] = None,
+) -> PrivateRelease:
+    """Release ``offset + C y_centred`` with the noise of ``plan`` (eager; the host's part).
+
+    Checks that ``plan`` was made for the multiplier of (``epsilon``, ``delta``, ``calibration``) and
+    that its whitened shift is within bounds, reserves the budget, draws exact noise, re-colours and
+    charges (:func:`dpgp_gpflow.release.publish_cloaking`, the same code as every cloaking release).
+    ``data_sensitivity`` must be the one the plan was made with. Privacy assumptions: those of
+    :func:`noise_plan`, and ``y_centred`` clipped and centred as in
+    :func:`~dpgp_gpflow.release.cloaking_release`.
+    """
+    validate_objective(objective)
+    epsilon, delta, multiplier, reservation = _prepare(epsilon, delta, calibration, accountant)
+    try:
+        if float(plan.noise_multiplier) != multiplier:
+            raise ValueError(f"this plan was made for noise multiplier {float(plan.noise_multiplier)!r}, but "
+                             f"(epsilon={epsilon}, delta={delta}, {calibration}) needs {multiplier!r}")
+        check_whitened_shift(float(plan.shift), multiplier)
+        certificate = cloaking.certificate_of(objective, plan.gap, plan.relative_gap, tol, plan.iterations, plan.support)
+        y_centred = tf.reshape(tf.convert_to_tensor(y_centred, dtype=tf.float64), [-1])
+        if int(plan.whitening.shape[1]) != int(y_centred.shape[0]):
+            raise ValueError(f"the plan has {int(plan.whitening.shape[1])} columns but there are "
+                             f"{int(y_centred.shape[0])} outputs")
+        return publish_cloaking(
+            noise_factor=tf.convert_to_tensor(plan.noise_factor), whitening=tf.convert_to_tensor(plan.whitening),
+            y_centred=y_centred, offset=offset, variance=variance, sensitivity=float(plan.sensitivity),
+            multiplier=multiplier, reservation=reservation, seed=seed, epsilon=epsilon, delta=delta,
+            data_sensitivity=data_sensitivity, calibration=calibration, objective=objective, certificate=certificate,
+            rank=int(plan.rank), rtol=float(plan.rtol), bias_bound=float(plan.bias_bound), y_bounds=y_bounds)
+    finally:
+        reservation.close()
+

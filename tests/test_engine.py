@@ -1,0 +1,126 @@
+"""The compiled engine (dpgp_gpflow.engine): the graph-mode noise plan agrees with the eager release
+path, runs inside a user's tf.function without retracing, on a chosen (logical) device, with no
+Python (NumPy) op in its graph; publish() checks the plan against the budget it spends."""
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import dpgp_gpflow as dp
+from dpgp_gpflow import engine
+from dpgp_gpflow.calibration import gaussian_multiplier
+from dpgp_gpflow.release import cloaking_release
+
+from reference import k_se
+
+EPS, DELTA = 1.0, 1e-3
+
+
+def problem(n=60, k=25, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0, 10, (n, 1))
+    Xnew = np.linspace(-1, 11, k)[:, None]
+    K = k_se(X, X, variance=4.0, lengthscale=1.5)
+    C = np.linalg.solve(K + 0.5 * np.eye(n), k_se(X, Xnew, variance=4.0, lengthscale=1.5)).T  # [k, n]
+    y = np.clip(np.sin(X[:, 0]) + 0.3 * rng.standard_normal(n), -2.0, 2.0)
+    return C, y
+
+
+@pytest.mark.parametrize("objective", ["mse", "entropy"])
+def test_graph_plan_matches_the_eager_release(objective):
+    """Same rank, rtol, noise and sensitivity as cloaking_release (which the audits check)."""
+    C, y = problem()
+    s = gaussian_multiplier(EPS, DELTA, "analytic")
+    plan = tf.function(lambda C: engine.noise_plan(C, noise_multiplier=s, data_sensitivity=4.0, output_bound=2.0,
+                                                   objective=objective))(tf.constant(C))
+    rel = cloaking_release(tf.constant(C), tf.constant(y), np.zeros(len(C)), np.zeros(len(C)), data_sensitivity=4.0,
+                           output_bound=2.0, epsilon=EPS, delta=DELTA, objective=objective, seed=1)
+    assert int(plan.rank) == rel.rank and float(plan.rtol) == rel.rtol
+    np.testing.assert_allclose(float(plan.sensitivity), rel.sensitivity, rtol=1e-9)
+    np.testing.assert_allclose(np.linalg.norm(plan.noise_factor.numpy(), axis=1), rel.noise_std, rtol=1e-6)
+    assert float(plan.relative_gap) <= 1e-3
+
+
+def test_plan_sensitivity_is_the_mahalanobis_norm_of_its_own_factor():
+    """Independent check in numpy: every column of the projected C has Mahalanobis norm <= 1/s
+    against the plan's noise covariance, and the whitened query's shift is <= 1/s."""
+    C, _ = problem(seed=3)
+    s = gaussian_multiplier(EPS, DELTA, "analytic")
+    plan = engine.noise_plan(tf.constant(C), noise_multiplier=s, data_sensitivity=4.0, output_bound=2.0)
+    F = plan.noise_factor.numpy()
+    B = plan.basis.numpy()
+    P = B @ (B.T @ C)  # what the plan releases
+    coeff = np.linalg.lstsq(F, 4.0 * P, rcond=None)[0]  # F^+ (d c_i)
+    assert np.max(np.linalg.norm(coeff, axis=0)) <= (1.0 / s) * (1 + 1e-7)  # numpy lstsq rounding
+    W = plan.whitening.numpy()
+    assert 4.0 * np.max(np.linalg.norm(W, axis=0)) <= 1.0 / s
+    np.testing.assert_allclose(F @ W, P, rtol=1e-6, atol=1e-9 * np.abs(P).max())  # re-colouring undoes whitening
+
+
+def test_a_user_tf_function_does_not_retrace_for_new_shapes_of_the_same_rank():
+    s = gaussian_multiplier(EPS, DELTA, "analytic")
+    step = tf.function(lambda C: engine.noise_plan(C, noise_multiplier=s, data_sensitivity=4.0, output_bound=2.0),
+                       input_signature=[tf.TensorSpec([None, None], tf.float64)])
+    for seed, (n, k) in enumerate([(40, 10), (55, 20), (70, 15)]):
+        plan = step(tf.constant(problem(n, k, seed)[0]))
+        assert plan.noise_factor.shape == (k, int(plan.rank))
+    assert step.experimental_get_tracing_count() == 1
+
+
+def test_publish_draws_and_spends_once_and_refuses_a_plan_for_another_budget():
+    C, y = problem()
+    s = gaussian_multiplier(EPS, DELTA, "analytic")
+    plan = engine.noise_plan(tf.constant(C), noise_multiplier=s, data_sensitivity=4.0, output_bound=2.0)
+    with dp.PrivacyAccountant(epsilon=1.5, delta=1e-2) as budget:
+        with pytest.raises(ValueError, match="multiplier"):
+            engine.publish(plan, y, np.zeros(len(C)), np.zeros(len(C)), epsilon=0.5, delta=DELTA, data_sensitivity=4.0)
+        assert budget.spent == (0.0, 0.0)
+        rel = engine.publish(plan, y, np.zeros(len(C)), np.zeros(len(C)), epsilon=EPS, delta=DELTA, data_sensitivity=4.0)
+        assert budget.spent[0] == pytest.approx(EPS)
+    # the released mean is C's projection plus noise of the plan's covariance: with a fixed seed, exact
+    B = plan.basis.numpy()
+    rel_seeded = engine.publish(plan, y, np.zeros(len(C)), np.zeros(len(C)), epsilon=EPS, delta=DELTA,
+                                data_sensitivity=4.0, seed=5)
+    xi = np.random.default_rng(5).standard_normal(int(plan.rank))
+    np.testing.assert_allclose(rel_seeded.mean, B @ (B.T @ (C @ y)) + plan.noise_factor.numpy() @ xi, rtol=1e-8,
+                               atol=1e-8)
+    assert rel.rank == int(plan.rank)
+
+
+SCRIPT = textwrap.dedent("""
+    import numpy as np, tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    from dpgp_gpflow import engine
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 10, 80); Xs = np.linspace(0, 10, 30)
+    K = np.exp(-0.5 * (X[:, None] - X[None, :]) ** 2 / 1.5 ** 2)
+    Ks = np.exp(-0.5 * (Xs[:, None] - X[None, :]) ** 2 / 1.5 ** 2)
+    C = np.linalg.solve(K + 0.5 * np.eye(80), Ks.T).T
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float64)])
+    def plan_on_second_cpu(C):
+        return engine.noise_plan(C, noise_multiplier=4.0, data_sensitivity=1.0, output_bound=0.5)
+
+    with tf.device("/device:CPU:1"):
+        plan = plan_on_second_cpu(tf.constant(C))
+    assert plan.noise_factor.device.endswith("CPU:1"), plan.noise_factor.device
+    graph = plan_on_second_cpu.get_concrete_function().graph
+    ops = {op.type for op in graph.get_operations()}
+    for f in graph.as_graph_def().library.function:
+        ops |= {node.op for node in f.node_def}
+    python_ops = ops & {"PyFunc", "EagerPyFunc", "PyFuncStateless"}
+    assert not python_ops, python_ops
+    assert {"Svd", "Cholesky"} <= ops and ("While" in ops or "StatelessWhile" in ops), ops
+    print("OK", int(plan.rank), len(ops))
+""")
+
+
+def test_the_engine_runs_on_a_logical_device_with_no_python_op_in_its_graph():
+    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("OK")
