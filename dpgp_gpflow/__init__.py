@@ -14,6 +14,7 @@ from . import (
     composition,
     contract,
     datasets,
+    engine,
     kernels,
     models,
     pipeline,

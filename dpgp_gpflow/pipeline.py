@@ -195,17 +195,22 @@ def release_function(
     validate_objective(objective)
     seed = validate_seed(seed)
     model.check_hyperparameters_public(hyperparameters_public)
+    # the public terms, checked finite before any budget is reserved (a refusal draws and spends nothing)
+    latent = model.latent_terms()
+    validate_public_terms("latent release", dense_map(latent.map), latent.offset, model.output_bound,
+                          variance=latent.variance)
     epsilon, delta, reservation = _reserve(epsilon, delta, calibration, accountant)
     with reservation:
-        return function_type(*_latent_release(model, reservation, epsilon=epsilon, delta=delta, objective=objective,
-                                              calibration=calibration, seed=seed, reference_inputs=reference_inputs,
-                                              rtol=rtol, tol=tol))
+        return function_type(*_latent_release(model, reservation, latent=latent, epsilon=epsilon, delta=delta,
+                                              objective=objective, calibration=calibration, seed=seed,
+                                              reference_inputs=reference_inputs, rtol=rtol, tol=tol))
 
 
 def _latent_release(model: FactoredPrivateModel, reservation: Reservation, *, reference_inputs: Any,
-                    **options: Any) -> Tuple[PrivateRelease, Any, Optional[tf.Tensor]]:
-    """The release of ``R u`` (or ``u``), the frozen readout and ``R``."""
-    latent = model.latent_terms()
+                    latent: Any = None, **options: Any) -> Tuple[PrivateRelease, Any, Optional[tf.Tensor]]:
+    """The release of ``R u`` (or ``u``), the frozen readout and ``R`` (``latent``: the model's
+    :meth:`latent_terms`, if already computed)."""
+    latent = model.latent_terms() if latent is None else latent
     readout = model.public_readout()
     B = dense_map(latent.map)  # [m, n]
     m = int(B.shape[0])

@@ -124,3 +124,22 @@ def test_the_engine_runs_on_a_logical_device_with_no_python_op_in_its_graph():
     out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.startswith("OK")
+
+
+def test_repeated_releases_of_new_shapes_do_not_retrace_the_compiled_stages():
+    """The eager release path's compiled stages (noise solver, whitening, projection terms) have stable
+    signatures: once traced, releases of other sizes trace nothing new."""
+    from dpgp_gpflow import cloaking, release
+
+    stages = (release.NOISE_SOLVERS["mse"], release._whitening, cloaking._projection_block)
+
+    def one(n, k, seed):
+        C, y = problem(n, k, seed)
+        cloaking_release(tf.constant(C), tf.constant(y), np.zeros(k), np.zeros(k), data_sensitivity=4.0,
+                         output_bound=2.0, epsilon=EPS, delta=DELTA, seed=seed)
+
+    one(30, 8, 0)
+    before = [f.experimental_get_tracing_count() for f in stages]
+    for seed, (n, k) in enumerate([(45, 12), (64, 9), (50, 30)], start=1):
+        one(n, k, seed)
+    assert [f.experimental_get_tracing_count() for f in stages] == before

@@ -195,3 +195,18 @@ def test_the_user_audit_catches_too_little_noise(toy):
     C = dp.cloaking_matrix(model, toy[3]).numpy()
     assert dp.privacy_audit.audit_release(rel, C).passed
     assert not dp.privacy_audit.audit_release(rel, 1.1 * C).passed  # a map 10% larger than the noise covers
+
+
+def test_non_finite_latent_terms_are_refused_before_any_budget_is_held(toy, draws, monkeypatch):
+    """release_function reads and checks the public latent terms before reserving: a model whose map
+    is not finite (here a kernel gone to inf) is refused with nothing drawn, held or spent."""
+    X, Y, _, _, Z = toy
+    model = DPGPRFITC((X, Y), se(), Z, noise_variance=0.1, y_bounds=(LO, HI))
+    terms = model.latent_terms()
+    bad = np.array(dp.contract.dense_map(terms.map))
+    bad[0, 0] = np.inf
+    monkeypatch.setattr(model, "latent_terms", lambda: terms._replace(map=tf.constant(bad)))
+    with dp.PrivacyAccountant(epsilon=5.0, delta=1e-2) as acc:
+        with pytest.raises(ValueError, match="not finite"):
+            model.release_function(epsilon=1.0, delta=1e-3)
+    assert draws == [] and len(acc.ledger) == 0 and acc.spent == (0.0, 0.0)
