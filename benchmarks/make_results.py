@@ -25,6 +25,12 @@ SCRIPTS = {
     "scaling": "benchmarks/scaling.py",
     "scaling_gpu": "benchmarks/scaling.py",
     "utility_kung": "benchmarks/utility_kung.py",
+    "overhead": "benchmarks/overhead.py",
+    "gpu": "benchmarks/gpu.py",
+    "exact_noise": "benchmarks/exact_noise.py",
+    "selection_kung": "benchmarks/selection_kung.py",
+    "selection_synthetic": "benchmarks/selection_synthetic.py",
+    "scale_out": "benchmarks/scale_out.py",
 }
 
 HEADER = """# Benchmark results
@@ -33,6 +39,12 @@ Every number below was written by the script named beside its table (the exact c
 machine and the date are recorded under each table); none was typed in by hand. To refresh a
 table, re-run its command, then `python benchmarks/make_results.py` to rebuild this file from
 the fragments in `benchmarks/results/`. Published figures are quoted for comparison only.
+
+GPU: every table below was measured on CPUs. No GPU has been lent to this project's tasks (the
+`device` tool's status showed none for the task of 2026-11-24), so there is no GPU table yet.
+`benchmarks/gpu.py` runs unchanged on a machine with a GPU (full GP up to n = 50,000, sparse up to
+n = 10^7; it records the device's name) and writes `results/gpu.md`, which this file then includes;
+`python benchmarks/gpu.py --cpu-smoke` runs it at tiny sizes anywhere.
 """
 
 
