@@ -23,7 +23,16 @@ from ..release import NoisePlan
 from ..validation import as_float64, validate_calibration, validate_data_sensitivity, validate_delta, validate_epsilon
 from .utility import Fold, cv_sensitivity, cv_utility, published_sensitivity
 
-__all__ = ["CrossValidation", "cross_validate", "cv_folds", "release_noise_std", "same_grid", "validate_grid"]
+__all__ = [
+    "CrossValidation",
+    "cross_validate",
+    "cv_folds",
+    "num_rows",
+    "release_noise_std",
+    "resolve_splits",
+    "same_grid",
+    "validate_grid",
+]
 
 Config = Mapping[str, Any]
 Split = Tuple[np.ndarray, np.ndarray]
@@ -101,6 +110,21 @@ def _validate_splits(splits: Any, n: int) -> List[Split]:
             pair.append(arr.astype(np.int64))
         out.append((pair[0], pair[1]))
     return out
+
+
+def num_rows(model: PrivateModel) -> int:
+    """The number of training rows of ``model``: public (neighbours differ in one output's value,
+    not in their number); only the shape of the outputs is read."""
+    return int(model.centred_outputs().shape[0])
+
+
+def resolve_splits(folds: Union[int, Sequence[Split]], n: int, split_seed: int = 0) -> List[Split]:
+    """``folds`` as a list of ``(train, test)`` index arrays: an int is the number of folds of a
+    :func:`cv_folds` split seeded by ``split_seed``; a list of pairs is checked against ``n``.
+    ``TypeError`` / ``ValueError`` otherwise. Public: depends on ``n`` and the arguments only."""
+    if isinstance(folds, (int, np.integer)) and not isinstance(folds, bool):
+        return cv_folds(n, int(folds), split_seed)
+    return _validate_splits(folds, n)
 
 
 def _check_value(path: str, param: Any, value: Any) -> None:
@@ -249,10 +273,7 @@ def cross_validate(model: PrivateModel, grid: Sequence[Config], *, folds: Union[
     y = model.centred_outputs().numpy().astype(np.float64).reshape(-1)
     n = y.size
     d = model.data_sensitivity if d is None else validate_data_sensitivity(d, tuple(model.y_bounds))
-    if isinstance(folds, (int, np.integer)) and not isinstance(folds, bool):
-        splits = cv_folds(n, int(folds), split_seed)
-    else:
-        splits = _validate_splits(folds, n)
+    splits = resolve_splits(folds, n, split_seed)
     all_folds, matrices, bounds = [], [], []
     bar = Progress(len(grid), progress, "fold matrices")
     try:
