@@ -780,3 +780,31 @@ def test_select_with_permute_and_flip(data, draws):
     assert not exact.reproducible and exact.mechanism == "permute_and_flip"
     best = int(np.argmax(pf.utilities))
     assert pf.probabilities[best] >= em.probabilities[best]
+
+
+def test_configurations_with_the_same_fold_maps_share_their_work(data, monkeypatch):
+    """Kernel and noise variances scaled together give the same GP map up to rounding: one set of
+    fold matrices and one noise plan per fold serves them all, with the utilities and sensitivities
+    each configuration gets on its own."""
+    model = make_gpr(data)
+    grid = [{LS: 1.0, KV: 1.0, NV: 0.05}, {LS: 1.0, KV: 4.0, NV: 0.2}, {LS: 1.0, KV: 3.0, NV: 0.15},
+            {LS: 1.0, KV: 1.0, NV: 0.2}, {LS: 0.5, KV: 1.0, NV: 0.05}, {LS: 0.5, KV: 1e3, NV: 50.0}]
+    built = []
+    original = selection_module.cross_validation._NoiseProfile
+
+    def counting(C, **kwargs):
+        built.append(np.shape(C))
+        return original(C, **kwargs)
+
+    monkeypatch.setattr(selection_module.cross_validation, "_NoiseProfile", counting)
+    cv = cross_validate(model, grid, folds=3)
+    assert list(cv.owners) == [0, 0, 0, 3, 4, 4]
+    u = cv.utilities(1.0, 0.01)
+    assert len(built) == 3 * 3  # three owners, three folds each
+    for i, config in enumerate(grid):  # each configuration alone: the same numbers
+        alone = cross_validate(model, [config], folds=3)
+        assert list(alone.owners) == [0]
+        assert cv.sensitivities[i] == pytest.approx(alone.sensitivities[0], rel=1e-9)
+        assert u[i] == pytest.approx(alone.utilities(1.0, 0.01)[0], rel=1e-6)
+        for f, g in zip(cv.folds[i], alone.folds[0]):
+            np.testing.assert_allclose(f.C, g.C, rtol=0, atol=1e-9 * np.abs(g.C).max())
