@@ -1,11 +1,11 @@
 """Fuzz dpgp_gpflow.selection.select_hyperparameters over every model, grid shape, fold
 specification, threshold, sensitivity, release budget and privacy parameter.
 
-Each call either raises a documented error (no Gumbel noise drawn, no budget spent or held, no
-private output in the message) or returns a Selection that passes an exact audit: one pure
-(epsilon, 0) event charged, one Gumbel draw per kept configuration, the choice among the kept
-configurations, and a sensitivity at least the corrected one recomputed here in NumPy from the
-kernel matrices of every fold (docs/selection.md#sensitivity).
+Each call either raises a documented error (nothing drawn, no budget spent or held, no private
+output in the message) or returns a Selection that passes an exact audit: one pure (epsilon, 0)
+event charged, one draw (Gumbel or permute-and-flip) over the kept configurations, the choice among
+them, no private attribute on the Selection, and a sensitivity at least the corrected one
+recomputed here in NumPy from the kernel matrices of every fold (docs/selection.md#sensitivity).
 """
 
 from __future__ import annotations
