@@ -21,7 +21,8 @@ The floating-point samplers of earlier versions remain as explicit options for s
 ``(z1 + z2) / sqrt(2)`` of two CSPRNG normals (Holohan & Braghin 2021), a mitigation rather than an
 exact sampler; attacks on the low-order bits of floating-point noise exist (Mironov 2012; Jin et al. 2022).
 
-An explicit ``seed`` uses numpy's PCG64 (normal, Laplace or Gumbel floats, whatever the sampler) so
+An explicit ``seed`` uses numpy's PCG64 (normal, Laplace or Gumbel floats, or a permutation and uniform
+coins for permute-and-flip, whatever the sampler) so
 that experiments are reproducible; the result is then NOT private against anyone who knows or can
 guess the seed, so it warns (:class:`~dpgp_gpflow.ReproducibleNoiseWarning`) and the mechanism marks
 its output ``reproducible=True``.
