@@ -35,7 +35,7 @@ from .progress import Progress
 from .publishing import load, read_card
 from .release import gaussian_event
 from .released import PrivateFunction, Released
-from .selection import select_hyperparameters
+from .selection import MECHANISMS, select_hyperparameters
 from .validation import OBJECTIVES, validate_bounds, validate_delta, validate_epsilon
 
 __all__ = ["main"]
@@ -273,9 +273,10 @@ def cmd_select(args) -> int:
     model = DPGPR((X, Y), kernel, y_bounds=bounds, noise_variance=args.noise)
     grid = [{".kernel.lengthscales": float(v)} for v in args.grid_lengthscale]
     selection = select_hyperparameters(model, grid, epsilon=epsilon, folds=args.folds, accountant=accountant,
-                                       seed=args.seed, progress=not args.quiet and sys.stderr.isatty())
+                                       seed=args.seed, progress=not args.quiet and sys.stderr.isatty(),
+                                       mechanism=args.mechanism)
     chosen = float(selection.chosen[".kernel.lengthscales"])
-    result = {"lengthscale": chosen, "epsilon": selection.epsilon, "mechanism": "exponential",
+    result = {"lengthscale": chosen, "epsilon": selection.epsilon, "mechanism": selection.mechanism,
               "configurations": len(grid), "folds": args.folds}
     if out is not None:
         _release(args, data, X, Y, bounds, _kernel(args, X.shape[1], [chosen]), Xnew, release_epsilon,
@@ -418,12 +419,14 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(run=cmd_predict)
 
-    p = sub.add_parser("select", help="choose a lengthscale privately (exponential mechanism)")
+    p = sub.add_parser("select", help="choose a lengthscale privately (exponential mechanism or permute-and-flip)")
     _data_options(p)
     p.add_argument("--grid-lengthscale", type=float, nargs="+", required=True, metavar="L",
                    help="the lengthscales to choose from (public)")
     p.add_argument("--epsilon", type=float, required=True, help="the selection's budget (pure epsilon)")
     p.add_argument("--folds", type=int, default=5)
+    p.add_argument("--mechanism", choices=MECHANISMS, default="exponential",
+                   help="the selection mechanism (both pure epsilon-DP; default: exponential)")
     p.add_argument("--release-epsilon", type=float, help="with -o: release at the chosen lengthscale with this epsilon")
     p.add_argument("--release-delta", type=float, help="with -o: ... and this delta")
     _release_options(p, required_output=False)

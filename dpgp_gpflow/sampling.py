@@ -5,7 +5,9 @@ exact samplers, which draw from the operating system's entropy with exact intege
 
 * :func:`standard_normal`: the discrete Gaussian on the grid ``2^GRID_EXPONENT Z`` with scale 1;
 * :func:`laplace`: the discrete Laplace on the same grid with scale 1;
-* :func:`gumbel_argmax`: an exact exponential-mechanism draw (report-noisy-max with Gumbel noise).
+* :func:`gumbel_argmax`: an exact exponential-mechanism draw (report-noisy-max with Gumbel noise);
+* :func:`permute_and_flip`: an exact permute-and-flip draw (uniform order and Bernoulli(exp(-gamma))
+  coins of Canonne, Kamath & Steinke in rational arithmetic, from the CSPRNG).
 
 A grid sample is only safe when the value it perturbs is rounded to the same grid and the two are
 added exactly (:func:`grid_sum`; adding grid noise to an unrounded float in floating point would
@@ -19,7 +21,8 @@ The floating-point samplers of earlier versions remain as explicit options for s
 ``(z1 + z2) / sqrt(2)`` of two CSPRNG normals (Holohan & Braghin 2021), a mitigation rather than an
 exact sampler; attacks on the low-order bits of floating-point noise exist (Mironov 2012; Jin et al. 2022).
 
-An explicit ``seed`` uses numpy's PCG64 (normal, Laplace or Gumbel floats, whatever the sampler) so
+An explicit ``seed`` uses numpy's PCG64 (normal, Laplace or Gumbel floats, or a permutation and uniform
+coins for permute-and-flip, whatever the sampler) so
 that experiments are reproducible; the result is then NOT private against anyone who knows or can
 guess the seed, so it warns (:class:`~dpgp_gpflow.ReproducibleNoiseWarning`) and the mechanism marks
 its output ``reproducible=True``.
@@ -57,6 +60,7 @@ __all__ = [
     "gumbel",
     "gumbel_argmax",
     "laplace",
+    "permute_and_flip",
     "standard_normal",
     "validate_sampler",
     "warn_float_sampler",
@@ -243,6 +247,59 @@ def gumbel_argmax(log_weights: Any, seed: Optional[int] = None) -> Tuple[int, bo
     space = odp.vector_domain(odp.atom_domain(T=float, nan=False), size=w.size), odp.linf_distance(T=float)
     measurement = odp.m.make_noisy_max(*space, odp.zero_concentrated_divergence(), scale=1.0)
     return int(measurement([float(v) for v in w])), False
+
+
+def _bernoulli(p: Fraction, rng: secrets.SystemRandom) -> bool:
+    """Exact Bernoulli(p) for a rational ``0 <= p <= 1``: a uniform integer below the denominator."""
+    return rng.randrange(p.denominator) < p.numerator
+
+
+def _bernoulli_exp(gamma: Fraction, rng: secrets.SystemRandom) -> bool:
+    """Exact Bernoulli(exp(-gamma)) for a rational ``gamma >= 0`` (Canonne, Kamath & Steinke 2020,
+    Algorithm 1): for ``gamma <= 1`` count ``K`` while Bernoulli(gamma / K) succeeds and return
+    whether ``K`` ends odd; a larger ``gamma`` is ``floor(gamma)`` Bernoulli(exp(-1)) coins and one for
+    the fraction. Only rational arithmetic and uniform integers."""
+    whole = math.floor(gamma)
+    return all(_bernoulli_exp_unit(Fraction(1), rng) for _ in range(whole)) and _bernoulli_exp_unit(gamma - whole, rng)
+
+
+def _bernoulli_exp_unit(gamma: Fraction, rng: secrets.SystemRandom) -> bool:
+    """Exact Bernoulli(exp(-gamma)) for a rational ``0 <= gamma <= 1`` (CKS 2020, Algorithm 1)."""
+    k = 1
+    while _bernoulli(gamma / k, rng):
+        k += 1
+    return k % 2 == 1
+
+
+def permute_and_flip(log_weights: Any, seed: Optional[int] = None) -> Tuple[int, bool]:
+    """One permute-and-flip draw (McKenna & Sheldon 2020) over ``log_weights`` and whether it is
+    reproducible: visit the candidates in a uniformly random order and return the first ``r`` whose
+    coin, heads with probability ``exp(w_r - max(w))``, lands heads (the best one always does).
+
+    With ``w = epsilon u / (2 Delta_u)`` this is the epsilon-DP permute-and-flip mechanism.
+    ``seed=None``: exact for the given float64 ``w``: the order is drawn with uniform integers from
+    the operating system's CSPRNG (``secrets.SystemRandom``) and each coin by
+    Bernoulli(exp(-gamma)) of Canonne, Kamath & Steinke 2020 with ``gamma = max(w) - w_r`` (its
+    float64 value, taken as an exact rational). An explicit ``seed``: numpy's permutation and
+    floating-point coins ``U < exp(-gamma)``, with the reproducibility warning.
+    """
+    w = np.asarray(log_weights, dtype=np.float64).reshape(-1)
+    if w.size == 0:
+        raise ValueError("log_weights must not be empty")
+    if not np.all(np.isfinite(w)):
+        raise ValueError("log_weights must be finite")
+    gamma = np.max(w) - w  # >= 0, exactly 0 at the best candidate
+    rng, reproducible = _generator(seed, "the permute-and-flip mechanism's randomness")
+    if reproducible:
+        for r in rng.permutation(w.size):  # the best candidate's coin (exp(0) = 1 > U) always stops it
+            if rng.random() < math.exp(-gamma[r]):
+                break
+        return int(r), True
+    remaining = list(range(w.size))
+    while True:  # ends: the best candidate's coin (gamma = 0) always lands heads
+        r = remaining.pop(rng.randrange(len(remaining)))
+        if _bernoulli_exp(Fraction(float(gamma[r])), rng):
+            return r, False
 
 
 def grid_sum(values: Any, noise: Any, exponent: int = GRID_EXPONENT) -> np.ndarray:

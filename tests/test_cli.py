@@ -155,8 +155,16 @@ def test_select_chooses_from_the_grid_and_charges_the_ledger(work):
              "--quiet", cwd=work)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    assert out["lengthscale"] in (2.0, 20.0, 200.0) and out["epsilon"] == 0.5
+    assert out["lengthscale"] in (2.0, 20.0, 200.0) and out["epsilon"] == 0.5 and out["mechanism"] == "exponential"
     assert dp.PrivacyAccountant.open(work / "sel.sqlite").spent[0] == pytest.approx(0.5)
+    r = dpgp("select", "data.csv", "--x", "age", "--y", "height", "--bounds", "60", "180", "--variance", "100",
+             "--grid-lengthscale", "2", "20", "200", "--epsilon", "0.5", "--folds", "3", "--ledger", "sel.sqlite",
+             "--mechanism", "permute_and_flip", "--quiet", cwd=work)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["lengthscale"] in (2.0, 20.0, 200.0) and out["mechanism"] == "permute_and_flip"
+    ledger = dp.PrivacyAccountant.open(work / "sel.sqlite")
+    assert ledger.spent[0] == pytest.approx(1.0) and "permute-and-flip" in ledger.ledger[-1].description
 
 
 def test_help_and_usage_errors(work):

@@ -212,9 +212,9 @@ def test_user_model_gets_selection():
     model, X, Y, Xnew, noise = hetero()
     grid = [{".kernel.lengthscales": ell} for ell in (0.3, 1.3, 4.0)]
     with dp.PrivacyAccountant(epsilon=1.0) as acc:
-        sel = select_hyperparameters(model, grid, epsilon=0.5, folds=3, seed=1)
+        sel, diag = select_hyperparameters(model, grid, epsilon=0.5, folds=3, seed=1, diagnostics=True)
     assert sel.chosen in grid and acc.spent == pytest.approx((0.5, 0.0))
-    assert np.all(np.isfinite(sel.utilities)) and np.all(sel.config_sensitivities > 0)
+    assert np.all(np.isfinite(diag.utilities)) and np.all(sel.config_sensitivities > 0)
 
 
 def test_an_object_that_does_not_meet_the_contract_is_refused():

@@ -7,8 +7,13 @@ mechanism and ``dp_accounting``'s own accountant.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
+import random
+import sqlite3
 import warnings
+from fractions import Fraction
 
 import gpflow
 import numpy as np
@@ -39,7 +44,11 @@ from dpgp_gpflow.selection import (
     cv_utility,
     expected_clipped_square,
     exponential_mechanism,
+    Selection,
+    SelectionDiagnostics,
     gumbel_max,
+    permute_and_flip,
+    permute_and_flip_probabilities,
     point_sensitivities,
     published_sensitivity,
     release_noise_std,
@@ -232,6 +241,102 @@ def test_gumbel_max_from_os_entropy():
 
 
 # ---------------------------------------------------------------------------------------------
+# Permute-and-flip (McKenna & Sheldon 2020)
+
+
+def pf_reference(u, epsilon, sensitivity):
+    """Permute-and-flip's distribution by enumerating every order: candidate r is returned when the
+    coins of all candidates before it (heads with probability exp(eps (u - max u) / (2 Delta)))
+    land tails and its own lands heads."""
+    u = np.asarray(u, dtype=np.float64)
+    p = np.exp(epsilon * (u - u.max()) / (2.0 * sensitivity))
+    out = np.zeros(u.size)
+    orders = list(itertools.permutations(range(u.size)))
+    for order in orders:
+        alive = 1.0
+        for r in order:
+            out[r] += alive * p[r]
+            alive *= 1.0 - p[r]
+    return out / len(orders)
+
+
+PF_U = np.array([-3.0, -1.0, 0.0, -0.5, -6.0, -2.0])
+
+
+@pytest.mark.parametrize("epsilon, sensitivity", [(2.0, 1.5), (0.1, 1.0), (40.0, 1.0)])
+def test_permute_and_flip_probabilities_match_enumeration(epsilon, sensitivity):
+    ref = pf_reference(PF_U, epsilon, sensitivity)
+    np.testing.assert_allclose(permute_and_flip_probabilities(PF_U, epsilon, sensitivity), ref, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(selection_probabilities(PF_U, epsilon, sensitivity, mechanism="permute_and_flip"), ref,
+                               rtol=1e-12, atol=1e-15)
+    # ties (two best candidates), one candidate, and many (uniform utilities: 1/K each)
+    np.testing.assert_allclose(permute_and_flip_probabilities([0.0, 0.0, -1.0], 1.0, 1.0),
+                               pf_reference([0.0, 0.0, -1.0], 1.0, 1.0), rtol=1e-12)
+    assert permute_and_flip_probabilities([5.0], 1.0, 1.0) == pytest.approx([1.0])
+    np.testing.assert_allclose(permute_and_flip_probabilities(np.zeros(200), 1.0, 1.0), 1.0 / 200, rtol=1e-10)
+
+
+def test_permute_and_flip_is_never_worse_than_the_exponential_mechanism():
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        u = -rng.exponential(rng.uniform(0.1, 10.0), size=rng.integers(2, 7))
+        eps, sens = rng.uniform(0.05, 20.0), rng.uniform(0.5, 2.0)
+        pf, em = pf_reference(u, eps, sens), selection_probabilities(u, eps, sens)
+        best = np.argmax(u)
+        assert pf[best] >= em[best] - 1e-12
+        assert pf @ u >= em @ u - 1e-12  # McKenna & Sheldon, Theorem 2
+        np.testing.assert_allclose(permute_and_flip_probabilities(u, eps, sens), pf, rtol=1e-10, atol=1e-14)
+        # epsilon-DP: the log-ratio under a utility shift of at most sens is at most eps
+        shifted = u + rng.uniform(-sens, sens, size=u.size)
+        ratio = np.log(pf_reference(shifted, eps, sens) / pf)
+        assert np.max(np.abs(ratio)) <= eps + 1e-9
+
+
+def test_permute_and_flip_seeded_frequencies_and_reproducibility():
+    p = pf_reference(PF_U, 2.0, 1.5)
+    log_w = 2.0 * PF_U / (2 * 1.5)
+    draws = 20_000
+    with pytest.warns(ReproducibleNoiseWarning):
+        first = [sampling.permute_and_flip(log_w, seed=31337 + i)[0] for i in range(3)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ReproducibleNoiseWarning)
+        again = [sampling.permute_and_flip(log_w, seed=31337 + i) for i in range(3)]
+        counts = np.bincount([sampling.permute_and_flip(log_w, seed=i)[0] for i in range(draws)], minlength=p.size)
+    assert [a[0] for a in again] == first and all(a[1] for a in again)  # same seed, same draw, marked
+    assert stats.chisquare(counts, draws * p).pvalue > 1e-3, (counts, draws * p)
+
+
+def test_permute_and_flip_exact_draws_match_the_closed_form():
+    p = pf_reference(PF_U, 2.0, 1.5)
+    log_w = 2.0 * PF_U / (2 * 1.5)
+    draws = 6000
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # seed None: no warning
+        results = [sampling.permute_and_flip(log_w) for _ in range(draws)]
+    assert not any(r for _, r in results)
+    counts = np.bincount([i for i, _ in results], minlength=p.size)
+    assert stats.chisquare(counts, draws * p).pvalue > 1e-6, (counts, draws * p)
+    index, probs = permute_and_flip(PF_U, 2.0, 1.5)
+    assert 0 <= index < PF_U.size and np.allclose(probs, p)
+    with pytest.raises(ValueError):
+        sampling.permute_and_flip([0.0, math.inf])
+    with pytest.raises(ValueError):
+        sampling.permute_and_flip([])
+
+
+@pytest.mark.parametrize("gamma", [Fraction(0), Fraction(1, 3), Fraction(1), Fraction(27, 10), Fraction(0.1)])
+def test_exact_bernoulli_exp_frequencies(gamma):
+    rng = random.SystemRandom()
+    draws = 20_000
+    heads = sum(sampling._bernoulli_exp(gamma, rng) for _ in range(draws))
+    p = math.exp(-float(gamma))
+    if gamma == 0:
+        assert heads == draws
+    else:
+        assert stats.binomtest(heads, draws, p).pvalue > 1e-6, (heads, draws * p)
+
+
+# ---------------------------------------------------------------------------------------------
 # GPflow plumbing
 
 
@@ -278,8 +383,9 @@ def test_fitc_fold_matrices(data):
                                         config.get(".inducing_variable.Z", Z), noise_variance=0.1)
             np.testing.assert_allclose(cv_predictions([f], Y[:, 0])[0],
                                        ref.predict_f(X[f.test])[0].numpy()[:, 0], rtol=1e-7, atol=1e-7)
-    sel = select_hyperparameters(model, grid, epsilon=1.0, folds=3, epsilon_release=1.0, delta_release=0.01)
-    assert sel.probabilities.sum() == pytest.approx(1.0) and np.all(np.isfinite(sel.utilities))
+    sel, diag = select_hyperparameters(model, grid, epsilon=1.0, folds=3, epsilon_release=1.0, delta_release=0.01,
+                                       diagnostics=True)
+    assert diag.probabilities.sum() == pytest.approx(1.0) and np.all(np.isfinite(diag.utilities))
     assert sel.chosen in grid
 
 
@@ -313,17 +419,17 @@ def test_release_noise_std_matches_actual_release(data):
 def test_select_hyperparameters_end_to_end(data):
     model = make_gpr(data)
     with pytest.warns(ReproducibleNoiseWarning):
-        sel = select_hyperparameters(model, GRID, epsilon=1e5, folds=5, seed=1)
-    assert sel.probabilities.sum() == pytest.approx(1.0)
+        sel, diag = select_hyperparameters(model, GRID, epsilon=1e5, folds=5, seed=1, diagnostics=True)
+    assert diag.probabilities.sum() == pytest.approx(1.0)
     assert np.all(sel.kept) and sel.sensitivity == pytest.approx(sel.config_sensitivities.max())
     assert sel.reproducible and sel.epsilon == 1e5
-    assert np.argmax(sel.utilities) == 1 and sel.probabilities[1] > 0.99  # lengthscale 1 fits sin(x)
+    assert np.argmax(diag.utilities) == 1 and diag.probabilities[1] > 0.99  # lengthscale 1 fits sin(x)
     assert sel.index == 1 and sel.chosen == GRID[1]
     # the sensitivity is the corrected one: recompute it from the fold matrices
     cv = cross_validate(model, GRID, folds=5)
     assert sel.sensitivity == pytest.approx(max(cv_sensitivity(f, 30, 3.0) for f in cv.folds))
     # tiny epsilon: almost uniform
-    tiny = select_hyperparameters(model, GRID, epsilon=1e-6, folds=5, cross_validation=cv)
+    _, tiny = select_hyperparameters(model, GRID, epsilon=1e-6, folds=5, cross_validation=cv, diagnostics=True)
     np.testing.assert_allclose(tiny.probabilities, 1.0 / 3.0, atol=1e-5)
     # apply assigns the chosen configuration
     sel.apply(model)
@@ -342,9 +448,9 @@ def test_utilities_include_release_noise(data):
     assert all(s.shape == f.test.shape and np.all(s > 0) for s, f in zip(sigma, cv.folds[0]))
     # a direct check of the utility with the noise: cv_utility at those stds
     assert noisy[0] == pytest.approx(cv_utility(cv.folds[0], data[1][:, 0], 3.0, sigma))
-    sel = select_hyperparameters(model, grid, epsilon=1.0, epsilon_release=0.5, delta_release=0.01,
-                                 cross_validation=cv)
-    np.testing.assert_allclose(sel.utilities, noisy)
+    _, diag = select_hyperparameters(model, grid, epsilon=1.0, epsilon_release=0.5, delta_release=0.01,
+                                     cross_validation=cv, diagnostics=True)
+    np.testing.assert_allclose(diag.utilities, noisy)
 
 
 def test_threshold_drops_configurations_first(data, monkeypatch):
@@ -353,12 +459,13 @@ def test_threshold_drops_configurations_first(data, monkeypatch):
     sens = cv.sensitivities
     assert len(set(np.round(sens, 6))) == 3
     threshold = float(np.sort(sens)[1])  # keeps the two least sensitive
-    sel = select_hyperparameters(model, GRID, epsilon=1.0, threshold=threshold, cross_validation=cv)
+    sel, diag = select_hyperparameters(model, GRID, epsilon=1.0, threshold=threshold, cross_validation=cv,
+                                       diagnostics=True)
     assert np.array_equal(sel.kept, sens <= threshold)
     assert sel.sensitivity == pytest.approx(threshold)
     dropped = ~sel.kept
-    assert np.all(sel.probabilities[dropped] == 0.0) and np.all(np.isnan(sel.utilities[dropped]))
-    assert sel.probabilities.sum() == pytest.approx(1.0) and sel.kept[sel.index]
+    assert np.all(diag.probabilities[dropped] == 0.0) and np.all(np.isnan(diag.utilities[dropped]))
+    assert diag.probabilities.sum() == pytest.approx(1.0) and sel.kept[sel.index]
     with pytest.raises(ValueError, match="threshold"):
         select_hyperparameters(model, GRID, epsilon=1.0, threshold=0.5 * sens.min(), cross_validation=cv)
 
@@ -545,10 +652,11 @@ def test_select_hyperparameters_for_a_classifier(labels):
     grid = [{".kernel.lengthscales": ls, ".kernel.variance": 10.0} for ls in (0.005, 0.5, 500.0)]
     acc = PrivacyAccountant(epsilon=2.0, delta=1e-3)
     with pytest.warns(ReproducibleNoiseWarning):
-        sel = select_hyperparameters(model, grid, epsilon=1.0, folds=4, seed=0, accountant=acc)
+        sel, diag = select_hyperparameters(model, grid, epsilon=1.0, folds=4, seed=0, accountant=acc,
+                                           diagnostics=True)
     assert acc.spent[0] == pytest.approx(1.0) and acc.spent[1] == 0.0
-    assert np.argmax(sel.utilities) == 1  # lengthscale 0.5 follows sin(2x); 0.005 and 500 predict ~0
-    assert sel.probabilities.sum() == pytest.approx(1.0)
+    assert np.argmax(diag.utilities) == 1  # lengthscale 0.5 follows sin(2x); 0.005 and 500 predict ~0
+    assert diag.probabilities.sum() == pytest.approx(1.0) and sel.chosen in grid
     with pytest.raises(ValueError, match="exceeds the width"):
         cross_validate(model, grid, folds=4, d=3.0)
 
@@ -600,3 +708,103 @@ def test_each_configuration_starts_from_the_model(data):
                                     mean_function=gpflow.functions.Constant(0.0), noise_variance=0.05)
             np.testing.assert_allclose(pred, ref.predict_f(X[test])[0].numpy()[:, 0], rtol=1e-9, atol=1e-9)
     assert model.kernel.lengthscales.numpy() == pytest.approx(1.0) and model.kernel.variance.numpy() == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 15, finding 7c: the published Selection holds nothing private; refusals come before the budget
+
+
+def test_published_selection_holds_no_private_values(data):
+    model = make_gpr(data)
+    cv = cross_validate(model, GRID, folds=3)
+    u = cv.utilities(1.0, 0.01)
+    sel = select_hyperparameters(model, GRID, epsilon=1.0, epsilon_release=1.0, delta_release=0.01, cross_validation=cv)
+    assert isinstance(sel, Selection)
+    assert not hasattr(sel, "utilities") and not hasattr(sel, "probabilities")
+    # neither its fields nor its repr carry a utility or a probability
+    public = repr(sel) + repr(dataclasses.asdict(sel))
+    probabilities = selection_probabilities(u, 1.0, sel.sensitivity)
+    for value in np.concatenate([u, probabilities]):
+        for text in (repr(float(value)), f"{value:.6g}", f"{value:.4f}"):
+            assert text not in public, text
+    # the diagnostics come only on request, separately, marked private, and their repr shows no value
+    again, diag = select_hyperparameters(model, GRID, epsilon=1.0, epsilon_release=1.0, delta_release=0.01,
+                                         cross_validation=cv, diagnostics=True)
+    assert isinstance(again, Selection) and isinstance(diag, SelectionDiagnostics)
+    np.testing.assert_allclose(diag.utilities, u)
+    np.testing.assert_allclose(diag.probabilities, probabilities)
+    assert "PRIVATE" in repr(diag) and "PRIVATE" in SelectionDiagnostics.__doc__
+    assert not any(f"{value:.4g}" in repr(diag) for value in u)
+
+
+@pytest.mark.parametrize("folds", [1, 31, -2, 2.5, "3", [], [(np.arange(5), np.array([40]))], True])
+def test_bad_folds_are_refused_before_the_budget_is_reserved(data, draws, tmp_path, folds):
+    model = make_gpr(data)
+    path = tmp_path / "budget.sqlite"
+    acc = PrivacyAccountant(epsilon=10.0, ledger=path)
+    with pytest.raises((TypeError, ValueError)):
+        select_hyperparameters(model, GRID, epsilon=1.0, folds=folds, accountant=acc)
+    assert draws == [] and acc.history() == []
+    with sqlite3.connect(path) as db:  # no row at all, not even a cancelled reservation
+        assert db.execute("SELECT COUNT(*) FROM dpgp_events").fetchone()[0] == 0
+    with pytest.raises(ValueError, match="mechanism"):
+        select_hyperparameters(model, GRID, epsilon=1.0, folds=3, accountant=acc, mechanism="gumbel")
+    assert draws == [] and acc.history() == []
+
+
+def test_select_with_permute_and_flip(data, draws):
+    model = make_gpr(data)
+    acc = PrivacyAccountant(epsilon=2e5)
+    cv = cross_validate(model, GRID, folds=5)
+    with pytest.warns(ReproducibleNoiseWarning):
+        sel, diag = select_hyperparameters(model, GRID, epsilon=1e5, cross_validation=cv, seed=1, accountant=acc,
+                                           mechanism="permute_and_flip", diagnostics=True)
+    assert sel.mechanism == "permute_and_flip" and sel.reproducible and sel.index == 1 and sel.chosen == GRID[1]
+    assert draws == [3] and len(acc.ledger) == 1 and acc.ledger[0].kind == "pure" and acc.ledger[0].epsilon == 1e5
+    assert "permute-and-flip" in acc.ledger[0].description
+    np.testing.assert_allclose(diag.probabilities, pf_reference(diag.utilities, 1e5, sel.sensitivity), atol=1e-12)
+    # the same seed gives the same choice (as the exponential mechanism's seeded draw does)
+    with pytest.warns(ReproducibleNoiseWarning):
+        again = select_hyperparameters(model, GRID, epsilon=0.5, cross_validation=cv, seed=7,
+                                       mechanism="permute_and_flip")
+    with pytest.warns(ReproducibleNoiseWarning):
+        third = select_hyperparameters(model, GRID, epsilon=0.5, cross_validation=cv, seed=7,
+                                       mechanism="permute_and_flip")
+    assert again.index == third.index and again.reproducible
+    # exact (seed None): no warning, not reproducible, and PF's P(best) >= the exponential mechanism's
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        exact, pf = select_hyperparameters(model, GRID, epsilon=0.5, cross_validation=cv,
+                                           mechanism="permute_and_flip", diagnostics=True)
+    _, em = select_hyperparameters(model, GRID, epsilon=0.5, cross_validation=cv, diagnostics=True)
+    assert not exact.reproducible and exact.mechanism == "permute_and_flip"
+    best = int(np.argmax(pf.utilities))
+    assert pf.probabilities[best] >= em.probabilities[best]
+
+
+def test_configurations_with_the_same_fold_maps_share_their_work(data, monkeypatch):
+    """Kernel and noise variances scaled together give the same GP map up to rounding: one set of
+    fold matrices and one noise plan per fold serves them all, with the utilities and sensitivities
+    each configuration gets on its own."""
+    model = make_gpr(data)
+    grid = [{LS: 1.0, KV: 1.0, NV: 0.05}, {LS: 1.0, KV: 4.0, NV: 0.2}, {LS: 1.0, KV: 3.0, NV: 0.15},
+            {LS: 1.0, KV: 1.0, NV: 0.2}, {LS: 0.5, KV: 1.0, NV: 0.05}, {LS: 0.5, KV: 1e3, NV: 50.0}]
+    built = []
+    original = selection_module.cross_validation._NoiseProfile
+
+    def counting(C, **kwargs):
+        built.append(np.shape(C))
+        return original(C, **kwargs)
+
+    monkeypatch.setattr(selection_module.cross_validation, "_NoiseProfile", counting)
+    cv = cross_validate(model, grid, folds=3)
+    assert list(cv.owners) == [0, 0, 0, 3, 4, 4]
+    u = cv.utilities(1.0, 0.01)
+    assert len(built) == 3 * 3  # three owners, three folds each
+    for i, config in enumerate(grid):  # each configuration alone: the same numbers
+        alone = cross_validate(model, [config], folds=3)
+        assert list(alone.owners) == [0]
+        assert cv.sensitivities[i] == pytest.approx(alone.sensitivities[0], rel=1e-9)
+        assert u[i] == pytest.approx(alone.utilities(1.0, 0.01)[0], rel=1e-6)
+        for f, g in zip(cv.folds[i], alone.folds[0]):
+            np.testing.assert_allclose(f.C, g.C, rtol=0, atol=1e-9 * np.abs(g.C).max())

@@ -14,8 +14,8 @@ the eventual release included by its closed-form expectation:
 ``s_k`` being the std of the DP noise a cloaking release of ``pred_f`` at ``(epsilon_release,
 delta_release)`` would add at test point k (a function of the public ``C_f`` only; no noise is drawn).
 One configuration is drawn with probability proportional to ``exp(epsilon u / (2 Delta_u))``
-(Gumbel-max), which is epsilon-DP when ``Delta_u`` bounds the change of every utility between
-neighbouring datasets.
+(Gumbel-max), or by permute-and-flip with the same log-weights; either is epsilon-DP when
+``Delta_u`` bounds the change of every utility between neighbouring datasets.
 
 **The sensitivity.** Neighbours differ in one output: ``|y_j - y'_j| <= d``. Write
 ``h(a) = clip(a, -c, c)^2`` with ``c = 4d``; ``h`` is ``2c = 8d``-Lipschitz (its derivative is
@@ -44,19 +44,31 @@ once, giving docs/selection.md#sensitivity's ``8 d^2 (sum over folds where j tra
 for comparison only; the tests exhibit neighbours whose utilities differ by more.
 
 **What may be published.** Only the choice (``Selection.chosen`` / ``index``) is epsilon-DP; the
-grid, the splits, the thresholds and all sensitivities are public. ``Selection.utilities`` and
-``Selection.probabilities`` are computed from the private outputs: diagnostics for the data owner,
-never to be published.
+grid, the splits, the thresholds and all sensitivities are public, and a :class:`Selection` holds
+nothing else. The utilities and probabilities are computed from the private outputs: they come
+back only on request (``diagnostics=True``) as a separate :class:`SelectionDiagnostics`, for the
+data owner, never to be published.
 
-Randomness: the Gumbel noise comes from the operating system's CSPRNG (``secrets.SystemRandom``)
-unless an explicit ``seed`` is given, which warns (:class:`~dpgp_gpflow.ReproducibleNoiseWarning`).
-Floating-point sampling of the exponential mechanism is not exact (Ilvento 2020); this is the
-usual caveat, not a known attack on this implementation.
+**Mechanisms.** ``mechanism="exponential"`` (default) or ``"permute_and_flip"`` (McKenna & Sheldon
+2020), both epsilon-DP with the log-weights ``epsilon u / (2 Delta_u)``.
+
+Randomness: exact draws from the operating system's CSPRNG (OpenDP's report-noisy-max for the
+exponential mechanism; a uniform order and exact Bernoulli(exp(-gamma)) coins for permute-and-flip;
+docs/exact_sampling.md) unless an explicit ``seed`` is given, which warns
+(:class:`~dpgp_gpflow.ReproducibleNoiseWarning`). The log-weights themselves are float64
+computations, not exact.
 """
 
 from .cross_validation import CrossValidation, cross_validate, cv_folds, release_noise_std
-from .mechanism import exponential_mechanism, gumbel_max, selection_probabilities
-from .select import Selection, select_hyperparameters
+from .mechanism import (
+    MECHANISMS,
+    exponential_mechanism,
+    gumbel_max,
+    permute_and_flip,
+    permute_and_flip_probabilities,
+    selection_probabilities,
+)
+from .select import Selection, SelectionDiagnostics, select_hyperparameters
 from .utility import (
     CLIP_FACTOR,
     Fold,
@@ -72,7 +84,9 @@ __all__ = [
     "CLIP_FACTOR",
     "CrossValidation",
     "Fold",
+    "MECHANISMS",
     "Selection",
+    "SelectionDiagnostics",
     "cross_validate",
     "cv_folds",
     "cv_predictions",
@@ -81,6 +95,8 @@ __all__ = [
     "expected_clipped_square",
     "exponential_mechanism",
     "gumbel_max",
+    "permute_and_flip",
+    "permute_and_flip_probabilities",
     "point_sensitivities",
     "published_sensitivity",
     "release_noise_std",

@@ -23,10 +23,24 @@ from ..release import NoisePlan
 from ..validation import as_float64, validate_calibration, validate_data_sensitivity, validate_delta, validate_epsilon
 from .utility import Fold, cv_sensitivity, cv_utility, published_sensitivity
 
-__all__ = ["CrossValidation", "cross_validate", "cv_folds", "release_noise_std", "same_grid", "validate_grid"]
+__all__ = [
+    "CrossValidation",
+    "cross_validate",
+    "cv_folds",
+    "num_rows",
+    "release_noise_std",
+    "resolve_splits",
+    "same_grid",
+    "validate_grid",
+]
 
 Config = Mapping[str, Any]
 Split = Tuple[np.ndarray, np.ndarray]
+
+#: Configurations whose fold maps agree to this relative tolerance (max norm, every fold) are the
+#: same map up to rounding (e.g. a GP's kernel and noise variances scaled together) and share one
+#: set of fold matrices, sensitivities and noise plans: the first such configuration's.
+SHARE_RTOL = 1e-9
 
 
 class _NoiseProfile:
@@ -103,6 +117,21 @@ def _validate_splits(splits: Any, n: int) -> List[Split]:
     return out
 
 
+def num_rows(model: PrivateModel) -> int:
+    """The number of training rows of ``model``: public (neighbours differ in one output's value,
+    not in their number); only the shape of the outputs is read."""
+    return int(model.centred_outputs().shape[0])
+
+
+def resolve_splits(folds: Union[int, Sequence[Split]], n: int, split_seed: int = 0) -> List[Split]:
+    """``folds`` as a list of ``(train, test)`` index arrays: an int is the number of folds of a
+    :func:`cv_folds` split seeded by ``split_seed``; a list of pairs is checked against ``n``.
+    ``TypeError`` / ``ValueError`` otherwise. Public: depends on ``n`` and the arguments only."""
+    if isinstance(folds, (int, np.integer)) and not isinstance(folds, bool):
+        return cv_folds(n, int(folds), split_seed)
+    return _validate_splits(folds, n)
+
+
 def _check_value(path: str, param: Any, value: Any) -> None:
     """``TypeError`` unless ``value`` holds real numbers; ``ValueError`` unless it has the parameter's
     shape and lies inside its constraint (its transform maps it to a finite unconstrained value)."""
@@ -153,24 +182,28 @@ class CrossValidation:
     the private utilities. Build it with :func:`cross_validate`.
 
     Public: ``grid``, ``splits``, ``folds[i]`` (the :class:`Fold` list of configuration i),
-    ``sensitivities`` (corrected, per configuration), ``published_sensitivities`` (JMLR eq. 13, NOT
-    valid), ``noise_std(...)``. Private: :meth:`utilities` reads the model's outputs; publish a
-    selection made from them only through the exponential mechanism.
+    ``owners[i]`` (the configuration whose fold matrices configuration i uses: itself, or an
+    earlier one with the same maps up to rounding, :data:`SHARE_RTOL`), ``sensitivities``
+    (corrected, per configuration), ``published_sensitivities`` (JMLR eq. 13, NOT valid),
+    ``noise_std(...)``. Private: :meth:`utilities` reads the model's outputs; publish a selection
+    made from them only through a selection mechanism.
     """
 
-    def __init__(self, grid, splits, folds, release_matrices, output_bounds, y, d, n) -> None:
+    def __init__(self, grid, splits, folds, release_matrices, output_bounds, y, d, n, owners=None) -> None:
         # y: the private centred outputs; folds: offsets 0, maps from y[train] to centred predictions
         self.grid: Tuple[Dict[str, Any], ...] = grid
         self.splits: Tuple[Split, ...] = tuple(splits)
         self.folds: List[List[Fold]] = folds
+        self.owners = np.arange(len(grid)) if owners is None else np.asarray(owners, dtype=np.int64)
         self.data_sensitivity = float(d)
         self.n = int(n)
         self._release_matrices = release_matrices
         self._output_bounds = output_bounds
         self._y = y  # private outputs (clipped), [n]
         self._profiles: Dict[Tuple[str, int, int], _NoiseProfile] = {}
-        self.sensitivities = np.array([cv_sensitivity(f, n, d) for f in folds])
-        self.published_sensitivities = np.array([published_sensitivity(f, d) for f in folds])
+        own = {int(o): (cv_sensitivity(folds[o], n, d), published_sensitivity(folds[o], d)) for o in set(self.owners)}
+        self.sensitivities = np.array([own[int(o)][0] for o in self.owners])
+        self.published_sensitivities = np.array([own[int(o)][1] for o in self.owners])
 
     def __len__(self) -> int:
         return len(self.grid)
@@ -187,6 +220,7 @@ class CrossValidation:
         if epsilon_release is None and delta_release is None:
             return [np.zeros(f.test.size) for f in self.folds[index]]
         multiplier = gaussian_multiplier(validate_epsilon(epsilon_release), validate_delta(delta_release), calibration)
+        index = int(self.owners[index])
         out = []
         for i, f in enumerate(self.folds[index]):
             key = (objective, index, i)
@@ -208,15 +242,39 @@ class CrossValidation:
             raise ValueError("give both epsilon_release and delta_release, or neither")
         indices = range(len(self.grid)) if indices is None else list(indices)
         u = np.full(len(self.grid), np.nan)
+        done: Dict[int, float] = {}  # per owner: configurations that share fold matrices share the utility
         bar = Progress(len(indices), progress, "CV utilities")
         try:
             for i in indices:
-                sig = self.noise_std(i, epsilon_release, delta_release, objective=objective, calibration=calibration)
-                u[i] = cv_utility(self.folds[i], self._y, self.data_sensitivity, sig)
+                owner = int(self.owners[i])
+                if owner not in done:
+                    sig = self.noise_std(owner, epsilon_release, delta_release, objective=objective,
+                                         calibration=calibration)
+                    done[owner] = cv_utility(self.folds[owner], self._y, self.data_sensitivity, sig)
+                u[i] = done[owner]
                 bar.update()
         finally:
             bar.close()
         return u
+
+
+def _probe(size: int) -> np.ndarray:
+    """A fixed public vector to fingerprint fold maps (``C @ probe``) before comparing them in full."""
+    return np.cos(np.arange(size) * 0.7548776662466927 + 0.1)
+
+
+def _shares(a: List[Fold], bound_a: float, b: List[Fold], bound_b: float) -> bool:
+    """Whether two configurations' fold maps are the same up to rounding (:data:`SHARE_RTOL`)."""
+    if bound_a != bound_b:
+        return False
+    for fa, fb in zip(a, b):
+        if fa.C.shape != fb.C.shape:
+            return False
+        scale = max(float(np.max(np.abs(fb.C), initial=0.0)), float(np.max(np.abs(fb.offset), initial=0.0)), 1e-300)
+        if not (np.max(np.abs(fa.C - fb.C), initial=0.0) <= SHARE_RTOL * scale
+                and np.max(np.abs(fa.offset - fb.offset), initial=0.0) <= SHARE_RTOL * scale):
+            return False
+    return True
 
 
 def _fold(model: PrivateModel, train: np.ndarray, test: np.ndarray) -> Tuple[Fold, Any]:
@@ -249,21 +307,27 @@ def cross_validate(model: PrivateModel, grid: Sequence[Config], *, folds: Union[
     y = model.centred_outputs().numpy().astype(np.float64).reshape(-1)
     n = y.size
     d = model.data_sensitivity if d is None else validate_data_sensitivity(d, tuple(model.y_bounds))
-    if isinstance(folds, (int, np.integer)) and not isinstance(folds, bool):
-        splits = cv_folds(n, int(folds), split_seed)
-    else:
-        splits = _validate_splits(folds, n)
-    all_folds, matrices, bounds = [], [], []
+    splits = resolve_splits(folds, n, split_seed)
+    all_folds, matrices, bounds, owners, prints = [], [], [], [], []
     bar = Progress(len(grid), progress, "fold matrices")
     try:
-        for config in grid:
+        for i, config in enumerate(grid):
             work = deepcopy(model)  # every configuration starts from the model's own values
             multiple_assign(work, config)
             per = [_fold(work, train, test) for train, test in splits]
-            all_folds.append([p[0] for p in per])
-            matrices.append([p[1] for p in per])
-            bounds.append([work.output_bound] * len(splits))
+            folds_i, bound = [p[0] for p in per], float(work.output_bound)
+            fingerprint = np.concatenate([f.offset + f.C @ _probe(f.train.size) for f in folds_i])
+            owner = next((j for j in sorted(set(owners)) if prints[j].shape == fingerprint.shape
+                          and np.allclose(prints[j], fingerprint, rtol=1e-6, atol=1e-12 * np.max(np.abs(fingerprint)))
+                          and _shares(folds_i, bound, all_folds[j], bounds[j][0])), i)
+            owners.append(owner)
+            prints.append(fingerprint)
+            if owner != i:  # the same maps as an earlier configuration: keep one copy of its matrices
+                folds_i, per = all_folds[owner], None
+            all_folds.append(folds_i)
+            matrices.append(matrices[owner] if per is None else [p[1] for p in per])
+            bounds.append([bound] * len(splits))
             bar.update()
     finally:
         bar.close()
-    return CrossValidation(grid, splits, all_folds, matrices, bounds, y, d, n)
+    return CrossValidation(grid, splits, all_folds, matrices, bounds, y, d, n, owners)

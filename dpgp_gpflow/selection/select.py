@@ -1,4 +1,5 @@
-"""The public entry point: :func:`select_hyperparameters` and its result :class:`Selection`."""
+"""The public entry point: :func:`select_hyperparameters`, its publishable result :class:`Selection`
+and, on request only, the data owner's private :class:`SelectionDiagnostics`."""
 
 from __future__ import annotations
 
@@ -12,26 +13,42 @@ from gpflow.utilities import multiple_assign
 from ..accounting import PrivacyAccountant, PrivacyEvent, reserve
 from ..calibration import exponential_mechanism_log_weights
 from ..contract import PrivateModel
-from ..validation import validate_calibration, validate_delta, validate_epsilon, validate_objective, validate_seed
-from .cross_validation import Config, CrossValidation, Split, cross_validate, same_grid, validate_grid
-from .mechanism import gumbel_max, selection_probabilities
+from ..validation import (
+    validate_calibration,
+    validate_data_sensitivity,
+    validate_delta,
+    validate_epsilon,
+    validate_objective,
+    validate_seed,
+)
+from .cross_validation import (
+    Config,
+    CrossValidation,
+    Split,
+    cross_validate,
+    num_rows,
+    resolve_splits,
+    same_grid,
+    validate_grid,
+)
+from .mechanism import MECHANISM_NAMES, draw, selection_probabilities, validate_mechanism
 
-__all__ = ["Selection", "select_hyperparameters"]
+__all__ = ["Selection", "SelectionDiagnostics", "select_hyperparameters"]
 
 
 @dataclass(frozen=True, eq=False)
 class Selection:
-    """The result of :func:`select_hyperparameters`.
+    """The result of :func:`select_hyperparameters`: everything on it is safe to publish.
 
-    Public (safe to publish): ``chosen`` / ``index`` (the epsilon-DP choice), ``grid``, ``kept``,
-    ``config_sensitivities``, ``sensitivity``, ``epsilon``, the splits and the release budget the
-    utility assumed. Private (data owner only): ``utilities`` and ``probabilities``.
+    ``chosen`` / ``index`` are the epsilon-DP choice; ``grid``, ``kept``, ``config_sensitivities``,
+    ``sensitivity``, ``epsilon``, ``mechanism``, the splits and the release budget the utility
+    assumed are public inputs. Nothing computed from the private outputs other than the choice is
+    held here: the utilities and probabilities are a separate :class:`SelectionDiagnostics`, returned
+    only with ``diagnostics=True``.
     """
 
     chosen: Dict[str, Any]  #: the selected configuration
     index: int  #: its position in ``grid``
-    utilities: np.ndarray = field(repr=False)  #: [K] PRIVATE expected clipped CV utilities (nan if dropped)
-    probabilities: np.ndarray = field(repr=False)  #: [K] PRIVATE selection probabilities (0 if dropped)
     sensitivity: float  #: Delta_u: max of the corrected sensitivity over the kept configurations
     epsilon: float
     grid: Tuple[Dict[str, Any], ...] = field(repr=False)
@@ -42,7 +59,8 @@ class Selection:
     data_sensitivity: float = math.nan
     epsilon_release: Optional[float] = None
     delta_release: Optional[float] = None
-    reproducible: bool = False  #: True when the Gumbel noise came from an explicit seed (not private)
+    reproducible: bool = False  #: True when the mechanism's randomness came from an explicit seed (not private)
+    mechanism: str = "exponential"  #: "exponential" or "permute_and_flip"
 
     def apply(self, model) -> None:
         """Assign the chosen configuration to ``model`` (``gpflow.utilities.multiple_assign``) and record
@@ -50,6 +68,24 @@ class Selection:
         multiple_assign(model, self.chosen)
         if hasattr(model, "declare_hyperparameters_public"):
             model.declare_hyperparameters_public()
+
+
+@dataclass(frozen=True, eq=False)
+class SelectionDiagnostics:
+    """PRIVATE diagnostics of one selection, for the data owner only: never publish them.
+
+    Both arrays are computed from the private outputs (only the :class:`Selection`'s choice is DP).
+    ``utilities``: [K] expected clipped CV utilities (nan for configurations dropped by the
+    threshold); ``probabilities``: [K] the mechanism's selection probabilities (0 if dropped). The
+    repr shows neither.
+    """
+
+    utilities: np.ndarray = field(repr=False)  #: [K] PRIVATE
+    probabilities: np.ndarray = field(repr=False)  #: [K] PRIVATE
+
+    def __repr__(self) -> str:
+        return (f"SelectionDiagnostics(PRIVATE, for the data owner only: utilities and probabilities of "
+                f"{np.size(self.utilities)} configurations, not shown)")
 
 
 def select_hyperparameters(
@@ -70,8 +106,10 @@ def select_hyperparameters(
     split_seed: int = 0,
     cross_validation: Optional[CrossValidation] = None,
     hyperparameters_public: bool = False,
-) -> Selection:
-    """Select one configuration of ``grid`` for ``model`` with the epsilon-DP exponential mechanism.
+    mechanism: str = "exponential",
+    diagnostics: bool = False,
+) -> Union[Selection, Tuple[Selection, SelectionDiagnostics]]:
+    """Select one configuration of ``grid`` for ``model`` with an epsilon-DP selection mechanism.
 
     ``model``: any :class:`~dpgp_gpflow.contract.PrivateModel` (see :func:`cross_validate` for the
     loss) holding the private outputs. Its hyperparameters in the grid are not used and not changed
@@ -90,9 +128,18 @@ def select_hyperparameters(
     ``threshold``: public bound fixed in advance; configurations whose own sensitivity exceeds it
     are dropped before anything private is computed. ``Delta_u`` is the max over the kept ones.
 
+    ``mechanism``: ``"exponential"`` (default; exact report-noisy-max) or ``"permute_and_flip"``
+    (McKenna & Sheldon 2020; never worse in expected utility), both epsilon-DP with the same
+    ``epsilon u / (2 Delta_u)`` (:mod:`~dpgp_gpflow.selection.mechanism`).
+
     The budget (``accountant`` or the innermost ``with PrivacyAccountant(...)``) is checked before
-    anything is computed and charged once with a pure ``(epsilon, 0)`` event after the draw.
-    ``seed=None`` draws the Gumbel noise from the OS CSPRNG; an explicit seed warns.
+    anything is computed (after every argument, ``folds`` included, has been validated) and charged
+    once with a pure ``(epsilon, 0)`` event after the draw. ``seed=None`` draws the mechanism's
+    randomness exactly from the OS CSPRNG; an explicit seed warns.
+
+    Returns the publishable :class:`Selection`; with ``diagnostics=True`` the pair
+    ``(selection, SelectionDiagnostics)``, the latter PRIVATE (utilities and probabilities, for the
+    data owner only).
 
     ``cross_validation``: a :class:`CrossValidation` from :func:`cross_validate` on the same model,
     grid and folds, to reuse its fold matrices and cached noise computations (then ``folds``,
@@ -115,16 +162,22 @@ def select_hyperparameters(
         raise TypeError(f"{type(model).__name__} does not meet the PrivateModel contract (see dpgp_gpflow.contract)")
     # Parameters outside the grid are taken from the model: they must be public too (leak guard).
     model.check_hyperparameters_public(hyperparameters_public)
-    checked_grid = validate_grid(model, grid)  # before the budget is reserved: TypeError / ValueError
-    description = "exponential mechanism: hyperparameter selection"
+    validate_mechanism(mechanism)
+    # Everything is refused before the budget is reserved: TypeError / ValueError.
+    checked_grid = validate_grid(model, grid)
+    if cross_validation is None:
+        splits = resolve_splits(folds, num_rows(model), split_seed)
+        if d is not None:
+            d = validate_data_sensitivity(d, tuple(model.y_bounds))
+    elif not isinstance(cross_validation, CrossValidation):
+        raise TypeError(f"cross_validation must be a CrossValidation, got {type(cross_validation).__name__}")
+    description = f"{MECHANISM_NAMES[mechanism]}: hyperparameter selection"
     with reserve(accountant, [PrivacyEvent(epsilon, 0.0, "pure", None, description)]) as reservation:
 
         if cross_validation is None:
-            cv = cross_validate(model, grid, folds=folds, split_seed=split_seed, d=d, progress=progress)
+            cv = cross_validate(model, checked_grid, folds=splits, d=d, progress=progress)
         else:
             cv = cross_validation
-            if not isinstance(cv, CrossValidation):
-                raise TypeError(f"cross_validation must be a CrossValidation, got {type(cv).__name__}")
             y = model.centred_outputs().numpy().reshape(-1)
             if not same_grid(cv.grid, checked_grid) or not cv.computed_for(y):
                 raise ValueError("cross_validation was computed for another model, data set or grid")
@@ -137,16 +190,13 @@ def select_hyperparameters(
         delta_u = float(np.max(sens[idx]))
         utilities = cv.utilities(epsilon_release, delta_release, objective=objective, calibration=calibration,
                                  indices=idx, progress=progress)
-        draw, reproducible = gumbel_max(exponential_mechanism_log_weights(utilities[idx], epsilon, delta_u), seed)
-        choice = int(idx[draw])
-        probabilities = np.zeros(len(cv))
-        probabilities[idx] = selection_probabilities(utilities[idx], epsilon, delta_u)
+        position, reproducible = draw(exponential_mechanism_log_weights(utilities[idx], epsilon, delta_u),
+                                      mechanism, seed)
+        choice = int(idx[position])
         reservation.commit(f"{description} among {idx.size} configurations ({len(cv.splits)}-fold CV)")
-    return Selection(
+    selection = Selection(
         chosen=dict(cv.grid[choice]),
         index=choice,
-        utilities=utilities,
-        probabilities=probabilities,
         sensitivity=delta_u,
         epsilon=epsilon,
         grid=cv.grid,
@@ -158,4 +208,10 @@ def select_hyperparameters(
         epsilon_release=epsilon_release,
         delta_release=delta_release,
         reproducible=reproducible,
+        mechanism=mechanism,
     )
+    if not diagnostics:
+        return selection
+    probabilities = np.zeros(len(cv))
+    probabilities[idx] = selection_probabilities(utilities[idx], epsilon, delta_u, mechanism=mechanism)
+    return selection, SelectionDiagnostics(utilities=utilities, probabilities=probabilities)

@@ -107,8 +107,9 @@ def expected_clipped_square(a: Any, sigma: Any, c: float) -> np.ndarray:
         narrow = s <= c
         if np.any(narrow):
             an, sn, al, be = ap[narrow], s[narrow], alpha[narrow], beta[narrow]
-            pa = np.exp(-0.5 * al**2) / math.sqrt(2.0 * math.pi)
-            pb = np.exp(-0.5 * be**2) / math.sqrt(2.0 * math.pi)
+            with np.errstate(over="ignore"):  # a tiny sigma: al**2 = inf, and the density exp(-inf) = 0 is right
+                pa = np.exp(-0.5 * al**2) / math.sqrt(2.0 * math.pi)
+                pb = np.exp(-0.5 * be**2) / math.sqrt(2.0 * math.pi)
             inner[narrow] = (an * an + sn * sn) * _normal_interval(al, be) + sn * ((an - c) * pa - (an + c) * pb)
         wide = ~narrow
         if np.any(wide):

@@ -1,11 +1,11 @@
 """Fuzz dpgp_gpflow.selection.select_hyperparameters over every model, grid shape, fold
 specification, threshold, sensitivity, release budget and privacy parameter.
 
-Each call either raises a documented error (no Gumbel noise drawn, no budget spent or held, no
-private output in the message) or returns a Selection that passes an exact audit: one pure
-(epsilon, 0) event charged, one Gumbel draw per kept configuration, the choice among the kept
-configurations, and a sensitivity at least the corrected one recomputed here in NumPy from the
-kernel matrices of every fold (docs/selection.md#sensitivity).
+Each call either raises a documented error (nothing drawn, no budget spent or held, no private
+output in the message) or returns a Selection that passes an exact audit: one pure (epsilon, 0)
+event charged, one draw (Gumbel or permute-and-flip) over the kept configurations, the choice among
+them, no private attribute on the Selection, and a sensitivity at least the corrected one
+recomputed here in NumPy from the kernel matrices of every fold (docs/selection.md#sensitivity).
 """
 
 from __future__ import annotations
@@ -190,6 +190,9 @@ def test_select_hyperparameters_fuzz(draws, models, data):
         "calibration": st.sampled_from(["analytic"] + ([] if valid_options else ["classical", "exact"])),
         "hyperparameters_public": st.booleans(),
         "progress": st.booleans(),
+        "mechanism": st.sampled_from(["exponential", "permute_and_flip"]
+                                     + ([] if valid_options else ["gumbel", None, "Exponential"])),
+        "diagnostics": st.booleans(),
     }), label="options"))
     if "cross_validation" in bad:
         kwargs["cross_validation"] = data.draw(st.sampled_from(["cv", 3, "other-grid"]), label="cross_validation")
@@ -211,7 +214,9 @@ def test_select_hyperparameters_fuzz(draws, models, data):
     if out.refused:
         return
     assert name != "marked" or kwargs.get("hyperparameters_public"), "a marked model was selected for"
-    sel = out.result
+    sel, diag = out.result if kwargs.get("diagnostics") else (out.result, None)
+    assert not hasattr(sel, "utilities") and not hasattr(sel, "probabilities")  # private: diagnostics only
+    assert sel.mechanism == kwargs.get("mechanism", "exponential")
     grid_t = tuple(dict(c) for c in grid)
     assert len(sel.grid) == len(grid_t)
     kept = np.asarray(sel.kept)
@@ -219,7 +224,7 @@ def test_select_hyperparameters_fuzz(draws, models, data):
     assert sel.chosen == dict(grid_t[sel.index])
     if threshold is not None:
         np.testing.assert_array_equal(kept, np.asarray(sel.config_sensitivities) <= float(threshold))
-    # exactly one Gumbel draw over the kept configurations, one pure event charged
+    # exactly one draw (Gumbel or permute-and-flip) over the kept configurations, one pure event charged
     assert len(draws) == 1 and int(draws[0]) == int(kept.sum())
     if acc is not None:
         assert acc.ledger[:len(before)] == before and len(acc.ledger) == len(before) + 1
@@ -233,5 +238,7 @@ def test_select_hyperparameters_fuzz(draws, models, data):
         delta_i = corrected_sensitivity(model, grid_t[i], sel.splits, d_used)
         assert sel.config_sensitivities[i] >= delta_i * (1.0 - 1e-9), (i, sel.config_sensitivities[i], delta_i)
         assert sel.sensitivity >= delta_i * (1.0 - 1e-9)
-    p = np.asarray(sel.probabilities)
+    if diag is None:
+        return
+    p = np.asarray(diag.probabilities)
     assert np.all(np.isfinite(p)) and np.all(p[~kept] == 0.0) and math.isclose(p.sum(), 1.0, rel_tol=1e-9)

@@ -395,9 +395,10 @@ def test_select_hyperparameters(problem2d):
     model = make_model(p.X, p.Y, p.Z, p.dim)
     grid = [{".kernel.lengthscales": [ls, 1.5 * ls]} for ls in (0.5, 1.7, 4.0)]  # ARD: two lengthscales
     before = model.kernel.lengthscales.numpy().copy()
-    sel = dpgp_gpflow.selection.select_hyperparameters(model, grid, epsilon=1.0, folds=3, seed=0)
+    sel, diag = dpgp_gpflow.selection.select_hyperparameters(model, grid, epsilon=1.0, folds=3, seed=0,
+                                                             diagnostics=True)
     assert sel.chosen in grid and 0 <= sel.index < len(grid)
-    assert sel.probabilities.sum() == pytest.approx(1.0) and np.all(np.isfinite(sel.utilities))
+    assert diag.probabilities.sum() == pytest.approx(1.0) and np.all(np.isfinite(diag.utilities))
     np.testing.assert_array_equal(model.kernel.lengthscales.numpy(), before)  # the model is not changed
     sel.apply(model)
     np.testing.assert_allclose(model.kernel.lengthscales.numpy(), sel.chosen[".kernel.lengthscales"])
