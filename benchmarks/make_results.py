@@ -24,7 +24,6 @@ SCRIPTS = {
     "optimiser_kung": "benchmarks/optimiser_kung.py",
     "scaling": "benchmarks/scaling.py",
     "scaling_gpu": "benchmarks/scaling.py",
-    "selection_synthetic": "benchmarks/selection_synthetic.py",
     "utility_kung": "benchmarks/utility_kung.py",
     "overhead": "benchmarks/overhead.py",
     "gpu": "benchmarks/gpu.py",
