@@ -44,6 +44,11 @@ __all__ = [
     "optimise_noise_covariance",
     "projection_rows",
     "row_norms",
+    "OPTIMISERS",
+    "certificate_of",
+    "max_mahalanobis_norm2",
+    "optimise_tensors",
+    "projection_terms",
 ]
 
 
@@ -58,7 +63,7 @@ AUTO_RTOLS = (1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10)
 #: condition number grows like rtol^-2; below this float64 eigen-decompositions lose the small directions.
 MIN_MSE_RTOL = 1e-7
 #: Working-set solves are used when there are more training points than this.
-DENSE_POINTS = 1500
+DENSE_POINTS = 500
 #: Relative gap of the first, loose stage before points far from the support are pruned.
 PRUNE_TOL = 1e-2
 #: Working sets up to this size are solved in one stage (pruning would not pay for a restart).
@@ -460,11 +465,14 @@ def _barrier_newton_impl(vectors, weights0, objective, tol, max_iter):
 DUPLICATE_RTOL = 1e-8
 #: Most working-set rounds of one solve.
 MAX_ROUNDS = 50
+#: After the loose stage, points whose leverage exceeds this stay in the working set (lower keeps more:
+#: points near active at the loose optimum tend to be active at the tight one, and re-adding them costs rounds).
+PRUNE_LEVERAGE = 0.5
 
-_MATRIX = tf.TensorSpec([None, None], tf.float64)
-_VECTOR = tf.TensorSpec([None], tf.float64)
-_REAL = tf.TensorSpec([], tf.float64)
-_COUNT = tf.TensorSpec([], tf.int32)
+MATRIX_SPEC = tf.TensorSpec([None, None], tf.float64)
+VECTOR_SPEC = tf.TensorSpec([None], tf.float64)
+REAL_SPEC = tf.TensorSpec([], tf.float64)
+COUNT_SPEC = tf.TensorSpec([], tf.int32)
 
 
 def _distinct_columns_impl(vectors: tf.Tensor, rtol: tf.Tensor) -> tf.Tensor:
@@ -481,7 +489,7 @@ def _distinct_columns_impl(vectors: tf.Tensor, rtol: tf.Tensor) -> tf.Tensor:
     return tf.cond(usable, merged, lambda: tf.range(n))
 
 
-@tf.function(input_signature=[_MATRIX, _REAL], autograph=False)
+@tf.function(input_signature=[MATRIX_SPEC, REAL_SPEC], autograph=False)
 def _distinct_columns(vectors: tf.Tensor, rtol: tf.Tensor) -> tf.Tensor:
     """Indices (sorted, [n']) of one representative of each group of numerically identical columns
     (coordinates equal after rounding to ``rtol`` times each coordinate's largest entry)."""
@@ -576,7 +584,8 @@ def _working_set_solve(vectors, initial, objective, tol, max_iter, dense_points)
         wmax = tf.reduce_max(weights)
         loose = stage_tol > tol
         heavy = _indicator(tf.math.top_k(weights, k=tf.minimum(2 * r, n)).indices, weights)
-        keep = tf.where(loose, (mask & ((weights > 1e-3 * wmax) | (q > 0.9))) | heavy, mask & (weights > 1e-10 * wmax))
+        keep = tf.where(loose, (mask & ((weights > 1e-3 * wmax) | (q > PRUNE_LEVERAGE))) | heavy,
+                        mask & (weights > 1e-10 * wmax))
         worst = tf.math.top_k(tf.where(~keep & (q > 1.0), q, tf.zeros_like(q)), k=tf.minimum(r, n))
         violators = _indicator(tf.boolean_mask(worst.indices, worst.values > 1.0), weights)
         same = ~tf.reduce_any(violators) & tf.reduce_all(tf.equal(keep, mask))  # keep solving the same set
@@ -591,7 +600,8 @@ def _working_set_solve(vectors, initial, objective, tol, max_iter, dense_points)
     return weights, total
 
 
-def _optimise_impl(vectors, initial, tol, max_iter, dense_points, duplicate_rtol, objective):
+@check_shapes("vectors: [r, n]", "initial: [n]")
+def optimise_tensors(vectors, initial, tol, max_iter, dense_points, duplicate_rtol, objective):
     """:func:`optimise_noise_covariance` on tensors: eigenvectors, scales, weights, gap, relative gap,
     Newton steps, support. Identical sensitivity vectors (repeated training inputs) carry identical
     constraints: the solve is over one representative of each, and the certificate over all vectors
@@ -617,8 +627,8 @@ def _optimise_impl(vectors, initial, tol, max_iter, dense_points, duplicate_rtol
 
 
 def _compiled_optimiser(objective: str):
-    return tf.function(lambda *args: _optimise_impl(*args, objective=objective), autograph=False,
-                       input_signature=[_MATRIX, _VECTOR, _REAL, _COUNT, _COUNT, _REAL])
+    return tf.function(lambda *args: optimise_tensors(*args, objective=objective), autograph=False,
+                       input_signature=[MATRIX_SPEC, VECTOR_SPEC, REAL_SPEC, COUNT_SPEC, COUNT_SPEC, REAL_SPEC])
 
 
 #: The compiled noise optimiser, one per objective: stable signatures (any shapes, no retracing).
@@ -678,13 +688,14 @@ def mahalanobis_sensitivity(factor: tf.Tensor, vectors: tf.Tensor, data_sensitiv
 
     This is the privacy-critical number: it is computed from the factor actually used to draw noise.
     """
-    qmax = float(_max_mahalanobis_norm2(tf.convert_to_tensor(factor, tf.float64), tf.convert_to_tensor(vectors, tf.float64)))
+    qmax = float(max_mahalanobis_norm2(tf.convert_to_tensor(factor, tf.float64), tf.convert_to_tensor(vectors, tf.float64)))
     if not math.isfinite(qmax):
         raise FloatingPointError("the sensitivity is not finite: the noise covariance is singular")
     return float(data_sensitivity) * math.sqrt(qmax)
 
 
-def _max_mahalanobis_norm2(factor: tf.Tensor, vectors: tf.Tensor) -> tf.Tensor:
+@check_shapes("factor: [r, r]", "vectors: [r, n]", "return: []")
+def max_mahalanobis_norm2(factor: tf.Tensor, vectors: tf.Tensor) -> tf.Tensor:
     """``max_i ||F^{-1} v_i||^2`` (an LU solve with the factor itself; the one formula of the sensitivity)."""
     z = tf.linalg.solve(factor, vectors)  # [r, n]
     return tf.reduce_max(tf.reduce_sum(z * z, axis=0))
@@ -747,13 +758,14 @@ def projection_rows(C, space: ColumnSpace) -> tuple:
     return tf.concat(l1, axis=0).numpy(), tf.concat(largest, axis=0).numpy()
 
 
-def _projection_block_impl(rows: tf.Tensor, basis_rows: tf.Tensor, vectors: tf.Tensor):
+@check_shapes("rows: [k, n]", "basis_rows: [k, r]", "vectors: [r, n]")
+def projection_terms(rows: tf.Tensor, basis_rows: tf.Tensor, vectors: tf.Tensor):
     """``||C_j - P_j||_1`` and ``max_i |P_ji|`` for the rows ``C_j`` given (see :func:`projection_rows`)."""
     projected = tf.linalg.matmul(basis_rows, vectors)
     return tf.reduce_sum(tf.abs(rows - projected), axis=1), tf.reduce_max(tf.abs(projected), axis=1)
 
 
-_projection_block = tf.function(_projection_block_impl, input_signature=[_MATRIX] * 3, autograph=False)
+_projection_block = tf.function(projection_terms, input_signature=[MATRIX_SPEC] * 3, autograph=False)
 
 
 @check_shapes("F: [k, r]", "return: [k]")

@@ -25,16 +25,16 @@ from check_shapes import check_shapes
 
 from . import cloaking
 from .accounting import PrivacyAccountant, Reservation
-from .cloaking import DEFAULT_TOL, _projection_block_impl
+from .cloaking import DEFAULT_TOL, projection_terms
 from .release import (
     BIAS_FRACTION,
     MAX_NOISE_CONDITION,
-    _noise_in_space_impl,
-    _prepare,
-    _whitening_impl,
     candidate_rtols,
     check_whitened_shift,
+    noise_in_space,
     publish_cloaking,
+    reserve_gaussian,
+    whitening_terms,
 )
 from .released import PrivateRelease
 from .validation import validate_objective
@@ -101,7 +101,7 @@ def noise_plan(
 
     def bias_terms(i):
         basis = left[:, :ranks[i]]
-        l1, largest = _projection_block_impl(C, basis, tf.linalg.matmul(basis, C, transpose_a=True))
+        l1, largest = projection_terms(C, basis, tf.linalg.matmul(basis, C, transpose_a=True))
         return b * l1, largest  # worst-case bias per prediction; noise floor / (s d)
 
     bias0, largest0 = bias_terms(0)
@@ -117,13 +117,13 @@ def noise_plan(
     first = tf.argmax(tf.cast(tf.equal(ranks, ranks[i]), tf.int32), output_type=tf.int32)  # rtol that first gave r
     basis = left[:, :ranks[i]]
     vectors = tf.linalg.matmul(basis, C, transpose_a=True)  # [r, n]: exact sensitivity vectors
-    factor, sensitivity, condition, gap, rel, iters, support = _noise_in_space_impl(
+    factor, sensitivity, condition, gap, rel, iters, support = noise_in_space(
         vectors, singular[:ranks[i]], d, tf.constant(float(tol), tf.float64), tf.constant(int(max_iter)),
         tf.constant(int(cloaking.DENSE_POINTS)), tf.constant(float(cloaking.DUPLICATE_RTOL), tf.float64),
         objective=objective)
     tf.debugging.assert_less_equal(condition, tf.constant(MAX_NOISE_CONDITION, tf.float64),
                                    "the noise covariance is too ill-conditioned to be guaranteed; use a larger rtol")
-    delta_, whitening, shift = _whitening_impl(factor, vectors, sensitivity, s, d, b)
+    delta_, whitening, shift = whitening_terms(factor, vectors, sensitivity, s, d, b)
     return GraphNoisePlan(
         noise_factor=tf.linalg.matmul(basis, factor) * (s * delta_),
         whitening=whitening,
@@ -167,7 +167,7 @@ def publish(
     :func:`~dpgp_gpflow.release.cloaking_release`.
     """
     validate_objective(objective)
-    epsilon, delta, multiplier, reservation = _prepare(epsilon, delta, calibration, accountant)
+    epsilon, delta, multiplier, reservation = reserve_gaussian(epsilon, delta, calibration, accountant)
     try:
         if float(plan.noise_multiplier) != multiplier:
             raise ValueError(f"this plan was made for noise multiplier {float(plan.noise_multiplier)!r}, but "

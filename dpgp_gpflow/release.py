@@ -29,25 +29,26 @@ from typing import Any, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
+from check_shapes import check_shapes
 
 from . import sampling
 from .accounting import PrivacyAccountant, PrivacyEvent, Reservation, reserve
 from .calibration import gaussian_multiplier
 from . import cloaking
 from .cloaking import (
-    _COUNT,
-    _MATRIX,
-    _REAL,
-    _VECTOR,
     AUTO_RTOLS,
+    COUNT_SPEC,
     DEFAULT_TOL,
+    MATRIX_SPEC,
     MIN_MSE_RTOL,
     OBJECTIVES,
+    REAL_SPEC,
+    VECTOR_SPEC,
     ColumnSpace,
-    _max_mahalanobis_norm2,
-    _optimise_impl,
     certificate_of,
     column_spaces,
+    max_mahalanobis_norm2,
+    optimise_tensors,
     projection_rows,
     row_norms,
 )
@@ -74,8 +75,12 @@ from .validation import (
 __all__ = [
     "NoisePlan",
     "PrivateRelease",
+    "NOISE_SOLVERS",
     "check_whitened_shift",
+    "noise_in_space",
     "publish_cloaking",
+    "reserve_gaussian",
+    "whitening_terms",
     "cloaking_release",
     "gaussian_event",
     "standard_normal",
@@ -94,7 +99,7 @@ MAX_NOISE_CONDITION = 1e11
 BIAS_FRACTION = 0.01
 
 
-def _prepare(epsilon, delta, calibration, accountant) -> Tuple[float, float, float, Reservation]:
+def reserve_gaussian(epsilon, delta, calibration, accountant) -> Tuple[float, float, float, Reservation]:
     """Validate the privacy parameters, compute the multiplier and reserve the budget (no spend).
     ``accountant``: a :class:`~dpgp_gpflow.accounting.PrivacyAccountant`, a caller's
     :class:`~dpgp_gpflow.accounting.Reservation` to commit into, or None (the enclosing ones)."""
@@ -134,7 +139,8 @@ class _Noise(NamedTuple):
     certificate: Any  #: the optimiser's certificate
 
 
-def _noise_in_space_impl(vectors, singular_values, data_sensitivity, tol, max_iter, dense_points, duplicate_rtol,
+@check_shapes("vectors: [r, n]", "singular_values: [r]")
+def noise_in_space(vectors, singular_values, data_sensitivity, tol, max_iter, dense_points, duplicate_rtol,
                          objective):
     """Optimised noise factor in basis coordinates (r x r), its Mahalanobis sensitivity (with the
     safety factors), its condition number and the optimiser's certificate terms; pure TensorFlow."""
@@ -143,7 +149,7 @@ def _noise_in_space_impl(vectors, singular_values, data_sensitivity, tol, max_it
     # mse: the trace must be taken in the output coordinates, so only rescale by s_1.
     scale = (1.0 / s) if objective == "entropy" else tf.fill(tf.shape(s), 1.0 / s[0])  # [r]
     scaled = vectors * scale[:, None]  # [r, n]
-    V, scales, _, gap, rel, iters, support = _optimise_impl(
+    V, scales, _, gap, rel, iters, support = optimise_tensors(
         scaled, tf.zeros_like(scaled[0]), tol, max_iter, dense_points, duplicate_rtol, objective)
     factor = V * scales[None, :]
     sv = tf.linalg.svd(factor / scale[:, None], compute_uv=False)
@@ -151,13 +157,13 @@ def _noise_in_space_impl(vectors, singular_values, data_sensitivity, tol, max_it
     # The sensitivity of the released r-vector against the factor actually used (scaled coordinates:
     # ||F^{-1} diag(scale) beta_i|| == ||(diag(1/scale) F)^{-1} beta_i||, so nothing is lost).
     safety = SENSITIVITY_SAFETY + ROUNDING_SAFETY * condition
-    sensitivity = data_sensitivity * tf.sqrt(_max_mahalanobis_norm2(factor, scaled)) * safety
+    sensitivity = data_sensitivity * tf.sqrt(max_mahalanobis_norm2(factor, scaled)) * safety
     return factor / scale[:, None], sensitivity, condition, gap, rel, iters, support
 
 
 def _compiled_noise_solver(objective: str):
-    return tf.function(lambda *args: _noise_in_space_impl(*args, objective=objective), autograph=False,
-                       input_signature=[_MATRIX, _VECTOR, _REAL, _REAL, _COUNT, _COUNT, _REAL])
+    return tf.function(lambda *args: noise_in_space(*args, objective=objective), autograph=False,
+                       input_signature=[MATRIX_SPEC, VECTOR_SPEC, REAL_SPEC, REAL_SPEC, COUNT_SPEC, COUNT_SPEC, REAL_SPEC])
 
 
 #: The compiled noise stage of a release, one per objective (stable signatures: any r and n).
@@ -187,7 +193,8 @@ def _unit_noise_factor(space: ColumnSpace, noise: _Noise) -> tf.Tensor:
     return tf.linalg.matmul(space.basis, noise.factor) * noise.sensitivity
 
 
-def _whitening_impl(factor, vectors, sensitivity, multiplier, data_sensitivity, output_bound):
+@check_shapes("factor: [r, r]", "vectors: [r, n]")
+def whitening_terms(factor, vectors, sensitivity, multiplier, data_sensitivity, output_bound):
     """The exact sampler's sensitivity ``Delta``, whitening matrix ``W = F^{-1} V / (s Delta)`` and the
     whitened query's recomputed L2 shift ``mu`` (the release is refused unless ``mu K <= 1/s``).
 
@@ -218,12 +225,12 @@ def _whitening_impl(factor, vectors, sensitivity, multiplier, data_sensitivity, 
     return delta_, W, tf.where(loss <= MAX_GRID_LOSS, mu, tf.constant(np.inf, tf.float64))
 
 
-_whitening = tf.function(_whitening_impl, input_signature=[_MATRIX, _MATRIX] + [_REAL] * 4, autograph=False)
+_whitening = tf.function(whitening_terms, input_signature=[MATRIX_SPEC, MATRIX_SPEC] + [REAL_SPEC] * 4, autograph=False)
 
 
 def _whitening_matrix(space: ColumnSpace, noise: _Noise, multiplier: float, data_sensitivity: float,
                       output_bound: float) -> Tuple[float, tf.Tensor]:
-    """The exact sampler's sensitivity ``Delta`` and whitening matrix ``W`` (:func:`_whitening_impl`, compiled),
+    """The exact sampler's sensitivity ``Delta`` and whitening matrix ``W`` (:func:`whitening_terms`, compiled),
     refused (``FloatingPointError``) if the shift recomputed from the matrix actually used exceeds ``1 / (s K)``."""
     sensitivity, W, mu = _whitening(noise.factor, space.vectors, *(tf.constant(float(x), tf.float64) for x in (
         noise.sensitivity, multiplier, data_sensitivity, output_bound)))
@@ -359,7 +366,7 @@ def cloaking_release(
     validate_objective(objective)
     validate_sampler(sampler)
     seed = validate_seed(seed)
-    epsilon, delta, multiplier, reservation = _prepare(epsilon, delta, calibration, accountant)
+    epsilon, delta, multiplier, reservation = reserve_gaussian(epsilon, delta, calibration, accountant)
     try:
         y_centred = tf.reshape(tf.convert_to_tensor(y_centred, dtype=tf.float64), [-1])
         n = int(y_centred.shape[0])
@@ -461,7 +468,7 @@ def standard_release(
     require_finite("standard release", prior_covariance=prior_cov)
     k = int(prior_cov.shape[0])
     description = f"standard (Hall et al.) release of {k} values"
-    epsilon, delta, multiplier, reservation = _prepare(epsilon, delta, calibration, accountant)
+    epsilon, delta, multiplier, reservation = reserve_gaussian(epsilon, delta, calibration, accountant)
     try:
         jitter = 1e-10 * float(tf.reduce_max(tf.linalg.diag_part(prior_cov))) + 1e-300
         chol = tf.linalg.cholesky(prior_cov + jitter * tf.eye(k, dtype=tf.float64))  # [k, k]

@@ -17,6 +17,8 @@ from dpgp_gpflow.release import cloaking_release
 
 from reference import k_se
 
+pytestmark = pytest.mark.filterwarnings("ignore::dpgp_gpflow.ReproducibleNoiseWarning")
+
 EPS, DELTA = 1.0, 1e-3
 
 
