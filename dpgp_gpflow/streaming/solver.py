@@ -77,8 +77,9 @@ class StreamedMap(NamedTuple):
 
 
 def _columns(X: np.ndarray, terms: ChunkTerms, factors: Factors, T: Optional[np.ndarray] = None) -> tf.Tensor:
-    C = terms.columns(X, factors)  # [m, c]
-    return C if T is None else tf.linalg.matmul(tf.constant(T), C)
+    if T is None:
+        return terms.columns(X, factors)  # [m, c]
+    return terms.transformed_columns(X, factors, T)  # [r, c]
 
 
 # -- column space -------------------------------------------------------------------------------
