@@ -1,4 +1,4 @@
-"""Sparse releases over row chunks: the m x n map is never held (``docs/scaling.md``).
+"""Sparse releases over row chunks: the m x n map is never held (``docs/guides/scaling.md``).
 
 :func:`release_function` is ``model.release_function`` for a :class:`~dpgp_gpflow.models.DPGPRFITC` or
 :class:`~dpgp_gpflow.models.DPSGPR` computed chunk by chunk (on one machine, or on a Dask cluster with

@@ -135,7 +135,7 @@ def release_function(
     ``stats`` (a dict receiving the optimiser's rounds, distinct columns and whether its start was
     exact). With the same seed the result equals the in-memory release up to floating-point summation
     order and the sign convention of the noise's eigenvectors (the noise covariance, the noise std and
-    the mean before noise agree; see ``docs/scaling.md``). Privacy assumptions: see the module docstring.
+    the mean before noise agree; see ``docs/guides/scaling.md``). Privacy assumptions: see the module docstring.
     """
     require_float64()
     validate_objective(objective)
