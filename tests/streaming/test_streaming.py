@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import gpflow
 import numpy as np
 import pytest
@@ -69,3 +71,13 @@ def test_minibatch_kmeans_inducing_inputs_reads_inputs_only():
     Z = streaming.minibatch_kmeans_inducing_inputs(X, 20, chunk_size=1000)
     assert Z.shape == (20, 2) and np.all((Z >= 0) & (Z <= 1))
     np.testing.assert_array_equal(Z, streaming.minibatch_kmeans_inducing_inputs(X, 20, chunk_size=1000))
+
+
+@pytest.mark.parametrize("cls", [DPGPRFITC, DPSGPR])
+def test_chunk_terms_pickle_through_their_specifications(cls):
+    """Dask workers in other processes rebuild exactly the same public pieces."""
+    model = _model(cls, 300, 8)
+    cmap = streaming.streamed_map(model, chunk_size=100)
+    again = pickle.loads(pickle.dumps(cmap.terms))
+    X = model.data[0].numpy()[:50]
+    np.testing.assert_array_equal(again.columns(X, cmap.factors).numpy(), cmap.terms.columns(X, cmap.factors).numpy())
