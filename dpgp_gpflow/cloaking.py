@@ -775,3 +775,26 @@ def row_norms(F: tf.Tensor) -> tf.Tensor:
     scale = tf.reduce_max(tf.abs(F), axis=1, keepdims=True)  # [k, 1]
     safe = tf.where(scale > 0.0, scale, tf.ones_like(scale))
     return scale[:, 0] * tf.norm(F / safe, axis=1)
+
+
+# -- public entry points for callers that hold only a working set of the columns (streaming, Dask) --
+
+
+@check_shapes("vectors: [r, w]", "weights0: [w]")
+def restricted_dual_solve(vectors: tf.Tensor, weights0: tf.Tensor, objective: str, tol: float, max_iter: int):
+    """The working-set step of :func:`optimise_noise_covariance`: the compiled log-barrier Newton
+    method on the columns ``vectors`` (r x w) from ``weights0`` (w, positive). Returns
+    ``(weights, steps, met)``. Lets a caller that streams the other columns (and certifies over all
+    of them itself) run exactly the restricted solve the in-memory optimiser runs. Public: the
+    sensitivity vectors only."""
+    validate_objective(objective)
+    return _barrier_newton(tf.convert_to_tensor(vectors, tf.float64), tf.convert_to_tensor(weights0, tf.float64),
+                           objective == "entropy", tf.constant(float(tol), tf.float64), tf.constant(int(max_iter)))
+
+
+@check_shapes("vectors: [r, w]")
+def best_uniform_weight(vectors: tf.Tensor, objective: str) -> float:
+    """The optimiser's cold start on the working set ``vectors`` (r x w): the dual's minimiser over equal
+    weights (what :func:`optimise_noise_covariance` starts from). Public."""
+    validate_objective(objective)
+    return _best_uniform_weight(tf.convert_to_tensor(vectors, tf.float64), objective)

@@ -1,0 +1,77 @@
+"""Where the rows of a sparse model's data live, and how per-chunk work is mapped over them.
+
+A *chunk source* holds the public inputs ``X`` (n x D) and the private outputs ``Y`` (n x 1) split
+into row chunks, and runs a function on every chunk, reducing the results with an associative
+``combine``. :class:`LocalChunks` runs the chunks one after the other in this process (numpy arrays,
+or anything sliceable by rows, e.g. a ``numpy.memmap``); :mod:`dpgp_gpflow.distributed` provides the
+Dask source, which runs the same functions on the workers that hold the chunks.
+
+Privacy assumption: the functions mapped over chunks are those of :mod:`dpgp_gpflow.streaming.terms`
+and :mod:`dpgp_gpflow.streaming.solver`; they return public-shape summaries (m x m sums, per-point
+maxima, a working set's columns) and, from the outputs, only the one linear query that the release
+whitens and noises (:func:`dpgp_gpflow.streaming.solver.whitened_query`). Loops here are over chunks,
+never over data points.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, List, Tuple
+
+import numpy as np
+
+__all__ = ["DEFAULT_CHUNK_SIZE", "ChunkSource", "LocalChunks"]
+
+#: Rows per chunk when none is given: an m x chunk block of B for m = 200 is 32 MB.
+DEFAULT_CHUNK_SIZE = 20_000
+
+
+class ChunkSource:
+    """Rows ``[start, stop)`` of ``(X, Y)`` as chunks, and a map-reduce over them (the interface)."""
+
+    n: int
+    input_dim: int
+
+    def map_reduce(self, fn: Callable[..., Any], combine: Callable[[Any, Any], Any], *args: Any) -> Any:
+        """``combine`` over chunks of ``fn(X_chunk, Y_chunk, start, *args)`` (``Y_chunk`` PRIVATE)."""
+        raise NotImplementedError
+
+    def map_inputs(self, fn: Callable[..., Any], combine: Callable[[Any, Any], Any], *args: Any) -> Any:
+        """As :meth:`map_reduce` for functions of the public inputs only: ``fn(X_chunk, start, *args)``."""
+        return self.map_reduce(lambda X, Y, start, *a: fn(X, start, *a), combine, *args)
+
+
+class LocalChunks(ChunkSource):
+    """The rows of ``X`` (n x D) and ``Y`` (n x 1 or n) in chunks of ``chunk_size``, processed here in turn.
+
+    ``X`` and ``Y`` are not copied: any row-sliceable array works (a memory map streams from disk).
+    """
+
+    def __init__(self, X: Any, Y: Any, chunk_size: int = DEFAULT_CHUNK_SIZE) -> None:
+        if not (isinstance(chunk_size, (int, np.integer)) and chunk_size >= 1):
+            raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+        if len(np.shape(X)) != 2 or np.shape(Y)[0] != np.shape(X)[0]:
+            raise ValueError(f"X must be n x D and Y must have n rows, got {np.shape(X)} and {np.shape(Y)}")
+        self.X, self.Y = X, Y
+        self.n, self.input_dim = int(np.shape(X)[0]), int(np.shape(X)[1])
+        self.chunk_size = int(chunk_size)
+
+    def bounds(self) -> Iterator[Tuple[int, int]]:
+        """``(start, stop)`` of every chunk, in order."""
+        for start in range(0, self.n, self.chunk_size):
+            yield start, min(start + self.chunk_size, self.n)
+
+    def map_reduce(self, fn: Callable[..., Any], combine: Callable[[Any, Any], Any], *args: Any) -> Any:
+        result = None
+        for start, stop in self.bounds():
+            X = np.asarray(self.X[start:stop], dtype=np.float64)
+            Y = np.asarray(self.Y[start:stop], dtype=np.float64).reshape(-1)
+            part = fn(X, Y, start, *args)
+            result = part if result is None else combine(result, part)
+        return result
+
+
+def tree_combine(parts: List[Any], combine: Callable[[Any, Any], Any]) -> Any:
+    """Pairwise (tree) reduction of ``parts`` by ``combine``, in order."""
+    while len(parts) > 1:
+        parts = [combine(parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
+    return parts[0]

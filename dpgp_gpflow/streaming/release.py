@@ -1,0 +1,214 @@
+"""Release a sparse regression model's latent values without holding its m x n map: :func:`release_function`.
+
+The same release as :meth:`~dpgp_gpflow.models.DPSGPR.release_function` (and ``DPGPRFITC``'s): same
+contract, same rank rule, same optimiser, same exact sampler, same accounting. What changes is only
+where the numbers come from: the m x m factors from chunk sums, the column space from a tall-skinny
+QR, the rank rule's biases, the optimiser's leverages and certificate, the sensitivity and the
+whitened query from reductions over row chunks (:mod:`dpgp_gpflow.streaming.solver`). Memory is
+O(m^2 + m c + r |work|) for chunks of c rows, plus the inputs themselves (which may be a memory map
+or a Dask array).
+
+Privacy assumption: as for :func:`dpgp_gpflow.pipeline.release_function`: the inputs, ``Z``, the
+kernel, the noise variance and the prior mean are public; each output lies in ``y_bounds`` (clipped
+per chunk before anything is computed from it) and moves by at most ``data_sensitivity`` between
+neighbours. The chunking is public. The noise is drawn once, here, from :mod:`dpgp_gpflow.sampling`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Optional
+
+import numpy as np
+import tensorflow as tf
+from sklearn.cluster import MiniBatchKMeans
+
+from .. import sampling
+from ..accounting import PrivacyAccountant, reserve
+from ..calibration import gaussian_multiplier
+from ..cloaking import DEFAULT_TOL, row_norms
+from ..pipeline import reference_coordinates
+from ..release import (
+    BIAS_FRACTION,
+    MAX_NOISE_CONDITION,
+    ROUNDING_SAFETY,
+    SENSITIVITY_SAFETY,
+    candidate_rtols,
+    gaussian_event,
+)
+from ..released import PrivateFunction, PrivatePrediction, PrivateRelease
+from ..validation import (
+    as_inputs,
+    require_float64,
+    validate_calibration,
+    validate_delta,
+    validate_epsilon,
+    validate_objective,
+    validate_seed,
+)
+from .chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks
+from .solver import (
+    StreamedMap,
+    column_spaces,
+    optimise_noise_covariance,
+    projection_rows,
+    sensitivities,
+    whitened_query,
+)
+from .terms import ChunkTerms, Factors, add_summaries
+
+__all__ = ["minibatch_kmeans_inducing_inputs", "predict", "release_function", "streamed_map"]
+
+
+def minibatch_kmeans_inducing_inputs(X: Any, num_inducing: int, *, seed: int = 0,
+                                     chunk_size: int = DEFAULT_CHUNK_SIZE) -> np.ndarray:
+    """Inducing inputs by scikit-learn's ``MiniBatchKMeans``, fed the public inputs a chunk at a time
+    (``partial_fit``), so ``X`` may be a memory map or a Dask array. Seeded, deterministic.
+
+    Privacy assumption: ``X`` is public; the outputs are never used.
+    """
+    n = int(np.shape(X)[0])
+    if not (isinstance(num_inducing, (int, np.integer)) and 1 <= num_inducing <= n):
+        raise ValueError(f"num_inducing must be an integer in [1, {n}], got {num_inducing!r}")
+    step = max(int(chunk_size), 3 * int(num_inducing))
+    km = MiniBatchKMeans(n_clusters=int(num_inducing), random_state=seed, batch_size=min(step, 4096), n_init=3)
+    for start in range(0, n, step):
+        chunk = np.asarray(X[start:start + step], dtype=np.float64)
+        if chunk.shape[0] < num_inducing:  # a short last chunk: partial_fit needs >= k rows only at first
+            chunk = np.asarray(X[max(0, n - step):n], dtype=np.float64)
+        km.partial_fit(chunk)
+    return np.asarray(km.cluster_centers_, dtype=np.float64)
+
+
+def _summary_chunk(X, start, terms, L):
+    return terms.summaries(X, L)
+
+
+def streamed_map(model: Any, source: Optional[ChunkSource] = None, *, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                 reference_inputs: Any = None) -> StreamedMap:
+    """The released map of ``model.release_function`` (``R B``, or ``B``) as a :class:`StreamedMap`.
+
+    ``source``: where the rows live (default: ``model.data`` in chunks of ``chunk_size``).
+    ``reference_inputs``: None for the training inputs when ``model.reference_training_inputs`` (as
+    the in-memory release), ``False`` for the latents themselves, or public inputs. Public.
+    """
+    terms = ChunkTerms.from_model(model)
+    if source is None:
+        X, Y = model.data
+        source = LocalChunks(X.numpy(), Y.numpy(), chunk_size)
+    if source.input_dim != terms.Z.shape[1]:
+        raise ValueError(f"the chunks have {source.input_dim} input columns, the model {terms.Z.shape[1]}")
+    L = terms.kuu_cholesky()
+    sums = source.map_inputs(_summary_chunk, add_summaries, terms, L)
+    training = reference_inputs is None and bool(getattr(model, "reference_training_inputs", True))
+    factors = terms.factors(L, sums, reference=training)
+    if reference_inputs is not None and reference_inputs is not False:
+        Xref = tf.constant(as_inputs("reference_inputs", reference_inputs, int(terms.Z.shape[1])))
+        factors = Factors(factors.L, factors.LB, reference_coordinates(terms.readout(factors).readout(Xref)))
+    object.__setattr__(terms, "output_bound", float(sums["output_bound"]))
+    return StreamedMap(source, terms, factors)
+
+
+def release_function(
+    model: Any,
+    *,
+    epsilon: float,
+    delta: float,
+    objective: str = "mse",
+    calibration: str = "analytic",
+    seed: Optional[int] = None,
+    accountant: Optional[PrivacyAccountant] = None,
+    hyperparameters_public: bool = False,
+    reference_inputs: Any = None,
+    rtol: Optional[float] = None,
+    tol: float = DEFAULT_TOL,
+    max_iter: int = 2000,
+    source: Optional[ChunkSource] = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    stats: Optional[Dict[str, Any]] = None,
+) -> PrivateFunction:
+    """``model.release_function(...)`` for a ``DPGPRFITC`` or ``DPSGPR``, streamed over row chunks.
+
+    Same arguments and result as :func:`dpgp_gpflow.pipeline.release_function` (``reference_inputs``:
+    see :func:`streamed_map`), plus ``source`` (a :class:`~dpgp_gpflow.streaming.chunks.ChunkSource`,
+    e.g. :class:`~dpgp_gpflow.distributed.DaskChunks`; default ``model.data``), ``chunk_size`` and
+    ``stats`` (a dict receiving the optimiser's rounds, distinct columns and whether its start was
+    exact). With the same seed the result equals the in-memory release up to floating-point summation
+    order and the sign convention of the noise's eigenvectors (the noise covariance, the noise std and
+    the mean before noise agree; see ``docs/guides/scaling.md``). Privacy assumptions: see the module docstring.
+    """
+    require_float64()
+    validate_objective(objective)
+    seed = validate_seed(seed)
+    ChunkTerms.from_model(model)  # the supported models only, before anything else
+    model.check_hyperparameters_public(hyperparameters_public)
+    epsilon, delta = validate_epsilon(epsilon), validate_delta(delta)
+    multiplier = gaussian_multiplier(epsilon, delta, validate_calibration(calibration))
+    rtols = candidate_rtols(objective, rtol)
+    stats = {} if stats is None else stats
+    reservation = reserve(accountant, [gaussian_event(epsilon, delta, multiplier)])
+    try:
+        cmap = streamed_map(model, source, chunk_size=chunk_size, reference_inputs=reference_inputs)
+        d, b = float(model.data_sensitivity), float(cmap.terms.output_bound)
+        space, bias_bound = _choose_space(cmap, rtols, multiplier, d, b, single=len(rtols) == 1)
+        basis = space.basis.numpy()  # [m, r]
+        s = space.singular_values.numpy()
+        scale = 1.0 / s if objective == "entropy" else np.full(s.shape, 1.0 / s[0])
+        noise = optimise_noise_covariance(cmap, (basis * scale[None, :]).T, objective, tol=float(tol),
+                                          max_iter=int(max_iter), stats=stats)
+        factor_s = noise.factor.numpy()  # [r, r] in scaled coordinates
+        factor_u = factor_s / scale[:, None]  # [r, r] in basis coordinates
+        sv = np.linalg.svd(factor_u, compute_uv=False)
+        condition = float(sv[0] / sv[-1])
+        if not condition <= MAX_NOISE_CONDITION:
+            raise FloatingPointError(f"the noise covariance has condition number {condition:.3g} > "
+                                     f"{MAX_NOISE_CONDITION:.0e}: this release cannot be guaranteed; use a larger rtol")
+        qmax, w_largest, w_total = sensitivities(cmap, basis, factor_s, scale, factor_u)
+        if not math.isfinite(qmax):
+            raise FloatingPointError("the sensitivity is not finite: the noise covariance is singular")
+        noise_sensitivity = d * math.sqrt(qmax) * (SENSITIVITY_SAFETY + ROUNDING_SAFETY * condition)
+        # the outputs are read here, once, chunk by chunk (clipped first): z = W y
+        sensitivity, z = whitened_query(cmap, basis, factor_u, noise_sensitivity, (w_largest, w_total), multiplier,
+                                        d, b)
+        noise_factor = tf.linalg.matmul(space.basis, tf.constant(factor_u)) * (multiplier * sensitivity)  # [m, r]
+        xi, reproducible = sampling.standard_normal(int(basis.shape[1]), seed)
+        z = z + xi if reproducible else sampling.grid_sum(z, xi)
+        coords = (multiplier * sensitivity) * tf.linalg.matvec(tf.constant(factor_u), tf.constant(z))
+        released = tf.linalg.matvec(space.basis, coords)  # the latents' offset is 0
+        m = int(basis.shape[0])
+        description = f"cloaking release ({objective}) of {m} values"
+        reservation.commit(description)
+    finally:
+        reservation.close()
+    rel = PrivateRelease(
+        mean=released.numpy(), variance=np.zeros(m), noise_std=row_norms(noise_factor).numpy(),
+        noise_factor=noise_factor.numpy(), epsilon=epsilon, delta=delta, data_sensitivity=d,
+        sensitivity=float(sensitivity), noise_multiplier=float(multiplier), calibration=calibration,
+        objective=objective, certificate=noise.certificate, mechanism="cloaking", rank=int(basis.shape[1]), rtol=space.rtol,
+        bias_bound=bias_bound, reproducible=reproducible, y_bounds=tuple(model.y_bounds))
+    function_type = getattr(model, "function_type", PrivateFunction)
+    return function_type(rel, cmap.terms.readout(cmap.factors), cmap.factors.R)
+
+
+def _choose_space(cmap: StreamedMap, rtols, multiplier: float, d: float, b: float, single: bool):
+    """The rank rule of :class:`~dpgp_gpflow.release.NoisePlan` (public): the first candidate space whose
+    worst-case projection bias is below ``BIAS_FRACTION`` of the least noise its values could carry."""
+    spaces = column_spaces(cmap, rtols)
+    rows = projection_rows(cmap, spaces)
+    rounding = 1e-12 * float(np.max(b * rows[0][0] + b * rows[0][1]))
+    chosen = None
+    for space, (l1, largest) in zip(spaces, rows):
+        bias, floor = b * l1, d * largest
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(bias > rounding, bias / floor, 0.0)
+        chosen = (space, float(bias.max()))
+        if single or float(ratio.max()) <= BIAS_FRACTION * multiplier:
+            break
+    return chosen
+
+
+def predict(function: PrivateFunction, Xnew: Any, chunk_size: int = DEFAULT_CHUNK_SIZE) -> PrivatePrediction:
+    """``function.predict(Xnew)`` a chunk of rows at a time (post-processing: spends nothing)."""
+    n = int(np.shape(Xnew)[0])
+    parts = [function.predict(np.asarray(Xnew[i:i + chunk_size], dtype=np.float64)) for i in range(0, n, chunk_size)]
+    return PrivatePrediction(*(np.concatenate([getattr(p, f) for p in parts]) for f in PrivatePrediction._fields))

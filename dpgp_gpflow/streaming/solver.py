@@ -1,0 +1,440 @@
+"""The cloaking release's public computations, chunk by chunk: column space, rank rule, noise optimiser.
+
+The in-memory release (:class:`~dpgp_gpflow.release.NoisePlan`, :func:`~dpgp_gpflow.cloaking.column_spaces`,
+:func:`~dpgp_gpflow.cloaking.optimise_noise_covariance`) reads the m x n released map ``C = R B``
+whole. Here every quantity it needs is a reduction over column chunks ``C[:, chunk]`` (computed from
+the chunk's public inputs by :class:`~dpgp_gpflow.streaming.terms.ChunkTerms`):
+
+* the column space: the R factor of a tall-skinny QR of ``C^T`` (stacked chunk R factors), whose
+  SVD has the singular values and left vectors of ``C`` (no Gram matrix: no squared condition number);
+* the rank rule's per-row l1 bias and largest projected entry: sums and maxima over chunks;
+* the optimiser's working-set loop, step for step as
+  :func:`dpgp_gpflow.cloaking.optimise_noise_covariance` runs it: the leverages ``q_i`` and the
+  duality-gap certificate are per-point quantities reduced over chunks; only the working set's
+  columns (r x |work|) are held; the restricted solve is the same compiled one
+  (:func:`~dpgp_gpflow.cloaking.restricted_dual_solve`). Two departures, both only about *where*
+  the working set starts: the r pivoted-QR columns are chosen among the largest columns and the
+  highest-leverage ones, with more candidates (up to ``PIVOT_CANDIDATES_MAX``) until the last
+  pivot's residual exceeds every other column's norm, which makes the choice that of all columns
+  (reported in ``stats["pivots_exact"]``); identical columns are found by a
+  64-bit hash of their rounded coordinates. The certificate is over all columns either way;
+* the sensitivity against the noise actually used, and the whitened query of the exact sampler:
+  maxima and sums over chunks.
+
+Privacy assumption: every function here is public (a function of ``C``) except
+:func:`whitened_query`, which returns the one linear query ``W y`` of the clipped centred outputs
+that the release noises; workers return only these public-shape results.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+
+import numpy as np
+import scipy.linalg
+import tensorflow as tf
+
+from ..cloaking import (
+    DENSE_POINTS,
+    DUPLICATE_RTOL,
+    PRUNE_MIN_POINTS,
+    PRUNE_TOL,
+    ColumnSpace,
+    NoiseCovariance,
+    OptimiserCertificate,
+    best_uniform_weight,
+    restricted_dual_solve,
+)
+from ..release import SENSITIVITY_SAFETY, WHITENING_SLACK
+from ..sampling import DISCRETE_GAUSSIAN_FACTOR, GRID_EXPONENT, gaussian_grid_factor
+from .chunks import ChunkSource
+from .terms import ChunkTerms, Factors
+
+__all__ = [
+    "PIVOT_CANDIDATES",
+    "PIVOT_CANDIDATES_MAX",
+    "StreamedMap",
+    "column_spaces",
+    "optimise_noise_covariance",
+    "projection_rows",
+    "sensitivities",
+    "whitened_query",
+]
+
+#: Columns by norm among which the working set's r pivoted-QR columns are chosen (at least 8 r), ...
+PIVOT_CANDIDATES = 2000
+#: ... quadrupled (one more pass each time) until the choice is provably that of all columns, up to this.
+PIVOT_CANDIDATES_MAX = 2**16
+
+
+class StreamedMap(NamedTuple):
+    """The released map ``C = R B`` (m x n) as a chunk source plus the public terms that give its columns."""
+
+    source: ChunkSource
+    terms: ChunkTerms
+    factors: Factors
+
+
+def _columns(X: np.ndarray, terms: ChunkTerms, factors: Factors, T: Optional[np.ndarray] = None) -> tf.Tensor:
+    if T is None:
+        return terms.columns(X, factors)  # [m, c]
+    return terms.transformed_columns(X, factors, T)  # [r, c]
+
+
+# -- column space -------------------------------------------------------------------------------
+
+
+def _tsqr_chunk(X, start, terms, factors):
+    return np.linalg.qr(_columns(X, terms, factors).numpy().T, mode="r")
+
+
+def _tsqr_combine(a, b):
+    return np.linalg.qr(np.vstack([a, b]), mode="r")
+
+
+def column_spaces(cmap: StreamedMap, rtols) -> List[ColumnSpace]:
+    """The column spaces of ``C`` for each tolerance, as :func:`dpgp_gpflow.cloaking.column_spaces`
+    gives them, but with ``vectors`` left implicit (None): they are ``basis^T C``, recomputed per chunk.
+
+    ``C^T = Q R_C`` by a tall-skinny QR over the chunks, so ``C = R_C^T Q^T`` and the SVD of the m x m
+    ``R_C^T`` gives the singular values and left vectors of ``C``. Public.
+    """
+    R = cmap.source.map_inputs(_tsqr_chunk, _tsqr_combine, cmap.terms, cmap.factors)
+    s, u, _ = tf.linalg.svd(tf.constant(R.T), full_matrices=False)
+    s_np = s.numpy()
+    if s_np.size == 0 or not np.all(np.isfinite(s_np)) or s_np[0] <= 0.0:
+        raise ValueError("the cloaking matrix is zero or not finite: nothing to release privately")
+    spaces, seen = [], set()
+    for rtol in rtols:
+        r = int(np.sum(s_np > rtol * s_np[0]))
+        if r in seen:
+            continue
+        seen.add(r)
+        residual = float(s_np[r]) if r < s_np.size else 0.0
+        spaces.append(ColumnSpace(u[:, :r], None, s[:r], residual, float(rtol)))
+    return spaces
+
+
+def _projection_chunk(X, start, terms, factors, bases):
+    C = _columns(X, terms, factors)
+    out = []
+    for basis in bases:
+        P = tf.linalg.matmul(basis, tf.linalg.matmul(basis, C, transpose_a=True))
+        out.append((tf.reduce_sum(tf.abs(C - P), axis=1).numpy(), tf.reduce_max(tf.abs(P), axis=1).numpy()))
+    return out
+
+
+def _projection_combine(a, b):
+    return [(x[0] + y[0], np.maximum(x[1], y[1])) for x, y in zip(a, b)]
+
+
+def projection_rows(cmap: StreamedMap, spaces: List[ColumnSpace]) -> List[Tuple[np.ndarray, np.ndarray]]:
+    """:func:`dpgp_gpflow.cloaking.projection_rows` for every space, in one pass over the chunks. Public."""
+    return cmap.source.map_inputs(_projection_chunk, _projection_combine, cmap.terms, cmap.factors,
+                                  [sp.basis for sp in spaces])
+
+
+# -- the noise optimiser ------------------------------------------------------------------------
+
+
+def _top(parts: Tuple[np.ndarray, np.ndarray, np.ndarray], k: int):
+    """The ``k`` largest values (ties: lower index first) of ``(index, value, columns)``."""
+    idx, val, cols = parts
+    if idx.size <= k:
+        return idx, val, cols
+    order = np.lexsort((idx, -val))[:k]
+    return idx[order], val[order], cols[:, order]
+
+
+def _cat(a, b):
+    return tuple(np.concatenate([x, y], axis=-1) for x, y in zip(a, b))
+
+
+def _top_combine(k):
+    return lambda a, b: _top(_cat(a, b), k)
+
+
+def _excluded_mask(start: int, c: int, excluded: np.ndarray) -> np.ndarray:
+    """Columns of the chunk that take part (not in the sorted ``excluded`` global indices)."""
+    idx = np.arange(start, start + c)
+    return ~np.isin(idx, excluded, assume_unique=True) if excluded.size else np.ones(c, dtype=bool)
+
+
+def _gram_chunk(X, start, terms, factors, T, excluded):
+    V = _columns(X, terms, factors, T)
+    keep = _excluded_mask(start, int(V.shape[1]), excluded)
+    Vk = tf.boolean_mask(V, keep, axis=1)
+    return {"G": tf.linalg.matmul(Vk, Vk, transpose_b=True).numpy(), "rowmax": tf.reduce_max(tf.abs(V), axis=1).numpy()}
+
+
+def _gram_combine(a, b):
+    return {"G": a["G"] + b["G"], "rowmax": np.maximum(a["rowmax"], b["rowmax"])}
+
+
+#: Fixed odd multipliers of the 64-bit multilinear hash of rounded columns (public constants).
+_HASH_SEED = 20181
+
+
+def _column_hashes(V: np.ndarray, rowmax: np.ndarray) -> np.ndarray:
+    """64-bit hashes of the columns' rounded coordinates (the keys of ``cloaking._distinct_columns``)."""
+    keys = np.round(V / (rowmax[:, None] * DUPLICATE_RTOL)).T + 0.0  # [c, r]
+    bits = keys.astype(np.int64).view(np.uint64)
+    mult = np.random.default_rng(_HASH_SEED).integers(1, 2**63, size=bits.shape[1], dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    with np.errstate(over="ignore"):
+        h = (bits * mult[None, :]).sum(axis=1, dtype=np.uint64)
+        return h ^ (h >> np.uint64(29))
+
+
+def _select_chunk(X, start, terms, factors, T, excluded, G, rowmax, k_lev, k_norm):
+    V = _columns(X, terms, factors, T)
+    c = int(V.shape[1])
+    idx = np.arange(start, start + c)
+    hashes = _column_hashes(V.numpy(), rowmax) if rowmax is not None else np.zeros(0, np.uint64)
+    keep = _excluded_mask(start, c, excluded)
+    lev = tf.reduce_sum(tf.linalg.solve(tf.constant(G), V) * V, axis=0).numpy()
+    norms = tf.norm(V, axis=0).numpy()
+    Vn = V.numpy()
+    lev_top = _top((idx[keep], lev[keep], Vn[:, keep]), k_lev)
+    norm_top = _top((idx[keep], norms[keep], Vn[:, keep]), k_norm)
+    return hashes, lev_top, norm_top
+
+
+def _select_combine(k_lev, k_norm):
+    def combine(a, b):
+        return (np.concatenate([a[0], b[0]]), _top(_cat(a[1], b[1]), k_lev), _top(_cat(a[2], b[2]), k_norm))
+    return combine
+
+
+def _dual(cols: np.ndarray, weights: np.ndarray, objective: str):
+    """Eigen-decomposition of ``S = cols diag(weights) cols^T`` (the in-memory ``_dual_terms``)."""
+    vectors = tf.constant(cols)
+    S = tf.linalg.matmul(vectors * tf.constant(weights)[None, :], vectors, transpose_b=True)
+    S = 0.5 * (S + tf.transpose(S))
+    w, V = tf.linalg.eigh(S)
+    w = tf.maximum(w, tf.reduce_max(w) * 1e-300 + 1e-300)
+    inv_scale = 1.0 / w if objective == "entropy" else 1.0 / tf.sqrt(w)
+    return w.numpy(), V.numpy(), inv_scale.numpy()
+
+
+def _leverages(V: tf.Tensor, eigvecs: np.ndarray, inv_scale: np.ndarray) -> np.ndarray:
+    P = tf.linalg.matmul(tf.constant(eigvecs), V, transpose_a=True)
+    return tf.reduce_sum(P * P * tf.constant(inv_scale)[:, None], axis=0).numpy()
+
+
+def _gap(w: np.ndarray, qmax: float, total: float, objective: str) -> Tuple[float, float]:
+    """Duality gap and relative gap (the in-memory ``cloaking._gap``)."""
+    r = float(w.size)
+    if objective == "entropy":
+        eps = qmax * total / r - 1.0
+        gap = r * math.log1p(max(eps, -0.5))
+        return gap, gap / r
+    trace = float(np.sum(np.sqrt(w)))
+    eps = qmax * total / trace - 1.0
+    return eps * trace * trace / total, eps
+
+
+def _certificate_chunk(X, start, terms, factors, T, excluded, eigvecs, inv_scale, keep, k):
+    V = _columns(X, terms, factors, T)
+    c = int(V.shape[1])
+    idx = np.arange(start, start + c)
+    q = _leverages(V, eigvecs, inv_scale)
+    part = _excluded_mask(start, c, excluded)
+    qmax = float(np.max(q[part])) if part.any() else -np.inf
+    if k == 0:
+        return qmax, (idx[:0], q[:0], np.zeros((int(V.shape[0]), 0)))
+    outside = part & ~np.isin(idx, keep) & (q > 1.0)
+    return qmax, _top((idx[outside], q[outside], V.numpy()[:, outside]), k)
+
+
+def _certificate_combine(k):
+    return lambda a, b: (max(a[0], b[0]), _top(_cat(a[1], b[1]), k))
+
+
+def _gather_chunk(X, start, terms, factors, T, wanted):
+    V = _columns(X, terms, factors, T)
+    c = int(V.shape[1])
+    sel = wanted[(wanted >= start) & (wanted < start + c)]
+    return sel, tf.gather(V, sel - start, axis=1).numpy()
+
+
+def _gather_combine(a, b):
+    return np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]], axis=1)
+
+
+class _Work:
+    """The working set: sorted global indices, their columns (r x |work|) and weights."""
+
+    def __init__(self, idx: np.ndarray, cols: np.ndarray, weights: np.ndarray) -> None:
+        order = np.argsort(idx, kind="stable")
+        self.idx, self.cols, self.weights = idx[order], cols[:, order], weights[order]
+
+    def subset(self, mask: np.ndarray) -> "_Work":
+        return _Work(self.idx[mask], self.cols[:, mask], self.weights[mask])
+
+
+def _solve_on_working_sets(cmap: StreamedMap, T: np.ndarray, objective: str, tol: float, max_iter: int,
+                           excluded: np.ndarray, stats: Dict[str, Any]):
+    """The in-memory working-set loop (``cloaking._solve_on_working_sets``) over the chunks; returns the
+    final working set (its weights are the solution; every other point has weight 0) and the steps."""
+    r = int(T.shape[0])
+    n = cmap.source.n
+    n_part = n - int(excluded.size)
+    if n_part <= DENSE_POINTS:
+        wanted = np.setdiff1d(np.arange(n), excluded)
+        idx, cols = cmap.source.map_inputs(_gather_chunk, _gather_combine, cmap.terms, cmap.factors, T, wanted)
+        work = _Work(idx, cols, np.zeros(idx.size))
+    else:
+        G = cmap.source.map_inputs(_gram_chunk, _gram_combine, cmap.terms, cmap.factors, T, excluded)["G"]
+        k_lev, k_norm = max(4 * r, 500), max(8 * r, PIVOT_CANDIDATES) + 1
+        while True:  # more candidates until the pivots are provably those of all columns (or the cap)
+            _, lev_top, norm_top = cmap.source.map_inputs(_select_chunk, _select_combine(k_lev, k_norm), cmap.terms,
+                                                          cmap.factors, T, excluded, G, None, k_lev, k_norm)
+            cand_idx, pos = np.unique(np.concatenate([norm_top[0][:-1], lev_top[0]]), return_index=True)
+            cand_cols = np.concatenate([norm_top[2][:, :-1], lev_top[2]], axis=1)[:, pos]
+            R_piv, pivots = scipy.linalg.qr(cand_cols, mode="r", pivoting=True)
+            complete = norm_top[0].size < k_norm  # every column is a candidate
+            exact = complete or bool(abs(R_piv[r - 1, r - 1]) > float(norm_top[1][-1]))
+            if exact or k_norm > PIVOT_CANDIDATES_MAX:
+                break
+            k_norm = 4 * (k_norm - 1) + 1
+        stats["pivots_exact"] = exact
+        chosen = np.union1d(lev_top[0], cand_idx[pivots[:r]])
+        where = np.searchsorted(cand_idx, chosen)
+        work = _Work(chosen, cand_cols[:, where], np.zeros(chosen.size))
+    work.weights[:] = best_uniform_weight(tf.constant(work.cols), objective)
+    stage_tol = max(tol, PRUNE_TOL) if work.idx.size > max(3 * r, PRUNE_MIN_POINTS) else tol
+    total_iters = 0
+    for _ in range(50):
+        w_sub = np.maximum(work.weights, 1e-12 * r / work.idx.size)
+        remaining = max(max_iter - total_iters, 1)
+        w_sub, its, met = restricted_dual_solve(tf.constant(work.cols), tf.constant(w_sub), objective, stage_tol,
+                                                remaining)
+        total_iters += int(its)
+        work.weights = w_sub.numpy()
+        if work.idx.size == n_part and stage_tol <= tol and bool(met):
+            break  # the restricted certificate is the full one here
+        w, eigvecs, inv_scale = _dual(work.cols, work.weights, objective)
+        q_work = _leverages(tf.constant(work.cols), eigvecs, inv_scale)
+        wmax = work.weights.max()
+        if stage_tol > tol:
+            heavy = work.idx[np.argsort(-work.weights)[: 2 * r]]
+            keep = np.union1d(work.idx[(work.weights > 1e-3 * wmax) | (q_work > 0.9)], heavy)
+        else:
+            keep = work.idx[work.weights > 1e-10 * wmax]
+        qmax, viol = cmap.source.map_inputs(_certificate_chunk, _certificate_combine(r), cmap.terms, cmap.factors,
+                                            T, excluded, eigvecs, inv_scale, keep, r)
+        stats["rounds"] = stats.get("rounds", 0) + 1
+        _, rel = _gap(w, qmax, float(np.sum(work.weights)), objective)
+        if rel <= tol or total_iters >= max_iter:
+            break
+        stage_tol = tol
+        if viol[0].size == 0 and keep.size == work.idx.size:
+            continue
+        kept = work.subset(np.isin(work.idx, keep))
+        work = _Work(np.concatenate([kept.idx, viol[0]]), np.concatenate([kept.cols, viol[2]], axis=1),
+                     np.concatenate([kept.weights, np.full(viol[0].size, 1e-3 * wmax)]))
+    return work, total_iters
+
+
+def optimise_noise_covariance(cmap: StreamedMap, T: np.ndarray, objective: str, *, tol: float,
+                              max_iter: int = 2000, stats: Optional[Dict[str, Any]] = None) -> NoiseCovariance:
+    """:func:`dpgp_gpflow.cloaking.optimise_noise_covariance` of the vectors ``T C`` (r x n, never formed).
+
+    ``T`` (r x m) is public: the scaled basis of the chosen column space. ``weights`` of the result
+    holds the working set's weights only, as ``(indices, weights)``. ``stats`` (a dict) receives the
+    rounds and whether the pivoted-QR start was exact. Public.
+    """
+    stats = {} if stats is None else stats
+    r, n = int(T.shape[0]), cmap.source.n
+    # identical columns carry identical constraints: solve over one representative of each
+    rowmax = cmap.source.map_inputs(_gram_chunk, _gram_combine, cmap.terms, cmap.factors, T, np.zeros(0, int))["rowmax"]
+    excluded = np.zeros(0, dtype=int)
+    if np.all(np.isfinite(rowmax)) and np.all(rowmax > 0.0):
+        hashes, _, _ = cmap.source.map_inputs(_select_chunk, _select_combine(0, 0), cmap.terms, cmap.factors, T,
+                                              excluded, np.eye(r), rowmax, 0, 0)
+        _, first = np.unique(hashes, return_index=True)
+        excluded = np.setdiff1d(np.arange(n), first)
+    stats["distinct"] = n - int(excluded.size)
+    work, total_iters = _solve_on_working_sets(cmap, T, objective, tol, max_iter, excluded, stats)
+    w, eigvecs, inv_scale = _dual(work.cols, work.weights, objective)
+    qmax, _ = cmap.source.map_inputs(_certificate_chunk, _certificate_combine(0), cmap.terms, cmap.factors, T,
+                                     np.zeros(0, int), eigvecs, inv_scale, np.zeros(0, int), 0)
+    gap, rel = _gap(w, qmax, float(np.sum(work.weights)), objective)
+    if rel > tol and excluded.size and total_iters < max_iter:  # the merge was too coarse: all columns
+        work, more = _solve_on_working_sets(cmap, T, objective, tol, max_iter - total_iters, np.zeros(0, int), stats)
+        total_iters += more
+        w, eigvecs, inv_scale = _dual(work.cols, work.weights, objective)
+        qmax, _ = cmap.source.map_inputs(_certificate_chunk, _certificate_combine(0), cmap.terms, cmap.factors, T,
+                                         np.zeros(0, int), eigvecs, inv_scale, np.zeros(0, int), 0)
+        gap, rel = _gap(w, qmax, float(np.sum(work.weights)), objective)
+    scales = np.sqrt(w * qmax) if objective == "entropy" else np.sqrt(np.sqrt(w) * qmax)
+    certificate = OptimiserCertificate(objective=objective, gap=float(gap), relative_gap=float(rel), tol=float(tol),
+                                       iterations=total_iters, converged=bool(rel <= tol),
+                                       support=int(np.sum(work.weights > 1e-8 * work.weights.max())))
+    weights = (tf.constant(work.idx), tf.constant(work.weights))
+    return NoiseCovariance(tf.constant(eigvecs), tf.constant(scales), weights, certificate)
+
+
+# -- sensitivity and the whitened query ----------------------------------------------------------
+
+
+def _sensitivity_chunk(X, start, terms, factors, basis, factor_scaled, scale, factor_u):
+    V = _columns(X, terms, factors, basis.T)  # [r, c]: unscaled sensitivity vectors
+    z = tf.linalg.solve(tf.constant(factor_scaled), V * tf.constant(scale)[:, None])
+    W = tf.norm(tf.linalg.solve(tf.constant(factor_u), V), axis=0).numpy()
+    return float(tf.reduce_max(tf.reduce_sum(z * z, axis=0))), float(W.max()), math.fsum(W)
+
+
+def _sensitivity_combine(a, b):
+    return max(a[0], b[0]), max(a[1], b[1]), a[2] + b[2]
+
+
+def sensitivities(cmap: StreamedMap, basis: np.ndarray, factor_scaled: np.ndarray, scale: np.ndarray,
+                  factor_u: np.ndarray) -> Tuple[float, float, float]:
+    """``max_i ||F_s^{-1} v_i||^2`` over the scaled vectors (for :func:`~dpgp_gpflow.cloaking.mahalanobis_sensitivity`),
+    and ``max_i ||w_i||`` and ``sum_i ||w_i||`` of ``W = F_u^{-1} V`` (for the exact sampler). Public."""
+    return cmap.source.map_inputs(_sensitivity_chunk, _sensitivity_combine, cmap.terms, cmap.factors, basis,
+                                  factor_scaled, scale, factor_u)
+
+
+def _query_chunk(X, Y, start, terms, factors, basis, factor_u, divisor):
+    V = _columns(X, terms, factors, basis.T)
+    W = tf.linalg.solve(tf.constant(factor_u), V) / divisor  # [r, c]
+    norms = tf.norm(W, axis=0).numpy()
+    y = terms.centred_outputs(X, Y)  # PRIVATE, clipped before use
+    return float(norms.max()), math.fsum(norms), tf.linalg.matvec(W, tf.constant(y)).numpy()
+
+
+def _query_combine(a, b):
+    return max(a[0], b[0]), a[1] + b[1], a[2] + b[2]
+
+
+def whitened_query(cmap: StreamedMap, basis: np.ndarray, factor_u: np.ndarray, noise_sensitivity: float,
+                   whitened_norms: Tuple[float, float], multiplier: float, data_sensitivity: float,
+                   output_bound: float) -> Tuple[float, np.ndarray]:
+    """The exact sampler's sensitivity ``Delta`` and whitened query ``z = W y`` (``release._whitened_query``).
+
+    ``whitened_norms``: ``max_i ||w_i||`` and ``sum_i ||w_i||`` from :func:`sensitivities`. PRIVATE result ``z`` (r numbers): the only thing computed from the outputs; everything else is
+    public. The shift bound ``d max_i ||w_i|| + 2 gamma_n b sum_i ||w_i||`` holds for any summation
+    order, chunked or not; it is recomputed from the rescaled matrix actually used and the release is
+    refused if it exceeds ``1 / (s K)``.
+    """
+    n, r = cmap.source.n, int(basis.shape[1])
+    unit = float(np.finfo(np.float64).eps) / 2.0
+    gamma_n = n * unit / (1.0 - n * unit)
+    d, b = float(data_sensitivity), float(output_bound)
+
+    def shift_bound(largest: float, total: float) -> float:
+        return SENSITIVITY_SAFETY * (d * largest + 2.0 * gamma_n * b * total)
+
+    largest, total = whitened_norms
+    sensitivity = max(float(noise_sensitivity), shift_bound(largest, total)) * gaussian_grid_factor(multiplier, r) \
+        * WHITENING_SLACK
+    largest, total, z = cmap.source.map_reduce(_query_chunk, _query_combine, cmap.terms, cmap.factors, basis,
+                                               factor_u, multiplier * sensitivity)
+    mu = shift_bound(largest, total) + math.sqrt(r) * 2.0**GRID_EXPONENT
+    if not (math.isfinite(mu) and mu * DISCRETE_GAUSSIAN_FACTOR <= 1.0 / multiplier):
+        raise FloatingPointError(f"the whitened query's sensitivity {mu:.6g} exceeds 1/multiplier; "
+                                 "this release cannot be guaranteed")
+    return sensitivity, z
