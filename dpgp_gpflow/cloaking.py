@@ -516,22 +516,35 @@ def _indicator(indices: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
                                        tf.ones_like(indices, dtype=tf.bool))
 
 
-def _pivot_columns(vectors: tf.Tensor, count: tf.Tensor) -> tf.Tensor:
+def _pivot_columns(vectors: tf.Tensor, count: tf.Tensor):
     """``count`` column indices chosen by column-pivoted Gram-Schmidt (Businger & Golub): each the
     column with the largest residual after projecting out those chosen before, so that together
-    they span the leading directions of ``vectors``. O(count r n), matrix-vector work only."""
+    they span the leading directions of ``vectors``; and each pick's residual norm (non-increasing).
+    O(count r n), matrix-vector work only."""
 
-    def body(j, residual, chosen):
+    def body(j, residual, chosen, norms_at_pick):
         norms = tf.reduce_sum(residual * residual, axis=0)  # [n]
         i = tf.argmax(norms, output_type=tf.int32)
         col = residual[:, i]
-        q = col / tf.maximum(tf.norm(col), 1e-300)
+        size = tf.norm(col)
+        q = col / tf.maximum(size, 1e-300)
         residual = residual - q[:, None] * tf.linalg.matvec(residual, q, transpose_a=True)[None, :]
-        return j + 1, residual, chosen.write(j, i)
+        return j + 1, residual, chosen.write(j, i), norms_at_pick.write(j, size)
 
-    _, _, chosen = tf.while_loop(lambda j, *_: j < count, body,
-                                 (tf.constant(0), vectors, tf.TensorArray(tf.int32, size=count)))
-    return chosen.stack()
+    _, _, chosen, sizes = tf.while_loop(
+        lambda j, *_: j < count, body,
+        (tf.constant(0), vectors, tf.TensorArray(tf.int32, size=count), tf.TensorArray(vectors.dtype, size=count)))
+    return chosen.stack(), sizes.stack()
+
+
+_pivots = tf.function(_pivot_columns, input_signature=[MATRIX_SPEC, COUNT_SPEC], autograph=False)
+
+
+@check_shapes("vectors: [r, n]", "return[0]: [count]", "return[1]: [count]")
+def pivot_columns(vectors: tf.Tensor, count: int):
+    """Indices of ``count`` columns of ``vectors`` chosen by column-pivoted Gram-Schmidt (the working
+    set's spanning points) and each pick's residual norm; compiled. Public: the vectors only."""
+    return _pivots(tf.convert_to_tensor(vectors, tf.float64), tf.constant(int(count), tf.int32))
 
 
 def _initial_working_set(vectors: tf.Tensor, dense_points: tf.Tensor) -> tf.Tensor:
@@ -544,7 +557,7 @@ def _initial_working_set(vectors: tf.Tensor, dense_points: tf.Tensor) -> tf.Tens
         lev = tf.reduce_sum(tf.linalg.solve(G, vectors) * vectors, axis=0)  # [n]
         lev = tf.where(tf.math.is_finite(lev), lev, tf.zeros_like(lev))
         top = tf.math.top_k(lev, k=tf.minimum(tf.maximum(4 * r, 500), n)).indices
-        return tf.logical_or(_indicator(top, lev), _indicator(_pivot_columns(vectors, r), lev))
+        return tf.logical_or(_indicator(top, lev), _indicator(_pivot_columns(vectors, r)[0], lev))
 
     return tf.cond(n <= dense_points, lambda: tf.ones_like(vectors[0], dtype=tf.bool), screened)
 
@@ -780,6 +793,16 @@ def row_norms(F: tf.Tensor) -> tf.Tensor:
 # -- public entry points for callers that hold only a working set of the columns (streaming, Dask) --
 
 
+def _compiled_restricted_solve(objective: str):
+    return tf.function(lambda vectors, weights0, tol, max_iter: _barrier_newton_impl(
+        vectors, weights0, objective, tol, max_iter), autograph=False,
+        input_signature=[MATRIX_SPEC, VECTOR_SPEC, REAL_SPEC, COUNT_SPEC])
+
+
+#: The restricted solve of one working-set round, compiled per objective (stable signatures).
+RESTRICTED_SOLVERS = {objective: _compiled_restricted_solve(objective) for objective in OBJECTIVES}
+
+
 @check_shapes("vectors: [r, w]", "weights0: [w]")
 def restricted_dual_solve(vectors: tf.Tensor, weights0: tf.Tensor, objective: str, tol: float, max_iter: int):
     """The working-set step of :func:`optimise_noise_covariance`: the compiled log-barrier Newton
@@ -788,8 +811,9 @@ def restricted_dual_solve(vectors: tf.Tensor, weights0: tf.Tensor, objective: st
     of them itself) run exactly the restricted solve the in-memory optimiser runs. Public: the
     sensitivity vectors only."""
     validate_objective(objective)
-    return _barrier_newton(tf.convert_to_tensor(vectors, tf.float64), tf.convert_to_tensor(weights0, tf.float64),
-                           objective == "entropy", tf.constant(float(tol), tf.float64), tf.constant(int(max_iter)))
+    return RESTRICTED_SOLVERS[objective](tf.convert_to_tensor(vectors, tf.float64),
+                                         tf.convert_to_tensor(weights0, tf.float64),
+                                         tf.constant(float(tol), tf.float64), tf.constant(int(max_iter), tf.int32))
 
 
 @check_shapes("vectors: [r, w]")
@@ -797,4 +821,4 @@ def best_uniform_weight(vectors: tf.Tensor, objective: str) -> float:
     """The optimiser's cold start on the working set ``vectors`` (r x w): the dual's minimiser over equal
     weights (what :func:`optimise_noise_covariance` starts from). Public."""
     validate_objective(objective)
-    return _best_uniform_weight(tf.convert_to_tensor(vectors, tf.float64), objective)
+    return float(_best_uniform_weight(tf.convert_to_tensor(vectors, tf.float64), objective))

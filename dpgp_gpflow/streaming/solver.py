@@ -32,18 +32,19 @@ import math
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
-import scipy.linalg
 import tensorflow as tf
 
+from .. import cloaking
 from ..cloaking import (
-    DENSE_POINTS,
     DUPLICATE_RTOL,
+    PRUNE_LEVERAGE,
     PRUNE_MIN_POINTS,
     PRUNE_TOL,
     ColumnSpace,
     NoiseCovariance,
     OptimiserCertificate,
     best_uniform_weight,
+    pivot_columns,
     restricted_dual_solve,
 )
 from ..release import SENSITIVITY_SAFETY, WHITENING_SLACK
@@ -280,7 +281,7 @@ def _solve_on_working_sets(cmap: StreamedMap, T: np.ndarray, objective: str, tol
     r = int(T.shape[0])
     n = cmap.source.n
     n_part = n - int(excluded.size)
-    if n_part <= DENSE_POINTS:
+    if n_part <= cloaking.DENSE_POINTS:
         wanted = np.setdiff1d(np.arange(n), excluded)
         idx, cols = cmap.source.map_inputs(_gather_chunk, _gather_combine, cmap.terms, cmap.factors, T, wanted)
         work = _Work(idx, cols, np.zeros(idx.size))
@@ -292,9 +293,9 @@ def _solve_on_working_sets(cmap: StreamedMap, T: np.ndarray, objective: str, tol
                                                           cmap.factors, T, excluded, G, None, k_lev, k_norm)
             cand_idx, pos = np.unique(np.concatenate([norm_top[0][:-1], lev_top[0]]), return_index=True)
             cand_cols = np.concatenate([norm_top[2][:, :-1], lev_top[2]], axis=1)[:, pos]
-            R_piv, pivots = scipy.linalg.qr(cand_cols, mode="r", pivoting=True)
+            pivots, picked = (x.numpy() for x in pivot_columns(cand_cols, r))
             complete = norm_top[0].size < k_norm  # every column is a candidate
-            exact = complete or bool(abs(R_piv[r - 1, r - 1]) > float(norm_top[1][-1]))
+            exact = complete or bool(picked[r - 1] > float(norm_top[1][-1]))
             if exact or k_norm > PIVOT_CANDIDATES_MAX:
                 break
             k_norm = 4 * (k_norm - 1) + 1
@@ -319,7 +320,7 @@ def _solve_on_working_sets(cmap: StreamedMap, T: np.ndarray, objective: str, tol
         wmax = work.weights.max()
         if stage_tol > tol:
             heavy = work.idx[np.argsort(-work.weights)[: 2 * r]]
-            keep = np.union1d(work.idx[(work.weights > 1e-3 * wmax) | (q_work > 0.9)], heavy)
+            keep = np.union1d(work.idx[(work.weights > 1e-3 * wmax) | (q_work > PRUNE_LEVERAGE)], heavy)
         else:
             keep = work.idx[work.weights > 1e-10 * wmax]
         qmax, viol = cmap.source.map_inputs(_certificate_chunk, _certificate_combine(r), cmap.terms, cmap.factors,
