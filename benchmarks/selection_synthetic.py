@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import resource
 import sys
 import time
 import warnings
@@ -70,6 +71,12 @@ KERNEL_VARIANCES = (25.0, 100.0, 400.0, 1600.0)
 LS, NV, KV = ".kernel.lengthscales", ".likelihood.variance", ".kernel.variance"
 
 
+def cpu_seconds() -> float:
+    """User + system CPU time of this process (all its threads)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=N_DEFAULT, help=f"training points (default {N_DEFAULT}; "
@@ -94,18 +101,18 @@ def main(argv=None) -> int:
     threshold = args.threshold * unit if args.threshold > 0 else None
 
     # --- the selection, timed (fold matrices, then noise plans + utilities + the draw)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_seconds()
     cv = cross_validate(model, grid, folds=N_FOLDS)
-    t_folds = time.perf_counter() - t0
+    t_folds, c_folds = time.perf_counter() - t0, cpu_seconds() - c0
     kept = np.ones(len(grid), dtype=bool) if threshold is None else cv.sensitivities <= threshold
     plans = len(set(cv.owners[kept])) * N_FOLDS
     print(f"fold matrices: {t_folds:.0f} s ({len(set(cv.owners))} distinct sets of fold maps; {kept.sum()} "
           f"configurations kept, {plans} noise plans)", flush=True)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), cpu_seconds()
     selection, diagnostics = select_hyperparameters(
         model, grid, epsilon=EPS_SEL[1], epsilon_release=EPS_REL, delta_release=DELTA_REL, cross_validation=cv,
         threshold=threshold, diagnostics=True)
-    t_select = time.perf_counter() - t1
+    t_select, c_select = time.perf_counter() - t1, cpu_seconds() - c1
     total = t_folds + t_select
     print(f"noise plans, utilities and draw: {t_select:.0f} s; total {total:.0f} s", flush=True)
     u, sensitivity = diagnostics.utilities, selection.sensitivity  # PRIVATE: the data owner's diagnostics
@@ -132,23 +139,27 @@ def main(argv=None) -> int:
     print(f"evaluation RMSEs: {t_eval:.0f} s", flush=True)
 
     best = int(np.argmin(rmse))
+    best_kept = int(idx[np.argmin(rmse[idx])])
     rows = []
     for eps in EPS_SEL:
         for mechanism in MECHANISMS:
             p = np.zeros(len(grid))
             p[idx] = selection_probabilities(u[idx], eps, sensitivity, mechanism=mechanism)
-            rows.append([f"{eps:g}", mechanism, f"{p[best]:.4f}", f"{np.max(p):.4f}", f"{p @ rmse:.3f}"])
-    rows.append(["–", "best configuration", "1", "–", f"{rmse[best]:.3f}"])
-    rows.append(["–", "uniform choice", f"{1 / len(grid):.4f}", "–", f"{rmse.mean():.3f}"])
+            rows.append([f"{eps:g}", mechanism, f"{p[best]:.4f}", f"{p[best_kept]:.4f}", f"{np.max(p):.4f}",
+                         f"{p @ rmse:.3f}"])
+    rows.append(["–", "best configuration", "1", "–", "–", f"{rmse[best]:.3f}"])
+    rows.append(["–", "best kept configuration", "–", "1", "–", f"{rmse[best_kept]:.3f}"])
+    rows.append(["–", "uniform choice", f"{1 / len(grid):.4f}", "–", "–", f"{rmse.mean():.3f}"])
     quality = _common.markdown_table(
-        ["selection eps", "mechanism", "P(best)", "max P", "expected RMSE"], rows, align="llrrr")
+        ["selection eps", "mechanism", "P(best)", "P(best kept)", "max P", "expected RMSE"], rows, align="llrrrr")
 
     cb = grid[best]
     timing = _common.markdown_table(
         ["n", "configurations (kept)", "distinct fold maps", "folds", "noise plans", "fold matrices (s)",
-         "release noise + utilities + draw (s)", "total selection (s)", "target (s)"],
+         "release noise + utilities + draw (s)", "total selection (s)", "target (s)", "CPU (s): folds / noise"],
         [[args.n, f"{len(grid)} ({kept.sum()})", len(set(cv.owners)), N_FOLDS, plans, f"{t_folds:.0f}",
-          f"{t_select:.0f}", f"{total:.0f}", f"{TARGET_S:.0f}"]], align="rrrrrrrrr")
+          f"{t_select:.0f}", f"{total:.0f}", f"{TARGET_S:.0f}", f"{c_folds:.0f} / {c_select:.0f}"]],
+        align="rrrrrrrrrr")
     threshold_text = ("no threshold" if threshold is None else
                       f"public threshold {args.threshold:g} x 8d^2 on each configuration's sensitivity (fixed in "
                       f"advance; {kept.sum()} of {len(grid)} configurations kept, the others dropped before anything "
@@ -160,7 +171,8 @@ def main(argv=None) -> int:
         f"utility including the noise of a ({EPS_REL:g}, {DELTA_REL:g})-DP cloaking release (analytic, mse); "
         f"{threshold_text}. "
         "Configurations whose fold maps are the same up to rounding (a GP's kernel and noise variances scaled "
-        "together) share fold matrices and noise plans (`CrossValidation.owners`).",
+        "together) share fold matrices and noise plans (`CrossValidation.owners`). Times are wall clock on the "
+        "machine below (see its load average; the CPU column is this process's user + system time).",
         "",
         timing,
         "",
@@ -169,8 +181,8 @@ def main(argv=None) -> int:
         f"(`make_synthetic_2d({N_EVAL}, seed=1)`), DP noise variance included. Best: lengthscale {cb[LS]:g}, "
         f"noise variance {cb[NV]:g}, kernel variance {cb[KV]:g}. Delta_u = {sensitivity:.4g} "
         f"({sensitivity / (8 * model.data_sensitivity ** 2):.3g} x 8d^2). P(best) is the probability of that "
-        "configuration (0 if the threshold dropped it); the expected RMSE is sum of P x RMSE; best and uniform are "
-        "over all configurations of the grid.",
+        "configuration (0 if the threshold dropped it), P(best kept) that of the best configuration the threshold "
+        "kept; the expected RMSE is sum of P x RMSE; best and uniform are over all configurations of the grid.",
         "",
         quality,
         "",
