@@ -13,7 +13,7 @@ The eager release path (:func:`dpgp_gpflow.release.cloaking_release`) runs the s
 graph, with the rank rule of :class:`~dpgp_gpflow.release.NoisePlan` as a ``tf.while_loop``.
 
 Privacy assumption: ``C`` (and so the plan) is a function of public inputs and hyperparameters only;
-the plan never sees ``y``. docs/compiled_engine.md has the details and a Keras example.
+the plan never sees ``y``. docs/guides/compiled_engine.md has the details and a Keras example.
 """
 
 from __future__ import annotations
