@@ -46,6 +46,7 @@ __all__ = [
     "row_norms",
     "OPTIMISERS",
     "certificate_of",
+    "compile_per_objective",
     "max_mahalanobis_norm2",
     "optimise_tensors",
     "projection_terms",
@@ -401,7 +402,7 @@ def _feasible_covariance_impl(vectors, weights, objective_is_entropy: bool):
     return V, scales, gap, rel
 
 
-def _barrier_newton_impl(vectors, weights0, objective, tol, max_iter):
+def _barrier_newton_impl(vectors, weights0, tol, max_iter, objective):
     dtype = tf.float64
     m = tf.cast(tf.shape(vectors)[1], dtype)
     gap0, _, _, _ = _certificate_terms(vectors, weights0, objective)
@@ -586,8 +587,8 @@ def _working_set_solve(vectors, initial, objective, tol, max_iter, dense_points)
         work = tf.where(mask)[:, 0]
         m = tf.cast(tf.shape(work)[0], tf.float64)
         w_sub = tf.maximum(tf.gather(weights, work), 1e-12 * rf / m)
-        w_sub, its, met = _barrier_newton_impl(tf.gather(vectors, work, axis=1), w_sub, objective, stage_tol,
-                                               tf.maximum(max_iter - total, 1))
+        w_sub, its, met = _barrier_newton_impl(tf.gather(vectors, work, axis=1), w_sub, stage_tol,
+                                               tf.maximum(max_iter - total, 1), objective)
         total = total + its
         weights = tf.tensor_scatter_nd_update(tf.zeros_like(weights), tf.cast(work, tf.int32)[:, None], w_sub)
         _, rel, _, q = _certificate_terms(vectors, weights, objective)
@@ -639,13 +640,20 @@ def optimise_tensors(vectors, initial, tol, max_iter, dense_points, duplicate_rt
     return V, scales, weights, gap, rel, iters, support
 
 
-def _compiled_optimiser(objective: str):
-    return tf.function(lambda *args: optimise_tensors(*args, objective=objective), autograph=False,
-                       input_signature=[MATRIX_SPEC, VECTOR_SPEC, REAL_SPEC, COUNT_SPEC, COUNT_SPEC, REAL_SPEC])
+def compile_per_objective(impl, input_signature) -> dict:
+    """``{objective: tf.function(impl(*args, objective=objective))}`` for every objective, each with the
+    given ``input_signature`` (dimensions left unknown: any shapes, no retracing)."""
+
+    def compiled(objective: str):
+        return tf.function(lambda *args: impl(*args, objective=objective), autograph=False,
+                           input_signature=input_signature)
+
+    return {objective: compiled(objective) for objective in OBJECTIVES}
 
 
 #: The compiled noise optimiser, one per objective: stable signatures (any shapes, no retracing).
-OPTIMISERS = {objective: _compiled_optimiser(objective) for objective in OBJECTIVES}
+OPTIMISERS = compile_per_objective(optimise_tensors, [MATRIX_SPEC, VECTOR_SPEC, REAL_SPEC, COUNT_SPEC, COUNT_SPEC,
+                                                     REAL_SPEC])
 
 
 @check_shapes("vectors: [r, n]")
@@ -793,14 +801,8 @@ def row_norms(F: tf.Tensor) -> tf.Tensor:
 # -- public entry points for callers that hold only a working set of the columns (streaming, Dask) --
 
 
-def _compiled_restricted_solve(objective: str):
-    return tf.function(lambda vectors, weights0, tol, max_iter: _barrier_newton_impl(
-        vectors, weights0, objective, tol, max_iter), autograph=False,
-        input_signature=[MATRIX_SPEC, VECTOR_SPEC, REAL_SPEC, COUNT_SPEC])
-
-
 #: The restricted solve of one working-set round, compiled per objective (stable signatures).
-RESTRICTED_SOLVERS = {objective: _compiled_restricted_solve(objective) for objective in OBJECTIVES}
+RESTRICTED_SOLVERS = compile_per_objective(_barrier_newton_impl, [MATRIX_SPEC, VECTOR_SPEC, REAL_SPEC, COUNT_SPEC])
 
 
 @check_shapes("vectors: [r, w]", "weights0: [w]")

@@ -107,13 +107,15 @@ def noise_plan(
     bias0, largest0 = bias_terms(0)
     rounding = 1e-12 * tf.reduce_max(bias0 + b * largest0)  # bias at float64 rounding of C counts as none
 
-    def ratio(i):
-        bias, largest = bias_terms(i)
+    def ratio_and_bias(bias, largest):
         return tf.reduce_max(tf.where(bias > rounding, bias / (d * largest), tf.zeros_like(bias))), tf.reduce_max(bias)
 
+    # the first candidate whose projection is harmless (NoisePlan's rule), each candidate's terms formed once
     last = tf.shape(rtols)[0] - 1
-    (i,) = tf.while_loop(lambda i: (i < last) & (ratio(i)[0] > BIAS_FRACTION * s), lambda i: (i + 1,),
-                         (tf.constant(0),))
+    i, _, bias_bound = tf.while_loop(
+        lambda i, ratio, _: (i < last) & (ratio > BIAS_FRACTION * s),
+        lambda i, ratio, _: (i + 1, *ratio_and_bias(*bias_terms(i + 1))),
+        (tf.constant(0), *ratio_and_bias(bias0, largest0)))
     first = tf.argmax(tf.cast(tf.equal(ranks, ranks[i]), tf.int32), output_type=tf.int32)  # rtol that first gave r
     basis = left[:, :ranks[i]]
     vectors = tf.linalg.matmul(basis, C, transpose_a=True)  # [r, n]: exact sensitivity vectors
@@ -132,7 +134,7 @@ def noise_plan(
         noise_multiplier=s,
         rank=ranks[i],
         rtol=rtols[first],
-        bias_bound=ratio(i)[1],
+        bias_bound=bias_bound,
         relative_gap=rel,
         gap=gap,
         iterations=iters,

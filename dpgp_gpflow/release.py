@@ -41,12 +41,12 @@ from .cloaking import (
     DEFAULT_TOL,
     MATRIX_SPEC,
     MIN_MSE_RTOL,
-    OBJECTIVES,
     REAL_SPEC,
     VECTOR_SPEC,
     ColumnSpace,
     certificate_of,
     column_spaces,
+    compile_per_objective,
     max_mahalanobis_norm2,
     optimise_tensors,
     projection_rows,
@@ -161,13 +161,9 @@ def noise_in_space(vectors, singular_values, data_sensitivity, tol, max_iter, de
     return factor / scale[:, None], sensitivity, condition, gap, rel, iters, support
 
 
-def _compiled_noise_solver(objective: str):
-    return tf.function(lambda *args: noise_in_space(*args, objective=objective), autograph=False,
-                       input_signature=[MATRIX_SPEC, VECTOR_SPEC, REAL_SPEC, REAL_SPEC, COUNT_SPEC, COUNT_SPEC, REAL_SPEC])
-
-
 #: The compiled noise stage of a release, one per objective (stable signatures: any r and n).
-NOISE_SOLVERS = {objective: _compiled_noise_solver(objective) for objective in OBJECTIVES}
+NOISE_SOLVERS = compile_per_objective(noise_in_space, [MATRIX_SPEC, VECTOR_SPEC, REAL_SPEC, REAL_SPEC, COUNT_SPEC,
+                                                       COUNT_SPEC, REAL_SPEC])
 
 _CONDITION_MESSAGE = ("the noise covariance's condition number exceeds {:.0e}: float64 rounding could then "
                       "leak along its weakest directions, so this release cannot be guaranteed; use a larger rtol")
@@ -380,7 +376,7 @@ def cloaking_release(
             plan = NoisePlan(C, **settings)
         if plan.n != n:
             raise ValueError(f"the cloaking matrix has {plan.n} columns but there are {n} outputs")
-        description = f"cloaking release ({objective}) of {plan.k} values"
+        description = _description(objective, plan.k)
         space, noise, bias_bound = plan.choose(multiplier)
         record = dict(epsilon=epsilon, delta=delta, data_sensitivity=data_sensitivity, calibration=calibration,
                       objective=objective, certificate=noise.certificate, rank=space.rank, rtol=space.rtol,
@@ -404,6 +400,10 @@ def cloaking_release(
         reservation.close()
 
 
+def _description(objective: str, k: int) -> str:
+    return f"cloaking release ({objective}) of {k} values"
+
+
 def publish_cloaking(*, noise_factor: tf.Tensor, whitening: tf.Tensor, y_centred: tf.Tensor, offset: Any,
                      variance: Any, sensitivity: float, multiplier: float, reservation: Reservation,
                      seed: Optional[int], **record: Any) -> PrivateRelease:
@@ -418,7 +418,7 @@ def publish_cloaking(*, noise_factor: tf.Tensor, whitening: tf.Tensor, y_centred
     xi, reproducible = sampling.standard_normal(int(whitening.shape[0]), seed)
     z = z + xi if reproducible else sampling.grid_sum(z, xi)
     released = tf.reshape(tf.cast(offset, tf.float64), [-1]) + tf.linalg.matvec(noise_factor, tf.constant(z))
-    reservation.commit(f"cloaking release ({record['objective']}) of {int(noise_factor.shape[0])} values")
+    reservation.commit(_description(record["objective"], int(noise_factor.shape[0])))
     return _cloaking_record(released, noise_factor, variance, sensitivity, multiplier, reproducible, **record)
 
 
