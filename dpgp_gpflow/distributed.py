@@ -1,56 +1,11 @@
-"""Streamed sparse releases on a Dask cluster: :class:`DaskChunks` (needs ``pip install "dpgp_gpflow[dask]"``).
+"""Sparse releases on a Dask cluster (``pip install "dpgp_gpflow[dask]"``): :class:`DaskChunks`.
 
-The rows of ``X`` and ``Y`` stay where their ``dask.array`` chunks live; every per-chunk function of
-:mod:`dpgp_gpflow.streaming` runs on the workers (``dask.delayed`` on each block, reduced pairwise in
-a tree), and only the reductions travel: m x m sums, per-row maxima, a working set's columns
-(r x |work|) and the r-vector ``W y``. With a ``dask.distributed.Client`` active the work runs on
-its cluster (a ``LocalCluster`` or a scheduler address); without one, on Dask's local scheduler.
-
-Privacy assumption: as for :mod:`dpgp_gpflow.streaming`: workers return only the public-shape
-results that the single-machine path computes too (the outputs are clipped on the worker before
-anything is computed from them); the noise is drawn once, on the client, by
-:func:`dpgp_gpflow.streaming.release_function`. The chunking and the cluster are public.
+The rows' chunk source lives in :mod:`dpgp_gpflow.streaming.dask_chunks`; a ``DPSGPR`` or ``DPGPRFITC``
+built from ``dask.array`` rows uses it by itself (``docs/guides/scaling.md``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
-
-import dask
-import dask.array as da
-import numpy as np
-
-from .streaming.chunks import ChunkSource, tree_combine
+from .streaming.dask_chunks import DaskChunks
 
 __all__ = ["DaskChunks"]
-
-
-def _on_block(fn: Callable[..., Any], X: np.ndarray, Y: np.ndarray, start: int, *args: Any) -> Any:
-    return fn(np.asarray(X, dtype=np.float64), np.asarray(Y, dtype=np.float64).reshape(-1), start, *args)
-
-
-class DaskChunks(ChunkSource):
-    """The rows of a ``dask.array`` ``X`` (n x D) and ``Y`` (n or n x 1), chunked along rows.
-
-    ``X`` is rechunked to whole rows (one chunk across its columns) and ``Y`` to ``X``'s row chunks.
-    ``client``: a ``dask.distributed.Client`` to run on (default: the active one, if any).
-    """
-
-    def __init__(self, X: Any, Y: Any, client: Optional[Any] = None) -> None:
-        X, Y = da.asarray(X), da.asarray(Y)
-        if X.ndim != 2 or Y.shape[0] != X.shape[0]:
-            raise ValueError(f"X must be n x D and Y must have n rows, got {X.shape} and {Y.shape}")
-        self.X = X.rechunk({1: -1})
-        self.Y = Y.reshape((-1, 1)).rechunk((self.X.chunks[0], 1))
-        self.n, self.input_dim = int(X.shape[0]), int(X.shape[1])
-        self.client = client
-        self.starts = np.concatenate([[0], np.cumsum(self.X.chunks[0])[:-1]]).astype(int)
-
-    def map_reduce(self, fn: Callable[..., Any], combine: Callable[[Any, Any], Any], *args: Any) -> Any:
-        xs, ys = self.X.to_delayed().ravel(), self.Y.to_delayed().ravel()
-        shared = [dask.delayed(a) if isinstance(a, (np.ndarray, dict, list)) else a for a in args]
-        parts = [dask.delayed(_on_block)(fn, x, y, int(s), *shared) for x, y, s in zip(xs, ys, self.starts)]
-        total = tree_combine(parts, dask.delayed(combine))
-        if self.client is not None:
-            return self.client.compute(total).result()
-        return total.compute()

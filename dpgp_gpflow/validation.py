@@ -7,6 +7,7 @@ rule has one wording and one implementation.
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 from numbers import Real
 from typing import Any, Literal, Optional, Tuple
@@ -25,11 +26,13 @@ __all__ = [
     "OBJECTIVES",
     "Objective",
     "as_float64",
+    "as_dask_rows",
     "as_inputs",
     "check_real",
     "as_outputs",
     "clip_outputs",
     "clip_private_outputs",
+    "is_dask_array",
     "require_float64",
     "validate_bounds",
     "validate_calibration",
@@ -188,6 +191,33 @@ def as_inputs(name: str, X: Any, input_dim: Optional[int] = None) -> np.ndarray:
     if not np.all(np.isfinite(X)):
         raise ValueError(f"{name} contains {int(np.sum(~np.isfinite(X)))} non-finite values")
     return X
+
+
+def is_dask_array(value: Any) -> bool:
+    """True for a ``dask.array.Array``. Dask is an optional extra and is not imported here: a value
+    can only be a Dask array if Dask is already imported."""
+    module = sys.modules.get("dask.array")
+    return module is not None and isinstance(value, module.Array)
+
+
+def as_dask_rows(X: Any, Y: Any) -> Tuple[Any, Any]:
+    """Public inputs [N, D] and private outputs [N, 1] (or [N]) held as Dask arrays, rows chunked:
+    shapes and dtypes are checked here; the values are checked chunk by chunk where they are used
+    (non-finite inputs make the release refuse; non-finite outputs raise on the worker that reads
+    them). ``Y`` is returned as [N, 1]. Both must be Dask arrays."""
+    if not (is_dask_array(X) and is_dask_array(Y)):
+        raise TypeError("give the inputs and the outputs both as dask arrays (or both in memory), got "
+                        f"{type(X).__name__} and {type(Y).__name__}")
+    for name, arr in (("X", X), ("Y", Y)):
+        if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+            raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    if X.ndim != 2 or X.shape[0] == 0:
+        raise ValueError(f"X must have shape [N, D] with N >= 1, got shape {X.shape}")
+    if not (Y.ndim == 1 or (Y.ndim == 2 and Y.shape[1] == 1)):
+        raise ValueError(f"Y must have shape [N, 1] (one output), got shape {Y.shape}")
+    if Y.shape[0] != X.shape[0]:
+        raise ValueError(f"Y has {Y.shape[0]} rows but the inputs have {X.shape[0]}")
+    return X, Y.reshape((-1, 1))
 
 
 def as_outputs(name: str, Y: Any, num_data: int) -> np.ndarray:

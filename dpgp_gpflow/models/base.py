@@ -22,10 +22,12 @@ from ..exceptions import PrivacyLeakError
 from ..pipeline import reference_coordinates
 from ..released import PrivateFunction, PrivateRelease
 from ..validation import (
+    as_dask_rows,
     as_inputs,
     as_outputs,
     clip_outputs,
     clip_private_outputs,
+    is_dask_array,
     require_float64,
     validate_bounds,
     validate_data_sensitivity,
@@ -33,11 +35,13 @@ from ..validation import (
 )
 
 __all__ = [
+    "DaskRowsMixin",
     "FactoredModelMixin",
     "LeakGuardMixin",
     "PrivateModelMixin",
     "PrivateRegressionMixin",
     "prepare_private_data",
+    "prepare_sparse_data",
     "public_constant_mean",
     "reference_coordinates",
 ]
@@ -57,6 +61,36 @@ def prepare_private_data(data: Any, y_bounds: Any, data_sensitivity: Optional[fl
     bounds = validate_bounds(y_bounds)
     d = validate_data_sensitivity(data_sensitivity, bounds)
     return X, clip_outputs(Y, bounds), bounds, d
+
+
+def prepare_sparse_data(data: Any, inducing_variable: Any, y_bounds: Any, data_sensitivity: Optional[float],
+                        noise_variance: Any = None):
+    """:func:`prepare_private_data` for the sparse regression models, whose rows may also be Dask arrays,
+    and their public inducing inputs; returns ``(data, Z, bounds, d, dask_rows)``.
+
+    In memory: ``data`` is the validated, clipped ``(X, Y)`` and ``dask_rows`` None. Dask arrays
+    (:func:`~dpgp_gpflow.validation.as_dask_rows`): ``dask_rows = (X, Y)`` stays on the cluster (its
+    outputs are clipped chunk by chunk where they are read) and ``data`` is an empty ``[0, D]``,
+    ``[0, 1]`` placeholder for GPflow's constructor that :class:`DaskRowsMixin` never lets anything read.
+    """
+    try:
+        X, Y = data
+    except (TypeError, ValueError) as exc:
+        raise TypeError("data must be a pair (X, Y)") from exc
+    if is_dask_array(X) or is_dask_array(Y):
+        require_float64()
+        validate_noise_variance(noise_variance)
+        rows = as_dask_rows(X, Y)
+        bounds = validate_bounds(y_bounds)
+        d = validate_data_sensitivity(data_sensitivity, bounds)
+        dim = int(rows[0].shape[1])
+        data = (np.zeros((0, dim)), np.zeros((0, 1)))
+    else:
+        X, Y, bounds, d = prepare_private_data(data, y_bounds, data_sensitivity, noise_variance)
+        rows, dim, data = None, X.shape[1], (X, Y)
+    if isinstance(inducing_variable, gpflow.inducing_variables.InducingPoints):
+        inducing_variable = inducing_variable.Z.numpy()
+    return data, as_inputs("inducing_variable", inducing_variable, dim), bounds, d, rows
 
 
 def public_constant_mean(bounds: Tuple[float, float]) -> gpflow.functions.Constant:
@@ -243,6 +277,49 @@ class FactoredModelMixin(PrivateModelMixin):
             reference_inputs = self.data[0]
         return pipeline.release_function(self, reference_inputs=reference_inputs, function_type=self.function_type,
                                          **options)
+
+
+class DaskRowsMixin:
+    """For the sparse regression models, whose rows may be ``dask.array`` chunks on a cluster.
+
+    Such a model holds them in :attr:`dask_rows`; GPflow's constructor got an empty placeholder, so
+    everything that would read the rows in memory (``data``, and through it ``predict_f``, the
+    training objectives, ``release``, ``release_function``) raises ``TypeError`` instead of computing
+    on no data. :func:`dpgp_gpflow.streaming.release_function` releases such a model on the cluster.
+    """
+
+    @property
+    def dask_rows(self) -> Optional[Tuple[Any, Any]]:
+        """The ``(X, Y)`` Dask arrays the model was built from, or None for a model in memory."""
+        return self.__dict__.get("_dp_dask_rows")
+
+    def _hold_dask_rows(self, rows: Optional[Tuple[Any, Any]]) -> None:
+        object.__setattr__(self, "_dp_dask_rows", rows)
+
+    @property
+    def data(self) -> Any:
+        if self.dask_rows is not None:
+            raise TypeError(
+                f"this {type(self).__name__}'s rows are Dask arrays and stay on the cluster: release it with "
+                "dpgp_gpflow.streaming.release_function(model, ...) and predict with dpgp_gpflow.streaming.predict; "
+                "in-memory methods (predict_f, the training objective, release, release_function) need the rows "
+                "in memory")
+        try:
+            return self.__dict__["_dp_data"]
+        except KeyError:
+            raise AttributeError("data") from None
+
+    @data.setter
+    def data(self, value: Any) -> None:
+        if self.dask_rows is not None:
+            raise TypeError("this model's rows are Dask arrays: build a new model for other data")
+        object.__setattr__(self, "_dp_data", value)
+
+    @property
+    def input_dim(self) -> int:
+        """Number of input columns (public)."""
+        rows = self.dask_rows
+        return int(rows[0].shape[1]) if rows is not None else int(self.data[0].shape[1])
 
 
 #: Deprecated name of :class:`PrivateModelMixin`.

@@ -28,7 +28,7 @@ from ..release_file import (
 )
 from ..released import PrivateFunction, PrivatePrediction
 from ..validation import as_inputs
-from .base import FactoredModelMixin, prepare_private_data, public_constant_mean
+from .base import DaskRowsMixin, FactoredModelMixin, prepare_sparse_data, public_constant_mean
 
 __all__ = [
     "DPGPRFITC",
@@ -138,7 +138,7 @@ class FITCReadout:
                    a["Z"], terms)
 
 
-class DPGPRFITC(FactoredModelMixin, gpflow.models.GPRFITC):
+class DPGPRFITC(DaskRowsMixin, FactoredModelMixin, gpflow.models.GPRFITC):
     """GPflow's ``GPRFITC`` with public output bounds and DP releases.
 
     ``DPGPRFITC((X, Y), kernel, inducing_variable, noise_variance=..., y_bounds=(lo, hi))``. The
@@ -163,15 +163,12 @@ class DPGPRFITC(FactoredModelMixin, gpflow.models.GPRFITC):
     ) -> None:
         if y_bounds is None:
             raise TypeError("y_bounds=(lo, hi), public bounds on the outputs, is required")
-        X, Y, bounds, d = prepare_private_data(data, y_bounds, data_sensitivity, noise_variance)
-        if isinstance(inducing_variable, gpflow.inducing_variables.InducingPoints):
-            Z = inducing_variable.Z.numpy()
-        else:
-            Z = inducing_variable
-        Z = as_inputs("inducing_variable", Z, X.shape[1])
+        data, Z, bounds, d, dask_rows = prepare_sparse_data(data, inducing_variable, y_bounds, data_sensitivity,
+                                                            noise_variance)
         if mean_function is None:
             mean_function = public_constant_mean(bounds)
-        super().__init__((X, Y), kernel, Z, mean_function=mean_function, noise_variance=noise_variance)
+        super().__init__(data, kernel, Z, mean_function=mean_function, noise_variance=noise_variance)
+        self._hold_dask_rows(dask_rows)
         gpflow.set_trainable(self.inducing_variable, False)  # public; never fitted on the outputs
         self.y_bounds = bounds
         self.data_sensitivity = d

@@ -30,8 +30,7 @@ from ..release_file import (
     mean_function_spec,
     take_factors,
 )
-from ..validation import as_inputs
-from .base import FactoredModelMixin, prepare_private_data, public_constant_mean
+from .base import DaskRowsMixin, FactoredModelMixin, prepare_sparse_data, public_constant_mean
 
 __all__ = [
     "DPSGPR",
@@ -136,7 +135,7 @@ class SGPRReadout:
                    a["Z"], SGPRTerms(a["L"], a["LB"], None))
 
 
-class DPSGPR(FactoredModelMixin, gpflow.models.SGPR):
+class DPSGPR(DaskRowsMixin, FactoredModelMixin, gpflow.models.SGPR):
     """GPflow's ``SGPR`` (Titsias' variational sparse GP) with public output bounds and DP releases.
 
     ``DPSGPR((X, Y), kernel, inducing_variable, noise_variance=..., y_bounds=(lo, hi))``. The
@@ -162,15 +161,12 @@ class DPSGPR(FactoredModelMixin, gpflow.models.SGPR):
     ) -> None:
         if y_bounds is None:
             raise TypeError("y_bounds=(lo, hi), public bounds on the outputs, is required")
-        X, Y, bounds, d = prepare_private_data(data, y_bounds, data_sensitivity, noise_variance)
-        if isinstance(inducing_variable, gpflow.inducing_variables.InducingPoints):
-            Z = inducing_variable.Z.numpy()
-        else:
-            Z = inducing_variable
-        Z = as_inputs("inducing_variable", Z, X.shape[1])
+        data, Z, bounds, d, dask_rows = prepare_sparse_data(data, inducing_variable, y_bounds, data_sensitivity,
+                                                            noise_variance)
         if mean_function is None:
             mean_function = public_constant_mean(bounds)
-        super().__init__((X, Y), kernel, Z, mean_function=mean_function, noise_variance=noise_variance)
+        super().__init__(data, kernel, Z, mean_function=mean_function, noise_variance=noise_variance)
+        self._hold_dask_rows(dask_rows)
         gpflow.set_trainable(self.inducing_variable, False)  # public; never fitted on the outputs
         self.y_bounds = bounds
         self.data_sensitivity = d

@@ -47,6 +47,7 @@ from ..validation import (
     validate_seed,
 )
 from .chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks
+from .dask_chunks import DaskChunks
 from .solver import (
     StreamedMap,
     column_spaces,
@@ -88,12 +89,15 @@ def streamed_map(model: Any, source: Optional[ChunkSource] = None, *, chunk_size
                  reference_inputs: Any = None) -> StreamedMap:
     """The released map of ``model.release_function`` (``R B``, or ``B``) as a :class:`StreamedMap`.
 
-    ``source``: where the rows live (default: ``model.data`` in chunks of ``chunk_size``).
+    ``source``: where the rows live (default: the model's Dask rows in their own chunks, on the active
+    Dask client's cluster if any; or ``model.data`` in chunks of ``chunk_size``).
     ``reference_inputs``: None for the training inputs when ``model.reference_training_inputs`` (as
     the in-memory release), ``False`` for the latents themselves, or public inputs. Public.
     """
     terms = ChunkTerms.from_model(model)
-    if source is None:
+    if source is None and model.dask_rows is not None:
+        source = DaskChunks(*model.dask_rows)  # on the active Dask client's cluster, if any
+    elif source is None:
         X, Y = model.data
         source = LocalChunks(X.numpy(), Y.numpy(), chunk_size)
     if source.input_dim != terms.Z.shape[1]:
@@ -131,7 +135,8 @@ def release_function(
 
     Same arguments and result as :func:`dpgp_gpflow.pipeline.release_function` (``reference_inputs``:
     see :func:`streamed_map`), plus ``source`` (a :class:`~dpgp_gpflow.streaming.chunks.ChunkSource`,
-    e.g. :class:`~dpgp_gpflow.distributed.DaskChunks`; default ``model.data``), ``chunk_size`` and
+    e.g. :class:`~dpgp_gpflow.distributed.DaskChunks`; default: the model's rows, see :func:`streamed_map`),
+    ``chunk_size`` and
     ``stats`` (a dict receiving the optimiser's rounds, distinct columns and whether its start was
     exact). With the same seed the result equals the in-memory release up to floating-point summation
     order and the sign convention of the noise's eigenvectors (the noise covariance, the noise std and

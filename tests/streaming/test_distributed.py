@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gpflow
 import numpy as np
 import pytest
 
@@ -30,3 +31,62 @@ def test_dask_release_equals_single_machine_and_passes_the_audit(cls):
     np.testing.assert_allclose(b.noise_factor @ b.noise_factor.T, a.noise_factor @ a.noise_factor.T, rtol=0,
                                atol=1e-6 * np.max(np.abs(a.noise_factor @ a.noise_factor.T)))
     assert dp.audit(on_dask, model).passed
+
+
+def _dask_model(cls, model, chunk):
+    X, Y = (t.numpy() for t in model.data)
+    return cls((da.from_array(X, chunks=(chunk, 1)), da.from_array(Y, chunks=(chunk, 1))),
+               gpflow.kernels.SquaredExponential(lengthscales=1.0), model.inducing_variable.Z.numpy(),
+               noise_variance=0.1, y_bounds=(-2, 2))
+
+
+@pytest.mark.parametrize("cls", [DPGPRFITC, DPSGPR])
+def test_a_model_built_from_dask_arrays_releases_on_the_active_cluster(cls):
+    model = _model(cls, 2000, 16)
+    local = streaming.release_function(model, epsilon=1.0, delta=1e-3, seed=3, chunk_size=500)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client, distributed.get_task_stream(client) as tasks:
+        on_dask = streaming.release_function(_dask_model(cls, model, 400), epsilon=1.0, delta=1e-3, seed=3)
+    assert len({task["worker"] for task in tasks.data}) == 2  # the per-chunk work ran on both workers
+    a, b = local.release, on_dask.release
+    np.testing.assert_allclose(b.noise_std, a.noise_std, rtol=1e-6)
+    assert dp.audit(on_dask, model).passed
+
+
+def test_a_dask_backed_model_refuses_every_in_memory_path():
+    model = _dask_model(DPSGPR, _model(DPSGPR, 300, 8), 100)
+    assert model.input_dim == 1 and model.dask_rows[0].shape == (300, 1)
+    for call in (lambda: model.data, lambda: model.predict_f(np.zeros((2, 1))), model.training_loss,
+                 lambda: model.release(np.zeros((2, 1)), epsilon=1.0, delta=1e-3),
+                 lambda: model.release_function(epsilon=1.0, delta=1e-3)):
+        with pytest.raises(TypeError, match="Dask arrays"):
+            call()
+    with pytest.raises(TypeError, match="Dask arrays"):
+        model.data = (np.zeros((3, 1)), np.zeros((3, 1)))
+
+
+def test_dask_rows_are_validated_at_construction():
+    X, Y = da.zeros((10, 2), chunks=5), da.zeros((10, 1), chunks=5)
+    kernel, Z = gpflow.kernels.SquaredExponential(), np.zeros((2, 2))
+    with pytest.raises(TypeError, match="both as dask arrays"):
+        DPSGPR((X, np.zeros((10, 1))), kernel, Z, noise_variance=0.1, y_bounds=(-1, 1))
+    with pytest.raises(ValueError, match="rows but the inputs have"):
+        DPSGPR((X, da.zeros((9, 1), chunks=5)), kernel, Z, noise_variance=0.1, y_bounds=(-1, 1))
+    with pytest.raises(ValueError, match="one output"):
+        DPSGPR((X, da.zeros((10, 2), chunks=5)), kernel, Z, noise_variance=0.1, y_bounds=(-1, 1))
+    with pytest.raises(TypeError, match="real numbers"):
+        DPSGPR((X, da.zeros((10, 1), chunks=5, dtype=bool)), kernel, Z, noise_variance=0.1, y_bounds=(-1, 1))
+    with pytest.raises(ValueError, match="2 columns like the training inputs"):
+        DPSGPR((X, Y), kernel, np.zeros((2, 3)), noise_variance=0.1, y_bounds=(-1, 1))
+
+
+def test_a_scheduler_address_with_worker_processes_gives_the_same_release():
+    """A real cluster: separate worker processes reached through the scheduler's address (the
+    per-chunk functions and the model's public terms travel by pickling)."""
+    model = _model(DPSGPR, 1500, 12)
+    local = streaming.release_function(model, epsilon=1.0, delta=1e-3, seed=5, chunk_size=500)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            distributed.Client(cluster.scheduler_address):
+        remote = streaming.release_function(_dask_model(DPSGPR, model, 500), epsilon=1.0, delta=1e-3, seed=5)
+    np.testing.assert_allclose(remote.release.noise_std, local.release.noise_std, rtol=1e-6)
+    assert dp.audit(remote, model).passed
