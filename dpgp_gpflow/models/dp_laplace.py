@@ -43,7 +43,9 @@ from ..contract import ReleaseTerms, dense_map
 from ..release import cloaking_release, gaussian_event
 from ..released import PrivateClassifier, PrivateRelease
 from ..validation import (
+    as_dask_rows,
     as_inputs,
+    is_dask_array,
     require_float64,
     validate_calibration,
     validate_delta,
@@ -51,7 +53,7 @@ from ..validation import (
     validate_objective,
     validate_seed,
 )
-from .base import FactoredModelMixin, PrivateModelMixin
+from .base import DaskRowsMixin, FactoredModelMixin, PrivateModelMixin
 from .gpr import gpr_cloaking_matrix_and_variance
 from .laplace import (
     LaplaceGPC,
@@ -287,17 +289,35 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
 # Sparse (SoR) GP.
 
 
-def _inducing_inputs(inducing_variable: Any, X: np.ndarray) -> np.ndarray:
+def _inducing_inputs(inducing_variable: Any, X: Any) -> np.ndarray:
     if isinstance(inducing_variable, gpflow.inducing_variables.InducingPoints):
         Z = inducing_variable.Z.numpy()
     elif isinstance(inducing_variable, (int, np.integer)) and not isinstance(inducing_variable, bool):
+        if is_dask_array(X):
+            raise TypeError("with Dask rows, give the inducing inputs as an array, e.g. "
+                            "dpgp_gpflow.streaming.minibatch_kmeans_inducing_inputs(X, m)")
         Z = kmeans_inducing_inputs(X, int(inducing_variable))
     else:
         Z = inducing_variable
-    return as_inputs("inducing_variable", Z, X.shape[1])
+    return as_inputs("inducing_variable", Z, int(X.shape[1]))
 
 
-class DPSparseLaplaceGPC(_LabelContract, FactoredModelMixin, LaplaceGPC):
+def _sparse_rows(data: Any) -> Tuple[Any, Any, Optional[Tuple[Any, Any]]]:
+    """``(X, Y, dask_rows)``: validated in-memory rows, or Dask rows (labels checked where they are
+    read) with the empty placeholders GPflow's constructor gets instead (:class:`DaskRowsMixin`)."""
+    try:
+        X, Y = data
+    except (TypeError, ValueError) as exc:
+        raise TypeError("data must be a pair (X, Y)") from exc
+    if is_dask_array(X) or is_dask_array(Y):
+        require_float64()
+        rows = as_dask_rows(X, Y)
+        return rows[0], np.zeros((0, 1)), rows
+    X, Y = _unpack(data)
+    return X, Y, None
+
+
+class DPSparseLaplaceGPC(_LabelContract, DaskRowsMixin, FactoredModelMixin, LaplaceGPC):
     """Subset-of-regressors Laplace GP classifier with a one-shot DP release of its m weights.
 
     ``DPSparseLaplaceGPC((X, Y), kernel, inducing_variable)``: ``inducing_variable`` is an
@@ -326,9 +346,12 @@ class DPSparseLaplaceGPC(_LabelContract, FactoredModelMixin, LaplaceGPC):
         max_iter: int = 100,
         tol: float = 1e-10,
     ) -> None:
-        X, Y = _unpack(data)
+        X, Y, dask_rows = _sparse_rows(data)
         Z = _inducing_inputs(inducing_variable, X)
+        if dask_rows is not None:
+            X = np.zeros((0, Z.shape[1]))
         super().__init__((X, Y), kernel, max_iter=max_iter, tol=tol)
+        self._hold_dask_rows(dask_rows)
         self.inducing_variable = gpflow.inducing_variables.InducingPoints(Z)
         gpflow.set_trainable(self.inducing_variable, False)  # public; never fitted on the labels
         self.declare_hyperparameters_public()  # as given: the leak guard refuses later changes

@@ -504,13 +504,18 @@ class SoRReadout:
     def from_release_state(cls, content: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> "SoRReadout":
         """The readout of :meth:`release_state`'s ``(content, arrays)``, with exactly the saved factors."""
         a = take_factors("SoRReadout", content, arrays, "Z", ("Lmm", "La"))
-        dim = a["Z"].shape[1]
-        readout = cls.__new__(cls)  # the factors as saved: nothing recomputed
-        readout._kernel = kernel_from_spec(content.get("kernel"))
-        readout.Z = tf.constant(a["Z"])
-        readout.input_dim = int(dim)
-        readout._Lmm = tf.constant(a["Lmm"])
-        readout._La = tf.constant(a["La"])
+        return cls.from_factors(kernel_from_spec(content.get("kernel")), a["Z"], a["Lmm"], a["La"])
+
+    @classmethod
+    def from_factors(cls, kernel: gpflow.kernels.Kernel, Z: Any, Lmm: Any, La: Any) -> "SoRReadout":
+        """The readout with the given factors ``Lmm = chol(K_ZZ + jitter I)`` and ``La = chol(I + Phi^T
+        Phi / 4)`` (e.g. summed over row chunks), nothing recomputed. Public."""
+        readout = cls.__new__(cls)
+        readout._kernel = gpflow.utilities.freeze(kernel)
+        readout.Z = tf.constant(Z)
+        readout.input_dim = int(readout.Z.shape[1])
+        readout._Lmm = tf.constant(Lmm)
+        readout._La = tf.constant(La)
         return readout
 
 

@@ -1,7 +1,7 @@
 """Sparse releases over row chunks: the m x n map is never held (``docs/guides/scaling.md``).
 
-:func:`release_function` is ``model.release_function`` for a :class:`~dpgp_gpflow.models.DPGPRFITC` or
-:class:`~dpgp_gpflow.models.DPSGPR` computed chunk by chunk (on one machine, or on a Dask cluster with
+:func:`release_function` is ``model.release_function`` for a :class:`~dpgp_gpflow.models.DPGPRFITC`,
+:class:`~dpgp_gpflow.models.DPSGPR` or :class:`~dpgp_gpflow.models.DPSparseLaplaceGPC` (its ``release``) computed chunk by chunk (on one machine, or on a Dask cluster with
 :class:`~dpgp_gpflow.distributed.DaskChunks`); :func:`predict` predicts at many inputs in chunks;
 :func:`minibatch_kmeans_inducing_inputs` chooses inducing inputs by a k-means that streams.
 """

@@ -1,6 +1,7 @@
-"""Release a sparse regression model's latent values without holding its m x n map: :func:`release_function`.
+"""Release a sparse model's latent values without holding its m x n map: :func:`release_function`.
 
-The same release as :meth:`~dpgp_gpflow.models.DPSGPR.release_function` (and ``DPGPRFITC``'s): same
+The same release as :meth:`~dpgp_gpflow.models.DPSGPR.release_function` (and ``DPGPRFITC``'s, and
+``DPSparseLaplaceGPC.release``'s first Newton step of its SoR weights): same
 contract, same rank rule, same optimiser, same exact sampler, same accounting. What changes is only
 where the numbers come from: the m x m factors from chunk sums, the column space from a tall-skinny
 QR, the rank rule's biases, the optimiser's leverages and certificate, the sensitivity and the
@@ -131,7 +132,8 @@ def release_function(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     stats: Optional[Dict[str, Any]] = None,
 ) -> PrivateFunction:
-    """``model.release_function(...)`` for a ``DPGPRFITC`` or ``DPSGPR``, streamed over row chunks.
+    """``model.release_function(...)`` for a ``DPGPRFITC`` or ``DPSGPR`` (``model.release(...)`` for a
+    ``DPSparseLaplaceGPC``), streamed over row chunks.
 
     Same arguments and result as :func:`dpgp_gpflow.pipeline.release_function` (``reference_inputs``:
     see :func:`streamed_map`), plus ``source`` (a :class:`~dpgp_gpflow.streaming.chunks.ChunkSource`,

@@ -1,8 +1,8 @@
-"""The sparse regression models' release maps, one row chunk at a time.
+"""The sparse models' release maps, one row chunk at a time.
 
-:class:`ChunkTerms` holds the public pieces of a :class:`~dpgp_gpflow.models.DPGPRFITC` or
-:class:`~dpgp_gpflow.models.DPSGPR` (kernel, prior mean, inducing inputs ``Z``, noise variance, output
-bounds) and computes, for a chunk of rows, exactly what the in-memory model computes for those
+:class:`ChunkTerms` holds the public pieces of a :class:`~dpgp_gpflow.models.DPGPRFITC`,
+:class:`~dpgp_gpflow.models.DPSGPR` or :class:`~dpgp_gpflow.models.DPSparseLaplaceGPC` (kernel, prior
+mean, inducing inputs ``Z``, noise variance, output bounds) and computes, for a chunk of rows, exactly what the in-memory model computes for those
 columns: the m x m sums that determine the factors (:meth:`ChunkTerms.summaries`), and, once the
 factors are known (:meth:`ChunkTerms.factors`), the columns ``R B[:, chunk]`` of the released map
 (:meth:`ChunkTerms.columns`; ``R``: the reference coordinates of
@@ -12,11 +12,13 @@ outputs (:meth:`ChunkTerms.centred_outputs`). Nothing m x n is formed: a chunk's
 FITC (``docs/mechanisms.md#sparse-regression``): ``V = L_uu^{-1} K_uf``, ``nu = diag(K_ff - V^T V) +
 sigma^2``; sums ``V diag(1/nu) V^T`` (giving ``L_B``) and ``V V^T`` (the readout's Gram at the training
 inputs). SGPR (Titsias): ``W = L^{-1} K_uf``, ``A = W / sigma``; sums ``A A^T`` (giving ``L_B``) and
-``W W^T`` (the readout's Gram is ``L_B^{-1} W W^T L_B^{-T}``).
+``W W^T`` (the readout's Gram is ``L_B^{-1} W W^T L_B^{-T}``). SoR classifier (the first Newton step
+``w1 = C_w y``, ``docs/mechanisms.md``): FITC's sums with ``nu = 4`` (the linearised likelihood's
+variance ``1/W``) and ``C_w = 2 (L_B L_B^T)^{-1} V / nu``; ``V = Phi^T``.
 
 Privacy assumption: the kernel, ``Z``, the noise variance, the prior mean and the bounds are public;
 the outputs enter only :meth:`ChunkTerms.centred_outputs`, which clips them to the public bounds
-before anything else is computed from them. The object pickles through the release-file
+(labels: checks they are -1 or +1) before anything else is computed from them. The object pickles through the release-file
 specifications of its kernel and mean function (:mod:`dpgp_gpflow.release_file`), so Dask workers
 rebuild exactly the same public pieces.
 """
@@ -30,12 +32,14 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
+from ..models.dp_laplace import DPSparseLaplaceGPC
+from ..models.laplace import SoRReadout, validate_labels
 from ..models.sgpr import DPGPRFITC, FITCReadout, FITCTerms
 from ..models.titsias import DPSGPR, SGPRReadout, SGPRTerms
 from ..release_file import kernel_from_spec, kernel_spec, mean_function_from_spec, mean_function_spec
 from ..validation import clip_outputs
 
-__all__ = ["ChunkTerms", "Factors", "add_summaries"]
+__all__ = ["KINDS", "SOR_VARIANCE", "ChunkTerms", "Factors", "add_summaries"]
 
 
 class Factors(NamedTuple):
@@ -51,16 +55,22 @@ def add_summaries(a: Dict[str, np.ndarray], b: Dict[str, np.ndarray]) -> Dict[st
     return {k: (np.maximum(a[k], b[k]) if k == "output_bound" else a[k] + b[k]) for k in a}
 
 
-class ChunkTerms:
-    """Public per-chunk maths of a sparse regression model (see the module docstring).
+#: The sparse models a stream releases, by the kind of their per-chunk maths.
+KINDS = ("fitc", "sgpr", "sor")
+#: The SoR classifier's first Newton step from ``w0 = 0`` linearises the likelihood with ``W = 1/4``.
+SOR_VARIANCE = 4.0
 
-    Build it with :meth:`from_model`. ``kind`` is ``"fitc"`` or ``"sgpr"``.
+
+class ChunkTerms:
+    """Public per-chunk maths of a sparse model (see the module docstring).
+
+    Build it with :meth:`from_model`. ``kind`` is one of :data:`KINDS`.
     """
 
     def __init__(self, kind: str, kernel: Any, mean_function: Any, Z: np.ndarray, noise_variance: float,
                  y_bounds: Tuple[float, float], jitter: float) -> None:
-        if kind not in ("fitc", "sgpr"):
-            raise ValueError(f"kind must be 'fitc' or 'sgpr', got {kind!r}")
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         self.kind = kind
         self.Z = np.asarray(Z, dtype=np.float64)
         self.noise_variance = float(noise_variance)
@@ -71,13 +81,18 @@ class ChunkTerms:
 
     @classmethod
     def from_model(cls, model: Any) -> "ChunkTerms":
-        """The public pieces of a ``DPGPRFITC`` or ``DPSGPR`` with one (homoscedastic) noise variance."""
+        """The public pieces of a ``DPGPRFITC`` or ``DPSGPR`` with one (homoscedastic) noise variance, or
+        of a ``DPSparseLaplaceGPC``."""
+        if isinstance(model, DPSparseLaplaceGPC):
+            return cls("sor", model.kernel, model.mean_function, model.inducing_variable.Z.numpy(), SOR_VARIANCE,
+                       model.y_bounds, gpflow.config.default_jitter())
         if isinstance(model, DPGPRFITC):
             kind = "fitc"
         elif isinstance(model, DPSGPR):
             kind = "sgpr"
         else:
-            raise TypeError(f"streaming releases support DPGPRFITC and DPSGPR, not {type(model).__name__}")
+            raise TypeError("streaming releases support DPGPRFITC, DPSGPR and DPSparseLaplaceGPC, not "
+                            f"{type(model).__name__}")
         variance = np.asarray(model.likelihood.variance.numpy(), dtype=np.float64)
         if variance.size != 1:
             raise NotImplementedError("streaming releases need one noise variance for all points")
@@ -112,12 +127,17 @@ class ChunkTerms:
         kuf = self._kernel(tf.constant(self.Z), tf.constant(X))  # [M, c]
         return tf.linalg.triangular_solve(L, kuf, lower=True)
 
+    def _nu(self, X: np.ndarray, V: tf.Tensor) -> Any:
+        """FITC's per-point ``diag(K_ff - V^T V) + sigma^2`` [c], or the SoR step's constant variance."""
+        if self.kind == "sor":
+            return self.noise_variance
+        return self._kernel(tf.constant(X), full_cov=False) - tf.reduce_sum(tf.square(V), 0) + self.noise_variance
+
     def summaries(self, X: np.ndarray, L: tf.Tensor) -> Dict[str, np.ndarray]:
         """The chunk's m x m sums (public: inputs only) and its output bound (see module docstring)."""
         V = self._projected(X, L)  # [M, c]
-        if self.kind == "fitc":
-            nu = self._kernel(tf.constant(X), full_cov=False) - tf.reduce_sum(tf.square(V), 0) + self.noise_variance
-            inner = tf.linalg.matmul(V / nu, V, transpose_b=True)
+        if self.kind != "sgpr":
+            inner = tf.linalg.matmul(V / self._nu(X, V), V, transpose_b=True)
         else:
             A = V / np.sqrt(self.noise_variance)
             inner = tf.linalg.matmul(A, A, transpose_b=True)
@@ -145,9 +165,8 @@ class ChunkTerms:
     def latent_columns(self, X: np.ndarray, factors: Factors) -> tf.Tensor:
         """``B[:, chunk]`` [M, c]: the map from the chunk's centred outputs to the latent values (public)."""
         V = self._projected(X, factors.L)
-        if self.kind == "fitc":
-            nu = self._kernel(tf.constant(X), full_cov=False) - tf.reduce_sum(tf.square(V), 0) + self.noise_variance
-            return tf.linalg.cholesky_solve(factors.LB, V / nu)
+        if self.kind != "sgpr":
+            return tf.linalg.cholesky_solve(factors.LB, V / self._nu(X, V)) * self._step_scale
         sigma = np.sqrt(self.noise_variance)
         return tf.linalg.triangular_solve(factors.LB, (V / sigma) / sigma, lower=True)
 
@@ -166,18 +185,25 @@ class ChunkTerms:
         if factors.R is not None:
             left = tf.linalg.matmul(left, factors.R)  # [r, M]
         kuf = self._kernel(tf.constant(self.Z), tf.constant(X))  # [M, c]
-        if self.kind == "fitc":  # T R (L_B L_B^T)^{-1} V diag(1/nu), V = L^{-1} K_uf
-            M = tf.transpose(tf.linalg.cholesky_solve(factors.LB, tf.transpose(left)))
+        if self.kind != "sgpr":  # T R (L_B L_B^T)^{-1} V diag(1/nu), V = L^{-1} K_uf (times the SoR step's 2)
+            M = tf.transpose(tf.linalg.cholesky_solve(factors.LB, tf.transpose(left))) * self._step_scale
             V = tf.linalg.triangular_solve(factors.L, kuf, lower=True)
-            nu = self._kernel(tf.constant(X), full_cov=False) - tf.reduce_sum(tf.square(V), 0) + self.noise_variance
-            return tf.linalg.matmul(M, V) / nu
+            return tf.linalg.matmul(M, V) / self._nu(X, V)
         # SGPR: T R L_B^{-1} L^{-1} K_uf / sigma^2
         M = tf.linalg.triangular_solve(factors.LB, tf.transpose(left), lower=True, adjoint=True)  # [M, r]
         M = tf.linalg.triangular_solve(factors.L, M, lower=True, adjoint=True)
         return tf.linalg.matmul(M, kuf, transpose_a=True) / self.noise_variance
 
+    @property
+    def _step_scale(self) -> float:
+        """The SoR first step's ``C_w = 2 (L_B L_B^T)^{-1} V / nu`` (gradient ``y / 2`` over ``W = 1/4``)."""
+        return 2.0 if self.kind == "sor" else 1.0
+
     def centred_outputs(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
-        """PRIVATE: the chunk's outputs clipped to the public bounds, minus the public prior mean [c]."""
+        """PRIVATE: the chunk's outputs clipped to the public bounds, minus the public prior mean [c]
+        (labels: checked to be -1 or +1, without any statistic of them in the error)."""
+        if self.kind == "sor":
+            validate_labels(np.asarray(Y).reshape(-1, 1))
         if not np.all(np.isfinite(Y)):
             raise ValueError("the private outputs are not all finite")
         clipped = clip_outputs(np.asarray(Y, dtype=np.float64).reshape(-1, 1), self.y_bounds)
@@ -185,6 +211,8 @@ class ChunkTerms:
 
     def readout(self, factors: Factors) -> Any:
         """The frozen public readout the in-memory model's ``public_readout`` gives (no ``B`` in it)."""
+        if self.kind == "sor":
+            return SoRReadout.from_factors(self._kernel, self.Z, factors.L, factors.LB)
         if self.kind == "fitc":
             return FITCReadout(self._kernel, self._mean_function, tf.constant(self.Z),
                                FITCTerms(factors.L, factors.LB, None))

@@ -13,8 +13,8 @@ da = pytest.importorskip("dask.array")
 distributed = pytest.importorskip("distributed")
 from dpgp_gpflow.distributed import DaskChunks  # noqa: E402
 
-from test_streaming import _model  # noqa: E402
-from dpgp_gpflow.models import DPGPRFITC, DPSGPR  # noqa: E402
+from test_streaming import _classifier, _model  # noqa: E402
+from dpgp_gpflow.models import DPGPRFITC, DPSGPR, DPSparseLaplaceGPC  # noqa: E402
 
 
 @pytest.mark.parametrize("cls", [DPGPRFITC, DPSGPR])
@@ -90,3 +90,21 @@ def test_a_scheduler_address_with_worker_processes_gives_the_same_release():
         remote = streaming.release_function(_dask_model(DPSGPR, model, 500), epsilon=1.0, delta=1e-3, seed=5)
     np.testing.assert_allclose(remote.release.noise_std, local.release.noise_std, rtol=1e-6)
     assert dp.audit(remote, model).passed
+
+
+def test_a_sparse_classifier_built_from_dask_arrays_releases_on_the_cluster():
+    model = _classifier(1500, 12)
+    X, Y = (t.numpy() for t in model.data)
+    Z = model.inducing_variable.Z.numpy()
+    local = streaming.release_function(model, epsilon=1.0, delta=1e-3, seed=4, chunk_size=500)
+    Xd, Yd = da.from_array(X, chunks=(500, 1)), da.from_array(Y, chunks=(500, 1))
+    with pytest.raises(TypeError, match="minibatch_kmeans_inducing_inputs"):
+        DPSparseLaplaceGPC((Xd, Yd), gpflow.kernels.SquaredExponential(lengthscales=1.0), 12)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            distributed.Client(cluster):
+        dmodel = DPSparseLaplaceGPC((Xd, Yd), gpflow.kernels.SquaredExponential(lengthscales=1.0), Z)
+        with pytest.raises(TypeError, match="Dask arrays"):
+            dmodel.release(epsilon=1.0, delta=1e-3)
+        on_dask = streaming.release_function(dmodel, epsilon=1.0, delta=1e-3, seed=4)
+    np.testing.assert_allclose(on_dask.release.noise_std, local.release.noise_std, rtol=1e-6)
+    assert dp.audit(on_dask, model).passed

@@ -10,7 +10,8 @@ import pytest
 
 import dpgp_gpflow as dp
 from dpgp_gpflow import sampling, streaming
-from dpgp_gpflow.models import DPGPRFITC, DPSGPR
+from dpgp_gpflow.models import DPGPRFITC, DPSGPR, DPSparseLaplaceGPC, PrivateSparseClassifier
+
 
 
 def _model(cls, n, m, seed=0):
@@ -73,10 +74,52 @@ def test_minibatch_kmeans_inducing_inputs_reads_inputs_only():
     np.testing.assert_array_equal(Z, streaming.minibatch_kmeans_inducing_inputs(X, 20, chunk_size=1000))
 
 
-@pytest.mark.parametrize("cls", [DPGPRFITC, DPSGPR])
+def _classifier(n, m, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0, 10, (n, 1))
+    Y = np.where(np.sin(X) + 0.5 * rng.standard_normal((n, 1)) > 0.0, 1.0, -1.0)
+    return DPSparseLaplaceGPC((X, Y), gpflow.kernels.SquaredExponential(lengthscales=1.0), np.linspace(0, 10, m)[:, None])
+
+
+@pytest.mark.parametrize("reference", [None, "training"])
+def test_streamed_sparse_classifier_equals_in_memory_and_passes_the_audit(reference):
+    model = _classifier(2000, 15)
+    ref = None if reference is None else model.data[0].numpy()
+    f_mem = model.release(epsilon=1.0, delta=1e-3, seed=3, reference_inputs=ref)
+    f_str = streaming.release_function(model, epsilon=1.0, delta=1e-3, seed=3, chunk_size=300, reference_inputs=ref)
+    assert isinstance(f_str, PrivateSparseClassifier)
+    _close(f_mem, f_str, 1e-6)
+    assert dp.audit(f_str, model).passed
+
+
+def test_streamed_sparse_classifier_columns_are_the_first_newton_step():
+    """Against numpy: ``C_w = 1/2 (I + Phi^T Phi / 4)^{-1} Phi^T``, ``Phi = K_XZ L^{-T}`` (GPML / SoR)."""
+    model = _classifier(700, 9)
+    X, Z = model.data[0].numpy(), model.inducing_variable.Z.numpy()
+    k = lambda A, B: np.exp(-0.5 * (A - B.T) ** 2)  # noqa: E731 - unit variance, lengthscale 1
+    L = np.linalg.cholesky(k(Z, Z) + gpflow.config.default_jitter() * np.eye(9))
+    Phi = np.linalg.solve(L, k(Z, X)).T
+    Cw = 0.5 * np.linalg.solve(np.eye(9) + Phi.T @ Phi / 4.0, Phi.T)
+    cmap = streaming.streamed_map(model, chunk_size=200)
+    got = np.concatenate([cmap.terms.columns(X[i:i + 200], cmap.factors).numpy() for i in range(0, 700, 200)], axis=1)
+    np.testing.assert_allclose(got, Cw, rtol=1e-9, atol=1e-12 * np.abs(Cw).max())
+
+
+def test_streamed_labels_that_are_not_plus_or_minus_one_raise_on_their_chunk_and_spend_nothing():
+    model = _classifier(600, 8)
+    X, Y = (t.numpy() for t in model.data)
+    bad = Y.copy()
+    bad[450] = 0.0
+    with dp.PrivacyAccountant(epsilon=2.0, delta=1e-2) as acc:
+        with pytest.raises(ValueError, match="labels must be -1 or \\+1"):
+            streaming.release_function(model, epsilon=1.0, delta=1e-3, source=streaming.LocalChunks(X, bad, 100))
+        assert acc.spent[0] == 0.0
+
+
+@pytest.mark.parametrize("cls", [DPGPRFITC, DPSGPR, DPSparseLaplaceGPC])
 def test_chunk_terms_pickle_through_their_specifications(cls):
     """Dask workers in other processes rebuild exactly the same public pieces."""
-    model = _model(cls, 300, 8)
+    model = _classifier(300, 8) if cls is DPSparseLaplaceGPC else _model(cls, 300, 8)
     cmap = streaming.streamed_map(model, chunk_size=100)
     again = pickle.loads(pickle.dumps(cmap.terms))
     X = model.data[0].numpy()[:50]
