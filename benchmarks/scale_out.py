@@ -77,13 +77,13 @@ def worker(n: int, m: int, workers: int) -> None:
         import dask.array as da
         import distributed
 
-        from dpgp_gpflow.distributed import DaskChunks
-
         with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=False,
-                                      dashboard_address=None) as cluster, distributed.Client(cluster) as client:
-            source = DaskChunks(da.from_array(X, chunks=(CHUNK, 2)), da.from_array(Y, chunks=(CHUNK, 1)), client=client)
+                                      dashboard_address=None) as cluster, distributed.Client(cluster):
+            # the user's path: a model built from dask arrays releases on the active client's cluster
+            rows = (da.from_array(X, chunks=(CHUNK, 2)), da.from_array(Y, chunks=(CHUNK, 1)))
+            dmodel = DPSGPR(rows, kernel, Z, noise_variance=NOISE_VARIANCE, y_bounds=bounds)
             t0 = time.perf_counter()
-            released = streaming.release_function(model, epsilon=EPSILON, delta=DELTA, source=source, stats=stats)
+            released = streaming.release_function(dmodel, epsilon=EPSILON, delta=DELTA, stats=stats)
     times["release_function"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     pred = streaming.predict(released, X, chunk_size=100_000)
@@ -155,7 +155,8 @@ def main(argv=None) -> int:
         f"25; m inducing inputs by `minibatch_kmeans_inducing_inputs`; `DPSGPR` released by "
         f"`dpgp_gpflow.streaming.release_function(epsilon=1, delta=0.01)` (mse, automatic rtol, chunks of {CHUNK:,} "
         "rows), then `streaming.predict` at the n training inputs. One fresh process per case; peak RSS is its "
-        "`ru_maxrss` (the Dask cases run a `LocalCluster(processes=False)`, so this is the whole cluster's).",
+        "`ru_maxrss` (the Dask cases build the `DPSGPR` from `dask.array` rows and run a "
+        "`LocalCluster(processes=False)`, so this is the whole cluster's).",
         "### Streaming on one machine", _common.markdown_table(headers, stream_rows),
         "### Dask LocalCluster (single-threaded workers)", _common.markdown_table(headers, dask_rows),
     ]
