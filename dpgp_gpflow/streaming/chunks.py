@@ -39,6 +39,11 @@ class ChunkSource:
         """As :meth:`map_reduce` for functions of the public inputs only: ``fn(X_chunk, start, *args)``."""
         return self.map_reduce(lambda X, Y, start, *a: fn(X, start, *a), combine, *args)
 
+    def every(self, step: int) -> "ChunkSource":
+        """The same kind of source over rows ``0, step, 2 step, ...`` (row ``j`` there is row ``j step``
+        here): a public subsample, chosen by position only."""
+        raise NotImplementedError
+
 
 class LocalChunks(ChunkSource):
     """The rows of ``X`` (n x D) and ``Y`` (n x 1 or n) in chunks of ``chunk_size``, processed here in turn.
@@ -54,6 +59,9 @@ class LocalChunks(ChunkSource):
         self.X, self.Y = X, Y
         self.n, self.input_dim = int(np.shape(X)[0]), int(np.shape(X)[1])
         self.chunk_size = int(chunk_size)
+
+    def every(self, step: int) -> "LocalChunks":
+        return type(self)(self.X[::step], self.Y[::step], self.chunk_size)
 
     def bounds(self) -> Iterator[Tuple[int, int]]:
         """``(start, stop)`` of every chunk, in order."""

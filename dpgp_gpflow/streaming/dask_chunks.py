@@ -52,6 +52,9 @@ class DaskChunks(ChunkSource):
         self.client = client
         self.starts = np.concatenate([[0], np.cumsum(self.X.chunks[0])[:-1]]).astype(int)
 
+    def every(self, step: int) -> "DaskChunks":
+        return DaskChunks(self.X[::step], self.Y[::step], client=self.client)
+
     def map_reduce(self, fn: Callable[..., Any], combine: Callable[[Any, Any], Any], *args: Any) -> Any:
         xs, ys = self.X.to_delayed().ravel(), self.Y.to_delayed().ravel()
         shared = [dask.delayed(a) if isinstance(a, (np.ndarray, dict, list)) else a for a in args]

@@ -53,6 +53,8 @@ from .chunks import ChunkSource
 from .terms import ChunkTerms, Factors
 
 __all__ = [
+    "COARSE_FACTOR",
+    "COARSE_ROWS",
     "PIVOT_CANDIDATES",
     "PIVOT_CANDIDATES_MAX",
     "StreamedMap",
@@ -62,6 +64,12 @@ __all__ = [
     "sensitivities",
     "whitened_query",
 ]
+
+#: Above ``COARSE_FACTOR * COARSE_ROWS`` rows the working set is first grown on every k-th row (about
+#: ``COARSE_ROWS`` of them, chosen by position: public), and the solve over all rows starts from that
+#: solution: most working-set rounds (one pass over the data each) then run over the subsample.
+COARSE_ROWS = 100_000
+COARSE_FACTOR = 3
 
 #: Columns by norm among which the working set's r pivoted-QR columns are chosen (at least 8 r), ...
 PIVOT_CANDIDATES = 2000
@@ -275,13 +283,19 @@ class _Work:
 
 
 def _solve_on_working_sets(cmap: StreamedMap, T: np.ndarray, objective: str, tol: float, max_iter: int,
-                           excluded: np.ndarray, stats: Dict[str, Any]):
+                           excluded: np.ndarray, stats: Dict[str, Any], start: Optional[Tuple[np.ndarray, np.ndarray]] = None):
     """The in-memory working-set loop (``cloaking._solve_on_working_sets``) over the chunks; returns the
-    final working set (its weights are the solution; every other point has weight 0) and the steps."""
+    final working set (its weights are the solution; every other point has weight 0) and the steps.
+    ``start``: ``(indices, weights)`` of a warm start (e.g. a subsample's solution), solved to ``tol``
+    from the first round."""
     r = int(T.shape[0])
     n = cmap.source.n
     n_part = n - int(excluded.size)
-    if n_part <= cloaking.DENSE_POINTS:
+    if start is not None:
+        wanted = np.setdiff1d(start[0], excluded)
+        idx, cols = cmap.source.map_inputs(_gather_chunk, _gather_combine, cmap.terms, cmap.factors, T, wanted)
+        work = _Work(idx, cols, start[1][np.searchsorted(start[0], idx)])
+    elif n_part <= cloaking.DENSE_POINTS:
         wanted = np.setdiff1d(np.arange(n), excluded)
         idx, cols = cmap.source.map_inputs(_gather_chunk, _gather_combine, cmap.terms, cmap.factors, T, wanted)
         work = _Work(idx, cols, np.zeros(idx.size))
@@ -303,8 +317,10 @@ def _solve_on_working_sets(cmap: StreamedMap, T: np.ndarray, objective: str, tol
         chosen = np.union1d(lev_top[0], cand_idx[pivots[:r]])
         where = np.searchsorted(cand_idx, chosen)
         work = _Work(chosen, cand_cols[:, where], np.zeros(chosen.size))
-    work.weights[:] = best_uniform_weight(tf.constant(work.cols), objective)
-    stage_tol = max(tol, PRUNE_TOL) if work.idx.size > max(3 * r, PRUNE_MIN_POINTS) else tol
+    if start is None:
+        work.weights[:] = best_uniform_weight(tf.constant(work.cols), objective)
+    loose = start is None and work.idx.size > max(3 * r, PRUNE_MIN_POINTS)
+    stage_tol = max(tol, PRUNE_TOL) if loose else tol
     total_iters = 0
     for _ in range(50):
         w_sub = np.maximum(work.weights, 1e-12 * r / work.idx.size)
@@ -357,7 +373,15 @@ def optimise_noise_covariance(cmap: StreamedMap, T: np.ndarray, objective: str, 
         _, first = np.unique(hashes, return_index=True)
         excluded = np.setdiff1d(np.arange(n), first)
     stats["distinct"] = n - int(excluded.size)
-    work, total_iters = _solve_on_working_sets(cmap, T, objective, tol, max_iter, excluded, stats)
+    start, total_iters = None, 0
+    if n > COARSE_FACTOR * COARSE_ROWS:  # grow the working set on a public subsample first
+        step = n // COARSE_ROWS
+        coarse = optimise_noise_covariance(cmap._replace(source=cmap.source.every(step)), T, objective, tol=tol,
+                                           max_iter=max_iter, stats=stats.setdefault("coarse", {}))
+        start = (coarse.weights[0].numpy() * step, coarse.weights[1].numpy())
+        total_iters = coarse.certificate.iterations
+    work, more = _solve_on_working_sets(cmap, T, objective, tol, max_iter - total_iters, excluded, stats, start)
+    total_iters += more
     w, eigvecs, inv_scale = _dual(work.cols, work.weights, objective)
     qmax, _ = cmap.source.map_inputs(_certificate_chunk, _certificate_combine(0), cmap.terms, cmap.factors, T,
                                      np.zeros(0, int), eigvecs, inv_scale, np.zeros(0, int), 0)
