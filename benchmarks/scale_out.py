@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 
-from dpgp_gpflow.streaming.solver import COARSE_ROWS  # noqa: E402
+from dpgp_gpflow.streaming.solver import COARSE_ROWS, COARSE_STEP  # noqa: E402
 
 LENGTHSCALE, KERNEL_VARIANCE, NOISE_VARIANCE = 10.0, 100.0, 25.0
 EPSILON, DELTA = 1.0, 0.01
@@ -115,7 +115,9 @@ def _run(n, m, workers, timeout):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--m", type=int, default=None, help="inducing inputs (default 200; quick 20)")
+    parser.add_argument("--m", type=int, nargs="*", default=None,
+                        help="inducing inputs, one streaming table row per (m, n) (default 200; quick 20); "
+                             "the Dask cases use the first")
     parser.add_argument("--ns", type=int, nargs="*", default=None, help="streaming sizes")
     parser.add_argument("--dask-n", type=int, default=None, help="size of the Dask cases")
     parser.add_argument("--quick", action="store_true", help="smoke test (writes results/quick/)")
@@ -126,13 +128,14 @@ def main(argv=None) -> int:
     if args.worker:
         worker(*args.worker)
         return 0
-    m = args.m or (20 if args.quick else 200)
+    ms = args.m or [20 if args.quick else 200]
+    m = ms[0]
     ns = args.ns or ([5_000, 10_000] if args.quick else [100_000, 1_000_000, 2_000_000])
     dask_n = args.dask_n or (5_000 if args.quick else 200_000)
     started = _common.utc_now()
     machine = _common.machine_info(gpus=[])
 
-    def row(res, out, n, workers):
+    def row(res, out, n, workers, m=m):
         peak = res["maxrss_bytes"] / 2**30
         if out is None:
             why = "timeout" if res["timed_out"] else f"failed (exit {res['returncode']})"
@@ -145,12 +148,13 @@ def main(argv=None) -> int:
     headers = ["n", "m", "Dask workers", "k-means (s)", "release (s)", "predict at n inputs (s)", "peak RSS (GiB)",
                "r", "certificate (rel. gap)"]
     stream_rows, dask_rows, measured = [], [], []
-    for n in ns:
-        res, out = _run(n, m, 0, args.timeout)
-        r, out = row(res, out, n, 0)
-        stream_rows.append(r)
-        if out is not None:
-            measured.append(out)
+    for m_stream in ms:
+        for n in ns:
+            res, out = _run(n, m_stream, 0, args.timeout)
+            r, out = row(res, out, n, 0, m_stream)
+            stream_rows.append(r)
+            if out is not None and m_stream == m:
+                measured.append(out)
     for w in (1, 2):
         res, out = _run(dask_n, m, w, args.timeout)
         dask_rows.append(row(res, out, dask_n, w)[0])
@@ -170,11 +174,12 @@ def main(argv=None) -> int:
         other = big["times_s"]["release_function"] - big["pass_s"]
         projected = per_row * big["passes"] * PROJECT_TO + other
         parts += ["### Projection to n = 10^8 (a projection, not a measurement)",
-                  f"From the n = {big['n']:,} case: {big['passes']} passes over the chunks took {big['pass_s']:.1f} s "
+                  f"From the n = {big['n']:,}, m = {big['m']} case: {big['passes']} passes over the chunks took {big['pass_s']:.1f} s "
                   f"({per_row * 1e6:.2f} µs per row per pass); everything else (restricted solves, factorisations, and "
-                  f"the passes over the optimiser's public subsample of about {COARSE_ROWS:,} rows) {other:.1f} s. "
-                  "Assuming the same number of passes over all rows, a per-row cost independent of n and the rest "
-                  "unchanged (the subsample's size does not grow with n), one 2-core "
+                  f"the passes over the optimiser's public subsamples: every {COARSE_STEP}th row, recursively down to "
+                  f"about {COARSE_ROWS:,} rows) {other:.1f} s. Assuming the same number of passes over all rows, a "
+                  "per-row cost independent of n and the rest growing no faster (an optimistic assumption: the "
+                  "rest grows with the optimum's support), one 2-core "
                   f"machine would take about **{projected / 3600:.1f} h** for n = 10^8 (memory does not grow with n "
                   "beyond the inputs themselves and the optimiser's per-point weights); w workers divide the pass time "
                   "by at most w."]

@@ -55,6 +55,7 @@ from .terms import ChunkTerms, Factors
 __all__ = [
     "COARSE_FACTOR",
     "COARSE_ROWS",
+    "COARSE_STEP",
     "PIVOT_CANDIDATES",
     "PIVOT_CANDIDATES_MAX",
     "StreamedMap",
@@ -65,11 +66,12 @@ __all__ = [
     "whitened_query",
 ]
 
-#: Above ``COARSE_FACTOR * COARSE_ROWS`` rows the working set is first grown on every k-th row (about
-#: ``COARSE_ROWS`` of them, chosen by position: public), and the solve over all rows starts from that
-#: solution: most working-set rounds (one pass over the data each) then run over the subsample.
-COARSE_ROWS = 100_000
+#: Above ``COARSE_FACTOR * COARSE_ROWS`` rows the working set is first grown on every k-th row
+#: (``k = min(COARSE_STEP, n // COARSE_ROWS)``, chosen by position: public; recursively), and the solve
+#: over all rows starts from that solution: most working-set rounds (one pass each) run on the subsample.
+COARSE_ROWS = 10_000
 COARSE_FACTOR = 3
+COARSE_STEP = 10
 
 #: Columns by norm among which the working set's r pivoted-QR columns are chosen (at least 8 r), ...
 PIVOT_CANDIDATES = 2000
@@ -375,7 +377,7 @@ def optimise_noise_covariance(cmap: StreamedMap, T: np.ndarray, objective: str, 
     stats["distinct"] = n - int(excluded.size)
     start, total_iters = None, 0
     if n > COARSE_FACTOR * COARSE_ROWS:  # grow the working set on a public subsample first
-        step = n // COARSE_ROWS
+        step = min(COARSE_STEP, n // COARSE_ROWS)  # one level per factor COARSE_STEP, down to COARSE_ROWS
         coarse = optimise_noise_covariance(cmap._replace(source=cmap.source.every(step)), T, objective, tol=tol,
                                            max_iter=max_iter, stats=stats.setdefault("coarse", {}))
         start = (coarse.weights[0].numpy() * step, coarse.weights[1].numpy())

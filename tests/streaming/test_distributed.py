@@ -108,3 +108,19 @@ def test_a_sparse_classifier_built_from_dask_arrays_releases_on_the_cluster():
         on_dask = streaming.release_function(dmodel, epsilon=1.0, delta=1e-3, seed=4)
     np.testing.assert_allclose(on_dask.release.noise_std, local.release.noise_std, rtol=1e-6)
     assert dp.audit(on_dask, model).passed
+
+
+def test_the_subsample_start_runs_on_dask_and_equals_the_local_one(monkeypatch):
+    from dpgp_gpflow.streaming import solver
+
+    monkeypatch.setattr(solver, "COARSE_ROWS", 300)
+    model = _model(DPSGPR, 2000, 16)
+    local_stats, dask_stats = {}, {}
+    local = streaming.release_function(model, epsilon=1.0, delta=1e-3, seed=3, chunk_size=500, stats=local_stats)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            distributed.Client(cluster):
+        on_dask = streaming.release_function(_dask_model(DPSGPR, model, 500), epsilon=1.0, delta=1e-3, seed=3,
+                                             stats=dask_stats)
+    assert "coarse" in local_stats and "coarse" in dask_stats
+    np.testing.assert_allclose(on_dask.release.noise_std, local.release.noise_std, rtol=1e-6)
+    assert dp.audit(on_dask, model).passed
