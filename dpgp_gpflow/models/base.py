@@ -42,6 +42,7 @@ __all__ = [
     "PrivateRegressionMixin",
     "prepare_private_data",
     "prepare_sparse_data",
+    "split_dask_rows",
     "public_constant_mean",
     "reference_coordinates",
 ]
@@ -63,6 +64,21 @@ def prepare_private_data(data: Any, y_bounds: Any, data_sensitivity: Optional[fl
     return X, clip_outputs(Y, bounds), bounds, d
 
 
+def split_dask_rows(data: Any) -> Tuple[Any, Any, Optional[Tuple[Any, Any]]]:
+    """``(X, Y, dask_rows)`` of the pair ``data``: when either is a Dask array, both must be, and
+    ``dask_rows`` is the checked pair (:func:`~dpgp_gpflow.validation.as_dask_rows`; ``X, Y`` are it);
+    otherwise ``dask_rows`` is None and ``X, Y`` are as given (the caller validates them)."""
+    try:
+        X, Y = data
+    except (TypeError, ValueError) as exc:
+        raise TypeError("data must be a pair (X, Y)") from exc
+    if is_dask_array(X) or is_dask_array(Y):
+        require_float64()
+        rows = as_dask_rows(X, Y)
+        return rows[0], rows[1], rows
+    return X, Y, None
+
+
 def prepare_sparse_data(data: Any, inducing_variable: Any, y_bounds: Any, data_sensitivity: Optional[float],
                         noise_variance: Any = None):
     """:func:`prepare_private_data` for the sparse regression models, whose rows may also be Dask arrays,
@@ -73,21 +89,16 @@ def prepare_sparse_data(data: Any, inducing_variable: Any, y_bounds: Any, data_s
     outputs are clipped chunk by chunk where they are read) and ``data`` is an empty ``[0, D]``,
     ``[0, 1]`` placeholder for GPflow's constructor that :class:`DaskRowsMixin` never lets anything read.
     """
-    try:
-        X, Y = data
-    except (TypeError, ValueError) as exc:
-        raise TypeError("data must be a pair (X, Y)") from exc
-    if is_dask_array(X) or is_dask_array(Y):
-        require_float64()
+    X, Y, rows = split_dask_rows(data)
+    if rows is not None:
         validate_noise_variance(noise_variance)
-        rows = as_dask_rows(X, Y)
         bounds = validate_bounds(y_bounds)
         d = validate_data_sensitivity(data_sensitivity, bounds)
         dim = int(rows[0].shape[1])
         data = (np.zeros((0, dim)), np.zeros((0, 1)))
     else:
-        X, Y, bounds, d = prepare_private_data(data, y_bounds, data_sensitivity, noise_variance)
-        rows, dim, data = None, X.shape[1], (X, Y)
+        X, Y, bounds, d = prepare_private_data((X, Y), y_bounds, data_sensitivity, noise_variance)
+        dim, data = X.shape[1], (X, Y)
     if isinstance(inducing_variable, gpflow.inducing_variables.InducingPoints):
         inducing_variable = inducing_variable.Z.numpy()
     return data, as_inputs("inducing_variable", inducing_variable, dim), bounds, d, rows

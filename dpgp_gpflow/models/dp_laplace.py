@@ -43,7 +43,6 @@ from ..contract import ReleaseTerms, dense_map
 from ..release import cloaking_release, gaussian_event
 from ..released import PrivateClassifier, PrivateRelease
 from ..validation import (
-    as_dask_rows,
     as_inputs,
     is_dask_array,
     require_float64,
@@ -53,7 +52,7 @@ from ..validation import (
     validate_objective,
     validate_seed,
 )
-from .base import DaskRowsMixin, FactoredModelMixin, PrivateModelMixin
+from .base import DaskRowsMixin, FactoredModelMixin, PrivateModelMixin, split_dask_rows
 from .gpr import gpr_cloaking_matrix_and_variance
 from .laplace import (
     LaplaceGPC,
@@ -305,15 +304,10 @@ def _inducing_inputs(inducing_variable: Any, X: Any) -> np.ndarray:
 def _sparse_rows(data: Any) -> Tuple[Any, Any, Optional[Tuple[Any, Any]]]:
     """``(X, Y, dask_rows)``: validated in-memory rows, or Dask rows (labels checked where they are
     read) with the empty placeholders GPflow's constructor gets instead (:class:`DaskRowsMixin`)."""
-    try:
-        X, Y = data
-    except (TypeError, ValueError) as exc:
-        raise TypeError("data must be a pair (X, Y)") from exc
-    if is_dask_array(X) or is_dask_array(Y):
-        require_float64()
-        rows = as_dask_rows(X, Y)
-        return rows[0], np.zeros((0, 1)), rows
-    X, Y = _unpack(data)
+    X, Y, rows = split_dask_rows(data)
+    if rows is not None:
+        return X, np.zeros((0, 1)), rows
+    X, Y = _unpack((X, Y))
     return X, Y, None
 
 
