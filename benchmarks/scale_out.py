@@ -29,8 +29,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 
-from dpgp_gpflow.streaming.solver import COARSE_ROWS, COARSE_STEP  # noqa: E402
-
 LENGTHSCALE, KERNEL_VARIANCE, NOISE_VARIANCE = 10.0, 100.0, 25.0
 EPSILON, DELTA = 1.0, 0.01
 CHUNK = 20_000
@@ -46,6 +44,7 @@ def worker(n: int, m: int, workers: int) -> None:
 
     import dpgp_gpflow
     from dpgp_gpflow import streaming
+    from dpgp_gpflow.streaming import solver
     from dpgp_gpflow.datasets import make_synthetic_2d
     from dpgp_gpflow.models import DPSGPR
 
@@ -95,6 +94,7 @@ def worker(n: int, m: int, workers: int) -> None:
     rel = released.release
     print(json.dumps({
         "n": n, "m": m, "workers": workers, "times_s": times, "passes": Timed.passes, "pass_s": Timed.seconds,
+        "coarse_rows": solver.COARSE_ROWS, "coarse_step": solver.COARSE_STEP,
         "rank": rel.rank, "certificate": rel.certificate._asdict(), "stats": stats,
         "median_noise_std": float(np.median(pred.noise_std)),
         "baseline_rss_bytes": baseline_rss, "cores": len(os.sched_getaffinity(0)),
@@ -176,9 +176,9 @@ def main(argv=None) -> int:
         parts += ["### Projection to n = 10^8 (a projection, not a measurement)",
                   f"From the n = {big['n']:,}, m = {big['m']} case: {big['passes']} passes over the chunks took {big['pass_s']:.1f} s "
                   f"({per_row * 1e6:.2f} µs per row per pass); everything else (restricted solves, factorisations, and "
-                  f"the passes over the optimiser's public subsamples: every {COARSE_STEP}th row, recursively down to "
-                  f"about {COARSE_ROWS:,} rows) {other:.1f} s. Assuming the same number of passes over all rows, a "
-                  "per-row cost independent of n and the rest growing no faster (an optimistic assumption: the "
+                  f"the passes over the optimiser's public subsamples: every {big['coarse_step']}th row, recursively "
+                  f"down to about {big['coarse_rows']:,} rows) {other:.1f} s. Assuming the same number of passes "
+                  "over all rows, a per-row cost independent of n and the rest growing no faster (an optimistic assumption: the "
                   "rest grows with the optimum's support), one 2-core "
                   f"machine would take about **{projected / 3600:.1f} h** for n = 10^8 (memory does not grow with n "
                   "beyond the inputs themselves and the optimiser's per-point weights); w workers divide the pass time "
