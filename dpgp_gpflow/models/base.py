@@ -330,7 +330,7 @@ class DaskRowsMixin:
     def input_dim(self) -> int:
         """Number of input columns (public)."""
         rows = self.dask_rows
-        return int(rows[0].shape[1]) if rows is not None else int(self.data[0].shape[1])
+        return int(rows[0].shape[1]) if rows is not None else super().input_dim
 
 
 #: Deprecated name of :class:`PrivateModelMixin`.
