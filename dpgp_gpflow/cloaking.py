@@ -81,6 +81,9 @@ MU_START_DIV = 100.0
 #: Relative residual at which conjugate gradients stop (inexact Newton: the line search and the
 #: duality-gap stop make the step's accuracy a matter of speed only, never of the certificate).
 CG_RTOL = 1e-2
+#: The mse preconditioner is factorised on the points whose barrier curvature is below this times their
+#: own dual curvature; the rest (far from the support, held up by the barrier) get its diagonal.
+PRECONDITIONER_BLOCK = 1.0
 
 
 class ColumnSpace(NamedTuple):
@@ -314,23 +317,31 @@ def _barrier_curvature(mu, weights):
 def _mse_newton_direction(w, P, weights, gb, mu):
     """Newton direction for the barrier mse dual by preconditioned conjugate gradients.
 
-    Exact Hessian-vector products; the preconditioner is the rank-one-curvature approximation
+    Exact Hessian-vector products. The preconditioner is the rank-one-curvature approximation
     ``Qt o Qt + barrier`` with ``Qt = P^T diag(e) P``, ``e_a = (2 w_a^{3/2})^{-1/2}`` (exact on the
-    diagonal of ``E``). Used when the dense Hessian would cost too much.
+    diagonal of ``E``), factorised only on the block of points whose barrier curvature is below
+    their own curvature (those near the support); on the others, which the barrier dominates, it
+    is its diagonal. So the Cholesky is of the near-support block, not of the whole working set.
     """
     e = tf.math.rsqrt(2.0 * tf.pow(w, 1.5))
-    Qt = tf.linalg.matmul(P * e[:, None], P, transpose_a=True)
+    Pe = P * tf.sqrt(e)[:, None]
     barrier = _barrier_curvature(mu, weights)
-    QQ = Qt * Qt
-    pre = QQ + tf.linalg.diag(barrier)
-    pre = pre + 1e-13 * tf.reduce_max(tf.linalg.diag_part(QQ)) * tf.eye(tf.shape(pre)[0], dtype=pre.dtype)
+    own = tf.square(tf.reduce_sum(Pe * Pe, axis=0))  # diagonal of Qt o Qt
+    block = tf.where(barrier < PRECONDITIONER_BLOCK * own)[:, 0]
+    Pb = tf.gather(Pe, block, axis=1)
+    Qt = tf.linalg.matmul(Pb, Pb, transpose_a=True)
+    pre = Qt * Qt + tf.linalg.diag(tf.gather(barrier, block))
+    pre = pre + 1e-13 * tf.reduce_max(own) * tf.eye(tf.shape(pre)[0], dtype=pre.dtype)
     Lp = tf.linalg.cholesky(pre)
+    diagonal = 1.0 / (own + barrier)
+    rows = tf.cast(block, tf.int32)[:, None]
+
+    def precondition(v):
+        inside = tf.linalg.cholesky_solve(Lp, tf.gather(v, block)[:, None])[:, 0]
+        return tf.tensor_scatter_nd_update(v * diagonal, rows, inside)
 
     def apply(v):
         return _mse_hessian_vector(w, P, v) + barrier * v
-
-    def precondition(v):
-        return tf.linalg.cholesky_solve(Lp, v[:, None])[:, 0]
 
     b = -gb
     x = precondition(b)

@@ -214,6 +214,41 @@ def test_working_set_path_matches_the_dense_solve(monkeypatch, objective):
     assert ours.certificate.converged
 
 
+def mse_gradient_np(V: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Gradient of the mse dual ``sum(l) - 2 tr S(l)^{1/2}``: ``1 - v_i^T S^{-1/2} v_i``."""
+    root = sqrtm_psd((V * weights) @ V.T)
+    return 1.0 - np.sum(V * np.linalg.solve(root, V), axis=0)
+
+
+@pytest.mark.parametrize("mu", [1e-6, 1e-3, 1e3])
+def test_mse_newton_direction_solves_the_barrier_newton_system(mu):
+    """The CG direction (block preconditioner: factorised near the support, diagonal elsewhere; mu
+    chosen so that the block is 35, 24 or none of the 40 points) solves ``(H + mu / l^2) x = -g_b`` to the
+    CG tolerance, with ``H`` by central differences of a NumPy gradient (not the code's formula)."""
+    V = random_vectors(4, 40, 5)
+    weights = np.random.default_rng(6).uniform(0.01, 1.0, 40) ** 3  # spread, as near an optimum
+    h = 1e-6
+    H = np.stack([(mse_gradient_np(V, weights + h * e) - mse_gradient_np(V, weights - h * e)) / (2 * h)
+                  for e in np.eye(40)], axis=1)
+    gb = mse_gradient_np(V, weights) - mu / weights
+    w, _, P, _ = cloaking._dual_terms(tf.constant(V), tf.constant(weights), "mse")
+    x = cloaking._mse_newton_direction(w, P, tf.constant(weights), tf.constant(gb), tf.constant(mu, tf.float64)).numpy()
+    residual = (H + np.diag(mu / weights**2)) @ x + gb
+    assert np.linalg.norm(residual) <= 1.5 * cloaking.CG_RTOL * np.linalg.norm(gb)
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_conjugate_gradient_newton_reaches_the_cvxpy_optimum(monkeypatch, name):
+    """With every mse Newton direction taken by preconditioned CG (normally only for large problems),
+    the solve still reaches cvxpy's optimum."""
+    monkeypatch.setattr(cloaking, "DENSE_MSE_HESSIAN_FLOPS", 0.0)
+    monkeypatch.setattr(cloaking, "OPTIMISERS", cloaking.compile_per_objective(
+        cloaking.optimise_tensors, [cloaking.MATRIX_SPEC, cloaking.VECTOR_SPEC, cloaking.REAL_SPEC,
+                                    cloaking.COUNT_SPEC, cloaking.COUNT_SPEC, cloaking.REAL_SPEC]))
+    V = PROBLEMS[name]("mse")
+    assert_cvxpy_optimum(V, "mse", optimise_noise_covariance(tf.constant(V), "mse", tol=TOL))
+
+
 def assert_cvxpy_optimum(V: np.ndarray, objective: str, noise) -> None:
     """Feasible, converged, and within OPT_RTOL of cvxpy's optimum on the same vectors."""
     F = factor_np(noise)
