@@ -229,9 +229,14 @@ def _dual_terms(vectors: tf.Tensor, weights: tf.Tensor, objective: str):
     w, V = tf.linalg.eigh(S)  # w: [r], V: [r, r]
     w = tf.maximum(w, tf.reduce_max(w) * 1e-300 + 1e-300)
     P = tf.linalg.matmul(V, vectors, transpose_a=True)  # [r, n]
-    inv_scale = 1.0 / w if objective == "entropy" else 1.0 / tf.sqrt(w)  # M^{-1} eigenvalues
-    q = tf.reduce_sum(P * P * inv_scale[:, None], axis=0)  # [n]
+    q = tf.reduce_sum(P * P * inverse_scale(w, objective)[:, None], axis=0)  # [n]
     return w, V, P, q
+
+
+def inverse_scale(w, objective: str):
+    """The eigenvalues of ``M(l)^{-1}`` from those ``w`` of ``S``: ``1 / w`` (entropy) or ``w^{-1/2}`` (mse),
+    so that the leverages are ``q_i = sum_a inverse_scale_a (V^T v_i)_a^2``."""
+    return 1.0 / w if objective == "entropy" else 1.0 / tf.sqrt(w)
 
 
 def _dual_value(vectors: tf.Tensor, weights: tf.Tensor, objective: str) -> tf.Tensor:
@@ -481,6 +486,15 @@ MAX_ROUNDS = 50
 #: points near active at the loose optimum tend to be active at the tight one, and re-adding them costs rounds).
 PRUNE_LEVERAGE = 0.5
 
+#: Each round adds r violators, spread (:func:`spread_violators`) among this many times r of the most
+#: violated: the top r alone are near-copies of one another where the optimum's support is wide
+#: (thousands of near-active points at r = 200), and need one round per region.
+VIOLATOR_CANDIDATES = 10
+#: ... stopping once every remaining candidate lies within this (whitened) distance of the span of
+#: those picked: a violator's whitened vector has norm sqrt(q_i) > 1, so a smaller residual is mostly
+#: a direction already added (and below about 1e-8 the choice would be rounding noise).
+SPREAD_RESIDUAL = 0.3
+
 MATRIX_SPEC = tf.TensorSpec([None, None], tf.float64)
 VECTOR_SPEC = tf.TensorSpec([None], tf.float64)
 REAL_SPEC = tf.TensorSpec([], tf.float64)
@@ -545,7 +559,8 @@ def _pivot_columns(vectors: tf.Tensor, count: tf.Tensor):
 
     _, _, chosen, sizes = tf.while_loop(
         lambda j, *_: j < count, body,
-        (tf.constant(0), vectors, tf.TensorArray(tf.int32, size=count), tf.TensorArray(vectors.dtype, size=count)))
+        (tf.constant(0), vectors, tf.TensorArray(tf.int32, size=count, element_shape=[]),
+         tf.TensorArray(vectors.dtype, size=count, element_shape=[])))
     return chosen.stack(), sizes.stack()
 
 
@@ -557,6 +572,28 @@ def pivot_columns(vectors: tf.Tensor, count: int):
     """Indices of ``count`` columns of ``vectors`` chosen by column-pivoted Gram-Schmidt (the working
     set's spanning points) and each pick's residual norm; compiled. Public: the vectors only."""
     return _pivots(tf.convert_to_tensor(vectors, tf.float64), tf.constant(int(count), tf.int32))
+
+
+def _spread_violators_impl(whitened: tf.Tensor, count: tf.Tensor) -> tf.Tensor:
+    count = tf.minimum(count, tf.shape(whitened)[1])
+    picks, sizes = _pivot_columns(whitened, count)
+    return tf.sort(tf.boolean_mask(picks, sizes >= SPREAD_RESIDUAL))
+
+
+_spread = tf.function(_spread_violators_impl, input_signature=[MATRIX_SPEC, COUNT_SPEC], autograph=False)
+
+
+@check_shapes("whitened: [r, c]", "return: [k]")
+def spread_violators(whitened: tf.Tensor, count: int) -> tf.Tensor:
+    """Positions (sorted) of at most ``count`` of ``c`` candidate violators to add to a working set,
+    chosen by column-pivoted Gram-Schmidt (:func:`_pivot_columns`) on their *whitened* vectors
+    ``diag(inverse_scale)^{1/2} V^T v_i`` (squared norms: the leverages ``q_i``): the most violated
+    first, then the one furthest from the span of those picked, and so on, until every remaining
+    candidate is within ``SPREAD_RESIDUAL`` of that span. Near-identical violators (neighbouring
+    inputs) are not added together, so one round repairs many regions; the stop keeps the choice off
+    rounding noise. Compiled. Public: vectors only.
+    """
+    return _spread(tf.convert_to_tensor(whitened, tf.float64), tf.constant(int(count), tf.int32))
 
 
 def _initial_working_set(vectors: tf.Tensor, dense_points: tf.Tensor) -> tf.Tensor:
@@ -580,7 +617,8 @@ def _working_set_solve(vectors, initial, objective, tol, max_iter, dense_points)
     All points are solved together when affordable; otherwise on working sets. Stage 1 solves loosely
     on many points; then the points that carry no weight and are far from active are pruned (the
     optimum's support is typically 1-3 r points) and stage 2 solves to ``tol``. Points outside the
-    working set that violate their constraint are added back, the worst r per round. ``initial``
+    working set that violate their constraint are added back, r per round, spread among the most
+    violated (:func:`spread_violators`). ``initial``
     ([n], non-negative; all zero for a cold start) warm-starts the weights. Pure TensorFlow: the
     working set is a boolean mask, the restricted problem is gathered from it in the graph.
     """
@@ -602,7 +640,8 @@ def _working_set_solve(vectors, initial, objective, tol, max_iter, dense_points)
                                                tf.maximum(max_iter - total, 1), objective)
         total = total + its
         weights = tf.tensor_scatter_nd_update(tf.zeros_like(weights), tf.cast(work, tf.int32)[:, None], w_sub)
-        _, rel, _, q = _certificate_terms(vectors, weights, objective)
+        w, _, P, q = _dual_terms(vectors, weights, objective)
+        _, rel, _ = _gap(w, q, weights, objective)
         # all points solved to tol: the restricted certificate is the full one
         finished = tf.reduce_all(mask) & (stage_tol <= tol) & met
         finished = finished | (rel <= tol) | (total >= max_iter)
@@ -611,8 +650,11 @@ def _working_set_solve(vectors, initial, objective, tol, max_iter, dense_points)
         heavy = _indicator(tf.math.top_k(weights, k=tf.minimum(2 * r, n)).indices, weights)
         keep = tf.where(loose, (mask & ((weights > 1e-3 * wmax) | (q > PRUNE_LEVERAGE))) | heavy,
                         mask & (weights > 1e-10 * wmax))
-        worst = tf.math.top_k(tf.where(~keep & (q > 1.0), q, tf.zeros_like(q)), k=tf.minimum(r, n))
-        violators = _indicator(tf.boolean_mask(worst.indices, worst.values > 1.0), weights)
+        worst = tf.math.top_k(tf.where(~keep & (q > 1.0), q, tf.zeros_like(q)),
+                              k=tf.minimum(VIOLATOR_CANDIDATES * r, n))
+        candidates = tf.boolean_mask(worst.indices, worst.values > 1.0)
+        whitened = tf.gather(P, candidates, axis=1) * tf.sqrt(inverse_scale(w, objective))[:, None]
+        violators = _indicator(tf.gather(candidates, _spread_violators_impl(whitened, r)), weights)
         same = ~tf.reduce_any(violators) & tf.reduce_all(tf.equal(keep, mask))  # keep solving the same set
         new_mask = tf.where(same, mask, keep | violators)
         new_weights = tf.where(violators & ~same, 1e-3 * wmax, weights)

@@ -214,6 +214,34 @@ def test_working_set_path_matches_the_dense_solve(monkeypatch, objective):
     assert ours.certificate.converged
 
 
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_wide_support_working_sets_reach_the_cvxpy_optimum(monkeypatch, objective):
+    """A smooth kernel on dense inputs (400 training points, lengthscale 1 on [0, 5]): many points are
+    near-active, so each round's violators are spread (``spread_violators``), not the top r by
+    leverage. Forced through working sets, the solve still reaches cvxpy's optimum."""
+    V = gp_vectors(objective, n=400, k=12, rtol=1e-5, lengthscale=1.0)
+    monkeypatch.setattr(cloaking, "DENSE_POINTS", 50)
+    assert_cvxpy_optimum(V, objective, optimise_noise_covariance(tf.constant(V), objective, tol=TOL))
+
+
+def test_spread_violators_take_one_per_cluster_of_near_copies():
+    """Three clusters of near-copies along orthogonal directions (norms 1.5, 1.2, 1.1 at their
+    leaders, each cluster's other members 1% shorter per step): the picks are the three leaders, in
+    order of norm when fewer are asked for, and nothing from an empty candidate set."""
+    rng = np.random.default_rng(0)
+    columns, leaders = [], []
+    for direction, norm in zip(np.eye(5)[:3], (1.5, 1.2, 1.1)):
+        for k in range(4):
+            columns.append(norm * (1 - 0.01 * k) * (direction + 1e-3 * rng.standard_normal(5)))
+    order = rng.permutation(len(columns))
+    whitened = np.stack(columns, axis=1)[:, order]
+    position = {int(j): i for i, j in enumerate(order)}
+    leaders = [position[0], position[4], position[8]]  # the k = 0 member of each cluster
+    np.testing.assert_array_equal(cloaking.spread_violators(whitened, 10).numpy(), sorted(leaders))
+    np.testing.assert_array_equal(cloaking.spread_violators(whitened, 2).numpy(), sorted(leaders[:2]))
+    assert cloaking.spread_violators(np.zeros((5, 0)), 3).numpy().shape == (0,)
+
+
 def mse_gradient_np(V: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """Gradient of the mse dual ``sum(l) - 2 tr S(l)^{1/2}``: ``1 - v_i^T S^{-1/2} v_i``."""
     root = sqrtm_psd((V * weights) @ V.T)

@@ -157,12 +157,13 @@ def release_function(
     try:
         cmap = streamed_map(model, source, chunk_size=chunk_size, reference_inputs=reference_inputs)
         d, b = float(model.data_sensitivity), float(cmap.terms.output_bound)
-        space, bias_bound = _choose_space(cmap, rtols, multiplier, d, b, single=len(rtols) == 1)
+        space, bias_bound, coordinate_max = _choose_space(cmap, rtols, multiplier, d, b, single=len(rtols) == 1)
         basis = space.basis.numpy()  # [m, r]
         s = space.singular_values.numpy()
         scale = 1.0 / s if objective == "entropy" else np.full(s.shape, 1.0 / s[0])
         noise = optimise_noise_covariance(cmap, (basis * scale[None, :]).T, objective, tol=float(tol),
-                                          max_iter=int(max_iter), stats=stats)
+                                          max_iter=int(max_iter), stats=stats,
+                                          rowmax=coordinate_max[:basis.shape[1]] * scale)
         factor_s = noise.factor.numpy()  # [r, r] in scaled coordinates
         factor_u = factor_s / scale[:, None]  # [r, r] in basis coordinates
         sv = np.linalg.svd(factor_u, compute_uv=False)
@@ -199,16 +200,17 @@ def release_function(
 
 def _choose_space(cmap: StreamedMap, rtols, multiplier: float, d: float, b: float, single: bool):
     """The rank rule of :class:`~dpgp_gpflow.release.NoisePlan` (public): the first candidate space whose
-    worst-case projection bias is below ``BIAS_FRACTION`` of the least noise its values could carry."""
+    worst-case projection bias is below ``BIAS_FRACTION`` of the least noise its values could carry.
+    Also returns :func:`~dpgp_gpflow.streaming.solver.projection_rows`' largest coordinates."""
     spaces = column_spaces(cmap, rtols)
-    rows = projection_rows(cmap, spaces)
+    rows, coordinate_max = projection_rows(cmap, spaces)
     rounding = 1e-12 * float(np.max(b * rows[0][0] + b * rows[0][1]))
     chosen = None
     for space, (l1, largest) in zip(spaces, rows):
         bias, floor = b * l1, d * largest
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(bias > rounding, bias / floor, 0.0)
-        chosen = (space, float(bias.max()))
+        chosen = (space, float(bias.max()), coordinate_max)
         if single or float(ratio.max()) <= BIAS_FRACTION * multiplier:
             break
     return chosen

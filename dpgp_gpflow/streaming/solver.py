@@ -9,8 +9,9 @@ the chunk's public inputs by :class:`~dpgp_gpflow.streaming.terms.ChunkTerms`):
   SVD has the singular values and left vectors of ``C`` (no Gram matrix: no squared condition number);
 * the rank rule's per-row l1 bias and largest projected entry: sums and maxima over chunks;
 * the optimiser's working-set loop, step for step as
-  :func:`dpgp_gpflow.cloaking.optimise_noise_covariance` runs it: the leverages ``q_i`` and the
-  duality-gap certificate are per-point quantities reduced over chunks; only the working set's
+  :func:`dpgp_gpflow.cloaking.optimise_noise_covariance` runs it: the leverages ``q_i``, the
+  duality-gap certificate and the most violated points (among which each round's violators are
+  spread, :func:`~dpgp_gpflow.cloaking.spread_violators`) are reduced over chunks; only the working set's
   columns (r x |work|) are held; the restricted solve is the same compiled one
   (:func:`~dpgp_gpflow.cloaking.restricted_dual_solve`). Two departures, both only about *where*
   the working set starts: the r pivoted-QR columns are chosen among the largest columns and the
@@ -40,12 +41,15 @@ from ..cloaking import (
     PRUNE_LEVERAGE,
     PRUNE_MIN_POINTS,
     PRUNE_TOL,
+    VIOLATOR_CANDIDATES,
     ColumnSpace,
     NoiseCovariance,
     OptimiserCertificate,
     best_uniform_weight,
+    inverse_scale,
     pivot_columns,
     restricted_dual_solve,
+    spread_violators,
 )
 from ..release import SENSITIVITY_SAFETY, WHITENING_SLACK
 from ..sampling import DISCRETE_GAUSSIAN_FACTOR, GRID_EXPONENT, gaussian_grid_factor
@@ -127,23 +131,27 @@ def column_spaces(cmap: StreamedMap, rtols) -> List[ColumnSpace]:
     return spaces
 
 
-def _projection_chunk(X, start, terms, factors, bases):
+def _projection_chunk(X, start, terms, factors, widest, ranks):
     C = _columns(X, terms, factors)
+    coords = tf.linalg.matmul(widest, C, transpose_a=True)  # [r_max, c]: the spaces are nested
     out = []
-    for basis in bases:
-        P = tf.linalg.matmul(basis, tf.linalg.matmul(basis, C, transpose_a=True))
+    for r in ranks:
+        P = tf.linalg.matmul(widest[:, :r], coords[:r])
         out.append((tf.reduce_sum(tf.abs(C - P), axis=1).numpy(), tf.reduce_max(tf.abs(P), axis=1).numpy()))
-    return out
+    return out, tf.reduce_max(tf.abs(coords), axis=1).numpy()
 
 
 def _projection_combine(a, b):
-    return [(x[0] + y[0], np.maximum(x[1], y[1])) for x, y in zip(a, b)]
+    return [(x[0] + y[0], np.maximum(x[1], y[1])) for x, y in zip(a[0], b[0])], np.maximum(a[1], b[1])
 
 
-def projection_rows(cmap: StreamedMap, spaces: List[ColumnSpace]) -> List[Tuple[np.ndarray, np.ndarray]]:
-    """:func:`dpgp_gpflow.cloaking.projection_rows` for every space, in one pass over the chunks. Public."""
-    return cmap.source.map_inputs(_projection_chunk, _projection_combine, cmap.terms, cmap.factors,
-                                  [sp.basis for sp in spaces])
+def projection_rows(cmap: StreamedMap, spaces: List[ColumnSpace]) -> Tuple[List[Tuple[np.ndarray, np.ndarray]], np.ndarray]:
+    """:func:`dpgp_gpflow.cloaking.projection_rows` for every space, in one pass over the chunks; and
+    ``max_i |u_j^T C_i|`` for every direction ``u_j`` of the widest space (the spaces are nested: the
+    first r directions of the widest), from which the optimiser's duplicate keys are scaled. Public."""
+    widest = max(spaces, key=lambda sp: int(sp.basis.shape[1])).basis
+    return cmap.source.map_inputs(_projection_chunk, _projection_combine, cmap.terms, cmap.factors, widest,
+                                  [int(sp.basis.shape[1]) for sp in spaces])
 
 
 # -- the noise optimiser ------------------------------------------------------------------------
@@ -224,8 +232,7 @@ def _dual(cols: np.ndarray, weights: np.ndarray, objective: str):
     S = 0.5 * (S + tf.transpose(S))
     w, V = tf.linalg.eigh(S)
     w = tf.maximum(w, tf.reduce_max(w) * 1e-300 + 1e-300)
-    inv_scale = 1.0 / w if objective == "entropy" else 1.0 / tf.sqrt(w)
-    return w.numpy(), V.numpy(), inv_scale.numpy()
+    return w.numpy(), V.numpy(), inverse_scale(w, objective).numpy()
 
 
 def _leverages(V: tf.Tensor, eigvecs: np.ndarray, inv_scale: np.ndarray) -> np.ndarray:
@@ -262,15 +269,18 @@ def _certificate_combine(k):
     return lambda a, b: (max(a[0], b[0]), _top(_cat(a[1], b[1]), k))
 
 
-def _gather_chunk(X, start, terms, factors, T, wanted):
+def _gather_chunk(X, start, terms, factors, T, wanted, rowmax=None):
+    """The columns ``wanted`` (sorted global indices) in this chunk; with ``rowmax``, also every
+    column's duplicate hash (one pass for both)."""
     V = _columns(X, terms, factors, T)
     c = int(V.shape[1])
     sel = wanted[(wanted >= start) & (wanted < start + c)]
-    return sel, tf.gather(V, sel - start, axis=1).numpy()
+    hashes = _column_hashes(V.numpy(), rowmax) if rowmax is not None else np.zeros(0, np.uint64)
+    return sel, tf.gather(V, sel - start, axis=1).numpy(), hashes
 
 
 def _gather_combine(a, b):
-    return np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]], axis=1)
+    return np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]], axis=1), np.concatenate([a[2], b[2]])
 
 
 class _Work:
@@ -285,21 +295,21 @@ class _Work:
 
 
 def _solve_on_working_sets(cmap: StreamedMap, T: np.ndarray, objective: str, tol: float, max_iter: int,
-                           excluded: np.ndarray, stats: Dict[str, Any], start: Optional[Tuple[np.ndarray, np.ndarray]] = None):
+                           excluded: np.ndarray, stats: Dict[str, Any], start: Optional[_Work] = None):
     """The in-memory working-set loop (``cloaking._solve_on_working_sets``) over the chunks; returns the
-    final working set (its weights are the solution; every other point has weight 0) and the steps.
-    ``start``: ``(indices, weights)`` of a warm start (e.g. a subsample's solution), solved to ``tol``
+    final working set (its weights are the solution; every other point has weight 0), the steps, and
+    the certificate pass of those weights (``(w, eigvecs, inv_scale, qmax)`` over every column not
+    ``excluded``) if the loop ended on one, else None.
+    ``start``: the working set of a warm start (e.g. a subsample's solution), solved to ``tol``
     from the first round."""
     r = int(T.shape[0])
     n = cmap.source.n
     n_part = n - int(excluded.size)
     if start is not None:
-        wanted = np.setdiff1d(start[0], excluded)
-        idx, cols = cmap.source.map_inputs(_gather_chunk, _gather_combine, cmap.terms, cmap.factors, T, wanted)
-        work = _Work(idx, cols, start[1][np.searchsorted(start[0], idx)])
+        work = start
     elif n_part <= cloaking.DENSE_POINTS:
         wanted = np.setdiff1d(np.arange(n), excluded)
-        idx, cols = cmap.source.map_inputs(_gather_chunk, _gather_combine, cmap.terms, cmap.factors, T, wanted)
+        idx, cols, _ = cmap.source.map_inputs(_gather_chunk, _gather_combine, cmap.terms, cmap.factors, T, wanted)
         work = _Work(idx, cols, np.zeros(idx.size))
     else:
         G = cmap.source.map_inputs(_gram_chunk, _gram_combine, cmap.terms, cmap.factors, T, excluded)["G"]
@@ -323,7 +333,7 @@ def _solve_on_working_sets(cmap: StreamedMap, T: np.ndarray, objective: str, tol
         work.weights[:] = best_uniform_weight(tf.constant(work.cols), objective)
     loose = start is None and work.idx.size > max(3 * r, PRUNE_MIN_POINTS)
     stage_tol = max(tol, PRUNE_TOL) if loose else tol
-    total_iters = 0
+    total_iters, certified = 0, None
     for _ in range(50):
         w_sub = np.maximum(work.weights, 1e-12 * r / work.idx.size)
         remaining = max(max_iter - total_iters, 1)
@@ -341,11 +351,15 @@ def _solve_on_working_sets(cmap: StreamedMap, T: np.ndarray, objective: str, tol
             keep = np.union1d(work.idx[(work.weights > 1e-3 * wmax) | (q_work > PRUNE_LEVERAGE)], heavy)
         else:
             keep = work.idx[work.weights > 1e-10 * wmax]
-        qmax, viol = cmap.source.map_inputs(_certificate_chunk, _certificate_combine(r), cmap.terms, cmap.factors,
-                                            T, excluded, eigvecs, inv_scale, keep, r)
+        k = VIOLATOR_CANDIDATES * r
+        qmax, viol = cmap.source.map_inputs(_certificate_chunk, _certificate_combine(k), cmap.terms, cmap.factors,
+                                            T, excluded, eigvecs, inv_scale, keep, k)
+        picked = spread_violators((eigvecs.T @ viol[2]) * np.sqrt(inv_scale)[:, None], r).numpy()
+        viol = (viol[0][picked], viol[1][picked], viol[2][:, picked])
         stats["rounds"] = stats.get("rounds", 0) + 1
         _, rel = _gap(w, qmax, float(np.sum(work.weights)), objective)
         if rel <= tol or total_iters >= max_iter:
+            certified = (w, eigvecs, inv_scale, qmax)
             break
         stage_tol = tol
         if viol[0].size == 0 and keep.size == work.idx.size:
@@ -353,47 +367,65 @@ def _solve_on_working_sets(cmap: StreamedMap, T: np.ndarray, objective: str, tol
         kept = work.subset(np.isin(work.idx, keep))
         work = _Work(np.concatenate([kept.idx, viol[0]]), np.concatenate([kept.cols, viol[2]], axis=1),
                      np.concatenate([kept.weights, np.full(viol[0].size, 1e-3 * wmax)]))
-    return work, total_iters
+    return work, total_iters, certified
+
+
+def _certify(cmap: StreamedMap, T: np.ndarray, work: _Work, objective: str):
+    """The certificate pass over every column: ``(w, eigvecs, inv_scale, qmax)`` of the working set's weights."""
+    w, eigvecs, inv_scale = _dual(work.cols, work.weights, objective)
+    qmax, _ = cmap.source.map_inputs(_certificate_chunk, _certificate_combine(0), cmap.terms, cmap.factors, T,
+                                     np.zeros(0, int), eigvecs, inv_scale, np.zeros(0, int), 0)
+    return w, eigvecs, inv_scale, qmax
 
 
 def optimise_noise_covariance(cmap: StreamedMap, T: np.ndarray, objective: str, *, tol: float,
-                              max_iter: int = 2000, stats: Optional[Dict[str, Any]] = None) -> NoiseCovariance:
+                              max_iter: int = 2000, stats: Optional[Dict[str, Any]] = None,
+                              rowmax: Optional[np.ndarray] = None) -> NoiseCovariance:
     """:func:`dpgp_gpflow.cloaking.optimise_noise_covariance` of the vectors ``T C`` (r x n, never formed).
 
-    ``T`` (r x m) is public: the scaled basis of the chosen column space. ``weights`` of the result
-    holds the working set's weights only, as ``(indices, weights)``. ``stats`` (a dict) receives the
-    rounds and whether the pivoted-QR start was exact. Public.
+    ``T`` (r x m) is public: the scaled basis of the chosen column space. ``rowmax``: ``max_i |T C_i|``
+    per row if known (e.g. from :func:`projection_rows`; else one more pass), the scale of the
+    duplicate keys. ``weights`` of the result holds the working set's weights only, as
+    ``(indices, weights)``. ``stats`` (a dict) receives the rounds and whether the pivoted-QR start
+    was exact. Public.
     """
     stats = {} if stats is None else stats
     r, n = int(T.shape[0]), cmap.source.n
+    if rowmax is None:
+        rowmax = cmap.source.map_inputs(_gram_chunk, _gram_combine, cmap.terms, cmap.factors, T, np.zeros(0, int))["rowmax"]
     # identical columns carry identical constraints: solve over one representative of each
-    rowmax = cmap.source.map_inputs(_gram_chunk, _gram_combine, cmap.terms, cmap.factors, T, np.zeros(0, int))["rowmax"]
-    excluded = np.zeros(0, dtype=int)
-    if np.all(np.isfinite(rowmax)) and np.all(rowmax > 0.0):
-        hashes, _, _ = cmap.source.map_inputs(_select_chunk, _select_combine(0, 0), cmap.terms, cmap.factors, T,
-                                              excluded, np.eye(r), rowmax, 0, 0)
-        _, first = np.unique(hashes, return_index=True)
-        excluded = np.setdiff1d(np.arange(n), first)
-    stats["distinct"] = n - int(excluded.size)
+    usable = bool(np.all(np.isfinite(rowmax)) and np.all(rowmax > 0.0))
     start, total_iters = None, 0
     if n > COARSE_FACTOR * COARSE_ROWS:  # grow the working set on a public subsample first
         step = min(COARSE_STEP, n // COARSE_ROWS)  # one level per factor COARSE_STEP, down to COARSE_ROWS
         coarse = optimise_noise_covariance(cmap._replace(source=cmap.source.every(step)), T, objective, tol=tol,
                                            max_iter=max_iter, stats=stats.setdefault("coarse", {}))
-        start = (coarse.weights[0].numpy() * step, coarse.weights[1].numpy())
         total_iters = coarse.certificate.iterations
-    work, more = _solve_on_working_sets(cmap, T, objective, tol, max_iter - total_iters, excluded, stats, start)
+        indices = coarse.weights[0].numpy() * step
+        # one pass: the start's columns here, and every column's duplicate hash
+        idx, cols, hashes = cmap.source.map_inputs(_gather_chunk, _gather_combine, cmap.terms, cmap.factors, T,
+                                                   indices, rowmax if usable else None)
+        excluded = _duplicates(hashes, n)
+        kept = ~np.isin(idx, excluded)
+        start = _Work(idx[kept], cols[:, kept], coarse.weights[1].numpy()[np.searchsorted(indices, idx[kept])])
+    elif usable:
+        hashes, _, _ = cmap.source.map_inputs(_select_chunk, _select_combine(0, 0), cmap.terms, cmap.factors, T,
+                                              np.zeros(0, int), np.eye(r), rowmax, 0, 0)
+        excluded = _duplicates(hashes, n)
+    else:
+        excluded = np.zeros(0, dtype=int)
+    stats["distinct"] = n - int(excluded.size)
+    work, more, certified = _solve_on_working_sets(cmap, T, objective, tol, max_iter - total_iters, excluded, stats,
+                                                   start)
     total_iters += more
-    w, eigvecs, inv_scale = _dual(work.cols, work.weights, objective)
-    qmax, _ = cmap.source.map_inputs(_certificate_chunk, _certificate_combine(0), cmap.terms, cmap.factors, T,
-                                     np.zeros(0, int), eigvecs, inv_scale, np.zeros(0, int), 0)
+    if certified is None or excluded.size:  # the loop's last pass did not cover every column
+        certified = _certify(cmap, T, work, objective)
+    w, eigvecs, inv_scale, qmax = certified
     gap, rel = _gap(w, qmax, float(np.sum(work.weights)), objective)
     if rel > tol and excluded.size and total_iters < max_iter:  # the merge was too coarse: all columns
-        work, more = _solve_on_working_sets(cmap, T, objective, tol, max_iter - total_iters, np.zeros(0, int), stats)
+        work, more, _ = _solve_on_working_sets(cmap, T, objective, tol, max_iter - total_iters, np.zeros(0, int), stats)
         total_iters += more
-        w, eigvecs, inv_scale = _dual(work.cols, work.weights, objective)
-        qmax, _ = cmap.source.map_inputs(_certificate_chunk, _certificate_combine(0), cmap.terms, cmap.factors, T,
-                                         np.zeros(0, int), eigvecs, inv_scale, np.zeros(0, int), 0)
+        w, eigvecs, inv_scale, qmax = _certify(cmap, T, work, objective)
         gap, rel = _gap(w, qmax, float(np.sum(work.weights)), objective)
     scales = np.sqrt(w * qmax) if objective == "entropy" else np.sqrt(np.sqrt(w) * qmax)
     certificate = OptimiserCertificate(objective=objective, gap=float(gap), relative_gap=float(rel), tol=float(tol),
@@ -401,6 +433,15 @@ def optimise_noise_covariance(cmap: StreamedMap, T: np.ndarray, objective: str, 
                                        support=int(np.sum(work.weights > 1e-8 * work.weights.max())))
     weights = (tf.constant(work.idx), tf.constant(work.weights))
     return NoiseCovariance(tf.constant(eigvecs), tf.constant(scales), weights, certificate)
+
+
+def _duplicates(hashes: np.ndarray, n: int) -> np.ndarray:
+    """Global indices (sorted) of the columns whose hash an earlier column has: all but the first of
+    each group of identical columns."""
+    if hashes.size == 0:
+        return np.zeros(0, dtype=int)
+    _, first = np.unique(hashes, return_index=True)
+    return np.setdiff1d(np.arange(n), first)
 
 
 # -- sensitivity and the whitened query ----------------------------------------------------------
