@@ -616,10 +616,10 @@ def _working_set_solve(vectors, initial, objective, tol, max_iter, dense_points)
 
     All points are solved together when affordable; otherwise on working sets. Stage 1 solves loosely
     on many points; then the points that carry no weight and are far from active are pruned (the
-    optimum's support is typically 1-3 r points) and stage 2 solves to ``tol``. Points outside the
-    working set that violate their constraint are added back, r per round, spread among the most
-    violated (:func:`spread_violators`). ``initial``
-    ([n], non-negative; all zero for a cold start) warm-starts the weights. Pure TensorFlow: the
+    optimum's support is a few r points on scattered inputs, thousands for smooth kernels on dense
+    ones) and stage 2 solves to ``tol``. Points outside the working set that violate their constraint
+    are added back, up to r per round, spread among the most violated (:func:`spread_violators`).
+    ``initial`` ([n], non-negative; all zero for a cold start) warm-starts the weights. Pure TensorFlow: the
     working set is a boolean mask, the restricted problem is gathered from it in the graph.
     """
     r, n = tf.shape(vectors)[0], tf.shape(vectors)[1]
