@@ -229,7 +229,7 @@ def test_spread_violators_take_one_per_cluster_of_near_copies():
     leaders, each cluster's other members 1% shorter per step): the picks are the three leaders, in
     order of norm when fewer are asked for, and nothing from an empty candidate set."""
     rng = np.random.default_rng(0)
-    columns, leaders = [], []
+    columns = []
     for direction, norm in zip(np.eye(5)[:3], (1.5, 1.2, 1.1)):
         for k in range(4):
             columns.append(norm * (1 - 0.01 * k) * (direction + 1e-3 * rng.standard_normal(5)))

@@ -205,24 +205,21 @@ def _column_hashes(V: np.ndarray, rowmax: np.ndarray) -> np.ndarray:
         return h ^ (h >> np.uint64(29))
 
 
-def _select_chunk(X, start, terms, factors, T, excluded, G, rowmax, k_lev, k_norm):
+def _select_chunk(X, start, terms, factors, T, excluded, G, k_lev, k_norm):
     V = _columns(X, terms, factors, T)
     c = int(V.shape[1])
     idx = np.arange(start, start + c)
-    hashes = _column_hashes(V.numpy(), rowmax) if rowmax is not None else np.zeros(0, np.uint64)
     keep = _excluded_mask(start, c, excluded)
     lev = tf.reduce_sum(tf.linalg.solve(tf.constant(G), V) * V, axis=0).numpy()
     norms = tf.norm(V, axis=0).numpy()
     Vn = V.numpy()
     lev_top = _top((idx[keep], lev[keep], Vn[:, keep]), k_lev)
     norm_top = _top((idx[keep], norms[keep], Vn[:, keep]), k_norm)
-    return hashes, lev_top, norm_top
+    return lev_top, norm_top
 
 
 def _select_combine(k_lev, k_norm):
-    def combine(a, b):
-        return (np.concatenate([a[0], b[0]]), _top(_cat(a[1], b[1]), k_lev), _top(_cat(a[2], b[2]), k_norm))
-    return combine
+    return lambda a, b: (_top(_cat(a[0], b[0]), k_lev), _top(_cat(a[1], b[1]), k_norm))
 
 
 def _dual(cols: np.ndarray, weights: np.ndarray, objective: str):
@@ -315,8 +312,8 @@ def _solve_on_working_sets(cmap: StreamedMap, T: np.ndarray, objective: str, tol
         G = cmap.source.map_inputs(_gram_chunk, _gram_combine, cmap.terms, cmap.factors, T, excluded)["G"]
         k_lev, k_norm = max(4 * r, 500), max(8 * r, PIVOT_CANDIDATES) + 1
         while True:  # more candidates until the pivots are provably those of all columns (or the cap)
-            _, lev_top, norm_top = cmap.source.map_inputs(_select_chunk, _select_combine(k_lev, k_norm), cmap.terms,
-                                                          cmap.factors, T, excluded, G, None, k_lev, k_norm)
+            lev_top, norm_top = cmap.source.map_inputs(_select_chunk, _select_combine(k_lev, k_norm), cmap.terms,
+                                                       cmap.factors, T, excluded, G, k_lev, k_norm)
             cand_idx, pos = np.unique(np.concatenate([norm_top[0][:-1], lev_top[0]]), return_index=True)
             cand_cols = np.concatenate([norm_top[2][:, :-1], lev_top[2]], axis=1)[:, pos]
             pivots, picked = (x.numpy() for x in pivot_columns(cand_cols, r))
@@ -390,30 +387,27 @@ def optimise_noise_covariance(cmap: StreamedMap, T: np.ndarray, objective: str, 
     was exact. Public.
     """
     stats = {} if stats is None else stats
-    r, n = int(T.shape[0]), cmap.source.n
+    n = cmap.source.n
     if rowmax is None:
         rowmax = cmap.source.map_inputs(_gram_chunk, _gram_combine, cmap.terms, cmap.factors, T, np.zeros(0, int))["rowmax"]
-    # identical columns carry identical constraints: solve over one representative of each
     usable = bool(np.all(np.isfinite(rowmax)) and np.all(rowmax > 0.0))
-    start, total_iters = None, 0
+    start, total_iters, wanted = None, 0, np.zeros(0, dtype=int)
     if n > COARSE_FACTOR * COARSE_ROWS:  # grow the working set on a public subsample first
         step = min(COARSE_STEP, n // COARSE_ROWS)  # one level per factor COARSE_STEP, down to COARSE_ROWS
         coarse = optimise_noise_covariance(cmap._replace(source=cmap.source.every(step)), T, objective, tol=tol,
                                            max_iter=max_iter, stats=stats.setdefault("coarse", {}))
         total_iters = coarse.certificate.iterations
-        indices = coarse.weights[0].numpy() * step
-        # one pass: the start's columns here, and every column's duplicate hash
+        wanted = coarse.weights[0].numpy() * step
+    excluded = np.zeros(0, dtype=int)
+    if usable or wanted.size:
+        # one pass: every column's duplicate hash (identical columns carry identical constraints: solve
+        # over one representative of each) and the start's columns
         idx, cols, hashes = cmap.source.map_inputs(_gather_chunk, _gather_combine, cmap.terms, cmap.factors, T,
-                                                   indices, rowmax if usable else None)
+                                                   wanted, rowmax if usable else None)
         excluded = _duplicates(hashes, n)
-        kept = ~np.isin(idx, excluded)
-        start = _Work(idx[kept], cols[:, kept], coarse.weights[1].numpy()[np.searchsorted(indices, idx[kept])])
-    elif usable:
-        hashes, _, _ = cmap.source.map_inputs(_select_chunk, _select_combine(0, 0), cmap.terms, cmap.factors, T,
-                                              np.zeros(0, int), np.eye(r), rowmax, 0, 0)
-        excluded = _duplicates(hashes, n)
-    else:
-        excluded = np.zeros(0, dtype=int)
+        if wanted.size:
+            kept = ~np.isin(idx, excluded)
+            start = _Work(idx[kept], cols[:, kept], coarse.weights[1].numpy()[np.searchsorted(wanted, idx[kept])])
     stats["distinct"] = n - int(excluded.size)
     work, more, certified = _solve_on_working_sets(cmap, T, objective, tol, max_iter - total_iters, excluded, stats,
                                                    start)
