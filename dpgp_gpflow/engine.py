@@ -84,18 +84,19 @@ def noise_plan(
     :func:`dpgp_gpflow.calibration.gaussian_multiplier` (epsilon, delta, calibration), computed on the
     host; ``objective``, ``rtol``, ``tol`` and ``max_iter`` are Python values (they shape the graph).
     Same rank rule, optimiser and sensitivity as :func:`dpgp_gpflow.release.cloaking_release` for a
-    dense ``C`` (a full SVD here; the eager path may use a randomised one on large matrices). A plan
+    dense ``C`` (:func:`~dpgp_gpflow.cloaking.singular_pairs`; the eager path may use a randomised SVD on large matrices). A plan
     that cannot be guaranteed (a noise factor too ill-conditioned, a whitened shift too large) raises
     ``tf.errors.InvalidArgumentError`` when it runs.
 
     Privacy assumption: ``C`` depends only on public data; ``y`` never enters.
     """
     validate_objective(objective)
-    rtols = tf.constant(candidate_rtols(objective, rtol), tf.float64)
+    candidates = candidate_rtols(objective, rtol)
+    rtols = tf.constant(candidates, tf.float64)
     f64 = lambda x: tf.convert_to_tensor(x, tf.float64)  # noqa: E731  (never via float32)
     s, d, b = f64(noise_multiplier), f64(data_sensitivity), f64(output_bound)
     C = tf.convert_to_tensor(C, tf.float64)
-    singular, left, _ = tf.linalg.svd(C, full_matrices=False)
+    singular, left, _ = cloaking.singular_pairs(C, min(candidates))
     tf.debugging.assert_positive(singular[0], "the cloaking matrix is zero: nothing to release privately")
     ranks = tf.reduce_sum(tf.cast(singular[None, :] > rtols[:, None] * singular[0], tf.int32), axis=1)
 
