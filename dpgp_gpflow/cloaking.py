@@ -560,14 +560,30 @@ REAL_SPEC = tf.TensorSpec([], tf.float64)
 COUNT_SPEC = tf.TensorSpec([], tf.int32)
 
 
+#: Seed of the fixed odd multipliers of the duplicate keys' 64-bit hash (a public constant).
+HASH_SEED = 20181
+
+
+def column_hashes(vectors: tf.Tensor, rowmax: tf.Tensor, rtol: tf.Tensor) -> tf.Tensor:
+    """64-bit hashes ([n], uint64) of the columns' duplicate keys: coordinates rounded to ``rtol`` times
+    each coordinate's largest entry ``rowmax`` ([r]). A multilinear hash with fixed odd multipliers,
+    in modular (unsigned) arithmetic, so equal keys hash equally in any summation order or chunking.
+    Graph-safe. Public: the vectors only."""
+    keys = tf.round(vectors / (rowmax[:, None] * rtol)) + 0.0  # + 0.0 turns -0.0 into 0.0
+    bits = tf.bitcast(tf.cast(keys, tf.int64), tf.uint64)  # [r, n]
+    odd = tf.bitwise.bitwise_or(tf.random.stateless_uniform(
+        tf.shape(vectors)[:1], seed=[HASH_SEED, 0], minval=None, maxval=None, dtype=tf.uint64), tf.constant(1, tf.uint64))
+    h = tf.reduce_sum(bits * odd[:, None], axis=0)
+    return tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, tf.constant(29, tf.uint64)))
+
+
 def _distinct_columns_impl(vectors: tf.Tensor, rtol: tf.Tensor) -> tf.Tensor:
-    scale = tf.reduce_max(tf.abs(vectors), axis=1, keepdims=True)  # [r, 1]
+    scale = tf.reduce_max(tf.abs(vectors), axis=1)  # [r]
     n = tf.shape(vectors)[1]
     usable = tf.logical_and(tf.reduce_all(tf.math.is_finite(scale)), tf.reduce_all(scale > 0.0))
 
     def merged():
-        keys = tf.round(vectors / (scale * rtol)) + 0.0  # + 0.0 turns -0.0 into 0.0
-        _, group = tf.raw_ops.UniqueV2(x=keys, axis=tf.constant([1], tf.int64), out_idx=tf.int32)
+        _, group = tf.unique(column_hashes(vectors, scale, rtol), out_idx=tf.int32)
         first = tf.math.unsorted_segment_min(tf.range(n), group, tf.reduce_max(group) + 1)
         return tf.sort(first)
 
@@ -577,7 +593,9 @@ def _distinct_columns_impl(vectors: tf.Tensor, rtol: tf.Tensor) -> tf.Tensor:
 @tf.function(input_signature=[MATRIX_SPEC, REAL_SPEC], autograph=False)
 def _distinct_columns(vectors: tf.Tensor, rtol: tf.Tensor) -> tf.Tensor:
     """Indices (sorted, [n']) of one representative of each group of numerically identical columns
-    (coordinates equal after rounding to ``rtol`` times each coordinate's largest entry)."""
+    (coordinates equal after rounding to ``rtol`` times each coordinate's largest entry; found by
+    :func:`column_hashes`: a collision merges columns that differ, which the certificate over all
+    columns catches)."""
     return _distinct_columns_impl(vectors, rtol)
 
 

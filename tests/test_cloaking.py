@@ -314,6 +314,32 @@ def test_repeated_vectors_reach_the_cvxpy_optimum(objective):
     assert_cvxpy_optimum(V, objective, optimise_noise_covariance(tf.constant(V), objective, tol=TOL))
 
 
+def test_column_hashes_are_those_of_the_rounded_keys_in_any_chunking():
+    """Equal keys (coordinates equal after rounding to rtol times each row's largest entry, -0.0 and
+    0.0 alike) hash equally and different keys differently, whichever chunk a column is hashed in;
+    the hash is the multilinear one over 2^64 (numpy's wrapping uint64 arithmetic as the reference)."""
+    rng = np.random.default_rng(4)
+    V = rng.standard_normal((6, 40))
+    V[:, 20:30] = V[:, :10] * (1 + 1e-12)  # equal keys at rtol 1e-8
+    V[0, 30] = -0.0
+    V[:, 31] = V[:, 30]
+    V[0, 31] = 0.0
+    rowmax = np.abs(V).max(axis=1)
+    rtol = tf.constant(1e-8, tf.float64)
+    h = cloaking.column_hashes(tf.constant(V), tf.constant(rowmax), rtol).numpy()
+    keys = np.round(V / (rowmax[:, None] * 1e-8)) + 0.0
+    _, first, group = np.unique(keys, axis=1, return_index=True, return_inverse=True)
+    assert np.array_equal(h[first[group.ravel()]], h) and np.unique(h).size == first.size == 29
+    chunks = np.concatenate([cloaking.column_hashes(tf.constant(V[:, a:b]), tf.constant(rowmax), rtol).numpy()
+                             for a, b in [(0, 7), (7, 25), (25, 40)]])
+    np.testing.assert_array_equal(chunks, h)
+    odd = tf.random.stateless_uniform([6], seed=[cloaking.HASH_SEED, 0], minval=None, maxval=None,
+                                      dtype=tf.uint64).numpy() | np.uint64(1)
+    with np.errstate(over="ignore"):
+        ref = (keys.astype(np.int64).view(np.uint64) * odd[:, None]).sum(axis=0, dtype=np.uint64)
+    np.testing.assert_array_equal(h, ref ^ (ref >> np.uint64(29)))
+
+
 @pytest.mark.parametrize("objective", OBJECTIVES)
 def test_too_coarse_a_merge_falls_back_to_all_vectors(monkeypatch, objective):
     """If merging lumps distinct vectors together (here e1 with 1.4 e1, whose representative e1

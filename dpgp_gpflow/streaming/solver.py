@@ -13,12 +13,13 @@ the chunk's public inputs by :class:`~dpgp_gpflow.streaming.terms.ChunkTerms`):
   duality-gap certificate and the most violated points (among which each round's violators are
   spread, :func:`~dpgp_gpflow.cloaking.spread_violators`) are reduced over chunks; only the working set's
   columns (r x |work|) are held; the restricted solve is the same compiled one
-  (:func:`~dpgp_gpflow.cloaking.restricted_dual_solve`). Two departures, both only about *where*
-  the working set starts: the r pivoted-QR columns are chosen among the largest columns and the
-  highest-leverage ones, with more candidates (up to ``PIVOT_CANDIDATES_MAX``) until the last
-  pivot's residual exceeds every other column's norm, which makes the choice that of all columns
-  (reported in ``stats["pivots_exact"]``); identical columns are found by a
-  64-bit hash of their rounded coordinates. The certificate is over all columns either way;
+  (:func:`~dpgp_gpflow.cloaking.restricted_dual_solve`), and identical columns are found by the same
+  64-bit hash of their rounded coordinates (:func:`~dpgp_gpflow.cloaking.column_hashes`). One
+  departure, only about *where* the working set starts: the r pivoted-QR columns are chosen among
+  the largest columns and the highest-leverage ones, with more candidates (up to
+  ``PIVOT_CANDIDATES_MAX``) until the last pivot's residual exceeds every other column's norm,
+  which makes the choice that of all columns (reported in ``stats["pivots_exact"]``). The
+  certificate is over all columns either way;
 * the sensitivity against the noise actually used, and the whitened query of the exact sampler:
   maxima and sums over chunks.
 
@@ -46,6 +47,7 @@ from ..cloaking import (
     NoiseCovariance,
     OptimiserCertificate,
     best_uniform_weight,
+    column_hashes,
     inverse_scale,
     pivot_columns,
     restricted_dual_solve,
@@ -193,20 +195,6 @@ def _gram_combine(a, b):
     return {"G": a["G"] + b["G"], "rowmax": np.maximum(a["rowmax"], b["rowmax"])}
 
 
-#: Fixed odd multipliers of the 64-bit multilinear hash of rounded columns (public constants).
-_HASH_SEED = 20181
-
-
-def _column_hashes(V: np.ndarray, rowmax: np.ndarray) -> np.ndarray:
-    """64-bit hashes of the columns' rounded coordinates (the keys of ``cloaking._distinct_columns``)."""
-    keys = np.round(V / (rowmax[:, None] * DUPLICATE_RTOL)).T + 0.0  # [c, r]
-    bits = keys.astype(np.int64).view(np.uint64)
-    mult = np.random.default_rng(_HASH_SEED).integers(1, 2**63, size=bits.shape[1], dtype=np.uint64) * np.uint64(2) + np.uint64(1)
-    with np.errstate(over="ignore"):
-        h = (bits * mult[None, :]).sum(axis=1, dtype=np.uint64)
-        return h ^ (h >> np.uint64(29))
-
-
 def _select_chunk(X, start, terms, factors, T, excluded, G, k_lev, k_norm):
     V = _columns(X, terms, factors, T)
     c = int(V.shape[1])
@@ -274,7 +262,8 @@ def _gather_chunk(X, start, terms, factors, T, wanted, rowmax=None):
     V = _columns(X, terms, factors, T)
     c = int(V.shape[1])
     sel = wanted[(wanted >= start) & (wanted < start + c)]
-    hashes = _column_hashes(V.numpy(), rowmax) if rowmax is not None else np.zeros(0, np.uint64)
+    hashes = (column_hashes(V, tf.constant(rowmax), tf.constant(DUPLICATE_RTOL, tf.float64)).numpy()
+              if rowmax is not None else np.zeros(0, np.uint64))
     return sel, tf.gather(V, sel - start, axis=1).numpy(), hashes
 
 
