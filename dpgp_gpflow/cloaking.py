@@ -281,10 +281,17 @@ def _leading_singular_triplets(C: tf.Tensor, rtol: float):
     return s, u, 0.0
 
 
-def _dual_terms(vectors: tf.Tensor, weights: tf.Tensor, objective: str):
-    """Eigen-decomposition of ``S = vectors diag(weights) vectors^T`` and the leverages ``q``."""
-    S = tf.linalg.matmul(vectors * weights[None, :], vectors, transpose_b=True)  # [r, r]
-    S = 0.5 * (S + tf.transpose(S))
+def _weighted_gram(vectors: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
+    """``S = vectors diag(weights) vectors^T`` ([r, r], symmetrised)."""
+    S = tf.linalg.matmul(vectors * weights[None, :], vectors, transpose_b=True)
+    return 0.5 * (S + tf.transpose(S))
+
+
+def _dual_terms(vectors: tf.Tensor, weights: tf.Tensor, objective: str, S: Optional[tf.Tensor] = None):
+    """Eigen-decomposition of ``S = vectors diag(weights) vectors^T`` and the leverages ``q``; ``S``
+    may be given (formed from the weighted columns alone, when the others carry no weight)."""
+    if S is None:
+        S = _weighted_gram(vectors, weights)
     w, V = tf.linalg.eigh(S)  # w: [r], V: [r, r]
     w = tf.maximum(w, tf.reduce_max(w) * 1e-300 + 1e-300)
     P = tf.linalg.matmul(V, vectors, transpose_a=True)  # [r, n]
@@ -305,8 +312,7 @@ def _dual_value(vectors: tf.Tensor, weights: tf.Tensor, objective: str) -> tf.Te
     """
 
     def value():
-        S = tf.linalg.matmul(vectors * weights[None, :], vectors, transpose_b=True)
-        w = tf.linalg.eigvalsh(0.5 * (S + tf.transpose(S)))
+        w = tf.linalg.eigvalsh(_weighted_gram(vectors, weights))
         bad = tf.reduce_min(w) <= 0.0
         w_safe = tf.where(w > 0.0, w, tf.ones_like(w))
         if objective == "entropy":
@@ -750,11 +756,11 @@ def _working_set_solve(vectors, initial, objective, tol, max_iter, dense_points)
         work = tf.where(mask)[:, 0]
         m = tf.cast(tf.shape(work)[0], tf.float64)
         w_sub = tf.maximum(tf.gather(weights, work), 1e-12 * rf / m)
-        w_sub, its, met = _barrier_newton_impl(tf.gather(vectors, work, axis=1), w_sub, stage_tol,
-                                               tf.maximum(max_iter - total, 1), objective)
+        columns = tf.gather(vectors, work, axis=1)
+        w_sub, its, met = _barrier_newton_impl(columns, w_sub, stage_tol, tf.maximum(max_iter - total, 1), objective)
         total = total + its
         weights = tf.tensor_scatter_nd_update(tf.zeros_like(weights), tf.cast(work, tf.int32)[:, None], w_sub)
-        w, _, P, q = _dual_terms(vectors, weights, objective)
+        w, _, P, q = _dual_terms(vectors, weights, objective, _weighted_gram(columns, w_sub))
         _, rel, _ = _gap(w, q, weights, objective)
         # all points solved to tol: the restricted certificate is the full one
         finished = tf.reduce_all(mask) & (stage_tol <= tol) & met

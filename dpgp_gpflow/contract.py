@@ -33,6 +33,8 @@ __all__ = [
     "ReleaseTerms",
     "cloaking_matrix",
     "dense_map",
+    "latent_terms_and_readout",
+    "readout_and_variance",
 ]
 
 #: A k x n cloaking matrix ``C``, or its factors ``(A, B)`` (k x m and m x n) with ``C = A B``.
@@ -69,6 +71,16 @@ class PublicReadout(Protocol):
 
     def variance(self, Xnew: tf.Tensor) -> tf.Tensor:
         """The public posterior variance at ``Xnew`` [k] (without the DP noise)."""
+
+    # Optional: ``readout_and_variance(Xnew)``, both at once where they share work
+    # (:func:`readout_and_variance`).
+
+
+def readout_and_variance(readout: PublicReadout, Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+    """``(readout.readout(Xnew), readout.variance(Xnew))``, computed together where the readout offers
+    ``readout_and_variance`` (the sparse readouts solve the same m x k systems for both)."""
+    both = getattr(readout, "readout_and_variance", None)
+    return both(Xnew) if both is not None else (readout.readout(Xnew), readout.variance(Xnew))
 
 
 @runtime_checkable
@@ -124,6 +136,16 @@ class FactoredPrivateModel(PrivateModel, Protocol):
 
     def public_readout(self) -> PublicReadout:
         """A frozen copy of the public pieces that turn released latents into predictions."""
+
+    # Optional: ``latent_terms_and_readout()``, both at once where they share work
+    # (:func:`latent_terms_and_readout`).
+
+
+def latent_terms_and_readout(model: FactoredPrivateModel) -> Tuple[ReleaseTerms, PublicReadout]:
+    """``(model.latent_terms(), model.public_readout())``, computed together where the model offers
+    ``latent_terms_and_readout`` (the sparse models factor the same m x n matrices for both)."""
+    both = getattr(model, "latent_terms_and_readout", None)
+    return both() if both is not None else (model.latent_terms(), model.public_readout())
 
 
 def dense_map(map_: ReleaseMap) -> tf.Tensor:

@@ -22,7 +22,14 @@ from check_shapes import check_shapes
 from .accounting import PrivacyAccountant, PrivacyEvent, Reservation, reserve
 from .calibration import gaussian_multiplier
 from .cloaking import DEFAULT_TOL
-from .contract import FactoredPrivateModel, PrivateModel, ReleaseTerms, dense_map
+from .contract import (
+    FactoredPrivateModel,
+    PrivateModel,
+    PublicReadout,
+    ReleaseTerms,
+    dense_map,
+    latent_terms_and_readout,
+)
 from .release import cloaking_release, gaussian_event, standard_release
 from .released import PrivateFunction, PrivateRelease
 from .validation import (
@@ -196,21 +203,22 @@ def release_function(
     seed = validate_seed(seed)
     model.check_hyperparameters_public(hyperparameters_public)
     # the public terms, checked finite before any budget is reserved (a refusal draws and spends nothing)
-    latent = model.latent_terms()
+    latent, readout = latent_terms_and_readout(model)
     latent = latent._replace(map=dense_map(latent.map))  # B [m, n], formed once
     validate_public_terms("latent release", latent.map, latent.offset, model.output_bound, variance=latent.variance)
     epsilon, delta, reservation = _reserve(epsilon, delta, calibration, accountant)
     with reservation:
-        return function_type(*_latent_release(model, reservation, latent=latent, epsilon=epsilon, delta=delta,
+        return function_type(*_latent_release(model, reservation, latent=latent, readout=readout, epsilon=epsilon,
+                                              delta=delta,
                                               objective=objective, calibration=calibration, seed=seed,
                                               reference_inputs=reference_inputs, rtol=rtol, tol=tol))
 
 
 def _latent_release(model: FactoredPrivateModel, reservation: Reservation, *, latent: ReleaseTerms,
-                    reference_inputs: Any, **options: Any) -> Tuple[PrivateRelease, Any, Optional[tf.Tensor]]:
-    """The release of ``R u`` (or ``u``), the frozen readout and ``R``; ``latent``: the model's
-    :meth:`latent_terms` with a dense map, checked by the caller."""
-    readout = model.public_readout()
+                    readout: PublicReadout, reference_inputs: Any,
+                    **options: Any) -> Tuple[PrivateRelease, Any, Optional[tf.Tensor]]:
+    """The release of ``R u`` (or ``u``), the frozen readout and ``R``; ``latent`` and ``readout``: the
+    model's :meth:`latent_terms` (with a dense map, checked by the caller) and :meth:`public_readout`."""
     B = latent.map  # [m, n]
     m = int(B.shape[0])
     R = None

@@ -30,7 +30,7 @@ from check_shapes import check_shapes
 from gpflow.base import MeanAndVariance
 
 from .cloaking import OptimiserCertificate, row_norms
-from .contract import PublicReadout
+from .contract import PublicReadout, readout_and_variance
 from .release_file import (
     ReleaseDocument,
     ReleaseFileError,
@@ -268,10 +268,10 @@ class PrivateFunction(Released):
 
     def _terms(self, Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """``(DP mean [k, 1], public variance [k, 1], DP noise std [k])``."""
-        A = self._readout.readout(Xnew)  # [k, M]
+        A, variance = readout_and_variance(self._readout, Xnew)  # [k, M], [k]
         mean = self._readout.offset(Xnew)[:, None] + tf.linalg.matmul(A, self._latent)
         noise_std = row_norms(tf.linalg.matmul(A, self._latent_noise))  # [k]: no underflow far from the data
-        return mean, self._readout.variance(Xnew)[:, None], noise_std
+        return mean, variance[:, None], noise_std
 
     def dp_noise_variance(self, Xnew: Any) -> tf.Tensor:
         """Variance [k, 1] of the DP noise propagated to the prediction at ``Xnew`` (public)."""

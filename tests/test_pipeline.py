@@ -205,7 +205,8 @@ def test_non_finite_latent_terms_are_refused_before_any_budget_is_held(toy, draw
     terms = model.latent_terms()
     bad = np.array(dp.contract.dense_map(terms.map))
     bad[0, 0] = np.inf
-    monkeypatch.setattr(model, "latent_terms", lambda: terms._replace(map=tf.constant(bad)))
+    readout = model.public_readout()
+    monkeypatch.setattr(model, "latent_terms_and_readout", lambda: (terms._replace(map=tf.constant(bad)), readout))
     with dp.PrivacyAccountant(epsilon=5.0, delta=1e-2) as acc:
         with pytest.raises(ValueError, match="not finite"):
             model.release_function(epsilon=1.0, delta=1e-3)

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from .. import pipeline
-from ..contract import ReleaseTerms, dense_map
+from ..contract import ReleaseTerms, dense_map, latent_terms_and_readout, readout_and_variance
 from ..exceptions import PrivacyLeakError
 from ..pipeline import reference_coordinates
 from ..released import PrivateFunction, PrivateRelease
@@ -265,9 +265,9 @@ class FactoredModelMixin(PrivateModelMixin):
 
     def release_terms(self, Xnew: tf.Tensor) -> ReleaseTerms:
         """The factored map ``(A(Xnew), B)``, the prior mean and the public variance at ``Xnew``."""
-        readout = self.public_readout()
-        return ReleaseTerms((readout.readout(Xnew), self.latent_terms().map), readout.offset(Xnew),
-                            readout.variance(Xnew))
+        latent, readout = latent_terms_and_readout(self)
+        A, variance = readout_and_variance(readout, Xnew)
+        return ReleaseTerms((A, latent.map), readout.offset(Xnew), variance)
 
     #: what :meth:`release_function` returns
     function_type: type = PrivateFunction

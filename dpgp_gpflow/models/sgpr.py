@@ -115,9 +115,13 @@ class FITCReadout:
         return self._mean_function(Xnew)[:, 0]
 
     def variance(self, Xnew: tf.Tensor) -> tf.Tensor:
-        w = tf.transpose(self.readout(Xnew))  # [M, K]
-        iA = tf.linalg.triangular_solve(self._LB, w)
-        return self._kernel(Xnew, full_cov=False) - tf.reduce_sum(w**2, 0) + tf.reduce_sum(iA**2, 0)
+        return self.readout_and_variance(Xnew)[1]
+
+    def readout_and_variance(self, Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+        """:meth:`readout` and :meth:`variance` from one solve with ``L_uu``."""
+        A = self.readout(Xnew)  # [K, M]
+        iA = tf.linalg.triangular_solve(self._LB, tf.transpose(A))
+        return A, self._kernel(Xnew, full_cov=False) - tf.reduce_sum(A**2, 1) + tf.reduce_sum(iA**2, 0)
 
     def release_state(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
         """``(content, arrays)`` of a release file (``docs/release_file.md#readouts``): the kernel and mean
@@ -183,14 +187,19 @@ class DPGPRFITC(DaskRowsMixin, FactoredModelMixin, gpflow.models.GPRFITC):
         X, _ = self.data
         return fitc_terms(self.kernel, self.inducing_variable.Z, X, self.likelihood.variance)
 
+    def latent_terms_and_readout(self) -> Tuple[ReleaseTerms, FITCReadout]:
+        """:meth:`latent_terms` and :meth:`public_readout` from one computation of the FITC factors."""
+        terms = self._fitc_terms()
+        return (ReleaseTerms(terms.B, tf.zeros([int(terms.B.shape[0])], dtype=terms.B.dtype)),
+                FITCReadout(self.kernel, self.mean_function, self.inducing_variable.Z, terms))
+
     def latent_terms(self) -> ReleaseTerms:
         """``B`` (m x n): the FITC inducing values ``u = B y_c``; offset 0 (public)."""
-        B = self._fitc_terms().B
-        return ReleaseTerms(B, tf.zeros([int(B.shape[0])], dtype=B.dtype))
+        return self.latent_terms_and_readout()[0]
 
     def public_readout(self) -> FITCReadout:
         """A frozen :class:`FITCReadout` of the current (public) kernel, mean, ``Z`` and factors."""
-        return FITCReadout(self.kernel, self.mean_function, self.inducing_variable.Z, self._fitc_terms())
+        return self.latent_terms_and_readout()[1]
 
     def split_terms(self, train: Any, test: Any) -> ReleaseTerms:
         """``(A(X_test), B(X_train))`` with this model's inducing inputs (centred: offset 0)."""

@@ -37,6 +37,7 @@ __all__ = [
     "SGPRReadout",
     "SGPRTerms",
     "sgpr_readout",
+    "sgpr_readout_and_variance",
     "sgpr_terms",
     "sgpr_variance",
 ]
@@ -71,24 +72,32 @@ def sgpr_terms(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, X: tf.Tensor, noise_
     return SGPRTerms(L, LB, B)
 
 
-@check_shapes("Xnew: [K, D]", "Z: [M, D]", "L: [M, M]", "LB: [M, M]", "return: [K, M]")
-def sgpr_readout(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, LB: tf.Tensor, Xnew: tf.Tensor) -> tf.Tensor:
-    """``a(Xnew) = (L_B^{-1} L^{-1} k(Z, Xnew))^T``: maps the latent values ``c`` to predictions (public).
+@check_shapes("Xnew: [K, D]", "Z: [M, D]", "L: [M, M]", "LB: [M, M]", "return[0]: [K, M]", "return[1]: [K]")
+def sgpr_readout_and_variance(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, LB: tf.Tensor,
+                              Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+    """``a(Xnew) = (L_B^{-1} L^{-1} k(Z, Xnew))^T``, which maps the latent values ``c`` to predictions,
+    and the SGPR posterior variance of f, ``k(x, x) + |L_B^{-1} L^{-1} k(Z, x)|^2 - |L^{-1} k(Z, x)|^2``,
+    from the same two solves (public).
 
     ``k(Z, Xnew)`` directly (what ``Kuf`` of ``InducingPoints`` computes), so that this traces in
     ``tf.function`` (SavedModel export) without creating a variable per call."""
     kus = kernel(Z, Xnew)  # [M, K]
     tmp1 = tf.linalg.triangular_solve(L, kus, lower=True)
-    return tf.transpose(tf.linalg.triangular_solve(LB, tmp1, lower=True))
+    tmp2 = tf.linalg.triangular_solve(LB, tmp1, lower=True)
+    variance = kernel(Xnew, full_cov=False) + tf.reduce_sum(tf.square(tmp2), 0) - tf.reduce_sum(tf.square(tmp1), 0)
+    return tf.transpose(tmp2), variance
+
+
+@check_shapes("Xnew: [K, D]", "Z: [M, D]", "L: [M, M]", "LB: [M, M]", "return: [K, M]")
+def sgpr_readout(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, LB: tf.Tensor, Xnew: tf.Tensor) -> tf.Tensor:
+    """The readout ``a(Xnew)`` of :func:`sgpr_readout_and_variance` (public)."""
+    return sgpr_readout_and_variance(kernel, Z, L, LB, Xnew)[0]
 
 
 @check_shapes("Xnew: [K, D]", "Z: [M, D]", "L: [M, M]", "LB: [M, M]", "return: [K]")
 def sgpr_variance(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, LB: tf.Tensor, Xnew: tf.Tensor) -> tf.Tensor:
-    """SGPR posterior variance of f: ``k(x, x) + |L_B^{-1} L^{-1} k(Z, x)|^2 - |L^{-1} k(Z, x)|^2`` (public)."""
-    kus = kernel(Z, Xnew)  # [M, K], as in sgpr_readout
-    tmp1 = tf.linalg.triangular_solve(L, kus, lower=True)
-    tmp2 = tf.linalg.triangular_solve(LB, tmp1, lower=True)
-    return kernel(Xnew, full_cov=False) + tf.reduce_sum(tf.square(tmp2), 0) - tf.reduce_sum(tf.square(tmp1), 0)
+    """The SGPR posterior variance of f of :func:`sgpr_readout_and_variance` (public)."""
+    return sgpr_readout_and_variance(kernel, Z, L, LB, Xnew)[1]
 
 
 class SGPRReadout:
@@ -116,6 +125,10 @@ class SGPRReadout:
 
     def variance(self, Xnew: tf.Tensor) -> tf.Tensor:
         return sgpr_variance(self._kernel, self._Z, self._L, self._LB, Xnew)
+
+    def readout_and_variance(self, Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+        """:meth:`readout` and :meth:`variance` from the same two solves."""
+        return sgpr_readout_and_variance(self._kernel, self._Z, self._L, self._LB, Xnew)
 
     def release_state(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
         """``(content, arrays)`` of a release file (``docs/release_file.md#readouts``): the kernel and mean
@@ -196,14 +209,19 @@ class DPSGPR(DaskRowsMixin, FactoredModelMixin, gpflow.models.SGPR):
         X, _ = self.data
         return sgpr_terms(self.kernel, self.inducing_variable.Z, X, self._noise_variance(X))
 
+    def latent_terms_and_readout(self) -> Tuple[ReleaseTerms, SGPRReadout]:
+        """:meth:`latent_terms` and :meth:`public_readout` from one computation of the SGPR factors."""
+        terms = self._sgpr_terms()
+        return (ReleaseTerms(terms.B, tf.zeros([int(terms.B.shape[0])], dtype=terms.B.dtype)),
+                SGPRReadout(self.kernel, self.mean_function, self.inducing_variable.Z, terms))
+
     def latent_terms(self) -> ReleaseTerms:
         """``B`` (m x n): the latent values ``c = B y_c`` (GPflow's SGPR ``c``); offset 0 (public)."""
-        B = self._sgpr_terms().B
-        return ReleaseTerms(B, tf.zeros([int(B.shape[0])], dtype=B.dtype))
+        return self.latent_terms_and_readout()[0]
 
     def public_readout(self) -> SGPRReadout:
         """A frozen :class:`SGPRReadout` of the current (public) kernel, mean, ``Z`` and factors."""
-        return SGPRReadout(self.kernel, self.mean_function, self.inducing_variable.Z, self._sgpr_terms())
+        return self.latent_terms_and_readout()[1]
 
     def split_terms(self, train: Any, test: Any) -> ReleaseTerms:
         """``(a(X_test), B(X_train))`` with this model's inducing inputs and hyperparameters (centred: offset 0)."""
