@@ -48,6 +48,7 @@ __all__ = [
     "OPTIMISERS",
     "certificate_of",
     "compile_per_objective",
+    "mahalanobis_terms",
     "max_mahalanobis_norm2",
     "optimise_tensors",
     "projection_terms",
@@ -888,11 +889,18 @@ def mahalanobis_sensitivity(factor: tf.Tensor, vectors: tf.Tensor, data_sensitiv
     return float(data_sensitivity) * math.sqrt(qmax)
 
 
+@check_shapes("factor: [r, r]", "vectors: [r, n]", "return[0]: [r, n]", "return[1]: []")
+def mahalanobis_terms(factor: tf.Tensor, vectors: tf.Tensor):
+    """``z = F^{-1} v`` ([r, n], an LU solve with the factor itself) and ``max_i ||z_i||^2``: the one
+    formula of the sensitivity."""
+    z = tf.linalg.solve(factor, vectors)  # [r, n]
+    return z, tf.reduce_max(tf.reduce_sum(z * z, axis=0))
+
+
 @check_shapes("factor: [r, r]", "vectors: [r, n]", "return: []")
 def max_mahalanobis_norm2(factor: tf.Tensor, vectors: tf.Tensor) -> tf.Tensor:
-    """``max_i ||F^{-1} v_i||^2`` (an LU solve with the factor itself; the one formula of the sensitivity)."""
-    z = tf.linalg.solve(factor, vectors)  # [r, n]
-    return tf.reduce_max(tf.reduce_sum(z * z, axis=0))
+    """``max_i ||F^{-1} v_i||^2`` (:func:`mahalanobis_terms`)."""
+    return mahalanobis_terms(factor, vectors)[1]
 
 
 #: Entries of ``C`` formed at a time by the row-wise functions below (bounds memory for factored or large ``C``).

@@ -120,13 +120,13 @@ def noise_plan(
     first = tf.argmax(tf.cast(tf.equal(ranks, ranks[i]), tf.int32), output_type=tf.int32)  # rtol that first gave r
     basis = left[:, :ranks[i]]
     vectors = tf.linalg.matmul(basis, C, transpose_a=True)  # [r, n]: exact sensitivity vectors
-    factor, sensitivity, condition, gap, rel, iters, support = noise_in_space(
+    factor, sensitivity, condition, gap, rel, iters, support, solved = noise_in_space(
         vectors, singular[:ranks[i]], d, tf.constant(float(tol), tf.float64), tf.constant(int(max_iter)),
         tf.constant(int(cloaking.DENSE_POINTS)), tf.constant(float(cloaking.DUPLICATE_RTOL), tf.float64),
         objective=objective)
     tf.debugging.assert_less_equal(condition, tf.constant(MAX_NOISE_CONDITION, tf.float64),
                                    "the noise covariance is too ill-conditioned to be guaranteed; use a larger rtol")
-    delta_, whitening, shift = whitening_terms(factor, vectors, sensitivity, s, d, b)
+    delta_, whitening, shift = whitening_terms(solved, sensitivity, s, d, b)
     return GraphNoisePlan(
         noise_factor=tf.linalg.matmul(basis, factor) * (s * delta_),
         whitening=whitening,

@@ -47,7 +47,7 @@ from .cloaking import (
     certificate_of,
     column_spaces,
     compile_per_objective,
-    max_mahalanobis_norm2,
+    mahalanobis_terms,
     optimise_tensors,
     projection_rows,
     row_norms,
@@ -137,13 +137,15 @@ class _Noise(NamedTuple):
     factor: tf.Tensor  #: [r, r] in basis coordinates (unit multiplier)
     sensitivity: float  #: Mahalanobis sensitivity against ``factor`` (with the safety factors)
     certificate: Any  #: the optimiser's certificate
+    solved: tf.Tensor  #: [r, n] ``factor^{-1} vectors``: the whitened sensitivity vectors
 
 
 @check_shapes("vectors: [r, n]", "singular_values: [r]")
 def noise_in_space(vectors, singular_values, data_sensitivity, tol, max_iter, dense_points, duplicate_rtol,
                          objective):
     """Optimised noise factor in basis coordinates (r x r), its Mahalanobis sensitivity (with the
-    safety factors), its condition number and the optimiser's certificate terms; pure TensorFlow."""
+    safety factors), its condition number, the optimiser's certificate terms and the whitened
+    vectors ``factor^{-1} vectors`` (r x n, one solve for the sensitivity and the whitening); pure TensorFlow."""
     s = singular_values
     # entropy: optimise in whitened coordinates (invariant objective, best conditioned);
     # mse: the trace must be taken in the output coordinates, so only rescale by s_1.
@@ -157,8 +159,9 @@ def noise_in_space(vectors, singular_values, data_sensitivity, tol, max_iter, de
     # The sensitivity of the released r-vector against the factor actually used (scaled coordinates:
     # ||F^{-1} diag(scale) beta_i|| == ||(diag(1/scale) F)^{-1} beta_i||, so nothing is lost).
     safety = SENSITIVITY_SAFETY + ROUNDING_SAFETY * condition
-    sensitivity = data_sensitivity * tf.sqrt(max_mahalanobis_norm2(factor, scaled)) * safety
-    return factor / scale[:, None], sensitivity, condition, gap, rel, iters, support
+    solved, norm2 = mahalanobis_terms(factor, scaled)
+    sensitivity = data_sensitivity * tf.sqrt(norm2) * safety
+    return factor / scale[:, None], sensitivity, condition, gap, rel, iters, support, solved
 
 
 #: The compiled noise stage of a release, one per objective (stable signatures: any r and n).
@@ -172,7 +175,7 @@ _CONDITION_MESSAGE = ("the noise covariance's condition number exceeds {:.0e}: f
 def _cloaking_noise(space: ColumnSpace, objective: str, d: float, tol: float, max_iter: int) -> _Noise:
     """Optimised noise factor in ``space.basis`` coordinates (r x r) and the sensitivity it implies
     (one compiled call); refuses a factor whose rounding could leak (``FloatingPointError``)."""
-    factor, sensitivity, condition, gap, rel, iters, support = NOISE_SOLVERS[objective](
+    factor, sensitivity, condition, gap, rel, iters, support, solved = NOISE_SOLVERS[objective](
         space.vectors, space.singular_values, tf.constant(float(d), tf.float64), tf.constant(float(tol), tf.float64),
         tf.constant(int(max_iter), tf.int32), tf.constant(int(cloaking.DENSE_POINTS), tf.int32),
         tf.constant(float(cloaking.DUPLICATE_RTOL), tf.float64))
@@ -181,7 +184,7 @@ def _cloaking_noise(space: ColumnSpace, objective: str, d: float, tol: float, ma
         raise FloatingPointError(f"condition number {condition:.3g}: " + _CONDITION_MESSAGE.format(MAX_NOISE_CONDITION))
     if not math.isfinite(sensitivity):
         raise FloatingPointError("the sensitivity is not finite: the noise covariance is singular")
-    return _Noise(factor, sensitivity, certificate_of(objective, gap, rel, tol, iters, support))
+    return _Noise(factor, sensitivity, certificate_of(objective, gap, rel, tol, iters, support), solved)
 
 
 def _unit_noise_factor(space: ColumnSpace, noise: _Noise) -> tf.Tensor:
@@ -189,10 +192,11 @@ def _unit_noise_factor(space: ColumnSpace, noise: _Noise) -> tf.Tensor:
     return tf.linalg.matmul(space.basis, noise.factor) * noise.sensitivity
 
 
-@check_shapes("factor: [r, r]", "vectors: [r, n]")
-def whitening_terms(factor, vectors, sensitivity, multiplier, data_sensitivity, output_bound):
-    """The exact sampler's sensitivity ``Delta``, whitening matrix ``W = F^{-1} V / (s Delta)`` and the
-    whitened query's recomputed L2 shift ``mu`` (the release is refused unless ``mu K <= 1/s``).
+@check_shapes("solved: [r, n]")
+def whitening_terms(solved, sensitivity, multiplier, data_sensitivity, output_bound):
+    """The exact sampler's sensitivity ``Delta``, whitening matrix ``W = F^{-1} V / (s Delta)`` (from
+    ``solved = F^{-1} V``, as :func:`noise_in_space` returns it) and the whitened query's recomputed L2
+    shift ``mu`` (the release is refused unless ``mu K <= 1/s``).
 
     ``W`` is public (computed from ``C`` alone; its own rounding does not matter), so the L2 shift of
     ``W y`` between neighbours is exactly ``d max_i ||w_i||``; computing ``W y`` in float64 errs by at
@@ -201,7 +205,7 @@ def whitening_terms(factor, vectors, sensitivity, multiplier, data_sensitivity, 
     is the cloaking sensitivity or, if larger, this bound, inflated by the grid factor
     (:func:`~dpgp_gpflow.sampling.gaussian_grid_factor`).
     """
-    W = tf.linalg.solve(factor, vectors)  # [r, n]: F^{-1} V, public
+    W = solved  # [r, n]: F^{-1} V, public
     r = tf.cast(tf.shape(W)[0], tf.float64)
     n = tf.cast(tf.shape(W)[1], tf.float64)
     unit = float(np.finfo(np.float64).eps) / 2.0
@@ -221,14 +225,14 @@ def whitening_terms(factor, vectors, sensitivity, multiplier, data_sensitivity, 
     return delta_, W, tf.where(loss <= MAX_GRID_LOSS, mu, tf.constant(np.inf, tf.float64))
 
 
-_whitening = tf.function(whitening_terms, input_signature=[MATRIX_SPEC, MATRIX_SPEC] + [REAL_SPEC] * 4, autograph=False)
+_whitening = tf.function(whitening_terms, input_signature=[MATRIX_SPEC] + [REAL_SPEC] * 4, autograph=False)
 
 
 def _whitening_matrix(space: ColumnSpace, noise: _Noise, multiplier: float, data_sensitivity: float,
                       output_bound: float) -> Tuple[float, tf.Tensor]:
     """The exact sampler's sensitivity ``Delta`` and whitening matrix ``W`` (:func:`whitening_terms`, compiled),
     refused (``FloatingPointError``) if the shift recomputed from the matrix actually used exceeds ``1 / (s K)``."""
-    sensitivity, W, mu = _whitening(noise.factor, space.vectors, *(tf.constant(float(x), tf.float64) for x in (
+    sensitivity, W, mu = _whitening(noise.solved, *(tf.constant(float(x), tf.float64) for x in (
         noise.sensitivity, multiplier, data_sensitivity, output_bound)))
     check_whitened_shift(float(mu), multiplier)
     return float(sensitivity), W
