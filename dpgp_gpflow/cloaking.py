@@ -239,8 +239,8 @@ def _gram_pairs(C: tf.Tensor, min_rtol: float):
 def singular_pairs(C: tf.Tensor, min_rtol: float):
     """The singular values ``s`` of ``C`` (descending), its left singular vectors ``u`` (orthonormal;
     at least those with ``s_j > min_rtol s_1``) and ``outside``, a bound on the rounding of the
-    discarded part: ``||C - u_r u_r^T C||_2 <= s_{r+1} + outside``. One rule for every cloaking release:
-    an eigendecomposition of the smaller Gram matrix where the smaller side is at most ``GRAM_EIGH_MAX``
+    discarded part: ``||C - u_r u_r^T C||_2 <= s_{r+1} + outside``. One rule for the in-memory and
+    graph-mode releases (the streamed one takes the SVD of a small m x m factor): an eigendecomposition of the smaller Gram matrix where the smaller side is at most ``GRAM_EIGH_MAX``
     and ``min_rtol >= GRAM_MIN_RTOL`` (``outside`` its rounding bound), a full SVD otherwise
     (``outside = 0``). Graph-safe (``C`` may have unknown dimensions). Public: ``C`` only.
     """
@@ -619,8 +619,8 @@ def _best_uniform_weight(vectors: tf.Tensor, objective: str) -> tf.Tensor:
     m = tf.cast(tf.shape(vectors)[1], tf.float64)
     if objective == "entropy":
         return r / m
-    G = tf.linalg.matmul(vectors, vectors, transpose_b=True)
-    root_trace = tf.reduce_sum(tf.sqrt(tf.maximum(tf.linalg.eigvalsh(0.5 * (G + tf.transpose(G))), 0.0)))
+    G = _weighted_gram(vectors, tf.ones_like(vectors[0]))
+    root_trace = tf.reduce_sum(tf.sqrt(tf.maximum(tf.linalg.eigvalsh(G), 0.0)))
     c = (root_trace / m) ** 2
     return tf.where(tf.logical_and(tf.math.is_finite(c), c > 0.0), c, r / m)
 
@@ -656,8 +656,8 @@ def _pivot_columns(vectors: tf.Tensor, count: tf.Tensor):
 
     def block(j, norms, Qt, picks, sizes):
         def largest():
-            top = tf.math.top_k(norms, k=tf.minimum(T + 1, n))
-            return top.indices[:T], tf.where(T < n, top.values[-1] + slack, taken)
+            top = tf.math.top_k(norms, k=T + 1)  # T < n here
+            return top.indices[:T], top.values[-1] + slack
 
         cand, bound = tf.cond(T < n, largest, lambda: (tf.range(n), taken))
         Vc = tf.gather(vectors, cand, axis=1)  # [r, T]

@@ -72,31 +72,32 @@ def sgpr_terms(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, X: tf.Tensor, noise_
     return SGPRTerms(L, LB, B)
 
 
+def _sgpr_solves(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, LB: tf.Tensor, Xnew: tf.Tensor):
+    """``L^{-1} k(Z, Xnew)`` and ``L_B^{-1} L^{-1} k(Z, Xnew)`` ([M, K] each). ``k(Z, Xnew)`` directly (what
+    ``Kuf`` of ``InducingPoints`` computes), so that this traces in ``tf.function`` (SavedModel export)
+    without creating a variable per call."""
+    tmp1 = tf.linalg.triangular_solve(L, kernel(Z, Xnew), lower=True)
+    return tmp1, tf.linalg.triangular_solve(LB, tmp1, lower=True)
+
+
 @check_shapes("Xnew: [K, D]", "Z: [M, D]", "L: [M, M]", "LB: [M, M]", "return[0]: [K, M]", "return[1]: [K]")
 def sgpr_readout_and_variance(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, LB: tf.Tensor,
                               Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-    """``a(Xnew) = (L_B^{-1} L^{-1} k(Z, Xnew))^T``, which maps the latent values ``c`` to predictions,
-    and the SGPR posterior variance of f, ``k(x, x) + |L_B^{-1} L^{-1} k(Z, x)|^2 - |L^{-1} k(Z, x)|^2``,
-    from the same two solves (public).
-
-    ``k(Z, Xnew)`` directly (what ``Kuf`` of ``InducingPoints`` computes), so that this traces in
-    ``tf.function`` (SavedModel export) without creating a variable per call."""
-    kus = kernel(Z, Xnew)  # [M, K]
-    tmp1 = tf.linalg.triangular_solve(L, kus, lower=True)
-    tmp2 = tf.linalg.triangular_solve(LB, tmp1, lower=True)
+    """:func:`sgpr_readout` and :func:`sgpr_variance` from the same two solves (public)."""
+    tmp1, tmp2 = _sgpr_solves(kernel, Z, L, LB, Xnew)
     variance = kernel(Xnew, full_cov=False) + tf.reduce_sum(tf.square(tmp2), 0) - tf.reduce_sum(tf.square(tmp1), 0)
     return tf.transpose(tmp2), variance
 
 
 @check_shapes("Xnew: [K, D]", "Z: [M, D]", "L: [M, M]", "LB: [M, M]", "return: [K, M]")
 def sgpr_readout(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, LB: tf.Tensor, Xnew: tf.Tensor) -> tf.Tensor:
-    """The readout ``a(Xnew)`` of :func:`sgpr_readout_and_variance` (public)."""
-    return sgpr_readout_and_variance(kernel, Z, L, LB, Xnew)[0]
+    """``a(Xnew) = (L_B^{-1} L^{-1} k(Z, Xnew))^T``: maps the latent values ``c`` to predictions (public)."""
+    return tf.transpose(_sgpr_solves(kernel, Z, L, LB, Xnew)[1])
 
 
 @check_shapes("Xnew: [K, D]", "Z: [M, D]", "L: [M, M]", "LB: [M, M]", "return: [K]")
 def sgpr_variance(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, LB: tf.Tensor, Xnew: tf.Tensor) -> tf.Tensor:
-    """The SGPR posterior variance of f of :func:`sgpr_readout_and_variance` (public)."""
+    """SGPR posterior variance of f: ``k(x, x) + |L_B^{-1} L^{-1} k(Z, x)|^2 - |L^{-1} k(Z, x)|^2`` (public)."""
     return sgpr_readout_and_variance(kernel, Z, L, LB, Xnew)[1]
 
 

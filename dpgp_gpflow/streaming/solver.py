@@ -51,7 +51,6 @@ from ..cloaking import (
     inverse_scale,
     pivot_columns,
     restricted_dual_solve,
-    singular_pairs,
     spread_violators,
 )
 from ..release import SENSITIVITY_SAFETY, WHITENING_SLACK
@@ -115,12 +114,12 @@ def column_spaces(cmap: StreamedMap, rtols) -> List[ColumnSpace]:
     """The column spaces of ``C`` for each tolerance, as :func:`dpgp_gpflow.cloaking.column_spaces`
     gives them, but with ``vectors`` left implicit (None): they are ``basis^T C``, recomputed per chunk.
 
-    ``C^T = Q R_C`` by a tall-skinny QR over the chunks, so ``C = R_C^T Q^T`` and the singular pairs
-    of the m x m ``R_C^T`` (:func:`~dpgp_gpflow.cloaking.singular_pairs`) are those of ``C``. Public.
+    ``C^T = Q R_C`` by a tall-skinny QR over the chunks, so ``C = R_C^T Q^T`` and the SVD of the m x m
+    ``R_C^T`` gives the singular values and left vectors of ``C`` (small: no need for the Gram matrix
+    of :func:`~dpgp_gpflow.cloaking.singular_pairs`). Public.
     """
-    rtols = tuple(float(t) for t in rtols)
     R = cmap.source.map_inputs(_tsqr_chunk, _tsqr_combine, cmap.terms, cmap.factors)
-    s, u, outside = singular_pairs(tf.constant(R.T), min(rtols))
+    s, u, _ = tf.linalg.svd(tf.constant(R.T), full_matrices=False)
     s_np = s.numpy()
     if s_np.size == 0 or not np.all(np.isfinite(s_np)) or s_np[0] <= 0.0:
         raise ValueError("the cloaking matrix is zero or not finite: nothing to release privately")
@@ -130,7 +129,7 @@ def column_spaces(cmap: StreamedMap, rtols) -> List[ColumnSpace]:
         if r in seen:
             continue
         seen.add(r)
-        residual = (float(s_np[r]) if r < s_np.size else 0.0) + float(outside)
+        residual = float(s_np[r]) if r < s_np.size else 0.0
         spaces.append(ColumnSpace(u[:, :r], None, s[:r], residual, float(rtol)))
     return spaces
 
