@@ -27,11 +27,13 @@ from . import cloaking
 from .accounting import PrivacyAccountant, Reservation
 from .cloaking import DEFAULT_TOL, projection_terms
 from .release import (
-    BIAS_FRACTION,
     MAX_NOISE_CONDITION,
+    bias_rounding,
     candidate_rtols,
     check_whitened_shift,
     noise_in_space,
+    projection_bias,
+    projection_is_harmless,
     publish_cloaking,
     reserve_gaussian,
     whitening_terms,
@@ -100,23 +102,19 @@ def noise_plan(
     tf.debugging.assert_positive(singular[0], "the cloaking matrix is zero: nothing to release privately")
     ranks = tf.reduce_sum(tf.cast(singular[None, :] > rtols[:, None] * singular[0], tf.int32), axis=1)
 
-    def bias_terms(i):
+    def projection(i):  # ||C_j - P_j||_1 and max_i |P_ji| of candidate i
         basis = left[:, :ranks[i]]
-        l1, largest = projection_terms(C, basis, tf.linalg.matmul(basis, C, transpose_a=True))
-        return b * l1, largest  # worst-case bias per prediction; noise floor / (s d)
+        return projection_terms(C, basis, tf.linalg.matmul(basis, C, transpose_a=True))
 
-    bias0, largest0 = bias_terms(0)
-    rounding = 1e-12 * tf.reduce_max(bias0 + b * largest0)  # bias at float64 rounding of C counts as none
-
-    def ratio_and_bias(bias, largest):
-        return tf.reduce_max(tf.where(bias > rounding, bias / (d * largest), tf.zeros_like(bias))), tf.reduce_max(bias)
+    terms0 = projection(0)
+    rounding = bias_rounding(*terms0, b)
 
     # the first candidate whose projection is harmless (NoisePlan's rule), each candidate's terms formed once
     last = tf.shape(rtols)[0] - 1
     i, _, bias_bound = tf.while_loop(
-        lambda i, ratio, _: (i < last) & (ratio > BIAS_FRACTION * s),
-        lambda i, ratio, _: (i + 1, *ratio_and_bias(*bias_terms(i + 1))),
-        (tf.constant(0), *ratio_and_bias(bias0, largest0)))
+        lambda i, ratio, _: (i < last) & ~projection_is_harmless(ratio, s),
+        lambda i, ratio, _: (i + 1, *projection_bias(*projection(i + 1), b, d, rounding)),
+        (tf.constant(0), *projection_bias(*terms0, b, d, rounding)))
     first = tf.argmax(tf.cast(tf.equal(ranks, ranks[i]), tf.int32), output_type=tf.int32)  # rtol that first gave r
     basis = left[:, :ranks[i]]
     vectors = tf.linalg.matmul(basis, C, transpose_a=True)  # [r, n]: exact sensitivity vectors

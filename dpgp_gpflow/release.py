@@ -75,6 +75,9 @@ from .validation import (
 __all__ = [
     "NoisePlan",
     "PrivateRelease",
+    "bias_rounding",
+    "projection_bias",
+    "projection_is_harmless",
     "NOISE_SOLVERS",
     "check_whitened_shift",
     "noise_in_space",
@@ -97,6 +100,37 @@ MAX_NOISE_CONDITION = 1e11
 #: Automatic rank choice: every prediction's worst-case projection bias must be below this fraction
 #: of the smallest noise std any release of its projected value could have.
 BIAS_FRACTION = 0.01
+#: Projection bias below this fraction of the largest ``b (||C_j - P_j||_1 + max_i |P_ji|)`` of the
+#: widest candidate is float64 rounding of ``C`` and counts as none.
+BIAS_ROUNDING = 1e-12
+
+
+def bias_rounding(l1, largest, output_bound) -> tf.Tensor:
+    """The bias that counts as none (:data:`BIAS_ROUNDING`), from the widest candidate's
+    :func:`~dpgp_gpflow.cloaking.projection_rows` terms ``l1`` and ``largest`` ([k] each). Graph-safe."""
+    return BIAS_ROUNDING * tf.reduce_max(output_bound * (l1 + largest))
+
+
+def projection_bias(l1, largest, output_bound, data_sensitivity, rounding):
+    """The rank rule's terms for one candidate space, from its ``l1 = ||C_j - P_j||_1`` and
+    ``largest = max_i |P_ji|`` ([k] each): the largest ratio of a prediction's worst-case projection
+    bias ``b l1_j`` to the noise-std floor ``d largest_j`` of its projected value (bias within
+    ``rounding`` counts as none), and the largest worst-case bias. Graph-safe; the rule is
+    :func:`projection_is_harmless`. Public: ``C`` and the bounds only."""
+    l1, largest = (tf.convert_to_tensor(x, tf.float64) for x in (l1, largest))
+    bias = output_bound * l1
+    floor = data_sensitivity * largest
+    safe = tf.where(floor > 0.0, floor, tf.ones_like(floor))
+    ratio = tf.where(bias > rounding, tf.where(floor > 0.0, bias / safe, tf.fill(tf.shape(bias), tf.constant(np.inf, tf.float64))),
+                     tf.zeros_like(bias))
+    return tf.reduce_max(ratio), tf.reduce_max(bias)
+
+
+def projection_is_harmless(ratio, noise_multiplier):
+    """The rank rule: a candidate's projection is harmless when no prediction's worst-case bias exceeds
+    :data:`BIAS_FRACTION` of the least noise std its projected value could carry (``ratio`` from
+    :func:`projection_bias`, noise multiplier ``s``). Graph-safe."""
+    return ratio <= BIAS_FRACTION * noise_multiplier
 
 
 def reserve_gaussian(epsilon, delta, calibration, accountant) -> Tuple[float, float, float, Reservation]:
@@ -247,7 +281,9 @@ def check_whitened_shift(mu: float, multiplier: float) -> None:
 
 class NoisePlan:
     """The noise a cloaking release of ``C`` would add, as a function of the noise multiplier,
-    without drawing any: the rank rule of :func:`cloaking_release` lives here (and only here).
+    without drawing any: it orchestrates the rank rule of :func:`cloaking_release`, whose terms
+    (:func:`bias_rounding`, :func:`projection_bias`, :func:`projection_is_harmless`) are shared with the
+    graph-mode plan (:func:`dpgp_gpflow.engine.noise_plan`) and the streamed release.
 
     ``rtol=None``: candidate ranks (:func:`candidate_rtols`) are tried in order, and the first whose
     projection is harmless is solved to ``tol``: for every prediction j, the exact worst-case bias
@@ -275,7 +311,7 @@ class NoisePlan:
         self._objective, self._d = objective, float(data_sensitivity)
         self._tol, self._max_iter = float(tol), int(max_iter)
         self._output_bound = float(output_bound)
-        self._rounding: Optional[float] = None
+        self._rounding: Optional[tf.Tensor] = None
         #: what the plan was built for (a release that reuses it must ask for exactly this)
         self.settings = dict(data_sensitivity=float(data_sensitivity), output_bound=float(output_bound),
                              objective=objective, rtol=None if rtol is None else float(rtol), tol=float(tol),
@@ -287,13 +323,10 @@ class NoisePlan:
             if space is None:
                 return None
             l1, largest = projection_rows(self._C, space)
-            bias = self._output_bound * l1  # [k]: worst-case bias of each projected prediction
-            floor = self._d * largest  # [k]: noise std lower bound per unit multiplier
-            if self._rounding is None:  # bias at the level of float64 rounding of C counts as none
-                self._rounding = 1e-12 * float(np.max(bias + self._output_bound * largest))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = np.where(bias > self._rounding, bias / floor, 0.0)
-            self._candidates.append([space, float(bias.max()), float(ratio.max()), None])
+            if self._rounding is None:
+                self._rounding = bias_rounding(l1, largest, self._output_bound)
+            ratio, bias = projection_bias(l1, largest, self._output_bound, self._d, self._rounding)
+            self._candidates.append([space, float(bias), float(ratio), None])
         return self._candidates[i]
 
     def _solve(self, space: ColumnSpace):
@@ -311,7 +344,7 @@ class NoisePlan:
             if cand is None:
                 break
             chosen = cand
-            if self._single or cand[2] <= BIAS_FRACTION * multiplier:
+            if self._single or bool(projection_is_harmless(cand[2], multiplier)):
                 break
             i += 1
         if chosen[3] is None:  # solved cold: the noise depends on C and the settings alone

@@ -30,12 +30,14 @@ from ..calibration import gaussian_multiplier
 from ..cloaking import DEFAULT_TOL, row_norms
 from ..pipeline import reference_coordinates
 from ..release import (
-    BIAS_FRACTION,
     MAX_NOISE_CONDITION,
     ROUNDING_SAFETY,
     SENSITIVITY_SAFETY,
+    bias_rounding,
     candidate_rtols,
     gaussian_event,
+    projection_bias,
+    projection_is_harmless,
 )
 from ..released import PrivateFunction, PrivatePrediction, PrivateRelease
 from ..validation import (
@@ -204,14 +206,12 @@ def _choose_space(cmap: StreamedMap, rtols, multiplier: float, d: float, b: floa
     Also returns :func:`~dpgp_gpflow.streaming.solver.projection_rows`' largest coordinates."""
     spaces = column_spaces(cmap, rtols)
     rows, coordinate_max = projection_rows(cmap, spaces)
-    rounding = 1e-12 * float(np.max(b * rows[0][0] + b * rows[0][1]))
+    rounding = bias_rounding(*rows[0], b)
     chosen = None
     for space, (l1, largest) in zip(spaces, rows):
-        bias, floor = b * l1, d * largest
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(bias > rounding, bias / floor, 0.0)
-        chosen = (space, float(bias.max()), coordinate_max)
-        if single or float(ratio.max()) <= BIAS_FRACTION * multiplier:
+        ratio, bias = projection_bias(l1, largest, b, d, rounding)
+        chosen = (space, float(bias), coordinate_max)
+        if single or bool(projection_is_harmless(ratio, multiplier)):
             break
     return chosen
 
