@@ -99,9 +99,15 @@ def prepare_sparse_data(data: Any, inducing_variable: Any, y_bounds: Any, data_s
     else:
         X, Y, bounds, d = prepare_private_data((X, Y), y_bounds, data_sensitivity, noise_variance)
         dim, data = X.shape[1], (X, Y)
+    return data, inducing_inputs(inducing_variable, dim), bounds, d, rows
+
+
+def inducing_inputs(inducing_variable: Any, dim: int) -> np.ndarray:
+    """The validated inducing inputs [M, dim] of a GPflow ``InducingPoints`` or an array (their values
+    now: the models hold them fixed). Privacy assumption: they are public (a function of ``X`` only)."""
     if isinstance(inducing_variable, gpflow.inducing_variables.InducingPoints):
         inducing_variable = inducing_variable.Z.numpy()
-    return data, as_inputs("inducing_variable", inducing_variable, dim), bounds, d, rows
+    return as_inputs("inducing_variable", inducing_variable, dim)
 
 
 def public_constant_mean(bounds: Tuple[float, float]) -> gpflow.functions.Constant:

@@ -52,7 +52,7 @@ from ..validation import (
     validate_objective,
     validate_seed,
 )
-from .base import DaskRowsMixin, FactoredModelMixin, PrivateModelMixin, split_dask_rows
+from .base import DaskRowsMixin, FactoredModelMixin, PrivateModelMixin, inducing_inputs, split_dask_rows
 from .gpr import gpr_cloaking_matrix_and_variance
 from .laplace import (
     LaplaceGPC,
@@ -289,16 +289,13 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
 
 
 def _inducing_inputs(inducing_variable: Any, X: Any) -> np.ndarray:
-    if isinstance(inducing_variable, gpflow.inducing_variables.InducingPoints):
-        Z = inducing_variable.Z.numpy()
-    elif isinstance(inducing_variable, (int, np.integer)) and not isinstance(inducing_variable, bool):
+    """:func:`~dpgp_gpflow.models.base.inducing_inputs`, or k-means on ``X`` for an integer m."""
+    if isinstance(inducing_variable, (int, np.integer)) and not isinstance(inducing_variable, bool):
         if is_dask_array(X):
             raise TypeError("with Dask rows, give the inducing inputs as an array, e.g. "
                             "dpgp_gpflow.streaming.minibatch_kmeans_inducing_inputs(X, m)")
-        Z = kmeans_inducing_inputs(X, int(inducing_variable))
-    else:
-        Z = inducing_variable
-    return as_inputs("inducing_variable", Z, int(X.shape[1]))
+        inducing_variable = kmeans_inducing_inputs(X, int(inducing_variable))
+    return inducing_inputs(inducing_variable, int(X.shape[1]))
 
 
 def _sparse_rows(data: Any) -> Tuple[Any, Any, Optional[Tuple[Any, Any]]]:
