@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
+from . import linalg
 from .validation import OBJECTIVES, Objective, validate_objective
 
 __all__ = [
@@ -899,7 +900,7 @@ def mahalanobis_sensitivity(factor: tf.Tensor, vectors: tf.Tensor, data_sensitiv
 def mahalanobis_terms(factor: tf.Tensor, vectors: tf.Tensor):
     """``z = F^{-1} v`` ([r, n], an LU solve with the factor itself) and ``max_i ||z_i||^2``: the one
     formula of the sensitivity."""
-    z = tf.linalg.solve(factor, vectors)  # [r, n]
+    z = linalg.solve(factor, vectors)  # [r, n]
     return z, tf.reduce_max(tf.reduce_sum(z * z, axis=0))
 
 

@@ -34,13 +34,8 @@ from dpgp_gpflow.cloaking import (
     mahalanobis_sensitivity,
     optimise_noise_covariance,
 )
-from dpgp_gpflow.release import (
-    BIAS_FRACTION,
-    bias_rounding,
-    cloaking_release,
-    projection_bias,
-    projection_is_harmless,
-)
+import dpgp_gpflow.release as release
+from dpgp_gpflow.release import cloaking_release
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpgp_gpflow.ReproducibleNoiseWarning")
 
@@ -587,21 +582,22 @@ def test_projection_rows_against_numpy(monkeypatch, block_entries):
 def test_rank_rule_terms_against_numpy():
     """The rank rule's terms (shared by the eager, graph-mode and streamed plans) against their
     definition written out in NumPy: bias within the rounding level counts as none, a bias over a
-    zero noise floor is never harmless, and the rule's threshold is BIAS_FRACTION times s."""
+    zero noise floor is never harmless, and the rule's threshold is release.BIAS_FRACTION times s."""
     l1 = np.array([0.0, 2e-3, 1e-20, 5e-2, 3e-2])
     largest = np.array([1.0, 0.5, 0.0, 2.0, 0.25])
     b, d = 50.0, 3.0
-    rounding = float(bias_rounding(l1, largest, b))
+    rounding = float(release.bias_rounding(l1, largest, b))
     assert rounding == pytest.approx(1e-12 * np.max(b * (l1 + largest)), rel=1e-15)
-    ratio, bias = projection_bias(l1, largest, b, d, rounding)
+    ratio, bias = release.projection_bias(l1, largest, b, d, rounding)
     expected = max(b * l1[j] / (d * largest[j]) for j in range(5) if b * l1[j] > rounding)
     assert float(ratio) == pytest.approx(expected, rel=1e-14)  # row 2 (zero floor) is rounding: ignored
     assert float(bias) == pytest.approx(b * 5e-2, rel=1e-15)
-    assert bool(projection_is_harmless(ratio, expected / BIAS_FRACTION))
-    assert not bool(projection_is_harmless(ratio, 0.999 * expected / BIAS_FRACTION))
+    assert bool(release.projection_is_harmless(ratio, expected / release.BIAS_FRACTION))
+    assert not bool(release.projection_is_harmless(ratio, 0.999 * expected / release.BIAS_FRACTION))
     l1[2] = 1e-3  # a real bias where the projected value carries no noise at all
-    assert float(projection_bias(l1, largest, b, d, rounding)[0]) == np.inf
-    assert float(projection_bias(np.zeros(5), largest, b, d, rounding)[0]) == 0.0
+    assert float(release.projection_bias(l1, largest, b, d, rounding)[0]) == np.inf
+    assert float(release.projection_bias(np.zeros(5), largest, b, d, rounding)[0]) == 0.0
+
 
 @pytest.mark.parametrize("objective", OBJECTIVES)
 @pytest.mark.parametrize("case", list(RANK_CASES))

@@ -87,12 +87,12 @@ class Gibbs(gpflow.kernels.Kernel):
             X2, L2 = X, L1
         else:
             L2 = self.lengthscales(X2)  # [M, D]
-        sq_sum = L1[:, None, :] ** 2 + L2[None, :, :] ** 2  # [N, M, D]
+        sq_sum = tf.square(L1)[:, None, :] + tf.square(L2)[None, :, :]  # [N, M, D]
         log_prefactor = 0.5 * tf.reduce_sum(
             tf.math.log(2.0 * L1[:, None, :] * L2[None, :, :] / sq_sum), axis=-1
         )  # [N, M]
         diff = X[:, None, :] - X2[None, :, :]  # [N, M, D]
-        exponent = tf.reduce_sum(diff**2 / sq_sum, axis=-1)  # [N, M]
+        exponent = tf.reduce_sum(tf.square(diff) / sq_sum, axis=-1)  # [N, M]
         return self.variance * tf.exp(log_prefactor - exponent)
 
     @inherit_check_shapes
@@ -214,7 +214,7 @@ def kde_lengthscale_function(
     def rho(X: tf.Tensor) -> tf.Tensor:
         """Counts-scale KDE at X [N, D] -> [N]."""
         diff = (X * inv_h)[:, None, :] - centres[None, :, :]  # [N, n, D]
-        log_k = -0.5 * tf.reduce_sum(diff**2, axis=-1) + log_norm  # [N, n]
+        log_k = -0.5 * tf.reduce_sum(tf.square(diff), axis=-1) + log_norm  # [N, n]
         return tf.reduce_sum(tf.exp(log_k), axis=-1)
 
     if offsets_np is None:

@@ -8,6 +8,7 @@ import gpflow
 import tensorflow as tf
 from check_shapes import check_shapes, inherit_check_shapes
 
+from .. import linalg
 from ..contract import PrivateModel, ReleaseTerms
 from ..contract import cloaking_matrix as contract_cloaking_matrix
 from ..pipeline import StandardTerms
@@ -40,8 +41,8 @@ def gpr_cloaking_matrix_and_variance(kernel: gpflow.kernels.Kernel, X: tf.Tensor
     """
     K = kernel(X) + noise_variance * tf.eye(tf.shape(X)[0], dtype=X.dtype)  # [N, N]
     L = tf.linalg.cholesky(K)
-    A = tf.linalg.triangular_solve(L, kernel(X, Xnew), lower=True)  # [N, M]: L^{-1} K_f*
-    C = tf.transpose(tf.linalg.triangular_solve(L, A, lower=True, adjoint=True))  # [M, N]
+    A = linalg.triangular_solve(L, kernel(X, Xnew), lower=True)  # [N, M]: L^{-1} K_f*
+    C = tf.transpose(linalg.triangular_solve(L, A, lower=True, adjoint=True))  # [M, N]
     variance = kernel(Xnew, full_cov=False) - tf.reduce_sum(A * A, axis=0)  # [M]
     return C, variance[:, None]
 
@@ -55,8 +56,8 @@ def gpr_rkhs_sensitivity(kernel: gpflow.kernels.Kernel, X: tf.Tensor, noise_vari
     """
     Kff = kernel(X)  # [N, N]
     L = tf.linalg.cholesky(Kff + noise_variance * tf.eye(tf.shape(X)[0], dtype=X.dtype))
-    G = tf.linalg.cholesky_solve(L, Kff)  # K^{-1} Kff
-    H = tf.linalg.cholesky_solve(L, tf.transpose(G))  # K^{-1} Kff K^{-1}
+    G = linalg.cholesky_solve(L, Kff)  # K^{-1} Kff
+    H = linalg.cholesky_solve(L, tf.transpose(G))  # K^{-1} Kff K^{-1}
     return tf.sqrt(tf.reduce_max(tf.linalg.diag_part(H)))
 
 

@@ -18,6 +18,7 @@ from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.covariances import Kuf, Kuu
 from sklearn.cluster import KMeans
 
+from .. import linalg
 from ..contract import ReleaseTerms
 from ..release_file import (
     kernel_from_spec,
@@ -72,11 +73,11 @@ def fitc_terms(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, X: tf.Tensor, noise_
     kuf = Kuf(iv, kernel, X)  # [M, N]
     kuu = Kuu(iv, kernel, jitter=gpflow.config.default_jitter())  # [M, M]
     Luu = tf.linalg.cholesky(kuu)
-    V = tf.linalg.triangular_solve(Luu, kuf)  # [M, N]
+    V = linalg.triangular_solve(Luu, kuf)  # [M, N]
     nu = kernel(X, full_cov=False) - tf.reduce_sum(tf.square(V), 0) + noise_variance  # [N]
     M = tf.shape(Z)[0]
     LB = tf.linalg.cholesky(tf.eye(M, dtype=X.dtype) + tf.linalg.matmul(V / nu, V, transpose_b=True))
-    B = tf.linalg.cholesky_solve(LB, V / nu)  # [M, N]
+    B = linalg.cholesky_solve(LB, V / nu)  # [M, N]
     return FITCTerms(Luu, LB, B)
 
 
@@ -88,7 +89,7 @@ def fitc_readout(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, Luu: tf.Tensor, Xn
     ``InducingPoints``, whose variable would make this untraceable by ``tf.function`` (SavedModel export).
     """
     kus = kernel(Z, Xnew)  # [M, K]
-    return tf.transpose(tf.linalg.triangular_solve(Luu, kus))
+    return tf.transpose(linalg.triangular_solve(Luu, kus))
 
 
 class FITCReadout:
@@ -120,8 +121,8 @@ class FITCReadout:
     def readout_and_variance(self, Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
         """:meth:`readout` and :meth:`variance` from one solve with ``L_uu``."""
         A = self.readout(Xnew)  # [K, M]
-        iA = tf.linalg.triangular_solve(self._LB, tf.transpose(A))
-        return A, self._kernel(Xnew, full_cov=False) - tf.reduce_sum(A**2, 1) + tf.reduce_sum(iA**2, 0)
+        iA = linalg.triangular_solve(self._LB, tf.transpose(A))
+        return A, self._kernel(Xnew, full_cov=False) - tf.reduce_sum(tf.square(A), 1) + tf.reduce_sum(tf.square(iA), 0)
 
     def release_state(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
         """``(content, arrays)`` of a release file (``docs/release_file.md#readouts``): the kernel and mean

@@ -22,6 +22,7 @@ import tensorflow as tf
 from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.covariances import Kuf, Kuu
 
+from .. import linalg
 from ..contract import ReleaseTerms
 from ..release_file import (
     kernel_from_spec,
@@ -65,10 +66,10 @@ def sgpr_terms(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, X: tf.Tensor, noise_
     sigma_sq = tf.broadcast_to(tf.convert_to_tensor(noise_variance, dtype=X.dtype), [tf.shape(X)[0]])  # [N]
     sigma = tf.sqrt(sigma_sq)
     L = tf.linalg.cholesky(kuu)
-    A = tf.linalg.triangular_solve(L, kuf / sigma, lower=True)  # [M, N]
+    A = linalg.triangular_solve(L, kuf / sigma, lower=True)  # [M, N]
     M = tf.shape(Z)[0]
     LB = tf.linalg.cholesky(tf.linalg.matmul(A, A, transpose_b=True) + tf.eye(M, dtype=X.dtype))
-    B = tf.linalg.triangular_solve(LB, A / sigma, lower=True)  # [M, N]
+    B = linalg.triangular_solve(LB, A / sigma, lower=True)  # [M, N]
     return SGPRTerms(L, LB, B)
 
 
@@ -76,8 +77,8 @@ def _sgpr_solves(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, LB: 
     """``L^{-1} k(Z, Xnew)`` and ``L_B^{-1} L^{-1} k(Z, Xnew)`` ([M, K] each). ``k(Z, Xnew)`` directly (what
     ``Kuf`` of ``InducingPoints`` computes), so that this traces in ``tf.function`` (SavedModel export)
     without creating a variable per call."""
-    tmp1 = tf.linalg.triangular_solve(L, kernel(Z, Xnew), lower=True)
-    return tmp1, tf.linalg.triangular_solve(LB, tmp1, lower=True)
+    tmp1 = linalg.triangular_solve(L, kernel(Z, Xnew), lower=True)
+    return tmp1, linalg.triangular_solve(LB, tmp1, lower=True)
 
 
 @check_shapes("Xnew: [K, D]", "Z: [M, D]", "L: [M, M]", "LB: [M, M]", "return[0]: [K, M]", "return[1]: [K]")

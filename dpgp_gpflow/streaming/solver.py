@@ -37,6 +37,7 @@ import numpy as np
 import tensorflow as tf
 
 from .. import cloaking
+from .. import linalg
 from ..cloaking import (
     DUPLICATE_RTOL,
     PRUNE_LEVERAGE,
@@ -199,7 +200,7 @@ def _select_chunk(X, start, terms, factors, T, excluded, G, k_lev, k_norm):
     c = int(V.shape[1])
     idx = np.arange(start, start + c)
     keep = _excluded_mask(start, c, excluded)
-    lev = tf.reduce_sum(tf.linalg.solve(tf.constant(G), V) * V, axis=0).numpy()
+    lev = tf.reduce_sum(linalg.solve(G, V) * V, axis=0).numpy()
     norms = tf.norm(V, axis=0).numpy()
     Vn = V.numpy()
     lev_top = _top((idx[keep], lev[keep], Vn[:, keep]), k_lev)
@@ -433,8 +434,8 @@ def _duplicates(hashes: np.ndarray, n: int) -> np.ndarray:
 
 def _sensitivity_chunk(X, start, terms, factors, basis, factor_scaled, scale, factor_u):
     V = _columns(X, terms, factors, basis.T)  # [r, c]: unscaled sensitivity vectors
-    z = tf.linalg.solve(tf.constant(factor_scaled), V * tf.constant(scale)[:, None])
-    W = tf.norm(tf.linalg.solve(tf.constant(factor_u), V), axis=0).numpy()
+    z = linalg.solve(factor_scaled, V * tf.constant(scale)[:, None])
+    W = tf.norm(linalg.solve(factor_u, V), axis=0).numpy()
     return float(tf.reduce_max(tf.reduce_sum(z * z, axis=0))), float(W.max()), math.fsum(W)
 
 
@@ -452,7 +453,7 @@ def sensitivities(cmap: StreamedMap, basis: np.ndarray, factor_scaled: np.ndarra
 
 def _query_chunk(X, Y, start, terms, factors, basis, factor_u, divisor):
     V = _columns(X, terms, factors, basis.T)
-    W = tf.linalg.solve(tf.constant(factor_u), V) / divisor  # [r, c]
+    W = linalg.solve(factor_u, V) / divisor  # [r, c]
     norms = tf.norm(W, axis=0).numpy()
     y = terms.centred_outputs(X, Y)  # PRIVATE, clipped before use
     return float(norms.max()), math.fsum(norms), tf.linalg.matvec(W, tf.constant(y)).numpy()

@@ -32,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
+from .. import linalg
 from ..models.dp_laplace import DPSparseLaplaceGPC
 from ..models.laplace import SoRReadout, validate_labels
 from ..models.sgpr import DPGPRFITC, FITCReadout, FITCTerms
@@ -125,7 +126,7 @@ class ChunkTerms:
     def _projected(self, X: np.ndarray, L: tf.Tensor) -> tf.Tensor:
         """``L^{-1} K_uf`` for the chunk [M, c]."""
         kuf = self._kernel(tf.constant(self.Z), tf.constant(X))  # [M, c]
-        return tf.linalg.triangular_solve(L, kuf, lower=True)
+        return linalg.triangular_solve(L, kuf, lower=True)
 
     def _nu(self, X: np.ndarray, V: tf.Tensor) -> Any:
         """FITC's per-point ``diag(K_ff - V^T V) + sigma^2`` [c], or the SoR step's constant variance."""
@@ -166,9 +167,9 @@ class ChunkTerms:
         """``B[:, chunk]`` [M, c]: the map from the chunk's centred outputs to the latent values (public)."""
         V = self._projected(X, factors.L)
         if self.kind != "sgpr":
-            return tf.linalg.cholesky_solve(factors.LB, V / self._nu(X, V)) * self._step_scale
+            return linalg.cholesky_solve(factors.LB, V / self._nu(X, V)) * self._step_scale
         sigma = np.sqrt(self.noise_variance)
-        return tf.linalg.triangular_solve(factors.LB, (V / sigma) / sigma, lower=True)
+        return linalg.triangular_solve(factors.LB, (V / sigma) / sigma, lower=True)
 
     @check_shapes("X: [c, D]", "return: [M, c]")
     def columns(self, X: np.ndarray, factors: Factors) -> tf.Tensor:
@@ -187,7 +188,7 @@ class ChunkTerms:
         kuf = self._kernel(tf.constant(self.Z), tf.constant(X))  # [M, c]
         if self.kind != "sgpr":  # T R (L_B L_B^T)^{-1} V diag(1/nu), V = L^{-1} K_uf (times the SoR step's 2)
             M = tf.transpose(tf.linalg.cholesky_solve(factors.LB, tf.transpose(left))) * self._step_scale
-            V = tf.linalg.triangular_solve(factors.L, kuf, lower=True)
+            V = linalg.triangular_solve(factors.L, kuf, lower=True)
             return tf.linalg.matmul(M, V) / self._nu(X, V)
         # SGPR: T R L_B^{-1} L^{-1} K_uf / sigma^2
         M = tf.linalg.triangular_solve(factors.LB, tf.transpose(left), lower=True, adjoint=True)  # [M, r]
