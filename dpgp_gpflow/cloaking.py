@@ -81,6 +81,9 @@ MU_GAP_DIV = 10.0
 #: path is joined close to the optimum, which matters most on warm restarts of the working-set
 #: rounds (a large first weight pushes warm weights away from the optimum before coming back).
 MU_START_DIV = 100.0
+#: Primal-dual rounds set the barrier parameter to this fraction of the mean complementarity ``l_i s_i``
+#: after every step (no centring steps).
+PRIMAL_DUAL_SIGMA = 0.1
 #: Relative residual at which conjugate gradients stop (inexact Newton: the line search and the
 #: duality-gap stop make the step's accuracy a matter of speed only, never of the certificate).
 CG_RTOL = 1e-2
@@ -387,12 +390,13 @@ def _mse_hessian_vector(w: tf.Tensor, P: tf.Tensor, v: tf.Tensor) -> tf.Tensor:
     return tf.reduce_sum(P * tf.linalg.matmul(_mse_curvature(w) * G, P), axis=0)
 
 
-def _barrier_curvature(mu, weights):
-    """``mu / l^2``, capped so that weights that have all but vanished cannot overflow it."""
-    return tf.minimum(mu / (weights * weights), 1e150)
+def _barrier_curvature(slack, weights):
+    """The barrier's curvature ``s / l`` (primal-dual; ``mu / l^2`` where ``s = mu / l``), capped so that
+    weights that have all but vanished cannot overflow it."""
+    return tf.minimum(slack / weights, 1e150)
 
 
-def _mse_newton_direction(w, P, weights, gb, mu):
+def _mse_newton_direction(w, P, gb, barrier):
     """Newton direction for the barrier mse dual by preconditioned conjugate gradients.
 
     Exact Hessian-vector products. The preconditioner is the rank-one-curvature approximation
@@ -400,10 +404,10 @@ def _mse_newton_direction(w, P, weights, gb, mu):
     diagonal of ``E``), factorised only on the block of points whose barrier curvature is below
     their own curvature (those near the support); on the others, which the barrier dominates, it
     is its diagonal. So the Cholesky is of the near-support block, not of the whole working set.
+    ``barrier`` ([m]) is the barrier's curvature (:func:`_barrier_curvature`).
     """
     e = tf.math.rsqrt(2.0 * tf.pow(w, 1.5))
     Pe = P * tf.sqrt(e)[:, None]
-    barrier = _barrier_curvature(mu, weights)
     own = tf.square(tf.reduce_sum(Pe * Pe, axis=0))  # diagonal of Qt o Qt
     block = tf.where(barrier < PRECONDITIONER_BLOCK * own)[:, 0]
     Pb = tf.gather(Pe, block, axis=1)
@@ -491,25 +495,39 @@ def _feasible_covariance_impl(vectors, weights, objective_is_entropy: bool):
     return V, scales, gap, rel
 
 
-def _barrier_newton_impl(vectors, weights0, tol, max_iter, objective):
+def _barrier_newton_impl(vectors, weights0, tol, max_iter, primal_dual, objective):
+    """Log-barrier Newton on the dual from ``weights0`` (positive): ``(weights, steps, met)``.
+
+    Both variants take the Newton step of the barrier problem ``dual - mu sum(log l)`` with the
+    barrier's curvature ``s / l`` and an Armijo line search on it, and stop once the certificate
+    (:func:`_gap`) meets ``tol``. ``primal_dual=False``: ``s = mu / l`` (the primal barrier), and ``mu``
+    falls once the iterate is centred. ``primal_dual=True``: a slack ``s`` takes its own Newton step
+    on ``l_i s_i = mu`` (so weights that must shrink tenfold do not cut every step to a tenth), and
+    ``mu`` is :data:`PRIMAL_DUAL_SIGMA` of the mean ``l_i s_i`` after every step: fewer steps from a
+    cold start, but slower than the primal barrier when new points have just been added at a guessed
+    weight (docs/mechanisms.md#noise-optimiser).
+    """
     dtype = tf.float64
     m = tf.cast(tf.shape(vectors)[1], dtype)
     gap0, _, _, _ = _certificate_terms(vectors, weights0, objective)
     mu0 = tf.maximum(gap0, 1e-3) / (m * MU_START_DIV)
+    inf = tf.constant(np.inf, dtype)
 
-    def cond(it, weights, mu, done, met):
+    def cond(it, weights, slack, mu, done, met):
         return tf.logical_and(it < max_iter, tf.logical_not(done))
 
-    def body(it, weights, mu, done, met):
+    def body(it, weights, slack, mu, done, met):
         value, grad, w, V, P, q = _dual_state(vectors, weights, objective)
         # The certificate bounds the excess of any weights, centred or not: stop once it is met.
         gap, rel, _ = _gap(w, q, weights, objective)
         converged = rel <= tol
         gb = grad - mu / weights
+        slack = tf.where(primal_dual, slack, mu / weights)
+        barrier = _barrier_curvature(slack, weights)
 
         def dense_direction():
             H = _dual_hessian(w, P, objective)
-            Hb = H + tf.linalg.diag(_barrier_curvature(mu, weights))
+            Hb = H + tf.linalg.diag(barrier)
             # Jitter relative to the dual's own curvature, not the barrier's (which explodes on
             # inactive points and would swamp the Newton system).
             jitter = 1e-13 * tf.reduce_max(tf.linalg.diag_part(H))
@@ -521,11 +539,14 @@ def _barrier_newton_impl(vectors, weights0, tol, max_iter, objective):
         else:
             r_dim = tf.cast(tf.shape(P)[0], dtype)
             use_cg = r_dim * r_dim * m * m > DENSE_MSE_HESSIAN_FLOPS
-            step = tf.cond(use_cg, lambda: _mse_newton_direction(w, P, weights, gb, mu), dense_direction)
+            step = tf.cond(use_cg, lambda: _mse_newton_direction(w, P, gb, barrier), dense_direction)
+        slack_step = mu / weights - slack - barrier * step  # Newton on l_i s_i = mu (primal-dual only)
         decrement2 = -tf.reduce_sum(gb * step)
-        # Fraction to the boundary: keep every weight strictly positive.
-        ratios = tf.where(step < 0.0, -weights / step, tf.fill(tf.shape(step), tf.constant(np.inf, dtype)))
-        t_max = tf.minimum(tf.constant(1.0, dtype), 0.99 * tf.reduce_min(ratios))
+        # Fraction to the boundary: keep every weight (and slack) strictly positive.
+        t_max = tf.minimum(tf.constant(1.0, dtype),
+                           0.99 * tf.reduce_min(tf.where(step < 0.0, -weights / step, tf.fill(tf.shape(step), inf))))
+        t_slack = tf.minimum(tf.constant(1.0, dtype), 0.99 * tf.reduce_min(
+            tf.where(slack_step < 0.0, -slack / slack_step, tf.fill(tf.shape(step), inf))))
         phi0 = value - mu * tf.reduce_sum(tf.math.log(weights))
 
         def ls_cond(t, k):
@@ -538,15 +559,19 @@ def _barrier_newton_impl(vectors, weights0, tol, max_iter, objective):
         # (the certificate then reports honestly how close we got).
         failed = tf.logical_or(k >= 60, tf.logical_not(tf.reduce_all(tf.math.is_finite(step))))
         stalled = tf.logical_or(failed, tf.reduce_max(tf.abs(t * step)) <= 1e-13 * tf.reduce_max(weights))
-        new_weights = tf.where(tf.logical_or(failed, converged), weights, weights + t * step)
-        # Decrease the barrier once (roughly) centred: at the central point the gap is about m mu.
+        stay = tf.logical_or(failed, converged)
+        new_weights = tf.where(stay, weights, weights + t * step)
+        new_slack = tf.where(stay, slack, slack + t_slack * slack_step)
+        # Primal barrier: decrease mu once (roughly) centred: at the central point the gap is about m mu.
         centred = decrement2 < CENTRED_DECREMENT
-        new_mu = tf.where(centred, tf.maximum(tf.minimum(mu * MU_FACTOR, gap / (MU_GAP_DIV * m)), 1e-300), mu)
-        return it + 1, new_weights, new_mu, tf.logical_or(converged, stalled), converged
+        barrier_mu = tf.where(centred, tf.minimum(mu * MU_FACTOR, gap / (MU_GAP_DIV * m)), mu)
+        pd_mu = PRIMAL_DUAL_SIGMA * tf.reduce_sum(new_weights * new_slack) / m
+        new_mu = tf.maximum(tf.where(primal_dual, pd_mu, barrier_mu), 1e-300)
+        return it + 1, new_weights, new_slack, new_mu, tf.logical_or(converged, stalled), converged
 
-    it, weights, _, _, met = tf.while_loop(
-        cond, body, (tf.constant(0), weights0, mu0, tf.constant(False), tf.constant(False)), parallel_iterations=1
-    )
+    it, weights, _, _, _, met = tf.while_loop(
+        cond, body, (tf.constant(0), weights0, mu0 / weights0, mu0, tf.constant(False), tf.constant(False)),
+        parallel_iterations=1)
     return weights, it, met
 
 
@@ -747,6 +772,8 @@ def _working_set_solve(vectors, initial, objective, tol, max_iter, dense_points)
     optimum's support is a few r points on scattered inputs, thousands for smooth kernels on dense
     ones) and stage 2 solves to ``tol``. Points outside the working set that violate their constraint
     are added back, up to r per round, spread among the most violated (:func:`spread_violators`).
+    Rounds take primal-dual steps, except one that starts from violators just added at a guessed
+    weight (:func:`_barrier_newton_impl`).
     ``initial`` ([n], non-negative; all zero for a cold start) warm-starts the weights. Pure TensorFlow: the
     working set is a boolean mask, the restricted problem is gathered from it in the graph.
     """
@@ -760,12 +787,13 @@ def _working_set_solve(vectors, initial, objective, tol, max_iter, dense_points)
     size = tf.reduce_sum(tf.cast(mask, tf.int32))
     stage_tol = tf.where(size > tf.maximum(3 * r, PRUNE_MIN_POINTS), tf.maximum(tol, PRUNE_TOL), tol)
 
-    def body(rounds, weights, mask, stage_tol, total, done):
+    def body(rounds, weights, mask, stage_tol, total, done, fresh):
         work = tf.where(mask)[:, 0]
         m = tf.cast(tf.shape(work)[0], tf.float64)
         w_sub = tf.maximum(tf.gather(weights, work), 1e-12 * rf / m)
         columns = tf.gather(vectors, work, axis=1)
-        w_sub, its, met = _barrier_newton_impl(columns, w_sub, stage_tol, tf.maximum(max_iter - total, 1), objective)
+        w_sub, its, met = _barrier_newton_impl(columns, w_sub, stage_tol, tf.maximum(max_iter - total, 1), fresh,
+                                               objective=objective)
         total = total + its
         weights = tf.tensor_scatter_nd_update(tf.zeros_like(weights), tf.cast(work, tf.int32)[:, None], w_sub)
         w, _, P, q = _dual_terms(vectors, weights, objective, _weighted_gram(columns, w_sub))
@@ -785,13 +813,15 @@ def _working_set_solve(vectors, initial, objective, tol, max_iter, dense_points)
         violators = _indicator(tf.gather(candidates, _spread_violators_impl(whitened, r)), weights)
         same = ~tf.reduce_any(violators) & tf.reduce_all(tf.equal(keep, mask))  # keep solving the same set
         new_mask = tf.where(same, mask, keep | violators)
-        new_weights = tf.where(violators & ~same, 1e-3 * wmax, weights)
-        return (rounds + 1, tf.where(finished, weights, new_weights),
-                tf.where(finished, mask, new_mask), tf.where(loose, tol, stage_tol), total, finished)
+        added = violators & ~same
+        new_weights = tf.where(added, 1e-3 * wmax, weights)
+        return (rounds + 1, tf.where(finished, weights, new_weights), tf.where(finished, mask, new_mask),
+                tf.where(loose, tol, stage_tol), total, finished, ~tf.reduce_any(added))
 
-    _, weights, _, _, total, _ = tf.while_loop(
-        lambda rounds, *rest: (rounds < MAX_ROUNDS) & ~rest[-1], body,
-        (tf.constant(0), weights, mask, stage_tol, tf.constant(0), tf.constant(False)))
+    # primal-dual steps unless the round starts from violators just added at a guessed weight
+    _, weights, _, _, total, _, _ = tf.while_loop(
+        lambda rounds, *rest: (rounds < MAX_ROUNDS) & ~rest[-2], body,
+        (tf.constant(0), weights, mask, stage_tol, tf.constant(0), tf.constant(False), tf.constant(True)))
     return weights, total
 
 
@@ -990,20 +1020,24 @@ def row_norms(F: tf.Tensor) -> tf.Tensor:
 
 
 #: The restricted solve of one working-set round, compiled per objective (stable signatures).
-RESTRICTED_SOLVERS = compile_per_objective(_barrier_newton_impl, [MATRIX_SPEC, VECTOR_SPEC, REAL_SPEC, COUNT_SPEC])
+RESTRICTED_SOLVERS = compile_per_objective(_barrier_newton_impl, [MATRIX_SPEC, VECTOR_SPEC, REAL_SPEC, COUNT_SPEC,
+                                                                   tf.TensorSpec([], tf.bool)])
 
 
 @check_shapes("vectors: [r, w]", "weights0: [w]")
-def restricted_dual_solve(vectors: tf.Tensor, weights0: tf.Tensor, objective: str, tol: float, max_iter: int):
+def restricted_dual_solve(vectors: tf.Tensor, weights0: tf.Tensor, objective: str, tol: float, max_iter: int,
+                          primal_dual: bool):
     """The working-set step of :func:`optimise_noise_covariance`: the compiled log-barrier Newton
-    method on the columns ``vectors`` (r x w) from ``weights0`` (w, positive). Returns
+    method on the columns ``vectors`` (r x w) from ``weights0`` (w, positive), primal-dual unless the
+    round starts from violators just added (as the in-memory rounds choose). Returns
     ``(weights, steps, met)``. Lets a caller that streams the other columns (and certifies over all
     of them itself) run exactly the restricted solve the in-memory optimiser runs. Public: the
     sensitivity vectors only."""
     validate_objective(objective)
     return RESTRICTED_SOLVERS[objective](tf.convert_to_tensor(vectors, tf.float64),
                                          tf.convert_to_tensor(weights0, tf.float64),
-                                         tf.constant(float(tol), tf.float64), tf.constant(int(max_iter), tf.int32))
+                                         tf.constant(float(tol), tf.float64), tf.constant(int(max_iter), tf.int32),
+                                         tf.constant(bool(primal_dual)))
 
 
 @check_shapes("vectors: [r, w]")

@@ -131,6 +131,23 @@ def test_certificate_bounds_the_true_gap(solved, name, objective):
         assert cert.relative_gap == pytest.approx(cert.gap / V.shape[0], rel=1e-12)
 
 
+@pytest.mark.parametrize("primal_dual", [False, True])
+@pytest.mark.parametrize("objective", OBJECTIVES)
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_both_barrier_variants_reach_the_cvxpy_optimum(solved, name, objective, primal_dual):
+    """The restricted solve on all columns, primal barrier or primal-dual, from the cold start, certified
+    to 1e-7: its weights' dual bound (NumPy, independently) is within 1e-6 of cvxpy's optimum."""
+    V, _, M_cvx = solved(name, objective)
+    start = np.full(V.shape[1], cloaking.best_uniform_weight(tf.constant(V), objective))
+    weights, steps, _ = cloaking.restricted_dual_solve(tf.constant(V), tf.constant(start), objective, 1e-7, 500,
+                                                       primal_dual=primal_dual)
+    assert 0 < int(steps) < 500  # converged or stalled at rounding, not out of steps
+    ref = objective_value(M_cvx, objective)
+    bound = (entropy_dual_bound if objective == "entropy" else mse_dual_bound)(V, weights.numpy())
+    assert bound <= ref + 1e-9 * max(1.0, abs(ref))  # weak duality
+    assert ref - bound <= 1e-6 * max(1.0, abs(ref)), (bound, ref)
+
+
 @pytest.mark.parametrize("objective", OBJECTIVES)
 def test_optimiser_is_deterministic(objective):
     V = tf.constant(random_vectors(3, 12, 7))
@@ -266,20 +283,23 @@ def mse_gradient_np(V: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return 1.0 - np.sum(V * np.linalg.solve(root, V), axis=0)
 
 
+@pytest.mark.parametrize("primal_dual", [False, True])
 @pytest.mark.parametrize("mu", [1e-6, 1e-3, 1e3])
-def test_mse_newton_direction_solves_the_barrier_newton_system(mu):
+def test_mse_newton_direction_solves_the_barrier_newton_system(mu, primal_dual):
     """The CG direction (block preconditioner: factorised near the support, diagonal elsewhere; mu
-    chosen so that the block is 35, 24 or none of the 40 points) solves ``(H + mu / l^2) x = -g_b`` to the
-    CG tolerance, with ``H`` by central differences of a NumPy gradient (not the code's formula)."""
+    chosen so that the block is 35, 24 or none of the 40 points) solves ``(H + s / l) x = -g_b`` to the
+    CG tolerance, with ``H`` by central differences of a NumPy gradient (not the code's formula), for
+    the primal barrier's slack ``s = mu / l`` and for a primal-dual slack off the central path."""
     V = random_vectors(4, 40, 5)
     weights = np.random.default_rng(6).uniform(0.01, 1.0, 40) ** 3  # spread, as near an optimum
     h = 1e-6
     H = np.stack([(mse_gradient_np(V, weights + h * e) - mse_gradient_np(V, weights - h * e)) / (2 * h)
                   for e in np.eye(40)], axis=1)
     gb = mse_gradient_np(V, weights) - mu / weights
+    slack = mu / weights * (np.random.default_rng(7).uniform(0.2, 5.0, 40) if primal_dual else 1.0)
     w, _, P, _ = cloaking._dual_terms(tf.constant(V), tf.constant(weights), "mse")
-    x = cloaking._mse_newton_direction(w, P, tf.constant(weights), tf.constant(gb), tf.constant(mu, tf.float64)).numpy()
-    residual = (H + np.diag(mu / weights**2)) @ x + gb
+    x = cloaking._mse_newton_direction(w, P, tf.constant(gb), tf.constant(slack / weights)).numpy()
+    residual = (H + np.diag(slack / weights)) @ x + gb
     assert np.linalg.norm(residual) <= 1.5 * cloaking.CG_RTOL * np.linalg.norm(gb)
 
 

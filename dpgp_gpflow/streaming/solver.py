@@ -321,12 +321,12 @@ def _solve_on_working_sets(cmap: StreamedMap, T: np.ndarray, objective: str, tol
         work.weights[:] = best_uniform_weight(tf.constant(work.cols), objective)
     loose = start is None and work.idx.size > max(3 * r, PRUNE_MIN_POINTS)
     stage_tol = max(tol, PRUNE_TOL) if loose else tol
-    total_iters, certified = 0, None
+    total_iters, certified, fresh = 0, None, True
     for _ in range(50):
         w_sub = np.maximum(work.weights, 1e-12 * r / work.idx.size)
         remaining = max(max_iter - total_iters, 1)
         w_sub, its, met = restricted_dual_solve(tf.constant(work.cols), tf.constant(w_sub), objective, stage_tol,
-                                                remaining)
+                                                remaining, primal_dual=fresh)
         total_iters += int(its)
         work.weights = w_sub.numpy()
         if work.idx.size == n_part and stage_tol <= tol and bool(met):
@@ -353,6 +353,7 @@ def _solve_on_working_sets(cmap: StreamedMap, T: np.ndarray, objective: str, tol
         if viol[0].size == 0 and keep.size == work.idx.size:
             continue
         kept = work.subset(np.isin(work.idx, keep))
+        fresh = viol[0].size == 0  # primal-dual unless violators were just added at a guessed weight
         work = _Work(np.concatenate([kept.idx, viol[0]]), np.concatenate([kept.cols, viol[2]], axis=1),
                      np.concatenate([kept.weights, np.full(viol[0].size, 1e-3 * wmax)]))
     return work, total_iters, certified
