@@ -41,7 +41,7 @@ table, re-run its command, then `python benchmarks/make_results.py` to rebuild t
 the fragments in `benchmarks/results/`. Published figures are quoted for comparison only.
 
 GPU: every table below was measured on CPUs. No GPU has been lent to this project's tasks (the
-`device` tool's status showed none for the task of 2026-11-24), so there is no GPU table yet.
+`device` tool's status showed none in its sessions of 2026-11-24 and 2026-11-25), so there is no GPU table yet.
 `benchmarks/gpu.py` runs unchanged on a machine with a GPU (full GP up to n = 50,000, sparse up to
 n = 10^7; it records the device's name) and writes `results/gpu.md`, which this file then includes;
 `python benchmarks/gpu.py --cpu-smoke` runs it at tiny sizes anywhere.
