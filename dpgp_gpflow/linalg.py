@@ -7,8 +7,8 @@ solve against 10^5 columns runs about 3x faster as eight independent calls on bl
 2x faster as two. Each column is solved exactly as before (the same factorisation, a
 backward-stable solve); only the blocking of the arithmetic, and so the last bits, can differ.
 
-Compiled and graph-safe (the split is a ``tf.cond`` on the dynamic shape), float64 only; public and private data alike pass
-through unchanged, so nothing here carries a privacy assumption.
+Compiled and graph-safe (the split is a ``tf.cond`` on the dynamic shape), float64 only; public and
+private data alike pass through unchanged, so nothing here carries a privacy assumption.
 """
 
 from __future__ import annotations

@@ -121,8 +121,8 @@ def projection_bias(l1, largest, output_bound, data_sensitivity, rounding):
     bias = output_bound * l1
     floor = data_sensitivity * largest
     safe = tf.where(floor > 0.0, floor, tf.ones_like(floor))
-    ratio = tf.where(bias > rounding, tf.where(floor > 0.0, bias / safe, tf.fill(tf.shape(bias), tf.constant(np.inf, tf.float64))),
-                     tf.zeros_like(bias))
+    unbounded = tf.fill(tf.shape(bias), tf.constant(np.inf, tf.float64))  # a bias where no noise can be
+    ratio = tf.where(bias > rounding, tf.where(floor > 0.0, bias / safe, unbounded), tf.zeros_like(bias))
     return tf.reduce_max(ratio), tf.reduce_max(bias)
 
 
