@@ -350,10 +350,10 @@ def _solve_on_working_sets(cmap: StreamedMap, T: np.ndarray, objective: str, tol
             certified = (w, eigvecs, inv_scale, qmax)
             break
         stage_tol = tol
-        if viol[0].size == 0 and keep.size == work.idx.size:
+        fresh = viol[0].size == 0  # primal-dual unless violators were just added at a guessed weight
+        if fresh and keep.size == work.idx.size:
             continue
         kept = work.subset(np.isin(work.idx, keep))
-        fresh = viol[0].size == 0  # primal-dual unless violators were just added at a guessed weight
         work = _Work(np.concatenate([kept.idx, viol[0]]), np.concatenate([kept.cols, viol[2]], axis=1),
                      np.concatenate([kept.weights, np.full(viol[0].size, 1e-3 * wmax)]))
     return work, total_iters, certified
