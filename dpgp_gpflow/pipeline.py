@@ -209,8 +209,7 @@ def release_function(
     epsilon, delta, reservation = _reserve(epsilon, delta, calibration, accountant)
     with reservation:
         return function_type(*_latent_release(model, reservation, latent=latent, readout=readout, epsilon=epsilon,
-                                              delta=delta,
-                                              objective=objective, calibration=calibration, seed=seed,
+                                              delta=delta, objective=objective, calibration=calibration, seed=seed,
                                               reference_inputs=reference_inputs, rtol=rtol, tol=tol))
 
 

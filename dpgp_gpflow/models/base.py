@@ -110,6 +110,12 @@ def inducing_inputs(inducing_variable: Any, dim: int) -> np.ndarray:
     return as_inputs("inducing_variable", inducing_variable, dim)
 
 
+def centred_latent_terms(B: tf.Tensor) -> ReleaseTerms:
+    """The latent release terms of a sparse model: the map ``B`` (m x n) of the centred outputs to its m
+    latent values, offset 0 (public)."""
+    return ReleaseTerms(B, tf.zeros([int(B.shape[0])], dtype=B.dtype))
+
+
 def public_constant_mean(bounds: Tuple[float, float]) -> gpflow.functions.Constant:
     """The default public prior mean: the midpoint of the bounds, not trainable."""
     mean = gpflow.functions.Constant(np.array([0.5 * (bounds[0] + bounds[1])]))

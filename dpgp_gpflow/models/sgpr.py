@@ -29,7 +29,7 @@ from ..release_file import (
 )
 from ..released import PrivateFunction, PrivatePrediction
 from ..validation import as_inputs
-from .base import DaskRowsMixin, FactoredModelMixin, prepare_sparse_data, public_constant_mean
+from .base import DaskRowsMixin, FactoredModelMixin, centred_latent_terms, prepare_sparse_data, public_constant_mean
 
 __all__ = [
     "DPGPRFITC",
@@ -191,16 +191,18 @@ class DPGPRFITC(DaskRowsMixin, FactoredModelMixin, gpflow.models.GPRFITC):
     def latent_terms_and_readout(self) -> Tuple[ReleaseTerms, FITCReadout]:
         """:meth:`latent_terms` and :meth:`public_readout` from one computation of the FITC factors."""
         terms = self._fitc_terms()
-        return (ReleaseTerms(terms.B, tf.zeros([int(terms.B.shape[0])], dtype=terms.B.dtype)),
-                FITCReadout(self.kernel, self.mean_function, self.inducing_variable.Z, terms))
+        return centred_latent_terms(terms.B), self._readout(terms)
 
     def latent_terms(self) -> ReleaseTerms:
         """``B`` (m x n): the FITC inducing values ``u = B y_c``; offset 0 (public)."""
-        return self.latent_terms_and_readout()[0]
+        return centred_latent_terms(self._fitc_terms().B)
 
     def public_readout(self) -> FITCReadout:
         """A frozen :class:`FITCReadout` of the current (public) kernel, mean, ``Z`` and factors."""
-        return self.latent_terms_and_readout()[1]
+        return self._readout(self._fitc_terms())
+
+    def _readout(self, terms: FITCTerms) -> FITCReadout:
+        return FITCReadout(self.kernel, self.mean_function, self.inducing_variable.Z, terms)
 
     def split_terms(self, train: Any, test: Any) -> ReleaseTerms:
         """``(A(X_test), B(X_train))`` with this model's inducing inputs (centred: offset 0)."""

@@ -31,7 +31,7 @@ from ..release_file import (
     mean_function_spec,
     take_factors,
 )
-from .base import DaskRowsMixin, FactoredModelMixin, prepare_sparse_data, public_constant_mean
+from .base import DaskRowsMixin, FactoredModelMixin, centred_latent_terms, prepare_sparse_data, public_constant_mean
 
 __all__ = [
     "DPSGPR",
@@ -214,16 +214,18 @@ class DPSGPR(DaskRowsMixin, FactoredModelMixin, gpflow.models.SGPR):
     def latent_terms_and_readout(self) -> Tuple[ReleaseTerms, SGPRReadout]:
         """:meth:`latent_terms` and :meth:`public_readout` from one computation of the SGPR factors."""
         terms = self._sgpr_terms()
-        return (ReleaseTerms(terms.B, tf.zeros([int(terms.B.shape[0])], dtype=terms.B.dtype)),
-                SGPRReadout(self.kernel, self.mean_function, self.inducing_variable.Z, terms))
+        return centred_latent_terms(terms.B), self._readout(terms)
 
     def latent_terms(self) -> ReleaseTerms:
         """``B`` (m x n): the latent values ``c = B y_c`` (GPflow's SGPR ``c``); offset 0 (public)."""
-        return self.latent_terms_and_readout()[0]
+        return centred_latent_terms(self._sgpr_terms().B)
 
     def public_readout(self) -> SGPRReadout:
         """A frozen :class:`SGPRReadout` of the current (public) kernel, mean, ``Z`` and factors."""
-        return self.latent_terms_and_readout()[1]
+        return self._readout(self._sgpr_terms())
+
+    def _readout(self, terms: SGPRTerms) -> SGPRReadout:
+        return SGPRReadout(self.kernel, self.mean_function, self.inducing_variable.Z, terms)
 
     def split_terms(self, train: Any, test: Any) -> ReleaseTerms:
         """``(a(X_test), B(X_train))`` with this model's inducing inputs and hyperparameters (centred: offset 0)."""

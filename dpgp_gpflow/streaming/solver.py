@@ -435,9 +435,9 @@ def _duplicates(hashes: np.ndarray, n: int) -> np.ndarray:
 
 def _sensitivity_chunk(X, start, terms, factors, basis, factor_scaled, scale, factor_u):
     V = _columns(X, terms, factors, basis.T)  # [r, c]: unscaled sensitivity vectors
-    z = linalg.solve(factor_scaled, V * tf.constant(scale)[:, None])
+    norm2 = cloaking.max_mahalanobis_norm2(tf.constant(factor_scaled), V * tf.constant(scale)[:, None])
     W = tf.norm(linalg.solve(factor_u, V), axis=0).numpy()
-    return float(tf.reduce_max(tf.reduce_sum(z * z, axis=0))), float(W.max()), math.fsum(W)
+    return float(norm2), float(W.max()), math.fsum(W)
 
 
 def _sensitivity_combine(a, b):
