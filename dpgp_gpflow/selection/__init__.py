@@ -60,6 +60,7 @@ computations, not exact.
 """
 
 from .cross_validation import CrossValidation, cross_validate, cv_folds, release_noise_std
+from .grid import default_grid
 from .mechanism import (
     MECHANISMS,
     exponential_mechanism,
@@ -92,6 +93,7 @@ __all__ = [
     "cv_predictions",
     "cv_sensitivity",
     "cv_utility",
+    "default_grid",
     "expected_clipped_square",
     "exponential_mechanism",
     "gumbel_max",

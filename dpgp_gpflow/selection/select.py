@@ -31,6 +31,7 @@ from .cross_validation import (
     same_grid,
     validate_grid,
 )
+from .grid import default_grid
 from .mechanism import MECHANISM_NAMES, draw, selection_probabilities, validate_mechanism
 
 __all__ = ["Selection", "SelectionDiagnostics", "select_hyperparameters"]
@@ -61,6 +62,7 @@ class Selection:
     delta_release: Optional[float] = None
     reproducible: bool = False  #: True when the mechanism's randomness came from an explicit seed (not private)
     mechanism: str = "exponential"  #: "exponential" or "permute_and_flip"
+    grid_source: str = "given"  #: "given" (the caller's grid) or "default" (:func:`~dpgp_gpflow.selection.default_grid`)
 
     def apply(self, model) -> None:
         """Assign the chosen configuration to ``model`` (``gpflow.utilities.multiple_assign``) and record
@@ -90,7 +92,7 @@ class SelectionDiagnostics:
 
 def select_hyperparameters(
     model,
-    grid: Sequence[Config],
+    grid: Optional[Sequence[Config]] = None,
     *,
     epsilon: float,
     folds: Union[int, Sequence[Split]] = 5,
@@ -115,7 +117,8 @@ def select_hyperparameters(
     loss) holding the private outputs. Its hyperparameters in the grid are not used and not changed
     (see :meth:`Selection.apply`); those outside the grid are used as they are, so they must be
     public: a model whose training objective ran is refused (``PrivacyLeakError``) unless
-    ``hyperparameters_public=True``. ``grid``: a list of dicts of GPflow parameter paths to values.
+    ``hyperparameters_public=True``. ``grid``: a list of dicts of GPflow parameter paths to values;
+    ``None`` (default) takes :func:`~dpgp_gpflow.selection.default_grid` (built from public information only).
     ``folds``: the number of folds (a public split seeded by ``split_seed``) or a list of
     ``(train, test)`` index arrays. ``d``: how far one output may move (default the model's
     ``data_sensitivity``); residuals are clipped to ``[-4d, 4d]``.
@@ -164,7 +167,8 @@ def select_hyperparameters(
     model.check_hyperparameters_public(hyperparameters_public)
     validate_mechanism(mechanism)
     # Everything is refused before the budget is reserved: TypeError / ValueError.
-    checked_grid = validate_grid(model, grid)
+    grid_source = "given" if grid is not None else "default"
+    checked_grid = validate_grid(model, default_grid(model) if grid is None else grid)
     if cross_validation is None:
         splits = resolve_splits(folds, num_rows(model), split_seed)
         if d is not None:
@@ -209,6 +213,7 @@ def select_hyperparameters(
         delta_release=delta_release,
         reproducible=reproducible,
         mechanism=mechanism,
+        grid_source=grid_source,
     )
     if not diagnostics:
         return selection
