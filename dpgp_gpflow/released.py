@@ -7,7 +7,8 @@
   adds class probabilities. Each factors what it needs once, at construction.
 
 All share :class:`Released`: the releases they are built from, their total ``(epsilon, delta)``
-under basic composition, a short repr (mechanism, epsilon, delta, k, r, bounds; no arrays), a
+under basic composition, whether their means are clipped to the public bounds (``clip_to_bounds``:
+:meth:`PrivateRelease.clipped`, :meth:`PrivateFunction.clipped`; post-processing, free), a short repr (mechanism, epsilon, delta, k, r, bounds; no arrays), a
 privacy card (:meth:`Released.privacy_card`) and :meth:`Released.save` to a release file
 (``docs/release_file.md``; read back with :func:`dpgp_gpflow.load`). A :class:`PrivateFunction` also
 exports a TensorFlow SavedModel (:meth:`PrivateFunction.export_saved_model`) that plain TensorFlow serves.
@@ -17,6 +18,8 @@ the released (noisy) values; every other piece is a copy of a public quantity.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 import os
 import re
@@ -61,15 +64,17 @@ class Released:
         """Every release this object is built from, in order."""
         raise NotImplementedError
 
-    # ``epsilon``, ``delta`` and ``reproducible``: fields of a PrivateRelease, totals of a PrivateFunction.
+    # ``epsilon``, ``delta``, ``reproducible`` and ``clip_to_bounds``: fields of a PrivateRelease,
+    # totals / attributes of a PrivateFunction.
 
     # -- the privacy card and the release file (docs/release_file.md) --------------------------------
 
     def privacy_card(self) -> Dict[str, Any]:
         """What was released and under which guarantee, as plain values (``docs/release_file.md#the-privacy-card``):
-        the total ``epsilon``, ``delta`` (basic composition), ``reproducible``, and one entry per release."""
+        the total ``epsilon``, ``delta`` (basic composition), ``reproducible``, ``clip_to_bounds`` (the
+        released means are clipped to the public bounds) and one entry per release."""
         return {"epsilon": self.epsilon, "delta": self.delta, "reproducible": self.reproducible,
-                "releases": [r.release_card() for r in self.releases]}
+                "clip_to_bounds": self.clip_to_bounds, "releases": [r.release_card() for r in self.releases]}
 
     def file_content(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
         """``(content, arrays)`` of this object's release file (the card is added by :meth:`save`)."""
@@ -120,6 +125,7 @@ class Released:
         return (f"{type(self).__name__}(mechanism={last.mechanism!r}, epsilon={self.epsilon:.6g}, "
                 f"delta={self.delta:.6g}, k={last.mean.size}, r={last.rank}, bounds={last.y_bounds}"
                 + (f", releases={steps}" if steps > 1 else "")
+                + (", clip_to_bounds=True" if self.clip_to_bounds else "")
                 + (", reproducible=True)" if self.reproducible else ")"))
 
 
@@ -129,11 +135,18 @@ class PrivateRelease(Released):
 
     It never holds the non-private mean. ``noise_factor`` (k x r) gives the DP noise covariance
     ``noise_factor @ noise_factor.T`` (public), so users can add it to their uncertainty.
+
+    With ``clip_to_bounds=True`` (:meth:`clipped`) ``mean`` is the released mean clipped to
+    ``y_bounds``: post-processing of the DP output, no privacy cost; ``noise_std`` and
+    ``noise_factor`` still describe the Gaussian noise added *before* clipping (the clipped mean's
+    error is never larger at any point, since the outputs and hence the true predictive means of a
+    regression lie in the bounds). For regression releases: a classifier's latent values are not
+    bounded by its labels' bounds.
     """
 
-    mean: np.ndarray  #: [k] released (noisy) predictive mean
+    mean: np.ndarray  #: [k] released (noisy) predictive mean (clipped to ``y_bounds`` if ``clip_to_bounds``)
     variance: np.ndarray  #: [k] public posterior variance of f (does not depend on y)
-    noise_std: np.ndarray  #: [k] standard deviation of the DP noise at each point
+    noise_std: np.ndarray  #: [k] std of the DP Gaussian noise at each point (before any clipping)
     noise_factor: np.ndarray  #: [k, r] factor of the DP noise covariance
     epsilon: float
     delta: float
@@ -153,6 +166,23 @@ class PrivateRelease(Released):
     bias_bound: float = 0.0  #: largest worst-case |bias| of any value from projecting the mean onto r directions
     reproducible: bool = False  #: True when the noise came from an explicit seed (not private)
     y_bounds: Optional[Tuple[float, float]] = None  #: the public bounds of the private outputs
+    clip_to_bounds: bool = False  #: ``mean`` is clipped to ``y_bounds`` (post-processing, free)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.clip_to_bounds, bool):
+            raise TypeError(f"clip_to_bounds must be True or False, got {self.clip_to_bounds!r}")
+        if self.clip_to_bounds:
+            if self.y_bounds is None:
+                raise ValueError("clip_to_bounds needs the release's public y_bounds, and this release has none")
+            object.__setattr__(self, "mean", np.clip(self.mean, *self.y_bounds))
+
+    def clipped(self) -> "PrivateRelease":
+        """This release with its mean clipped to the public ``y_bounds`` (``clip_to_bounds=True``).
+
+        Post-processing of a DP output: no privacy cost, nothing charged. ``noise_std`` still reports
+        the std of the Gaussian noise added before clipping. ``ValueError`` without ``y_bounds``.
+        """
+        return dataclasses.replace(self, clip_to_bounds=True)
 
     @property
     def releases(self) -> Tuple["PrivateRelease", ...]:
@@ -220,12 +250,21 @@ class PrivateFunction(Released):
     or None for ``u`` itself); predictions at ``Xnew`` are ``offset(Xnew) + A(Xnew) u~`` with
     ``u~ = R^{-1} v~`` and the DP noise ``A(Xnew) R^{-1} F`` (both mapped back once, here). Free
     to query: post-processing of the release and of public pieces only.
+
+    ``clip_to_bounds=True`` (or :meth:`clipped`) clips every predicted mean to the release's public
+    ``y_bounds`` (post-processing, free; recorded in the privacy card); the reported ``noise_std``
+    is still the std of the Gaussian noise before clipping. Not for classifiers (their latent values
+    are not bounded by the labels' bounds).
     """
 
     def __init__(self, release: PrivateRelease, readout: PublicReadout, coordinates: Optional[tf.Tensor] = None,
-                 *, releases: Optional[Sequence[PrivateRelease]] = None) -> None:
+                 *, releases: Optional[Sequence[PrivateRelease]] = None, clip_to_bounds: bool = False) -> None:
         if not isinstance(readout, PublicReadout):
             raise TypeError(f"readout must be a PublicReadout, got {type(readout).__name__}")
+        if release.clip_to_bounds:
+            raise ValueError("a function's release holds latent values, which must not be clipped: "
+                             "clip the function's predictions instead (clip_to_bounds=True or clipped())")
+        self._clip_to_bounds = False
         self.release = release
         self._releases = tuple(releases) if releases is not None else (release,)
         self._readout = readout
@@ -238,6 +277,31 @@ class PrivateFunction(Released):
             noise = tf.linalg.triangular_solve(coordinates, noise, lower=False)
         self._latent = latent
         self._latent_noise = noise
+        if clip_to_bounds:
+            self._set_clipping()
+
+    def _set_clipping(self) -> None:
+        if isinstance(self, PrivateClassifier):
+            raise TypeError(f"a {type(self).__name__}'s latent values are not bounded by its labels' bounds: "
+                            "clip_to_bounds is for regression")
+        if self.release.y_bounds is None:
+            raise ValueError("clip_to_bounds needs the release's public y_bounds, and this release has none")
+        self._clip_to_bounds = True
+
+    @property
+    def clip_to_bounds(self) -> bool:
+        """True when predicted means are clipped to the public ``y_bounds`` (:meth:`clipped`)."""
+        return self._clip_to_bounds
+
+    def clipped(self) -> "PrivateFunction":
+        """This function with every predicted mean clipped to the release's public ``y_bounds``.
+
+        Post-processing: no privacy cost. ``noise_std`` and ``dp_noise_variance`` still report the
+        Gaussian noise before clipping. ``TypeError`` for a classifier, ``ValueError`` without bounds.
+        """
+        function = copy.copy(self)
+        function._set_clipping()
+        return function
 
     @property
     def releases(self) -> Tuple[PrivateRelease, ...]:
@@ -270,6 +334,9 @@ class PrivateFunction(Released):
         """``(DP mean [k, 1], public variance [k, 1], DP noise std [k])``."""
         A, variance = readout_and_variance(self._readout, Xnew)  # [k, M], [k]
         mean = self._readout.offset(Xnew)[:, None] + tf.linalg.matmul(A, self._latent)
+        if self._clip_to_bounds:  # post-processing of the DP mean
+            lo, hi = self.release.y_bounds
+            mean = tf.clip_by_value(mean, tf.constant(lo, mean.dtype), tf.constant(hi, mean.dtype))
         noise_std = row_norms(tf.linalg.matmul(A, self._latent_noise))  # [k]: no underflow far from the data
         return mean, variance[:, None], noise_std
 
@@ -278,7 +345,7 @@ class PrivateFunction(Released):
         return tf.square(self._terms(self._inputs(Xnew))[2])[:, None]
 
     def predict(self, Xnew: Any) -> PrivatePrediction:
-        """DP mean, public posterior variance and DP noise std at ``Xnew``, each [k]."""
+        """DP mean (clipped if ``clip_to_bounds``), public posterior variance and DP noise std at ``Xnew``, each [k]."""
         mean, var, noise_std = self._terms(self._inputs(Xnew))
         return PrivatePrediction(mean=mean.numpy()[:, 0], variance=var.numpy()[:, 0], noise_std=noise_std.numpy())
 
@@ -328,6 +395,11 @@ class PrivateFunction(Released):
             raise ReleaseFileError(f"the readout maps {int(probe.shape[1])} latent values, the release has {m}")
         function = cls.__new__(cls)
         PrivateFunction.__init__(function, releases[-1], readout, coordinates, releases=releases)
+        if _clip_flag(document.card):
+            try:
+                function._set_clipping()
+            except (TypeError, ValueError) as exc:
+                raise ReleaseFileError(f"card.clip_to_bounds: {exc}") from None
         return function
 
     def _serving_outputs(self, Xnew: tf.Tensor) -> Dict[str, tf.Tensor]:
@@ -450,6 +522,14 @@ def _certificate(value: Any) -> Optional[OptimiserCertificate]:
     return OptimiserCertificate(**cert)
 
 
+def _clip_flag(card: Mapping[str, Any]) -> bool:
+    """The card's ``clip_to_bounds`` (false when absent: files written before it existed)."""
+    flag = card.get("clip_to_bounds", False)
+    if not isinstance(flag, bool):
+        raise ReleaseFileError(f"card.clip_to_bounds must be true or false, got {flag!r}")
+    return flag
+
+
 def _releases_of(document: ReleaseDocument) -> Tuple[PrivateRelease, ...]:
     """Every release of a verified release file, checked against the card's totals."""
     entries = document.card.get("releases")
@@ -469,4 +549,8 @@ def release_from_document(document: ReleaseDocument) -> PrivateRelease:
     releases = _releases_of(document)
     if len(releases) != 1:
         raise ReleaseFileError(f"a PrivateRelease file holds one release, this one {len(releases)}")
+    if _clip_flag(document.card):
+        if releases[0].y_bounds is None:
+            raise ReleaseFileError("card.clip_to_bounds is true but the release has no y_bounds")
+        return releases[0].clipped()
     return releases[0]
