@@ -42,8 +42,11 @@ from dpgp_gpflow.selection import (
     cv_predictions,
     cv_sensitivity,
     cv_utility,
+    expected_absolute,
     expected_clipped_square,
     exponential_mechanism,
+    generalised_exponential_mechanism,
+    generalised_scores,
     Selection,
     SelectionDiagnostics,
     gumbel_max,
@@ -116,8 +119,12 @@ def test_toy_example_matrices_sse_and_sensitivities():
     np.testing.assert_allclose(f0[0].C, [[0.5, 0.5], [0.5, 0.5]], atol=1e-12)
     np.testing.assert_allclose(f1[0].C, [[-1.0, 2.0], [-3.0, 4.0]], atol=1e-12)
     # non-DP SSEs: 3.625 + 3.25 and 0 + 0 (no residual reaches the 4d = 8 clip)
-    assert cv_utility(f0, TOY_Y, d) == pytest.approx(-6.875, abs=1e-12)
-    assert cv_utility(f0[:1], TOY_Y, d) == pytest.approx(-3.625, abs=1e-12)
+    assert cv_utility(f0, TOY_Y, d, utility="squared") == pytest.approx(-6.875, abs=1e-12)
+    assert cv_utility(f0[:1], TOY_Y, d, utility="squared") == pytest.approx(-3.625, abs=1e-12)
+    assert cv_utility(f1, TOY_Y, d, utility="squared") == pytest.approx(0.0, abs=1e-12)
+    # absolute errors by hand: fold 1 predicts 0.25 at y = 1, 2 (0.75 + 1.75), fold 2 predicts 1.5 at
+    # y = 0, 0.5 (1.5 + 1.0)
+    assert cv_utility(f0, TOY_Y, d) == pytest.approx(-5.0, abs=1e-12)
     assert cv_utility(f1, TOY_Y, d) == pytest.approx(0.0, abs=1e-12)
 
     # Corrected sensitivity by hand, 8 d^2 = 32:
@@ -125,16 +132,20 @@ def test_toy_example_matrices_sse_and_sensitivities():
     # order 1: split 1 columns [-1,-3] (L1 4), [2,4] (L1 6); split 2 trains on x = 2, 4 and
     # predicts x = 0, 1 with rows [2,-1], [1.5,-0.5]: columns L1 3.5 and 1.5. Worst: x = 1,
     # 32 * (6 + 1) = 224.
-    np.testing.assert_allclose(point_sensitivities(f0, 4, d), [64.0] * 4)
-    np.testing.assert_allclose(point_sensitivities(f1, 4, d), [32 * 5, 32 * 7, 32 * 4.5, 32 * 2.5])
-    assert max(cv_sensitivity(f0, 4, d), cv_sensitivity(f1, 4, d)) == pytest.approx(224.0)
+    np.testing.assert_allclose(point_sensitivities(f0, 4, d, utility="squared"), [64.0] * 4)
+    np.testing.assert_allclose(point_sensitivities(f1, 4, d, utility="squared"), [32 * 5, 32 * 7, 32 * 4.5, 32 * 2.5])
+    assert max(cv_sensitivity(f0, 4, d, utility="squared"), cv_sensitivity(f1, 4, d, utility="squared")) == \
+        pytest.approx(224.0)
+    # the absolute loss is 1-Lipschitz: d = 2 per unit of influence instead of 8 d^2 = 32
+    np.testing.assert_allclose(point_sensitivities(f0, 4, d), [4.0] * 4)
+    np.testing.assert_allclose(point_sensitivities(f1, 4, d), [2 * 5, 2 * 7, 2 * 4.5, 2 * 2.5])
 
     # The published formula reproduces the paper's numbers: Delta_u = 116 (halves), 53 (interleaved)
     assert max(published_sensitivity(f0, d), published_sensitivity(f1, d)) == pytest.approx(116.0)
     i0, i1 = polynomial_folds(TOY_X, INTERLEAVED, 0), polynomial_folds(TOY_X, INTERLEAVED, 1)
     assert max(published_sensitivity(i0, d), published_sensitivity(i1, d)) == pytest.approx(53.0)
     # ... and its selection probability: SSEs 50 vs 1597 with Delta_u = 116 -> 99.87% for order 0
-    p = selection_probabilities([-50.0, -1597.0], 1.0, 116.0)
+    p = selection_probabilities([-50.0, -1597.0], 1.0, 116.0, mechanism="exponential")
     assert p[0] == pytest.approx(0.9987, abs=5e-5)
 
 
@@ -142,18 +153,21 @@ def test_toy_example_matrices_sse_and_sensitivities():
 # Brute force: neighbours never move the utility by more than the sensitivity
 
 
-def max_neighbour_change(folds, y, d, noise_std=None, lo=0.0, hi=1.0):
-    u0 = cv_utility(folds, y, d, noise_std)
+def max_neighbour_change(folds, y, d, noise_std=None, lo=0.0, hi=1.0, utility="absolute"):
+    """Brute force over neighbours: every y_j moved to the corners (the bounds, y_j +- d) and to an
+    interior point; the largest change of the utility."""
+    u0 = cv_utility(folds, y, d, noise_std, utility=utility)
     worst = 0.0
     for j in range(y.size):
-        for value in (lo, hi, np.clip(y[j] + d, lo, hi), np.clip(y[j] - d, lo, hi)):
+        for value in (lo, hi, np.clip(y[j] + d, lo, hi), np.clip(y[j] - d, lo, hi), lo + 0.37 * (hi - lo)):
             y2 = y.copy()
             y2[j] = value
-            worst = max(worst, abs(cv_utility(folds, y2, d, noise_std) - u0))
+            worst = max(worst, abs(cv_utility(folds, y2, d, noise_std, utility=utility) - u0))
     return worst
 
 
-def test_brute_force_random_cloaking_matrices():
+@pytest.mark.parametrize("utility", ["absolute", "squared"])
+def test_brute_force_random_cloaking_matrices(utility):
     rng = np.random.default_rng(2024)
     published_violations = 0
     for trial in range(150):
@@ -168,10 +182,25 @@ def test_brute_force_random_cloaking_matrices():
             folds = [Fold(tr, te, rng.uniform(0.0, 1.0, (te.size, tr.size))) for tr, te in splits]
         y = rng.integers(0, 2, n).astype(float) if kind == 2 else rng.uniform(0.0, 1.0, n)
         noise = None if trial % 2 else [rng.uniform(0.0, 2.0, te.size) for _, te in splits]
-        change = max_neighbour_change(folds, y, 1.0, noise)
-        assert change <= cv_sensitivity(folds, n, 1.0) * (1 + 1e-12), trial
+        change = max_neighbour_change(folds, y, 1.0, noise, utility=utility)
+        assert change <= cv_sensitivity(folds, n, 1.0, utility=utility) * (1 + 1e-12), trial
         published_violations += change > published_sensitivity(folds, 1.0)
-    assert published_violations >= 1  # the published bound is not a bound
+    if utility == "squared":
+        assert published_violations >= 1  # the published bound is not a bound
+
+
+def test_absolute_sensitivity_is_reached():
+    # The bound is tight: one smoother column of weight w in every test row of the other fold. y_0
+    # grows by d: its own test residual (pred - y_0, already negative) falls by d and the other fold's
+    # k residuals (already positive) grow by w d each; every |r| grows: the utility moves by d (1 + k w).
+    A, B = np.arange(4), np.arange(4, 8)
+    C = np.full((4, 4), 0.25)
+    folds = [Fold(A, B, C, np.full(4, 5.0)), Fold(B, A, C, np.full(4, -5.0))]
+    y = np.zeros(8)
+    y2 = y.copy()
+    y2[0] = 1.0
+    change = abs(cv_utility(folds, y2, 1.0) - cv_utility(folds, y, 1.0))
+    assert change == pytest.approx(cv_sensitivity(folds, 8, 1.0)) == pytest.approx(1.0 * (1 + 4 * 0.25))
 
 
 def test_published_formula_fails_explicit_case():
@@ -183,14 +212,15 @@ def test_published_formula_fails_explicit_case():
     y = np.r_[np.ones(6), np.zeros(6)]
     y2 = y.copy()
     y2[0] = 0.0
-    change = abs(cv_utility(folds, y2, 1.0) - cv_utility(folds, y, 1.0))
+    change = abs(cv_utility(folds, y2, 1.0, utility="squared") - cv_utility(folds, y, 1.0, utility="squared"))
     assert change == pytest.approx(17.5)
     assert published_sensitivity(folds, 1.0) == pytest.approx(10.5)
     assert change > published_sensitivity(folds, 1.0)
-    assert change <= cv_sensitivity(folds, 12, 1.0) == pytest.approx(8 * (3 + 1))
+    assert change <= cv_sensitivity(folds, 12, 1.0, utility="squared") == pytest.approx(8 * (3 + 1))
 
 
-def test_brute_force_small_gps():
+@pytest.mark.parametrize("utility", ["absolute", "squared"])
+def test_brute_force_small_gps(utility):
     rng = np.random.default_rng(7)
     for trial in range(12):
         n = int(rng.integers(6, 11))
@@ -202,8 +232,29 @@ def test_brute_force_small_gps():
                  ".kernel.variance": float(rng.choice([0.5, 5.0]))}]
         cv = cross_validate(model, grid, folds=int(rng.integers(2, 4)), split_seed=trial)
         noise = [rng.uniform(0.0, 1.0, f.test.size) for f in cv.folds[0]]
-        change = max_neighbour_change(cv.folds[0], y, 1.0, noise)
-        assert change <= cv.sensitivities[0] * (1 + 1e-12)
+        change = max_neighbour_change(cv.folds[0], y, 1.0, noise, utility=utility)
+        assert change <= cv.sensitivities_of(utility)[0] * (1 + 1e-12)
+
+
+def test_expected_absolute_matches_quadrature_and_is_1_lipschitz():
+    from scipy import integrate
+    for a, sigma in [(0.0, 1.0), (2.5, 0.3), (-4.0, 2.0), (1e-3, 50.0), (300.0, 1.0), (-7.0, 0.0)]:
+        if sigma == 0.0:
+            ref = abs(a)
+        else:
+            f = lambda z: abs(a + z) * stats.norm.pdf(z, scale=sigma)  # noqa: E731
+            lo, hi = -40.0 * sigma, 40.0 * sigma  # beyond: below float64's resolution of the result
+            cuts = [lo] + ([-a] if lo < -a < hi else []) + [hi]
+            ref = sum(integrate.quad(f, u, v, limit=200, epsabs=0.0, epsrel=1e-12)[0] for u, v in zip(cuts, cuts[1:]))
+        assert expected_absolute(a, sigma) == pytest.approx(ref, rel=1e-9, abs=1e-12), (a, sigma)
+    assert np.isinf(expected_absolute(1.0, np.inf))
+    a = np.linspace(-20, 20, 4001)
+    for sigma in (0.0, 0.01, 1.0, 30.0):
+        e = expected_absolute(a, sigma)
+        assert np.all(np.abs(np.diff(e)) <= np.diff(a) * (1 + 1e-12))  # 1-Lipschitz
+        assert np.all(e >= np.abs(a) - 1e-12)  # Jensen: E|a + Z| >= |a|
+    with pytest.raises(ValueError):
+        expected_absolute(1.0, -1.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,7 +263,7 @@ def test_brute_force_small_gps():
 
 def test_gumbel_max_frequencies_match_softmax():
     u = np.array([-3.0, -1.0, 0.0, -0.5, -6.0, -2.0])
-    p = selection_probabilities(u, 2.0, 1.5)
+    p = selection_probabilities(u, 2.0, 1.5, mechanism="exponential")
     assert p.sum() == pytest.approx(1.0)
     np.testing.assert_allclose(p, np.exp(u / 1.5) / np.exp(u / 1.5).sum())
     log_w = 2.0 * u / (2 * 1.5)
@@ -228,7 +279,7 @@ def test_gumbel_max_frequencies_match_softmax():
 
 def test_gumbel_max_from_os_entropy():
     u = np.array([0.0, -1.0, -2.0])
-    p = selection_probabilities(u, 1.0, 0.5)
+    p = selection_probabilities(u, 1.0, 0.5, mechanism="exponential")
     draws = 3000
     counts = np.bincount([gumbel_max(np.log(p))[0] for _ in range(draws)], minlength=3)
     assert stats.chisquare(counts, draws * p).pvalue > 1e-6
@@ -281,7 +332,7 @@ def test_permute_and_flip_is_never_worse_than_the_exponential_mechanism():
     for _ in range(50):
         u = -rng.exponential(rng.uniform(0.1, 10.0), size=rng.integers(2, 7))
         eps, sens = rng.uniform(0.05, 20.0), rng.uniform(0.5, 2.0)
-        pf, em = pf_reference(u, eps, sens), selection_probabilities(u, eps, sens)
+        pf, em = pf_reference(u, eps, sens), selection_probabilities(u, eps, sens, mechanism="exponential")
         best = np.argmax(u)
         assert pf[best] >= em[best] - 1e-12
         assert pf @ u >= em @ u - 1e-12  # McKenna & Sheldon, Theorem 2
@@ -425,12 +476,20 @@ def test_select_hyperparameters_end_to_end(data):
     assert sel.reproducible and sel.epsilon == 1e5
     assert np.argmax(diag.utilities) == 1 and diag.probabilities[1] > 0.99  # lengthscale 1 fits sin(x)
     assert sel.index == 1 and sel.chosen == GRID[1]
-    # the sensitivity is the corrected one: recompute it from the fold matrices
+    # the sensitivities are the absolute utility's: recompute them from the fold matrices
     cv = cross_validate(model, GRID, folds=5)
+    np.testing.assert_allclose(sel.config_sensitivities, [cv_sensitivity(f, 30, 3.0) for f in cv.folds])
     assert sel.sensitivity == pytest.approx(max(cv_sensitivity(f, 30, 3.0) for f in cv.folds))
-    # tiny epsilon: almost uniform
-    _, tiny = select_hyperparameters(model, GRID, epsilon=1e-6, folds=5, cross_validation=cv, diagnostics=True)
+    assert (sel.mechanism, sel.utility, sel.beta) == ("generalised_exponential", "absolute", 0.5)
+    # tiny epsilon: the exponential mechanism is almost uniform; the generalised one tends to its
+    # public limit p_i ~ exp(ln(K / beta) min_j (D_j - D_i) / (D_i + D_j)) (t D dominates the utilities)
+    _, tiny = select_hyperparameters(model, GRID, epsilon=1e-6, folds=5, cross_validation=cv, diagnostics=True,
+                                     mechanism="exponential")
     np.testing.assert_allclose(tiny.probabilities, 1.0 / 3.0, atol=1e-5)
+    _, tiny = select_hyperparameters(model, GRID, epsilon=1e-9, folds=5, cross_validation=cv, diagnostics=True)
+    D = sel.config_sensitivities
+    limit = np.exp(math.log(3 / 0.5) * np.min((D[None, :] - D[:, None]) / (D[:, None] + D[None, :]), axis=1))
+    np.testing.assert_allclose(tiny.probabilities, limit / limit.sum(), atol=1e-6)
     # apply assigns the chosen configuration
     sel.apply(model)
     assert model.kernel.lengthscales.numpy() == pytest.approx(1.0)
@@ -723,7 +782,7 @@ def test_published_selection_holds_no_private_values(data):
     assert not hasattr(sel, "utilities") and not hasattr(sel, "probabilities")
     # neither its fields nor its repr carry a utility or a probability
     public = repr(sel) + repr(dataclasses.asdict(sel))
-    probabilities = selection_probabilities(u, 1.0, sel.sensitivity)
+    probabilities = selection_probabilities(u, 1.0, sel.config_sensitivities)
     for value in np.concatenate([u, probabilities]):
         for text in (repr(float(value)), f"{value:.6g}", f"{value:.4f}"):
             assert text not in public, text
@@ -808,3 +867,123 @@ def test_configurations_with_the_same_fold_maps_share_their_work(data, monkeypat
         assert u[i] == pytest.approx(alone.utilities(1.0, 0.01)[0], rel=1e-6)
         for f, g in zip(cv.folds[i], alone.folds[0]):
             np.testing.assert_allclose(f.C, g.C, rtol=0, atol=1e-9 * np.abs(g.C).max())
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 26: the generalised exponential mechanism, brute-force privacy over neighbours, and the
+# cross-validation a selection may reuse
+
+
+def gem_reference(u, D, epsilon, beta):
+    """Raskhodnikova & Smith's normalised scores written out with loops (independent of the package)."""
+    K = len(u)
+    t = 2.0 * math.log(K / beta) / epsilon
+    return np.array([min(((u[i] - t * D[i]) - (u[j] - t * D[j])) / (D[i] + D[j]) for j in range(K))
+                     for i in range(K)])
+
+
+def test_generalised_scores_match_reference_and_are_1_sensitive():
+    rng = np.random.default_rng(26)
+    for trial in range(200):
+        K = int(rng.integers(1, 9))
+        u = rng.normal(0.0, 10.0, K)
+        D = rng.uniform(0.1, 5.0, K)
+        eps, beta = float(rng.choice([0.1, 1.0, 3.0])), float(rng.choice([0.05, 0.5, 1.0]))
+        s = generalised_scores(u, D, eps, beta)
+        np.testing.assert_allclose(s, gem_reference(u, D, eps, beta), rtol=1e-12, atol=1e-12)
+        assert np.all(s <= 1e-12) and np.max(s) == pytest.approx(0.0, abs=1e-12)
+        # neighbours: every utility moves by at most its own D_i (corners and interior points)
+        for _ in range(20):
+            signs = rng.choice([-1.0, 1.0], K) if rng.random() < 0.5 else rng.uniform(-1.0, 1.0, K)
+            s2 = generalised_scores(u + signs * D, D, eps, beta)
+            assert np.max(np.abs(s2 - s)) <= 1.0 + 1e-12
+
+
+def test_generalised_mechanism_exact_draws_match_probabilities():
+    u = np.array([-3.0, -1.0, 0.0, -0.5])
+    D = np.array([0.5, 2.0, 1.0, 0.7])
+    p = selection_probabilities(u, 2.0, D)
+    w = 2.0 * gem_reference(u, D, 2.0, 0.5) / 2.0
+    np.testing.assert_allclose(p, np.exp(w) / np.exp(w).sum(), rtol=1e-12)
+    counts = np.zeros(4)
+    for _ in range(4000):
+        index, probs = generalised_exponential_mechanism(u, 2.0, D)  # exact, from the OS CSPRNG
+        counts[index] += 1
+    np.testing.assert_allclose(probs, p)
+    assert stats.chisquare(counts, 4000 * p).pvalue > 1e-4
+
+
+@pytest.mark.parametrize("mechanism", ["generalised_exponential", "exponential", "permute_and_flip"])
+@pytest.mark.parametrize("utility", ["absolute", "squared"])
+def test_selection_probabilities_are_epsilon_dp_over_neighbours(mechanism, utility):
+    # Brute force: small GPs, a grid of 4 configurations, the release noise included; every
+    # neighbour (one output moved to a bound, by +-d, or inside) changes no selection probability by
+    # more than a factor exp(epsilon).
+    rng = np.random.default_rng(11)
+    eps = 0.7
+    for trial in range(4):
+        n = int(rng.integers(6, 10))
+        X = rng.uniform(0.0, 5.0, (n, 1))
+        y = rng.uniform(0.0, 1.0, n)
+        model = DPGPR((X, y[:, None]), gpflow.kernels.SquaredExponential(), y_bounds=(0.0, 1.0), noise_variance=0.1)
+        grid = [{".kernel.lengthscales": ls, ".likelihood.variance": nv} for ls, nv in
+                [(0.2, 1e-3), (1.0, 0.1), (3.0, 0.01), (0.5, 1.0)]]
+        cv = cross_validate(model, grid, folds=3, split_seed=trial)
+        noise = [cv.noise_std(i, 1.0, 0.01) for i in range(len(grid))]
+        sens = cv.sensitivities_of(utility)
+
+        def probabilities(values):
+            u = [cv_utility(cv.folds[i], values, 1.0, noise[i], utility=utility) for i in range(len(grid))]
+            return selection_probabilities(u, eps, sens, mechanism=mechanism)
+
+        p0 = probabilities(y)
+        for j in range(n):
+            for value in (0.0, 1.0, 0.37):
+                y2 = y.copy()
+                y2[j] = value
+                ratio = np.max(np.abs(np.log(probabilities(y2)) - np.log(p0)))
+                assert ratio <= eps * (1 + 1e-9), (trial, j, value)
+
+
+def test_cross_validation_of_another_model_or_a_trained_one_is_refused(data):
+    model = make_gpr(data)
+    other = make_gpr(data)
+    cv = cross_validate(model, GRID, folds=3)
+    assert cv.computed_from(model) and not cv.computed_from(other)
+    with pytest.raises(ValueError, match="another model"):
+        select_hyperparameters(other, GRID, epsilon=1.0, cross_validation=cv)
+    # the fold maps used the model's noise variance: a changed one makes the cross-validation stale
+    changed = make_gpr(data)
+    cv = cross_validate(changed, [{".kernel.lengthscales": 1.0}], folds=3)
+    changed.likelihood.variance.assign(0.5)
+    changed.declare_hyperparameters_public()
+    with pytest.raises(ValueError, match="other parameter values"):
+        select_hyperparameters(changed, [{".kernel.lengthscales": 1.0}], epsilon=1.0, cross_validation=cv)
+    # a model trained on its outputs: the leak guard fires in cross_validate (and so in the selection)
+    trained = make_gpr(data)
+    gpflow.optimizers.Scipy().minimize(trained.training_loss, trained.trainable_variables,
+                                       options={"maxiter": 3})
+    from dpgp_gpflow import PrivacyLeakError
+    acc = PrivacyAccountant(epsilon=5.0, delta=0.0)
+    with pytest.raises(PrivacyLeakError):
+        cross_validate(trained, GRID, folds=3)
+    with pytest.raises(PrivacyLeakError):
+        select_hyperparameters(trained, GRID, epsilon=1.0, accountant=acc)
+    assert acc.spent == (0.0, 0.0)
+
+
+def test_configurations_that_cannot_be_released_are_no_candidates(data, monkeypatch):
+    model = make_gpr(data)
+    cv = cross_validate(model, GRID, folds=3)
+    original = type(cv).noise_std
+
+    def refused_first(self, index, *args, **kwargs):  # pretend configuration 0's release is refused
+        out = original(self, index, *args, **kwargs)
+        return [np.full_like(s, np.inf) for s in out] if int(index) == 0 else out
+
+    monkeypatch.setattr(type(cv), "noise_std", refused_first)
+    assert list(cv.releasable(range(3), 1.0, 0.01)) == [False, True, True]
+    sel, diag = select_hyperparameters(model, GRID, epsilon=1.0, epsilon_release=1.0, delta_release=0.01,
+                                       cross_validation=cv, diagnostics=True)
+    assert not sel.kept[0] and sel.kept[1:].all() and diag.probabilities[0] == 0.0 and sel.index != 0
+    assert diag.probabilities.sum() == pytest.approx(1.0)

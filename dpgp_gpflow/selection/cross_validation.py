@@ -9,6 +9,7 @@ holds those public matrices, their sensitivities and the noise a later release w
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -21,7 +22,7 @@ from ..contract import PrivateModel, dense_map
 from ..progress import Progress
 from ..release import NoisePlan
 from ..validation import as_float64, validate_calibration, validate_data_sensitivity, validate_delta, validate_epsilon
-from .utility import Fold, cv_sensitivity, cv_utility, published_sensitivity
+from .utility import Fold, cv_utility, loss_lipschitz, point_influence, published_sensitivity, validate_utility
 
 __all__ = [
     "CrossValidation",
@@ -183,8 +184,8 @@ class CrossValidation:
 
     Public: ``grid``, ``splits``, ``folds[i]`` (the :class:`Fold` list of configuration i),
     ``owners[i]`` (the configuration whose fold matrices configuration i uses: itself, or an
-    earlier one with the same maps up to rounding, :data:`SHARE_RTOL`), ``sensitivities``
-    (corrected, per configuration), ``published_sensitivities`` (JMLR eq. 13, NOT valid),
+    earlier one with the same maps up to rounding, :data:`SHARE_RTOL`), ``influence`` and
+    :meth:`sensitivities_of` (per configuration), ``published_sensitivities`` (JMLR eq. 13, NOT valid),
     ``noise_std(...)``. Private: :meth:`utilities` reads the model's outputs; publish a selection
     made from them only through a selection mechanism.
     """
@@ -201,9 +202,32 @@ class CrossValidation:
         self._output_bounds = output_bounds
         self._y = y  # private outputs (clipped), [n]
         self._profiles: Dict[Tuple[str, int, int], _NoiseProfile] = {}
-        own = {int(o): (cv_sensitivity(folds[o], n, d), published_sensitivity(folds[o], d)) for o in set(self.owners)}
-        self.sensitivities = np.array([own[int(o)][0] for o in self.owners])
+        self._model_state: Optional[Tuple[Any, Dict[str, np.ndarray]]] = None  # set by cross_validate
+        own = {int(o): (float(np.max(point_influence(folds[o], n))), published_sensitivity(folds[o], d))
+               for o in set(self.owners)}
+        #: [K] public: max_j of the total change of the CV residuals per unit change of y_j
+        self.influence = np.array([own[int(o)][0] for o in self.owners])
         self.published_sensitivities = np.array([own[int(o)][1] for o in self.owners])
+
+    def sensitivities_of(self, utility: str = "absolute") -> np.ndarray:
+        """[K] public: each configuration's sensitivity ``d * loss_lipschitz(utility, d) * influence``
+        (docs/selection.md#sensitivity)."""
+        return self.data_sensitivity * loss_lipschitz(utility, self.data_sensitivity) * self.influence
+
+    @property
+    def sensitivities(self) -> np.ndarray:
+        """[K] public: each configuration's sensitivity under the default (absolute) utility."""
+        return self.sensitivities_of("absolute")
+
+    def computed_from(self, model: Any) -> bool:
+        """Whether this cross-validation was computed from ``model`` itself (the same object) with the
+        parameter values it has now. Public: compares parameters, not outputs."""
+        if self._model_state is None:
+            return False
+        ref, values = self._model_state
+        now = {path: p.numpy() for path, p in parameter_dict(model).items()}
+        return ref() is model and now.keys() == values.keys() and all(
+            np.array_equal(now[k], values[k]) for k in values)
 
     def __len__(self) -> int:
         return len(self.grid)
@@ -233,13 +257,15 @@ class CrossValidation:
 
     def utilities(self, epsilon_release: Optional[float] = None, delta_release: Optional[float] = None, *,
                   objective: str = "mse", calibration: str = "analytic", indices: Optional[Sequence[int]] = None,
-                  progress: bool = False) -> np.ndarray:
-        """PRIVATE: the expected clipped CV utilities (``nan`` for configurations not in ``indices``).
+                  progress: bool = False, utility: str = "absolute") -> np.ndarray:
+        """PRIVATE: the expected CV utilities under ``utility`` (``nan`` for configurations not in
+        ``indices``; ``-inf`` for one whose release at that budget would be refused, absolute loss).
 
         Noise-std computations are cached, so calling again at other release budgets is cheap.
         """
         if (epsilon_release is None) != (delta_release is None):
             raise ValueError("give both epsilon_release and delta_release, or neither")
+        validate_utility(utility)
         indices = range(len(self.grid)) if indices is None else list(indices)
         u = np.full(len(self.grid), np.nan)
         done: Dict[int, float] = {}  # per owner: configurations that share fold matrices share the utility
@@ -250,12 +276,21 @@ class CrossValidation:
                 if owner not in done:
                     sig = self.noise_std(owner, epsilon_release, delta_release, objective=objective,
                                          calibration=calibration)
-                    done[owner] = cv_utility(self.folds[owner], self._y, self.data_sensitivity, sig)
+                    done[owner] = cv_utility(self.folds[owner], self._y, self.data_sensitivity, sig, utility=utility)
                 u[i] = done[owner]
                 bar.update()
         finally:
             bar.close()
         return u
+
+    def releasable(self, indices: Sequence[int], epsilon_release: Optional[float], delta_release: Optional[float], *,
+                   objective: str = "mse", calibration: str = "analytic") -> np.ndarray:
+        """[len(indices)] bool, public: whether every fold's release of configuration i at
+        ``(epsilon_release, delta_release)`` could be made (no infinite noise std: the release would
+        not be refused). All True without a release budget."""
+        return np.array([all(np.all(np.isfinite(s)) for s in self.noise_std(
+            int(i), epsilon_release, delta_release, objective=objective, calibration=calibration)) for i in indices],
+            dtype=bool)
 
 
 def _probe(size: int) -> np.ndarray:
@@ -287,7 +322,8 @@ def _fold(model: PrivateModel, train: np.ndarray, test: np.ndarray) -> Tuple[Fol
 
 
 def cross_validate(model: PrivateModel, grid: Sequence[Config], *, folds: Union[int, Sequence[Split]] = 5,
-                   split_seed: int = 0, d: Optional[float] = None, progress: bool = False) -> CrossValidation:
+                   split_seed: int = 0, d: Optional[float] = None, progress: bool = False,
+                   hyperparameters_public: bool = False) -> CrossValidation:
     """Fold matrices of ``model`` (any :class:`~dpgp_gpflow.contract.PrivateModel`) for every configuration of ``grid``.
 
     Each configuration (a dict of GPflow parameter paths to values, e.g.
@@ -300,9 +336,16 @@ def cross_validate(model: PrivateModel, grid: Sequence[Config], *, folds: Union[
     mean after one Newton step from zero (what a one-step release predicts), whose clipped squared
     error against the held-out labels is a least-squares classification loss, linear in the labels,
     so the sensitivity of ``docs/selection.md`` applies unchanged.
+
+    The model's parameters outside the grid shape every fold map, so they must be public: its leak
+    guard runs first (``PrivacyLeakError`` unless ``hyperparameters_public=True``), and the result
+    remembers the model and those values (:meth:`CrossValidation.computed_from`), so that
+    :func:`select_hyperparameters` refuses it for another model or after they changed.
     """
     if not isinstance(model, PrivateModel):
         raise TypeError(f"{type(model).__name__} does not meet the PrivateModel contract (see dpgp_gpflow.contract)")
+    # Parameters outside the grid are the model's own: its leak guard must pass (they shape every fold map).
+    model.check_hyperparameters_public(hyperparameters_public)
     grid = validate_grid(model, grid)
     y = model.centred_outputs().numpy().astype(np.float64).reshape(-1)
     n = y.size
@@ -330,4 +373,6 @@ def cross_validate(model: PrivateModel, grid: Sequence[Config], *, folds: Union[
             bar.update()
     finally:
         bar.close()
-    return CrossValidation(grid, splits, all_folds, matrices, bounds, y, d, n, owners)
+    cv = CrossValidation(grid, splits, all_folds, matrices, bounds, y, d, n, owners)
+    cv._model_state = (weakref.ref(model), {path: p.numpy() for path, p in parameter_dict(model).items()})
+    return cv

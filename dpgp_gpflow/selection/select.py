@@ -11,7 +11,6 @@ import numpy as np
 from gpflow.utilities import multiple_assign
 
 from ..accounting import PrivacyAccountant, PrivacyEvent, reserve
-from ..calibration import exponential_mechanism_log_weights
 from ..contract import PrivateModel
 from ..validation import (
     validate_calibration,
@@ -32,7 +31,16 @@ from .cross_validation import (
     validate_grid,
 )
 from .grid import default_grid
-from .mechanism import MECHANISM_NAMES, draw, selection_probabilities, validate_mechanism
+from .mechanism import (
+    DEFAULT_BETA,
+    MECHANISM_NAMES,
+    draw,
+    log_weights,
+    selection_probabilities,
+    validate_beta,
+    validate_mechanism,
+)
+from .utility import validate_utility
 
 __all__ = ["Selection", "SelectionDiagnostics", "select_hyperparameters"]
 
@@ -50,26 +58,29 @@ class Selection:
 
     chosen: Dict[str, Any]  #: the selected configuration
     index: int  #: its position in ``grid``
-    sensitivity: float  #: Delta_u: max of the corrected sensitivity over the kept configurations
+    sensitivity: float  #: max of the configurations' sensitivities over the candidates
     epsilon: float
     grid: Tuple[Dict[str, Any], ...] = field(repr=False)
-    kept: np.ndarray = field(repr=False)  #: [K] bool: configurations under the threshold
-    config_sensitivities: np.ndarray = field(repr=False)  #: [K] corrected sensitivity per configuration
+    kept: np.ndarray = field(repr=False)  #: [K] bool: the candidates (under the threshold, releasable)
+    config_sensitivities: np.ndarray = field(repr=False)  #: [K] sensitivity of each configuration's utility
     published_sensitivity: float = field(repr=False, default=math.nan)  #: JMLR eq. (13)-(14), NOT valid
     splits: Tuple[Split, ...] = field(repr=False, default=())
     data_sensitivity: float = math.nan
     epsilon_release: Optional[float] = None
     delta_release: Optional[float] = None
     reproducible: bool = False  #: True when the mechanism's randomness came from an explicit seed (not private)
-    mechanism: str = "exponential"  #: "exponential" or "permute_and_flip"
+    mechanism: str = "generalised_exponential"  #: one of :data:`~dpgp_gpflow.selection.MECHANISMS`
     grid_source: str = "given"  #: "given" (the caller's grid) or "default" (:func:`~dpgp_gpflow.selection.default_grid`)
+    utility: str = "absolute"  #: the CV loss, "absolute" or "squared"
+    beta: float = math.nan  #: the generalised exponential mechanism's beta (public; shapes utility only)
 
     def apply(self, model) -> None:
         """Assign the chosen configuration to ``model`` (``gpflow.utilities.multiple_assign``) and record
-        the values as public for its leak guard (the choice is the DP output of the selection)."""
+        those values as public for its leak guard (the choice is the DP output of the selection); the
+        model's other parameters stay as they were declared (or not)."""
         multiple_assign(model, self.chosen)
         if hasattr(model, "declare_hyperparameters_public"):
-            model.declare_hyperparameters_public()
+            model.declare_hyperparameters_public(paths=list(self.chosen))
 
 
 @dataclass(frozen=True, eq=False)
@@ -108,8 +119,10 @@ def select_hyperparameters(
     split_seed: int = 0,
     cross_validation: Optional[CrossValidation] = None,
     hyperparameters_public: bool = False,
-    mechanism: str = "exponential",
+    mechanism: str = "generalised_exponential",
     diagnostics: bool = False,
+    utility: str = "absolute",
+    beta: float = DEFAULT_BETA,
 ) -> Union[Selection, Tuple[Selection, SelectionDiagnostics]]:
     """Select one configuration of ``grid`` for ``model`` with an epsilon-DP selection mechanism.
 
@@ -121,19 +134,26 @@ def select_hyperparameters(
     ``None`` (default) takes :func:`~dpgp_gpflow.selection.default_grid` (built from public information only).
     ``folds``: the number of folds (a public split seeded by ``split_seed``) or a list of
     ``(train, test)`` index arrays. ``d``: how far one output may move (default the model's
-    ``data_sensitivity``); residuals are clipped to ``[-4d, 4d]``.
+    ``data_sensitivity``).
 
-    The utility includes the expected effect of the DP noise of a cloaking release of each fold's
+    ``utility``: the CV loss, ``"absolute"`` (default: ``E|r + Z|``, sensitivity ``d`` per unit of
+    influence, no clipping) or ``"squared"`` (the JMLR paper's ``E[clip(r + Z, -4d, 4d)^2]``,
+    ``8 d^2`` per unit; docs/selection.md#sensitivity). The utility includes the expected effect of the DP noise of a cloaking release of each fold's
     test predictions at ``(epsilon_release, delta_release)`` (``objective``/``calibration`` as for
     ``release``); with no release budget the noise is taken as zero (the utility then ignores the
     privacy cost of the release, and tends to favour configurations that need a lot of noise).
 
-    ``threshold``: public bound fixed in advance; configurations whose own sensitivity exceeds it
-    are dropped before anything private is computed. ``Delta_u`` is the max over the kept ones.
+    Configurations whose release at that budget would be refused (an ill-conditioned noise
+    covariance) are not candidates (a public fact about their fold maps). ``threshold``: optional
+    public bound fixed in advance, in the units of the chosen utility's sensitivity; configurations
+    whose own sensitivity exceeds it are dropped before anything private is computed.
 
-    ``mechanism``: ``"exponential"`` (default; exact report-noisy-max) or ``"permute_and_flip"``
-    (McKenna & Sheldon 2020; never worse in expected utility), both epsilon-DP with the same
-    ``epsilon u / (2 Delta_u)`` (:mod:`~dpgp_gpflow.selection.mechanism`).
+    ``mechanism``: ``"generalised_exponential"`` (default; Raskhodnikova & Smith 2016: each
+    configuration keeps its own sensitivity, ``beta`` sets its utility guarantee, never its privacy),
+    ``"exponential"`` or ``"permute_and_flip"`` (McKenna & Sheldon 2020), these two with
+    ``Delta_u`` the max over the candidates; all exact and epsilon-DP
+    (:mod:`~dpgp_gpflow.selection.mechanism`). When every configuration has about the same
+    sensitivity, ``"exponential"`` is sharper (the generalised scores halve the exponent there).
 
     The budget (``accountant`` or the innermost ``with PrivacyAccountant(...)``) is checked before
     anything is computed (after every argument, ``folds`` included, has been validated) and charged
@@ -144,9 +164,10 @@ def select_hyperparameters(
     ``(selection, SelectionDiagnostics)``, the latter PRIVATE (utilities and probabilities, for the
     data owner only).
 
-    ``cross_validation``: a :class:`CrossValidation` from :func:`cross_validate` on the same model,
-    grid and folds, to reuse its fold matrices and cached noise computations (then ``folds``,
-    ``split_seed`` and ``d`` are taken from it).
+    ``cross_validation``: a :class:`CrossValidation` from :func:`cross_validate` on this same model
+    object (with the parameter values it has now) and grid, to reuse its fold matrices and cached
+    noise computations (then ``folds``, ``split_seed`` and ``d`` are taken from it); one computed from
+    another model, or before the model's parameters changed, is refused (``ValueError``).
     """
     epsilon = validate_epsilon(epsilon)
     seed = validate_seed(seed)
@@ -166,6 +187,8 @@ def select_hyperparameters(
     # Parameters outside the grid are taken from the model: they must be public too (leak guard).
     model.check_hyperparameters_public(hyperparameters_public)
     validate_mechanism(mechanism)
+    validate_utility(utility)
+    beta = validate_beta(beta)
     # Everything is refused before the budget is reserved: TypeError / ValueError.
     grid_source = "given" if grid is not None else "default"
     checked_grid = validate_grid(model, default_grid(model) if grid is None else grid)
@@ -175,33 +198,42 @@ def select_hyperparameters(
             d = validate_data_sensitivity(d, tuple(model.y_bounds))
     elif not isinstance(cross_validation, CrossValidation):
         raise TypeError(f"cross_validation must be a CrossValidation, got {type(cross_validation).__name__}")
+    elif not cross_validation.computed_from(model) or not same_grid(cross_validation.grid, checked_grid):
+        raise ValueError("cross_validation was computed for another model, other parameter values or another grid: "
+                         "compute it with cross_validate(model, grid) on this model")
     description = f"{MECHANISM_NAMES[mechanism]}: hyperparameter selection"
     with reserve(accountant, [PrivacyEvent(epsilon, 0.0, "pure", None, description)]) as reservation:
 
         if cross_validation is None:
-            cv = cross_validate(model, checked_grid, folds=splits, d=d, progress=progress)
+            cv = cross_validate(model, checked_grid, folds=splits, d=d, progress=progress,
+                                hyperparameters_public=hyperparameters_public)
         else:
             cv = cross_validation
-            y = model.centred_outputs().numpy().reshape(-1)
-            if not same_grid(cv.grid, checked_grid) or not cv.computed_for(y):
-                raise ValueError("cross_validation was computed for another model, data set or grid")
-        sens = cv.sensitivities
+            if not cv.computed_for(model.centred_outputs().numpy().reshape(-1)):
+                raise ValueError("cross_validation was computed for another data set")
+        sens = cv.sensitivities_of(utility)  # public, per configuration
         kept = np.ones(len(cv), dtype=bool) if threshold is None else sens <= threshold
         if not np.any(kept):
             raise ValueError(f"no configuration has a sensitivity below the threshold {threshold} "
                              f"(smallest: {float(np.min(sens)):.6g})")
+        # Public: a configuration whose release would be refused is no candidate.
+        kept[kept] = cv.releasable(np.flatnonzero(kept), epsilon_release, delta_release, objective=objective,
+                                   calibration=calibration)
+        if not np.any(kept):
+            raise ValueError("no configuration of the grid could be released at "
+                             f"(epsilon, delta) = ({epsilon_release}, {delta_release}): every noise covariance is "
+                             "ill-conditioned; widen the grid (larger noise variances or lengthscales)")
         idx = np.flatnonzero(kept)
-        delta_u = float(np.max(sens[idx]))
         utilities = cv.utilities(epsilon_release, delta_release, objective=objective, calibration=calibration,
-                                 indices=idx, progress=progress)
-        position, reproducible = draw(exponential_mechanism_log_weights(utilities[idx], epsilon, delta_u),
-                                      mechanism, seed)
+                                 indices=idx, progress=progress, utility=utility)
+        weights = log_weights(utilities[idx], sens[idx], epsilon, mechanism, beta)
+        position, reproducible = draw(weights, mechanism, seed)
         choice = int(idx[position])
         reservation.commit(f"{description} among {idx.size} configurations ({len(cv.splits)}-fold CV)")
     selection = Selection(
         chosen=dict(cv.grid[choice]),
         index=choice,
-        sensitivity=delta_u,
+        sensitivity=float(np.max(sens[idx])),
         epsilon=epsilon,
         grid=cv.grid,
         kept=kept,
@@ -214,9 +246,11 @@ def select_hyperparameters(
         reproducible=reproducible,
         mechanism=mechanism,
         grid_source=grid_source,
+        utility=utility,
+        beta=beta,
     )
     if not diagnostics:
         return selection
     probabilities = np.zeros(len(cv))
-    probabilities[idx] = selection_probabilities(utilities[idx], epsilon, delta_u, mechanism=mechanism)
+    probabilities[idx] = selection_probabilities(utilities[idx], epsilon, sens[idx], mechanism=mechanism, beta=beta)
     return selection, SelectionDiagnostics(utilities=utilities, probabilities=probabilities)

@@ -1,10 +1,16 @@
-"""The cross-validated utility and its corrected sensitivity: pure NumPy functions of public fold
-matrices and (for the utility only) the private outputs.
+"""The cross-validated utility and its sensitivity: pure NumPy functions of public fold matrices
+and (for the utility only) the private outputs.
 
 A fold of a linear smoother predicts ``offset + C y[train]`` at its test points; the utility is
-minus the sum of clipped squared residuals, with the release's DP noise included by its closed-form
-expectation. The sensitivity and the proof that the published bound is not valid are in
-``docs/selection.md``.
+minus the sum of a loss of the residuals, with the release's DP noise included by its closed-form
+expectation. Two losses (:data:`UTILITIES`):
+
+* ``"absolute"`` (default): ``E|r + Z|``, 1-Lipschitz in the residual ``r``, no clipping;
+* ``"squared"``: ``E[clip(r + Z, -4d, 4d)^2]`` (the JMLR paper's), ``8d``-Lipschitz.
+
+Either way a neighbour moves the utility by at most ``d * L * influence_j`` (``L`` the loss's
+Lipschitz constant, :func:`point_influence`). The proofs, and why the published bound is not
+valid, are in ``docs/selection.md``.
 """
 
 from __future__ import annotations
@@ -18,6 +24,12 @@ from scipy import special
 __all__ = [
     "CLIP_FACTOR",
     "Fold",
+    "UTILITIES",
+    "expected_absolute",
+    "expected_loss",
+    "loss_lipschitz",
+    "point_influence",
+    "validate_utility",
     "cv_predictions",
     "cv_sensitivity",
     "cv_utility",
@@ -27,8 +39,18 @@ __all__ = [
     "published_sensitivity",
 ]
 
-#: Residuals are clipped to ``[-CLIP_FACTOR * d, CLIP_FACTOR * d]`` (the JMLR paper's 4d).
+#: Residuals are clipped to ``[-CLIP_FACTOR * d, CLIP_FACTOR * d]`` by the squared loss (the JMLR paper's 4d).
 CLIP_FACTOR = 4.0
+#: The losses of the CV utility: ``"absolute"`` (default, sensitivity ``d`` per unit of influence) and
+#: ``"squared"`` (clipped at ``4d``, the JMLR paper's; sensitivity ``8 d^2`` per unit of influence).
+UTILITIES = ("absolute", "squared")
+
+
+def validate_utility(utility: Any) -> str:
+    """``"absolute"`` or ``"squared"``; anything else raises ``ValueError``."""
+    if not isinstance(utility, str) or utility not in UTILITIES:
+        raise ValueError(f"utility must be one of {UTILITIES}, got {utility!r}")
+    return utility
 
 
 class Fold(NamedTuple):
@@ -121,43 +143,91 @@ def expected_clipped_square(a: Any, sigma: Any, c: float) -> np.ndarray:
     return out
 
 
+def expected_absolute(a: Any, sigma: Any) -> np.ndarray:
+    """``E|a + Z|`` for ``Z ~ N(0, sigma^2)``, elementwise, in closed form (the folded normal's mean)::
+
+        sigma sqrt(2 / pi) exp(-a^2 / (2 sigma^2)) + a erf(a / (sigma sqrt 2))
+
+    ``sigma = 0`` gives ``|a|``, ``sigma = inf`` gives ``inf``. Written with ``erf`` (not
+    ``1 - 2 Phi(-a / sigma)``) so neither tail cancels. 1-Lipschitz in ``a`` for every ``sigma``
+    (an average of the 1-Lipschitz ``|a + z|``): the basis of the absolute utility's sensitivity.
+    """
+    a = np.asarray(a, dtype=np.float64)
+    shape = a.shape
+    a = a.reshape(-1)
+    sigma = np.broadcast_to(np.asarray(sigma, dtype=np.float64), shape).reshape(-1)
+    if np.any(sigma < 0.0) or np.any(np.isnan(sigma)):
+        raise ValueError("sigma must be >= 0 (inf: a release that would be refused)")
+    if not np.all(np.isfinite(a)):
+        raise ValueError("a must be finite")
+    out = np.abs(a)
+    out[np.isinf(sigma)] = np.inf
+    pos = (sigma > 0.0) & np.isfinite(sigma)
+    if np.any(pos):
+        ap, s = a[pos], sigma[pos]
+        z = ap / s
+        with np.errstate(under="ignore"):
+            out[pos] = s * math.sqrt(2.0 / math.pi) * np.exp(-0.5 * z * z) + ap * special.erf(z / math.sqrt(2.0))
+    return out.reshape(shape)
+
+
+def loss_lipschitz(utility: str, d: float) -> float:
+    """The Lipschitz constant in the residual of the expected loss of ``utility``: 1 for
+    ``"absolute"``, ``2 * CLIP_FACTOR * d`` for ``"squared"``. Public."""
+    return 1.0 if validate_utility(utility) == "absolute" else 2.0 * CLIP_FACTOR * float(d)
+
+
+def expected_loss(utility: str, a: Any, sigma: Any, d: float) -> np.ndarray:
+    """The expected loss per residual ``a`` under release noise of std ``sigma``:
+    :func:`expected_absolute` or :func:`expected_clipped_square` at ``c = 4d``."""
+    if validate_utility(utility) == "absolute":
+        return expected_absolute(a, sigma)
+    return expected_clipped_square(a, sigma, CLIP_FACTOR * float(d))
+
+
 def cv_predictions(folds: Sequence[Fold], y: Any) -> List[np.ndarray]:
     """Each fold's predictions ``offset + C y[train]`` at its test points."""
     y = np.asarray(y, dtype=np.float64).reshape(-1)
     return [f.offset + f.C @ y[f.train] for f in as_folds(folds)]
 
 
-def cv_utility(folds: Sequence[Fold], y: Any, d: float, noise_std: Optional[Sequence[Any]] = None) -> float:
-    """``-sum_f sum_k E[clip(pred_k - y_k + Z_k, -4d, 4d)^2]`` (``noise_std[f]``: the std of ``Z`` per
-    test point of fold f; None for no noise). Reads the private ``y``: the result is private."""
+def cv_utility(folds: Sequence[Fold], y: Any, d: float, noise_std: Optional[Sequence[Any]] = None, *,
+               utility: str = "absolute") -> float:
+    """``-sum_f sum_k E[loss(pred_k - y_k + Z_k)]`` (:func:`expected_loss`; ``noise_std[f]``: the std
+    of ``Z`` per test point of fold f; None for no noise). Reads the private ``y``: the result is private."""
     folds = as_folds(folds)
     y = np.asarray(y, dtype=np.float64).reshape(-1)
-    c = CLIP_FACTOR * float(d)
     total = 0.0
     for i, f in enumerate(folds):
         residual = f.offset + f.C @ y[f.train] - y[f.test]
         sigma = 0.0 if noise_std is None else np.asarray(noise_std[i], dtype=np.float64)
-        total += float(np.sum(expected_clipped_square(residual, sigma, c)))
+        total += float(np.sum(expected_loss(utility, residual, sigma, d)))
     return -total
 
 
-def point_sensitivities(folds: Sequence[Fold], n: int, d: float) -> np.ndarray:
-    """Per point j: ``8 d^2 sum_f ([j in train_f] ||C_f[:, j]||_1 + [j in test_f])`` (module docstring).
-
-    The bound on how much the CV utility moves when ``y_j`` moves by at most ``d``. Public.
-    """
+def point_influence(folds: Sequence[Fold], n: int) -> np.ndarray:
+    """Per point j: ``sum_f ([j in train_f] ||C_f[:, j]||_1 + [j in test_f])``, the total change of
+    the CV residuals, per unit change of ``y_j`` (docs/selection.md#sensitivity). Public."""
     folds = as_folds(folds)
-    d = float(d)
     total = np.zeros(int(n))
     for f in folds:
         np.add.at(total, f.train, np.sum(np.abs(f.C), axis=0))
         np.add.at(total, f.test, 1.0)
-    return 2.0 * CLIP_FACTOR * d * d * total
+    return total
 
 
-def cv_sensitivity(folds: Sequence[Fold], n: int, d: float) -> float:
-    """The corrected sensitivity of the CV utility: ``max_j`` of :func:`point_sensitivities`."""
-    return float(np.max(point_sensitivities(folds, n, d)))
+def point_sensitivities(folds: Sequence[Fold], n: int, d: float, *, utility: str = "absolute") -> np.ndarray:
+    """Per point j: ``d * loss_lipschitz(utility, d) * point_influence_j``, i.e.
+    ``d * influence_j`` (absolute) or ``8 d^2 * influence_j`` (squared).
+
+    The bound on how much the CV utility moves when ``y_j`` moves by at most ``d``. Public.
+    """
+    return float(d) * loss_lipschitz(utility, d) * point_influence(folds, n)
+
+
+def cv_sensitivity(folds: Sequence[Fold], n: int, d: float, *, utility: str = "absolute") -> float:
+    """The sensitivity of the CV utility: ``max_j`` of :func:`point_sensitivities`."""
+    return float(np.max(point_sensitivities(folds, n, d, utility=utility)))
 
 
 def published_sensitivity(folds: Sequence[Fold], d: float) -> float:
