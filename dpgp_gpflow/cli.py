@@ -8,12 +8,18 @@ options, so that ``--x COL [COL ...]`` takes several columns as written.
 
 Privacy model (``docs/privacy_model.md``): the ``--x`` columns are public, the ``--y`` column is
 private and clipped to ``--bounds``; hyperparameters given on the command line are public (chosen
-without the outputs), or chosen privately by ``dpgp select``.
+without the outputs), or chosen privately by ``dpgp select``. ``dpgp release`` without
+``--lengthscale``, ``--variance`` and ``--noise`` chooses them privately from the public default grid
+(:func:`~dpgp_gpflow.selection.default_grid`), spending ``--selection-share`` (default 0.2) of the
+epsilon given; the release gets the rest, so the total charged is the epsilon given (basic
+composition). Released means are clipped to ``--bounds`` (post-processing, free; ``--no-clip``
+turns it off); the privacy card records both.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
 import sys
@@ -35,10 +41,15 @@ from .progress import Progress
 from .publishing import load, read_card
 from .release import gaussian_event
 from .released import PrivateFunction, Released
-from .selection import MECHANISMS, select_hyperparameters
+from .selection import MECHANISMS, default_grid, select_hyperparameters
 from .validation import OBJECTIVES, validate_bounds, validate_delta, validate_epsilon
 
 __all__ = ["main"]
+
+#: The share of ``dpgp release``'s epsilon spent on selecting the hyperparameters when none are given.
+DEFAULT_SELECTION_SHARE = 0.2
+#: Folds of the selection's cross-validation (fewer when there are fewer rows).
+SELECTION_FOLDS = 5
 
 KERNELS = {
     "se": gpflow.kernels.SquaredExponential,
@@ -61,12 +72,25 @@ class _Parser(argparse.ArgumentParser):
 # Reading tables
 
 
-def read_table(path: Path) -> pd.DataFrame:
-    """A CSV or Parquet file (by extension) as a DataFrame; ``UsageError`` if unreadable or empty."""
+def sniff_separator(path: Path, lines: int = 20) -> str:
+    """The field separator of a CSV file, guessed by ``csv.Sniffer`` from its first ``lines`` lines
+    among ``, ; TAB |``; ``","`` when it cannot tell."""
+    try:
+        with open(path, newline="", encoding="utf-8", errors="replace") as f:
+            sample = "".join(line for _, line in zip(range(lines), f))
+        return csv.Sniffer().sniff(sample, delimiters=",;\t|").delimiter
+    except (csv.Error, OSError):
+        return ","
+
+
+def read_table(path: Path, sep: Optional[str] = None) -> pd.DataFrame:
+    """A CSV or Parquet file (by extension) as a DataFrame; ``UsageError`` if unreadable or empty.
+    ``sep``: the CSV field separator (default: :func:`sniff_separator`)."""
     if not path.is_file():
         raise UsageError(f"{path}: no such file")
+    parquet = path.suffix.lower() in (".parquet", ".pq")
     try:
-        frame = pd.read_parquet(path) if path.suffix.lower() in (".parquet", ".pq") else pd.read_csv(path)
+        frame = pd.read_parquet(path) if parquet else pd.read_csv(path, sep=sep or sniff_separator(path))
     except Exception as exc:  # pandas raises many kinds; all mean "cannot read this table"
         raise UsageError(f"{path}: cannot read it as {'Parquet' if path.suffix == '.parquet' else 'CSV'} ({exc})")
     if frame.shape[0] == 0:
@@ -126,6 +150,8 @@ def _positive(name: str, value: Optional[float]) -> Optional[float]:
 
 def _kernel(args, dim: int, lengthscales: Optional[Sequence[float]] = None) -> gpflow.kernels.Kernel:
     ls = list(args.lengthscale if lengthscales is None else lengthscales)
+    if args.variance is None:  # placeholders the private selection replaces (one lengthscale per column)
+        return KERNELS[args.kernel](lengthscales=ls[0] if dim == 1 else np.full(dim, ls[0], dtype=np.float64))
     if len(ls) not in (1, dim):
         raise UsageError(f"--lengthscale takes one value or one per --x column ({dim}), got {len(ls)}")
     for v in ls:
@@ -148,7 +174,7 @@ def _test_inputs(args, X: np.ndarray) -> Optional[np.ndarray]:
         raise UsageError("give --at or --grid, not both")
     if args.at is not None:
         path = Path(args.at)
-        return columns(read_table(path), args.x, path)
+        return columns(read_table(path, args.sep), args.x, path)
     if args.grid is not None:
         if not (1 <= args.grid <= 10_000):
             raise UsageError(f"--grid must be between 1 and 10000 points per axis, got {args.grid}")
@@ -173,26 +199,40 @@ def _release_inputs(args, X: np.ndarray) -> Optional[np.ndarray]:
     return Xnew
 
 
-def _release(args, data: Path, X: np.ndarray, Y: np.ndarray, bounds: Tuple[float, float],
-             kernel: gpflow.kernels.Kernel, Xnew: Optional[np.ndarray], epsilon: float, delta: float,
-             accountant: Optional[PrivacyAccountant], out: Path) -> Released:
-    """Build the model, release (checking and charging ``accountant``), write ``out``."""
-    steps = Progress(3, not args.quiet and sys.stderr.isatty(), "model")  # no bar in logs and pipes
+def _model(args, X: np.ndarray, Y: np.ndarray, bounds: Tuple[float, float], kernel: gpflow.kernels.Kernel,
+           noise: float):
+    """The private model (``DPGPR``, or ``DPGPRFITC`` with ``--sparse M`` k-means inducing inputs)."""
+    if args.sparse is None:
+        return DPGPR((X, Y), kernel, y_bounds=bounds, noise_variance=noise)
+    Z = kmeans_inducing_inputs(X, args.sparse)  # public inputs only
+    return DPGPRFITC((X, Y), kernel, Z, noise_variance=noise, y_bounds=bounds)
+
+
+def _hyperparameters(model) -> dict:
+    """The model's public hyperparameters, for the card."""
+    return {"lengthscales": np.asarray(model.kernel.lengthscales.numpy(), dtype=np.float64).tolist(),
+            "kernel_variance": float(model.kernel.variance.numpy()),
+            "noise_variance": float(model.likelihood.variance.numpy())}
+
+
+def _release(args, data: Path, model, Xnew: Optional[np.ndarray], epsilon: float, delta: float,
+             accountant: Optional[PrivacyAccountant], out: Path, **card_extras) -> Released:
+    """Release ``model`` (checking and charging ``accountant``), clip to the bounds unless ``--no-clip``,
+    write ``out``. The model's hyperparameters are public: given on the command line or selected privately."""
+    steps = Progress(2, not args.quiet and sys.stderr.isatty(), "release")  # no bar in logs and pipes
+    model.declare_hyperparameters_public()
     try:
         if args.sparse is None:
-            model = DPGPR((X, Y), kernel, y_bounds=bounds, noise_variance=args.noise)
-            steps.update("release")
             released = model.release(Xnew, epsilon=epsilon, delta=delta, objective=args.objective,
                                      accountant=accountant, seed=args.seed)
         else:
-            Z = kmeans_inducing_inputs(X, args.sparse)  # public inputs only
-            model = DPGPRFITC((X, Y), kernel, Z, noise_variance=args.noise, y_bounds=bounds)
-            steps.update("release")
             released = model.release_function(epsilon=epsilon, delta=delta, objective=args.objective,
                                               accountant=accountant, seed=args.seed)
+        if not args.no_clip:
+            released = released.clipped()  # post-processing: free
         steps.update("write")
         released.save(out, inputs=Xnew if args.sparse is None else None, columns=list(args.x),
-                      dataset=args.dataset or data.name)
+                      dataset=args.dataset or data.name, hyperparameters=_hyperparameters(model), **card_extras)
         steps.update()
     finally:
         steps.close()
@@ -201,21 +241,72 @@ def _release(args, data: Path, X: np.ndarray, Y: np.ndarray, bounds: Tuple[float
     return released
 
 
+def _selection_share(args, given: List[str]) -> float:
+    """The share of epsilon for the private selection; ``UsageError`` for a partial or refused choice."""
+    if given:
+        missing = [n for n in ("--lengthscale", "--variance", "--noise") if n not in given]
+        raise UsageError(f"{', '.join(given)} given without {', '.join(missing)}: give all three (public, chosen "
+                         "without the outputs) or none (selected privately from the default grid)")
+    share = args.selection_share
+    if share == 0.0:
+        raise UsageError("no hyperparameters: give --lengthscale, --variance and --noise (public, chosen without the "
+                         "outputs), or --selection-share S in (0, 1) to select them privately from the default grid")
+    if not (math.isfinite(share) and 0.0 < share < 1.0):
+        raise UsageError(f"--selection-share must be in (0, 1) (0: no selection), got {share}")
+    return share
+
+
 def cmd_release(args) -> int:
     epsilon, delta = _privacy(args.epsilon, args.delta)
     bounds = _bounds(args)
+    given = [n for n, v in (("--lengthscale", args.lengthscale), ("--variance", args.variance),
+                            ("--noise", args.noise)) if v is not None]
+    share = None if len(given) == 3 else _selection_share(args, given)
     data = Path(args.data)
-    frame = read_table(data)
+    frame = read_table(data, args.sep)
     X = columns(frame, args.x, data)
     Y = columns(frame, [args.y], data, private=True)
     Xnew = _release_inputs(args, X)
-    _positive("--noise", args.noise)
-    kernel = _kernel(args, X.shape[1])
+    if share is None:
+        _positive("--noise", args.noise)
+        _positive("--variance", args.variance)
+        kernel = _kernel(args, X.shape[1])
+        eps_select, eps_release = 0.0, epsilon
+    else:
+        if X.shape[0] < 2:
+            raise UsageError("selecting the hyperparameters needs at least 2 rows")
+        kernel = _kernel(args, X.shape[1], [1.0])  # placeholders: the selection sets every grid parameter
+        eps_select = share * epsilon
+        eps_release = epsilon - eps_select  # the two together: the epsilon given (basic composition)
     out = _output(Path(args.output), args.force)
     accountant = _ledger(args)  # opened last: every check above has passed
+    events = [gaussian_event(eps_release, delta, gaussian_multiplier(eps_release, delta))]
+    if share is not None:
+        events.insert(0, PrivacyEvent(eps_select, 0.0, "pure", None, "dpgp release: hyperparameter selection"))
     if accountant is not None:  # refuse an over-budget release before the model is even built
-        accountant.check_events([gaussian_event(epsilon, delta, gaussian_multiplier(epsilon, delta))])
-    _release(args, data, X, Y, bounds, kernel, Xnew, epsilon, delta, accountant, out)
+        accountant.check_events(events)
+    model = _model(args, X, Y, bounds, kernel, args.noise if share is None else 1.0)
+    extras = {}
+    if share is not None:
+        grid = default_grid(model)  # public: inputs, bounds, kernel type only
+        folds = min(SELECTION_FOLDS, X.shape[0])
+        selection = select_hyperparameters(
+            model, grid, epsilon=eps_select, folds=folds, accountant=accountant, seed=args.seed,
+            epsilon_release=eps_release, delta_release=delta, objective=args.objective,
+            progress=not args.quiet and sys.stderr.isatty())
+        selection.apply(model)
+        extras["selection"] = {"grid": "default", "configurations": len(grid), "folds": folds, "share": share,
+                               "epsilon": eps_select, "mechanism": selection.mechanism,
+                               "total_epsilon": eps_select + eps_release, "total_delta": delta}
+        chosen = _hyperparameters(model)
+        if not args.quiet:
+            sys.stderr.write(
+                f"hyperparameters selected privately from the default grid ({len(grid)} configurations, "
+                f"{folds}-fold CV) with {share:g} of epsilon ({eps_select:.6g}, pure; {selection.mechanism} "
+                f"mechanism); the release gets epsilon {eps_release:.6g}, delta {delta:g}: lengthscale "
+                f"{', '.join(f'{v:.4g}' for v in np.atleast_1d(chosen['lengthscales']))}, kernel variance "
+                f"{chosen['kernel_variance']:.4g}, noise variance {chosen['noise_variance']:.4g}\n")
+    _release(args, data, model, Xnew, eps_release, delta, accountant, out, **extras)
     return 0
 
 
@@ -226,7 +317,7 @@ def cmd_predict(args) -> int:
                          "(release with --sparse M to predict anywhere)")
     names = list(card.get("columns") or [])
     at = Path(args.at)
-    frame = read_table(at)
+    frame = read_table(at, args.sep)
     if not names:
         names = [c for c in frame.columns][: released.readout.input_dim]
     Xq = columns(frame, names, at)
@@ -244,7 +335,7 @@ def cmd_select(args) -> int:
     epsilon = _privacy_epsilon(args.epsilon)
     bounds = _bounds(args)
     data = Path(args.data)
-    frame = read_table(data)
+    frame = read_table(data, args.sep)
     X = columns(frame, args.x, data)
     Y = columns(frame, [args.y], data, private=True)
     for v in args.grid_lengthscale:
@@ -271,6 +362,7 @@ def cmd_select(args) -> int:
     if accountant is not None:
         accountant.check_events(events)  # the selection and the release together, before either runs
     model = DPGPR((X, Y), kernel, y_bounds=bounds, noise_variance=args.noise)
+    model.declare_hyperparameters_public()  # --variance and --noise: given on the command line
     grid = [{".kernel.lengthscales": float(v)} for v in args.grid_lengthscale]
     selection = select_hyperparameters(model, grid, epsilon=epsilon, folds=args.folds, accountant=accountant,
                                        seed=args.seed, progress=not args.quiet and sys.stderr.isatty(),
@@ -279,8 +371,8 @@ def cmd_select(args) -> int:
     result = {"lengthscale": chosen, "epsilon": selection.epsilon, "mechanism": selection.mechanism,
               "configurations": len(grid), "folds": args.folds}
     if out is not None:
-        _release(args, data, X, Y, bounds, _kernel(args, X.shape[1], [chosen]), Xnew, release_epsilon,
-                 release_delta, accountant, out)
+        _release(args, data, _model(args, X, Y, bounds, _kernel(args, X.shape[1], [chosen]), args.noise), Xnew,
+                 release_epsilon, release_delta, accountant, out)
         result["release"] = str(out)
     print(json.dumps(result))
     return 0
@@ -373,15 +465,28 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary on stderr")
 
 
-def _data_options(p: argparse.ArgumentParser) -> None:
+def _sep_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sep", metavar="SEP", default=None,
+                   help="CSV field separator (default: guessed from the first lines among , ; TAB |, else ,)")
+
+
+def _data_options(p: argparse.ArgumentParser, unit_defaults: bool = True) -> None:
     p.add_argument("data", help="CSV or Parquet file with the inputs and the private output")
     p.add_argument("--x", nargs="+", required=True, metavar="COL", help="public input column(s)")
     p.add_argument("--y", required=True, metavar="COL", help="the private output column")
     p.add_argument("--bounds", nargs=2, type=float, required=True, metavar=("LO", "HI"),
                    help="public bounds of the output (values outside are clipped)")
     p.add_argument("--kernel", choices=sorted(KERNELS), default="se")
-    p.add_argument("--variance", type=float, default=1.0, help="kernel variance (public; default 1)")
-    p.add_argument("--noise", type=float, default=1.0, help="likelihood noise variance (public; default 1)")
+    if unit_defaults:
+        p.add_argument("--variance", type=float, default=1.0, help="kernel variance (public; default 1)")
+        p.add_argument("--noise", type=float, default=1.0, help="likelihood noise variance (public; default 1)")
+    else:
+        p.add_argument("--variance", type=float, default=None,
+                       help="kernel variance (public; with --lengthscale and --noise, else selected privately)")
+        p.add_argument("--noise", type=float, default=None,
+                       help="likelihood noise variance (public; with --lengthscale and --variance, else selected "
+                            "privately)")
+    _sep_option(p)
     p.add_argument("--ledger", metavar="FILE", help="privacy ledger to check and charge (dpgp budget init)")
     p.add_argument("--seed", type=int, default=None, help="reproducible noise: NOT private against the seed's holder")
 
@@ -392,6 +497,9 @@ def _release_options(p: argparse.ArgumentParser, required_output: bool) -> None:
     p.add_argument("--sparse", type=int, metavar="M", help="sparse GP with M k-means inducing inputs: a function")
     p.add_argument("--objective", choices=OBJECTIVES, default="mse")
     p.add_argument("--dataset", help="label recorded in the ledger and the release file (default: the file name)")
+    p.add_argument("--no-clip", action="store_true",
+                   help="do not clip the released means to --bounds (clipping is post-processing: free; the card "
+                        "records it; the noise std reported is the Gaussian noise's before clipping)")
     p.add_argument("-o", "--output", required=required_output, metavar="OUT.json", help="the release file")
     p.add_argument("--force", action="store_true", help="overwrite OUT.json")
 
@@ -401,12 +509,21 @@ def build_parser() -> argparse.ArgumentParser:
                      f"{__version__}). Inputs are public; the output column is private.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    p = sub.add_parser("release", help="release DP predictions (or a DP function with --sparse)")
-    _data_options(p)
-    p.add_argument("--epsilon", type=float, required=True)
+    p = sub.add_parser(
+        "release", help="release DP predictions (or a DP function with --sparse)",
+        description="Release DP predictions. Hyperparameters: give --lengthscale, --variance and --noise (public: "
+                    "chosen without the outputs), or none of them to select them privately from the public default "
+                    "grid (dpgp_gpflow.selection.default_grid) with --selection-share of --epsilon; the release gets "
+                    "the rest, so the total charged is --epsilon. Released means are clipped to --bounds unless "
+                    "--no-clip.")
+    _data_options(p, unit_defaults=False)
+    p.add_argument("--epsilon", type=float, required=True, help="the total epsilon (selection included)")
     p.add_argument("--delta", type=float, required=True)
-    p.add_argument("--lengthscale", type=float, nargs="+", default=[1.0], metavar="L",
-                   help="one lengthscale, or one per --x column (public; default 1)")
+    p.add_argument("--lengthscale", type=float, nargs="+", default=None, metavar="L",
+                   help="one lengthscale, or one per --x column (public; with --variance and --noise)")
+    p.add_argument("--selection-share", type=float, default=DEFAULT_SELECTION_SHARE, metavar="S",
+                   help="without --lengthscale/--variance/--noise: the share of --epsilon spent on selecting them "
+                        f"privately (pure epsilon-DP; default {DEFAULT_SELECTION_SHARE:g}); 0 refuses instead")
     _release_options(p, required_output=True)
     _common(p)
     p.set_defaults(run=cmd_release)
@@ -414,6 +531,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("predict", help="predict from a released function (no privacy cost)")
     p.add_argument("release", metavar="OUT.json")
     p.add_argument("--at", required=True, metavar="NEW.csv")
+    _sep_option(p)
     p.add_argument("-o", "--output", required=True, metavar="PRED.csv")
     p.add_argument("--force", action="store_true")
     _common(p)

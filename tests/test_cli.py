@@ -13,6 +13,10 @@ import pandas as pd
 import pytest
 
 import dpgp_gpflow as dp
+from dpgp_gpflow.cli import sniff_separator
+from dpgp_gpflow.publishing import read_card
+
+from conftest import shared_data_dir
 
 #: A user's environment: TensorFlow's log level unset (the suite's conftest sets one), so that the
 #: console script's own silencing is what is tested.
@@ -111,7 +115,11 @@ BAD_INPUTS = [
     (["--x", "label", "--y", "height", "--data", "text.csv"], "non-numeric"),
     (["--x", "age", "--y", "height", "--output", "exists.json"], "exists"),
     (["--x", "age", "--y", "height", "--ledger", "over.sqlite"], "budget"),
-    (["--x", "age", "--y", "height", "--lengthscale", "1", "2", "3"], "--lengthscale"),
+    (["--x", "age", "--y", "height", "--lengthscale", "1", "2", "3", "--variance", "1", "--noise", "1"],
+     "--lengthscale"),
+    (["--x", "age", "--y", "height", "--variance", "10"], "give all three"),  # partial: never unit defaults
+    (["--x", "age", "--y", "height", "--selection-share", "0"], "no hyperparameters"),  # opted out: a hint
+    (["--x", "age", "--y", "height", "--selection-share", "1"], "--selection-share"),
 ]
 
 
@@ -173,3 +181,63 @@ def test_help_and_usage_errors(work):
     for code, stderr in dpgp_many([["release"], ["demo", "--epsilon", "0"], ["budget", "show", "none.sqlite"],
                                    ["predict", "nofile.json", "--at", "test.csv", "-o", "p.csv"]], cwd=work):
         assert code == 2 and len(stderr.strip().splitlines()) == 1 and stderr.startswith("dpgp: error:"), stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 26: hyperparameters selected privately from the default grid, clipping, the separator.
+
+
+def test_release_without_hyperparameters_selects_them_with_a_share_and_clips(work):
+    assert dpgp("budget", "init", "share.sqlite", "--epsilon", "1", "--delta", "0.01", cwd=work).returncode == 0
+    r = dpgp("release", "data.csv", "--x", "age", "weight", "--y", "height", "--bounds", "60", "180", "--epsilon", "1",
+             "--delta", "0.01", "--selection-share", "0.25", "--grid", "6", "--ledger", "share.sqlite",
+             "-o", "sel.json", cwd=work)
+    assert r.returncode == 0, r.stderr
+    assert "selected privately from the default grid" in r.stderr and "0.25 of epsilon" in r.stderr
+    ledger = dp.PrivacyAccountant.open(work / "share.sqlite")
+    assert [e.epsilon for e in ledger.ledger] == pytest.approx([0.25, 0.75])  # selection, then release
+    assert ledger.spent == pytest.approx((1.0, 0.01))  # the epsilon given, no more
+    loaded = dp.load(work / "sel.json")
+    card = read_card(work / "sel.json")
+    assert loaded.epsilon == pytest.approx(0.75) and card["clip_to_bounds"] is True and loaded.clip_to_bounds
+    assert np.all((loaded.mean >= 60.0) & (loaded.mean <= 180.0))
+    sel, hyp = card["selection"], card["hyperparameters"]
+    assert sel["share"] == 0.25 and sel["epsilon"] == pytest.approx(0.25) and sel["total_epsilon"] == pytest.approx(1)
+    assert sel["grid"] == "default" and 20 <= sel["configurations"] <= 60
+    assert len(hyp["lengthscales"]) == 2 and hyp["kernel_variance"] == pytest.approx(30.0 ** 2)  # ((180-60)/2/2)^2
+    # --no-clip: the card says so (given hyperparameters: no selection, nothing in the card about one)
+    r = dpgp("release", "data.csv", *RELEASE, "--epsilon", "1", "--delta", "0.01", "--grid", "6", "--no-clip",
+             "-o", "noclip.json", "--quiet", cwd=work)
+    assert r.returncode == 0, r.stderr
+    card = read_card(work / "noclip.json")
+    assert card["clip_to_bounds"] is False and "selection" not in card
+    assert card["hyperparameters"] == {"lengthscales": [20.0, 30.0], "kernel_variance": 100.0, "noise_variance": 10.0}
+
+
+def test_separator_is_sniffed(tmp_path):
+    cases = {",": 'a,b\n1,2\n3,4\n', ";": '"height";"age"\n150.2;30\n140;12\n', "\t": "a\tb\n1\t2\n",
+             "|": "a|b\n1|2\n"}
+    for sep, text in cases.items():
+        (tmp_path / "t.csv").write_text(text)
+        assert sniff_separator(tmp_path / "t.csv") == sep, sep
+    (tmp_path / "t.csv").write_text("height\n150\n140\n")  # one column: nothing to sniff
+    assert sniff_separator(tmp_path / "t.csv") == ","
+
+
+def test_kung_release_from_the_semicolon_csv_is_sensible(tmp_path):
+    data = shared_data_dir()
+    if data is None or not (data / "Howell1.csv").is_file():
+        pytest.skip("Howell1.csv is absent: the papers' data folder ../shared/data (or $DPGP_SHARED_DATA) is not there")
+    frame = pd.read_csv(data / "Howell1.csv", sep=";")
+    frame[["age"]].to_csv(tmp_path / "ages.csv", index=False)
+    r = dpgp("release", data / "Howell1.csv", "--x", "age", "--y", "height", "--bounds", "60", "160", "--epsilon", "1",
+             "--delta", "0.01", "--at", "ages.csv", "-o", "kung.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "selected privately" in r.stderr
+    released = dp.load(tmp_path / "kung.json")
+    assert released.clip_to_bounds and np.all((released.mean >= 60.0) & (released.mean <= 160.0))
+    assert np.all(np.isfinite(released.noise_std)) and np.all(released.noise_std > 0.0)
+    assert np.median(released.noise_std) < 30.0  # unit hyperparameters gave noise std up to 94 cm
+    rmse = float(np.sqrt(np.mean((released.mean - frame["height"].to_numpy()) ** 2)))
+    assert rmse < 25.0, rmse  # heights span 54..179 cm (std 28 cm); unit hyperparameters released 42..210 cm
+    assert read_card(tmp_path / "kung.json")["hyperparameters"]["kernel_variance"] == pytest.approx(625.0)
