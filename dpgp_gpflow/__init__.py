@@ -30,6 +30,7 @@ from .contract import FactoredPrivateModel, PrivateModel, PublicReadout, Release
 from .exceptions import (
     BudgetExceededError,
     ClippingWarning,
+    HyperparameterWarning,
     PrivacyLeakError,
     PrivacyLeakWarning,
     ReproducibleNoiseWarning,
@@ -45,6 +46,7 @@ __all__ = [
     "BudgetExceededError",
     "ClippingWarning",
     "FactoredPrivateModel",
+    "HyperparameterWarning",
     "PrivacyAccountant",
     "PrivacyLeakError",
     "PrivacyLeakWarning",

@@ -11,6 +11,7 @@ import warnings
 __all__ = [
     "BudgetExceededError",
     "ClippingWarning",
+    "HyperparameterWarning",
     "PrivacyLeakError",
     "PrivacyLeakWarning",
     "ReproducibleNoiseWarning",
@@ -39,6 +40,18 @@ class PrivacyLeakWarning(UserWarning):
 class ReproducibleNoiseWarning(PrivacyLeakWarning):
     """The DP noise came from an explicit seed: the release is reproducible, so it is not
     private against anyone who knows (or can guess) the seed."""
+
+
+class HyperparameterWarning(UserWarning):
+    """A release used hyperparameters that were given when the model was built, are not
+    GPflow's defaults and were never declared public: nothing can tell whether they were fitted on the
+    private outputs elsewhere (e.g. a kernel trained in a plain ``gpflow.models.GPR`` and reused). If
+    they were, the release is not DP. Declare them (``hyperparameters_public=True``) or select them
+    privately (:func:`dpgp_gpflow.selection.select_hyperparameters`); ``docs/guides/from_gpflow.md``.
+
+    Not a :class:`PrivacyLeakWarning`: it is a reminder of an assumption no check can verify, shown
+    once per call site by Python's default filter.
+    """
 
 
 class ClippingWarning(UserWarning):

@@ -10,7 +10,13 @@ methods that publish anything derived from the outputs.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+import functools
+import inspect
+import os
+import re
+import sys
+import warnings
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import gpflow
 import numpy as np
@@ -18,7 +24,7 @@ import tensorflow as tf
 
 from .. import pipeline
 from ..contract import ReleaseTerms, dense_map, latent_terms_and_readout, readout_and_variance
-from ..exceptions import PrivacyLeakError
+from ..exceptions import HyperparameterWarning, PrivacyLeakError
 from ..pipeline import reference_coordinates
 from ..released import PrivateFunction, PrivateRelease
 from ..validation import (
@@ -123,17 +129,87 @@ def public_constant_mean(bounds: Tuple[float, float]) -> gpflow.functions.Consta
     return mean
 
 
+def _selection_hint() -> str:
+    """How to select hyperparameters privately, with the grid format (for the leak guard's messages)."""
+    return ("select them privately: selection = dpgp_gpflow.selection.select_hyperparameters(model, grid, "
+            'epsilon=...) with grid = [{".kernel.lengthscales": 10.0, ".likelihood.variance": 1.0}, ...] '
+            "(GPflow parameter paths, as gpflow.utilities.parameter_dict(model) lists them; grid optional: a "
+            "default grid from public information), then selection.apply(model)")
+
+
+def _parameter_owner(module: Any, path: str) -> Tuple[Any, str]:
+    """The module holding the parameter at a ``gpflow.utilities.parameter_dict`` path, and its attribute name."""
+    tokens = re.findall(r"\.([A-Za-z_]\w*)|\[(\d+)\]", path)
+    for name, index in tokens[:-1]:
+        module = module[int(index)] if index else getattr(module, name)
+    return module, tokens[-1][0]
+
+
+@functools.lru_cache(maxsize=None)
+def _default_values(cls: type) -> Dict[str, np.ndarray]:
+    """GPflow's default value of each parameter of ``cls``: the numeric keyword defaults of its
+    constructor, and (for GPflow's own classes) the parameters of an instance built with no arguments."""
+    defaults: Dict[str, np.ndarray] = {}
+    try:
+        signature = inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        signature = {}
+    for name, p in signature.items():
+        if isinstance(p.default, (int, float)) and not isinstance(p.default, bool):
+            defaults[name] = np.asarray(p.default, dtype=np.float64)
+    if cls.__module__.startswith("gpflow."):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                instance = cls()
+        except Exception:  # noqa: BLE001 (a class that needs arguments: its signature defaults only)
+            instance = None
+        for name, value in (vars(instance).items() if instance is not None else ()):
+            if isinstance(value, gpflow.Parameter):
+                defaults[name] = np.asarray(value.numpy(), dtype=np.float64)
+    return defaults
+
+
+def _is_gpflow_default(module: Any, path: str, value: Any) -> bool:
+    """True when the parameter at ``path`` of ``module`` holds its GPflow default (e.g. a kernel's
+    ``variance=1.0``, ``lengthscales=1.0``, a Gaussian likelihood's ``variance=1.0``): not a fitted value."""
+    owner, name = _parameter_owner(module, path)
+    default = _default_values(type(owner)).get(name)
+    if default is None:
+        return False
+    try:
+        return bool(np.all(np.isclose(np.asarray(value, dtype=np.float64), default, rtol=1e-9, atol=1e-12)))
+    except ValueError:  # shapes that do not broadcast
+        return False
+
+
+def _outside_package_stacklevel() -> int:
+    """``stacklevel`` for a warning raised here that points at the first caller outside ``dpgp_gpflow``."""
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
 class LeakGuardMixin:
     """Refuses releases whose hyperparameters may have been fitted on the private outputs.
 
-    Two signals: the training objective (which reads the outputs) ran (models call
-    ``_mark_private_objective()`` from it), or a parameter's value changed since it was recorded as
-    public (at construction, by :meth:`declare_hyperparameters_public`, or by
-    :meth:`~dpgp_gpflow.selection.Selection.apply`): changed by training on another objective, by
-    a kernel shared with a model trained on the outputs, by ``multiple_assign`` of trained values.
-    ``release(..., hyperparameters_public=True)`` overrides both for values chosen without the
-    outputs. What cannot be detected: values fitted on the outputs elsewhere *before* the model was
-    built (``docs/privacy_model.md#leak-guard``).
+    Two signals raise :class:`~dpgp_gpflow.PrivacyLeakError`: the training objective (which reads
+    the outputs) ran (models call ``_mark_private_objective()`` from it), or a parameter's value
+    changed since it was recorded as public (at construction, by :meth:`declare_hyperparameters_public`,
+    or by :meth:`~dpgp_gpflow.selection.Selection.apply`): changed by training on another objective,
+    by a kernel shared with a model trained on the outputs, by ``multiple_assign`` of trained values.
+
+    What cannot be detected: values fitted on the outputs elsewhere *before* the model was built
+    (GPflow's tutorial: train a ``gpflow.models.GPR``, reuse its kernel). So values given at
+    construction that are not GPflow's defaults and were never declared public (constructor flag
+    ``hyperparameters_public=True``, :meth:`declare_hyperparameters_public`,
+    :meth:`~dpgp_gpflow.selection.Selection.apply`) make every release warn
+    (:class:`~dpgp_gpflow.HyperparameterWarning`); ``release(..., hyperparameters_public=True)``
+    overrides all of this for one release (``docs/privacy_model.md#leak-guard``).
     """
 
     _private_objective_evaluated: bool = False
@@ -144,15 +220,60 @@ class LeakGuardMixin:
 
     @property
     def private_objective_evaluated(self) -> bool:
-        """True once the training objective (which reads the private outputs) was evaluated."""
+        """True once the training objective (which reads the private outputs) was evaluated (and
+        not declared public since)."""
         return bool(self._private_objective_evaluated)
 
     def _parameter_values(self) -> Dict[str, np.ndarray]:
         return {path: np.array(p.numpy(), copy=True) for path, p in gpflow.utilities.parameter_dict(self).items()}
 
-    def declare_hyperparameters_public(self) -> None:
-        """Record the current parameter values as public (chosen without the private outputs)."""
-        object.__setattr__(self, "_public_parameter_values", self._parameter_values())
+    def _guard_construction(self, hyperparameters_public: bool, model_made: Sequence[str] = ()) -> None:
+        """Called at the end of a constructor: record the values as given (later changes are refused)
+        and, unless ``hyperparameters_public``, note those a release must warn about: not GPflow's
+        defaults and not made by the model itself (paths under ``model_made``, e.g. the public
+        default mean or the public inducing inputs)."""
+        if not isinstance(hyperparameters_public, (bool, np.bool_)):
+            raise TypeError(f"hyperparameters_public must be True or False, got {hyperparameters_public!r}")
+        self.declare_hyperparameters_public()
+        if hyperparameters_public:
+            return
+        given = tuple(path for path, value in self._parameter_values().items()
+                      if not any(path == p or path.startswith(p + ".") for p in model_made)
+                      and not _is_gpflow_default(self, path, value))
+        object.__setattr__(self, "_undeclared_hyperparameters", given)
+
+    @property
+    def undeclared_hyperparameters(self) -> List[str]:
+        """Paths of the parameters given at construction (not GPflow's defaults) that were never
+        declared public: a release warns about them (:class:`~dpgp_gpflow.HyperparameterWarning`)."""
+        return list(self.__dict__.get("_undeclared_hyperparameters", ()))
+
+    def declare_hyperparameters_public(self, paths: Optional[Iterable[str]] = None) -> None:
+        """Declare the current parameter values public: chosen without the private outputs.
+
+        The caller takes responsibility for the claim. With no ``paths``: every parameter; this also
+        clears the record that the training objective ran (declaring values trained on the outputs
+        public makes the releases not DP). With ``paths`` (GPflow parameter paths, as
+        :meth:`~dpgp_gpflow.selection.Selection.apply` passes its chosen configuration): those only;
+        the rest, and that record, stay as they were.
+        """
+        now = self._parameter_values()
+        recorded = self.__dict__.get("_public_parameter_values")
+        if paths is None or recorded is None:
+            declared = set(now)
+            recorded = {}
+        else:
+            declared = set(paths)
+            unknown = sorted(declared - set(now))
+            if unknown:
+                raise ValueError(f"no parameters at {unknown}; the model has {sorted(now)}")
+            recorded = dict(recorded)
+        recorded.update({path: now[path] for path in declared})
+        object.__setattr__(self, "_public_parameter_values", recorded)
+        object.__setattr__(self, "_undeclared_hyperparameters",
+                           tuple(p for p in self.undeclared_hyperparameters if p not in declared))
+        if paths is None:
+            object.__setattr__(self, "_private_objective_evaluated", False)
 
     def changed_hyperparameters(self) -> List[str]:
         """Paths of the parameters whose values changed since they were last recorded as public."""
@@ -163,26 +284,37 @@ class LeakGuardMixin:
         return sorted(path for path in set(recorded) | set(now)
                       if path not in recorded or path not in now or not np.array_equal(recorded[path], now[path]))
 
-    def _check_hyperparameters_public(self, hyperparameters_public: bool) -> None:
+    def _check_hyperparameters_public(self, hyperparameters_public: bool, warn: bool = True) -> None:
         if hyperparameters_public:
             return
+        name = type(self).__name__
         if self._private_objective_evaluated:
             raise PrivacyLeakError(
-                "the model's training objective (the marginal likelihood of the private outputs) was "
+                f"{name}'s training objective (the marginal likelihood of the private outputs) was "
                 "evaluated, e.g. by training the hyperparameters with gpflow.optimizers.Scipy; "
                 "hyperparameters fitted on private outputs leak them, and this release would not be DP. "
-                "Set the hyperparameters a priori (or select them privately with "
-                "dpgp_gpflow.selection), or pass hyperparameters_public=True if they were in fact "
-                "chosen without the private outputs."
+                f"Set them a priori from public information, or {_selection_hint()}. If they were in fact "
+                "chosen without the private outputs, call model.declare_hyperparameters_public() or pass "
+                "hyperparameters_public=True (docs/guides/from_gpflow.md)."
             )
         changed = self.changed_hyperparameters()
         if changed:
             raise PrivacyLeakError(
-                f"the parameters {changed} changed since the model was built (or last declared public); values "
-                "trained on the private outputs (through any objective or another model sharing them) leak them. "
-                "If the new values were chosen without the outputs, call model.declare_hyperparameters_public() "
-                "or pass hyperparameters_public=True."
+                f"the parameters {changed} of {name} changed since the model was built (or last declared "
+                "public); values trained on the private outputs (through any objective or another model "
+                f"sharing them) leak them. To choose them from the data, {_selection_hint()}. If the new "
+                "values were chosen without the outputs, call model.declare_hyperparameters_public() or pass "
+                "hyperparameters_public=True (docs/guides/from_gpflow.md)."
             )
+        undeclared = self.undeclared_hyperparameters
+        if warn and undeclared:
+            warnings.warn(HyperparameterWarning(
+                f"{name}: the hyperparameters {undeclared} were given when the model was built and never "
+                "declared public; if they were fitted on these outputs (e.g. a kernel trained in "
+                "gpflow.models.GPR and reused) this release is not DP. If they were chosen without the outputs, "
+                "build the model with hyperparameters_public=True (or call model.declare_hyperparameters_public()); "
+                f"otherwise {_selection_hint()} (docs/guides/from_gpflow.md)."
+            ), stacklevel=_outside_package_stacklevel())
 
 
 class PrivateModelMixin(LeakGuardMixin):
@@ -250,8 +382,16 @@ class PrivateModelMixin(LeakGuardMixin):
         return tf.reshape(tf.constant(clip_private_outputs(Y, self.y_bounds)) - self.mean_function(X), [-1])
 
     def check_hyperparameters_public(self, declared: bool) -> None:
-        """The leak guard: raises ``PrivacyLeakError`` after the training objective ran, unless ``declared``."""
-        self._check_hyperparameters_public(declared)
+        """The leak guard: unless ``declared``, raises ``PrivacyLeakError`` after the training objective
+        ran or a parameter changed, and warns (``HyperparameterWarning``) about values given at
+        construction that were never declared public.
+
+        A selection (a caller in :mod:`dpgp_gpflow.selection`) does not warn: the grid's values replace
+        those it covers, :meth:`~dpgp_gpflow.selection.Selection.apply` declares them, and the release
+        that follows warns about the rest.
+        """
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        self._check_hyperparameters_public(declared, warn=not caller.startswith("dpgp_gpflow.selection"))
 
     def _split_inputs(self, train: Any, test: Any) -> Tuple[tf.Tensor, tf.Tensor]:
         X, _ = self.data

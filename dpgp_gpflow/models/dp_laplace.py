@@ -181,13 +181,16 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
 
     Privacy assumption: ``X`` and the kernel hyperparameters are public. Evaluating the training
     objective (the Laplace marginal likelihood) marks the model; :meth:`release` then refuses unless
-    ``hyperparameters_public=True``.
+    ``hyperparameters_public=True``. Kernel values given here that are not GPflow's defaults make it
+    warn (:class:`~dpgp_gpflow.HyperparameterWarning`) unless the constructor's
+    ``hyperparameters_public=True`` declares them chosen without the labels.
     """
 
-    def __init__(self, data: Any, kernel: gpflow.kernels.Kernel, *, max_iter: int = 100, tol: float = 1e-10) -> None:
+    def __init__(self, data: Any, kernel: gpflow.kernels.Kernel, *, max_iter: int = 100, tol: float = 1e-10,
+                 hyperparameters_public: bool = False) -> None:
         X, Y = _unpack(data)
         super().__init__((X, Y), kernel, max_iter=max_iter, tol=tol)
-        self.declare_hyperparameters_public()  # as given: the leak guard refuses later changes
+        self._guard_construction(hyperparameters_public)  # the leak guard: values as given
 
     def maximum_log_likelihood_objective(self) -> tf.Tensor:
         self._mark_private_objective()
@@ -322,7 +325,9 @@ class DPSparseLaplaceGPC(_LabelContract, DaskRowsMixin, FactoredModelMixin, Lapl
     marginal likelihood and marks the model (leak guard). Its latents are the weights after the
     first Newton step from ``w0 = 0``, ``w1 = C_w y``.
 
-    Privacy assumption: ``X``, ``Z`` and the kernel hyperparameters are public.
+    Privacy assumption: ``X``, ``Z`` and the kernel hyperparameters are public;
+    ``hyperparameters_public=True`` declares the kernel values given here chosen without the labels
+    (otherwise non-default values make releases warn, :class:`~dpgp_gpflow.HyperparameterWarning`).
     """
 
     function_type = PrivateSparseClassifier
@@ -336,6 +341,7 @@ class DPSparseLaplaceGPC(_LabelContract, DaskRowsMixin, FactoredModelMixin, Lapl
         *,
         max_iter: int = 100,
         tol: float = 1e-10,
+        hyperparameters_public: bool = False,
     ) -> None:
         X, Y, dask_rows = _sparse_rows(data)
         Z = _inducing_inputs(inducing_variable, X)
@@ -345,7 +351,7 @@ class DPSparseLaplaceGPC(_LabelContract, DaskRowsMixin, FactoredModelMixin, Lapl
         self._hold_dask_rows(dask_rows)
         self.inducing_variable = gpflow.inducing_variables.InducingPoints(Z)
         gpflow.set_trainable(self.inducing_variable, False)  # public; never fitted on the labels
-        self.declare_hyperparameters_public()  # as given: the leak guard refuses later changes
+        self._guard_construction(hyperparameters_public, [".inducing_variable"])  # leak guard: values as given
 
     def maximum_log_likelihood_objective(self) -> tf.Tensor:
         self._mark_private_objective()

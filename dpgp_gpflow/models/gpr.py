@@ -84,8 +84,10 @@ class DPGPR(PrivateModelMixin, gpflow.models.GPR):
 
     Privacy assumption: ``X``, the kernel hyperparameters, the noise variance and the mean function
     are public. Training them on ``Y`` (evaluating the marginal likelihood) makes :meth:`release`
-    refuse unless ``hyperparameters_public=True`` is passed. ``predict_f`` is GPflow's non-private
-    prediction: publish only what :meth:`release` returns.
+    refuse unless they are declared public; values given here that are not GPflow's defaults make it
+    warn (:class:`~dpgp_gpflow.HyperparameterWarning`: they may have been fitted on ``Y`` before)
+    unless ``hyperparameters_public=True`` declares them chosen without ``Y``. ``predict_f`` is
+    GPflow's non-private prediction: publish only what :meth:`release` returns.
     """
 
     def __init__(
@@ -97,14 +99,17 @@ class DPGPR(PrivateModelMixin, gpflow.models.GPR):
         noise_variance: Optional[float] = None,
         mean_function: Optional[gpflow.functions.MeanFunction] = None,
         data_sensitivity: Optional[float] = None,
+        hyperparameters_public: bool = False,
     ) -> None:
         X, Y, bounds, d = prepare_private_data(data, y_bounds, data_sensitivity, noise_variance)
+        model_made = []  # parameters made here from public information: not warned about
         if mean_function is None:
             mean_function = public_constant_mean(bounds)
+            model_made.append(".mean_function")
         super().__init__((X, Y), kernel, mean_function=mean_function, noise_variance=noise_variance)
         self.y_bounds = bounds
         self.data_sensitivity = d
-        self.declare_hyperparameters_public()  # as given: the leak guard refuses later changes
+        self._guard_construction(hyperparameters_public, model_made)  # the leak guard: values as given
 
     @inherit_check_shapes
     def log_marginal_likelihood(self) -> tf.Tensor:

@@ -153,6 +153,8 @@ class DPGPRFITC(DaskRowsMixin, FactoredModelMixin, gpflow.models.GPRFITC):
     so that predictions anywhere are free.
 
     Privacy assumption: ``X``, ``Z``, kernel hyperparameters and noise variance are public.
+    ``hyperparameters_public=True`` declares the values given here chosen without ``Y``; otherwise
+    those that are not GPflow's defaults make releases warn (:class:`~dpgp_gpflow.HyperparameterWarning`).
     """
 
     def __init__(
@@ -165,19 +167,22 @@ class DPGPRFITC(DaskRowsMixin, FactoredModelMixin, gpflow.models.GPRFITC):
         *,
         mean_function: Optional[gpflow.functions.MeanFunction] = None,
         data_sensitivity: Optional[float] = None,
+        hyperparameters_public: bool = False,
     ) -> None:
         if y_bounds is None:
             raise TypeError("y_bounds=(lo, hi), public bounds on the outputs, is required")
         data, Z, bounds, d, dask_rows = prepare_sparse_data(data, inducing_variable, y_bounds, data_sensitivity,
                                                             noise_variance)
+        model_made = [".inducing_variable"]  # public by assumption (from X only): not warned about
         if mean_function is None:
             mean_function = public_constant_mean(bounds)
+            model_made.append(".mean_function")
         super().__init__(data, kernel, Z, mean_function=mean_function, noise_variance=noise_variance)
         self._hold_dask_rows(dask_rows)
         gpflow.set_trainable(self.inducing_variable, False)  # public; never fitted on the outputs
         self.y_bounds = bounds
         self.data_sensitivity = d
-        self.declare_hyperparameters_public()  # as given: the leak guard refuses later changes
+        self._guard_construction(hyperparameters_public, model_made)  # the leak guard: values as given
 
     @inherit_check_shapes
     def fitc_log_marginal_likelihood(self) -> tf.Tensor:

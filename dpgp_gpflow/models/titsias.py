@@ -159,7 +159,9 @@ class DPSGPR(DaskRowsMixin, FactoredModelMixin, gpflow.models.SGPR):
     :class:`~dpgp_gpflow.models.DPGPR` with the optimiser working in m dimensions;
     :meth:`release_function` releases the m latent values once so that predictions anywhere are free.
 
-    Privacy assumption: ``X``, ``Z``, kernel hyperparameters and noise variance are public. The
+    Privacy assumption: ``X``, ``Z``, kernel hyperparameters and noise variance are public.
+    ``hyperparameters_public=True`` declares the values given here chosen without ``Y``; otherwise
+    those that are not GPflow's defaults make releases warn (:class:`~dpgp_gpflow.HyperparameterWarning`). The
     training objective (``elbo``, and ``upper_bound``) reads the outputs: running it arms the leak guard.
     """
 
@@ -173,19 +175,22 @@ class DPSGPR(DaskRowsMixin, FactoredModelMixin, gpflow.models.SGPR):
         *,
         mean_function: Optional[gpflow.functions.MeanFunction] = None,
         data_sensitivity: Optional[float] = None,
+        hyperparameters_public: bool = False,
     ) -> None:
         if y_bounds is None:
             raise TypeError("y_bounds=(lo, hi), public bounds on the outputs, is required")
         data, Z, bounds, d, dask_rows = prepare_sparse_data(data, inducing_variable, y_bounds, data_sensitivity,
                                                             noise_variance)
+        model_made = [".inducing_variable"]  # public by assumption (from X only): not warned about
         if mean_function is None:
             mean_function = public_constant_mean(bounds)
+            model_made.append(".mean_function")
         super().__init__(data, kernel, Z, mean_function=mean_function, noise_variance=noise_variance)
         self._hold_dask_rows(dask_rows)
         gpflow.set_trainable(self.inducing_variable, False)  # public; never fitted on the outputs
         self.y_bounds = bounds
         self.data_sensitivity = d
-        self.declare_hyperparameters_public()  # as given: the leak guard refuses later changes
+        self._guard_construction(hyperparameters_public, model_made)  # the leak guard: values as given
 
     # -- the leak guard: every objective that reads the outputs marks the model --------------
     @inherit_check_shapes

@@ -103,7 +103,7 @@ def problem():
 @pytest.fixture(scope="module")
 def model(problem):
     X, Y, _ = problem
-    return DPLaplaceGPC((X, Y), kernel())
+    return DPLaplaceGPC((X, Y), kernel(), hyperparameters_public=True)
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +119,7 @@ def two_steps(model):
 @pytest.fixture(scope="module")
 def sparse_model(problem):
     X, Y, _ = problem
-    return DPSparseLaplaceGPC((X, Y), kernel(), 8)
+    return DPSparseLaplaceGPC((X, Y), kernel(), 8, hyperparameters_public=True)
 
 
 @pytest.fixture(scope="module")
@@ -145,8 +145,10 @@ def test_first_step_difference_is_projected_C_times_label_difference(lengthscale
     Y2 = Y.copy()
     Y2[flips] *= -1.0
     k = lambda: gpflow.kernels.SquaredExponential(variance=VAR, lengthscales=lengthscale)  # noqa: E731
-    r1 = quiet_release(DPLaplaceGPC((X, Y), k()), epsilon=EPS, delta=DELTA, seed=3).releases[0]
-    r2 = quiet_release(DPLaplaceGPC((X, Y2), k()), epsilon=EPS, delta=DELTA, seed=3).releases[0]
+    r1 = quiet_release(DPLaplaceGPC((X, Y), k(), hyperparameters_public=True), epsilon=EPS, delta=DELTA,
+                       seed=3).releases[0]
+    r2 = quiet_release(DPLaplaceGPC((X, Y2), k(), hyperparameters_public=True), epsilon=EPS, delta=DELTA,
+                       seed=3).releases[0]
     assert r1.rank == r2.rank and np.array_equal(r1.noise_factor, r2.noise_factor)  # C is public
     K = k_se(X, X, variance=VAR, lengthscale=lengthscale)
     C = 0.5 * K @ np.linalg.inv(np.eye(len(X)) + K / 4.0)  # = 1/2 (K^{-1} + I/4)^{-1}, no K^{-1}
@@ -205,7 +207,7 @@ def test_exact_audit_first_step(problem, objective, calibration):
     C = C_first_np(K_np(X))
 
     def released(y, model_cls=DPLaplaceGPC):
-        m = model_cls((X, y[:, None]), kernel())
+        m = model_cls((X, y[:, None]), kernel(), hyperparameters_public=True)
         return quiet_release(m, epsilon=EPS, delta=DELTA, seed=5, objective=objective, calibration=calibration)
 
     rel = released(Y[:, 0]).releases[0]
@@ -251,7 +253,7 @@ def test_exact_audit_sparse(sparse_model, sparse_release, problem):
     _exact_checks(rel, Cw, EPS, DELTA)
 
     def released(y):
-        m = DPSparseLaplaceGPC((X, y[:, None]), kernel(), Z)
+        m = DPSparseLaplaceGPC((X, y[:, None]), kernel(), Z, hyperparameters_public=True)
         return quiet_release(m, epsilon=EPS, delta=DELTA, seed=5).releases[0].mean
 
     shifts, _ = auditing.measured_shifts(released, Y[:, 0], [2, 14], (-1.0, 1.0))
@@ -285,8 +287,8 @@ def test_exact_audit_sparse_reference_inputs(sparse_model, problem):
 
 def test_sparse_with_Z_equal_X_matches_full(problem):
     X, Y, Xnew = problem
-    full = DPLaplaceGPC((X, Y), kernel())
-    sparse = DPSparseLaplaceGPC((X, Y), kernel(), X)
+    full = DPLaplaceGPC((X, Y), kernel(), hyperparameters_public=True)
+    sparse = DPSparseLaplaceGPC((X, Y), kernel(), X, hyperparameters_public=True)
     Phi = sparse.features(X).numpy()
     # Phi Phi^T = K (K + jitter)^{-1} K: equal to K up to ~jitter (K well conditioned here)
     tol = 1e-4
@@ -524,7 +526,8 @@ def test_sparse_inducing_inputs_are_public_and_fixed(sparse_model, problem):
 @pytest.mark.parametrize("compiled", [False, True])
 def test_leak_guard_fires_after_training_the_objective(problem, cls, compiled):
     X, Y, _ = problem
-    m = cls((X, Y), kernel()) if cls is DPLaplaceGPC else cls((X, Y), kernel(), X[:5])
+    args = (kernel(),) if cls is DPLaplaceGPC else (kernel(), X[:5])
+    m = cls((X, Y), *args, hyperparameters_public=True)
     assert not m.private_objective_evaluated
     m.release(epsilon=EPS, delta=DELTA)  # fine before training
     if compiled:
@@ -552,7 +555,8 @@ def test_dp_classifier_beats_chance_on_average():
     rng = np.random.default_rng(0)
     Xt = rng.uniform(0.0, 6.0, (200, 2))
     yt = np.where(np.sin(Xt[:, 0]) + 0.5 * Xt[:, 1] - 1.5 > 0, 1.0, -1.0)
-    m = DPLaplaceGPC((X, Y), gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=2.0))
+    m = DPLaplaceGPC((X, Y), gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=2.0),
+                     hyperparameters_public=True)
     accs = [np.mean(quiet_release(m, epsilon=EPS, delta=DELTA, seed=s).predict_class(Xt)[:, 0] == yt) for s in range(3)]
     p, _ = m.predict_y(Xt)
     nondp = np.mean(np.where(p.numpy()[:, 0] >= 0.5, 1.0, -1.0) == yt)
@@ -569,7 +573,8 @@ def test_ill_conditioned_mnist_release_converges(data_dir):
     X, Y, _, _ = load_mnist_binary(data_dir / "mnist_2400.npz", n_train=256, n_test=100, size=15, seed=0,
                                    pixel_max=255.0)
     Z = kmeans_inducing_inputs(X, 70)
-    model = DPSparseLaplaceGPC((X, Y), gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=95.0), Z)
+    model = DPSparseLaplaceGPC((X, Y), gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=95.0), Z,
+                               hyperparameters_public=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ReproducibleNoiseWarning)
         pc = model.release(epsilon=1.0, delta=0.01, seed=0)

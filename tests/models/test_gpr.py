@@ -82,7 +82,7 @@ def se_ref(A, B):
 def test_cloaking_matrix_reproduces_predict_f(kernel, dim):
     X, Y, Xnew = make_data(20, dim, seed=dim)
     make_kernel, make_ref = KERNELS[kernel]
-    model = DPGPR((X, Y), make_kernel(dim), y_bounds=(LO, HI), noise_variance=NOISE)
+    model = DPGPR((X, Y), make_kernel(dim), y_bounds=(LO, HI), noise_variance=NOISE, hyperparameters_public=True)
     C = model.cloaking_matrix(Xnew).numpy()
     assert C.shape == (9, 20) and C.dtype == np.float64
     mean, var = (t.numpy()[:, 0] for t in model.predict_f(Xnew))
@@ -111,7 +111,7 @@ def test_cloaking_matrix_of_a_plain_gpflow_gpr():
 
 def test_protocol_and_dispatch():
     X, Y, Xnew = make_data(10, 1, seed=6)
-    model = DPGPR((X, Y), fresh_se(), y_bounds=(LO, HI), noise_variance=NOISE)
+    model = DPGPR((X, Y), fresh_se(), y_bounds=(LO, HI), noise_variance=NOISE, hyperparameters_public=True)
     assert isinstance(model, PrivateModel)
     assert isinstance(model, gpflow.models.GPR)
     np.testing.assert_array_equal(dpgp_gpflow.cloaking_matrix(model, Xnew).numpy(), model.cloaking_matrix(Xnew).numpy())
@@ -143,7 +143,8 @@ def test_design_two_point_example_b_bound_is_not_a_bound():
     kern = gpflow.kernels.SquaredExponential(variance=10.0, lengthscales=1.0)
     assert float(gpr_rkhs_sensitivity(kern, X, 1.0)) == pytest.approx(exact, rel=1e-10)
     # and a standard release of that model uses it (not b)
-    model = DPGPR((X, np.array([[0.2], [0.7]])), kern, y_bounds=(0.0, 1.0), noise_variance=1.0)
+    model = DPGPR((X, np.array([[0.2], [0.7]])), kern, y_bounds=(0.0, 1.0), noise_variance=1.0,
+                  hyperparameters_public=True)
     with pytest.warns(ReproducibleNoiseWarning):
         rel = model.release(np.array([[0.0], [500.0]]), epsilon=EPS, delta=DELTA, mechanism="standard", seed=0)
     assert rel.sensitivity == pytest.approx(exact * 1.0, rel=1e-6)
@@ -179,7 +180,8 @@ def problem():
 
 
 def make_model(problem, Y=None):
-    return DPGPR((problem["X"], problem["Y"] if Y is None else Y), fresh_se(), y_bounds=(LO, HI), noise_variance=NOISE)
+    return DPGPR((problem["X"], problem["Y"] if Y is None else Y), fresh_se(), y_bounds=(LO, HI), noise_variance=NOISE,
+                 hyperparameters_public=True)
 
 
 @pytest.fixture(scope="module")
@@ -341,7 +343,7 @@ def test_mse_beats_entropy_on_a_kung_like_problem():
 
     def release(objective, rtol=None):
         kern = gpflow.kernels.SquaredExponential(variance=10.0, lengthscales=15.0)
-        m = DPGPR((age, height), kern, y_bounds=(50.0, 150.0), noise_variance=25.0)
+        m = DPGPR((age, height), kern, y_bounds=(50.0, 150.0), noise_variance=25.0, hyperparameters_public=True)
         return m.release(Xnew, epsilon=1.0, delta=0.01, objective=objective, rtol=rtol, seed=0)
 
     mse, ent = release("mse"), release("entropy")
@@ -431,7 +433,7 @@ def test_single_training_point_closed_form(objective):
     """n = 1: C is one column c, so the noise is s * d * c * xi (rank 1)."""
     X, Y = np.array([[1.0]]), np.array([[0.3]])
     Xnew = np.array([[0.0], [1.0], [2.5]])
-    model = DPGPR((X, Y), fresh_se(), y_bounds=(LO, HI), noise_variance=NOISE)
+    model = DPGPR((X, Y), fresh_se(), y_bounds=(LO, HI), noise_variance=NOISE, hyperparameters_public=True)
     rel = model.release(Xnew, epsilon=EPS, delta=DELTA, objective=objective, seed=0)
     _, _, C = gpr_reference(se_ref, X, Y, Xnew, NOISE, mean=MID)
     assert rel.rank == 1 and rel.noise_factor.shape == (3, 1)
@@ -447,7 +449,7 @@ def test_single_training_point_closed_form(objective):
 def _fuzz_model(kernel):
     X = np.linspace(0.0, 3.0, 8)[:, None]
     Y = np.clip(np.sin(X), LO, HI)
-    return DPGPR((X, Y), kernel, y_bounds=(LO, HI), noise_variance=NOISE)
+    return DPGPR((X, Y), kernel, y_bounds=(LO, HI), noise_variance=NOISE, hyperparameters_public=True)
 
 
 @pytest.mark.parametrize("x", [1e154, 1e200, -1e300])

@@ -72,7 +72,7 @@ def make_data(n: int, dim: int, seed: int):
 
 
 def make_model(X, Y, Z, dim, **kw) -> DPGPRFITC:
-    return DPGPRFITC((X, Y), kernel(dim), Z, noise_variance=NOISE, y_bounds=(LO, HI), **kw)
+    return DPGPRFITC((X, Y), kernel(dim), Z, noise_variance=NOISE, y_bounds=(LO, HI), hyperparameters_public=True, **kw)
 
 
 def neighbour(Y):
@@ -193,7 +193,8 @@ def test_fitc_identity_against_gpflow_and_numpy(problem):
 
 def test_fitc_reference_is_not_the_full_gp(problem):
     """Guard against a vacuous reference: with 6 inducing inputs FITC differs from full GPR."""
-    full = DPGPR((problem.X, problem.Y), kernel(problem.dim), y_bounds=(LO, HI), noise_variance=NOISE)
+    full = DPGPR((problem.X, problem.Y), kernel(problem.dim), y_bounds=(LO, HI), noise_variance=NOISE,
+                 hyperparameters_public=True)
     Cf = full.cloaking_matrix(problem.Xnew).numpy()
     assert np.abs(Cf - problem.C).max() > 1e-2 * np.abs(Cf).max()
     assert np.max(problem.ref.Lam) > 1e-3  # Lambda = diag(K - Q) is not negligible here
@@ -213,8 +214,8 @@ def z_equals_x():
     Y = np.clip(np.sin(X.sum(1, keepdims=True)) + MID + 0.3 * rng.standard_normal((20, 1)), LO, HI)
     Xnew = rng.uniform(-1.0, 11.0, (30, dim))
     kern = lambda: gpflow.kernels.SquaredExponential(variance=VAR, lengthscales=1.0)  # noqa: E731
-    sparse = DPGPRFITC((X, Y), kern(), X.copy(), noise_variance=NOISE, y_bounds=(LO, HI))
-    full = DPGPR((X, Y), kern(), y_bounds=(LO, HI), noise_variance=NOISE)
+    sparse = DPGPRFITC((X, Y), kern(), X.copy(), noise_variance=NOISE, y_bounds=(LO, HI), hyperparameters_public=True)
+    full = DPGPR((X, Y), kern(), y_bounds=(LO, HI), noise_variance=NOISE, hyperparameters_public=True)
     K = k_se(X, X, VAR, 1.0)
     ref = fitc_reference(partial(k_se, variance=VAR, lengthscale=1.0), X, X, NOISE)
     return SimpleNamespace(X=X, Y=Y, Xnew=Xnew, sparse=sparse, full=full, K=K,
@@ -512,7 +513,7 @@ def test_bad_inputs_raise_clear_errors():
         with pytest.raises(ValueError, match="num_inducing"):
             kmeans_inducing_inputs(X, bad)
     assert kmeans_inducing_inputs(X, 12).shape == (12, 2)  # num_inducing = n is allowed
-    model = DPGPRFITC((X, Y), kernel(2), Z, noise_variance=NOISE, y_bounds=(LO, HI))
+    model = DPGPRFITC((X, Y), kernel(2), Z, noise_variance=NOISE, y_bounds=(LO, HI), hyperparameters_public=True)
     pf = model.release_function(epsilon=EPS, delta=DELTA, seed=0)
     with pytest.raises(ValueError, match="2 columns"):
         pf.predict(Xnew[:, :1])
@@ -546,7 +547,7 @@ def test_scale_smoke_20000_points():
     rss0 = _peak_rss_bytes()
     t0 = time.perf_counter()
     model = DPGPRFITC((X, Y), gpflow.kernels.SquaredExponential(variance=VAR, lengthscales=1.7), Z,
-                      noise_variance=NOISE, y_bounds=(LO, HI))
+                      noise_variance=NOISE, y_bounds=(LO, HI), hyperparameters_public=True)
     acc = PrivacyAccountant(epsilon=EPS, delta=DELTA)
     pf = model.release_function(epsilon=EPS, delta=DELTA, objective="entropy", rtol=1e-6, seed=0, accountant=acc)
     t1 = time.perf_counter()
@@ -576,7 +577,7 @@ def test_scale_optimiser_converges_on_uniform_inputs():
     Y = np.clip(np.sin(X.sum(1, keepdims=True)) + MID + 0.3 * rng.standard_normal((n, 1)), LO, HI)
     Z = rng.uniform(0.0, 10.0, (30, 2))
     model = DPGPRFITC((X, Y), gpflow.kernels.SquaredExponential(variance=VAR, lengthscales=1.7), Z,
-                      noise_variance=NOISE, y_bounds=(LO, HI))
+                      noise_variance=NOISE, y_bounds=(LO, HI), hyperparameters_public=True)
     for objective in ("entropy", "mse"):
         pf = model.release_function(epsilon=EPS, delta=DELTA, objective=objective, rtol=1e-2, seed=0)
         assert pf.release.certificate.converged, pf.release.certificate
@@ -595,7 +596,7 @@ def test_release_function_with_uneven_input_density():
     Y = np.clip(np.sin(X) + MID + 0.3 * rng.standard_normal(X.shape), LO, HI)
     Z = np.linspace(1.0, 59.0, 30)[:, None]
     model = DPGPRFITC((X, Y), gpflow.kernels.SquaredExponential(variance=VAR, lengthscales=1.7), Z,
-                      noise_variance=NOISE, y_bounds=(LO, HI))
+                      noise_variance=NOISE, y_bounds=(LO, HI), hyperparameters_public=True)
     pf = model.release_function(epsilon=EPS, delta=DELTA, objective="entropy", rtol=1e-6, seed=0)
     assert pf.release.certificate.converged, pf.release.certificate
     assert np.all(np.isfinite(pf.predict(np.linspace(0.0, 60.0, 50)[:, None]).noise_std))
@@ -607,7 +608,7 @@ def test_release_function_with_30_inducing_inputs_on_kung(data_dir):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dpgp_gpflow.ClippingWarning)
         model = DPGPRFITC((X, Y), gpflow.kernels.SquaredExponential(variance=10.0, lengthscales=15.0), Z,
-                          noise_variance=25.0, y_bounds=(60.0, 160.0))
+                          noise_variance=25.0, y_bounds=(60.0, 160.0), hyperparameters_public=True)
     grid = np.linspace(0.0, 100.0, 60)[:, None]
     rel = model.release(grid, epsilon=EPS, delta=DELTA, objective="entropy", seed=0)  # works
     pf = model.release_function(epsilon=EPS, delta=DELTA, objective="entropy", seed=0)

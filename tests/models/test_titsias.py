@@ -72,7 +72,7 @@ def make_data(n: int, dim: int, seed: int):
 
 
 def make_model(X, Y, Z, dim, **kw) -> DPSGPR:
-    return DPSGPR((X, Y), kernel(dim), Z, noise_variance=NOISE, y_bounds=(LO, HI), **kw)
+    return DPSGPR((X, Y), kernel(dim), Z, noise_variance=NOISE, y_bounds=(LO, HI), hyperparameters_public=True, **kw)
 
 
 def neighbour(Y):
@@ -225,7 +225,8 @@ def test_meets_the_factored_contract(problem2d):
 
 def test_reference_is_neither_fitc_nor_the_full_gp(problem):
     """Guard against a vacuous reference: with 6 inducing inputs SGPR's map differs from FITC's."""
-    fitc = DPGPRFITC((problem.X, problem.Y), kernel(problem.dim), problem.Z, noise_variance=NOISE, y_bounds=(LO, HI))
+    fitc = DPGPRFITC((problem.X, problem.Y), kernel(problem.dim), problem.Z, noise_variance=NOISE, y_bounds=(LO, HI),
+                     hyperparameters_public=True)
     Cf = fitc.cloaking_matrix(problem.Xnew).numpy()
     assert np.abs(Cf - problem.C).max() > 1e-2 * np.abs(problem.C).max()
     Kmn = problem.ref.kern(problem.Z, problem.X)
@@ -414,12 +415,13 @@ def test_outputs_are_clipped_and_sensitivity_defaults_to_the_range():
     Y[0, 0], Y[1, 0] = HI + 5.0, LO - 3.0
     Z = X[:4]
     with pytest.warns(dpgp_gpflow.ClippingWarning):
-        model = DPSGPR((X, Y), kernel(1), Z, noise_variance=NOISE, y_bounds=(LO, HI))
+        model = DPSGPR((X, Y), kernel(1), Z, noise_variance=NOISE, y_bounds=(LO, HI), hyperparameters_public=True)
     Yc = np.clip(Y, LO, HI)
     np.testing.assert_array_equal(model.data[1].numpy(), Yc)
     np.testing.assert_array_equal(model.centred_outputs().numpy(), Yc[:, 0] - MID)
     assert model.data_sensitivity == D and model.y_bounds == (LO, HI)
-    small = DPSGPR((X, Yc), kernel(1), Z, noise_variance=NOISE, y_bounds=(LO, HI), data_sensitivity=1.0)
+    small = DPSGPR((X, Yc), kernel(1), Z, noise_variance=NOISE, y_bounds=(LO, HI), data_sensitivity=1.0,
+                   hyperparameters_public=True)
     assert small.data_sensitivity == 1.0
     # releases read clipped outputs even after model.data is overwritten with unclipped ones
     model.data = (model.data[0], gpflow.utilities.to_default_float(Y))
@@ -439,7 +441,7 @@ def test_bad_inputs_raise_clear_errors():
         DPSGPR((X, Y), kernel(2), np.full((3, 2), np.nan), noise_variance=NOISE, y_bounds=(LO, HI))
     with pytest.raises(ValueError):
         DPSGPR((X, Y), kernel(2), Z, noise_variance=NOISE, y_bounds=(LO, HI), data_sensitivity=2 * D)
-    model = DPSGPR((X, Y), kernel(2), Z, noise_variance=NOISE, y_bounds=(LO, HI))
+    model = DPSGPR((X, Y), kernel(2), Z, noise_variance=NOISE, y_bounds=(LO, HI), hyperparameters_public=True)
     with pytest.raises(ValueError, match="2 columns"):
         model.release(Xnew[:, :1], epsilon=EPS, delta=DELTA)
     with pytest.raises(ValueError, match="epsilon"):
