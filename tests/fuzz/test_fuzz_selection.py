@@ -131,8 +131,9 @@ def fold_matrix(work, train, test, classifier):
     return dp.contract.dense_map(work.split_terms(train, test).map).numpy()
 
 
-def corrected_sensitivity(model, config, splits, d):
-    """8 d^2 max_j sum_f ([j in train_f] ||C_f[:, j]||_1 + [j in test_f]) (docs/selection.md#sensitivity)."""
+def corrected_sensitivity(model, config, splits, d, utility):
+    """L d max_j sum_f ([j in train_f] ||C_f[:, j]||_1 + [j in test_f]), L = 1 (absolute) or 8 d (squared)
+    (docs/selection.md#sensitivity)."""
     work = deepcopy(model)
     multiple_assign(work, config)
     classifier = isinstance(model, (DPLaplaceGPC, DPSparseLaplaceGPC))
@@ -141,7 +142,7 @@ def corrected_sensitivity(model, config, splits, d):
         C = fold_matrix(work, np.asarray(train), np.asarray(test), classifier)
         np.add.at(total, np.asarray(train), np.abs(C).sum(axis=0))
         np.add.at(total, np.asarray(test), 1.0)
-    return 8.0 * d * d * float(total.max())
+    return (8.0 * d if utility == "squared" else 1.0) * d * float(total.max())
 
 
 ACCOUNTANTS = st.sampled_from([
@@ -190,8 +191,10 @@ def test_select_hyperparameters_fuzz(draws, models, data):
         "calibration": st.sampled_from(["analytic"] + ([] if valid_options else ["classical", "exact"])),
         "hyperparameters_public": st.booleans(),
         "progress": st.booleans(),
-        "mechanism": st.sampled_from(["exponential", "permute_and_flip"]
+        "mechanism": st.sampled_from(["generalised_exponential", "exponential", "permute_and_flip"]
                                      + ([] if valid_options else ["gumbel", None, "Exponential"])),
+        "utility": st.sampled_from(["absolute", "squared"] + ([] if valid_options else ["huber", None, 1])),
+        "beta": st.sampled_from([0.05, 0.5, 1.0] + ([] if valid_options else [0.0, 1.5, math.nan, "x"])),
         "diagnostics": st.booleans(),
     }), label="options"))
     if "cross_validation" in bad:
@@ -216,14 +219,15 @@ def test_select_hyperparameters_fuzz(draws, models, data):
     assert name != "marked" or kwargs.get("hyperparameters_public"), "a marked model was selected for"
     sel, diag = out.result if kwargs.get("diagnostics") else (out.result, None)
     assert not hasattr(sel, "utilities") and not hasattr(sel, "probabilities")  # private: diagnostics only
-    assert sel.mechanism == kwargs.get("mechanism", "exponential")
+    assert sel.mechanism == kwargs.get("mechanism", "generalised_exponential")
+    assert sel.utility == kwargs.get("utility", "absolute")
     grid_t = tuple(dict(c) for c in grid)
     assert len(sel.grid) == len(grid_t)
     kept = np.asarray(sel.kept)
     assert kept.any() and kept[sel.index]
     assert sel.chosen == dict(grid_t[sel.index])
     if threshold is not None:
-        np.testing.assert_array_equal(kept, np.asarray(sel.config_sensitivities) <= float(threshold))
+        assert np.all(np.asarray(sel.config_sensitivities)[kept] <= float(threshold))  # kept: under it (and releasable)
     # exactly one draw (Gumbel or permute-and-flip) over the kept configurations, one pure event charged
     assert len(draws) == 1 and int(draws[0]) == int(kept.sum())
     if acc is not None:
@@ -235,7 +239,7 @@ def test_select_hyperparameters_fuzz(draws, models, data):
     d_used = model.data_sensitivity if d is None else float(d)
     assert math.isclose(sel.data_sensitivity, d_used, rel_tol=1e-12)
     for i in np.flatnonzero(kept):
-        delta_i = corrected_sensitivity(model, grid_t[i], sel.splits, d_used)
+        delta_i = corrected_sensitivity(model, grid_t[i], sel.splits, d_used, sel.utility)
         assert sel.config_sensitivities[i] >= delta_i * (1.0 - 1e-9), (i, sel.config_sensitivities[i], delta_i)
         assert sel.sensitivity >= delta_i * (1.0 - 1e-9)
     if diag is None:
