@@ -31,6 +31,7 @@ __all__ = [
     "PublicReadout",
     "ReleaseMap",
     "ReleaseTerms",
+    "check_release_hyperparameters",
     "cloaking_matrix",
     "dense_map",
     "latent_terms_and_readout",
@@ -122,6 +123,9 @@ class PrivateModel(Protocol):
     def check_hyperparameters_public(self, declared: bool) -> None:
         """Raise ``PrivacyLeakError`` unless the hyperparameters are public (or ``declared`` so)."""
 
+    # Optional: ``warn_undeclared_hyperparameters()``, called before releases
+    # (:func:`check_release_hyperparameters`).
+
 
 @runtime_checkable
 class FactoredPrivateModel(PrivateModel, Protocol):
@@ -146,6 +150,16 @@ def latent_terms_and_readout(model: FactoredPrivateModel) -> Tuple[ReleaseTerms,
     ``latent_terms_and_readout`` (the sparse models factor the same m x n matrices for both)."""
     both = getattr(model, "latent_terms_and_readout", None)
     return both() if both is not None else (model.latent_terms(), model.public_readout())
+
+
+def check_release_hyperparameters(model: PrivateModel, declared: bool) -> None:
+    """The leak guard before a release: ``model.check_hyperparameters_public(declared)`` (raises), then,
+    unless ``declared``, the optional ``model.warn_undeclared_hyperparameters()`` (values given at
+    construction and never declared public: fitted elsewhere on the same outputs, they would leak)."""
+    model.check_hyperparameters_public(declared)
+    warn = getattr(model, "warn_undeclared_hyperparameters", None)
+    if not declared and warn is not None:
+        warn()
 
 
 def dense_map(map_: ReleaseMap) -> tf.Tensor:

@@ -27,6 +27,7 @@ from .contract import (
     PrivateModel,
     PublicReadout,
     ReleaseTerms,
+    check_release_hyperparameters,
     dense_map,
     latent_terms_and_readout,
 )
@@ -140,7 +141,7 @@ def release(
     validate_objective(objective)
     seed = validate_seed(seed)
     Xnew = tf.constant(as_inputs("Xnew", Xnew, int(model.input_dim)))
-    model.check_hyperparameters_public(hyperparameters_public)
+    check_release_hyperparameters(model, hyperparameters_public)
     epsilon, delta, event = _event(epsilon, delta, calibration)
     # the public terms, checked finite before any budget is reserved (a refusal draws and spends nothing)
     terms = model.release_terms(Xnew)
@@ -201,7 +202,7 @@ def release_function(
     _contract(model, FactoredPrivateModel)
     validate_objective(objective)
     seed = validate_seed(seed)
-    model.check_hyperparameters_public(hyperparameters_public)
+    check_release_hyperparameters(model, hyperparameters_public)
     # the public terms, checked finite before any budget is reserved (a refusal draws and spends nothing)
     latent, readout = latent_terms_and_readout(model)
     latent = latent._replace(map=dense_map(latent.map))  # B [m, n], formed once

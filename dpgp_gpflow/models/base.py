@@ -284,7 +284,7 @@ class LeakGuardMixin:
         return sorted(path for path in set(recorded) | set(now)
                       if path not in recorded or path not in now or not np.array_equal(recorded[path], now[path]))
 
-    def _check_hyperparameters_public(self, hyperparameters_public: bool, warn: bool = True) -> None:
+    def _check_hyperparameters_public(self, hyperparameters_public: bool) -> None:
         if hyperparameters_public:
             return
         name = type(self).__name__
@@ -306,8 +306,14 @@ class LeakGuardMixin:
                 "values were chosen without the outputs, call model.declare_hyperparameters_public() or pass "
                 "hyperparameters_public=True (docs/guides/from_gpflow.md)."
             )
-        undeclared = self.undeclared_hyperparameters
-        if warn and undeclared:
+
+    def warn_undeclared_hyperparameters(self) -> None:
+        """Warn (:class:`~dpgp_gpflow.HyperparameterWarning`, one line pointing at the caller) about the
+        values given at construction that were never declared public; releases call it
+        (:func:`dpgp_gpflow.contract.check_release_hyperparameters`), selection does not (its grid
+        replaces the values it covers)."""
+        name, undeclared = type(self).__name__, self.undeclared_hyperparameters
+        if undeclared:
             warnings.warn(HyperparameterWarning(
                 f"{name}: the hyperparameters {undeclared} were given when the model was built and never "
                 "declared public; if they were fitted on these outputs (e.g. a kernel trained in "
@@ -383,15 +389,9 @@ class PrivateModelMixin(LeakGuardMixin):
 
     def check_hyperparameters_public(self, declared: bool) -> None:
         """The leak guard: unless ``declared``, raises ``PrivacyLeakError`` after the training objective
-        ran or a parameter changed, and warns (``HyperparameterWarning``) about values given at
-        construction that were never declared public.
-
-        A selection (a caller in :mod:`dpgp_gpflow.selection`) does not warn: the grid's values replace
-        those it covers, :meth:`~dpgp_gpflow.selection.Selection.apply` declares them, and the release
-        that follows warns about the rest.
-        """
-        caller = sys._getframe(1).f_globals.get("__name__", "")
-        self._check_hyperparameters_public(declared, warn=not caller.startswith("dpgp_gpflow.selection"))
+        ran or a parameter changed (releases also warn about undeclared values given at construction:
+        :meth:`warn_undeclared_hyperparameters`)."""
+        self._check_hyperparameters_public(declared)
 
     def _split_inputs(self, train: Any, test: Any) -> Tuple[tf.Tensor, tf.Tensor]:
         X, _ = self.data

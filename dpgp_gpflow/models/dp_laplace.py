@@ -39,7 +39,7 @@ from gpflow.base import InputData, MeanAndVariance
 from ..accounting import PrivacyAccountant, reserve
 from ..calibration import gaussian_multiplier
 from ..cloaking import DEFAULT_TOL
-from ..contract import ReleaseTerms, dense_map
+from ..contract import ReleaseTerms, check_release_hyperparameters, dense_map
 from ..release import cloaking_release, gaussian_event
 from ..released import PrivateClassifier, PrivateRelease
 from ..validation import (
@@ -255,7 +255,7 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
         Returns a :class:`PrivateLaplaceClassifier` predicting from the last released latents with
         ``W`` at the last step's linearisation point (``I/4`` for one step).
         """
-        self.check_hyperparameters_public(hyperparameters_public)
+        check_release_hyperparameters(self, hyperparameters_public)
         steps = _check_steps(steps)
         validate_objective(objective)
         seed = validate_seed(seed)

@@ -28,6 +28,7 @@ from .. import sampling
 from ..accounting import PrivacyAccountant, reserve
 from ..calibration import gaussian_multiplier
 from ..cloaking import DEFAULT_TOL, row_norms
+from ..contract import check_release_hyperparameters
 from ..pipeline import reference_coordinates
 from ..release import (
     MAX_NOISE_CONDITION,
@@ -150,7 +151,7 @@ def release_function(
     validate_objective(objective)
     seed = validate_seed(seed)
     ChunkTerms.from_model(model)  # the supported models only, before anything else
-    model.check_hyperparameters_public(hyperparameters_public)
+    check_release_hyperparameters(model, hyperparameters_public)
     epsilon, delta = validate_epsilon(epsilon), validate_delta(delta)
     multiplier = gaussian_multiplier(epsilon, delta, validate_calibration(calibration))
     rtols = candidate_rtols(objective, rtol)
