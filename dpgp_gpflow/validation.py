@@ -56,8 +56,11 @@ OBJECTIVES: Tuple[str, ...] = ("mse", "entropy")
 
 
 def check_real(name: str, value: object) -> float:
-    """``value`` as a finite float; ``TypeError`` for non-reals (bools included), ``ValueError`` for inf/nan."""
-    if isinstance(value, bool) or not isinstance(value, (Real, np.floating, np.integer)):
+    """``value`` as a finite float; ``TypeError`` for non-reals (bools included), ``ValueError`` for inf/nan.
+    A 0-d real array (e.g. a GPflow parameter's ``.numpy()``) counts as its value."""
+    if isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "fiu":
+        value = value[()]
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (Real, np.floating, np.integer)):
         raise TypeError(f"{name} must be a real number, got {value!r} of type {type(value).__name__}")
     value = float(value)
     if not math.isfinite(value):

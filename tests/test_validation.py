@@ -347,3 +347,14 @@ def test_invalid_seed_is_refused_before_reserving(draws, seed, error, entry):
         calls[entry]()
     assert draws == []
     assert acc.history() == [], "budget was reserved before the seed was checked"
+
+
+def test_check_real_takes_a_zero_dimensional_array():
+    # GPflow's tutorial passes parameter.numpy() (a 0-d array) where a number is expected
+    from dpgp_gpflow.validation import check_real
+    assert check_real("x", np.array(2.5)) == 2.5 and check_real("x", np.array(3)) == 3.0
+    for bad in (np.array(True), np.array([1.0]), np.array("1"), np.bool_(True)):
+        with pytest.raises(TypeError):
+            check_real("x", bad)
+    with pytest.raises(ValueError):
+        check_real("x", np.array(np.nan))
