@@ -869,6 +869,35 @@ def test_configurations_with_the_same_fold_maps_share_their_work(data, monkeypat
             np.testing.assert_allclose(f.C, g.C, rtol=0, atol=1e-9 * np.abs(g.C).max())
 
 
+def test_shared_configurations_skip_their_full_fold_maps(data, monkeypatch):
+    """Sharing is decided on a small public sub-problem before the full fold maps are computed: a
+    configuration with the same maps as an earlier one costs one probe map, not one map per fold."""
+    model = make_gpr(data)
+    grid = [{LS: 1.0, KV: 1.0, NV: 0.05}, {LS: 1.0, KV: 4.0, NV: 0.2}, {LS: 1.0, KV: 3.0, NV: 0.15},
+            {LS: 1.0, KV: 1.0, NV: 0.2}, {LS: 0.5, KV: 1.0, NV: 0.05}, {LS: 0.5, KV: 1e3, NV: 50.0}]
+    calls = []
+    original = selection_module.cross_validation._fold
+
+    def counting(work, train, test):
+        calls.append((train.size, test.size))
+        return original(work, train, test)
+
+    monkeypatch.setattr(selection_module.cross_validation, "_fold", counting)
+    splits = selection_module.cross_validation.resolve_splits(3, 30)
+    cv = cross_validate(model, grid, folds=splits)
+    assert list(cv.owners) == [0, 0, 0, 3, 4, 4]
+    probe = selection_module.cross_validation._probe_split(splits)
+    assert sum(c == (probe[0].size, probe[1].size) for c in calls) >= len(grid)
+    assert all(f.C.shape == (test.size, train.size) for f, (train, test) in zip(cv.folds[5], splits))
+    assert len(calls) == len(grid) + 3 * len(splits)  # one probe per configuration, full folds for the 3 owners
+    # the probe is public and spread over the first fold (at most PROBE_TRAIN / PROBE_TEST points)
+    big = selection_module.cross_validation.resolve_splits(5, 3000)
+    tr, te = selection_module.cross_validation._probe_split(big)
+    assert tr.size == selection_module.cross_validation.PROBE_TRAIN and np.all(np.isin(tr, big[0][0]))
+    assert te.size == selection_module.cross_validation.PROBE_TEST and np.all(np.isin(te, big[0][1]))
+    assert tr.min() == big[0][0].min() and tr.max() == big[0][0].max()
+
+
 # ---------------------------------------------------------------------------------------------
 # Issue 26: the generalised exponential mechanism, brute-force privacy over neighbours, and the
 # cross-validation a selection may reuse

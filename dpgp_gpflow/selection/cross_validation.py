@@ -38,9 +38,10 @@ __all__ = [
 Config = Mapping[str, Any]
 Split = Tuple[np.ndarray, np.ndarray]
 
-#: Configurations whose fold maps agree to this relative tolerance (max norm, every fold) are the
-#: same map up to rounding (e.g. a GP's kernel and noise variances scaled together) and share one
-#: set of fold matrices, sensitivities and noise plans: the first such configuration's.
+#: Configurations whose maps on a public sub-problem (:func:`_probe_split`) agree to this relative
+#: tolerance (max norm) are the same map up to rounding (e.g. a GP's kernel and noise variances
+#: scaled together) and share one set of fold matrices, sensitivities and noise plans: the first
+#: such configuration's (whose full fold maps alone are computed).
 SHARE_RTOL = 1e-9
 
 
@@ -293,9 +294,18 @@ class CrossValidation:
             dtype=bool)
 
 
-def _probe(size: int) -> np.ndarray:
-    """A fixed public vector to fingerprint fold maps (``C @ probe``) before comparing them in full."""
-    return np.cos(np.arange(size) * 0.7548776662466927 + 0.1)
+#: Configurations are compared on a public sub-problem before any full fold map is computed: this
+#: many training and test points of the first fold, spread evenly over its (sorted) index arrays.
+PROBE_TRAIN, PROBE_TEST = 256, 64
+
+
+def _probe_split(splits: Sequence[Split]) -> Split:
+    """The public sub-problem of :func:`cross_validate`'s sharing test: evenly spread training and
+    test indices of the first fold (at most :data:`PROBE_TRAIN` and :data:`PROBE_TEST`). Public:
+    depends on the split only."""
+    train, test = splits[0]
+    pick = lambda idx, size: idx[np.unique(np.linspace(0, idx.size - 1, min(size, idx.size)).astype(np.int64))]  # noqa: E731
+    return pick(train, PROBE_TRAIN), pick(test, PROBE_TEST)
 
 
 def _shares(a: List[Fold], bound_a: float, b: List[Fold], bound_b: float) -> bool:
@@ -351,24 +361,26 @@ def cross_validate(model: PrivateModel, grid: Sequence[Config], *, folds: Union[
     n = y.size
     d = model.data_sensitivity if d is None else validate_data_sensitivity(d, tuple(model.y_bounds))
     splits = resolve_splits(folds, n, split_seed)
-    all_folds, matrices, bounds, owners, prints = [], [], [], [], []
+    probe_train, probe_test = _probe_split(splits)
+    all_folds, matrices, bounds, owners, probes = [], [], [], [], {}
     bar = Progress(len(grid), progress, "fold matrices")
     try:
         for i, config in enumerate(grid):
             work = deepcopy(model)  # every configuration starts from the model's own values
             multiple_assign(work, config)
-            per = [_fold(work, train, test) for train, test in splits]
-            folds_i, bound = [p[0] for p in per], float(work.output_bound)
-            fingerprint = np.concatenate([f.offset + f.C @ _probe(f.train.size) for f in folds_i])
-            owner = next((j for j in sorted(set(owners)) if prints[j].shape == fingerprint.shape
-                          and np.allclose(prints[j], fingerprint, rtol=1e-6, atol=1e-12 * np.max(np.abs(fingerprint)))
-                          and _shares(folds_i, bound, all_folds[j], bounds[j][0])), i)
+            bound = float(work.output_bound)
+            # the map on a small public sub-problem decides sharing before any full fold is computed
+            probe = [_fold(work, probe_train, probe_test)[0]]
+            owner = next((j for j in probes if _shares(probe, bound, probes[j], bounds[j][0])), i)
             owners.append(owner)
-            prints.append(fingerprint)
-            if owner != i:  # the same maps as an earlier configuration: keep one copy of its matrices
-                folds_i, per = all_folds[owner], None
-            all_folds.append(folds_i)
-            matrices.append(matrices[owner] if per is None else [p[1] for p in per])
+            if owner == i:
+                probes[i] = probe
+                per = [_fold(work, train, test) for train, test in splits]
+                all_folds.append([p[0] for p in per])
+                matrices.append([p[1] for p in per])
+            else:  # the same maps as an earlier configuration: its matrices, not computed again
+                all_folds.append(all_folds[owner])
+                matrices.append(matrices[owner])
             bounds.append([bound] * len(splits))
             bar.update()
     finally:
