@@ -8,7 +8,8 @@ options, so that ``--x COL [COL ...]`` takes several columns as written.
 
 Privacy model (``docs/privacy_model.md``): the ``--x`` columns are public, the ``--y`` column is
 private and clipped to ``--bounds``; hyperparameters given on the command line are public (chosen
-without the outputs), or chosen privately by ``dpgp select``. ``dpgp release`` without
+without the outputs), or chosen privately by ``dpgp select`` (from the default grid, unless
+``--grid-lengthscale`` or both ``--variance`` and ``--noise`` replace part of it). ``dpgp release`` without
 ``--lengthscale``, ``--variance`` and ``--noise`` chooses them privately from the public default grid
 (:func:`~dpgp_gpflow.selection.default_grid`), spending ``--selection-share`` (default 0.2) of the
 epsilon given; the release gets the rest, so the total charged is the epsilon given (basic
@@ -200,12 +201,13 @@ def _release_inputs(args, X: np.ndarray) -> Optional[np.ndarray]:
 
 
 def _model(args, X: np.ndarray, Y: np.ndarray, bounds: Tuple[float, float], kernel: gpflow.kernels.Kernel,
-           noise: float):
-    """The private model (``DPGPR``, or ``DPGPRFITC`` with ``--sparse M`` k-means inducing inputs)."""
+           noise: Optional[float], public: bool = False):
+    """The private model (``DPGPR``, or ``DPGPRFITC`` with ``--sparse M`` k-means inducing inputs);
+    ``public``: the values given are public (given on the command line), declared so."""
     if args.sparse is None:
-        return DPGPR((X, Y), kernel, y_bounds=bounds, noise_variance=noise)
+        return DPGPR((X, Y), kernel, y_bounds=bounds, noise_variance=noise, hyperparameters_public=public)
     Z = kmeans_inducing_inputs(X, args.sparse)  # public inputs only
-    return DPGPRFITC((X, Y), kernel, Z, noise_variance=noise, y_bounds=bounds)
+    return DPGPRFITC((X, Y), kernel, Z, noise_variance=noise, y_bounds=bounds, hyperparameters_public=public)
 
 
 def _hyperparameters(model) -> dict:
@@ -331,48 +333,101 @@ def cmd_predict(args) -> int:
     return 0
 
 
+#: Where ``dpgp select``'s grid comes from: (lengthscales given, variances given) -> the card's label.
+_GRID_SOURCES = {(False, False): "default", (True, False): "given lengthscales x default variances",
+                 (False, True): "default lengthscales x given variances", (True, True): "given"}
+_LENGTHSCALES, _KERNEL_VARIANCE, _NOISE_VARIANCE = ".kernel.lengthscales", ".kernel.variance", ".likelihood.variance"
+
+
+def _distinct(values: Sequence) -> list:
+    """``values`` without repeats, in order (scalars or ARD vectors)."""
+    out, seen = [], set()
+    for v in values:
+        key = tuple(np.round(np.atleast_1d(np.asarray(v, dtype=np.float64)), 12))
+        if key not in seen:
+            seen.add(key)
+            out.append(v)
+    return out
+
+
+def _select_grid(args, model) -> List[dict]:
+    """``dpgp select``'s grid: ``--grid-lengthscale`` (else the default grid's lengthscales) combined with
+    ``--variance``/``--noise`` (else the default grid's kernel/noise variance pairs). Public: the
+    default grid reads the inputs, the bounds and the kernel's type only."""
+    try:
+        default = default_grid(model)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"the default grid: {exc}") from None
+    if args.grid_lengthscale is not None:
+        lengthscales = [float(v) for v in args.grid_lengthscale]
+    else:
+        lengthscales = _distinct([c[_LENGTHSCALES] for c in default])
+    if args.variance is not None:  # given on the command line: the model holds them (declared public)
+        return [{_LENGTHSCALES: ls} for ls in lengthscales]
+    pairs = _distinct([(c[_KERNEL_VARIANCE], c[_NOISE_VARIANCE]) for c in default])
+    return [{_LENGTHSCALES: ls, _KERNEL_VARIANCE: float(v), _NOISE_VARIANCE: float(s2)}
+            for ls in lengthscales for v, s2 in pairs]
+
+
 def cmd_select(args) -> int:
     epsilon = _privacy_epsilon(args.epsilon)
     bounds = _bounds(args)
+    if (args.variance is None) != (args.noise is None):  # never a unit default for the other one
+        given, missing = ("--variance", "--noise") if args.noise is None else ("--noise", "--variance")
+        raise UsageError(f"{given} given without {missing}: give both (public, chosen without the outputs) or "
+                         "neither (selected privately with the lengthscale from the default grid)")
+    public_variances = args.variance is not None
+    if public_variances:
+        _positive("--variance", args.variance)
+        _positive("--noise", args.noise)
+    if args.grid_lengthscale is not None:
+        for v in args.grid_lengthscale:
+            _positive("--grid-lengthscale", v)
+        if public_variances and len(args.grid_lengthscale) < 2:
+            raise UsageError("--grid-lengthscale with --variance and --noise needs at least two values to choose from")
     data = Path(args.data)
     frame = read_table(data, args.sep)
     X = columns(frame, args.x, data)
     Y = columns(frame, [args.y], data, private=True)
-    for v in args.grid_lengthscale:
-        _positive("--grid-lengthscale", v)
-    if len(args.grid_lengthscale) < 2:
-        raise UsageError("--grid-lengthscale needs at least two values to choose from")
     if not (2 <= args.folds <= X.shape[0]):
         raise UsageError(f"--folds must be between 2 and the number of rows, got {args.folds}")
-    _positive("--noise", args.noise)
-    kernel = _kernel(args, X.shape[1], [args.grid_lengthscale[0]])
     events = [PrivacyEvent(epsilon, 0.0, "pure", None, "dpgp select")]
-    out = None
-    if args.output is not None:  # then release with the chosen lengthscale: check it all first
+    out = release_budget = None
+    if args.output is not None:  # then release with the chosen values: check it all first
         if args.release_epsilon is None or args.release_delta is None:
             raise UsageError("-o needs --release-epsilon and --release-delta (the release's own budget)")
-        release_epsilon, release_delta = _privacy(args.release_epsilon, args.release_delta)
+        release_budget = _privacy(args.release_epsilon, args.release_delta)
         Xnew = _release_inputs(args, X)
         out = _output(Path(args.output), args.force)
-        events.append(gaussian_event(release_epsilon, release_delta, gaussian_multiplier(release_epsilon, release_delta)))
+        events.append(gaussian_event(*release_budget, gaussian_multiplier(*release_budget)))
     elif any(v is not None for v in (args.release_epsilon, args.release_delta, args.at, args.grid, args.sparse)):
         raise UsageError("--release-epsilon, --release-delta, --at, --grid and --sparse release after the "
                          "selection: give -o OUT.json too")
+    # One lengthscale shared by the columns with --grid-lengthscale, one per column from the default grid.
+    # Every value not given on the command line is a placeholder that the grid sets.
+    dim = X.shape[1]
+    shared = args.grid_lengthscale is not None or dim == 1
+    kernel = KERNELS[args.kernel](lengthscales=1.0 if shared else np.ones(dim, dtype=np.float64),
+                                  variance=args.variance if public_variances else 1.0)
+    model = _model(args, X, Y, bounds, kernel, args.noise, public=public_variances)
+    grid = _select_grid(args, model)  # public; refused here, before the ledger is opened
     accountant = _ledger(args)
     if accountant is not None:
         accountant.check_events(events)  # the selection and the release together, before either runs
-    model = DPGPR((X, Y), kernel, y_bounds=bounds, noise_variance=args.noise)
-    model.declare_hyperparameters_public()  # --variance and --noise: given on the command line
-    grid = [{".kernel.lengthscales": float(v)} for v in args.grid_lengthscale]
+    release_options = {} if release_budget is None else dict(
+        epsilon_release=release_budget[0], delta_release=release_budget[1], objective=args.objective)
     selection = select_hyperparameters(model, grid, epsilon=epsilon, folds=args.folds, accountant=accountant,
                                        seed=args.seed, progress=not args.quiet and sys.stderr.isatty(),
-                                       mechanism=args.mechanism)
-    chosen = float(selection.chosen[".kernel.lengthscales"])
-    result = {"lengthscale": chosen, "epsilon": selection.epsilon, "mechanism": selection.mechanism,
-              "configurations": len(grid), "folds": args.folds}
+                                       mechanism=args.mechanism, **release_options)
+    selection.apply(model)
+    chosen = _hyperparameters(model)
+    source = _GRID_SOURCES[(args.grid_lengthscale is not None, public_variances)]
+    result = {"lengthscale": chosen["lengthscales"], "kernel_variance": chosen["kernel_variance"],
+              "noise_variance": chosen["noise_variance"], "epsilon": selection.epsilon,
+              "mechanism": selection.mechanism, "grid": source, "configurations": len(grid), "folds": args.folds}
     if out is not None:
-        _release(args, data, _model(args, X, Y, bounds, _kernel(args, X.shape[1], [chosen]), args.noise), Xnew,
-                 release_epsilon, release_delta, accountant, out)
+        record = {k: result[k] for k in ("grid", "configurations", "folds", "epsilon", "mechanism")}
+        _release(args, data, model, Xnew, *release_budget, accountant, out, selection=record)
         result["release"] = str(out)
     print(json.dumps(result))
     return 0
@@ -470,22 +525,15 @@ def _sep_option(p: argparse.ArgumentParser) -> None:
                    help="CSV field separator (default: guessed from the first lines among , ; TAB |, else ,)")
 
 
-def _data_options(p: argparse.ArgumentParser, unit_defaults: bool = True) -> None:
+def _data_options(p: argparse.ArgumentParser, variance_help: str, noise_help: str) -> None:
     p.add_argument("data", help="CSV or Parquet file with the inputs and the private output")
     p.add_argument("--x", nargs="+", required=True, metavar="COL", help="public input column(s)")
     p.add_argument("--y", required=True, metavar="COL", help="the private output column")
     p.add_argument("--bounds", nargs=2, type=float, required=True, metavar=("LO", "HI"),
                    help="public bounds of the output (values outside are clipped)")
     p.add_argument("--kernel", choices=sorted(KERNELS), default="se")
-    if unit_defaults:
-        p.add_argument("--variance", type=float, default=1.0, help="kernel variance (public; default 1)")
-        p.add_argument("--noise", type=float, default=1.0, help="likelihood noise variance (public; default 1)")
-    else:
-        p.add_argument("--variance", type=float, default=None,
-                       help="kernel variance (public; with --lengthscale and --noise, else selected privately)")
-        p.add_argument("--noise", type=float, default=None,
-                       help="likelihood noise variance (public; with --lengthscale and --variance, else selected "
-                            "privately)")
+    p.add_argument("--variance", type=float, default=None, help=variance_help)  # never a unit default
+    p.add_argument("--noise", type=float, default=None, help=noise_help)
     _sep_option(p)
     p.add_argument("--ledger", metavar="FILE", help="privacy ledger to check and charge (dpgp budget init)")
     p.add_argument("--seed", type=int, default=None, help="reproducible noise: NOT private against the seed's holder")
@@ -516,7 +564,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "grid (dpgp_gpflow.selection.default_grid) with --selection-share of --epsilon; the release gets "
                     "the rest, so the total charged is --epsilon. Released means are clipped to --bounds unless "
                     "--no-clip.")
-    _data_options(p, unit_defaults=False)
+    _data_options(p, "kernel variance (public; with --lengthscale and --noise, else selected privately)",
+                  "likelihood noise variance (public; with --lengthscale and --variance, else selected privately)")
     p.add_argument("--epsilon", type=float, required=True, help="the total epsilon (selection included)")
     p.add_argument("--delta", type=float, required=True)
     p.add_argument("--lengthscale", type=float, nargs="+", default=None, metavar="L",
@@ -537,15 +586,24 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(run=cmd_predict)
 
-    p = sub.add_parser("select", help="choose a lengthscale privately (exponential mechanism or permute-and-flip)")
-    _data_options(p)
-    p.add_argument("--grid-lengthscale", type=float, nargs="+", required=True, metavar="L",
-                   help="the lengthscales to choose from (public)")
+    p = sub.add_parser(
+        "select", help="choose hyperparameters privately (cross-validated utility, pure epsilon-DP)",
+        description="Choose the lengthscale, kernel variance and noise variance privately (pure --epsilon) from a "
+                    "grid: by default the public default grid (dpgp_gpflow.selection.default_grid: inputs, bounds "
+                    "and kernel type only). --grid-lengthscale replaces its lengthscales; --variance and --noise "
+                    "(both, public: chosen without the outputs) replace its variance pairs. Prints the choice as "
+                    "JSON; with -o, then releases with it (--release-epsilon, --release-delta).")
+    _data_options(p, "kernel variance (public, with --noise; else selected privately from the default grid)",
+                  "likelihood noise variance (public, with --variance; else selected privately from the default grid)")
+    p.add_argument("--grid-lengthscale", type=float, nargs="+", default=None, metavar="L",
+                   help="the lengthscales to choose from (public; one shared by the --x columns; default: the "
+                        "default grid's, one per column)")
     p.add_argument("--epsilon", type=float, required=True, help="the selection's budget (pure epsilon)")
     p.add_argument("--folds", type=int, default=5)
-    p.add_argument("--mechanism", choices=MECHANISMS, default="exponential",
-                   help="the selection mechanism (both pure epsilon-DP; default: exponential)")
-    p.add_argument("--release-epsilon", type=float, help="with -o: release at the chosen lengthscale with this epsilon")
+    p.add_argument("--mechanism", choices=MECHANISMS, default="generalised_exponential",
+                   help="the selection mechanism (all pure epsilon-DP; default: generalised_exponential, as "
+                        "select_hyperparameters)")
+    p.add_argument("--release-epsilon", type=float, help="with -o: release with the chosen values at this epsilon")
     p.add_argument("--release-delta", type=float, help="with -o: ... and this delta")
     _release_options(p, required_output=False)
     _common(p)

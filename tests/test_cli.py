@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
+import gpflow
 import numpy as np
 import pandas as pd
 import pytest
 
 import dpgp_gpflow as dp
-from dpgp_gpflow.cli import sniff_separator
+from dpgp_gpflow.cli import main, sniff_separator
+from dpgp_gpflow.models import DPGPR
+from dpgp_gpflow.selection import default_grid
 from dpgp_gpflow.publishing import read_card
 
 from conftest import shared_data_dir
@@ -159,15 +165,17 @@ def test_select_chooses_from_the_grid_and_charges_the_ledger(work):
     assert dpgp("budget", "init", "sel.sqlite", "--epsilon", "1", "--delta", "0", cwd=work).returncode != 0  # delta 0
     assert dpgp("budget", "init", "sel.sqlite", "--epsilon", "1", "--delta", "1e-6", cwd=work).returncode == 0
     r = dpgp("select", "data.csv", "--x", "age", "--y", "height", "--bounds", "60", "180", "--variance", "100",
-             "--grid-lengthscale", "2", "20", "200", "--epsilon", "0.5", "--folds", "3", "--ledger", "sel.sqlite",
-             "--quiet", cwd=work)
+             "--noise", "10", "--grid-lengthscale", "2", "20", "200", "--epsilon", "0.5", "--folds", "3",
+             "--ledger", "sel.sqlite", "--quiet", cwd=work)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    assert out["lengthscale"] in (2.0, 20.0, 200.0) and out["epsilon"] == 0.5 and out["mechanism"] == "exponential"
+    assert out["lengthscale"] in (2.0, 20.0, 200.0) and out["epsilon"] == 0.5
+    assert out["mechanism"] == "generalised_exponential"  # select_hyperparameters' default
+    assert (out["kernel_variance"], out["noise_variance"], out["grid"]) == (100.0, 10.0, "given")
     assert dp.PrivacyAccountant.open(work / "sel.sqlite").spent[0] == pytest.approx(0.5)
     r = dpgp("select", "data.csv", "--x", "age", "--y", "height", "--bounds", "60", "180", "--variance", "100",
-             "--grid-lengthscale", "2", "20", "200", "--epsilon", "0.5", "--folds", "3", "--ledger", "sel.sqlite",
-             "--mechanism", "permute_and_flip", "--quiet", cwd=work)
+             "--noise", "10", "--grid-lengthscale", "2", "20", "200", "--epsilon", "0.5", "--folds", "3",
+             "--ledger", "sel.sqlite", "--mechanism", "permute_and_flip", "--quiet", cwd=work)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["lengthscale"] in (2.0, 20.0, 200.0) and out["mechanism"] == "permute_and_flip"
@@ -241,3 +249,82 @@ def test_kung_release_from_the_semicolon_csv_is_sensible(tmp_path):
     rmse = float(np.sqrt(np.mean((released.mean - frame["height"].to_numpy()) ** 2)))
     assert rmse < 25.0, rmse  # heights span 54..179 cm (std 28 cm); unit hyperparameters released 42..210 cm
     assert read_card(tmp_path / "kung.json")["hyperparameters"]["kernel_variance"] == pytest.approx(625.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# dpgp select never silently uses unit hyperparameters: the default grid, or public values given.
+
+SELECT = ["select", "data.csv", "--x", "age", "weight", "--y", "height", "--bounds", "60", "180", "--epsilon", "0.5",
+          "--folds", "3", "--quiet"]
+
+
+def _default_grid(work: Path) -> list:
+    """The public default grid of the data's two columns (ARD), as dpgp select should build it."""
+    frame = pd.read_csv(work / "data.csv")
+    kernel = gpflow.kernels.SquaredExponential(lengthscales=np.ones(2))
+    model = DPGPR((frame[["age", "weight"]].to_numpy(), frame[["height"]].to_numpy()), kernel,
+                  y_bounds=(60.0, 180.0))
+    return default_grid(model)
+
+
+def _stdout_json(argv: list, work: Path) -> dict:
+    """``dpgp`` run in this process (``HyperparameterWarning`` an error): its exit code must be 0."""
+    out = io.StringIO()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(out), contextlib.chdir(work):
+        warnings.simplefilter("error", dp.HyperparameterWarning)
+        warnings.simplefilter("ignore", dp.ReproducibleNoiseWarning)
+        assert main(argv) == 0
+    return json.loads(out.getvalue().strip().splitlines()[-1])
+
+
+def test_select_without_values_chooses_all_three_from_the_default_grid(work):
+    grid = _default_grid(work)
+    variances = {c[".kernel.variance"] for c in grid}
+    noises = {c[".likelihood.variance"] for c in grid}
+    assert variances == {900.0}  # ((180 - 60) / 2 / 2)^2: unit hyperparameters are not in the grid
+    out = _stdout_json(SELECT, work)
+    assert (out["grid"], out["configurations"]) == ("default", len(grid))
+    assert out["kernel_variance"] == 900.0 and out["noise_variance"] in noises  # 1 and 1 if used silently
+    assert any(np.allclose(out["lengthscale"], c[".kernel.lengthscales"]) for c in grid)
+    assert len(out["lengthscale"]) == 2  # one per column, as the default grid gives them
+    # lengthscales given: combined with the default grid's variance pairs
+    out = _stdout_json([*SELECT, "--grid-lengthscale", "5", "40"], work)
+    assert out["grid"] == "given lengthscales x default variances" and out["configurations"] == 2 * len(noises)
+    assert out["lengthscale"] in (5.0, 40.0) and out["kernel_variance"] == 900.0 and out["noise_variance"] in noises
+    # public values given: the default grid's lengthscales with them
+    out = _stdout_json([*SELECT, "--variance", "100", "--noise", "10"], work)
+    assert (out["kernel_variance"], out["noise_variance"]) == (100.0, 10.0)
+    assert out["configurations"] == len({tuple(np.atleast_1d(c[".kernel.lengthscales"])) for c in grid})
+
+
+def test_select_then_release_uses_the_chosen_values(work):
+    assert dpgp("budget", "init", "selrel.sqlite", "--epsilon", "2", "--delta", "0.01", cwd=work).returncode == 0
+    out = _stdout_json([*SELECT, "--ledger", "selrel.sqlite", "--release-epsilon", "1", "--release-delta", "0.01",
+                        "--at", "test.csv", "-o", "selrel.json"], work)
+    card = read_card(work / "selrel.json")
+    assert out["release"] == "selrel.json" and card["selection"]["grid"] == "default"
+    assert card["hyperparameters"] == {"lengthscales": out["lengthscale"], "kernel_variance": out["kernel_variance"],
+                                       "noise_variance": out["noise_variance"]}
+    assert card["clip_to_bounds"] is True and card["epsilon"] == 1.0
+    ledger = dp.PrivacyAccountant.open(work / "selrel.sqlite")
+    assert [e.epsilon for e in ledger.ledger] == pytest.approx([0.5, 1.0])  # the selection, then the release
+
+
+SELECT_BAD = [
+    (["--variance", "100"], "--variance given without --noise"),  # partial: never a unit default for the other
+    (["--noise", "10", "--grid-lengthscale", "5", "40"], "--noise given without --variance"),
+    (["--variance", "100", "--noise", "10", "--grid-lengthscale", "5"], "at least two values"),
+    (["--grid-lengthscale", "5", "-1"], "--grid-lengthscale"),
+    (["--folds", "1"], "--folds"),
+    (["--at", "test.csv"], "give -o"),
+]
+
+
+def test_select_refusals_are_one_line_and_spend_nothing(work):
+    assert dpgp("budget", "init", "selbad.sqlite", "--epsilon", "0.1", "--delta", "0.01", cwd=work).returncode == 0
+    argvs = [[*SELECT, *bad, "--ledger", "selbad.sqlite"] for bad, _ in SELECT_BAD]
+    argvs.append([*SELECT, "--ledger", "selbad.sqlite"])  # over budget (0.5 > 0.1)
+    for (bad, message), (code, stderr) in zip(SELECT_BAD + [([], "budget")], dpgp_many(argvs, cwd=work)):
+        lines = stderr.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("dpgp: error:") and message in lines[0], (bad, stderr)
+    assert dp.PrivacyAccountant.open(work / "selbad.sqlite").ledger == ()
