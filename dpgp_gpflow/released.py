@@ -129,6 +129,11 @@ class Released:
                 + (", reproducible=True)" if self.reproducible else ")"))
 
 
+_CLASSIFIER_LATENT_CLIP = ("this release holds a classifier's latent values: its y_bounds (-1, +1) bound the labels, not "
+                           "the latents, so clipping them to the bounds is meaningless (the classifier's probabilities "
+                           "are in [0, 1] already)")
+
+
 @dataclass(frozen=True, repr=False)
 class PrivateRelease(Released):
     """A differentially private release of GP predictions; every field is safe to publish.
@@ -141,7 +146,7 @@ class PrivateRelease(Released):
     ``noise_factor`` still describe the Gaussian noise added *before* clipping (the clipped mean's
     error is never larger at any point, since the outputs and hence the true predictive means of a
     regression lie in the bounds). For regression releases: a classifier's latent values are not
-    bounded by its labels' bounds.
+    bounded by its labels' bounds, and a release marked ``classifier_latent`` refuses to be clipped.
     """
 
     mean: np.ndarray  #: [k] released (noisy) predictive mean (clipped to ``y_bounds`` if ``clip_to_bounds``)
@@ -167,11 +172,18 @@ class PrivateRelease(Released):
     reproducible: bool = False  #: True when the noise came from an explicit seed (not private)
     y_bounds: Optional[Tuple[float, float]] = None  #: the public bounds of the private outputs
     clip_to_bounds: bool = False  #: ``mean`` is clipped to ``y_bounds`` (post-processing, free)
+    #: ``mean`` holds a classifier's latent values, whose ``y_bounds`` are its labels' (-1, +1) and do not
+    #: bound them: never clipped. Set by :class:`PrivateClassifier` on its releases (also when loaded from
+    #: a file, so the card does not record it).
+    classifier_latent: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.clip_to_bounds, bool):
-            raise TypeError(f"clip_to_bounds must be True or False, got {self.clip_to_bounds!r}")
+        for name in ("clip_to_bounds", "classifier_latent"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.clip_to_bounds:
+            if self.classifier_latent:
+                raise ValueError(_CLASSIFIER_LATENT_CLIP)
             if self.y_bounds is None:
                 raise ValueError("clip_to_bounds needs the release's public y_bounds, and this release has none")
             object.__setattr__(self, "mean", np.clip(self.mean, *self.y_bounds))
@@ -180,8 +192,11 @@ class PrivateRelease(Released):
         """This release with its mean clipped to the public ``y_bounds`` (``clip_to_bounds=True``).
 
         Post-processing of a DP output: no privacy cost, nothing charged. ``noise_std`` still reports
-        the std of the Gaussian noise added before clipping. ``ValueError`` without ``y_bounds``.
+        the std of the Gaussian noise added before clipping. ``ValueError`` without ``y_bounds`` or for
+        a classifier's latent values (``classifier_latent``).
         """
+        if self.classifier_latent:
+            raise ValueError(_CLASSIFIER_LATENT_CLIP)
         return dataclasses.replace(self, clip_to_bounds=True)
 
     @property
@@ -264,9 +279,13 @@ class PrivateFunction(Released):
         if release.clip_to_bounds:
             raise ValueError("a function's release holds latent values, which must not be clipped: "
                              "clip the function's predictions instead (clip_to_bounds=True or clipped())")
+        releases = tuple(releases) if releases is not None else (release,)
+        if isinstance(self, PrivateClassifier):  # mark its releases: a classifier's latents are never clipped
+            marked = {id(r): dataclasses.replace(r, classifier_latent=True) for r in (*releases, release)}
+            release, releases = marked[id(release)], tuple(marked[id(r)] for r in releases)
         self._clip_to_bounds = False
         self.release = release
-        self._releases = tuple(releases) if releases is not None else (release,)
+        self._releases = releases
         self._readout = readout
         #: ``R`` (upper triangular, public) with ``release`` of ``R u``; None when ``u`` itself was released
         self.coordinates = None if coordinates is None else tf.constant(coordinates)

@@ -3,6 +3,7 @@ privacy card, reproduced by a loaded release. The reference is ``np.clip`` of th
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 
@@ -119,3 +120,23 @@ def test_clipping_is_refused_where_it_has_no_meaning(release, toy):
                                   if f.name not in ("y_bounds", "clip_to_bounds")})
     with pytest.raises(ValueError, match="y_bounds"):
         no_bounds.clipped()
+
+
+def test_a_classifiers_latent_releases_refuse_to_be_clipped(release, toy, tmp_path):
+    X, Y, _ = toy
+    labels = np.where(Y > 0, 1.0, -1.0)
+    model = DPLaplaceGPC((X, labels), kernel())
+    classifier = model.release(epsilon=1.0, delta=1e-3, steps=2, seed=5)
+    loaded = dp.load(classifier.save(tmp_path / "classifier.json"))
+    for rel in (*classifier.releases, *loaded.releases):  # every Newton step, in memory and loaded back
+        assert rel.y_bounds == (-1.0, 1.0) and rel.classifier_latent
+        with pytest.raises(ValueError, match="classifier's latent values"):
+            rel.clipped()
+    assert loaded.privacy_card() == classifier.privacy_card()  # the card does not record the mark
+    with pytest.raises(ValueError, match="classifier's latent values"):
+        dataclasses.replace(classifier.release, clip_to_bounds=True)
+    with pytest.raises(TypeError, match="classifier_latent"):
+        dataclasses.replace(release, classifier_latent=1)
+    # the same bounds on a regression release: clipped (the mark, not the bounds, refuses)
+    assert release.y_bounds == (-1.0, 1.0) and not release.classifier_latent
+    assert release.clipped().clip_to_bounds
