@@ -869,6 +869,24 @@ def test_configurations_with_the_same_fold_maps_share_their_work(data, monkeypat
             np.testing.assert_allclose(f.C, g.C, rtol=0, atol=1e-9 * np.abs(g.C).max())
 
 
+def test_fold_maps_sharing_and_release_noise_do_not_read_the_outputs(data):
+    """Public: two datasets that differ only in their outputs get the same owners, fold matrices and
+    release-noise std (bit for bit); only the utilities differ."""
+    X, Y = data
+    other = (X, np.clip(-Y[::-1] + 0.3, -1.5, 1.5))
+    grid = [{LS: 1.0, KV: 1.0, NV: 0.05}, {LS: 1.0, KV: 4.0, NV: 0.2}, {LS: 0.3, KV: 1.0, NV: 0.01}]
+    a, b = (cross_validate(make_gpr(d), grid, folds=3) for d in (data, other))
+    assert list(a.owners) == list(b.owners) == [0, 0, 2]
+    np.testing.assert_array_equal(a.sensitivities, b.sensitivities)
+    for i in range(len(grid)):
+        for f, g in zip(a.folds[i], b.folds[i]):
+            np.testing.assert_array_equal(f.C, g.C)
+        for s, t in zip(a.noise_std(i, 1.0, 0.01), b.noise_std(i, 1.0, 0.01)):
+            np.testing.assert_array_equal(s, t)
+            assert np.all(np.isfinite(s)) and np.all(s > 0)
+    assert not np.array_equal(a.utilities(1.0, 0.01), b.utilities(1.0, 0.01))
+
+
 def test_shared_configurations_skip_their_full_fold_maps(data, monkeypatch):
     """Sharing is decided on a small public sub-problem before the full fold maps are computed: a
     configuration with the same maps as an earlier one costs one probe map, not one map per fold."""
