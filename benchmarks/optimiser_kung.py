@@ -136,7 +136,7 @@ def dual_summary(B: np.ndarray, weights: np.ndarray) -> dict:
 def build_problem():
     X, Y = load_kung()
     kernel = gpflow.kernels.SquaredExponential(lengthscales=LENGTHSCALE, variance=KERNEL_VARIANCE)
-    model = DPGPR((X, Y), kernel, y_bounds=Y_BOUNDS, noise_variance=NOISE_VARIANCE)
+    model = DPGPR((X, Y), kernel, y_bounds=Y_BOUNDS, noise_variance=NOISE_VARIANCE, hyperparameters_public=True)
     Xnew = np.linspace(0.0, 110.0, N_TEST)[:, None]
     return model, Xnew
 

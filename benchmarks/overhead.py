@@ -98,7 +98,7 @@ def worker_full(n: int, k: int, repeats: int) -> None:
     X, Y, bounds = make_synthetic_2d(n, seed=0)
     Xnew, shape = grid(k)
     dp = DPGPR((X, Y), gpflow.kernels.SquaredExponential(lengthscales=LENGTHSCALE, variance=KERNEL_VARIANCE),
-               y_bounds=bounds, noise_variance=NOISE_VARIANCE)
+               y_bounds=bounds, noise_variance=NOISE_VARIANCE, hyperparameters_public=True)
     # The non-private model: GPflow's GPR on the same (clipped) data, an equal kernel (own object) and
     # the same constant prior mean (the midpoint of the bounds) as DPGPR's default.
     Xd, Yd = (t.numpy() for t in dp.data)
@@ -152,7 +152,7 @@ def worker_sparse(n: int, m: int, k: int, repeats: int) -> None:
     X, Y, bounds = make_synthetic_2d(n, seed=0)
     Z = kmeans_inducing_inputs(X, m, seed=0)
     dp = DPGPRFITC((X, Y), gpflow.kernels.SquaredExponential(lengthscales=LENGTHSCALE, variance=KERNEL_VARIANCE),
-                   Z, noise_variance=NOISE_VARIANCE, y_bounds=bounds)
+                   Z, noise_variance=NOISE_VARIANCE, y_bounds=bounds, hyperparameters_public=True)
     Xd, Yd = (t.numpy() for t in dp.data)
     mean = gpflow.functions.Constant(np.array([0.5 * (bounds[0] + bounds[1])]))
     gp = gpflow.models.GPRFITC((Xd, Yd), gpflow.kernels.SquaredExponential(lengthscales=LENGTHSCALE,

@@ -133,7 +133,7 @@ def worker(n: int, k: int, repeats: int, cores: int | None) -> None:
     X, Y, bounds = make_synthetic_2d(n, seed=0)
     Xnew, shape = grid(k)
     kernel = gpflow.kernels.SquaredExponential(lengthscales=LENGTHSCALE, variance=KERNEL_VARIANCE)
-    model = TimedDPGPR((X, Y), kernel, y_bounds=bounds, noise_variance=NOISE_VARIANCE)
+    model = TimedDPGPR((X, Y), kernel, y_bounds=bounds, noise_variance=NOISE_VARIANCE, hyperparameters_public=True)
 
     def call():
         return model.release(Xnew, epsilon=EPSILON, delta=DELTA, objective="mse")

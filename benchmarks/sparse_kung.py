@@ -92,15 +92,15 @@ def gibbs_kernel(X):
 
 def sparse_model(X, Y, m):
     Z = kmeans_inducing_inputs(X, m, seed=0)  # public inputs only
-    return DPGPRFITC((X, Y), eq_kernel(), Z, noise_variance=NOISE_VARIANCE, y_bounds=Y_BOUNDS)
+    return DPGPRFITC((X, Y), eq_kernel(), Z, noise_variance=NOISE_VARIANCE, y_bounds=Y_BOUNDS, hyperparameters_public=True)
 
 
 def build(method, X, Y):
     if method == "full cloaking":
-        return DPGPR((X, Y), eq_kernel(), y_bounds=Y_BOUNDS, noise_variance=NOISE_VARIANCE)
+        return DPGPR((X, Y), eq_kernel(), y_bounds=Y_BOUNDS, noise_variance=NOISE_VARIANCE, hyperparameters_public=True)
     if method == "sparse":
         return sparse_model(X, Y, NUM_INDUCING)
-    return DPGPR((X, Y), gibbs_kernel(X), y_bounds=Y_BOUNDS, noise_variance=NOISE_VARIANCE)
+    return DPGPR((X, Y), gibbs_kernel(X), y_bounds=Y_BOUNDS, noise_variance=NOISE_VARIANCE, hyperparameters_public=True)
 
 
 def dp_rmse(model, Xt, yt, calibration, objective, n_seeds, seed0):

@@ -94,7 +94,8 @@ def run_demo(
     train, test = np.sort(perm[:N_TRAIN]), np.sort(perm[N_TRAIN : N_TRAIN + N_TEST])
     lo, hi = DIABETES_Y_BOUNDS
     kernel = gpflow.kernels.SquaredExponential(lengthscales=LENGTHSCALE, variance=((hi - lo) / 4.0) ** 2)
-    model = DPGPR((X[train], Y[train]), kernel, y_bounds=DIABETES_Y_BOUNDS, noise_variance=NOISE_VARIANCE)
+    model = DPGPR((X[train], Y[train]), kernel, y_bounds=DIABETES_Y_BOUNDS, noise_variance=NOISE_VARIANCE,
+                  hyperparameters_public=True)  # chosen a priori, without Y
     Xtest, Ytest = X[test], Y[test]
     grid = np.linspace(*GRID)[:, None]
 

@@ -154,7 +154,7 @@ integral_mean, integral_var = predict_integral_gp(integral_gp, ages)
 
 # %%
 kernel = gpflow.kernels.SquaredExponential(lengthscales=LENGTHSCALE, variance=KERNEL_VARIANCE)
-model = DPGPR((X, Y), kernel, y_bounds=Y_BOUNDS, noise_variance=NOISE_VARIANCE)
+model = DPGPR((X, Y), kernel, y_bounds=Y_BOUNDS, noise_variance=NOISE_VARIANCE, hyperparameters_public=True)
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", dpgp_gpflow.ReproducibleNoiseWarning)
     cloaked = model.release(ages, epsilon=EPSILON, delta=DELTA, seed=1, accountant=accountant)
@@ -219,7 +219,7 @@ with warnings.catch_warnings():
             igp = fit_integral_gp(rel, LENGTHSCALE, var, noise_variance=NOISE_VARIANCE)
             record(f"integral-kernel GP (kernel var {var:g})", predict_integral_gp(igp, Xte)[0], Yte)
         m = DPGPR((Xtr, Ytr), gpflow.kernels.SquaredExponential(lengthscales=LENGTHSCALE, variance=KERNEL_VARIANCE),
-                  y_bounds=Y_BOUNDS, noise_variance=NOISE_VARIANCE)
+                  y_bounds=Y_BOUNDS, noise_variance=NOISE_VARIANCE, hyperparameters_public=True)
         record(f"cloaking (kernel var {KERNEL_VARIANCE:g})",
                m.release(Xte, epsilon=EPSILON, delta=DELTA, seed=200 + k).mean, Yte)
 

@@ -84,7 +84,7 @@ print("data folder:", default_data_dir())
 
 # %%
 X, Y = load_hmeq(n=200, seed=0)
-hmeq = DPLaplaceGPC((X, Y), gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=4.0))
+hmeq = DPLaplaceGPC((X, Y), gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=4.0), hyperparameters_public=True)
 Xq = np.arange(15, dtype=float)[:, None]
 p_nondp = hmeq.predict_y(Xq)[0].numpy()[:, 0]
 f_nondp = hmeq.predict_f(Xq)[0].numpy()[:, 0]
@@ -137,7 +137,8 @@ fig.tight_layout()
 # %%
 Xs, Ys = make_stripes(200, seed=0)
 Xg, Yg = stripes_test_grid()
-stripes = DPLaplaceGPC((Xs, Ys), gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=3.5))
+stripes = DPLaplaceGPC((Xs, Ys), gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=3.5),
+                       hyperparameters_public=True)
 acc_nondp = np.mean(np.where(stripes.predict_y(Xg)[0].numpy() >= 0.5, 1.0, -1.0) == Yg)
 n_stripes = reduce_in_tests(25, 1)
 one = [stripes.release(epsilon=EPSILON, delta=DELTA) for _ in range(n_stripes)]
@@ -199,7 +200,8 @@ acc_dp, acc_no = {}, {}
 for m in ms:
     Z = kmeans_inducing_inputs(Xm, m)
     for ls in lengthscales:
-        model = DPSparseLaplaceGPC((Xm, Ym), gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=ls), Z)
+        model = DPSparseLaplaceGPC((Xm, Ym), gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=ls), Z,
+                                   hyperparameters_public=True)
         acc_no[ls, m] = np.mean(np.where(model.predict_y(Xmt)[0].numpy() >= 0.5, 1.0, -1.0) == Ymt)
         acc_dp[ls, m] = np.mean([np.mean(model.release(epsilon=EPSILON, delta=DELTA).predict_class(Xmt) == Ymt)
                                  for _ in range(n_mnist)])

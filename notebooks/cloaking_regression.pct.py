@@ -97,7 +97,7 @@ Y_BOUNDS = (60.0, 160.0)
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always", dpgp_gpflow.ClippingWarning)
     kernel = gpflow.kernels.SquaredExponential(lengthscales=25.0, variance=7.72**2)
-    model = DPGPR((X, Y), kernel, y_bounds=Y_BOUNDS, noise_variance=14.0**2)
+    model = DPGPR((X, Y), kernel, y_bounds=Y_BOUNDS, noise_variance=14.0**2, hyperparameters_public=True)
 for w in caught:
     print("ClippingWarning:", w.message)
 print("data sensitivity d =", model.data_sensitivity, "cm")

@@ -144,10 +144,11 @@ def models(X, Y_train):
     """The three private models on (X, Y_train); the sparse one with k-means inducing inputs on X."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dpgp_gpflow.ClippingWarning)  # counted once above
-        full = DPGPR((X, Y_train), eq_kernel(), y_bounds=Y_BOUNDS, noise_variance=NOISE_VARIANCE)
+        full = DPGPR((X, Y_train), eq_kernel(), y_bounds=Y_BOUNDS, noise_variance=NOISE_VARIANCE, hyperparameters_public=True)
         Z = kmeans_inducing_inputs(X, NUM_INDUCING, seed=0)  # public inputs only
-        sparse = DPGPRFITC((X, Y_train), eq_kernel(), Z, noise_variance=NOISE_VARIANCE, y_bounds=Y_BOUNDS)
-        gibbs = DPGPR((X, Y_train), gibbs_kernel(X), y_bounds=Y_BOUNDS, noise_variance=NOISE_VARIANCE)
+        sparse = DPGPRFITC((X, Y_train), eq_kernel(), Z, noise_variance=NOISE_VARIANCE, y_bounds=Y_BOUNDS,
+                           hyperparameters_public=True)
+        gibbs = DPGPR((X, Y_train), gibbs_kernel(X), y_bounds=Y_BOUNDS, noise_variance=NOISE_VARIANCE, hyperparameters_public=True)
     return full, sparse, gibbs
 
 
