@@ -858,13 +858,14 @@ def test_configurations_with_the_same_fold_maps_share_their_work(data, monkeypat
     monkeypatch.setattr(selection_module.cross_validation, "_NoiseProfile", counting)
     cv = cross_validate(model, grid, folds=3)
     assert list(cv.owners) == [0, 0, 0, 3, 4, 4]
-    u = cv.utilities(1.0, 0.01)
+    u = cv.utilities(1.0, 0.01, release_noise="optimised")
     assert len(built) == 3 * 3  # three owners, three folds each
+    assert cv.utilities(1.0, 0.01) is not None and len(built) == 9  # the bound runs no noise optimisation
     for i, config in enumerate(grid):  # each configuration alone: the same numbers
         alone = cross_validate(model, [config], folds=3)
         assert list(alone.owners) == [0]
         assert cv.sensitivities[i] == pytest.approx(alone.sensitivities[0], rel=1e-9)
-        assert u[i] == pytest.approx(alone.utilities(1.0, 0.01)[0], rel=1e-6)
+        assert u[i] == pytest.approx(alone.utilities(1.0, 0.01, release_noise="optimised")[0], rel=1e-6)
         for f, g in zip(cv.folds[i], alone.folds[0]):
             np.testing.assert_allclose(f.C, g.C, rtol=0, atol=1e-9 * np.abs(g.C).max())
 
@@ -881,7 +882,9 @@ def test_fold_maps_sharing_and_release_noise_do_not_read_the_outputs(data):
     for i in range(len(grid)):
         for f, g in zip(a.folds[i], b.folds[i]):
             np.testing.assert_array_equal(f.C, g.C)
-        for s, t in zip(a.noise_std(i, 1.0, 0.01), b.noise_std(i, 1.0, 0.01)):
+        for s, t in [*zip(a.noise_std(i, 1.0, 0.01), b.noise_std(i, 1.0, 0.01)),
+                     *zip(a.noise_std(i, 1.0, 0.01, release_noise="optimised"),
+                          b.noise_std(i, 1.0, 0.01, release_noise="optimised"))]:
             np.testing.assert_array_equal(s, t)
             assert np.all(np.isfinite(s)) and np.all(s > 0)
     assert not np.array_equal(a.utilities(1.0, 0.01), b.utilities(1.0, 0.01))
@@ -1034,3 +1037,24 @@ def test_configurations_that_cannot_be_released_are_no_candidates(data, monkeypa
                                        cross_validation=cv, diagnostics=True)
     assert not sel.kept[0] and sel.kept[1:].all() and diag.probabilities[0] == 0.0 and sel.index != 0
     assert diag.probabilities.sum() == pytest.approx(1.0)
+
+
+def test_release_noise_bound_is_the_lower_bound_and_tracks_the_optimised_noise(data):
+    # "bound": s d max_i |C_ji| computed here by hand from the fold maps; never above the optimised
+    # noise of the same fold's release (it is a lower bound on any Gaussian release), and close to it
+    model = make_gpr(data)
+    grid = [{LS: 0.3, NV: 0.01}, {LS: 1.0, NV: 0.05}, {LS: 3.0, NV: 0.2}]
+    cv = cross_validate(model, grid, folds=3)
+    s = analytic_gaussian_multiplier(1.0, 0.01)
+    for i in range(len(grid)):
+        bound = cv.noise_std(i, 1.0, 0.01)
+        exact = cv.noise_std(i, 1.0, 0.01, release_noise="optimised")
+        for f, b, e in zip(cv.folds[i], bound, exact):
+            np.testing.assert_allclose(b, s * 3.0 * np.max(np.abs(f.C), axis=1), rtol=1e-12)
+            assert np.all(b <= e * (1 + 1e-9))
+            assert np.median(e / b) < 1.5
+    sel = select_hyperparameters(model, grid, epsilon=1.0, epsilon_release=1.0, delta_release=0.01,
+                                 cross_validation=cv, release_noise="optimised")
+    assert sel.release_noise == "optimised"
+    with pytest.raises(ValueError, match="release_noise"):
+        select_hyperparameters(model, grid, epsilon=1.0, cross_validation=cv, release_noise="exact")

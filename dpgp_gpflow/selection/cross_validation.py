@@ -17,7 +17,7 @@ import tensorflow as tf
 from gpflow.utilities import deepcopy, multiple_assign, parameter_dict
 
 from ..calibration import gaussian_multiplier
-from ..cloaking import DEFAULT_TOL
+from ..cloaking import DEFAULT_TOL, noise_std_lower_bound
 from ..contract import PrivateModel, dense_map
 from ..progress import Progress
 from ..release import NoisePlan
@@ -25,6 +25,7 @@ from ..validation import as_float64, validate_calibration, validate_data_sensiti
 from .utility import Fold, cv_utility, loss_lipschitz, point_influence, published_sensitivity, validate_utility
 
 __all__ = [
+    "RELEASE_NOISE",
     "CrossValidation",
     "cross_validate",
     "cv_folds",
@@ -33,10 +34,23 @@ __all__ = [
     "resolve_splits",
     "same_grid",
     "validate_grid",
+    "validate_release_noise",
 ]
 
 Config = Mapping[str, Any]
 Split = Tuple[np.ndarray, np.ndarray]
+
+#: How the utility models the release's noise (:meth:`CrossValidation.noise_std`): the lower bound
+#: ``s d max_i |C_ji|`` (default; one pass over ``C``) or the cloaking release's optimised noise.
+RELEASE_NOISE = ("bound", "optimised")
+
+
+def validate_release_noise(release_noise: Any) -> str:
+    """``"bound"`` or ``"optimised"``; anything else raises ``ValueError``."""
+    if not isinstance(release_noise, str) or release_noise not in RELEASE_NOISE:
+        raise ValueError(f"release_noise must be one of {RELEASE_NOISE}, got {release_noise!r}")
+    return release_noise
+
 
 #: Configurations whose maps on a public sub-problem (:func:`_probe_split`) agree to this relative
 #: tolerance (max norm) are the same map up to rounding (e.g. a GP's kernel and noise variances
@@ -203,6 +217,7 @@ class CrossValidation:
         self._output_bounds = output_bounds
         self._y = y  # private outputs (clipped), [n]
         self._profiles: Dict[Tuple[str, int, int], _NoiseProfile] = {}
+        self._largest: Dict[int, List[np.ndarray]] = {}
         self._model_state: Optional[Tuple[Any, Dict[str, np.ndarray]]] = None  # set by cross_validate
         own = {int(o): (float(np.max(point_influence(folds[o], n))), published_sensitivity(folds[o], d))
                for o in set(self.owners)}
@@ -239,13 +254,26 @@ class CrossValidation:
         return self.n == y.size and bool(np.array_equal(self._y, y))
 
     def noise_std(self, index: int, epsilon_release: Optional[float], delta_release: Optional[float], *,
-                  objective: str = "mse", calibration: str = "analytic") -> List[np.ndarray]:
+                  objective: str = "mse", calibration: str = "analytic",
+                  release_noise: str = "bound") -> List[np.ndarray]:
         """Per fold of configuration ``index``: the noise std a release of its test predictions at
-        ``(epsilon_release, delta_release)`` would add (zeros when no release budget is given)."""
+        ``(epsilon_release, delta_release)`` would add (zeros when no release budget is given).
+
+        ``release_noise="bound"`` (default): ``s d max_i |C_ji|``
+        (:func:`~dpgp_gpflow.cloaking.noise_std_lower_bound`), the least noise any Gaussian release
+        of those predictions can add, one pass over ``C``; ``"optimised"``: the cloaking release's
+        own noise (:class:`~dpgp_gpflow.release.NoisePlan`, one noise optimisation per fold; ``inf``
+        where that release would be refused). Public either way: functions of ``C`` and the bounds.
+        """
+        validate_release_noise(release_noise)
         if epsilon_release is None and delta_release is None:
             return [np.zeros(f.test.size) for f in self.folds[index]]
         multiplier = gaussian_multiplier(validate_epsilon(epsilon_release), validate_delta(delta_release), calibration)
         index = int(self.owners[index])
+        if release_noise == "bound":
+            if index not in self._largest:  # max_i |C_ji| per fold: the bound at unit s d
+                self._largest[index] = [noise_std_lower_bound(m, 1.0, 1.0) for m in self._release_matrices[index]]
+            return [multiplier * self.data_sensitivity * largest for largest in self._largest[index]]
         out = []
         for i, f in enumerate(self.folds[index]):
             key = (objective, index, i)
@@ -258,7 +286,7 @@ class CrossValidation:
 
     def utilities(self, epsilon_release: Optional[float] = None, delta_release: Optional[float] = None, *,
                   objective: str = "mse", calibration: str = "analytic", indices: Optional[Sequence[int]] = None,
-                  progress: bool = False, utility: str = "absolute") -> np.ndarray:
+                  progress: bool = False, utility: str = "absolute", release_noise: str = "bound") -> np.ndarray:
         """PRIVATE: the expected CV utilities under ``utility`` (``nan`` for configurations not in
         ``indices``; ``-inf`` for one whose release at that budget would be refused, absolute loss).
 
@@ -276,7 +304,7 @@ class CrossValidation:
                 owner = int(self.owners[i])
                 if owner not in done:
                     sig = self.noise_std(owner, epsilon_release, delta_release, objective=objective,
-                                         calibration=calibration)
+                                         calibration=calibration, release_noise=release_noise)
                     done[owner] = cv_utility(self.folds[owner], self._y, self.data_sensitivity, sig, utility=utility)
                 u[i] = done[owner]
                 bar.update()
@@ -285,13 +313,14 @@ class CrossValidation:
         return u
 
     def releasable(self, indices: Sequence[int], epsilon_release: Optional[float], delta_release: Optional[float], *,
-                   objective: str = "mse", calibration: str = "analytic") -> np.ndarray:
+                   objective: str = "mse", calibration: str = "analytic", release_noise: str = "bound") -> np.ndarray:
         """[len(indices)] bool, public: whether every fold's release of configuration i at
         ``(epsilon_release, delta_release)`` could be made (no infinite noise std: the release would
-        not be refused). All True without a release budget."""
+        not be refused). All True without a release budget, and with ``release_noise="bound"``
+        (which does not run the release's optimiser)."""
         return np.array([all(np.all(np.isfinite(s)) for s in self.noise_std(
-            int(i), epsilon_release, delta_release, objective=objective, calibration=calibration)) for i in indices],
-            dtype=bool)
+            int(i), epsilon_release, delta_release, objective=objective, calibration=calibration,
+            release_noise=release_noise)) for i in indices], dtype=bool)
 
 
 #: Configurations are compared on a public sub-problem before any full fold map is computed: this

@@ -29,6 +29,7 @@ from .cross_validation import (
     resolve_splits,
     same_grid,
     validate_grid,
+    validate_release_noise,
 )
 from .grid import default_grid
 from .mechanism import (
@@ -72,6 +73,7 @@ class Selection:
     mechanism: str = "generalised_exponential"  #: one of :data:`~dpgp_gpflow.selection.MECHANISMS`
     grid_source: str = "given"  #: "given" (the caller's grid) or "default" (:func:`~dpgp_gpflow.selection.default_grid`)
     utility: str = "absolute"  #: the CV loss, "absolute" or "squared"
+    release_noise: str = "bound"  #: how the utility modelled the release's noise, "bound" or "optimised"
     beta: float = math.nan  #: the generalised exponential mechanism's beta (public; shapes utility only)
 
     def apply(self, model) -> None:
@@ -123,6 +125,7 @@ def select_hyperparameters(
     diagnostics: bool = False,
     utility: str = "absolute",
     beta: float = DEFAULT_BETA,
+    release_noise: str = "bound",
 ) -> Union[Selection, Tuple[Selection, SelectionDiagnostics]]:
     """Select one configuration of ``grid`` for ``model`` with an epsilon-DP selection mechanism.
 
@@ -142,6 +145,11 @@ def select_hyperparameters(
     test predictions at ``(epsilon_release, delta_release)`` (``objective``/``calibration`` as for
     ``release``); with no release budget the noise is taken as zero (the utility then ignores the
     privacy cost of the release, and tends to favour configurations that need a lot of noise).
+    ``release_noise``: how that noise is modelled, ``"bound"`` (default: ``s d max_i |C_ji|`` per
+    prediction, the least noise any Gaussian release of it can add; one pass over each fold map;
+    within a few percent of the optimised noise at most predictions) or ``"optimised"`` (the
+    cloaking release's own noise: one noise optimisation per fold and configuration, far slower at
+    large n; docs/selection.md#utility).
 
     Configurations whose release at that budget would be refused (an ill-conditioned noise
     covariance) are not candidates (a public fact about their fold maps). ``threshold``: optional
@@ -188,6 +196,7 @@ def select_hyperparameters(
     model.check_hyperparameters_public(hyperparameters_public)
     validate_mechanism(mechanism)
     validate_utility(utility)
+    validate_release_noise(release_noise)
     beta = validate_beta(beta)
     # Everything is refused before the budget is reserved: TypeError / ValueError.
     grid_source = "given" if grid is not None else "default"
@@ -218,14 +227,14 @@ def select_hyperparameters(
                              f"(smallest: {float(np.min(sens)):.6g})")
         # Public: a configuration whose release would be refused is no candidate.
         kept[kept] = cv.releasable(np.flatnonzero(kept), epsilon_release, delta_release, objective=objective,
-                                   calibration=calibration)
+                                   calibration=calibration, release_noise=release_noise)
         if not np.any(kept):
             raise ValueError("no configuration of the grid could be released at "
                              f"(epsilon, delta) = ({epsilon_release}, {delta_release}): every noise covariance is "
                              "ill-conditioned; widen the grid (larger noise variances or lengthscales)")
         idx = np.flatnonzero(kept)
         utilities = cv.utilities(epsilon_release, delta_release, objective=objective, calibration=calibration,
-                                 indices=idx, progress=progress, utility=utility)
+                                 indices=idx, progress=progress, utility=utility, release_noise=release_noise)
         weights = log_weights(utilities[idx], sens[idx], epsilon, mechanism, beta)
         position, reproducible = draw(weights, mechanism, seed)
         choice = int(idx[position])
@@ -248,6 +257,7 @@ def select_hyperparameters(
         grid_source=grid_source,
         utility=utility,
         beta=beta,
+        release_noise=release_noise,
     )
     if not diagnostics:
         return selection

@@ -166,7 +166,7 @@ def expected_absolute(a: Any, sigma: Any) -> np.ndarray:
     if np.any(pos):
         ap, s = a[pos], sigma[pos]
         z = ap / s
-        with np.errstate(under="ignore"):
+        with np.errstate(over="ignore", under="ignore"):  # z^2 = inf where sigma << |a|: exp(-inf) = 0 is right
             out[pos] = s * math.sqrt(2.0 / math.pi) * np.exp(-0.5 * z * z) + ap * special.erf(z / math.sqrt(2.0))
     return out.reshape(shape)
 

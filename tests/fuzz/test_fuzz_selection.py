@@ -195,6 +195,7 @@ def test_select_hyperparameters_fuzz(draws, models, data):
                                      + ([] if valid_options else ["gumbel", None, "Exponential"])),
         "utility": st.sampled_from(["absolute", "squared"] + ([] if valid_options else ["huber", None, 1])),
         "beta": st.sampled_from([0.05, 0.5, 1.0] + ([] if valid_options else [0.0, 1.5, math.nan, "x"])),
+        "release_noise": st.sampled_from(["bound", "optimised"] + ([] if valid_options else ["exact", None])),
         "diagnostics": st.booleans(),
     }), label="options"))
     if "cross_validation" in bad:
