@@ -381,9 +381,9 @@ print("charged:", [(e.kind, e.epsilon, e.delta) for e in accountant2.ledger])
 #   by 1.3 to 8.8 times $d$ depending on the configuration. The paper's formula understates this
 #   for the sensitive configurations (up to 3.7 units where the valid bound reaches 8.8) and is
 #   not a valid bound, so its Table 2 numbers are not those of a DP selection.
-# * **The default selects better, but not sharply.** Expected evaluation RMSE 17.50 cm with the
-#   absolute utility and the generalised exponential mechanism, against 24.95 cm for the earlier
-#   default (squared utility, exponential mechanism; 20.55 cm with the public threshold), 32.72 cm
+# * **The default selects better, but not sharply.** Expected evaluation RMSE 17.48 cm with the
+#   absolute utility and the generalised exponential mechanism, against 25.12 cm for the earlier
+#   default (squared utility, exponential mechanism; 20.57 cm with the public threshold), 32.72 cm
 #   for a uniform choice and 11.22 cm for the best configuration (which a non-private selection
 #   also finds). Most of the gain comes from the utility: the absolute utility with the plain
 #   exponential mechanism or permute-and-flip already gives 18.4 cm; keeping each configuration's
@@ -393,7 +393,7 @@ print("charged:", [(e.kind, e.epsilon, e.delta) for e in accountant2.ledger])
 #   as $\varepsilon$ tightens, the probabilities spread out and move towards the long lengthscales
 #   (125 and 625 years), whose releases need less noise (the utility includes it); a lengthscale of 1 year stays rare.
 # * **The default grid** (30 configurations, public, no grid to write) gave an expected RMSE of
-#   15.81 cm (best 10.98, uniform 17.75): its configurations are all reasonable, so a private
+#   15.80 cm (best 10.98, uniform 17.75): its configurations are all reasonable, so a private
 #   selection gains less over a uniform choice there than on the paper's grid.
 # * **Pipeline.** The selection is one pure $(\varepsilon, 0)$ event, the release a Gaussian one;
 #   basic composition charges $(2, 0.01)$, privacy loss distributions 1.93 at $\delta = 0.01$.
