@@ -12,6 +12,7 @@ __all__ = [
     "BudgetExceededError",
     "ClippingWarning",
     "HyperparameterWarning",
+    "LedgerError",
     "PrivacyLeakError",
     "PrivacyLeakWarning",
     "ReproducibleNoiseWarning",
@@ -22,6 +23,13 @@ class BudgetExceededError(RuntimeError):
     """A release would spend more privacy budget than the accountant has left.
 
     Raised before any noise is drawn, so nothing was released and nothing was spent.
+    """
+
+
+class LedgerError(ValueError):
+    """A privacy ledger file was refused: empty, not a ledger, of another format, or its rows fail
+    their hash chain (changed, deleted, reordered or truncated since they were written). Nothing
+    was spent. A new ledger is only ever created at a path that does not exist.
     """
 
 
