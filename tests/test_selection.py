@@ -949,6 +949,14 @@ def test_generalised_scores_match_reference_and_are_1_sensitive():
             assert np.max(np.abs(s2 - s)) <= 1.0 + 1e-12
 
 
+def test_generalised_scores_in_blocks_equal_the_whole(monkeypatch):
+    rng = np.random.default_rng(5)
+    u, D = rng.normal(0.0, 10.0, 37), rng.uniform(0.1, 5.0, 37)
+    whole = gem_reference(u, D, 1.0, 0.5)
+    monkeypatch.setattr(selection_module.mechanism, "_SCORE_BLOCK", 4)
+    np.testing.assert_allclose(generalised_scores(u, D, 1.0), whole, rtol=1e-12, atol=1e-12)
+
+
 def test_generalised_mechanism_exact_draws_match_probabilities():
     u = np.array([-3.0, -1.0, 0.0, -0.5])
     D = np.array([0.5, 2.0, 1.0, 0.7])

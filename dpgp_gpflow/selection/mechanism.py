@@ -66,6 +66,10 @@ MECHANISM_NAMES = {"generalised_exponential": "generalised exponential mechanism
 DEFAULT_BETA = 0.5
 
 
+#: Rows of the K x K pairwise scores formed at once by :func:`generalised_scores`.
+_SCORE_BLOCK = 1024
+
+
 def validate_mechanism(mechanism: Any) -> str:
     """One of :data:`MECHANISMS`; anything else raises ``ValueError``."""
     if not isinstance(mechanism, str) or mechanism not in MECHANISMS:
@@ -100,7 +104,8 @@ def generalised_scores(utilities: Any, sensitivities: Any, epsilon: float, beta:
         s_i = min_j ((u_i - t D_i) - (u_j - t D_j)) / (D_i + D_j),   t = 2 ln(K / beta) / epsilon.
 
     Each ``s_i <= 0`` (``j = i`` gives 0) and moves by at most 1 between neighbouring datasets when
-    ``u_i`` moves by at most the public ``D_i``. Private when the utilities are. O(K^2) memory.
+    ``u_i`` moves by at most the public ``D_i``. Private when the utilities are. O(K^2) time, memory
+    in blocks of :data:`_SCORE_BLOCK` rows.
     """
     u = np.asarray(utilities, dtype=np.float64).reshape(-1)
     if not np.all(np.isfinite(u)):
@@ -108,7 +113,9 @@ def generalised_scores(utilities: Any, sensitivities: Any, epsilon: float, beta:
     sens = _sensitivities(sensitivities, u.size)
     t = 2.0 * math.log(u.size / validate_beta(beta)) / validate_epsilon(epsilon)
     a = u - t * sens
-    return np.min((a[:, None] - a[None, :]) / (sens[:, None] + sens[None, :]), axis=1)
+    return np.concatenate([np.min((a[i:i + _SCORE_BLOCK, None] - a[None, :])
+                                  / (sens[i:i + _SCORE_BLOCK, None] + sens[None, :]), axis=1)
+                           for i in range(0, a.size, _SCORE_BLOCK)])
 
 
 def log_weights(utilities: Any, sensitivities: Any, epsilon: float, mechanism: str = "generalised_exponential",
