@@ -3,18 +3,23 @@
 The demo publishes a differentially private GP regression of scikit-learn's diabetes data
 (disease progression one year after baseline, from body-mass index), prints a table comparing the
 mechanisms and writes a PNG. Run ``python -m dpgp_gpflow demo --help`` for the options.
+
+This module imports only the standard library at start-up (the ``dpgp`` command line imports it
+too): arguments are parsed first, then :func:`import_tensorflow_quietly` imports TensorFlow without
+its start-up log.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import warnings
 from pathlib import Path
 from typing import Optional, Sequence
 
-__all__ = ["main", "run_demo"]
+__all__ = ["import_tensorflow_quietly", "main", "run_demo"]
 
 #: Train/test sizes of the public split of the 442 diabetes records.
 N_TRAIN, N_TEST = 342, 100
@@ -23,6 +28,26 @@ LENGTHSCALE = 5.0
 NOISE_VARIANCE = 55.0**2
 #: BMI grid for the figure (the adult range, wider than the data).
 GRID = (15.0, 45.0, 121)
+
+
+def import_tensorflow_quietly() -> None:
+    """Import TensorFlow without its start-up log, for the command lines (``dpgp``, ``dpgp-demo``,
+    ``python -m dpgp_gpflow``): ``TF_CPP_MIN_LOG_LEVEL=3`` (unless set) for TensorFlow's own messages,
+    and standard error pointed at the null device during the import for the lines absl and the CUDA
+    plugins write before logging is set up. Nothing is hidden once it returns; a no-op when
+    TensorFlow is already imported."""
+    if "tensorflow" in sys.modules:
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    sys.stderr.flush()
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        import tensorflow  # noqa: F401  (imported for its side effect: loaded, quietly)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -182,6 +207,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.seed is not None and args.seed < 0:
         parser.error(f"--seed must be >= 0, got {args.seed}")
     if args.command == "demo":
+        import_tensorflow_quietly()
         run_demo(args.epsilon, args.delta, args.output, args.split_seed, args.seed)
     return 0
 

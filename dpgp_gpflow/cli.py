@@ -15,6 +15,10 @@ without the outputs), or chosen privately by ``dpgp select`` (from the default g
 epsilon given; the release gets the rest, so the total charged is the epsilon given (basic
 composition). Released means are clipped to ``--bounds`` (post-processing, free; ``--no-clip``
 turns it off); the privacy card records both.
+
+Start-up: :func:`main` parses the arguments before anything imports TensorFlow (``dpgp --help`` and
+usage errors answer at once), then imports TensorFlow with its start-up log silenced; the commands
+import the library's modules that need TensorFlow, GPflow or pandas when they run.
 """
 
 from __future__ import annotations
@@ -25,38 +29,44 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import List, NoReturn, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, List, NoReturn, Optional, Sequence, Tuple
 
-import gpflow
 import numpy as np
-import pandas as pd
 
+# Only modules that start without TensorFlow, GPflow or pandas here (tests/test_entry_point.py
+# checks); the rest is imported by the functions that use it.
 from . import __version__
-from .__main__ import run_demo
-from .accounting import PrivacyAccountant, PrivacyEvent
+from .__main__ import import_tensorflow_quietly, run_demo
 from .calibration import gaussian_multiplier
-from .composition import COMPOSITIONS
 from .exceptions import BudgetExceededError, PrivacyLeakError
-from .models import DPGPR, DPGPRFITC, kmeans_inducing_inputs
 from .progress import Progress
-from .publishing import load, read_card
-from .release import gaussian_event
-from .released import PrivateFunction, Released
-from .selection import MECHANISMS, default_grid, select_hyperparameters
 from .validation import OBJECTIVES, validate_bounds, validate_delta, validate_epsilon
 
-__all__ = ["main"]
+if TYPE_CHECKING:
+    import gpflow
+    import pandas as pd
+
+    from .accounting import PrivacyAccountant
+    from .released import Released
+
+__all__ = ["demo", "main"]
 
 #: The share of ``dpgp release``'s epsilon spent on selecting the hyperparameters when none are given.
 DEFAULT_SELECTION_SHARE = 0.2
 #: Folds of the selection's cross-validation (fewer when there are fewer rows).
 SELECTION_FOLDS = 5
 
+#: ``--kernel`` choices: the class names in ``gpflow.kernels`` (imported when a kernel is built).
 KERNELS = {
-    "se": gpflow.kernels.SquaredExponential,
-    "matern52": gpflow.kernels.Matern52,
-    "matern32": gpflow.kernels.Matern32,
+    "se": "SquaredExponential",
+    "matern52": "Matern52",
+    "matern32": "Matern32",
 }
+#: ``--mechanism`` and ``--composition`` choices: the library's own ``selection.MECHANISMS`` and
+#: ``composition.COMPOSITIONS``, written out so that parsing imports neither
+#: (tests/test_entry_point.py checks that they agree).
+SELECTION_MECHANISMS: Tuple[str, ...] = ("generalised_exponential", "exponential", "permute_and_flip")
+COMPOSITIONS: Tuple[str, ...] = ("basic", "gdp", "pld")
 
 
 class UsageError(Exception):
@@ -87,6 +97,8 @@ def sniff_separator(path: Path, lines: int = 20) -> str:
 def read_table(path: Path, sep: Optional[str] = None) -> pd.DataFrame:
     """A CSV or Parquet file (by extension) as a DataFrame; ``UsageError`` if unreadable or empty.
     ``sep``: the CSV field separator (default: :func:`sniff_separator`)."""
+    import pandas as pd
+
     if not path.is_file():
         raise UsageError(f"{path}: no such file")
     parquet = path.suffix.lower() in (".parquet", ".pq")
@@ -104,6 +116,8 @@ def columns(frame: pd.DataFrame, names: Sequence[str], path: Path, *, private: b
 
     For the private column the message never describes its values (no counts, no examples).
     """
+    import pandas as pd
+
     missing = [c for c in names if c not in frame.columns]
     if missing:
         raise UsageError(f"{path}: no column(s) {missing}; the table has {list(frame.columns)}")
@@ -149,19 +163,28 @@ def _positive(name: str, value: Optional[float]) -> Optional[float]:
     return value
 
 
+def _kernel_class(name: str) -> Any:
+    """The GPflow kernel class of ``--kernel name``."""
+    import gpflow
+
+    return getattr(gpflow.kernels, KERNELS[name])
+
+
 def _kernel(args, dim: int, lengthscales: Optional[Sequence[float]] = None) -> gpflow.kernels.Kernel:
     ls = list(args.lengthscale if lengthscales is None else lengthscales)
     if args.variance is None:  # placeholders the private selection replaces (one lengthscale per column)
-        return KERNELS[args.kernel](lengthscales=ls[0] if dim == 1 else np.full(dim, ls[0], dtype=np.float64))
+        return _kernel_class(args.kernel)(lengthscales=ls[0] if dim == 1 else np.full(dim, ls[0], dtype=np.float64))
     if len(ls) not in (1, dim):
         raise UsageError(f"--lengthscale takes one value or one per --x column ({dim}), got {len(ls)}")
     for v in ls:
         _positive("--lengthscale", v)
-    return KERNELS[args.kernel](lengthscales=ls[0] if len(ls) == 1 else np.asarray(ls, dtype=np.float64),
-                                variance=_positive("--variance", args.variance))
+    return _kernel_class(args.kernel)(lengthscales=ls[0] if len(ls) == 1 else np.asarray(ls, dtype=np.float64),
+                                      variance=_positive("--variance", args.variance))
 
 
 def _ledger(args) -> Optional[PrivacyAccountant]:
+    from .accounting import PrivacyAccountant
+
     if args.ledger is None:
         return None
     path = Path(args.ledger)
@@ -204,6 +227,8 @@ def _model(args, X: np.ndarray, Y: np.ndarray, bounds: Tuple[float, float], kern
            noise: Optional[float], public: bool = False):
     """The private model (``DPGPR``, or ``DPGPRFITC`` with ``--sparse M`` k-means inducing inputs);
     ``public``: the values given are public (given on the command line), declared so."""
+    from .models import DPGPR, DPGPRFITC, kmeans_inducing_inputs
+
     if args.sparse is None:
         return DPGPR((X, Y), kernel, y_bounds=bounds, noise_variance=noise, hyperparameters_public=public)
     Z = kmeans_inducing_inputs(X, args.sparse)  # public inputs only
@@ -259,6 +284,10 @@ def _selection_share(args, given: List[str]) -> float:
 
 
 def cmd_release(args) -> int:
+    from .accounting import PrivacyEvent
+    from .release import gaussian_event
+    from .selection import default_grid, select_hyperparameters
+
     epsilon, delta = _privacy(args.epsilon, args.delta)
     bounds = _bounds(args)
     given = [n for n, v in (("--lengthscale", args.lengthscale), ("--variance", args.variance),
@@ -313,6 +342,8 @@ def cmd_release(args) -> int:
 
 
 def cmd_predict(args) -> int:
+    from .released import PrivateFunction
+
     released, card = _load(Path(args.release))
     if not isinstance(released, PrivateFunction):
         raise UsageError(f"{args.release} holds values at fixed inputs, not a function: nothing to predict "
@@ -354,6 +385,8 @@ def _select_grid(args, model) -> List[dict]:
     """``dpgp select``'s grid: ``--grid-lengthscale`` (else the default grid's lengthscales) combined with
     ``--variance``/``--noise`` (else the default grid's kernel/noise variance pairs). Public: the
     default grid reads the inputs, the bounds and the kernel's type only."""
+    from .selection import default_grid
+
     try:
         default = default_grid(model)
     except (TypeError, ValueError) as exc:
@@ -370,6 +403,10 @@ def _select_grid(args, model) -> List[dict]:
 
 
 def cmd_select(args) -> int:
+    from .accounting import PrivacyEvent
+    from .release import gaussian_event
+    from .selection import select_hyperparameters
+
     epsilon = _privacy_epsilon(args.epsilon)
     bounds = _bounds(args)
     if (args.variance is None) != (args.noise is None):  # never a unit default for the other one
@@ -407,8 +444,8 @@ def cmd_select(args) -> int:
     # Every value not given on the command line is a placeholder that the grid sets.
     dim = X.shape[1]
     shared = args.grid_lengthscale is not None or dim == 1
-    kernel = KERNELS[args.kernel](lengthscales=1.0 if shared else np.ones(dim, dtype=np.float64),
-                                  variance=args.variance if public_variances else 1.0)
+    kernel = _kernel_class(args.kernel)(lengthscales=1.0 if shared else np.ones(dim, dtype=np.float64),
+                                        variance=args.variance if public_variances else 1.0)
     model = _model(args, X, Y, bounds, kernel, args.noise, public=public_variances)
     grid = _select_grid(args, model)  # public; refused here, before the ledger is opened
     accountant = _ledger(args)
@@ -457,6 +494,8 @@ def cmd_show(args) -> int:
 
 
 def cmd_budget_init(args) -> int:
+    from .accounting import PrivacyAccountant
+
     path = _output(Path(args.file), force=False)
     epsilon, delta = _privacy(args.epsilon, args.delta)
     if args.composition not in COMPOSITIONS:
@@ -467,6 +506,8 @@ def cmd_budget_init(args) -> int:
 
 
 def cmd_budget_show(args) -> int:
+    from .accounting import PrivacyAccountant
+
     path = Path(args.file)
     if not path.is_file():
         raise UsageError(f"{path}: no ledger there")
@@ -504,6 +545,8 @@ def _privacy_epsilon(value: float) -> float:
 
 def _load(path: Path) -> Tuple[Released, dict]:
     """The released object in a release file and its privacy card (as written, with the extras)."""
+    from .publishing import load, read_card
+
     if not path.is_file():
         raise UsageError(f"{path}: no such file")
     try:
@@ -600,7 +643,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "default grid's, one per column)")
     p.add_argument("--epsilon", type=float, required=True, help="the selection's budget (pure epsilon)")
     p.add_argument("--folds", type=int, default=5)
-    p.add_argument("--mechanism", choices=MECHANISMS, default="generalised_exponential",
+    p.add_argument("--mechanism", choices=SELECTION_MECHANISMS, default="generalised_exponential",
                    help="the selection mechanism (all pure epsilon-DP; default: generalised_exponential, as "
                         "select_hyperparameters)")
     p.add_argument("--release-epsilon", type=float, help="with -o: release with the chosen values at this epsilon")
@@ -636,8 +679,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Run ``dpgp``; returns the exit code (2 for bad input, with one line on stderr)."""
+    """Run ``dpgp`` (the console script) with ``argv`` (default: the command line); returns the exit code
+    (2 for bad input, with one line on stderr).
+
+    The arguments are parsed before TensorFlow is imported, so ``--help`` and usage errors answer at
+    once; then TensorFlow is imported with its start-up log silenced
+    (:func:`~dpgp_gpflow.__main__.import_tensorflow_quietly`).
+    """
     args = build_parser().parse_args(argv)
+    import_tensorflow_quietly()
     try:
         return int(args.run(args))
     except UsageError as exc:
@@ -646,3 +696,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (BudgetExceededError, PrivacyLeakError) as exc:
         sys.stderr.write(f"dpgp: error: {exc}\n")
         return 2
+
+
+def demo(argv: Optional[List[str]] = None) -> int:
+    """Run ``dpgp-demo`` (the same as ``dpgp demo``) with ``argv`` (default: the command line)."""
+    return main(["demo", *(sys.argv[1:] if argv is None else argv)])

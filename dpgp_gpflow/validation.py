@@ -12,7 +12,6 @@ import warnings
 from numbers import Real
 from typing import Any, Literal, Optional, Tuple
 
-import gpflow
 import numpy as np
 
 from .exceptions import ClippingWarning
@@ -124,6 +123,8 @@ def validate_noise_variance(noise_variance: object) -> Optional[float]:
     non-reals (bools included), ``ValueError`` for nan, inf or values at or below the bound."""
     if noise_variance is None:
         return None
+    import gpflow  # here, not at the top: the command line imports this module before TensorFlow
+
     value = check_real("noise_variance", noise_variance)
     lower = float(gpflow.config.default_likelihood_positive_minimum())
     if not value > lower:
@@ -311,6 +312,8 @@ def require_float64() -> None:
     """``TypeError`` unless GPflow's default float is float64: the sensitivity bounds and their
     rounding safety factors are derived for float64 arithmetic, so a release in float32 could not
     be guaranteed (it fails closed, with this message, rather than with an unclear dtype error)."""
+    import gpflow  # here, not at the top: the command line imports this module before TensorFlow
+
     if np.dtype(gpflow.config.default_float()) != np.float64:
         raise TypeError(
             f"dpgp_gpflow computes in float64 (its sensitivity bounds and rounding safety factors assume it), "

@@ -31,20 +31,20 @@ ENV = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"} | {"P
 
 def dpgp(*args, cwd: Path) -> subprocess.CompletedProcess:
     """Run the installed console script's entry point (``dpgp ...``) in a fresh process."""
-    code = "import sys, dpgp_gpflow_cli; sys.exit(dpgp_gpflow_cli.main())"
+    code = "import sys, dpgp_gpflow.cli; sys.exit(dpgp_gpflow.cli.main())"
     return subprocess.run([sys.executable, "-c", code, *map(str, args)], cwd=cwd, env=ENV, capture_output=True,
                           text=True, timeout=240)
 
 
 _MANY = """
 import contextlib, io, json, sys
-import dpgp_gpflow_cli
+import dpgp_gpflow.cli
 results = []
 for argv in json.loads(sys.argv[1]):
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         try:
-            code = dpgp_gpflow_cli.main(argv)
+            code = dpgp_gpflow.cli.main(argv)
         except SystemExit as exc:
             code = exc.code
     results.append([code, err.getvalue()])

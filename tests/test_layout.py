@@ -1,4 +1,5 @@
-"""The package's layout: no import cycle between its modules, no private names imported across modules."""
+"""The package's layout: no import cycle between its modules, no private names imported across modules,
+and the lazily importing ``__init__`` (every name of ``__all__`` resolves)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ def _imports(path: Path):
     here = _module_name(path)
     package = here if path.name == "__init__.py" else here.rsplit(".", 1)[0]
     top_level = {id(node) for node in tree.body}
+    for node in tree.body:  # "if TYPE_CHECKING:" imports are module-level imports for type checkers
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            top_level |= {id(child) for child in node.body}
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level > 0:
             base = package.split(".")
@@ -79,5 +83,43 @@ def test_no_private_names_imported_across_modules_and_no_local_package_imports()
         for target, names, top in _imports(path):
             private = [n for n in names if n.startswith("_") and n != "__version__"]
             assert not private, f"{name} imports private {private} from {target}"
-            if name != "dpgp_gpflow.__main__":  # the demo imports lazily to start fast
+            # the command lines import on demand so that --help answers without TensorFlow
+            if name not in ("dpgp_gpflow.__main__", "dpgp_gpflow.cli"):
                 assert top, f"{name} imports {target} inside a function"
+
+
+def test_all_names_resolve_and_are_listed():
+    """Every name of ``__all__`` resolves (the package imports them on first use) and ``dir()`` lists
+    them with every submodule."""
+    listing = dir(dpgp_gpflow)
+    for name in dpgp_gpflow.__all__:
+        assert getattr(dpgp_gpflow, name) is not None
+        assert name in listing
+    submodules = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
+                  if (p.suffix == ".py" or (p / "__init__.py").is_file()) and not p.name.startswith("_")}
+    assert submodules <= set(listing)
+    assert dpgp_gpflow.models.DPGPR.__name__ == "DPGPR"
+    assert dpgp_gpflow.PrivacyAccountant is dpgp_gpflow.accounting.PrivacyAccountant
+    try:
+        dpgp_gpflow.no_such_name  # noqa: B018
+    except AttributeError as exc:
+        assert "no_such_name" in str(exc)
+    else:
+        raise AssertionError("an unknown name must raise AttributeError")
+
+
+def test_lazy_exports_match_the_type_checking_imports():
+    """The names imported on demand (``_EXPORTS``) are those the ``if TYPE_CHECKING:`` block imports
+    for type checkers, from the same modules; every submodule in ``__all__`` is imported there too."""
+    tree = ast.parse((PACKAGE / "__init__.py").read_text())
+    (block,) = [n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", None) == "TYPE_CHECKING"]
+    names, modules = {}, set()
+    for node in block.body:
+        assert isinstance(node, ast.ImportFrom) and node.level == 1
+        for alias in node.names:
+            if node.module is None:
+                modules.add(alias.name)
+            else:
+                names[alias.name] = node.module
+    assert names == dpgp_gpflow._EXPORTS
+    assert {n for n in dpgp_gpflow.__all__ if n not in names} <= modules
