@@ -290,20 +290,6 @@ def test_release_draws_from_the_sampling_module(draws):
     assert draws == [int(np.sum(rel.occupied))]  # one draw, one value per occupied bin
 
 
-def test_laplace_noise_is_a_deprecated_alias(monkeypatch):
-    calls = []
-
-    def recording(size, seed=None):
-        calls.append((size, seed))
-        return np.ones(int(size)), True
-
-    monkeypatch.setattr(sampling, "laplace", recording)
-    with pytest.warns(DeprecationWarning, match="sampling.laplace"):
-        z, reproducible = baselines.laplace_noise(3, seed=5)
-    assert calls == [(3, 5)] and reproducible
-    assert_array_equal(z, np.ones(3))
-
-
 def test_laplace_sampler_seeded_ks():
     with pytest.warns(ReproducibleNoiseWarning):
         z, reproducible = sampling.laplace(20000, seed=1234)
@@ -561,7 +547,7 @@ def test_predictors_reject_other_objects():
 def test_package_reexports_every_public_name():
     """README, notebooks and benchmarks use dpgp_gpflow.baselines.X for these names."""
     names = ["BinNoiseVariance", "BinRelease", "Bins", "GridIntegralSE", "bin_means_nonprivate", "fit_gp_on_bins",
-             "fit_integral_gp", "laplace_noise", "make_bins", "predict_bin_value", "predict_integral_gp",
+             "fit_integral_gp", "make_bins", "predict_bin_value", "predict_integral_gp",
              "release_bin_means"]
     for name in names:
         assert name in dpgp_gpflow.baselines.__all__ and callable(getattr(dpgp_gpflow.baselines, name)), name

@@ -15,7 +15,7 @@ privacy cost):
 
 from ..kernels import GridIntegralSE
 from .bins import Bins, make_bins
-from .mechanism import BinRelease, bin_means_nonprivate, laplace_noise, release_bin_means
+from .mechanism import BinRelease, bin_means_nonprivate, release_bin_means
 from .predictors import (
     NOISE_FLOOR,
     BinNoiseVariance,
@@ -36,7 +36,6 @@ __all__ = [
     "bin_means_nonprivate",
     "fit_gp_on_bins",
     "fit_integral_gp",
-    "laplace_noise",
     "make_bins",
     "predict_bin_value",
     "predict_integral_gp",

@@ -18,7 +18,6 @@ charged after the draw.
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 from numbers import Real
 from typing import Any, NamedTuple, Optional, Tuple
@@ -37,19 +36,9 @@ from ..validation import (
 )
 from .bins import Bins
 
-__all__ = ["BinRelease", "bin_means_nonprivate", "laplace_noise", "release_bin_means"]
+__all__ = ["BinRelease", "bin_means_nonprivate", "release_bin_means"]
 
 _OUTSIDE = ("raise", "nearest", "drop")
-
-
-def laplace_noise(size: int, seed: Optional[int] = None) -> Tuple[np.ndarray, bool]:
-    """Deprecated alias of :func:`dpgp_gpflow.sampling.laplace` (warns ``DeprecationWarning``)."""
-    warnings.warn(
-        "dpgp_gpflow.baselines.laplace_noise is deprecated: use dpgp_gpflow.sampling.laplace",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return sampling.laplace(size, seed)
 
 
 @dataclass(frozen=True, eq=False, repr=False)

@@ -3,16 +3,12 @@ through :mod:`dpgp_gpflow.pipeline`."""
 
 from ..contract import PrivateModel
 from ..released import PrivateClassifier, PrivateFunction, PrivatePrediction
-from .base import FactoredModelMixin, LeakGuardMixin, PrivateModelMixin, PrivateRegressionMixin
+from .base import FactoredModelMixin, LeakGuardMixin, PrivateModelMixin
 from .dp_laplace import DPLaplaceGPC, DPSparseLaplaceGPC, PrivateLaplaceClassifier, PrivateSparseClassifier
 from .gpr import DPGPR, cloaking_matrix, gpr_cloaking_matrix, gpr_rkhs_sensitivity
 from .laplace import LaplaceGPC
 from .sgpr import DPGPRFITC, kmeans_inducing_inputs
 from .titsias import DPSGPR, SGPRReadout
-
-#: Deprecated name of :class:`~dpgp_gpflow.contract.PrivateModel` (the old protocol asked for a
-#: ``cloaking_matrix(Xnew)`` method only, which the classifiers passed without meeting it).
-SupportsCloakingMatrix = PrivateModel
 
 __all__ = [
     "DPGPR",
@@ -29,10 +25,8 @@ __all__ = [
     "PrivateModel",
     "PrivateModelMixin",
     "PrivatePrediction",
-    "PrivateRegressionMixin",
     "PrivateSparseClassifier",
     "SGPRReadout",
-    "SupportsCloakingMatrix",
     "cloaking_matrix",
     "gpr_cloaking_matrix",
     "gpr_rkhs_sensitivity",

@@ -45,7 +45,6 @@ __all__ = [
     "FactoredModelMixin",
     "LeakGuardMixin",
     "PrivateModelMixin",
-    "PrivateRegressionMixin",
     "prepare_private_data",
     "prepare_sparse_data",
     "split_dask_rows",
@@ -483,7 +482,3 @@ class DaskRowsMixin:
         """Number of input columns (public)."""
         rows = self.dask_rows
         return int(rows[0].shape[1]) if rows is not None else super().input_dim
-
-
-#: Deprecated name of :class:`PrivateModelMixin`.
-PrivateRegressionMixin = PrivateModelMixin
