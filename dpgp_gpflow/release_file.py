@@ -35,7 +35,9 @@ can recompute it. Whoever needs to know *who* published a file must sign it (or 
 
 Reading never executes anything from the file: it is parsed as JSON, arrays are decoded with
 ``numpy.frombuffer`` of an allowed dtype, and kernels are rebuilt only from a fixed list of GPflow
-classes (:data:`KERNEL_CLASSES`) with a fixed list of parameters each. No pickle anywhere.
+classes (:data:`KERNEL_CLASSES`) with a fixed list of parameters each. No pickle anywhere. A hostile
+file fails fast with one :class:`ReleaseFileError`: at most :data:`MAX_FILE_BYTES` bytes, JSON nested at
+most :data:`MAX_JSON_DEPTH` deep, no duplicate keys, at most :data:`MAX_KERNEL_TERMS` kernels.
 """
 
 from __future__ import annotations
@@ -61,6 +63,9 @@ __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
     "KERNEL_CLASSES",
+    "MAX_FILE_BYTES",
+    "MAX_JSON_DEPTH",
+    "MAX_KERNEL_TERMS",
     "MEAN_FUNCTION_CLASSES",
     "ReleaseDocument",
     "ReleaseFileError",
@@ -69,6 +74,7 @@ __all__ = [
     "ReleaseFileVersionError",
     "canonical_bytes",
     "decode_array",
+    "document_sha256",
     "encode_array",
     "inputs_hash",
     "kernel_from_spec",
@@ -92,7 +98,15 @@ ARRAY_DTYPES: Tuple[str, ...] = ("float64", "float32", "int64", "int32")
 
 _TOP_KEYS = frozenset({"format", "format_version", "kind", "card", "content", "arrays", "sha256"})
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
-_MAX_KERNEL_DEPTH = 32
+_MAX_KERNEL_DEPTH = 16
+
+#: Largest release file read (bytes): checked before reading. A full-GP Laplace classifier on 4,000
+#: training points writes about 350 MB.
+MAX_FILE_BYTES = 2**30
+#: Deepest nesting of JSON objects and arrays in a release file (an honest file nests under 40 deep).
+MAX_JSON_DEPTH = 64
+#: Most kernels (leaves of Sum and Product) in one kernel specification: each costs milliseconds to build.
+MAX_KERNEL_TERMS = 64
 
 
 class ReleaseFileError(ValueError):
@@ -200,6 +214,11 @@ def canonical_bytes(document: Mapping[str, Any]) -> bytes:
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("ascii")
 
 
+def document_sha256(document: Mapping[str, Any]) -> str:
+    """The ``sha256`` of a document: hex SHA-256 of its :func:`canonical_bytes`."""
+    return hashlib.sha256(canonical_bytes(document)).hexdigest()
+
+
 def inputs_hash(X: Any) -> str:
     """SHA-256 (hex) of public inputs, as recorded in a card's ``inputs_hash``.
 
@@ -234,7 +253,8 @@ def provenance() -> Dict[str, Any]:
 
 def write(path: Union[str, os.PathLike], kind: str, card: Mapping[str, Any], content: Mapping[str, Any],
           arrays: Mapping[str, Any]) -> Path:
-    """Write a release file (atomically: a temporary file in the same folder, then renamed)."""
+    """Write a release file (atomically: a temporary file in the same folder, then renamed); ``ValueError``
+    for a document :func:`read` would refuse (nested too deeply, too large)."""
     if not isinstance(kind, str) or not kind:
         raise TypeError("kind must be a non-empty string")
     document: Dict[str, Any] = {
@@ -245,8 +265,12 @@ def write(path: Union[str, os.PathLike], kind: str, card: Mapping[str, Any], con
         "content": _to_json(content, "content"),
         "arrays": {str(name): encode_array(a) for name, a in arrays.items()},
     }
-    document["sha256"] = hashlib.sha256(canonical_bytes(document)).hexdigest()
+    _check_depth(document)  # refuse to write what read() would refuse
+    document["sha256"] = document_sha256(document)
     text = json.dumps(document, indent=1, allow_nan=False, ensure_ascii=True) + "\n"
+    if len(text) > MAX_FILE_BYTES:
+        raise ValueError(f"the release file would hold {len(text)} bytes, over the limit of {MAX_FILE_BYTES} "
+                         "that loading accepts")
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
     try:
@@ -270,19 +294,52 @@ def write_card(path: Union[str, os.PathLike], kind: str, card: Mapping[str, Any]
     return path
 
 
+def _no_duplicate_keys(pairs: Any) -> Dict[str, Any]:
+    """``object_pairs_hook`` of :func:`read`: a JSON object as a dict; ``ReleaseFileError`` on a repeated key
+    (JSON parsers differ on which one wins, so a reader could see another value than the hash covers)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ReleaseFileError(f"duplicate key {key!r} in a JSON object")
+    return out
+
+
+def _check_depth(document: Any) -> None:
+    """``ReleaseFileError`` if JSON objects and arrays nest deeper than :data:`MAX_JSON_DEPTH` (iterative)."""
+    stack = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise ReleaseFileError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+        children = value.values() if isinstance(value, dict) else value
+        stack.extend((v, depth + 1) for v in children if isinstance(v, (dict, list)))
+
+
 def read(path: Union[str, os.PathLike]) -> ReleaseDocument:
-    """Read and verify a release file: format, version, SHA-256, then the arrays.
+    """Read and verify a release file: size, JSON (no duplicate keys, bounded depth), format, version,
+    SHA-256, then the arrays.
 
     Raises :class:`ReleaseFileVersionError` for a format version other than :data:`FORMAT_VERSION`,
     :class:`ReleaseFileIntegrityError` when the content does not match its SHA-256, and
-    :class:`ReleaseFileError` for anything else that is not a valid release file.
+    :class:`ReleaseFileError` for anything else that is not a valid release file, including a file over
+    :data:`MAX_FILE_BYTES` or nested deeper than :data:`MAX_JSON_DEPTH`.
     """
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        raw = f.read(MAX_FILE_BYTES + 1) if size <= MAX_FILE_BYTES else b""
+    if size > MAX_FILE_BYTES or len(raw) > MAX_FILE_BYTES:
+        raise ReleaseFileError(f"{path}: a release file may hold at most {MAX_FILE_BYTES} bytes, this one "
+                               f"{max(size, len(raw))}")
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
-        document = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ReleaseFileError(f"{path}: not a JSON release file ({exc})") from exc
+        document = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
+        _check_depth(document)
+    except RecursionError:  # the parser's own limit, below ours for a deeper file
+        raise ReleaseFileError(f"{path}: JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ReleaseFileError as exc:
+        raise ReleaseFileError(f"{path}: {exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ReleaseFileError(f"{path}: not a JSON release file ({exc})") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise ReleaseFileError(f"{path}: not a dpgp_gpflow release file (no \"format\": {FORMAT!r})")
     version = document.get("format_version")
@@ -294,7 +351,7 @@ def read(path: Union[str, os.PathLike]) -> ReleaseDocument:
         missing, extra = sorted(_TOP_KEYS - set(document)), sorted(set(document) - _TOP_KEYS)
         raise ReleaseFileError(f"{path}: malformed release file (missing {missing}, unexpected {extra})")
     try:
-        digest = hashlib.sha256(canonical_bytes(document)).hexdigest()
+        digest = document_sha256(document)
     except ValueError as exc:  # a NaN / Infinity token: not strict JSON, never written by write()
         raise ReleaseFileIntegrityError(f"{path}: content is not strict JSON ({exc})") from exc
     if not isinstance(document["sha256"], str) or document["sha256"] != digest:
@@ -374,11 +431,21 @@ def _active_dims_spec(dims: Any) -> Any:
 def kernel_spec(kernel: gpflow.kernels.Kernel) -> Dict[str, Any]:
     """``{"class", "active_dims", "parameters"}`` of a kernel (``{"class": "Sum"|"Product", "kernels"}``
     for a combination) with the parameters' current values; ``NotImplementedError`` for a kernel class
-    outside :data:`KERNEL_CLASSES` (subclasses included: their maths may differ)."""
+    outside :data:`KERNEL_CLASSES` (subclasses included: their maths may differ) or a kernel that
+    :func:`kernel_from_spec` would refuse (over :data:`MAX_KERNEL_TERMS` kernels, nested too deeply)."""
+    spec = _kernel_spec(kernel)
+    try:
+        _check_kernel_size(spec)
+    except ReleaseFileError as exc:
+        raise NotImplementedError(f"cannot save this kernel: {exc}") from None
+    return spec
+
+
+def _kernel_spec(kernel: gpflow.kernels.Kernel) -> Dict[str, Any]:
     cls = type(kernel)
     for name, combo in _COMBINATIONS.items():
         if cls is combo:
-            return {"class": name, "kernels": [kernel_spec(k) for k in kernel.kernels]}
+            return {"class": name, "kernels": [_kernel_spec(k) for k in kernel.kernels]}
     for name, (known, params) in KERNEL_CLASSES.items():
         if cls is known:
             return {"class": name, "active_dims": _active_dims_spec(kernel.active_dims),
@@ -386,6 +453,24 @@ def kernel_spec(kernel: gpflow.kernels.Kernel) -> Dict[str, Any]:
     raise NotImplementedError(
         f"cannot save a {cls.__module__}.{cls.__qualname__} kernel: a release file holds only the GPflow kernels "
         f"{sorted(KERNEL_CLASSES)} and Sum / Product of them (export_saved_model has no such list)")
+
+
+def _check_kernel_size(spec: Any) -> None:
+    """``ReleaseFileError`` for more than :data:`MAX_KERNEL_TERMS` kernels or combinations nested more than
+    ``_MAX_KERNEL_DEPTH`` deep, counted before anything is built (iterative; malformed parts are left to
+    :func:`kernel_from_spec`)."""
+    stack, terms = [(spec, 0)], 0
+    while stack:
+        part, depth = stack.pop()
+        if depth > _MAX_KERNEL_DEPTH:
+            raise ReleaseFileError(f"kernel specification nested deeper than {_MAX_KERNEL_DEPTH} combinations")
+        parts = part.get("kernels") if isinstance(part, dict) and part.get("class") in _COMBINATIONS else None
+        if isinstance(parts, list):
+            stack.extend((p, depth + 1) for p in parts)
+        else:
+            terms += 1
+        if terms + len(stack) > MAX_KERNEL_TERMS:
+            raise ReleaseFileError(f"a kernel specification may hold at most {MAX_KERNEL_TERMS} kernels")
 
 
 def _parameter(cls_name: str, name: str, value: Any) -> np.ndarray:
@@ -409,10 +494,15 @@ def _active_dims(cls_name: str, spec: Any) -> Any:
     raise ReleaseFileError(f"kernel {cls_name}: invalid active_dims {spec!r}")
 
 
-def kernel_from_spec(spec: Any, _depth: int = 0) -> gpflow.kernels.Kernel:
-    """The frozen kernel (constants, no variables) of a :func:`kernel_spec`, with exactly the saved values."""
-    if _depth > _MAX_KERNEL_DEPTH:
-        raise ReleaseFileError("kernel specification nested too deeply")
+def kernel_from_spec(spec: Any) -> gpflow.kernels.Kernel:
+    """The frozen kernel (constants, no variables) of a :func:`kernel_spec`, with exactly the saved values;
+    ``ReleaseFileError`` for a malformed specification or one over :data:`MAX_KERNEL_TERMS` kernels
+    (checked before any is built)."""
+    _check_kernel_size(spec)
+    return _kernel_from_spec(spec)
+
+
+def _kernel_from_spec(spec: Any) -> gpflow.kernels.Kernel:
     if not isinstance(spec, dict) or not isinstance(spec.get("class"), str):
         raise ReleaseFileError("a kernel specification must be an object with a \"class\"")
     name = spec["class"]
@@ -420,7 +510,7 @@ def kernel_from_spec(spec: Any, _depth: int = 0) -> gpflow.kernels.Kernel:
         parts = spec.get("kernels")
         if set(spec) != {"class", "kernels"} or not isinstance(parts, list) or not parts:
             raise ReleaseFileError(f"kernel {name}: needs exactly a non-empty list \"kernels\"")
-        return _COMBINATIONS[name]([kernel_from_spec(p, _depth + 1) for p in parts])
+        return _COMBINATIONS[name]([_kernel_from_spec(p) for p in parts])
     if name not in KERNEL_CLASSES:
         raise ReleaseFileKindError(f"unknown kernel class {name!r}; a release file holds {sorted(KERNEL_CLASSES)}, "
                                    "Sum and Product")
