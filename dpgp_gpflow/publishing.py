@@ -2,8 +2,10 @@
 
 A release file (``docs/release_file.md``) names the kind of object it holds and, for a function or
 classifier, the kind of its readout. :func:`load` verifies the file (:func:`dpgp_gpflow.release_file.read`:
-format version and SHA-256), rebuilds the readout from :data:`READOUT_KINDS` and the object from
-:data:`RELEASED_KINDS`. Nothing else is ever instantiated, and nothing from the file is executed.
+limits, format version and SHA-256), rebuilds the readout from :data:`READOUT_KINDS` and the object from
+:data:`RELEASED_KINDS`, checking every release for meaning, then checks that the file holds exactly
+what the object writes (``docs/release_file.md#what-loading-checks``). Nothing else is ever
+instantiated, and nothing from the file is executed.
 
 A loaded object needs neither the model nor the private outputs: a function or classifier predicts
 from the released values and the frozen public pieces in the file (for a full-GP Laplace classifier
@@ -29,10 +31,12 @@ from .release_file import (
     ReleaseFileIntegrityError,
     ReleaseFileKindError,
     ReleaseFileVersionError,
+    _from_json,
+    _to_json,
     inputs_hash,
     read,
 )
-from .released import PrivateClassifier, PrivateFunction, Released, release_from_document
+from .released import PrivateClassifier, PrivateFunction, Released, _releases_of, release_from_document
 
 __all__ = [
     "READOUT_KINDS",
@@ -85,7 +89,41 @@ def _readout(document: ReleaseDocument) -> Any:
             "know it)")
     prefix = "readout/"
     arrays = {name[len(prefix):]: a for name, a in document.arrays.items() if name.startswith(prefix)}
-    return READOUT_KINDS[kind].from_release_state(spec["state"], arrays)
+    try:
+        return READOUT_KINDS[kind].from_release_state(spec["state"], arrays)
+    except ReleaseFileError as exc:
+        raise type(exc)(f"content.readout: {exc}") from None
+
+
+def _difference(found: Any, expected: Any, where: str) -> Any:
+    """The first place (``where.key[i]``) at which two plain JSON values differ, or None."""
+    if isinstance(found, dict) and isinstance(expected, dict):
+        for key in sorted(set(found) | set(expected)):
+            if key not in expected:
+                return f"{where}.{key} (unknown field)"
+            if key not in found:
+                return f"{where}.{key} (missing)"
+            place = _difference(found[key], expected[key], f"{where}.{key}")
+            if place:
+                return place
+        return None
+    if isinstance(found, list) and isinstance(expected, list) and len(found) == len(expected):
+        return next(filter(None, (_difference(a, b, f"{where}[{i}]") for i, (a, b) in enumerate(zip(found, expected)))),
+                    None)
+    numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (found, expected))
+    return None if found == expected and (numbers or type(found) is type(expected)) else where
+
+
+def _check_exactly_written(document: ReleaseDocument, released: Released) -> None:
+    """``ReleaseFileError`` unless the file's content and array names are what ``released`` writes
+    (:meth:`~dpgp_gpflow.released.Released.file_content`, recomputed): nothing unknown is carried."""
+    content, arrays = released.file_content()
+    unknown = sorted(set(document.arrays) - set(arrays))
+    if unknown:
+        raise ReleaseFileError(f"arrays: unknown array(s) {unknown}; a {document.kind} file holds {sorted(arrays)}")
+    place = _difference(document.content, _from_json(_to_json(content, "content")), "content")
+    if place:
+        raise ReleaseFileError(f"{place}: not what the loaded {document.kind} writes")
 
 
 def load(path: Union[str, "os.PathLike[str]"]) -> Released:
@@ -95,7 +133,8 @@ def load(path: Union[str, "os.PathLike[str]"]) -> Released:
     :class:`~dpgp_gpflow.release_file.ReleaseFileIntegrityError` when the content does not match the
     file's SHA-256 (damaged or edited; the hash does not stop a forger, who can recompute it),
     :class:`~dpgp_gpflow.release_file.ReleaseFileKindError` for an unknown kind of object, readout or
-    kernel, and :class:`~dpgp_gpflow.release_file.ReleaseFileError` for any other malformed content.
+    kernel, and :class:`~dpgp_gpflow.release_file.ReleaseFileError` for any other malformed, meaningless
+    or inconsistent content (one line naming the field; ``docs/release_file.md#what-loading-checks``).
     All are ``ValueError``. The privacy card is a claim of whoever wrote the file, not a proof.
     """
     document = read(path)
@@ -103,9 +142,20 @@ def load(path: Union[str, "os.PathLike[str]"]) -> Released:
         raise ReleaseFileKindError(
             f"{path}: unknown kind of released object {document.kind!r}: this dpgp_gpflow loads "
             f"{sorted(RELEASED_KINDS)} (a newer version may know it)")
-    return RELEASED_KINDS[document.kind](document)
+    try:
+        released = RELEASED_KINDS[document.kind](document)
+        _check_exactly_written(document, released)
+    except ReleaseFileError as exc:
+        raise type(exc)(f"{path}: {exc}") from None
+    return released
 
 
 def read_card(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
-    """The privacy card of the (verified) release file at ``path``, without building the object."""
-    return read(path).card
+    """The privacy card of the (verified) release file at ``path``, its releases checked for meaning as
+    :func:`load` checks them, without building the object (no readout, no kernel)."""
+    document = read(path)
+    try:
+        _releases_of(document)
+    except ReleaseFileError as exc:
+        raise type(exc)(f"{path}: {exc}") from None
+    return document.card

@@ -43,7 +43,17 @@ from .release_file import (
     write,
     write_card,
 )
-from .validation import as_inputs
+from .calibration import gaussian_multiplier
+from .validation import (
+    as_inputs,
+    check_real,
+    validate_bounds,
+    validate_calibration,
+    validate_data_sensitivity,
+    validate_delta,
+    validate_epsilon,
+    validate_objective,
+)
 
 __all__ = [
     "PrivateClassifier",
@@ -229,25 +239,29 @@ class PrivateRelease(Released):
     def from_release_card(cls, card: Mapping[str, Any], arrays: Mapping[str, np.ndarray],
                           prefix: str = "releases/0/") -> "PrivateRelease":
         """The release of a :meth:`release_card` entry and its arrays (``prefix + "mean"``, ...) from a
-        release file; ``ReleaseFileError`` when a field or an array is missing or malformed."""
+        release file, checked for meaning (``docs/release_file.md#what-loading-checks``);
+        ``ReleaseFileError`` naming the field when one is missing, malformed or inconsistent."""
+        where = _entry_name(prefix)
         if not isinstance(card, Mapping):
-            raise ReleaseFileError("a release's card entry must be an object")
-        fields = {name: _card_field(card, name, kind) for name, kind in _RELEASE_FIELD_TYPES.items()}
+            raise ReleaseFileError(f"{where} must be an object")
+        unknown = sorted(set(card) - set(_RELEASE_FIELDS) - {"y_bounds", "certificate", "k"})
+        if unknown:
+            raise ReleaseFileError(f"{where}: unknown field(s) {unknown}")
+        fields = {name: _card_field(card, name, kind, where) for name, kind in _RELEASE_FIELD_TYPES.items()}
         bounds = card.get("y_bounds")
         if bounds is not None:
             if not (isinstance(bounds, list) and len(bounds) == 2 and all(_is_number(b) for b in bounds)):
-                raise ReleaseFileError(f"release card: y_bounds must be null or [lo, hi], got {bounds!r}")
-            bounds = (float(bounds[0]), float(bounds[1]))
+                raise ReleaseFileError(f"{where}.y_bounds must be null or [lo, hi], got {bounds!r}")
+            bounds = _checked(where, "y_bounds", validate_bounds, bounds)
         fields["y_bounds"] = bounds
-        fields["certificate"] = _certificate(card.get("certificate", "missing"))
+        fields["certificate"] = _certificate(card.get("certificate", "missing"), where)
         a = take_arrays("PrivateRelease", arrays, {"mean": 1, "variance": 1, "noise_std": 1, "noise_factor": 2}, prefix)
         k = a["mean"].shape[0]
         if (a["variance"].shape != (k,) or a["noise_std"].shape != (k,) or a["noise_factor"].shape[0] != k
                 or card.get("k") != k):
-            raise ReleaseFileError(f"release {prefix!r}: mean [{k}] does not match variance, noise_std, noise_factor or k")
+            raise ReleaseFileError(f"{where}: mean [{k}] does not match variance, noise_std, noise_factor or k")
+        _check_meaning(where, fields, a)
         return cls(**a, **fields)
-
-
 
 
 class PrivatePrediction(NamedTuple):
@@ -515,9 +529,15 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _card_field(card: Mapping[str, Any], name: str, kind: str) -> Any:
+def _entry_name(prefix: str) -> str:
+    """``card.releases[i]`` for the arrays' ``prefix`` ``releases/i/`` (the name in error messages)."""
+    match = re.fullmatch(r"releases/(\d+)/", prefix)
+    return f"card.releases[{match.group(1)}]" if match else f"release {prefix!r}"
+
+
+def _card_field(card: Mapping[str, Any], name: str, kind: str, where: str) -> Any:
     if name not in card:
-        raise ReleaseFileError(f"release card: {name} is missing")
+        raise ReleaseFileError(f"{where}.{name} is missing")
     value = card[name]
     if kind.endswith("?"):
         if value is None:
@@ -526,19 +546,80 @@ def _card_field(card: Mapping[str, Any], name: str, kind: str) -> Any:
     ok = {"str": isinstance(value, str), "bool": isinstance(value, bool), "float": _is_number(value),
           "int": isinstance(value, int) and not isinstance(value, bool)}[kind]
     if not ok:
-        raise ReleaseFileError(f"release card: {name} must be a {kind}, got {value!r}")
+        raise ReleaseFileError(f"{where}.{name} must be {'an' if kind == 'int' else 'a'} {kind}, got {value!r}")
     return float(value) if kind == "float" else value
 
 
-def _certificate(value: Any) -> Optional[OptimiserCertificate]:
+def _certificate(value: Any, where: str) -> Optional[OptimiserCertificate]:
     if value is None:
         return None
     if not (isinstance(value, Mapping) and set(value) == set(OptimiserCertificate._fields)):
-        raise ReleaseFileError(f"release card: certificate must be null or an object with {OptimiserCertificate._fields}")
-    cert = {name: _card_field(value, name, kind) for name, kind in (
+        raise ReleaseFileError(f"{where}.certificate must be null or an object with {OptimiserCertificate._fields}")
+    cert = {name: _card_field(value, name, kind, f"{where}.certificate") for name, kind in (
         ("objective", "str"), ("gap", "float"), ("relative_gap", "float"), ("tol", "float"),
         ("iterations", "int"), ("converged", "bool"), ("support", "int"))}
     return OptimiserCertificate(**cert)
+
+
+#: Relative tolerance of the recomputed noise multiplier and noise std against the recorded ones.
+_RECOMPUTED_RTOL = 1e-9
+
+
+def _checked(where: str, name: str, check: Any, *args: Any) -> Any:
+    """``check(*args)`` (a :mod:`dpgp_gpflow.validation` function), its error as a ``ReleaseFileError``
+    naming the card field."""
+    try:
+        return check(*args)
+    except (TypeError, ValueError) as exc:
+        raise ReleaseFileError(f"{where}.{name}: {exc}") from None
+
+
+def _positive(name: str, value: float) -> float:
+    value = check_real(name, value)
+    if not value > 0.0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+    return value
+
+
+def _check_meaning(where: str, fields: Mapping[str, Any], a: Mapping[str, np.ndarray]) -> None:
+    """``ReleaseFileError`` naming the field unless a release's card entry and arrays make sense together:
+    valid privacy parameters, bounds and sensitivities, the noise multiplier recomputed from (epsilon,
+    delta, calibration), the rank and ``noise_std`` recomputed from ``noise_factor``."""
+    epsilon = _checked(where, "epsilon", validate_epsilon, fields["epsilon"])
+    delta = _checked(where, "delta", validate_delta, fields["delta"])
+    from .pipeline import MECHANISMS  # both Gaussian: every release has 0 < delta < 1 (pipeline imports this module)
+
+    mechanism = fields["mechanism"]
+    if mechanism not in MECHANISMS:
+        raise ReleaseFileError(f"{where}.mechanism must be one of {MECHANISMS}, got {mechanism!r}")
+    calibration = _checked(where, "calibration", validate_calibration, fields["calibration"])
+    if mechanism == "standard":
+        if fields["objective"] is not None or fields["certificate"] is not None:
+            raise ReleaseFileError(f"{where}.objective: a standard release has no objective or certificate")
+    else:
+        _checked(where, "objective", validate_objective, fields["objective"])
+    bounds = fields["y_bounds"]  # without bounds, only finite and > 0: no width to compare with
+    _checked(where, "data_sensitivity", validate_data_sensitivity, fields["data_sensitivity"],
+             bounds if bounds is not None else (-math.inf, math.inf))
+    _checked(where, "sensitivity", _positive, "sensitivity", fields["sensitivity"])
+    multiplier = _checked(where, "noise_multiplier", _positive, "noise_multiplier", fields["noise_multiplier"])
+    expected = _checked(where, "calibration", gaussian_multiplier, epsilon, delta, calibration)
+    if not math.isclose(multiplier, expected, rel_tol=_RECOMPUTED_RTOL):
+        raise ReleaseFileError(f"{where}.noise_multiplier {multiplier!r} is not the {calibration} multiplier "
+                               f"{expected!r} of epsilon {epsilon!r} and delta {delta!r}")
+    if fields["rtol"] is not None:
+        _checked(where, "rtol", _positive, "rtol", fields["rtol"])
+    bias = _checked(where, "bias_bound", check_real, "bias_bound", fields["bias_bound"])
+    if bias < 0.0:
+        raise ReleaseFileError(f"{where}.bias_bound must be >= 0, got {bias}")
+    factor = a["noise_factor"]
+    if factor.shape[1] < 1 or not np.any(factor):
+        raise ReleaseFileError(f"{where}: noise_factor {list(factor.shape)} has no non-zero column: no noise")
+    if fields["rank"] != factor.shape[1]:
+        raise ReleaseFileError(f"{where}.rank {fields['rank']} is not the noise_factor's {factor.shape[1]} columns")
+    norms = row_norms(tf.constant(factor)).numpy()
+    if not np.allclose(a["noise_std"], norms, rtol=_RECOMPUTED_RTOL, atol=0.0):
+        raise ReleaseFileError(f"{where}: noise_std is not the row norms of noise_factor")
 
 
 def _clip_flag(card: Mapping[str, Any]) -> bool:
@@ -550,7 +631,7 @@ def _clip_flag(card: Mapping[str, Any]) -> bool:
 
 
 def _releases_of(document: ReleaseDocument) -> Tuple[PrivateRelease, ...]:
-    """Every release of a verified release file, checked against the card's totals."""
+    """Every release of a verified release file, each checked for meaning and all against the card's totals."""
     entries = document.card.get("releases")
     if not isinstance(entries, list) or not entries:
         raise ReleaseFileError("card.releases must be a non-empty list")
@@ -560,6 +641,10 @@ def _releases_of(document: ReleaseDocument) -> Tuple[PrivateRelease, ...]:
                         ("delta", math.fsum(r.delta for r in releases))):
         if document.card.get(name) != total:
             raise ReleaseFileError(f"card.{name} {document.card.get(name)!r} is not the total of the releases ({total!r})")
+    reproducible = any(r.reproducible for r in releases)
+    if document.card.get("reproducible") is not reproducible:
+        raise ReleaseFileError(f"card.reproducible {document.card.get('reproducible')!r} is not that of the releases "
+                               f"({reproducible!r})")
     return releases
 
 
