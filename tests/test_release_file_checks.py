@@ -1,0 +1,280 @@
+"""Release files are checked for meaning, not only integrity (issue 29, item 4): each case below is an
+honest file edited as a forger would, its SHA-256 recomputed with the module's own function, and must be
+refused with one ReleaseFileError naming the field. Honest files of every kind still load, and hostile
+files (deep nesting, thousands of kernels, duplicate keys, oversize) fail fast."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import subprocess
+import sys
+import time
+
+import gpflow
+import numpy as np
+import pytest
+
+import dpgp_gpflow as dp
+from dpgp_gpflow import publishing, release_file
+from dpgp_gpflow.models import DPGPR, DPGPRFITC, DPLaplaceGPC, DPSparseLaplaceGPC
+from dpgp_gpflow.release_file import ReleaseFileError
+
+pytestmark = pytest.mark.filterwarnings("ignore::dpgp_gpflow.ReproducibleNoiseWarning")
+
+LO, HI = -2.0, 2.0
+#: Generous limit for "fails fast" / "loads fast" on a busy shared machine (measured: well under 1 s).
+FAST = 5.0
+
+
+def se():
+    return gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=1.2)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """Honest files of every kind: {name: path}."""
+    rng = np.random.default_rng(3)
+    X = rng.uniform(0.0, 6.0, (20, 1))
+    Y = np.sin(X) + 0.2 * rng.standard_normal((20, 1))
+    labels = np.where(np.sin(X) > 0, 1.0, -1.0)
+    Xs, Z = np.linspace(0.0, 6.0, 5)[:, None], np.linspace(0.5, 5.5, 4)[:, None]
+    gpr = DPGPR((X, Y), se(), y_bounds=(LO, HI), noise_variance=0.1, hyperparameters_public=True)
+    cloaking = gpr.release(Xs, epsilon=1.0, delta=1e-3, seed=1)
+    function = DPGPRFITC((X, Y), se() + gpflow.kernels.Matern32(variance=0.3, active_dims=[0]), Z, noise_variance=0.1,
+                         y_bounds=(LO, HI), hyperparameters_public=True).release_function(epsilon=1.0, delta=1e-3, seed=3)
+    objects = {
+        "cloaking": cloaking,
+        "cloaking-clipped": cloaking.clipped(),
+        "classical": gpr.release(Xs, epsilon=0.5, delta=1e-3, calibration="classical", seed=8),
+        "standard": gpr.release(Xs, epsilon=1.0, delta=1e-3, mechanism="standard", seed=2),
+        "function": function,
+        "function-clipped": function.clipped(),
+        "laplace-2-steps": DPLaplaceGPC((X, labels), se(), hyperparameters_public=True).release(
+            epsilon=1.0, delta=1e-3, steps=2, seed=4),
+        "sparse-classifier": DPSparseLaplaceGPC((X, labels), se(), Z, hyperparameters_public=True).release(
+            epsilon=1.0, delta=1e-3, seed=5),
+    }
+    folder = tmp_path_factory.mktemp("honest")
+    return {name: obj.save(folder / f"{name}.json") for name, obj in objects.items()}
+
+
+def forged(source, tmp_path, edit):
+    """``source`` edited by ``edit(raw)`` and its hash recomputed as the format does: a consistent file."""
+    raw = json.loads(source.read_text())
+    edit(raw)
+    raw["sha256"] = release_file.document_sha256(raw)
+    path = tmp_path / "forged.json"
+    path.write_text(json.dumps(raw, indent=1))
+    return path
+
+
+def array(raw, name):
+    entry = raw["arrays"][name]
+    return np.frombuffer(base64.b64decode(entry["data"]), dtype="<f8").reshape(entry["shape"]).copy()
+
+
+def put(raw, name, values):
+    raw["arrays"][name] = release_file.encode_array(np.asarray(values, dtype=np.float64))
+
+
+def entry(raw, i=0):
+    return raw["card"]["releases"][i]
+
+
+def setter(field, value, i=0, total=True):
+    """Set a release's card field (and the card's total epsilon / delta with it, so that only the field is wrong)."""
+    def edit(raw):
+        entry(raw, i)[field] = value
+        if total and field in ("epsilon", "delta") and isinstance(value, (int, float)):
+            raw["card"][field] = sum(e[field] for e in raw["card"]["releases"])
+    return edit
+
+
+def scale_noise_std(raw):
+    put(raw, "releases/0/noise_std", 1000.0 * array(raw, "releases/0/noise_std"))
+
+
+def no_noise_columns(raw):
+    k = entry(raw)["k"]
+    put(raw, "releases/0/noise_factor", np.zeros((k, 0)))
+    put(raw, "releases/0/noise_std", np.zeros(k))
+
+
+def zero_noise(raw):
+    put(raw, "releases/0/noise_factor", np.zeros_like(array(raw, "releases/0/noise_factor")))
+    put(raw, "releases/0/noise_std", np.zeros(entry(raw)["k"]))
+
+
+def halve_everything_but_the_multiplier(raw):  # a smaller epsilon claimed for the same noise
+    entry(raw)["epsilon"] = raw["card"]["epsilon"] = 0.5
+
+
+NAN, INF = {"$float": "nan"}, {"$float": "inf"}
+
+MEANINGLESS = [  # (honest file, edit, the error must match)
+    ("cloaking", setter("epsilon", -1.0), r"card\.releases\[0\]\.epsilon: epsilon must be > 0"),
+    ("cloaking", setter("epsilon", 0.0), r"card\.releases\[0\]\.epsilon: epsilon must be > 0"),
+    ("cloaking", setter("epsilon", INF, total=False), r"card\.releases\[0\]\.epsilon: epsilon must be finite"),
+    ("standard", setter("delta", 5.0), r"card\.releases\[0\]\.delta: delta must be in the open interval \(0, 1\)"),
+    ("standard", setter("delta", 0.0), r"card\.releases\[0\]\.delta: delta must be in the open interval"),
+    ("cloaking", setter("data_sensitivity", NAN), r"card\.releases\[0\]\.data_sensitivity: .*finite"),
+    ("cloaking", setter("data_sensitivity", -4.0), r"card\.releases\[0\]\.data_sensitivity: .*> 0"),
+    ("cloaking", setter("sensitivity", NAN), r"card\.releases\[0\]\.sensitivity: sensitivity must be finite"),
+    ("cloaking", setter("sensitivity", 0.0), r"card\.releases\[0\]\.sensitivity: sensitivity must be > 0"),
+    ("cloaking", setter("noise_multiplier", -1.8), r"card\.releases\[0\]\.noise_multiplier: noise_multiplier must be > 0"),
+    ("cloaking", setter("noise_multiplier", 18.0), r"card\.releases\[0\]\.noise_multiplier 18\.0 is not the analytic"),
+    ("cloaking", halve_everything_but_the_multiplier, r"card\.releases\[0\]\.noise_multiplier .* is not the analytic "
+                                                      r"multiplier .* of epsilon 0\.5"),
+    ("classical", setter("calibration", "analytic"), r"card\.releases\[0\]\.noise_multiplier .* is not the analytic"),
+    ("cloaking", setter("calibration", "classical"), r"card\.releases\[0\]\.noise_multiplier .* is not the classical"),
+    ("cloaking", setter("calibration", "magic"), r"card\.releases\[0\]\.calibration: calibration must be one of"),
+    ("standard", setter("epsilon", 2.0), r"card\.releases\[0\]\.noise_multiplier"),
+    ("cloaking", setter("mechanism", "laplace"), r"card\.releases\[0\]\.mechanism must be one of"),
+    ("cloaking", setter("objective", "fastest"), r"card\.releases\[0\]\.objective: objective must be one of"),
+    ("standard", setter("objective", "mse"), r"card\.releases\[0\]\.objective: a standard release has no objective"),
+    ("cloaking", setter("y_bounds", [2.0, -2.0]), r"card\.releases\[0\]\.y_bounds: y_bounds must satisfy lo < hi"),
+    ("cloaking", setter("y_bounds", [-2.0, INF]), r"card\.releases\[0\]\.y_bounds: y_bounds must be finite"),
+    ("cloaking", setter("y_bounds", [-0.5, 0.5]), r"card\.releases\[0\]\.data_sensitivity: .*exceeds the width"),
+    ("cloaking", setter("rank", 999), r"card\.releases\[0\]\.rank 999 is not the noise_factor's 5 columns"),
+    ("cloaking", setter("rank", 0), r"card\.releases\[0\]\.rank 0 is not the noise_factor's"),
+    ("cloaking", setter("rtol", -0.01), r"card\.releases\[0\]\.rtol: rtol must be > 0"),
+    ("cloaking", setter("bias_bound", -1.0), r"card\.releases\[0\]\.bias_bound must be >= 0"),
+    ("cloaking", setter("bias_bound", NAN), r"card\.releases\[0\]\.bias_bound: bias_bound must be finite"),
+    ("cloaking", scale_noise_std, r"card\.releases\[0\]: noise_std is not the row norms of noise_factor"),
+    ("standard", no_noise_columns, r"card\.releases\[0\]: noise_factor \[5, 0\] has no non-zero column: no noise"),
+    ("cloaking", zero_noise, r"card\.releases\[0\]: noise_factor \[5, 5\] has no non-zero column"),
+    ("cloaking", setter("rank", "5"), r"card\.releases\[0\]\.rank must be an int"),
+    ("cloaking", setter("leak", 1.0), r"card\.releases\[0\]: unknown field\(s\) \['leak'\]"),
+    ("cloaking", lambda raw: raw["card"].update(reproducible=False), r"card\.reproducible False is not that of the"),
+    ("laplace-2-steps", setter("delta", 0.5, i=1), r"card\.releases\[1\]\.noise_multiplier"),
+    ("laplace-2-steps", setter("epsilon", -0.5, i=1), r"card\.releases\[1\]\.epsilon: epsilon must be > 0"),
+    ("function", lambda raw: put(raw, "releases/0/noise_std", 2.0 * array(raw, "releases/0/noise_std")),
+     r"card\.releases\[0\]: noise_std is not the row norms"),
+    ("sparse-classifier", setter("noise_multiplier", 1.0), r"card\.releases\[0\]\.noise_multiplier 1\.0 is not"),
+    # nothing unknown is carried
+    ("cloaking", lambda raw: put(raw, "releases/0/outputs", np.ones(20)), r"arrays: unknown array\(s\) "
+                                                                          r"\['releases/0/outputs'\]"),
+    ("function", lambda raw: put(raw, "readout/Y", np.ones(20)), r"unknown array\(s\) \['readout/Y'\]"),
+    ("laplace-2-steps", lambda raw: put(raw, "coordinates", np.eye(20)), r"unknown array\(s\) \['coordinates'\]"),
+    ("cloaking", lambda raw: raw["content"].update(outputs=[1.0, 2.0]), r"content\.outputs \(unknown field\): not "
+                                                                        r"what the loaded PrivateRelease writes"),
+    ("function", lambda raw: raw["content"]["readout"]["state"].update(y_mean=0.1),
+     r"content\.readout\.state\.y_mean \(unknown field\)"),
+]
+
+
+@pytest.mark.parametrize("name, edit, message", MEANINGLESS, ids=[f"{i}-{c[0]}" for i, c in enumerate(MEANINGLESS)])
+def test_a_consistent_forgery_without_meaning_is_refused(files, tmp_path, name, edit, message):
+    path = forged(files[name], tmp_path, edit)
+    release_file.read(path)  # the hash is right: only the meaning is wrong
+    with pytest.raises(ReleaseFileError, match=message) as info:
+        dp.load(path)
+    assert str(info.value).startswith(f"{path}: ") and "\n" not in str(info.value)
+    if "unknown array" not in message and "content" not in message:  # the card alone is refused as well
+        with pytest.raises(ReleaseFileError, match=message):
+            publishing.read_card(path)
+
+
+@pytest.mark.parametrize("name", ["cloaking", "cloaking-clipped", "classical", "standard", "function",
+                                  "function-clipped", "laplace-2-steps", "sparse-classifier"])
+def test_honest_files_of_every_kind_still_load(files, tmp_path, name):
+    loaded = dp.load(files[name])
+    card = publishing.read_card(files[name])
+    assert card["epsilon"] == loaded.epsilon and card["clip_to_bounds"] == name.endswith("clipped")
+    assert loaded.clip_to_bounds == name.endswith("clipped")
+    again = loaded.save(tmp_path / "again.json")
+    assert release_file.read(again).arrays.keys() == release_file.read(files[name]).arrays.keys()
+    assert dp.load(again).privacy_card() == loaded.privacy_card()
+
+
+def test_duplicate_keys_are_refused(files, tmp_path):
+    # a parser keeping the first "epsilon" would read 100.0; Python's keeps the last, which the hash covers
+    text = files["cloaking"].read_text()
+    marker = '\n "card": {\n'
+    assert text.count(marker) == 1
+    path = tmp_path / "duplicate.json"
+    path.write_text(text.replace(marker, marker + '  "epsilon": 100.0,\n'))
+    with pytest.raises(ReleaseFileError, match=r"duplicate key 'epsilon' in a JSON object"):
+        dp.load(path)
+    with pytest.raises(ReleaseFileError, match=r"duplicate key"):
+        publishing.read_card(path)
+
+
+def test_deep_nesting_fails_fast_with_one_line(files, tmp_path):
+    def nest(raw):
+        deep = {}
+        for _ in range(600):
+            deep = {"a": deep}
+        raw["card"]["note"] = deep
+
+    path = forged(files["cloaking"], tmp_path, nest)
+    deeper = tmp_path / "deeper.json"  # beyond the JSON parser's own recursion limit
+    deeper.write_text("[" * 100_000 + "]" * 100_000)
+    for p in (path, deeper):
+        start = time.perf_counter()
+        with pytest.raises(ReleaseFileError, match=rf"^{p}: JSON nested deeper than 64 levels$"):
+            dp.load(p)
+        assert time.perf_counter() - start < FAST
+
+
+def test_thousands_of_kernels_fail_fast(files, tmp_path):
+    raw = json.loads(files["function"].read_text())
+    leaf = raw["content"]["readout"]["state"]["kernel"]["kernels"][0]
+    for count in (3000, 1_000_000 // len(json.dumps(leaf))):  # 3,000 kernels; a 1 MB file
+        def many(raw):
+            raw["content"]["readout"]["state"]["kernel"] = {"class": "Sum", "kernels": [copy.deepcopy(leaf)] * count}
+
+        path = forged(files["function"], tmp_path, many)
+        start = time.perf_counter()
+        with pytest.raises(ReleaseFileError, match=r"content\.readout: a kernel specification may hold at most 64 "
+                                                   r"kernels"):
+            dp.load(path)
+        assert time.perf_counter() - start < FAST, count
+    assert path.stat().st_size > 1_000_000
+
+
+def test_a_honest_megabyte_loads_fast(files, tmp_path):
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0.0, 6.0, (20, 1))
+    release = DPGPR((X, np.sin(X)), se(), y_bounds=(LO, HI), noise_variance=0.1, hyperparameters_public=True).release(
+        np.linspace(0.0, 6.0, 320)[:, None], epsilon=1.0, delta=1e-3, mechanism="standard", seed=1)
+    path = release.save(tmp_path / "megabyte.json")
+    assert path.stat().st_size > 1_000_000
+    dp.load(files["cloaking"])  # TensorFlow's first op is not the file's cost
+    start = time.perf_counter()
+    loaded = dp.load(path)
+    assert time.perf_counter() - start < FAST
+    np.testing.assert_array_equal(loaded.noise_factor, release.noise_factor)
+
+
+def test_an_oversize_file_is_refused_before_it_is_read(files, monkeypatch):
+    size = files["cloaking"].stat().st_size
+    monkeypatch.setattr(release_file, "MAX_FILE_BYTES", size - 1)
+    with pytest.raises(ReleaseFileError, match=rf"may hold at most {size - 1} bytes, this one {size}"):
+        dp.load(files["cloaking"])
+
+
+def test_what_loading_refuses_is_not_written(files, tmp_path):
+    release = dp.load(files["cloaking"])
+    deep = []
+    for _ in range(70):
+        deep = [deep]
+    with pytest.raises(ValueError, match="nested deeper than 64"):
+        release.save(tmp_path / "deep.json", note=deep)
+    kernel = gpflow.kernels.Sum([se() for _ in range(65)])
+    with pytest.raises(NotImplementedError, match="at most 64 kernels"):
+        release_file.kernel_spec(kernel)
+    assert not any(tmp_path.iterdir())
+
+
+def test_dpgp_show_prints_one_line(files, tmp_path):
+    path = forged(files["standard"], tmp_path, setter("delta", 5.0))
+    code = "import sys, dpgp_gpflow.cli; sys.exit(dpgp_gpflow.cli.main())"
+    proc = subprocess.run([sys.executable, "-c", code, "show", str(path)], capture_output=True, text=True,
+                          timeout=240, env={"PYTHONWARNINGS": "ignore", "TF_CPP_MIN_LOG_LEVEL": "3",
+                                            "PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "card.releases[0].delta: delta must be in the open interval" in lines[0], proc.stderr
