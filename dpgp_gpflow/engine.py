@@ -30,12 +30,12 @@ from .release import (
     MAX_NOISE_CONDITION,
     bias_rounding,
     candidate_rtols,
-    check_whitened_shift,
     noise_in_space,
     projection_bias,
     projection_is_harmless,
     publish_cloaking,
     reserve_gaussian,
+    validate_public_bounds,
     whitening_terms,
 )
 from .released import PrivateRelease
@@ -151,6 +151,7 @@ def publish(
     epsilon: float,
     delta: float,
     data_sensitivity: float,
+    output_bound: float,
     objective: str = "mse",
     calibration: str = "analytic",
     tol: float = DEFAULT_TOL,
@@ -160,31 +161,40 @@ def publish(
 ) -> PrivateRelease:
     """Release ``offset + C y_centred`` with the noise of ``plan`` (eager; the host's part).
 
-    Checks that ``plan`` was made for the multiplier of (``epsilon``, ``delta``, ``calibration``) and
-    that its whitened shift is within bounds, reserves the budget, draws exact noise, re-colours and
-    charges (:func:`dpgp_gpflow.release.publish_cloaking`, the same code as every cloaking release).
-    ``data_sensitivity`` must be the one the plan was made with. Privacy assumptions: those of
-    :func:`noise_plan`, and ``y_centred`` clipped and centred as in
-    :func:`~dpgp_gpflow.release.cloaking_release`.
+    Trusts nothing the plan says about its own privacy: ``data_sensitivity`` (finite, > 0, at most the
+    width of ``y_bounds`` when given) and ``output_bound`` are validated before the budget is reserved,
+    and :func:`dpgp_gpflow.release.publish_cloaking` (the same code as every cloaking release) recomputes
+    the whitened query's L2 shift from ``plan.whitening`` itself and the declared ``data_sensitivity``,
+    and refuses (``FloatingPointError``; nothing drawn, nothing charged) a plan made for a smaller data
+    sensitivity or with a modified whitening (``plan.shift`` is never read). A plan made for another
+    noise multiplier is refused too (``ValueError``). Then it draws exact noise, re-colours with
+    ``plan.noise_factor`` (any public factor: post-processing) and charges.
+
+    Privacy assumptions: those of :func:`noise_plan`; ``y_centred`` clipped and centred as in
+    :func:`~dpgp_gpflow.release.cloaking_release` (``|y_c,i| <= output_bound``), and one entry moves by at
+    most ``data_sensitivity`` between neighbours.
     """
     validate_objective(objective)
+    validate_public_bounds(data_sensitivity, output_bound, y_bounds)  # before anything is reserved
     epsilon, delta, multiplier, reservation = reserve_gaussian(epsilon, delta, calibration, accountant)
     try:
         if float(plan.noise_multiplier) != multiplier:
             raise ValueError(f"this plan was made for noise multiplier {float(plan.noise_multiplier)!r}, but "
                              f"(epsilon={epsilon}, delta={delta}, {calibration}) needs {multiplier!r}")
-        check_whitened_shift(float(plan.shift), multiplier)
         certificate = cloaking.certificate_of(objective, plan.gap, plan.relative_gap, tol, plan.iterations, plan.support)
         y_centred = tf.reshape(tf.convert_to_tensor(y_centred, dtype=tf.float64), [-1])
-        if int(plan.whitening.shape[1]) != int(y_centred.shape[0]):
-            raise ValueError(f"the plan has {int(plan.whitening.shape[1])} columns but there are "
+        whitening = tf.convert_to_tensor(plan.whitening, tf.float64)
+        if whitening.shape.rank != 2 or int(whitening.shape[1]) != int(y_centred.shape[0]):
+            raise ValueError(f"the plan has {int(whitening.shape[-1])} columns but there are "
                              f"{int(y_centred.shape[0])} outputs")
+        if int(plan.rank) != int(whitening.shape[0]):
+            raise ValueError(f"the plan's rank {int(plan.rank)} does not match its whitening matrix {whitening.shape}")
         return publish_cloaking(
-            noise_factor=tf.convert_to_tensor(plan.noise_factor), whitening=tf.convert_to_tensor(plan.whitening),
+            noise_factor=tf.convert_to_tensor(plan.noise_factor, tf.float64), whitening=whitening,
             y_centred=y_centred, offset=offset, variance=variance, sensitivity=float(plan.sensitivity),
-            multiplier=multiplier, reservation=reservation, seed=seed, epsilon=epsilon, delta=delta,
-            data_sensitivity=data_sensitivity, calibration=calibration, objective=objective, certificate=certificate,
-            rank=int(plan.rank), rtol=float(plan.rtol), bias_bound=float(plan.bias_bound), y_bounds=y_bounds)
+            multiplier=multiplier, output_bound=output_bound, reservation=reservation, seed=seed, epsilon=epsilon,
+            delta=delta, data_sensitivity=data_sensitivity, calibration=calibration, objective=objective,
+            certificate=certificate, rank=int(plan.rank), rtol=float(plan.rtol), bias_bound=float(plan.bias_bound),
+            y_bounds=y_bounds)
     finally:
         reservation.close()
-

@@ -25,6 +25,7 @@ draw ``V y + s Delta F xi`` (warns :class:`~dpgp_gpflow.PrivacyLeakWarning`).
 from __future__ import annotations
 
 import math
+from numbers import Real
 from typing import Any, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
@@ -66,6 +67,7 @@ from .sampling import (
 from .validation import (
     require_finite,
     validate_calibration,
+    validate_data_sensitivity,
     validate_delta,
     validate_epsilon,
     validate_objective,
@@ -81,6 +83,8 @@ __all__ = [
     "NOISE_SOLVERS",
     "check_whitened_shift",
     "noise_in_space",
+    "validate_public_bounds",
+    "whitened_shift",
     "publish_cloaking",
     "reserve_gaussian",
     "whitening_terms",
@@ -226,11 +230,34 @@ def _unit_noise_factor(space: ColumnSpace, noise: _Noise) -> tf.Tensor:
     return tf.linalg.matmul(space.basis, noise.factor) * noise.sensitivity
 
 
+def _shift_bound(W, data_sensitivity, output_bound):
+    """``d max_i ||w_i|| + 2 gamma_n b sum_i ||w_i||`` (with the safety factor) of a public ``W`` [r, n]:
+    the L2 shift of ``W y`` between neighbours, computed in float64 (:func:`whitening_terms`)."""
+    n = tf.cast(tf.shape(W)[1], tf.float64)
+    unit = float(np.finfo(np.float64).eps) / 2.0
+    gamma_n = n * unit / (1.0 - n * unit)
+    norms = tf.norm(W, axis=0)  # [n]
+    return SENSITIVITY_SAFETY * (data_sensitivity * tf.reduce_max(norms)
+                                 + 2.0 * gamma_n * output_bound * tf.reduce_sum(norms))
+
+
+def whitened_shift(whitening, data_sensitivity, output_bound, multiplier):
+    """The whitened query's L2 shift ``mu`` recomputed from the whitening matrix ``W`` [r, n] itself (already
+    divided by ``s Delta``): ``_shift_bound`` plus the grid rounding ``sqrt(r) 2^GRID_EXPONENT``; infinite
+    when the grid's loss at ``multiplier`` exceeds ``MAX_GRID_LOSS``. The one formula every exact cloaking
+    release is checked with (:func:`check_whitened_shift`: ``mu K <= 1/s``). Graph-safe; public."""
+    W = tf.convert_to_tensor(whitening, tf.float64)
+    d, b, s = (tf.convert_to_tensor(x, tf.float64) for x in (data_sensitivity, output_bound, multiplier))
+    r = tf.cast(tf.shape(W)[0], tf.float64)
+    mu = _shift_bound(W, d, b) + tf.sqrt(r) * 2.0**GRID_EXPONENT
+    return tf.where(grid_loss(s, tf.sqrt(r)) <= MAX_GRID_LOSS, mu, tf.constant(np.inf, tf.float64))
+
+
 @check_shapes("solved: [r, n]")
 def whitening_terms(solved, sensitivity, multiplier, data_sensitivity, output_bound):
     """The exact sampler's sensitivity ``Delta``, whitening matrix ``W = F^{-1} V / (s Delta)`` (from
     ``solved = F^{-1} V``, as :func:`noise_in_space` returns it) and the whitened query's recomputed L2
-    shift ``mu`` (the release is refused unless ``mu K <= 1/s``).
+    shift ``mu`` (:func:`whitened_shift`; the release is refused unless ``mu K <= 1/s``).
 
     ``W`` is public (computed from ``C`` alone; its own rounding does not matter), so the L2 shift of
     ``W y`` between neighbours is exactly ``d max_i ||w_i||``; computing ``W y`` in float64 errs by at
@@ -241,42 +268,51 @@ def whitening_terms(solved, sensitivity, multiplier, data_sensitivity, output_bo
     """
     W = solved  # [r, n]: F^{-1} V, public
     r = tf.cast(tf.shape(W)[0], tf.float64)
-    n = tf.cast(tf.shape(W)[1], tf.float64)
-    unit = float(np.finfo(np.float64).eps) / 2.0
-    gamma_n = n * unit / (1.0 - n * unit)
-
-    def shift_bound(matrix):
-        norms = tf.norm(matrix, axis=0)  # [n]
-        return SENSITIVITY_SAFETY * (data_sensitivity * tf.reduce_max(norms)
-                                     + 2.0 * gamma_n * output_bound * tf.reduce_sum(norms))
-
     loss = grid_loss(multiplier, tf.sqrt(r))
     # WHITENING_SLACK covers the rounding of recomputing the bound below from the rescaled W (norms of
     # r entries: a relative error of order r ulp), which would otherwise refuse some valid releases.
-    delta_ = tf.maximum(sensitivity, shift_bound(W)) * grid_factor_of_loss(loss) * WHITENING_SLACK
+    delta_ = tf.maximum(sensitivity, _shift_bound(W, data_sensitivity, output_bound)) * grid_factor_of_loss(loss) \
+        * WHITENING_SLACK
     W = W / (multiplier * delta_)
-    mu = shift_bound(W) + tf.sqrt(r) * 2.0**GRID_EXPONENT
-    return delta_, W, tf.where(loss <= MAX_GRID_LOSS, mu, tf.constant(np.inf, tf.float64))
+    return delta_, W, whitened_shift(W, data_sensitivity, output_bound, multiplier)
 
 
 _whitening = tf.function(whitening_terms, input_signature=[MATRIX_SPEC] + [REAL_SPEC] * 4, autograph=False)
+_whitened_shift = tf.function(whitened_shift, input_signature=[MATRIX_SPEC] + [REAL_SPEC] * 3, autograph=False)
 
 
 def _whitening_matrix(space: ColumnSpace, noise: _Noise, multiplier: float, data_sensitivity: float,
                       output_bound: float) -> Tuple[float, tf.Tensor]:
-    """The exact sampler's sensitivity ``Delta`` and whitening matrix ``W`` (:func:`whitening_terms`, compiled),
-    refused (``FloatingPointError``) if the shift recomputed from the matrix actually used exceeds ``1 / (s K)``."""
-    sensitivity, W, mu = _whitening(noise.solved, *(tf.constant(float(x), tf.float64) for x in (
+    """The exact sampler's sensitivity ``Delta`` and whitening matrix ``W`` (:func:`whitening_terms`, compiled);
+    :func:`publish_cloaking` checks the matrix before anything is drawn."""
+    sensitivity, W, _ = _whitening(noise.solved, *(tf.constant(float(x), tf.float64) for x in (
         noise.sensitivity, multiplier, data_sensitivity, output_bound)))
-    check_whitened_shift(float(mu), multiplier)
     return float(sensitivity), W
 
 
 def check_whitened_shift(mu: float, multiplier: float) -> None:
     """Refuse (``FloatingPointError``) a whitened query whose L2 shift ``mu`` exceeds ``1 / (s K)``."""
     if not (math.isfinite(mu) and mu * DISCRETE_GAUSSIAN_FACTOR <= 1.0 / multiplier):
-        raise FloatingPointError(f"the whitened query's sensitivity {mu:.6g} exceeds 1/multiplier; "
-                                 "this release cannot be guaranteed")
+        raise FloatingPointError(f"the whitened query's sensitivity {mu:.6g} exceeds 1/(multiplier K) = "
+                                 f"{1.0 / (multiplier * DISCRETE_GAUSSIAN_FACTOR):.6g} (a plan made for another "
+                                 "data sensitivity or budget, or a modified whitening matrix?); this release "
+                                 "cannot be guaranteed: nothing was drawn or charged")
+
+
+def validate_public_bounds(data_sensitivity: Any, output_bound: Any,
+                           y_bounds: Optional[Tuple[float, float]] = None) -> Tuple[float, float]:
+    """The declared data sensitivity ``d`` (finite, > 0, at most the width of ``y_bounds`` when given:
+    :func:`~dpgp_gpflow.validation.validate_data_sensitivity`) and the bound ``b`` on ``|y_c|`` (finite, >= 0)."""
+    bounds = (-math.inf, math.inf) if y_bounds is None else tuple(float(v) for v in y_bounds)
+    if len(bounds) != 2 or not bounds[0] < bounds[1]:
+        raise ValueError(f"y_bounds must be (lo, hi) with lo < hi, got {y_bounds!r}")
+    d = validate_data_sensitivity(data_sensitivity, bounds)
+    if isinstance(output_bound, bool) or not isinstance(output_bound, (Real, np.floating, np.integer)):
+        raise TypeError(f"output_bound must be a real number, got {output_bound!r}")
+    b = float(output_bound)
+    if not (math.isfinite(b) and b >= 0.0):
+        raise ValueError(f"output_bound must be finite and >= 0, got {b}")
+    return d, b
 
 
 class NoisePlan:
@@ -399,6 +435,7 @@ def cloaking_release(
     validate_objective(objective)
     validate_sampler(sampler)
     seed = validate_seed(seed)
+    validate_public_bounds(data_sensitivity, output_bound, y_bounds)
     epsilon, delta, multiplier, reservation = reserve_gaussian(epsilon, delta, calibration, accountant)
     try:
         y_centred = tf.reshape(tf.convert_to_tensor(y_centred, dtype=tf.float64), [-1])
@@ -423,7 +460,7 @@ def cloaking_release(
             noise_factor = tf.linalg.matmul(space.basis, noise.factor) * (multiplier * sensitivity)  # [k, r]
             return publish_cloaking(noise_factor=noise_factor, whitening=W, y_centred=y_centred, offset=offset,
                                     variance=variance, sensitivity=sensitivity, multiplier=multiplier,
-                                    reservation=reservation, seed=seed, **record)
+                                    output_bound=output_bound, reservation=reservation, seed=seed, **record)
         sampling.warn_float_sampler(description)
         sensitivity = noise.sensitivity
         noise_factor = _unit_noise_factor(space, noise) * multiplier  # [k, r]
@@ -442,15 +479,28 @@ def _description(objective: str, k: int) -> str:
 
 
 def publish_cloaking(*, noise_factor: tf.Tensor, whitening: tf.Tensor, y_centred: tf.Tensor, offset: Any,
-                     variance: Any, sensitivity: float, multiplier: float, reservation: Reservation,
-                     seed: Optional[int], **record: Any) -> PrivateRelease:
-    """The host's part of every exact cloaking release: whiten the query (``z = W y_c``), add exact grid
-    noise (:func:`dpgp_gpflow.sampling.standard_normal`, :func:`~dpgp_gpflow.sampling.grid_sum`),
-    re-colour (``offset + noise_factor z``: post-processing) and charge ``reservation``.
+                     variance: Any, sensitivity: float, multiplier: float, output_bound: float,
+                     reservation: Reservation, seed: Optional[int], **record: Any) -> PrivateRelease:
+    """The host's part of every exact cloaking release: check the whitening matrix, whiten the query
+    (``z = W y_c``), add exact grid noise (:func:`dpgp_gpflow.sampling.standard_normal`,
+    :func:`~dpgp_gpflow.sampling.grid_sum`), re-colour (``offset + noise_factor z``: post-processing) and
+    charge ``reservation``.
 
-    Privacy assumption: ``whitening`` has L2 sensitivity at most ``1 / (s K)`` (checked by the caller
-    from the matrix itself) and ``noise_factor`` is public.
+    Trusts no plan: before anything is drawn it validates the declared ``record["data_sensitivity"]`` and
+    ``output_bound`` (:func:`validate_public_bounds`, against ``record["y_bounds"]``), recomputes the L2
+    shift of ``W y_c`` from ``whitening`` itself (:func:`whitened_shift`) and refuses (``FloatingPointError``,
+    the caller's ``reservation`` is then cancelled, nothing charged) unless it is at most ``1 / (s K)`` for
+    the ``multiplier`` being charged. Privacy assumptions: ``y_centred`` moves by at most the declared data
+    sensitivity in one entry between neighbours and lies within ``output_bound``; ``noise_factor`` is public
+    (any public factor: re-colouring is post-processing).
     """
+    d, b = validate_public_bounds(record["data_sensitivity"], output_bound, record.get("y_bounds"))
+    whitening = tf.convert_to_tensor(whitening, tf.float64)
+    if whitening.shape.rank != 2 or int(whitening.shape[0]) == 0 or int(whitening.shape[0]) != int(noise_factor.shape[1]):
+        raise ValueError(f"the whitening matrix {whitening.shape} does not match the noise factor {noise_factor.shape}")
+    mu = float(_whitened_shift(whitening, *(tf.constant(x, tf.float64) for x in (d, b, float(multiplier)))))
+    check_whitened_shift(mu, multiplier)  # refused here: nothing drawn, nothing charged
+    record["data_sensitivity"] = d
     z = tf.linalg.matvec(whitening, y_centred).numpy()
     xi, reproducible = sampling.standard_normal(int(whitening.shape[0]), seed)
     z = z + xi if reproducible else sampling.grid_sum(z, xi)

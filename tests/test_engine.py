@@ -12,7 +12,8 @@ import tensorflow as tf
 
 import dpgp_gpflow as dp
 from dpgp_gpflow import engine
-from dpgp_gpflow.calibration import gaussian_multiplier
+from dpgp_gpflow.calibration import analytic_gaussian_epsilon, gaussian_multiplier
+from dpgp_gpflow.sampling import DISCRETE_GAUSSIAN_FACTOR
 from dpgp_gpflow.release import cloaking_release
 
 from reference import k_se
@@ -79,18 +80,124 @@ def test_publish_draws_and_spends_once_and_refuses_a_plan_for_another_budget():
     plan = engine.noise_plan(tf.constant(C), noise_multiplier=s, data_sensitivity=4.0, output_bound=2.0)
     with dp.PrivacyAccountant(epsilon=1.5, delta=1e-2) as budget:
         with pytest.raises(ValueError, match="multiplier"):
-            engine.publish(plan, y, np.zeros(len(C)), np.zeros(len(C)), epsilon=0.5, delta=DELTA, data_sensitivity=4.0)
+            engine.publish(plan, y, np.zeros(len(C)), np.zeros(len(C)), epsilon=0.5, delta=DELTA, data_sensitivity=4.0,
+                               output_bound=2.0)
         assert budget.spent == (0.0, 0.0)
-        rel = engine.publish(plan, y, np.zeros(len(C)), np.zeros(len(C)), epsilon=EPS, delta=DELTA, data_sensitivity=4.0)
+        rel = engine.publish(plan, y, np.zeros(len(C)), np.zeros(len(C)), epsilon=EPS, delta=DELTA, data_sensitivity=4.0,
+                               output_bound=2.0)
         assert budget.spent[0] == pytest.approx(EPS)
     # the released mean is C's projection plus noise of the plan's covariance: with a fixed seed, exact
     B = plan.basis.numpy()
     rel_seeded = engine.publish(plan, y, np.zeros(len(C)), np.zeros(len(C)), epsilon=EPS, delta=DELTA,
-                                data_sensitivity=4.0, seed=5)
+                                data_sensitivity=4.0, output_bound=2.0, seed=5)
     xi = np.random.default_rng(5).standard_normal(int(plan.rank))
     np.testing.assert_allclose(rel_seeded.mean, B @ (B.T @ (C @ y)) + plan.noise_factor.numpy() @ xi, rtol=1e-8,
                                atol=1e-8)
     assert rel.rank == int(plan.rank)
+
+
+def _true_epsilon(W, d):
+    """Independent numpy: the epsilon at DELTA of a Gaussian release of ``W y`` (unit noise, one output moved
+    by ``d``): the analytic Gaussian mechanism at shift ``d max_i ||w_i||`` (no rounding terms)."""
+    return analytic_gaussian_epsilon(d * np.max(np.linalg.norm(W, axis=0)), DELTA)
+
+
+def _publish(plan, y, **kw):
+    k = int(plan.noise_factor.shape[0])
+    options = dict(epsilon=EPS, delta=DELTA, data_sensitivity=4.0, output_bound=2.0)
+    options.update(kw)
+    return engine.publish(plan, y, np.zeros(k), np.zeros(k), **options)
+
+
+@pytest.mark.parametrize("forgery", ["plan for d = 1 published with d = 10", "whitening scaled by 20",
+                                     "negative d", "nan d", "d wider than the bounds", "infinite output bound"])
+def test_publish_refuses_a_forged_or_mismatched_plan_and_charges_nothing(forgery):
+    """The review's cases: publish recomputes the whitened shift from the matrix it would use and the
+    declared d, and never trusts plan.shift; a refused plan draws and charges nothing."""
+    C, y = problem()
+    s = gaussian_multiplier(EPS, DELTA, "analytic")
+    d_plan = 1.0 if "d = 1" in forgery else 4.0
+    plan = engine.noise_plan(tf.constant(C), noise_multiplier=s, data_sensitivity=d_plan, output_bound=2.0)
+    kw = {}
+    if "d = 10" in forgery:
+        kw = dict(data_sensitivity=10.0, output_bound=5.0)
+        forged_epsilon = _true_epsilon(plan.whitening.numpy(), 10.0)
+        assert forged_epsilon > 15 * EPS  # charged as EPS (the review measured 25.7 at its delta)
+    elif "scaled" in forgery:
+        plan = plan._replace(whitening=20.0 * plan.whitening)  # plan.shift still says the original
+        assert _true_epsilon(plan.whitening.numpy(), 4.0) > 40 * EPS  # the review measured 80.6 at its delta
+        assert float(plan.shift) * DISCRETE_GAUSSIAN_FACTOR <= 1.0 / s  # the forged plan's claim looks fine
+    elif "negative" in forgery:
+        kw = dict(data_sensitivity=-3.0)
+    elif "nan" in forgery:
+        kw = dict(data_sensitivity=float("nan"))
+    elif "wider" in forgery:
+        kw = dict(y_bounds=(-1.0, 1.0))  # d = 4 > hi - lo = 2
+    else:
+        kw = dict(output_bound=float("inf"))
+    error = FloatingPointError if forgery in ("plan for d = 1 published with d = 10", "whitening scaled by 20") \
+        else ValueError
+    with dp.PrivacyAccountant(epsilon=100.0, delta=0.5) as budget:
+        with pytest.raises(error):
+            _publish(plan, y, **kw)
+        assert budget.spent == (0.0, 0.0) and budget.ledger == () and budget.held == (0.0, 0.0)
+        _publish(engine.noise_plan(tf.constant(C), noise_multiplier=s, data_sensitivity=4.0, output_bound=2.0), y)
+        assert budget.spent[0] == pytest.approx(EPS) and len(budget.ledger) == 1  # an honest plan still publishes
+
+
+def test_publish_refuses_a_plan_for_a_smaller_d_even_without_a_forged_field():
+    """A plan made for d = 1 and published with d = 4 (consistent fields, just another d): refused; published
+    with d = 1 it goes through, and its whitened shift against d = 1 is within 1/(s K) (numpy)."""
+    C, y = problem(seed=2)
+    s = gaussian_multiplier(EPS, DELTA, "analytic")
+    plan = engine.noise_plan(tf.constant(C), noise_multiplier=s, data_sensitivity=1.0, output_bound=2.0)
+    with dp.PrivacyAccountant(epsilon=5.0, delta=0.1) as budget:
+        with pytest.raises(FloatingPointError, match="cannot be guaranteed"):
+            _publish(plan, y, data_sensitivity=4.0)
+        assert budget.ledger == ()
+        rel = _publish(plan, y, data_sensitivity=1.0)
+        assert rel.data_sensitivity == 1.0 and len(budget.ledger) == 1
+    assert 1.0 * np.max(np.linalg.norm(plan.whitening.numpy(), axis=0)) * DISCRETE_GAUSSIAN_FACTOR <= 1.0 / s
+
+
+#: cloaking_release's noise std and (seed 3) mean on problem_small(), recorded at commit 00ec41e (before
+#: publish_cloaking recomputed the shift): the eager release path must be unchanged.
+EAGER_BEFORE = {
+    "mse": ([4.7048345209249804, 2.9519742923021437, 2.622858318895766, 1.8417357735807782, 2.179173164080375,
+             4.458925557978492],
+            [-0.5844545225833332, 2.3846133201614963, -0.7624354401736834, 1.634114340096077, -5.365111034715115,
+             -2.61582802452372]),
+    "entropy": ([4.744110825332354, 3.0028530868454792, 2.8178874747351603, 1.8711341907566472, 2.1958076259622485,
+                 4.461529131347488],
+                [-0.15749324777349694, -1.9030642451438435, -1.081754327788789, 5.484334515106373, 1.261219463094475,
+                 2.0058224391406014]),
+}
+
+
+@pytest.mark.parametrize("objective", ["mse", "entropy"])
+def test_the_eager_release_is_unchanged_by_the_publish_check(objective):
+    rng = np.random.default_rng(7)
+    n, k = 30, 6
+    X = rng.uniform(0, 10, (n, 1))
+    Xnew = np.linspace(0, 10, k)[:, None]
+    K = k_se(X, X, variance=4.0, lengthscale=1.5)
+    C = np.linalg.solve(K + 0.5 * np.eye(n), k_se(X, Xnew, variance=4.0, lengthscale=1.5)).T
+    y = np.clip(np.sin(X[:, 0]) + 0.3 * rng.standard_normal(n), -2.0, 2.0)
+    rel = cloaking_release(tf.constant(C), tf.constant(y), np.zeros(k), np.zeros(k), data_sensitivity=4.0,
+                           output_bound=2.0, epsilon=EPS, delta=DELTA, objective=objective, seed=3)
+    std, mean = EAGER_BEFORE[objective]
+    np.testing.assert_allclose(rel.noise_std, std, rtol=1e-12)
+    np.testing.assert_allclose(rel.mean, mean, rtol=1e-12, atol=1e-12)
+
+
+def test_the_eager_release_refuses_an_invalid_data_sensitivity_before_reserving():
+    C, y = problem(n=20, k=5)
+    with dp.PrivacyAccountant(epsilon=5.0, delta=0.1) as budget:
+        for d in (-3.0, 0.0, float("inf")):
+            with pytest.raises(ValueError, match="data_sensitivity"):
+                cloaking_release(tf.constant(C), tf.constant(y), np.zeros(5), np.zeros(5), data_sensitivity=d,
+                                 output_bound=2.0, epsilon=EPS, delta=DELTA, seed=0)
+        assert budget.ledger == () and budget.held == (0.0, 0.0)
 
 
 SCRIPT = textwrap.dedent("""
