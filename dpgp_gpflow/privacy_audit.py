@@ -1,46 +1,68 @@
 """What an auditor runs on a published release: :func:`audit` recomputes the privacy it achieves.
 
-From the release's published noise factor ``F`` (k x r) and the model's public cloaking map ``C``
-(k x n), the neighbour that moves output i by ``d`` shifts the released vector by ``d P c_i``
-(``P``: the projector onto the noised directions, ``span(F)``; a cloaking release projects its mean
-there), a Gaussian mechanism with ``mu = d max_i ||F^+ c_i||``. Its exact ``epsilon`` at the release's ``delta`` follows from the analytic
-Gaussian privacy profile (``docs/mechanisms.md#calibration``). Nothing here reads the private
-outputs or trusts a number the release reports about itself except its noise factor and its
-``(epsilon, delta)`` claim; the cloaking map is recomputed from the model (public).
+From the release's published noise factor ``F`` (k x r), the model's public cloaking map ``C`` (k x n)
+and public offset, and the model's data sensitivity ``d`` (never the release's own claim), the audit:
 
-Privacy assumption of the audit itself: the model holds the same public inputs and hyperparameters
-as when the release was made (for :class:`~dpgp_gpflow.released.PrivateRelease`, pass the same
-``Xnew``).
+1. refuses a malformed release (``ValueError``): a noise factor that is not a finite k x r matrix with
+   r >= 1 columns and a non-zero column space, or a mean that is not a finite k-vector;
+2. checks that the released mean can be a post-processing of a noised query: ``mean - offset`` must lie
+   in ``span(F)`` (the directions the noise covers; a cloaking release projects its mean there, so any
+   component outside would be published without noise);
+3. recomputes the privacy of the noised query: the neighbour that moves output i by ``d`` shifts it by
+   ``d P c_i`` (``P``: the projector onto ``span(F)``), a Gaussian mechanism with
+   ``mu = d max_i ||F^+ c_i||``, whose exact ``epsilon`` at the release's ``delta`` follows from the
+   analytic Gaussian privacy profile (``docs/mechanisms.md#calibration``); it must not exceed the claim.
+
+What it cannot establish: it sees one published vector, not the noise that was drawn. A release whose
+mean is ``offset + P C y`` with no noise at all (or noise smaller than ``F`` says, or noise from a
+guessable seed) passes; so does a model handed to the audit with other public inputs or
+hyperparameters than the release was made with. The audit verifies that the *published description*
+(noise factor, map, d, (epsilon, delta)) is a valid (epsilon, delta)-DP Gaussian mechanism and that the
+mean is consistent with it; that the noise was actually drawn from it is a property of the code that
+made the release (the tests' black-box and sampler audits), not of the file.
+
+Nothing here reads the private outputs or trusts a number the release reports about itself except its
+mean, its noise factor and its ``(epsilon, delta)`` claim. Privacy assumption of the audit itself: the
+model holds the same public inputs, hyperparameters and bounds as when the release was made (for a
+:class:`~dpgp_gpflow.released.PrivateRelease`, pass the same ``Xnew``).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
 
 from .calibration import analytic_gaussian_epsilon
 from .contract import FactoredPrivateModel, PrivateModel, dense_map
+from .models.laplace import newton_step_cloaking
 from .released import PrivateFunction, PrivateRelease, Released
 
 __all__ = ["AuditReport", "ReleaseAudit", "audit", "audit_release"]
 
 #: Relative slack for floating point when comparing the achieved with the claimed epsilon.
 AUDIT_RTOL = 1e-6
+#: Singular values of ``F`` below this fraction of the largest do not count as noised directions.
+SPAN_RTOL = 1e-14
+#: Largest part of ``mean - offset`` outside ``span(F)``, relative to ``||mean - offset|| + ||offset||``,
+#: that counts as the rounding of re-colouring ``offset + F z`` (float64: about 1e-15 times k).
+MEAN_SPAN_RTOL = 1e-8
 
 
 class ReleaseAudit(NamedTuple):
     """The audit of one Gaussian release."""
 
-    mu: float  #: Gaussian-DP parameter achieved: ``d max_i ||F^+ c_i||``
+    mu: float  #: Gaussian-DP parameter achieved: ``d max_i ||F^+ c_i||`` with the model's ``d``
     epsilon: float  #: exact epsilon at ``delta``
     delta: float
     claimed_epsilon: float
     #: largest relative part of a column of ``C`` outside ``span(F)``: projected away by the release
     #: (a bias of the published values, not a privacy loss: the shift is ``d P c_i``)
     projected_fraction: float
+    #: relative part of ``mean - offset`` outside ``span(F)`` (published without noise if not ~0)
+    mean_outside: float
     passed: bool
 
 
@@ -53,47 +75,104 @@ class AuditReport(NamedTuple):
     passed: bool
 
 
-def audit_release(release: PrivateRelease, C: Any) -> ReleaseAudit:
-    """Audit one release against the public map ``C`` (k x n) it was computed with."""
-    F = np.asarray(release.noise_factor, dtype=np.float64)
-    C = np.asarray(C, dtype=np.float64)
-    if C.shape[0] != F.shape[0]:
-        raise ValueError(f"the map has {C.shape[0]} rows but the release has {F.shape[0]} values")
+def _noise_span(F: Any, k: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Orthonormal basis ``U`` (k x r') of ``span(F)`` and its singular values; ``ValueError`` for a factor
+    that is not a finite k x r matrix with r >= 1 and a non-zero column space."""
+    F = np.asarray(F, dtype=np.float64)
+    if F.ndim != 2 or F.shape[0] != k:
+        raise ValueError(f"the noise factor must be a [{k}, r] matrix (one row per released value), got shape "
+                         f"{list(F.shape)}")
+    if F.shape[1] == 0:
+        raise ValueError("the noise factor has no columns: the release claims no noise at all")
+    if not np.all(np.isfinite(F)):
+        raise ValueError("the noise factor is not finite")
     U, s, _ = np.linalg.svd(F, full_matrices=False)
-    keep = s > s[0] * 1e-14
-    U, s = U[:, keep], s[keep]
+    if not s[0] > 0.0:
+        raise ValueError("the noise factor is zero: the release claims no noise at all")
+    keep = s > s[0] * SPAN_RTOL
+    return U[:, keep], s[keep]
+
+
+def audit_release(release: PrivateRelease, C: Any, *, data_sensitivity: float, offset: Any) -> ReleaseAudit:
+    """Audit one release against the public map ``C`` (k x n) and ``offset`` (k) it was computed with and
+    the model's data sensitivity ``d`` (module docstring: what this can and cannot establish)."""
+    C = np.asarray(C, dtype=np.float64)
+    if C.ndim != 2 or not np.all(np.isfinite(C)):
+        raise ValueError(f"the map must be a finite [k, n] matrix, got shape {list(C.shape)}")
+    k = C.shape[0]
+    d = float(data_sensitivity)
+    if not (math.isfinite(d) and d > 0.0):
+        raise ValueError(f"the model's data sensitivity must be finite and > 0, got {d}")
+    mean = np.asarray(release.mean, dtype=np.float64)
+    offset = np.asarray(offset, dtype=np.float64).reshape(-1)
+    if mean.shape != (k,) or offset.shape != (k,):
+        raise ValueError(f"the map has {k} rows but the release has mean {list(mean.shape)} and offset "
+                         f"{list(offset.shape)}")
+    if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(offset))):
+        raise ValueError("the released mean (or the model's offset) is not finite")
+    U, s = _noise_span(release.noise_factor, k)
+    centred = mean - offset
+    outside_mean = np.linalg.norm(centred - U @ (U.T @ centred))
+    mean_outside = float(outside_mean / max(np.linalg.norm(centred) + np.linalg.norm(offset), np.finfo(float).tiny))
     coords = U.T @ C  # [r, n]
     norms = np.linalg.norm(C, axis=0)
     outside = np.linalg.norm(C - U @ coords, axis=0)
-    projected = float(np.max(np.where(norms > 0, outside / np.where(norms > 0, norms, 1.0), 0.0)))
-    mu = float(release.data_sensitivity * np.max(np.linalg.norm(coords / s[:, None], axis=0)))
+    projected = float(np.max(np.where(norms > 0, outside / np.where(norms > 0, norms, 1.0), 0.0), initial=0.0))
+    mu = float(d * np.max(np.linalg.norm(coords / s[:, None], axis=0), initial=0.0))
     epsilon = analytic_gaussian_epsilon(mu, release.delta)
-    passed = epsilon <= release.epsilon * (1.0 + AUDIT_RTOL)
-    return ReleaseAudit(mu, float(epsilon), float(release.delta), float(release.epsilon), projected, passed)
+    passed = epsilon <= release.epsilon * (1.0 + AUDIT_RTOL) and mean_outside <= MEAN_SPAN_RTOL
+    return ReleaseAudit(mu, float(epsilon), float(release.delta), float(release.epsilon), projected, mean_outside,
+                        bool(passed))
 
 
-def _maps(released: Released, model: Any, Xnew: Any) -> List[np.ndarray]:
-    """The public map of each release in ``released``, recomputed from ``model``."""
+def _newton_offsets(model: Any, releases: Tuple[PrivateRelease, ...]) -> List[np.ndarray]:
+    """The public offset of each Newton step of a multi-step classifier release (``release_maps``):
+    ``model.release_offsets(releases)`` if the model offers it, else ``b_t`` of
+    :func:`~dpgp_gpflow.models.laplace.newton_step_cloaking` at the released latents of step ``t - 1``
+    (``0`` for the first step from ``f0 = 0``)."""
+    offsets = getattr(model, "release_offsets", None)
+    if offsets is not None:
+        return [np.asarray(b, dtype=np.float64).reshape(-1) for b in offsets(releases)]
+    X = model.data[0]
+    K = model.kernel(X)
+    out = [np.zeros(int(X.shape[0]))]
+    for rel in releases[:-1]:
+        out.append(newton_step_cloaking(K, tf.constant(rel.mean[:, None]))[1].numpy()[:, 0])
+    return out
+
+
+def _terms(released: Released, model: Any, Xnew: Any) -> List[Tuple[np.ndarray, np.ndarray]]:
+    """The public map and offset of each release in ``released``, recomputed from ``model``."""
     if isinstance(released, PrivateRelease):
         if Xnew is None:
             raise ValueError("pass the inputs the release was made at (Xnew=...)")
-        return [dense_map(model.release_terms(tf.constant(np.asarray(Xnew, dtype=np.float64))).map).numpy()]
+        terms = model.release_terms(tf.constant(np.asarray(Xnew, dtype=np.float64)))
+        return [(dense_map(terms.map).numpy(), np.asarray(terms.offset, dtype=np.float64))]
     if hasattr(model, "release_maps"):  # releases whose later maps depend on earlier releases (Newton steps)
-        return [np.asarray(C) for C in model.release_maps(released.releases)]
+        maps = [np.asarray(C) for C in model.release_maps(released.releases)]
+        return list(zip(maps, _newton_offsets(model, released.releases)))
     if isinstance(released, PrivateFunction) and isinstance(model, FactoredPrivateModel):
-        B = dense_map(model.latent_terms().map).numpy()
+        latent = model.latent_terms()
+        B = dense_map(latent.map).numpy()
         R = released.coordinates
-        return [B if R is None else R.numpy() @ B]
+        # the release of R u keeps the latents' offset (dpgp_gpflow.pipeline.release_function)
+        return [(B if R is None else R.numpy() @ B, np.asarray(latent.offset, dtype=np.float64))]
     raise TypeError(f"cannot recompute the maps of a {type(released).__name__} from a {type(model).__name__}")
 
 
 def audit(released: Released, model: PrivateModel, Xnew: Optional[Any] = None) -> AuditReport:
-    """Recompute the (epsilon, delta) that ``released`` achieves from its published noise and
-    ``model``'s public cloaking maps, over all neighbours; ``passed`` when no release exceeds its
-    claim. ``Xnew``: the inputs of a :class:`~dpgp_gpflow.released.PrivateRelease`."""
+    """Recompute the (epsilon, delta) that ``released`` achieves from its published noise factors and
+    ``model``'s public maps, offsets and data sensitivity ``model.data_sensitivity``, over all neighbours;
+    ``passed`` when no release exceeds its claim and every released mean lies in the span its noise covers.
+    ``Xnew``: the inputs of a :class:`~dpgp_gpflow.released.PrivateRelease`. ``ValueError`` for a malformed
+    release (noise factor without columns, not finite or of the wrong shape). It cannot see the noise that
+    was actually drawn (module docstring)."""
     if not isinstance(released, Released):
         raise TypeError(f"expected a released object, got {type(released).__name__}")
-    maps: Sequence[np.ndarray] = _maps(released, model, Xnew)
-    reports = tuple(audit_release(r, C) for r, C in zip(released.releases, maps))
+    d = float(model.data_sensitivity)
+    terms = _terms(released, model, Xnew)
+    if len(terms) != len(released.releases):
+        raise ValueError(f"the model gives {len(terms)} maps for {len(released.releases)} releases")
+    reports = tuple(audit_release(r, C, data_sensitivity=d, offset=b) for r, (C, b) in zip(released.releases, terms))
     return AuditReport(reports, math.fsum(r.epsilon for r in reports), math.fsum(r.delta for r in reports),
                        all(r.passed for r in reports))

@@ -193,8 +193,10 @@ def test_the_user_audit_catches_too_little_noise(toy):
     report = dp.audit(weak, model, toy[3])
     assert not report.passed and report.epsilon > 1.5
     C = dp.cloaking_matrix(model, toy[3]).numpy()
-    assert dp.privacy_audit.audit_release(rel, C).passed
-    assert not dp.privacy_audit.audit_release(rel, 1.1 * C).passed  # a map 10% larger than the noise covers
+    terms = dict(data_sensitivity=model.data_sensitivity,
+                 offset=model.release_terms(tf.constant(toy[3])).offset.numpy())
+    assert dp.privacy_audit.audit_release(rel, C, **terms).passed
+    assert not dp.privacy_audit.audit_release(rel, 1.1 * C, **terms).passed  # a map 10% larger than the noise covers
 
 
 def test_non_finite_latent_terms_are_refused_before_any_budget_is_held(toy, draws, monkeypatch):

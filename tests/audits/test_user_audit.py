@@ -1,0 +1,117 @@
+"""dp.audit (dpgp_gpflow.privacy_audit), the auditor's check of a published release: d and the map come
+from the model, the mean must lie in the span its noise covers, malformed factors are refused.
+
+References are independent NumPy: the cloaking matrix K_*f (K + s2 I)^{-1} from the kernel formula, the
+posterior mean, and the span residual by least squares."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import gpflow
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import dpgp_gpflow as dp
+from dpgp_gpflow.models import DPGPR, DPLaplaceGPC
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from reference import k_se  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::dpgp_gpflow.exceptions.ReproducibleNoiseWarning")
+
+LO, HI = 0.0, 100.0
+VAR, ELL, NOISE = 4.0, 1.5, 0.5
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(11)
+    X = rng.uniform(0.0, 10.0, (40, 1))
+    Y = 50.0 + 20.0 * np.sin(X) + 3.0 * rng.standard_normal((40, 1))
+    Xnew = np.linspace(0.0, 10.0, 12)[:, None]
+    return X, Y, Xnew
+
+
+def model(data, d=None):
+    X, Y, _ = data
+    kernel = gpflow.kernels.SquaredExponential(variance=VAR, lengthscales=ELL)
+    return DPGPR((X, Y), kernel, y_bounds=(LO, HI), noise_variance=NOISE, data_sensitivity=d,
+                 hyperparameters_public=True)
+
+
+def numpy_map(data):
+    X, _, Xnew = data
+    return np.linalg.solve(k_se(X, X, VAR, ELL) + NOISE * np.eye(len(X)), k_se(X, Xnew, VAR, ELL)).T  # [k, n]
+
+
+def test_an_honest_release_passes_and_its_mean_lies_in_the_noise_span(data):
+    m = model(data)
+    rel = m.release(data[2], epsilon=1.0, delta=1e-3, seed=4)
+    report = dp.audit(rel, m, data[2])
+    assert report.passed and report.epsilon == pytest.approx(1.0, rel=1e-5)
+    F = rel.noise_factor
+    coeff = np.linalg.lstsq(F, rel.mean - 50.0, rcond=None)[0]  # the offset is the public midpoint
+    assert np.linalg.norm(F @ coeff - (rel.mean - 50.0)) <= 1e-9 * np.linalg.norm(rel.mean)
+
+
+def test_a_release_for_d_1_fails_against_the_model_with_d_100(data):
+    """The review's case: a release noised for d = 1 passed an audit that took d from the release."""
+    small = model(data, d=1.0)
+    rel = small.release(data[2], epsilon=1.0, delta=1e-3, seed=4)
+    assert dp.audit(rel, small, data[2]).passed  # honest for what it claims
+    report = dp.audit(rel, model(data), data[2])  # the data's real sensitivity: hi - lo = 100
+    assert not report.passed and report.epsilon > 50.0
+    mu = 100.0 * np.max(np.linalg.norm(np.linalg.lstsq(rel.noise_factor, numpy_map(data), rcond=None)[0], axis=0))
+    assert report.releases[0].mu == pytest.approx(mu, rel=1e-6)  # numpy: d max ||F^+ c_i|| with the model's d
+
+
+def test_a_forged_non_private_mean_fails(data):
+    """A file whose "mean" is the non-private posterior mean, next to an honest low-rank noise factor: C is
+    full rank (k = 12 <= n), the factor is not, so the forged mean has a part no noise covers."""
+    m = model(data)
+    C = numpy_map(data)
+    assert np.linalg.matrix_rank(C) == C.shape[0]
+    rel = m.release(data[2], epsilon=1.0, delta=1e-3, seed=4, rtol=0.1)
+    assert rel.noise_factor.shape[1] < C.shape[0]  # a low-rank noise factor
+    y_c = np.clip(data[1][:, 0], LO, HI) - 50.0
+    posterior_mean = 50.0 + C @ y_c  # numpy, non-private
+    np.testing.assert_allclose(posterior_mean, m.predict_f(data[2])[0].numpy()[:, 0], rtol=1e-8)
+    forged = dataclasses.replace(rel, mean=posterior_mean)
+    report = dp.audit(forged, m, data[2])
+    assert not report.passed
+    assert report.releases[0].epsilon == pytest.approx(1.0, rel=1e-5)  # the noise description alone is fine
+    assert report.releases[0].mean_outside > 1e-6
+    assert dp.audit(rel, m, data[2]).passed  # the honest release with the same factor passes
+
+
+@pytest.mark.parametrize("factor, message", [
+    (lambda F: F[:, :0], "no columns"),
+    (lambda F: np.where(np.arange(F.size).reshape(F.shape) == 0, np.nan, F), "not finite"),
+    (lambda F: F[:-1], "matrix"),
+    (lambda F: F[:, 0], "matrix"),
+    (lambda F: 0.0 * F, "zero"),
+])
+def test_malformed_noise_factors_are_refused_with_a_clear_error(data, factor, message):
+    m = model(data)
+    rel = m.release(data[2], epsilon=1.0, delta=1e-3, seed=4)
+    with pytest.raises(ValueError, match=message):
+        dp.audit(dataclasses.replace(rel, noise_factor=factor(rel.noise_factor)), m, data[2])
+
+
+def test_a_two_step_classifier_passes_and_a_forged_second_step_fails(data):
+    """Step 2 has a public offset b_2 (linearised at the released step 1): the audit recomputes it."""
+    X = data[0]
+    labels = np.where(np.sin(X) > 0, 1.0, -1.0)
+    clf = DPLaplaceGPC((X, labels), gpflow.kernels.SquaredExponential(variance=VAR, lengthscales=ELL),
+                       hyperparameters_public=True)
+    released = clf.release(epsilon=1.0, delta=1e-3, steps=2, seed=3)
+    assert dp.audit(released, clf).passed
+    second = released.releases[1]
+    low = dataclasses.replace(second, noise_factor=second.noise_factor[:, :3])  # a factor covering 3 directions
+    forged = type(released)([released.releases[0], low], released.readout)
+    report = dp.audit(forged, clf)
+    assert not report.passed and report.releases[1].mean_outside > 1e-6
