@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from numbers import Real
+from typing import Union
 
 import numpy as np
 from scipy import special
@@ -55,7 +56,7 @@ _Z_MAX = 40.0
 _PROFILE_MARGIN = math.log1p(1e-11)
 
 
-def _mills(s: np.ndarray) -> np.ndarray:
+def _mills(s: Union[float, np.ndarray]) -> np.ndarray:
     """Mills ratio ``Phi(-s) / phi(s)`` (``sqrt(pi/2) erfcx(s / sqrt 2)``), stable for every ``s``."""
     return math.sqrt(math.pi / 2.0) * special.erfcx(np.asarray(s, dtype=np.float64) / math.sqrt(2.0))
 

@@ -29,7 +29,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, NoReturn, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, List, NoReturn, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
     from .accounting import PrivacyAccountant
     from .released import Released
+    from .selection import Selection
 
 __all__ = ["demo", "main"]
 
@@ -321,10 +322,10 @@ def cmd_release(args) -> int:
     if share is not None:
         grid = default_grid(model)  # public: inputs, bounds, kernel type only
         folds = min(SELECTION_FOLDS, X.shape[0])
-        selection = select_hyperparameters(
+        selection = cast("Selection", select_hyperparameters(  # a Selection: no diagnostics=True
             model, grid, epsilon=eps_select, folds=folds, accountant=accountant, seed=args.seed,
             epsilon_release=eps_release, delta_release=delta, objective=args.objective,
-            progress=not args.quiet and sys.stderr.isatty())
+            progress=not args.quiet and sys.stderr.isatty()))
         selection.apply(model)
         extras["selection"] = {"grid": "default", "configurations": len(grid), "folds": folds, "share": share,
                                "epsilon": eps_select, "mechanism": selection.mechanism,
@@ -453,16 +454,16 @@ def cmd_select(args) -> int:
         accountant.check_events(events)  # the selection and the release together, before either runs
     release_options = {} if release_budget is None else dict(
         epsilon_release=release_budget[0], delta_release=release_budget[1], objective=args.objective)
-    selection = select_hyperparameters(model, grid, epsilon=epsilon, folds=args.folds, accountant=accountant,
-                                       seed=args.seed, progress=not args.quiet and sys.stderr.isatty(),
-                                       mechanism=args.mechanism, **release_options)
+    selection = cast("Selection", select_hyperparameters(  # a Selection: no diagnostics=True
+        model, grid, epsilon=epsilon, folds=args.folds, accountant=accountant, seed=args.seed,
+        progress=not args.quiet and sys.stderr.isatty(), mechanism=args.mechanism, **release_options))
     selection.apply(model)
     chosen = _hyperparameters(model)
     source = _GRID_SOURCES[(args.grid_lengthscale is not None, public_variances)]
     result = {"lengthscale": chosen["lengthscales"], "kernel_variance": chosen["kernel_variance"],
               "noise_variance": chosen["noise_variance"], "epsilon": selection.epsilon,
               "mechanism": selection.mechanism, "grid": source, "configurations": len(grid), "folds": args.folds}
-    if out is not None:
+    if out is not None and release_budget is not None:  # set together above
         record = {k: result[k] for k in ("grid", "configurations", "folds", "epsilon", "mechanism")}
         _release(args, data, model, Xnew, *release_budget, accountant, out, selection=record)
         result["release"] = str(out)

@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 from dp_accounting import NeighboringRelation
@@ -160,7 +160,7 @@ def _pld(events: Sequence[PrivacyEvent], discretization: float):
     replace_one = NeighboringRelation.REPLACE_ONE
     plds = []
     # Gaussian events compose exactly into one Gaussian (sqrt of the sum of mu^2): one PLD.
-    mus = [e.mu for e in events if e.kind == "gaussian"]
+    mus = [cast(float, e.mu) for e in events if e.kind == "gaussian"]  # validated: a Gaussian event has mu
     if mus:
         mu = gdp_composition(mus)
         # The trap: REPLACE_ONE Gaussian PLDs assume a shift of 2 * sensitivity. A replace-one
@@ -241,7 +241,7 @@ def composed_epsilon(events: Iterable[PrivacyEvent], delta: float, method: str =
         left = delta - delta_rest
         if left <= 0.0:
             return math.inf
-        return gdp_epsilon(gdp_composition(e.mu for e in gauss), left) + eps_rest
+        return gdp_epsilon(gdp_composition(cast(float, e.mu) for e in gauss), left) + eps_rest
     if method == "pld":
         return pld_epsilon(events, delta)
     raise ValueError(f"method must be one of {COMPOSITIONS}, got {method!r}")

@@ -35,7 +35,7 @@ import math
 import secrets
 import warnings
 from fractions import Fraction
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Optional, Tuple
 
 import numpy as np
 from scipy import special
@@ -65,8 +65,6 @@ __all__ = [
     "validate_sampler",
     "warn_float_sampler",
 ]
-
-Generator = Union[secrets.SystemRandom, np.random.Generator]
 
 #: The exact samplers' grid is ``2^GRID_EXPONENT`` times the noise scale (unit scale: 9.1e-13).
 GRID_EXPONENT = -40
@@ -103,17 +101,16 @@ def warn_float_sampler(what: str) -> None:
     )
 
 
-def _generator(seed: Optional[int], what: str) -> Tuple[Generator, bool]:
-    """The CSPRNG (``seed=None``) or a seeded PCG64 with the one reproducibility warning."""
-    if seed is None:
-        return secrets.SystemRandom(), False
+def _seeded(seed: int, what: str) -> np.random.Generator:
+    """A seeded PCG64, with the one reproducibility warning (``seed=None`` uses the CSPRNG,
+    ``secrets.SystemRandom()``, instead)."""
     warnings.warn(
         f"{what} drawn from an explicit seed ({seed!r}): the result is reproducible and NOT private "
         "against anyone who knows the seed; use seed=None for a private release",
         ReproducibleNoiseWarning,
         stacklevel=4,
     )
-    return np.random.default_rng(seed), True
+    return np.random.default_rng(seed)
 
 
 def _size(size: int) -> int:
@@ -166,8 +163,7 @@ def standard_normal(size: int, seed: Optional[int] = None) -> Tuple[np.ndarray, 
     """
     size = _size(size)
     if seed is not None:
-        rng, _ = _generator(seed, "DP noise")
-        return rng.standard_normal(size), True
+        return _seeded(seed, "DP noise").standard_normal(size), True
     return _exact_grid_noise("gaussian", size), False
 
 
@@ -180,17 +176,16 @@ def laplace(size: int, seed: Optional[int] = None) -> Tuple[np.ndarray, bool]:
     """
     size = _size(size)
     if seed is not None:
-        rng, _ = _generator(seed, "DP noise")
-        return rng.laplace(0.0, 1.0, size), True
+        return _seeded(seed, "DP noise").laplace(0.0, 1.0, size), True
     return _exact_grid_noise("laplace", size), False
 
 
 def float_standard_normal(size: int, seed: Optional[int] = None) -> Tuple[np.ndarray, bool]:
     """The floating-point sampler: ``(z1 + z2) / sqrt(2)`` of two CSPRNG normals per draw (not exact)."""
     size = _size(size)
-    rng, reproducible = _generator(seed, "DP noise")
-    if reproducible:
-        return rng.standard_normal(size), True
+    if seed is not None:
+        return _seeded(seed, "DP noise").standard_normal(size), True
+    rng = secrets.SystemRandom()
     z = np.fromiter((rng.gauss(0.0, 1.0) + rng.gauss(0.0, 1.0) for _ in range(size)), dtype=np.float64, count=size)
     return z / math.sqrt(2.0), False
 
@@ -198,9 +193,9 @@ def float_standard_normal(size: int, seed: Optional[int] = None) -> Tuple[np.nda
 def float_laplace(size: int, seed: Optional[int] = None) -> Tuple[np.ndarray, bool]:
     """The floating-point sampler: ``E1 - E2`` with standard exponentials ``E = -log(1 - U)`` (not exact)."""
     size = _size(size)
-    rng, reproducible = _generator(seed, "DP noise")
-    if reproducible:
-        return rng.laplace(0.0, 1.0, size), True
+    if seed is not None:
+        return _seeded(seed, "DP noise").laplace(0.0, 1.0, size), True
+    rng = secrets.SystemRandom()
     z = np.fromiter((math.log1p(-rng.random()) - math.log1p(-rng.random()) for _ in range(size)),
                     dtype=np.float64, count=size)
     return z, False
@@ -211,9 +206,9 @@ def gumbel(size: int, seed: Optional[int] = None) -> Tuple[np.ndarray, bool]:
     a seeded or ``sampler="float"`` Gumbel-max. From the CSPRNG each is ``-log E`` with
     ``E ~ Exp(1)``, redrawn if ``E = 0``. The exact exponential mechanism is :func:`gumbel_argmax`."""
     size = _size(size)
-    rng, reproducible = _generator(seed, "the exponential mechanism's noise")
-    if reproducible:
-        return rng.gumbel(size=size), True
+    if seed is not None:
+        return _seeded(seed, "the exponential mechanism's noise").gumbel(size=size), True
+    rng = secrets.SystemRandom()
     out = np.empty(size)
     for i in range(size):
         e = 0.0
@@ -289,12 +284,13 @@ def permute_and_flip(log_weights: Any, seed: Optional[int] = None) -> Tuple[int,
     if not np.all(np.isfinite(w)):
         raise ValueError("log_weights must be finite")
     gamma = np.max(w) - w  # >= 0, exactly 0 at the best candidate
-    rng, reproducible = _generator(seed, "the permute-and-flip mechanism's randomness")
-    if reproducible:
-        for r in rng.permutation(w.size):  # the best candidate's coin (exp(0) = 1 > U) always stops it
-            if rng.random() < math.exp(-gamma[r]):
+    if seed is not None:
+        seeded = _seeded(seed, "the permute-and-flip mechanism's randomness")
+        for r in seeded.permutation(w.size):  # the best candidate's coin (exp(0) = 1 > U) always stops it
+            if seeded.random() < math.exp(-gamma[r]):
                 break
         return int(r), True
+    rng = secrets.SystemRandom()
     remaining = list(range(w.size))
     while True:  # ends: the best candidate's coin (gamma = 0) always lands heads
         r = remaining.pop(rng.randrange(len(remaining)))

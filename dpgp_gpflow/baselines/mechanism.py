@@ -99,7 +99,7 @@ class BinRelease:
 class _Prepared(NamedTuple):
     """Validated arguments of a bin release (``Y`` not yet clipped)."""
 
-    index: np.ndarray  #: [N'] flat bin index of each kept input (public)
+    bin_index: np.ndarray  #: [N'] flat bin index of each kept input (public)
     Y: np.ndarray  #: [N', 1] the kept private outputs, unclipped
     counts: np.ndarray  #: [B] public counts
     bounds: Tuple[float, float]
@@ -141,7 +141,7 @@ def _prepare(X: Any, Y: Any, bins: Any, y_bounds: Any, data_sensitivity: Any, em
 
 def _bin_means(p: _Prepared, y: np.ndarray) -> np.ndarray:
     """``[B]`` means per bin of the clipped outputs ``y`` ``[N']``; empty bins hold ``empty_value``."""
-    sums = np.bincount(p.index, weights=y, minlength=p.counts.size)
+    sums = np.bincount(p.bin_index, weights=y, minlength=p.counts.size)
     occupied = p.counts > 0
     means = np.full(p.counts.size, p.empty_value)
     means[occupied] = sums[occupied] / p.counts[occupied]

@@ -16,14 +16,15 @@ import os
 import re
 import sys
 import warnings
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type
 
 import gpflow
 import numpy as np
 import tensorflow as tf
 
 from .. import pipeline
-from ..contract import ReleaseTerms, dense_map, latent_terms_and_readout, readout_and_variance
+from ..contract import PublicReadout, ReleaseTerms, dense_map, latent_terms_and_readout, readout_and_variance
 from ..exceptions import HyperparameterWarning, PrivacyLeakError
 from ..pipeline import reference_coordinates
 from ..released import PrivateFunction, PrivateRelease
@@ -145,10 +146,11 @@ def _parameter_owner(module: Any, path: str) -> Tuple[Any, str]:
 
 
 @functools.lru_cache(maxsize=None)
-def _default_values(cls: type) -> Dict[str, np.ndarray]:
+def _default_values(cls: Type[Any]) -> Dict[str, np.ndarray]:
     """GPflow's default value of each parameter of ``cls``: the numeric keyword defaults of its
     constructor, and (for GPflow's own classes) the parameters of an instance built with no arguments."""
     defaults: Dict[str, np.ndarray] = {}
+    signature: Mapping[str, inspect.Parameter]
     try:
         signature = inspect.signature(cls.__init__).parameters
     except (TypeError, ValueError):
@@ -173,7 +175,7 @@ def _is_gpflow_default(module: Any, path: str, value: Any) -> bool:
     """True when the parameter at ``path`` of ``module`` holds its GPflow default (e.g. a kernel's
     ``variance=1.0``, ``lengthscales=1.0``, a Gaussian likelihood's ``variance=1.0``): not a fitted value."""
     owner, name = _parameter_owner(module, path)
-    default = _default_values(type(owner)).get(name)
+    default = _default_values(type(owner)).get(name)  # type: ignore[arg-type]  # a class is hashable
     if default is None:
         return False
     try:
@@ -184,7 +186,7 @@ def _is_gpflow_default(module: Any, path: str, value: Any) -> bool:
 
 def _outside_package_stacklevel() -> int:
     """``stacklevel`` for a warning raised here that points at the first caller outside ``dpgp_gpflow``."""
-    level, frame = 1, sys._getframe(1)
+    level, frame = 1, sys._getframe(1)  # type: Tuple[int, Optional[FrameType]]
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
         frame, level = frame.f_back, level + 1
     return level
@@ -333,6 +335,14 @@ class PrivateModelMixin(LeakGuardMixin):
     to call ``_mark_private_objective()``.
     """
 
+    if TYPE_CHECKING:  # provided by the GPflow model this mixin is combined with, and by the subclass
+        data: Any
+        mean_function: Any
+
+        def release_terms(self, Xnew: tf.Tensor) -> ReleaseTerms: ...
+
+        def split_terms(self, train: Any, test: Any) -> ReleaseTerms: ...
+
     # -- public bounds and sensitivity: set once (at construction), read-only after ------------
     @property
     def y_bounds(self) -> Tuple[float, float]:
@@ -414,6 +424,11 @@ class FactoredModelMixin(PrivateModelMixin):
     ``latent_terms()`` and ``public_readout()``; this gives :meth:`release_terms` (the factored map
     ``(A(Xnew), B)``) and :meth:`release_function` (release once, predict anywhere)."""
 
+    if TYPE_CHECKING:  # provided by the subclass
+        def latent_terms(self) -> ReleaseTerms: ...
+
+        def public_readout(self) -> PublicReadout: ...
+
     def release_terms(self, Xnew: tf.Tensor) -> ReleaseTerms:
         """The factored map ``(A(Xnew), B)``, the prior mean and the public variance at ``Xnew``."""
         latent, readout = latent_terms_and_readout(self)
@@ -481,4 +496,5 @@ class DaskRowsMixin:
     def input_dim(self) -> int:
         """Number of input columns (public)."""
         rows = self.dask_rows
-        return int(rows[0].shape[1]) if rows is not None else super().input_dim
+        # the model class after this mixin in the MRO defines input_dim
+        return int(rows[0].shape[1]) if rows is not None else super().input_dim  # type: ignore[misc]

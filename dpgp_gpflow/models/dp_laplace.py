@@ -28,7 +28,7 @@ reservation uses that composition too.
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple, cast
 
 import gpflow
 import numpy as np
@@ -104,7 +104,7 @@ class PrivateLaplaceClassifier(PrivateClassifier):
     @property
     def W_diag(self) -> np.ndarray:
         """The public ``W`` used for the variance (at the last step's linearisation point), [N]."""
-        return self.readout.W_diag.numpy()
+        return cast(LaplaceReadout, self.readout).W_diag.numpy()  # the readout it was built with
 
 
 class PrivateSparseClassifier(PrivateClassifier):
@@ -124,7 +124,7 @@ class PrivateSparseClassifier(PrivateClassifier):
 
     @property
     def inducing_inputs(self) -> np.ndarray:
-        return self.readout.Z.numpy()
+        return cast(SoRReadout, self.readout).Z.numpy()  # a sparse classifier's readout
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,7 +228,8 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
             maps.append(newton_step_cloaking(K, tf.constant(rel.mean[:, None]))[0])
         return maps
 
-    def release(
+    # a classifier releases its latents, not predictions at Xnew: no Xnew argument
+    def release(  # type: ignore[override]
         self,
         *,
         epsilon: float,
@@ -411,7 +412,8 @@ class DPSparseLaplaceGPC(_LabelContract, DaskRowsMixin, FactoredModelMixin, Lapl
         X, _ = self.data
         return dense_map(self.release_terms(tf.convert_to_tensor(Xnew, dtype=X.dtype)).map)
 
-    def release(self, *, steps: int = 1, **options: Any) -> PrivateSparseClassifier:
+    # a classifier releases its latents, not predictions at Xnew: no Xnew argument
+    def release(self, *, steps: int = 1, **options: Any) -> PrivateSparseClassifier:  # type: ignore[override]
         """Release the first Newton step of the m SoR weights once, (epsilon, delta)-DP (d = 2).
 
         ``reference_inputs=None`` releases the weights ``w1 = C_w y`` themselves (``objective="mse"``
@@ -425,4 +427,4 @@ class DPSparseLaplaceGPC(_LabelContract, DaskRowsMixin, FactoredModelMixin, Lapl
         """
         if _check_steps(steps) != 1:
             raise NotImplementedError("DPSparseLaplaceGPC releases the first Newton step only (steps=1)")
-        return self.release_function(**options)
+        return cast(PrivateSparseClassifier, self.release_function(**options))  # function_type

@@ -26,7 +26,7 @@ try:  # Dask is an optional extra: without it this module imports, and DaskChunk
     import dask
     import dask.array as da
 except ImportError:  # pragma: no cover - the test run installs the extra
-    dask = da = None
+    dask = da = None  # type: ignore[assignment]  # DaskChunks checks for None and says what to install
 
 __all__ = ["DaskChunks"]
 

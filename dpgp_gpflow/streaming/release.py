@@ -159,7 +159,8 @@ def release_function(
     reservation = reserve(accountant, [gaussian_event(epsilon, delta, multiplier)])
     try:
         cmap = streamed_map(model, source, chunk_size=chunk_size, reference_inputs=reference_inputs)
-        d, b = float(model.data_sensitivity), float(cmap.terms.output_bound)
+        # output_bound: set on the terms by streamed_map from the chunks' summaries
+        d, b = float(model.data_sensitivity), float(cmap.terms.output_bound)  # type: ignore[attr-defined]
         space, bias_bound, coordinate_max = _choose_space(cmap, rtols, multiplier, d, b, single=len(rtols) == 1)
         basis = space.basis.numpy()  # [m, r]
         s = space.singular_values.numpy()
