@@ -19,7 +19,7 @@ its class to ``_READOUT_CLASSES``: one line.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, Union
+from typing import Any, Callable, Dict, Type, Union
 
 from .models.dp_laplace import PrivateLaplaceClassifier, PrivateSparseClassifier
 from .models.laplace import LaplaceReadout, SoRReadout
@@ -57,14 +57,14 @@ _READOUT_CLASSES = (
     SGPRReadout,
     SoRReadout,
 )
-#: Readout kind (its class name, as written in the file) -> class.
-READOUT_KINDS: Dict[str, type] = {cls.__name__: cls for cls in _READOUT_CLASSES}
+#: Readout kind (its class name, as written in the file) -> class (each has ``from_release_state``).
+READOUT_KINDS: Dict[str, Any] = {cls.__name__: cls for cls in _READOUT_CLASSES}
 
 #: The function and classifier classes a release file may hold (built by ``from_release_document``).
 _FUNCTION_CLASSES = (PrivateFunction, PrivateClassifier, PrivateLaplaceClassifier, PrivateSparseClassifier)
 
 
-def _load_function(cls: type) -> Callable[[ReleaseDocument], Released]:
+def _load_function(cls: Type[PrivateFunction]) -> Callable[[ReleaseDocument], Released]:
     def load_function(document: ReleaseDocument) -> Released:
         return cls.from_release_document(document, _readout(document))
 

@@ -25,7 +25,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple, Union, cast
 
 import numpy as np
 import tensorflow as tf
@@ -76,6 +76,18 @@ class Released:
 
     # ``epsilon``, ``delta``, ``reproducible`` and ``clip_to_bounds``: fields of a PrivateRelease,
     # totals / attributes of a PrivateFunction.
+    if TYPE_CHECKING:
+        @property
+        def epsilon(self) -> float: ...
+
+        @property
+        def delta(self) -> float: ...
+
+        @property
+        def reproducible(self) -> bool: ...
+
+        @property
+        def clip_to_bounds(self) -> bool: ...
 
     # -- the privacy card and the release file (docs/release_file.md) --------------------------------
 
@@ -255,7 +267,7 @@ class PrivateRelease(Released):
             bounds = _checked(where, "y_bounds", validate_bounds, bounds)
         fields["y_bounds"] = bounds
         fields["certificate"] = _certificate(card.get("certificate", "missing"), where)
-        a = take_arrays("PrivateRelease", arrays, {"mean": 1, "variance": 1, "noise_std": 1, "noise_factor": 2}, prefix)
+        a: Dict[str, Any] = take_arrays("PrivateRelease", arrays, {"mean": 1, "variance": 1, "noise_std": 1, "noise_factor": 2}, prefix)
         k = a["mean"].shape[0]
         if (a["variance"].shape != (k,) or a["noise_std"].shape != (k,) or a["noise_factor"].shape[0] != k
                 or card.get("k") != k):
@@ -368,7 +380,7 @@ class PrivateFunction(Released):
         A, variance = readout_and_variance(self._readout, Xnew)  # [k, M], [k]
         mean = self._readout.offset(Xnew)[:, None] + tf.linalg.matmul(A, self._latent)
         if self._clip_to_bounds:  # post-processing of the DP mean
-            lo, hi = self.release.y_bounds
+            lo, hi = cast(Tuple[float, float], self.release.y_bounds)  # clipping is refused without bounds
             mean = tf.clip_by_value(mean, tf.constant(lo, mean.dtype), tf.constant(hi, mean.dtype))
         noise_std = row_norms(tf.linalg.matmul(A, self._latent_noise))  # [k]: no underflow far from the data
         return mean, variance[:, None], noise_std
