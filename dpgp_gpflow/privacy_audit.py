@@ -7,7 +7,9 @@ and public offset, and the model's data sensitivity ``d`` (never the release's o
    r >= 1 columns and a non-zero column space, or a mean that is not a finite k-vector;
 2. checks that the released mean can be a post-processing of a noised query: ``mean - offset`` must lie
    in ``span(F)`` (the directions the noise covers; a cloaking release projects its mean there, so any
-   component outside would be published without noise);
+   component outside would be published without noise). For a release clipped to its bounds
+   (``clip_to_bounds``) only the values strictly inside the bounds are checked (in the span of the
+   corresponding rows of ``F``): a necessary condition, weaker than the full one;
 3. recomputes the privacy of the noised query: the neighbour that moves output i by ``d`` shifts it by
    ``d P c_i`` (``P``: the projector onto ``span(F)``), a Gaussian mechanism with
    ``mu = d max_i ||F^+ c_i||``, whose exact ``epsilon`` at the release's ``delta`` follows from the
@@ -93,6 +95,13 @@ def _noise_span(F: Any, k: int) -> Tuple[np.ndarray, np.ndarray]:
     return U[:, keep], s[keep]
 
 
+def _span_residual(F: np.ndarray, v: np.ndarray) -> float:
+    """``||v - P v||``, ``P`` the projector onto ``span(F)`` (``SPAN_RTOL`` cut)."""
+    U, s, _ = np.linalg.svd(F, full_matrices=False)
+    U = U[:, s > s[0] * SPAN_RTOL] if s.size and s[0] > 0 else U[:, :0]
+    return float(np.linalg.norm(v - U @ (U.T @ v)))
+
+
 def audit_release(release: PrivateRelease, C: Any, *, data_sensitivity: float, offset: Any) -> ReleaseAudit:
     """Audit one release against the public map ``C`` (k x n) and ``offset`` (k) it was computed with and
     the model's data sensitivity ``d`` (module docstring: what this can and cannot establish)."""
@@ -112,7 +121,10 @@ def audit_release(release: PrivateRelease, C: Any, *, data_sensitivity: float, o
         raise ValueError("the released mean (or the model's offset) is not finite")
     U, s = _noise_span(release.noise_factor, k)
     centred = mean - offset
-    outside_mean = np.linalg.norm(centred - U @ (U.T @ centred))
+    inside = np.ones(k, dtype=bool)
+    if release.clip_to_bounds:  # the mean was clipped (post-processing): check the values strictly inside
+        inside = (mean > release.y_bounds[0]) & (mean < release.y_bounds[1])
+    outside_mean = _span_residual(np.asarray(release.noise_factor, dtype=np.float64)[inside], centred[inside]) if inside.any() else 0.0
     mean_outside = float(outside_mean / max(np.linalg.norm(centred) + np.linalg.norm(offset), np.finfo(float).tiny))
     coords = U.T @ C  # [r, n]
     norms = np.linalg.norm(C, axis=0)

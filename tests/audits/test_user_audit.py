@@ -21,7 +21,8 @@ from dpgp_gpflow.models import DPGPR, DPLaplaceGPC
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from reference import k_se  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore::dpgp_gpflow.exceptions.ReproducibleNoiseWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::dpgp_gpflow.exceptions.ReproducibleNoiseWarning"),
+              pytest.mark.filterwarnings("ignore::dpgp_gpflow.exceptions.ClippingWarning")]
 
 LO, HI = 0.0, 100.0
 VAR, ELL, NOISE = 4.0, 1.5, 0.5
@@ -86,6 +87,25 @@ def test_a_forged_non_private_mean_fails(data):
     assert report.releases[0].epsilon == pytest.approx(1.0, rel=1e-5)  # the noise description alone is fine
     assert report.releases[0].mean_outside > 1e-6
     assert dp.audit(rel, m, data[2]).passed  # the honest release with the same factor passes
+    assert not dp.audit(forged.clipped(), m, data[2]).passed  # clipping (nothing to clip here) hides nothing
+
+
+def test_a_clipped_release_passes_and_only_its_inner_values_are_checked(data):
+    """Clipping to the bounds is post-processing: values at a bound leave span(F), the others must not (a
+    necessary condition, with power only when more values lie inside than the noise has directions)."""
+    X, Y, _ = data
+    Xnew = np.linspace(0.0, 10.0, 30)[:, None]
+    kernel = gpflow.kernels.SquaredExponential(variance=VAR, lengthscales=ELL)
+    m = DPGPR((X, Y), kernel, y_bounds=(35.0, 65.0), noise_variance=NOISE, hyperparameters_public=True)
+    rel = m.release(Xnew, epsilon=2.0, delta=1e-3, seed=4, rtol=0.1).clipped()
+    at_bounds = (rel.mean == 35.0) | (rel.mean == 65.0)
+    assert 0 < at_bounds.sum() and (~at_bounds).sum() > rel.rank  # some values clipped, more inside than r
+    assert dp.audit(rel, m, Xnew).passed
+    inner = np.flatnonzero(~at_bounds)[0]
+    shifted = rel.mean.copy()
+    shifted[inner] += 1e-3 if rel.mean[inner] < 50.0 else -1e-3  # stays inside the bounds
+    forged = dataclasses.replace(rel, mean=shifted)
+    assert not dp.audit(forged, m, Xnew).passed
 
 
 @pytest.mark.parametrize("factor, message", [
