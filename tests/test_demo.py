@@ -19,6 +19,7 @@ def _png_size(data: bytes) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
+@pytest.mark.slow
 def test_demo_runs_and_writes_table_and_png(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--output", str(out), "--seed", "0", "--epsilon", "1.0", "--delta", "0.01"]) == 0

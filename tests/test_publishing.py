@@ -350,6 +350,7 @@ SERVE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_saved_model_serves_without_the_package(released, tmp_path):
     Xq = query_inputs()
     np.save(tmp_path / "X.npy", Xq)

@@ -269,6 +269,7 @@ def test_what_loading_refuses_is_not_written(files, tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_dpgp_show_prints_one_line(files, tmp_path):
     path = forged(files["standard"], tmp_path, setter("delta", 5.0))
     code = "import sys, dpgp_gpflow.cli; sys.exit(dpgp_gpflow.cli.main())"

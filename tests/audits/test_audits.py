@@ -304,6 +304,7 @@ def test_hockey_stick_catches_dropped_square_root(problem, measured):
     assert max(result.delta_hat) == pytest.approx(0.150, abs=0.005)  # research note 5.4: 0.150
 
 
+@pytest.mark.slow
 def test_hockey_stick_catches_diagonal_noise(problem, measured):
     m = measured("mse-analytic")
     F = m.release.noise_factor

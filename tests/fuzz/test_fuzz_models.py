@@ -246,6 +246,7 @@ def training_data(draw, bad):
     return data, X, Y
 
 
+@pytest.mark.slow
 @given(data=st.data())
 @fuzz_settings(60)
 def test_regression_constructor_fuzz(draws, data):
@@ -305,6 +306,7 @@ def test_regression_constructor_fuzz(draws, data):
 # release_function(...) on the factored models
 
 
+@pytest.mark.slow
 @given(data=st.data())
 @fuzz_settings(50)
 def test_release_function_fuzz(draws, regression_models, classifiers, data):
@@ -359,6 +361,7 @@ def label_data(draw, bad):
     return (Xc, as_container(Y, kind)), X, Y
 
 
+@pytest.mark.slow
 @given(data=st.data())
 @fuzz_settings(40)
 def test_classifier_constructor_fuzz(draws, data):

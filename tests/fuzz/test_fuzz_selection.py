@@ -154,6 +154,7 @@ ACCOUNTANTS = st.sampled_from([
 ])
 
 
+@pytest.mark.slow
 @given(data=st.data())
 @fuzz_settings(60)
 def test_select_hyperparameters_fuzz(draws, models, data):
