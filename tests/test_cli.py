@@ -78,6 +78,7 @@ RELEASE = ["--x", "age", "weight", "--y", "height", "--bounds", "60", "180", "--
            "--variance", "100", "--noise", "10"]
 
 
+@pytest.mark.slow
 def test_budget_release_show_predict_end_to_end(work):
     r = dpgp("budget", "init", "ledger.sqlite", "--epsilon", "2", "--delta", "0.02", cwd=work)
     assert r.returncode == 0, r.stderr
@@ -145,6 +146,7 @@ def _release_argv(bad: list) -> list:
             "-o", options["--output"], "--quiet"]
 
 
+@pytest.mark.slow
 def test_bad_input_exits_2_with_one_line_and_spends_nothing(work):
     pd.DataFrame({"age": [], "height": []}).to_csv(work / "empty.csv", index=False)
     pd.DataFrame({"age": [1.0, 2.0], "height": [100.0, np.nan]}).to_csv(work / "nan.csv", index=False)
@@ -161,6 +163,7 @@ def test_bad_input_exits_2_with_one_line_and_spends_nothing(work):
     assert dp.PrivacyAccountant.open(work / "over.sqlite").held == (0.0, 0.0)
 
 
+@pytest.mark.slow
 def test_select_chooses_from_the_grid_and_charges_the_ledger(work):
     assert dpgp("budget", "init", "sel.sqlite", "--epsilon", "1", "--delta", "0", cwd=work).returncode != 0  # delta 0
     assert dpgp("budget", "init", "sel.sqlite", "--epsilon", "1", "--delta", "1e-6", cwd=work).returncode == 0
@@ -183,6 +186,7 @@ def test_select_chooses_from_the_grid_and_charges_the_ledger(work):
     assert ledger.spent[0] == pytest.approx(1.0) and "permute-and-flip" in ledger.ledger[-1].description
 
 
+@pytest.mark.slow
 def test_help_and_usage_errors(work):
     r = dpgp("--help", cwd=work)
     assert r.returncode == 0 and "release" in r.stdout and "budget" in r.stdout
@@ -195,6 +199,7 @@ def test_help_and_usage_errors(work):
 # Issue 26: hyperparameters selected privately from the default grid, clipping, the separator.
 
 
+@pytest.mark.slow
 def test_release_without_hyperparameters_selects_them_with_a_share_and_clips(work):
     assert dpgp("budget", "init", "share.sqlite", "--epsilon", "1", "--delta", "0.01", cwd=work).returncode == 0
     r = dpgp("release", "data.csv", "--x", "age", "weight", "--y", "height", "--bounds", "60", "180", "--epsilon", "1",
@@ -232,6 +237,7 @@ def test_separator_is_sniffed(tmp_path):
     assert sniff_separator(tmp_path / "t.csv") == ","
 
 
+@pytest.mark.slow
 def test_kung_release_from_the_semicolon_csv_is_sensible(tmp_path):
     data = shared_data_dir()
     if data is None or not (data / "Howell1.csv").is_file():
@@ -277,6 +283,7 @@ def _stdout_json(argv: list, work: Path) -> dict:
     return json.loads(out.getvalue().strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_select_without_values_chooses_all_three_from_the_default_grid(work):
     grid = _default_grid(work)
     variances = {c[".kernel.variance"] for c in grid}
@@ -297,6 +304,7 @@ def test_select_without_values_chooses_all_three_from_the_default_grid(work):
     assert out["configurations"] == len({tuple(np.atleast_1d(c[".kernel.lengthscales"])) for c in grid})
 
 
+@pytest.mark.slow
 def test_select_then_release_uses_the_chosen_values(work):
     assert dpgp("budget", "init", "selrel.sqlite", "--epsilon", "2", "--delta", "0.01", cwd=work).returncode == 0
     out = _stdout_json([*SELECT, "--ledger", "selrel.sqlite", "--release-epsilon", "1", "--release-delta", "0.01",
@@ -320,6 +328,7 @@ SELECT_BAD = [
 ]
 
 
+@pytest.mark.slow
 def test_select_refusals_are_one_line_and_spend_nothing(work):
     assert dpgp("budget", "init", "selbad.sqlite", "--epsilon", "0.1", "--delta", "0.01", cwd=work).returncode == 0
     argvs = [[*SELECT, *bad, "--ledger", "selbad.sqlite"] for bad, _ in SELECT_BAD]

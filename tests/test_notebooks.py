@@ -38,6 +38,7 @@ def test_notebook_parses(path: Path):
     compile(path.read_text(), str(path), "exec")  # runs as a script: no IPython magics
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs_reduced(path: Path, tmp_path: Path):
     env = dict(os.environ, MPLBACKEND="Agg", DPGP_NOTEBOOK_REDUCED="1", TF_CPP_MIN_LOG_LEVEL="2")

@@ -421,6 +421,7 @@ def test_fold_matrices_reproduce_gpflow_predictions(data):
         np.testing.assert_allclose(pred, ref.predict_f(X[test])[0].numpy()[:, 0], rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.slow
 def test_fitc_fold_matrices(data):
     X, Y = data
     Z = np.linspace(0.0, 6.0, 5)[:, None]

@@ -17,6 +17,7 @@ from test_streaming import _classifier, _model  # noqa: E402
 from dpgp_gpflow.models import DPGPRFITC, DPSGPR, DPSparseLaplaceGPC  # noqa: E402
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cls", [DPGPRFITC, DPSGPR])
 def test_dask_release_equals_single_machine_and_passes_the_audit(cls):
     model = _model(cls, 2000, 16)
@@ -40,6 +41,7 @@ def _dask_model(cls, model, chunk):
                noise_variance=0.1, y_bounds=(-2, 2))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cls", [DPGPRFITC, DPSGPR])
 def test_a_model_built_from_dask_arrays_releases_on_the_active_cluster(cls):
     model = _model(cls, 2000, 16)
@@ -80,6 +82,7 @@ def test_dask_rows_are_validated_at_construction():
         DPSGPR((X, Y), kernel, np.zeros((2, 3)), noise_variance=0.1, y_bounds=(-1, 1))
 
 
+@pytest.mark.slow
 def test_a_scheduler_address_with_worker_processes_gives_the_same_release():
     """A real cluster: separate worker processes reached through the scheduler's address (the
     per-chunk functions and the model's public terms travel by pickling)."""

@@ -101,6 +101,7 @@ def _classifier(n, m, seed=0):
     return DPSparseLaplaceGPC((X, Y), gpflow.kernels.SquaredExponential(lengthscales=1.0), np.linspace(0, 10, m)[:, None])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reference", [None, "training"])
 def test_streamed_sparse_classifier_equals_in_memory_and_passes_the_audit(reference):
     model = _classifier(2000, 15)
