@@ -122,8 +122,8 @@ def audit_release(release: PrivateRelease, C: Any, *, data_sensitivity: float, o
     U, s = _noise_span(release.noise_factor, k)
     centred = mean - offset
     inside = np.ones(k, dtype=bool)
-    if release.clip_to_bounds:  # the mean was clipped (post-processing): check the values strictly inside
-        inside = (mean > release.y_bounds[0]) & (mean < release.y_bounds[1])
+    if release.clip_to_bounds and release.y_bounds is not None:  # clipped (post-processing; needs bounds):
+        inside = (mean > release.y_bounds[0]) & (mean < release.y_bounds[1])  # check the values strictly inside
     outside_mean = _span_residual(np.asarray(release.noise_factor, dtype=np.float64)[inside], centred[inside]) if inside.any() else 0.0
     mean_outside = float(outside_mean / max(np.linalg.norm(centred) + np.linalg.norm(offset), np.finfo(float).tiny))
     coords = U.T @ C  # [r, n]

@@ -237,7 +237,7 @@ def inputs_hash(X: Any) -> str:
 
 def provenance() -> Dict[str, Any]:
     """``{"software": {package: version}, "created": UTC ISO 8601}`` for a card."""
-    software = {}
+    software: Dict[str, Optional[str]] = {}
     for dist in ("dpgp_gpflow", "gpflow", "tensorflow", "numpy"):
         try:
             software[dist] = importlib.metadata.version(dist)
@@ -299,8 +299,8 @@ def _no_duplicate_keys(pairs: Any) -> Dict[str, Any]:
     (JSON parsers differ on which one wins, so a reader could see another value than the hash covers)."""
     out = dict(pairs)
     if len(out) != len(pairs):
-        seen = set()
-        key = next(k for k, _ in pairs if k in seen or seen.add(k))
+        seen: set = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]  # add's None is falsy: records and moves on
         raise ReleaseFileError(f"duplicate key {key!r} in a JSON object")
     return out
 

@@ -344,9 +344,10 @@ def _shares(a: List[Fold], bound_a: float, b: List[Fold], bound_b: float) -> boo
     for fa, fb in zip(a, b):
         if fa.C.shape != fb.C.shape:
             return False
-        scale = max(float(np.max(np.abs(fb.C), initial=0.0)), float(np.max(np.abs(fb.offset), initial=0.0)), 1e-300)
+        off_a, off_b = np.asarray(fa.offset, dtype=np.float64), np.asarray(fb.offset, dtype=np.float64)  # set by _fold
+        scale = max(float(np.max(np.abs(fb.C), initial=0.0)), float(np.max(np.abs(off_b), initial=0.0)), 1e-300)
         if not (np.max(np.abs(fa.C - fb.C), initial=0.0) <= SHARE_RTOL * scale
-                and np.max(np.abs(fa.offset - fb.offset), initial=0.0) <= SHARE_RTOL * scale):
+                and np.max(np.abs(off_a - off_b), initial=0.0) <= SHARE_RTOL * scale):
             return False
     return True
 
@@ -388,10 +389,15 @@ def cross_validate(model: PrivateModel, grid: Sequence[Config], *, folds: Union[
     grid = validate_grid(model, grid)
     y = model.centred_outputs().numpy().astype(np.float64).reshape(-1)
     n = y.size
-    d = model.data_sensitivity if d is None else validate_data_sensitivity(d, tuple(model.y_bounds))
+    lo, hi = model.y_bounds
+    d = model.data_sensitivity if d is None else validate_data_sensitivity(d, (lo, hi))
     splits = resolve_splits(folds, n, split_seed)
     probe_train, probe_test = _probe_split(splits)
-    all_folds, matrices, bounds, owners, probes = [], [], [], [], {}
+    all_folds: List[List[Fold]] = []
+    matrices: List[Any] = []
+    bounds: List[List[float]] = []
+    owners: List[int] = []
+    probes: Dict[int, List[Fold]] = {}
     bar = Progress(len(grid), progress, "fold matrices")
     try:
         for i, config in enumerate(grid):

@@ -79,9 +79,9 @@ def _lengthscales(kernel: gpflow.kernels.Stationary, X: np.ndarray) -> List[Any]
         if key not in seen:
             seen.add(key)
             values.append(np.array(value, dtype=np.float64) if ard else value)
-    if ard and tuple(kernel.lengthscales.shape) != values[0].shape:
+    if ard and tuple(kernel.lengthscales.shape) != np.shape(values[0]):
         raise ValueError(f"default_grid: the kernel has {tuple(kernel.lengthscales.shape)} lengthscales for "
-                         f"{values[0].size} active input columns")
+                         f"{np.size(values[0])} active input columns")
     return values
 
 

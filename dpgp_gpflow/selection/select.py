@@ -204,7 +204,8 @@ def select_hyperparameters(
     if cross_validation is None:
         splits = resolve_splits(folds, num_rows(model), split_seed)
         if d is not None:
-            d = validate_data_sensitivity(d, tuple(model.y_bounds))
+            lo, hi = model.y_bounds
+            d = validate_data_sensitivity(d, (lo, hi))
     elif not isinstance(cross_validation, CrossValidation):
         raise TypeError(f"cross_validation must be a CrossValidation, got {type(cross_validation).__name__}")
     elif not cross_validation.computed_from(model) or not same_grid(cross_validation.grid, checked_grid):
@@ -226,7 +227,7 @@ def select_hyperparameters(
             raise ValueError(f"no configuration has a sensitivity below the threshold {threshold} "
                              f"(smallest: {float(np.min(sens)):.6g})")
         # Public: a configuration whose release would be refused is no candidate.
-        kept[kept] = cv.releasable(np.flatnonzero(kept), epsilon_release, delta_release, objective=objective,
+        kept[kept] = cv.releasable(np.flatnonzero(kept).tolist(), epsilon_release, delta_release, objective=objective,
                                    calibration=calibration, release_noise=release_noise)
         if not np.any(kept):
             raise ValueError("no configuration of the grid could be released at "
@@ -234,7 +235,7 @@ def select_hyperparameters(
                              "ill-conditioned; widen the grid (larger noise variances or lengthscales)")
         idx = np.flatnonzero(kept)
         utilities = cv.utilities(epsilon_release, delta_release, objective=objective, calibration=calibration,
-                                 indices=idx, progress=progress, utility=utility, release_noise=release_noise)
+                                 indices=idx.tolist(), progress=progress, utility=utility, release_noise=release_noise)
         weights = log_weights(utilities[idx], sens[idx], epsilon, mechanism, beta)
         position, reproducible = draw(weights, mechanism, seed)
         choice = int(idx[position])
