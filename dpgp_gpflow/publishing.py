@@ -31,12 +31,11 @@ from .release_file import (
     ReleaseFileIntegrityError,
     ReleaseFileKindError,
     ReleaseFileVersionError,
-    _from_json,
-    _to_json,
+    as_read_back,
     inputs_hash,
     read,
 )
-from .released import PrivateClassifier, PrivateFunction, Released, _releases_of, release_from_document
+from .released import PrivateClassifier, PrivateFunction, Released, releases_of_document, release_from_document
 
 __all__ = [
     "READOUT_KINDS",
@@ -121,7 +120,7 @@ def _check_exactly_written(document: ReleaseDocument, released: Released) -> Non
     unknown = sorted(set(document.arrays) - set(arrays))
     if unknown:
         raise ReleaseFileError(f"arrays: unknown array(s) {unknown}; a {document.kind} file holds {sorted(arrays)}")
-    place = _difference(document.content, _from_json(_to_json(content, "content")), "content")
+    place = _difference(document.content, as_read_back(content, "content"), "content")
     if place:
         raise ReleaseFileError(f"{place}: not what the loaded {document.kind} writes")
 
@@ -155,7 +154,7 @@ def read_card(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
     :func:`load` checks them, without building the object (no readout, no kernel)."""
     document = read(path)
     try:
-        _releases_of(document)
+        releases_of_document(document)
     except ReleaseFileError as exc:
         raise type(exc)(f"{path}: {exc}") from None
     return document.card

@@ -72,6 +72,7 @@ __all__ = [
     "ReleaseFileIntegrityError",
     "ReleaseFileKindError",
     "ReleaseFileVersionError",
+    "as_read_back",
     "canonical_bytes",
     "decode_array",
     "document_sha256",
@@ -195,6 +196,13 @@ def _to_json(value: Any, where: str) -> Any:
     if isinstance(value, np.ndarray) and value.ndim <= 1:
         return _to_json(value.tolist(), where)
     raise TypeError(f"{where}: {type(value).__name__} is not a JSON value (put arrays under arrays=)")
+
+
+def as_read_back(value: Any, where: str) -> Any:
+    """``value`` as a file would give it back: converted to JSON values and the non-finite floats'
+    tags undone (tuples become lists, numpy scalars Python numbers). Raises ``TypeError`` where
+    ``value`` holds something a file cannot."""
+    return _from_json(_to_json(value, where))
 
 
 def _from_json(value: Any) -> Any:

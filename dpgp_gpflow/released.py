@@ -45,6 +45,7 @@ from .release_file import (
 )
 from .calibration import gaussian_multiplier
 from .validation import (
+    MECHANISMS,
     as_inputs,
     check_real,
     validate_bounds,
@@ -63,6 +64,7 @@ __all__ = [
     "Released",
     "probit_approximation",
     "release_from_document",
+    "releases_of_document",
 ]
 
 
@@ -425,7 +427,7 @@ class PrivateFunction(Released):
         """The object of a verified release file (:func:`dpgp_gpflow.release_file.read`) with its readout
         already rebuilt (:func:`dpgp_gpflow.publishing.load` picks the readout class). Sets the same
         state as the constructor; a subclass keeping state of its own must override this."""
-        releases = _releases_of(document)
+        releases = releases_of_document(document)
         m = releases[-1].mean.shape[0]
         coordinates = None
         flag = document.content.get("coordinates")
@@ -599,7 +601,7 @@ def _check_meaning(where: str, fields: Mapping[str, Any], a: Mapping[str, np.nda
     delta, calibration), the rank and ``noise_std`` recomputed from ``noise_factor``."""
     epsilon = _checked(where, "epsilon", validate_epsilon, fields["epsilon"])
     delta = _checked(where, "delta", validate_delta, fields["delta"])
-    from .pipeline import MECHANISMS  # both Gaussian: every release has 0 < delta < 1 (pipeline imports this module)
+    # MECHANISMS: both Gaussian, so every release has 0 < delta < 1
 
     mechanism = fields["mechanism"]
     if mechanism not in MECHANISMS:
@@ -642,7 +644,7 @@ def _clip_flag(card: Mapping[str, Any]) -> bool:
     return flag
 
 
-def _releases_of(document: ReleaseDocument) -> Tuple[PrivateRelease, ...]:
+def releases_of_document(document: ReleaseDocument) -> Tuple[PrivateRelease, ...]:
     """Every release of a verified release file, each checked for meaning and all against the card's totals."""
     entries = document.card.get("releases")
     if not isinstance(entries, list) or not entries:
@@ -662,7 +664,7 @@ def _releases_of(document: ReleaseDocument) -> Tuple[PrivateRelease, ...]:
 
 def release_from_document(document: ReleaseDocument) -> PrivateRelease:
     """The :class:`PrivateRelease` of a verified release file of kind ``"PrivateRelease"``."""
-    releases = _releases_of(document)
+    releases = releases_of_document(document)
     if len(releases) != 1:
         raise ReleaseFileError(f"a PrivateRelease file holds one release, this one {len(releases)}")
     if _clip_flag(document.card):

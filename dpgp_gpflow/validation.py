@@ -19,6 +19,7 @@ from .exceptions import ClippingWarning
 __all__ = [
     "CALIBRATIONS",
     "Calibration",
+    "MECHANISMS",
     "MIN_DATA_SENSITIVITY",
     "MAX_SEED",
     "MIN_DELTA",
@@ -49,6 +50,8 @@ __all__ = [
 #: How the Gaussian noise multiplier is calibrated (:mod:`dpgp_gpflow.calibration`).
 Calibration = Literal["analytic", "classical"]
 CALIBRATIONS: Tuple[str, ...] = ("analytic", "classical")
+#: The Gaussian release mechanisms (:mod:`dpgp_gpflow.pipeline`): the cloaking method and Hall et al.'s.
+MECHANISMS: Tuple[str, ...] = ("cloaking", "standard")
 #: What the cloaking noise covariance minimises (:mod:`dpgp_gpflow.cloaking`).
 Objective = Literal["mse", "entropy"]
 OBJECTIVES: Tuple[str, ...] = ("mse", "entropy")
