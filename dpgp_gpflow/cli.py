@@ -552,8 +552,9 @@ def _load(path: Path) -> Tuple[Released, dict]:
         raise UsageError(f"{path}: no such file")
     try:
         return load(path), read_card(path)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"{path}: {exc}") from None
+    except (ValueError, KeyError, TypeError, OSError) as exc:
+        message = str(exc)  # the loader's own errors already name the file
+        raise UsageError(message if message.startswith(str(path)) else f"{path}: {message}") from None
 
 
 # ---------------------------------------------------------------------------------------------
