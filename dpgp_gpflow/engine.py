@@ -24,7 +24,7 @@ import tensorflow as tf
 from check_shapes import check_shapes
 
 from . import cloaking
-from .accounting import PrivacyAccountant, Reservation
+from .accounting import PrivacyAccountant, Reservation, reserve
 from .cloaking import DEFAULT_TOL, projection_terms
 from .release import (
     MAX_NOISE_CONDITION,
@@ -34,7 +34,7 @@ from .release import (
     projection_bias,
     projection_is_harmless,
     publish_cloaking,
-    reserve_gaussian,
+    release_request,
     validate_public_bounds,
     whitening_terms,
 )
@@ -174,10 +174,10 @@ def publish(
     :func:`~dpgp_gpflow.release.cloaking_release` (``|y_c,i| <= output_bound``), and one entry moves by at
     most ``data_sensitivity`` between neighbours.
     """
-    validate_objective(objective)
+    request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed)
     validate_public_bounds(data_sensitivity, output_bound, y_bounds)  # before anything is reserved
-    epsilon, delta, multiplier, reservation = reserve_gaussian(epsilon, delta, calibration, accountant)
-    try:
+    epsilon, delta, multiplier = request.epsilon, request.delta, request.multiplier
+    with reserve(accountant, [request.event()]) as reservation:
         if float(plan.noise_multiplier) != multiplier:
             raise ValueError(f"this plan was made for noise multiplier {float(plan.noise_multiplier)!r}, but "
                              f"(epsilon={epsilon}, delta={delta}, {calibration}) needs {multiplier!r}")
@@ -192,9 +192,7 @@ def publish(
         return publish_cloaking(
             noise_factor=tf.convert_to_tensor(plan.noise_factor, tf.float64), whitening=whitening,
             y_centred=y_centred, offset=offset, variance=variance, sensitivity=float(plan.sensitivity),
-            multiplier=multiplier, output_bound=output_bound, reservation=reservation, seed=seed, epsilon=epsilon,
-            delta=delta, data_sensitivity=data_sensitivity, calibration=calibration, objective=objective,
-            certificate=certificate, rank=int(plan.rank), rtol=float(plan.rtol), bias_bound=float(plan.bias_bound),
-            y_bounds=y_bounds)
-    finally:
-        reservation.close()
+            multiplier=multiplier, output_bound=output_bound, reservation=reservation, seed=request.seed,
+            epsilon=epsilon, delta=delta, data_sensitivity=data_sensitivity, calibration=request.calibration,
+            objective=objective, certificate=certificate, rank=int(plan.rank), rtol=float(plan.rtol),
+            bias_bound=float(plan.bias_bound), y_bounds=y_bounds)

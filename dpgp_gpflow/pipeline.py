@@ -6,10 +6,13 @@ m latent values once, so that predictions anywhere are free. Every model's ``rel
 ``release_function`` methods are these functions; a model of your own that meets the contract
 can call them directly.
 
-Order of work, the same for every mechanism: validate the privacy parameters and the seed, check
-the leak guard, read the public terms from the model (:func:`release`: refused unless finite),
-reserve the budget (:func:`~dpgp_gpflow.accounting.reserve`: nothing private has been computed
-yet), plan the noise, draw it (:mod:`dpgp_gpflow.sampling`), charge the accountant, return.
+Order of work, the same for every mechanism: validate the privacy parameters and the seed once, into a
+frozen :class:`~dpgp_gpflow.release.ReleaseRequest` (:func:`~dpgp_gpflow.release.release_request`), check
+the leak guard, read the public terms from the model (refused unless finite), take the one reservation
+of the budget (:func:`~dpgp_gpflow.accounting.reserve`: nothing private has been computed yet), and hand
+both to the mechanism (:func:`~dpgp_gpflow.release.cloak`, :func:`~dpgp_gpflow.release.standard`), which
+neither validates nor reserves: it plans the noise, draws it (:mod:`dpgp_gpflow.sampling`), commits the
+one event and returns.
 """
 
 from __future__ import annotations
@@ -19,8 +22,7 @@ from typing import Any, Literal, NamedTuple, Optional, Protocol, Tuple, runtime_
 import tensorflow as tf
 from check_shapes import check_shapes
 
-from .accounting import PrivacyAccountant, PrivacyEvent, Reservation, reserve
-from .calibration import gaussian_multiplier
+from .accounting import PrivacyAccountant, Reservation, reserve
 from .cloaking import DEFAULT_TOL
 from .contract import (
     FactoredPrivateModel,
@@ -31,17 +33,13 @@ from .contract import (
     dense_map,
     latent_terms_and_readout,
 )
-from .release import cloaking_release, gaussian_event, standard_release
+from .release import ReleaseRequest, cloak, release_request, standard
 from .released import PrivateFunction, PrivateRelease
 from .validation import (
+    MECHANISMS,
     as_inputs,
     require_float64,
-    validate_calibration,
-    validate_delta,
-    validate_epsilon,
-    validate_objective,
     validate_public_terms,
-    validate_seed,
 )
 
 __all__ = [
@@ -55,7 +53,6 @@ __all__ = [
 ]
 
 Mechanism = Literal["cloaking", "standard"]
-MECHANISMS: Tuple[str, ...] = ("cloaking", "standard")
 
 
 class StandardTerms(NamedTuple):
@@ -95,17 +92,9 @@ def _contract(model: Any, protocol: type = PrivateModel) -> None:
                         "(see dpgp_gpflow.contract)")
 
 
-def _event(epsilon: Any, delta: Any, calibration: Any) -> Tuple[float, float, PrivacyEvent]:
-    """Validate (epsilon, delta, calibration): one Gaussian release's event."""
-    epsilon, delta = validate_epsilon(epsilon), validate_delta(delta)
-    multiplier = gaussian_multiplier(epsilon, delta, validate_calibration(calibration))
-    return epsilon, delta, gaussian_event(epsilon, delta, multiplier)
-
-
-def _reserve(epsilon: Any, delta: Any, calibration: Any, accountant: Any) -> Tuple[float, float, Reservation]:
-    """Validate (epsilon, delta, calibration) and reserve one Gaussian release's budget."""
-    epsilon, delta, event = _event(epsilon, delta, calibration)
-    return epsilon, delta, reserve(accountant, [event])
+def _bounds(model: PrivateModel) -> Tuple[float, float]:
+    lo, hi = model.y_bounds
+    return float(lo), float(hi)
 
 
 def release(
@@ -138,29 +127,26 @@ def release(
         raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
     if mechanism == "standard" and not isinstance(model, SupportsStandardMechanism):
         raise NotImplementedError(f"{type(model).__name__} has no standard (Hall et al.) mechanism")
-    validate_objective(objective)
-    seed = validate_seed(seed)
+    request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed)
     Xnew = tf.constant(as_inputs("Xnew", Xnew, int(model.input_dim)))
     check_release_hyperparameters(model, hyperparameters_public)
-    epsilon, delta, event = _event(epsilon, delta, calibration)
     # the public terms, checked finite before any budget is reserved (a refusal draws and spends nothing)
     terms = model.release_terms(Xnew)
     more = {"variance": terms.variance}
     if mechanism == "standard":
-        standard = model.standard_terms(Xnew)
-        more.update(prior_covariance=standard.prior_covariance, unit_sensitivity=standard.unit_sensitivity)
+        standard_terms = model.standard_terms(Xnew)
+        more.update(prior_covariance=standard_terms.prior_covariance, unit_sensitivity=standard_terms.unit_sensitivity)
     validate_public_terms(f"{mechanism} release", dense_map(terms.map), terms.offset, model.output_bound, **more)
-    with reserve(accountant, [event]) as reservation:
-        common = dict(epsilon=epsilon, delta=delta, calibration=calibration, seed=seed, accountant=reservation,
-                      y_bounds=tuple(model.y_bounds))
+    with reserve(accountant, [request.event()]) as reservation:  # the one reservation: the mechanism commits
         if mechanism == "standard":
             mean = terms.offset + tf.linalg.matvec(dense_map(terms.map), model.centred_outputs())
-            return standard_release(mean, terms.variance, standard.prior_covariance,
-                                    sensitivity=float(standard.unit_sensitivity) * model.data_sensitivity,
-                                    data_sensitivity=model.data_sensitivity, **common)
-        return cloaking_release(terms.map, model.centred_outputs(), terms.offset, terms.variance,
-                                data_sensitivity=model.data_sensitivity, output_bound=model.output_bound,
-                                objective=objective, rtol=rtol, tol=tol, **common)
+            return standard(request._replace(objective=None), reservation, mean, terms.variance,
+                            standard_terms.prior_covariance,
+                            sensitivity=float(standard_terms.unit_sensitivity) * model.data_sensitivity,
+                            data_sensitivity=model.data_sensitivity, y_bounds=_bounds(model))
+        return cloak(request, reservation, terms.map, model.centred_outputs(), terms.offset, terms.variance,
+                     data_sensitivity=model.data_sensitivity, output_bound=model.output_bound, rtol=rtol, tol=tol,
+                     y_bounds=_bounds(model))
 
 
 def _latent_variance(covariance: Optional[tf.Tensor], R: Optional[tf.Tensor], m: int) -> tf.Tensor:
@@ -200,25 +186,23 @@ def release_function(
     the model afterwards does not change what was published.
     """
     _contract(model, FactoredPrivateModel)
-    validate_objective(objective)
-    seed = validate_seed(seed)
+    request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed)
     check_release_hyperparameters(model, hyperparameters_public)
     # the public terms, checked finite before any budget is reserved (a refusal draws and spends nothing)
     latent, readout = latent_terms_and_readout(model)
     latent = latent._replace(map=dense_map(latent.map))  # B [m, n], formed once
     validate_public_terms("latent release", latent.map, latent.offset, model.output_bound, variance=latent.variance)
-    epsilon, delta, reservation = _reserve(epsilon, delta, calibration, accountant)
-    with reservation:
-        return function_type(*_latent_release(model, reservation, latent=latent, readout=readout, epsilon=epsilon,
-                                              delta=delta, objective=objective, calibration=calibration, seed=seed,
+    with reserve(accountant, [request.event()]) as reservation:  # the one reservation: the mechanism commits
+        return function_type(*_latent_release(model, request, reservation, latent=latent, readout=readout,
                                               reference_inputs=reference_inputs, rtol=rtol, tol=tol))
 
 
-def _latent_release(model: FactoredPrivateModel, reservation: Reservation, *, latent: ReleaseTerms,
-                    readout: PublicReadout, reference_inputs: Any,
+def _latent_release(model: FactoredPrivateModel, request: ReleaseRequest, reservation: Reservation, *,
+                    latent: ReleaseTerms, readout: PublicReadout, reference_inputs: Any,
                     **options: Any) -> Tuple[PrivateRelease, Any, Optional[tf.Tensor]]:
     """The release of ``R u`` (or ``u``), the frozen readout and ``R``; ``latent`` and ``readout``: the
-    model's :meth:`latent_terms` (with a dense map, checked by the caller) and :meth:`public_readout`."""
+    model's :meth:`latent_terms` (with a dense map, checked by the caller) and :meth:`public_readout`;
+    ``request`` validated and ``reservation`` taken by the caller."""
     B = latent.map  # [m, n]
     m = int(B.shape[0])
     R = None
@@ -227,7 +211,7 @@ def _latent_release(model: FactoredPrivateModel, reservation: Reservation, *, la
         R = reference_coordinates(readout.readout(Xref))  # [m, m] upper triangular
         B = tf.linalg.matmul(R, B)
     variance = _latent_variance(latent.variance, R, m)
-    rel = cloaking_release(B, model.centred_outputs(), latent.offset, variance,
-                           data_sensitivity=model.data_sensitivity, output_bound=model.output_bound,
-                           accountant=reservation, y_bounds=tuple(model.y_bounds), **options)
+    rel = cloak(request, reservation, B, model.centred_outputs(), latent.offset, variance,
+                data_sensitivity=model.data_sensitivity, output_bound=model.output_bound,
+                y_bounds=_bounds(model), **options)
     return rel, readout, R

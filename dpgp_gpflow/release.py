@@ -9,8 +9,11 @@ public inputs and hyperparameters), ``y - m`` are the clipped, publicly centred 
 * ``standard_release`` (Hall et al. 2013 / docs/mechanisms.md#standard-mechanism): noise from the GP prior at the test inputs,
   scaled by the exact RKHS sensitivity.
 
-The budget is reserved (:func:`~dpgp_gpflow.accounting.reserve`) before anything is computed and
-charged after the draw; the noise comes from :mod:`dpgp_gpflow.sampling` (OS entropy unless an
+The privacy parameters are validated once into a frozen :class:`ReleaseRequest` (:func:`release_request`)
+and the budget reserved once (:func:`~dpgp_gpflow.accounting.reserve`) before anything is computed, by the
+caller (:mod:`dpgp_gpflow.pipeline`, or the public wrappers ``cloaking_release`` and ``standard_release``);
+the mechanisms :func:`cloak` and :func:`standard` receive both, neither validate nor reserve, and commit
+the one event after the draw. The noise comes from :mod:`dpgp_gpflow.sampling` (OS entropy unless an
 explicit ``seed`` makes the release reproducible, and so not private, marked ``reproducible=True``).
 
 Exact noise (``sampler="exact"``, the default; docs/exact_sampling.md): the release computes the
@@ -77,6 +80,10 @@ from .validation import (
 __all__ = [
     "NoisePlan",
     "PrivateRelease",
+    "ReleaseRequest",
+    "cloak",
+    "release_request",
+    "standard",
     "bias_rounding",
     "projection_bias",
     "projection_is_harmless",
@@ -137,13 +144,45 @@ def projection_is_harmless(ratio, noise_multiplier):
     return ratio <= BIAS_FRACTION * noise_multiplier
 
 
-def reserve_gaussian(epsilon, delta, calibration, accountant) -> Tuple[float, float, float, Reservation]:
-    """Validate the privacy parameters, compute the multiplier and reserve the budget (no spend).
-    ``accountant``: a :class:`~dpgp_gpflow.accounting.PrivacyAccountant`, a caller's
-    :class:`~dpgp_gpflow.accounting.Reservation` to commit into, or None (the enclosing ones)."""
+class ReleaseRequest(NamedTuple):
+    """One Gaussian release's privacy parameters, validated once (:func:`release_request`) and frozen.
+
+    The pipeline builds it and takes the one reservation; the mechanisms (:func:`cloak`, :func:`standard`)
+    receive both and neither validate nor reserve."""
+
+    epsilon: float
+    delta: float
+    calibration: str
+    objective: Optional[str]  #: the cloaking objective; None for the standard mechanism
+    multiplier: float  #: the calibration's unit-sensitivity noise multiplier ``s``
+    sampler: str
+    seed: Optional[int]
+
+    def event(self, description: str = "") -> PrivacyEvent:
+        """The ledger entry of this release (:func:`gaussian_event`)."""
+        return gaussian_event(self.epsilon, self.delta, self.multiplier, description)
+
+
+def release_request(epsilon: Any, delta: Any, *, calibration: Any = "analytic", objective: Optional[str] = "mse",
+                    sampler: Any = "exact", seed: Any = None) -> ReleaseRequest:
+    """Validate a Gaussian release's parameters (in this order: objective unless None, sampler, seed,
+    epsilon, delta, calibration) and compute its noise multiplier: the only place a release does either."""
+    if objective is not None:
+        validate_objective(objective)
+    validate_sampler(sampler)
+    seed = validate_seed(seed)
     epsilon, delta = validate_epsilon(epsilon), validate_delta(delta)
-    multiplier = gaussian_multiplier(epsilon, delta, validate_calibration(calibration))
-    return epsilon, delta, multiplier, reserve(accountant, [gaussian_event(epsilon, delta, multiplier)])
+    calibration = validate_calibration(calibration)
+    return ReleaseRequest(epsilon, delta, calibration, objective, gaussian_multiplier(epsilon, delta, calibration),
+                          sampler, seed)
+
+
+def reserve_gaussian(epsilon, delta, calibration, accountant) -> Tuple[float, float, float, Reservation]:
+    """Validate the privacy parameters (:func:`release_request`), compute the multiplier and reserve the
+    budget (no spend). ``accountant``: a :class:`~dpgp_gpflow.accounting.PrivacyAccountant`, a caller's
+    :class:`~dpgp_gpflow.accounting.Reservation` to commit into, or None (the enclosing ones)."""
+    request = release_request(epsilon, delta, calibration=calibration, objective=None)
+    return request.epsilon, request.delta, request.multiplier, reserve(accountant, [request.event()])
 
 
 def gaussian_event(epsilon: float, delta: float, multiplier: float, description: str = "") -> PrivacyEvent:
@@ -432,46 +471,54 @@ def cloaking_release(
     relative 1e-11 or so); ``"float"`` is the floating-point sampler, for speed comparisons only (warns).
     An explicit ``seed`` draws numpy's normals either way (reproducible, not private).
     """
-    validate_objective(objective)
-    validate_sampler(sampler)
-    seed = validate_seed(seed)
+    request = release_request(epsilon, delta, calibration=calibration, objective=objective, sampler=sampler, seed=seed)
     validate_public_bounds(data_sensitivity, output_bound, y_bounds)
-    epsilon, delta, multiplier, reservation = reserve_gaussian(epsilon, delta, calibration, accountant)
-    try:
-        y_centred = tf.reshape(tf.convert_to_tensor(y_centred, dtype=tf.float64), [-1])
-        n = int(y_centred.shape[0])
-        settings = dict(data_sensitivity=float(data_sensitivity), output_bound=float(output_bound), objective=objective,
-                        rtol=None if rtol is None else float(rtol), tol=float(tol), max_iter=int(max_iter))
-        if isinstance(C, NoisePlan):
-            plan = C
-            if plan.settings != settings:
-                raise ValueError(f"this NoisePlan was built for {plan.settings}, not for {settings}")
-        else:
-            plan = NoisePlan(C, **settings)
-        if plan.n != n:
-            raise ValueError(f"the cloaking matrix has {plan.n} columns but there are {n} outputs")
-        description = _description(objective, plan.k)
-        space, noise, bias_bound = plan.choose(multiplier)
-        record = dict(epsilon=epsilon, delta=delta, data_sensitivity=data_sensitivity, calibration=calibration,
-                      objective=objective, certificate=noise.certificate, rank=space.rank, rtol=space.rtol,
-                      bias_bound=bias_bound, y_bounds=y_bounds)
-        if sampler == "exact":  # whiten, add grid noise exactly, re-colour (post-processing)
-            sensitivity, W = _whitening_matrix(space, noise, multiplier, data_sensitivity, output_bound)
-            noise_factor = tf.linalg.matmul(space.basis, noise.factor) * (multiplier * sensitivity)  # [k, r]
-            return publish_cloaking(noise_factor=noise_factor, whitening=W, y_centred=y_centred, offset=offset,
-                                    variance=variance, sensitivity=sensitivity, multiplier=multiplier,
-                                    output_bound=output_bound, reservation=reservation, seed=seed, **record)
-        sampling.warn_float_sampler(description)
-        sensitivity = noise.sensitivity
-        noise_factor = _unit_noise_factor(space, noise) * multiplier  # [k, r]
-        xi, reproducible = sampling.float_standard_normal(space.rank, seed)
-        coords = tf.linalg.matvec(space.vectors, y_centred)  # [r]: the mean projected onto the basis
-        coords = coords + (multiplier * sensitivity) * tf.linalg.matvec(noise.factor, tf.constant(xi))
-        released = tf.reshape(tf.cast(offset, tf.float64), [-1]) + tf.linalg.matvec(space.basis, coords)
-        reservation.commit(description)
-        return _cloaking_record(released, noise_factor, variance, sensitivity, multiplier, reproducible, **record)
-    finally:
-        reservation.close()
+    with reserve(accountant, [request.event()]) as reservation:
+        return cloak(request, reservation, C, y_centred, offset, variance, data_sensitivity=data_sensitivity,
+                     output_bound=output_bound, rtol=rtol, tol=tol, max_iter=max_iter, y_bounds=y_bounds)
+
+
+def cloak(request: ReleaseRequest, reservation: Reservation, C: Any, y_centred: Any, offset: Any, variance: Any, *,
+          data_sensitivity: float, output_bound: float, rtol: Optional[float] = None, tol: float = DEFAULT_TOL,
+          max_iter: int = 2000, y_bounds: Optional[Tuple[float, float]] = None) -> PrivateRelease:
+    """The cloaking mechanism of :func:`cloaking_release` for a validated ``request``, committing its one event
+    into the caller's ``reservation`` after the draw (which the caller closes): it neither validates the
+    privacy parameters nor reserves. Privacy assumptions: those of :func:`cloaking_release`."""
+    objective, multiplier, seed = request.objective, request.multiplier, request.seed
+    if objective is None:
+        raise ValueError("a cloaking release needs an objective ('mse' or 'entropy')")
+    y_centred = tf.reshape(tf.convert_to_tensor(y_centred, dtype=tf.float64), [-1])
+    n = int(y_centred.shape[0])
+    settings = dict(data_sensitivity=float(data_sensitivity), output_bound=float(output_bound), objective=objective,
+                    rtol=None if rtol is None else float(rtol), tol=float(tol), max_iter=int(max_iter))
+    if isinstance(C, NoisePlan):
+        plan = C
+        if plan.settings != settings:
+            raise ValueError(f"this NoisePlan was built for {plan.settings}, not for {settings}")
+    else:
+        plan = NoisePlan(C, **settings)
+    if plan.n != n:
+        raise ValueError(f"the cloaking matrix has {plan.n} columns but there are {n} outputs")
+    description = _description(objective, plan.k)
+    space, noise, bias_bound = plan.choose(multiplier)
+    record = dict(epsilon=request.epsilon, delta=request.delta, data_sensitivity=data_sensitivity,
+                  calibration=request.calibration, objective=objective, certificate=noise.certificate,
+                  rank=space.rank, rtol=space.rtol, bias_bound=bias_bound, y_bounds=y_bounds)
+    if request.sampler == "exact":  # whiten, add grid noise exactly, re-colour (post-processing)
+        sensitivity, W = _whitening_matrix(space, noise, multiplier, data_sensitivity, output_bound)
+        noise_factor = tf.linalg.matmul(space.basis, noise.factor) * (multiplier * sensitivity)  # [k, r]
+        return publish_cloaking(noise_factor=noise_factor, whitening=W, y_centred=y_centred, offset=offset,
+                                variance=variance, sensitivity=sensitivity, multiplier=multiplier,
+                                output_bound=output_bound, reservation=reservation, seed=seed, **record)
+    sampling.warn_float_sampler(description)
+    sensitivity = noise.sensitivity
+    noise_factor = _unit_noise_factor(space, noise) * multiplier  # [k, r]
+    xi, reproducible = sampling.float_standard_normal(space.rank, seed)
+    coords = tf.linalg.matvec(space.vectors, y_centred)  # [r]: the mean projected onto the basis
+    coords = coords + (multiplier * sensitivity) * tf.linalg.matvec(noise.factor, tf.constant(xi))
+    released = tf.reshape(tf.cast(offset, tf.float64), [-1]) + tf.linalg.matvec(space.basis, coords)
+    reservation.commit(description)
+    return _cloaking_record(released, noise_factor, variance, sensitivity, multiplier, reproducible, **record)
 
 
 def _description(objective: str, k: int) -> str:
@@ -549,49 +596,58 @@ def standard_release(
     its rounding is covered by the same condition-number factor as before) gets exact grid noise and is
     re-coloured with ``L``; ``"float"``: the floating-point sampler (warns). See :func:`cloaking_release`.
     """
-    validate_sampler(sampler)
-    seed = validate_seed(seed)
+    request = release_request(epsilon, delta, calibration=calibration, objective=None, sampler=sampler, seed=seed)
     prior_cov = tf.convert_to_tensor(prior_cov, dtype=tf.float64)
     require_finite("standard release", prior_covariance=prior_cov)
+    with reserve(accountant, [request.event()]) as reservation:
+        return standard(request, reservation, mean, variance, prior_cov, sensitivity=sensitivity,
+                        data_sensitivity=data_sensitivity, y_bounds=y_bounds)
+
+
+def standard(request: ReleaseRequest, reservation: Reservation, mean: Any, variance: Any, prior_cov: Any, *,
+             sensitivity: float, data_sensitivity: float,
+             y_bounds: Optional[Tuple[float, float]] = None) -> PrivateRelease:
+    """The standard mechanism of :func:`standard_release` for a validated ``request`` (and a finite
+    ``prior_cov``, checked by the caller), committing its one event into the caller's ``reservation``
+    after the draw: it neither validates the privacy parameters nor reserves. Privacy assumptions:
+    those of :func:`standard_release`."""
+    multiplier, seed = request.multiplier, request.seed
+    prior_cov = tf.convert_to_tensor(prior_cov, dtype=tf.float64)
     k = int(prior_cov.shape[0])
     description = f"standard (Hall et al.) release of {k} values"
-    epsilon, delta, multiplier, reservation = reserve_gaussian(epsilon, delta, calibration, accountant)
-    try:
-        jitter = 1e-10 * float(tf.reduce_max(tf.linalg.diag_part(prior_cov))) + 1e-300
-        chol = tf.linalg.cholesky(prior_cov + jitter * tf.eye(k, dtype=tf.float64))  # [k, k]
-        sv = tf.linalg.svd(chol, compute_uv=False)
-        sensitivity = float(sensitivity) * (SENSITIVITY_SAFETY + ROUNDING_SAFETY * float(sv[0] / sv[-1]))
-        if not (math.isfinite(sensitivity) and bool(tf.reduce_all(tf.math.is_finite(chol)))):
-            # public (prior covariance and sensitivity only): refused before anything is drawn
-            raise FloatingPointError("the standard mechanism's noise scale is not finite (a singular or overflowing "
-                                     "prior covariance); nothing was released or charged")
-        mean = tf.reshape(tf.cast(mean, tf.float64), [-1])
-        if sampler == "float":
-            sampling.warn_float_sampler(description)
-            noise_factor = chol * (multiplier * sensitivity)
-            xi, reproducible = sampling.float_standard_normal(k, seed)
-            released = mean + tf.linalg.matvec(noise_factor, tf.constant(xi))
-        else:  # exact: whiten with L, add grid noise exactly, re-colour with L (post-processing)
-            sensitivity = sensitivity * gaussian_grid_factor(multiplier, k)
-            noise_factor = chol * (multiplier * sensitivity)
-            z = tf.linalg.triangular_solve(chol, mean[:, None], lower=True)[:, 0] / (multiplier * sensitivity)
-            xi, reproducible = sampling.standard_normal(k, seed)
-            z = z.numpy() + xi if reproducible else sampling.grid_sum(z.numpy(), xi)
-            released = tf.linalg.matvec(noise_factor, tf.constant(z))
-        reservation.commit(description)
-    finally:
-        reservation.close()
+    jitter = 1e-10 * float(tf.reduce_max(tf.linalg.diag_part(prior_cov))) + 1e-300
+    chol = tf.linalg.cholesky(prior_cov + jitter * tf.eye(k, dtype=tf.float64))  # [k, k]
+    sv = tf.linalg.svd(chol, compute_uv=False)
+    sensitivity = float(sensitivity) * (SENSITIVITY_SAFETY + ROUNDING_SAFETY * float(sv[0] / sv[-1]))
+    if not (math.isfinite(sensitivity) and bool(tf.reduce_all(tf.math.is_finite(chol)))):
+        # public (prior covariance and sensitivity only): refused before anything is drawn
+        raise FloatingPointError("the standard mechanism's noise scale is not finite (a singular or overflowing "
+                                 "prior covariance); nothing was released or charged")
+    mean = tf.reshape(tf.cast(mean, tf.float64), [-1])
+    if request.sampler == "float":
+        sampling.warn_float_sampler(description)
+        noise_factor = chol * (multiplier * sensitivity)
+        xi, reproducible = sampling.float_standard_normal(k, seed)
+        released = mean + tf.linalg.matvec(noise_factor, tf.constant(xi))
+    else:  # exact: whiten with L, add grid noise exactly, re-colour with L (post-processing)
+        sensitivity = sensitivity * gaussian_grid_factor(multiplier, k)
+        noise_factor = chol * (multiplier * sensitivity)
+        z = tf.linalg.triangular_solve(chol, mean[:, None], lower=True)[:, 0] / (multiplier * sensitivity)
+        xi, reproducible = sampling.standard_normal(k, seed)
+        z = z.numpy() + xi if reproducible else sampling.grid_sum(z.numpy(), xi)
+        released = tf.linalg.matvec(noise_factor, tf.constant(z))
+    reservation.commit(description)
     return PrivateRelease(
         mean=released.numpy(),
         variance=np.reshape(np.asarray(variance, dtype=np.float64), [-1]),
         noise_std=row_norms(noise_factor).numpy(),
         noise_factor=noise_factor.numpy(),
-        epsilon=epsilon,
-        delta=delta,
+        epsilon=request.epsilon,
+        delta=request.delta,
         data_sensitivity=float(data_sensitivity),
         sensitivity=sensitivity,
         noise_multiplier=float(multiplier),
-        calibration=calibration,
+        calibration=request.calibration,
         objective=None,
         certificate=None,
         mechanism="standard",

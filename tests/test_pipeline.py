@@ -213,3 +213,53 @@ def test_non_finite_latent_terms_are_refused_before_any_budget_is_held(toy, draw
         with pytest.raises(ValueError, match="not finite"):
             model.release_function(epsilon=1.0, delta=1e-3)
     assert draws == [] and len(acc.ledger) == 0 and acc.spent == (0.0, 0.0)
+
+
+COUNTED = ("validate_epsilon", "validate_delta", "gaussian_multiplier", "reserve")
+
+
+@pytest.mark.parametrize("how", ["at", "standard", "function", "reference"])
+def test_one_validation_and_one_reservation_per_release(toy, monkeypatch, how):
+    """issue 27 item 1: a warm model release validates (epsilon, delta), computes the multiplier and
+    reserves the budget once; the mechanism receives the request and the reservation. Counted wherever
+    the pipeline and the mechanisms look these names up, and every Reservation actually held."""
+    from collections import Counter
+
+    from dpgp_gpflow import accounting, pipeline
+    from dpgp_gpflow import release as mechanisms
+
+    X, Y, _, Xnew, Z = toy
+    model = DPGPR((X, Y), se(), y_bounds=(LO, HI), noise_variance=0.1, hyperparameters_public=True) \
+        if how in ("at", "standard") else DPGPRFITC((X, Y), se(), Z, noise_variance=0.1, y_bounds=(LO, HI),
+                                                     hyperparameters_public=True)
+    release = {"at": lambda: model.release(Xnew, epsilon=1.0, delta=1e-3, seed=2),
+               "standard": lambda: model.release(Xnew, epsilon=1.0, delta=1e-3, seed=2, mechanism="standard"),
+               "function": lambda: model.release_function(epsilon=1.0, delta=1e-3, seed=2),
+               "reference": lambda: model.release_function(epsilon=1.0, delta=1e-3, seed=2, reference_inputs=Xnew)}[how]
+    release()  # warm: compiled stages traced
+    counts: Counter = Counter()
+
+    def counting(module, name):
+        original = getattr(module, name)
+
+        def wrapper(*args, **kwargs):
+            counts[name] += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, wrapper)
+
+    for module in (pipeline, mechanisms):
+        for name in COUNTED:
+            if hasattr(module, name):
+                counting(module, name)
+    held = accounting.Reservation.__init__
+
+    def holding(self, *args, **kwargs):
+        counts["held"] += 1
+        held(self, *args, **kwargs)
+
+    monkeypatch.setattr(accounting.Reservation, "__init__", holding)
+    with dp.PrivacyAccountant(epsilon=2.0, delta=1e-2) as acc:
+        release()
+    assert dict(counts) == {name: 1 for name in (*COUNTED, "held")}
+    assert len(acc.ledger) == 1 and acc.spent == pytest.approx((1.0, 1e-3))

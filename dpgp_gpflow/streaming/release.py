@@ -26,7 +26,6 @@ from sklearn.cluster import MiniBatchKMeans
 
 from .. import sampling
 from ..accounting import PrivacyAccountant, reserve
-from ..calibration import gaussian_multiplier
 from ..cloaking import DEFAULT_TOL, row_norms
 from ..contract import check_release_hyperparameters
 from ..pipeline import reference_coordinates
@@ -36,20 +35,12 @@ from ..release import (
     SENSITIVITY_SAFETY,
     bias_rounding,
     candidate_rtols,
-    gaussian_event,
     projection_bias,
     projection_is_harmless,
+    release_request,
 )
 from ..released import PrivateFunction, PrivatePrediction, PrivateRelease
-from ..validation import (
-    as_inputs,
-    require_float64,
-    validate_calibration,
-    validate_delta,
-    validate_epsilon,
-    validate_objective,
-    validate_seed,
-)
+from ..validation import as_inputs, require_float64
 from .chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks
 from .dask_chunks import DaskChunks
 from .solver import (
@@ -148,15 +139,13 @@ def release_function(
     the mean before noise agree; see ``docs/guides/scaling.md``). Privacy assumptions: see the module docstring.
     """
     require_float64()
-    validate_objective(objective)
-    seed = validate_seed(seed)
+    request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed)  # once
+    epsilon, delta, multiplier, seed = request.epsilon, request.delta, request.multiplier, request.seed
     ChunkTerms.from_model(model)  # the supported models only, before anything else
     check_release_hyperparameters(model, hyperparameters_public)
-    epsilon, delta = validate_epsilon(epsilon), validate_delta(delta)
-    multiplier = gaussian_multiplier(epsilon, delta, validate_calibration(calibration))
     rtols = candidate_rtols(objective, rtol)
     stats = {} if stats is None else stats
-    reservation = reserve(accountant, [gaussian_event(epsilon, delta, multiplier)])
+    reservation = reserve(accountant, [request.event()])
     try:
         cmap = streamed_map(model, source, chunk_size=chunk_size, reference_inputs=reference_inputs)
         # output_bound: set on the terms by streamed_map from the chunks' summaries
@@ -195,7 +184,7 @@ def release_function(
     rel = PrivateRelease(
         mean=released.numpy(), variance=np.zeros(m), noise_std=row_norms(noise_factor).numpy(),
         noise_factor=noise_factor.numpy(), epsilon=epsilon, delta=delta, data_sensitivity=d,
-        sensitivity=float(sensitivity), noise_multiplier=float(multiplier), calibration=calibration,
+        sensitivity=float(sensitivity), noise_multiplier=float(multiplier), calibration=request.calibration,
         objective=objective, certificate=noise.certificate, mechanism="cloaking", rank=int(basis.shape[1]), rtol=space.rtol,
         bias_bound=bias_bound, reproducible=reproducible, y_bounds=tuple(model.y_bounds))
     function_type = getattr(model, "function_type", PrivateFunction)
