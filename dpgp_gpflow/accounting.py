@@ -67,12 +67,14 @@ class PrivacyAccountant:
 
     ``ledger=None`` (default): the events live in memory and die with the accountant.
     ``ledger="budget.sqlite"``: a persistent SQLite ledger (:mod:`dpgp_gpflow.ledger`), created
-    with this budget if the file is missing, else opened (``ValueError`` if its stored budget
-    differs: a ledger's budget is fixed at creation; :meth:`open` uses the stored one). Processes
-    sharing the file can never together overspend, and every spend is on disk before its release
-    is returned. ``dataset`` labels the rows this accountant writes (default: the label the ledger
-    was created with). Privacy assumption: the ledger is trusted storage of the data owner; a file
-    deleted, replaced by an older copy or edited by hand is outside the guarantee.
+    with this budget only if nothing exists at that path, else opened (``ValueError`` if its stored
+    budget differs: a ledger's budget is fixed at creation; :meth:`open` uses the stored one).
+    Processes sharing the file can never together overspend, and every spend is on disk before its
+    release is returned. The file is a hash-chained log checked on every open and every step:
+    an existing file that is empty, not a ledger, or changed outside this package raises
+    :class:`~dpgp_gpflow.exceptions.LedgerError`, and nothing is spent. ``dataset`` labels the rows
+    this accountant writes (default: the label the ledger was created with). What the chain cannot
+    detect (a file deleted, or rewritten with its chain recomputed): :mod:`dpgp_gpflow.ledger`.
     """
 
     def __init__(self, *, epsilon: float, delta: float = 0.0, composition: str = "basic",
@@ -93,7 +95,8 @@ class PrivacyAccountant:
     @classmethod
     def open(cls, path: Union[str, os.PathLike], *, dataset: Optional[str] = None) -> "PrivacyAccountant":
         """The accountant of the existing ledger file ``path``, with the budget stored in it
-        (``FileNotFoundError`` if there is none). ``dataset``: as in the constructor."""
+        (``FileNotFoundError`` if there is none, :class:`~dpgp_gpflow.exceptions.LedgerError` if it
+        is not an intact ledger). ``dataset``: as in the constructor."""
         store = SQLiteLedger.open(path)
         if dataset is not None and not isinstance(dataset, str):
             raise TypeError(f"dataset must be a string label, got {type(dataset).__name__}")

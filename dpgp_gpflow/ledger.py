@@ -1,5 +1,5 @@
 """Storage of a :class:`~dpgp_gpflow.accounting.PrivacyAccountant`'s events: in memory, or a
-persistent SQLite ledger shared by processes.
+persistent SQLite ledger shared by processes, which detects tampering.
 
 One interface (:class:`LedgerStore`, whose :meth:`~LedgerStore.transaction` yields a
 :class:`LedgerTransaction`), two implementations: :class:`MemoryLedger` (the default, one process)
@@ -8,23 +8,51 @@ logic (checks, composition, reservations); a store only keeps rows and makes a
 read-check-write sequence atomic: a lock in memory, ``BEGIN IMMEDIATE`` on disk, so concurrent
 threads and processes sharing one ledger can never together overspend.
 
-Every event is a row, never deleted: ``held`` when a release reserves its budget, then
-``committed`` (after its draw, before its value is returned) or ``cancelled`` (given back unused).
-Held rows count as spent. A process killed between its hold and its commit leaves its rows held,
-so they stay counted (conservative: a crash can lose a result, never a spend). Rows carry ``id``,
-``time`` (UTC ISO, when held), ``settled`` (when committed or cancelled), ``kind``, ``epsilon``,
-``delta``, ``mu``, ``description``, ``dataset``, ``status``, ``pid`` and ``reservation``.
+Every event is ``held`` when a release reserves its budget, then ``committed`` (after its draw,
+before its value is returned) or ``cancelled`` (given back unused). Held events count as spent. A
+process killed between its hold and its commit leaves its events held, so they stay counted
+(conservative: a crash can lose a result, never a spend). :meth:`LedgerStore.history` gives one
+row per event with ``id``, ``time`` (UTC ISO, when held), ``settled`` (when committed or
+cancelled), ``kind``, ``epsilon``, ``delta``, ``mu``, ``description``, ``dataset``, ``status``,
+``pid`` and ``reservation``.
 
-Privacy assumption: the ledger file is trusted storage of the data owner, on a local file system
-(SQLite's WAL mode needs shared memory: not a network share). The guarantee covers every release
-charged to it while it is intact; a ledger deleted, replaced, restored from an older copy or edited
-by hand (triggers refuse deletes and edits through SQLite, but not someone who drops them) is
-outside the guarantee. Its ``-wal`` and ``-shm`` side files are part of it while it is in use.
+**The file (format** ``dpgp-ledger-2`` **) is an append-only, hash-chained log.** Row 0 is the
+budget (table ``dpgp_meta``: format, epsilon, delta, composition, dataset label, creation time and
+its SHA-256 ``hash``). Every later row (table ``dpgp_events``, :data:`LOG_COLUMNS`) is one step:
+``hold``, ``record`` (committed at once), ``commit`` or ``cancel`` (of the held row ``ref``); no row
+is ever changed or deleted, so a transition is a new row, and each row stores ``prev`` (the hash of
+the row before it, row 0's for row 1) and ``hash`` (SHA-256 of its own columns and ``prev``). The
+whole file is replayed and checked on every open and in every transaction (check, hold, commit,
+cancel, spend, history): a mismatch raises :class:`~dpgp_gpflow.exceptions.LedgerError` naming the
+first bad row, and nothing is spent. Triggers refuse ``UPDATE``, ``DELETE`` and ``INSERT OR
+REPLACE`` through SQLite (a ``BEFORE INSERT`` trigger admits only the next id, so it holds whatever
+the editing connection's ``recursive_triggers``); the checks also compare the schema, triggers
+included, and SQLite's row counter. A reservation's key stays in the memory of the process that
+holds it (the file has only its hash), so only that process's :class:`Reservation` commits or
+cancels it: another process cannot free a dead process's hold through the API.
+
+What is detected: accidents (a wrong file, a truncated or damaged one, a CSV, a 0-byte file: an
+existing path is never (re)created, only a path that does not exist is), and edits through SQLite by
+someone without the means to recompute the chain: a changed epsilon, budget or status, a deleted,
+inserted or reordered row, a held row cancelled by hand, dropped triggers, deleted trailing rows
+(by SQLite's counter), and, within a process that already read the file, rows that disappear (an
+older copy put back). What is not: whoever can rewrite the file and recompute the chain (and the
+counter) consistently, since the chain has no secret key; a file deleted, or replaced by an older
+copy before a process opens it. Back the file up, or sign or store a hash of it elsewhere, against
+that. Files of the older format ``dpgp-ledger-1`` (no chain) are refused with a hint and left
+unchanged, not migrated: nothing in them could be verified.
+
+Privacy assumption: the ledger file is storage of the data owner, on a local file system (SQLite's
+WAL mode needs shared memory: not a network share). Its ``-wal`` and ``-shm`` side files are part of
+it while it is in use.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
+import json
 import math
 import os
 import sqlite3
@@ -35,11 +63,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
-from .composition import PrivacyEvent
+from .composition import COMPOSITIONS, PrivacyEvent
+from .exceptions import LedgerError
 
 __all__ = [
     "BUSY_TIMEOUT_S",
     "LEDGER_FORMAT",
+    "LOG_COLUMNS",
+    "LedgerError",
     "LedgerStore",
     "LedgerTransaction",
     "MemoryLedger",
@@ -49,8 +80,8 @@ __all__ = [
 #: How long an operation waits for another process's transaction on the ledger before failing.
 BUSY_TIMEOUT_S = 60.0
 #: Written into a new ledger; a file with another format is refused.
-LEDGER_FORMAT = "dpgp-ledger-1"
-#: The columns of a history row, in order.
+LEDGER_FORMAT = "dpgp-ledger-2"
+#: The columns of a history row (one per event), in order.
 COLUMNS = ("id", "time", "settled", "status", "kind", "epsilon", "delta", "mu", "description", "dataset",
            "pid", "reservation")
 
@@ -186,43 +217,62 @@ class _MemoryTransaction(LedgerTransaction):
 
 
 # ---------------------------------------------------------------------------------------------
-# SQLite
+# SQLite: an append-only log of rows, each chained to the one before by SHA-256
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS dpgp_meta (
+#: The first bytes of every SQLite 3 database.
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+#: Earlier formats, recognised and refused with a hint (no migration: see the module docstring).
+_OLD_FORMATS = ("dpgp-ledger-1",)
+#: The ``prev`` of the budget row, the first link of the chain.
+_GENESIS = "0" * 64
+#: The columns of a row of the file, in order (``hash`` covers all the others).
+LOG_COLUMNS = ("id", "op", "time", "kind", "epsilon", "delta", "mu", "description", "dataset", "pid",
+               "reservation", "ref", "prev", "hash")
+_INSERT = f"INSERT INTO dpgp_events ({', '.join(LOG_COLUMNS)}) VALUES ({', '.join('?' * len(LOG_COLUMNS))})"
+
+_NEW_HINT = ("nothing was spent. To start a new ledger, give a path that does not exist (an existing file is "
+             "never replaced)")
+_TAMPER_HINT = ("it was changed outside dpgp_gpflow (or damaged) and is refused; nothing was spent. Restore "
+                "it from a backup, or start a new ledger at a path that does not exist with only the budget "
+                "that is left")
+
+_TABLES = """
+CREATE TABLE dpgp_meta (
     key TEXT PRIMARY KEY,
     value TEXT
 );
-CREATE TABLE IF NOT EXISTS dpgp_events (
+CREATE TABLE dpgp_events (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
+    op TEXT NOT NULL CHECK (op IN ('hold', 'record', 'commit', 'cancel')),
     time TEXT NOT NULL,
-    settled TEXT,
-    status TEXT NOT NULL CHECK (status IN ('held', 'committed', 'cancelled')),
-    kind TEXT NOT NULL CHECK (kind IN ('gaussian', 'pure', 'approximate')),
-    epsilon REAL NOT NULL CHECK (epsilon >= 0),
-    delta REAL NOT NULL CHECK (delta >= 0 AND delta <= 1),
+    kind TEXT CHECK (kind IN ('gaussian', 'pure', 'approximate')),
+    epsilon REAL CHECK (epsilon >= 0),
+    delta REAL CHECK (delta >= 0 AND delta <= 1),
     mu REAL,
-    description TEXT NOT NULL DEFAULT '',
+    description TEXT,
     dataset TEXT,
     pid INTEGER NOT NULL,
-    reservation TEXT NOT NULL
+    reservation TEXT,
+    ref INTEGER,
+    prev TEXT NOT NULL,
+    hash TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS dpgp_events_status ON dpgp_events (status);
-CREATE INDEX IF NOT EXISTS dpgp_events_reservation ON dpgp_events (reservation);
-CREATE TRIGGER IF NOT EXISTS dpgp_events_no_delete BEFORE DELETE ON dpgp_events
+"""
+# BEFORE INSERT triggers fire before any conflict resolution, so INSERT OR REPLACE over an existing
+# row is refused whatever the connection's recursive_triggers setting (which a hand edit controls).
+_TRIGGERS = """
+CREATE TRIGGER dpgp_events_append BEFORE INSERT ON dpgp_events
+WHEN NEW.id IS NULL OR NEW.id IS NOT (SELECT COALESCE(MAX(id), 0) + 1 FROM dpgp_events)
+BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only: a row is added at the end, never replaced'); END;
+CREATE TRIGGER dpgp_events_no_update BEFORE UPDATE ON dpgp_events
+BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only: rows never change (a commit is a new row)'); END;
+CREATE TRIGGER dpgp_events_no_delete BEFORE DELETE ON dpgp_events
 BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only: rows are never deleted'); END;
-CREATE TRIGGER IF NOT EXISTS dpgp_events_insert BEFORE INSERT ON dpgp_events
-WHEN NEW.status NOT IN ('held', 'committed')
-BEGIN SELECT RAISE(ABORT, 'a new ledger row is held or committed'); END;
-CREATE TRIGGER IF NOT EXISTS dpgp_events_transitions BEFORE UPDATE ON dpgp_events
-WHEN OLD.status != 'held' OR NEW.status NOT IN ('committed', 'cancelled')
-  OR NEW.id IS NOT OLD.id OR NEW.time IS NOT OLD.time OR NEW.kind IS NOT OLD.kind
-  OR NEW.epsilon IS NOT OLD.epsilon OR NEW.delta IS NOT OLD.delta OR NEW.mu IS NOT OLD.mu
-  OR NEW.dataset IS NOT OLD.dataset OR NEW.pid IS NOT OLD.pid OR NEW.reservation IS NOT OLD.reservation
-BEGIN SELECT RAISE(ABORT, 'a ledger row only changes status, from held to committed or cancelled'); END;
-CREATE TRIGGER IF NOT EXISTS dpgp_meta_no_update BEFORE UPDATE ON dpgp_meta
+CREATE TRIGGER dpgp_meta_no_insert BEFORE INSERT ON dpgp_meta
 BEGIN SELECT RAISE(ABORT, 'the budget of a privacy ledger is fixed when it is created'); END;
-CREATE TRIGGER IF NOT EXISTS dpgp_meta_no_delete BEFORE DELETE ON dpgp_meta
+CREATE TRIGGER dpgp_meta_no_update BEFORE UPDATE ON dpgp_meta
+BEGIN SELECT RAISE(ABORT, 'the budget of a privacy ledger is fixed when it is created'); END;
+CREATE TRIGGER dpgp_meta_no_delete BEFORE DELETE ON dpgp_meta
 BEGIN SELECT RAISE(ABORT, 'the budget of a privacy ledger is fixed when it is created'); END;
 """
 
@@ -231,172 +281,398 @@ def _describe_budget(budget: Budget) -> str:
     return f"(epsilon={budget[0]!r}, delta={budget[1]!r}, composition={budget[2]!r})"
 
 
+def _digest(prev: str, values: Sequence[Any]) -> str:
+    """SHA-256 of ``prev`` and ``values`` as canonical JSON (types included: 1.0 and "1.0" differ)."""
+    text = json.dumps([prev, *values], separators=(",", ":"), default=repr)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _settings_digest(meta: Dict[str, Any]) -> str:
+    return _digest(_GENESIS, sorted([k, v] for k, v in meta.items() if k != "hash"))
+
+
+def _public(key: str) -> str:
+    """The reservation id written to the file: a hash of the key only its holder knows."""
+    return hashlib.sha256(key.encode("ascii")).hexdigest()[:32]
+
+
+class _State:
+    """What a verified log says: the budget, every event row (history), what is committed and
+    held. :meth:`apply` is the one place rows are interpreted, when replayed and when written."""
+
+    def __init__(self, path: Path, budget: Budget, dataset: Optional[str], settings_hash: str) -> None:
+        self.path, self.budget, self.dataset, self.settings_hash = path, budget, dataset, settings_hash
+        self.events: Dict[int, Dict[str, Any]] = {}  # hold/record rows as history rows, by id
+        self.committed: List[PrivacyEvent] = []  # in the order of commitment
+        self.held: Dict[str, List[int]] = {}  # public reservation id -> its held row ids, in order
+        self.hashes: List[str] = []  # hashes[i] is the hash of row i + 1
+        self.last_hash = settings_hash
+
+    @property
+    def last_id(self) -> int:
+        return len(self.hashes)
+
+    def _bad(self, row: Dict[str, Any], why: str) -> LedgerError:
+        return LedgerError(f"{self.path}: row {row['id']} ({row['op']!r}) {why}; {_TAMPER_HINT}")
+
+    def apply(self, row: Dict[str, Any]) -> None:
+        """Check row ``last_id + 1`` (its place, link, hash and meaning) and account for it."""
+        if row["id"] != self.last_id + 1:
+            raise LedgerError(f"{self.path}: row {self.last_id + 1} is missing (the next row is {row['id']}); "
+                              f"{_TAMPER_HINT}")
+        if row["prev"] != self.last_hash:
+            raise self._bad(row, f"does not follow row {self.last_id} (a row before it was changed, deleted, "
+                                 "inserted or reordered)")
+        if row["hash"] != _digest(row["prev"], [row[c] for c in LOG_COLUMNS[:-2]]):
+            raise self._bad(row, "was changed after it was written (its hash does not match)")
+        op, ref = row["op"], row["ref"]
+        if op in ("hold", "record"):
+            event = _event_of(row)
+            if not (type(row["epsilon"]) is float and type(row["delta"]) is float and 0.0 <= row["epsilon"] < math.inf
+                    and 0.0 <= row["delta"] <= 1.0 and ref is None and isinstance(row["reservation"], str)
+                    and row["kind"] in ("gaussian", "pure", "approximate")
+                    and (row["mu"] is None or type(row["mu"]) is float)):
+                raise self._bad(row, "is not an event dpgp_gpflow writes")
+            status = "held" if op == "hold" else "committed"
+            self.events[row["id"]] = dict(
+                id=row["id"], time=row["time"], settled=None if op == "hold" else row["time"], status=status,
+                kind=row["kind"], epsilon=row["epsilon"], delta=row["delta"], mu=row["mu"],
+                description=row["description"] or "", dataset=row["dataset"], pid=row["pid"],
+                reservation=row["reservation"])
+            if op == "hold":
+                self.held.setdefault(row["reservation"], []).append(row["id"])
+            else:
+                self.committed.append(event)
+        elif op in ("commit", "cancel"):
+            held = self.events.get(ref) if type(ref) is int else None
+            if held is None or held["status"] != "held" or any(
+                    row[c] is not None for c in ("kind", "epsilon", "delta", "mu", "reservation")):
+                raise self._bad(row, f"settles row {ref!r}, which is not held")
+            ids = self.held[held["reservation"]]
+            ids.remove(ref)
+            if not ids:
+                del self.held[held["reservation"]]
+            held.update(status="committed" if op == "commit" else "cancelled", settled=row["time"])
+            if op == "commit":
+                held["description"] = row["description"] or ""
+                self.committed.append(_event_of(held))
+        else:
+            raise self._bad(row, "is of no known kind")
+        self.hashes.append(row["hash"])
+        self.last_hash = row["hash"]
+
+
 class SQLiteLedger(LedgerStore):
     """A ledger file shared by threads and processes (WAL mode, a busy timeout, a connection per
-    operation). Use :meth:`create_or_open` or :meth:`open`; the budget is stored in the file."""
+    operation), verified on every open and transaction. Use :meth:`create_or_open` or
+    :meth:`open`; the budget is stored in the file."""
 
-    def __init__(self, path: Union[str, os.PathLike], *, _budget: Budget, _dataset: Optional[str]) -> None:
+    def __init__(self, path: Union[str, os.PathLike], *, _state: _State) -> None:
         self.path = Path(path)
-        self.budget = _budget
-        self.dataset = _dataset  #: the label given when the ledger was created
+        self.budget: Budget = _state.budget
+        self.dataset = _state.dataset  #: the label given when the ledger was created
+        self._lock = threading.Lock()
+        self._seen = (_state.last_id, _state.last_hash, _state.settings_hash)  # the newest verified head
 
     # -- opening -------------------------------------------------------------------------------
     @classmethod
     def create_or_open(cls, path: Union[str, os.PathLike], budget: Budget,
                        dataset: Optional[str] = None) -> "SQLiteLedger":
-        """Create the ledger at ``path`` with ``budget`` (and ``dataset`` as its default label) if it
-        does not exist, else open it; ``ValueError`` if it exists with a different budget."""
+        """Create the ledger at ``path`` with ``budget`` (and ``dataset`` as its default label) if
+        nothing is there, else open it: :class:`LedgerError` if the file is not an intact ledger,
+        ``ValueError`` if its budget differs. An existing file is never overwritten."""
         path = Path(path)
         if not path.parent.is_dir():
             raise FileNotFoundError(f"{path.parent}: no such folder for the privacy ledger {path.name}")
-        try:
-            with _connection(path, create=True) as con:
-                con.execute("PRAGMA journal_mode=WAL")  # persistent: readers never block the writer
-                con.execute("BEGIN IMMEDIATE")  # two processes creating the same file: one creates
-                try:
-                    stored = _read_meta(con, path)
-                    if stored is None:
-                        for statement in _statements(_SCHEMA):  # (executescript would COMMIT)
-                            con.execute(statement)
-                        meta = dict(format=LEDGER_FORMAT, epsilon=repr(float(budget[0])),
-                                    delta=repr(float(budget[1])), composition=budget[2], dataset=dataset,
-                                    created=_now())
-                        con.executemany("INSERT INTO dpgp_meta (key, value) VALUES (?, ?)", meta.items())
-                        stored = (budget, dataset)
-                    con.execute("COMMIT")
-                except BaseException:
-                    con.execute("ROLLBACK")
-                    raise
-        except sqlite3.DatabaseError as exc:
-            raise ValueError(f"{path}: not a readable privacy ledger ({exc})") from None
-        (stored_budget, stored_dataset) = stored
-        if stored_budget != (float(budget[0]), float(budget[1]), budget[2]):
+        if not os.path.lexists(path):
+            _create(path, budget, dataset)  # another process may win the race: then its file is opened
+        ledger = cls.open(path)
+        if ledger.budget != (float(budget[0]), float(budget[1]), budget[2]):
             raise ValueError(
-                f"{path} is a privacy ledger with budget {_describe_budget(stored_budget)}, not "
+                f"{path} is a privacy ledger with budget {_describe_budget(ledger.budget)}, not "
                 f"{_describe_budget(budget)}: a ledger's budget is fixed when it is created (open it with "
                 "PrivacyAccountant.open(path) to use its own budget)")
-        return cls(path, _budget=stored_budget, _dataset=stored_dataset)
+        return ledger
 
     @classmethod
     def open(cls, path: Union[str, os.PathLike]) -> "SQLiteLedger":
-        """Open an existing ledger with its stored budget; ``FileNotFoundError`` if there is none."""
+        """Open and verify an existing ledger with its stored budget: ``FileNotFoundError`` if there
+        is none, :class:`LedgerError` if the file is not an intact ledger."""
         path = Path(path)
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise FileNotFoundError(f"{path}: no privacy ledger there")
+        if path.is_dir():
+            raise LedgerError(f"{path}: a folder, not a privacy ledger; {_NEW_HINT}")
         try:
-            with _connection(path, create=False) as con:
-                stored = _read_meta(con, path)
-        except sqlite3.DatabaseError as exc:
-            raise ValueError(f"{path}: not a readable privacy ledger ({exc})") from None
-        if stored is None:
-            raise ValueError(f"{path}: not a privacy ledger (it has no budget)")
-        return cls(path, _budget=stored[0], _dataset=stored[1])
+            with open(path, "rb") as f:
+                head = f.read(len(_SQLITE_MAGIC))
+        except OSError as exc:
+            raise LedgerError(f"{path}: cannot read the privacy ledger ({exc.strerror or exc})") from None
+        if not head:
+            raise LedgerError(f"{path}: an empty file, not a privacy ledger (a truncated one?); {_NEW_HINT}")
+        if head != _SQLITE_MAGIC:
+            raise LedgerError(f"{path}: not an SQLite database, so not a privacy ledger; {_NEW_HINT}")
+        with _connection(path) as con:
+            con.execute("BEGIN")
+            try:
+                state = _load(con, path)
+            finally:
+                con.execute("ROLLBACK")
+        return cls(path, _state=state)
 
     # -- the store -----------------------------------------------------------------------------
     @contextlib.contextmanager
     def transaction(self, write: bool = True) -> Iterator["_SQLiteTransaction"]:
-        with _connection(self.path, create=False) as con:
+        with _connection(self.path) as con:
             con.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
-                yield _SQLiteTransaction(con)
+                state = self._verified(con)
+                yield _SQLiteTransaction(con, state)
             except BaseException:
                 con.execute("ROLLBACK")
                 raise
             con.execute("COMMIT")
+            self._saw(state)
+
+    def _verified(self, con: sqlite3.Connection) -> _State:
+        """The file's state, checked against its chain and against what this object last saw."""
+        state = _load(con, self.path)
+        with self._lock:
+            last_id, last_hash, settings_hash = self._seen
+        if state.settings_hash != settings_hash or state.budget != self.budget:
+            raise LedgerError(f"{self.path}: its budget row was rewritten since it was opened; {_TAMPER_HINT}")
+        if state.last_id < last_id or (last_id and state.hashes[last_id - 1] != last_hash):
+            raise LedgerError(f"{self.path}: row {min(last_id, state.last_id + 1)} was removed or rewritten since this "
+                              f"process read it (a file replaced by an older copy?); {_TAMPER_HINT}")
+        self._saw(state)
+        return state
+
+    def _saw(self, state: _State) -> None:
+        with self._lock:
+            if state.last_id > self._seen[0]:
+                self._seen = (state.last_id, state.last_hash, state.settings_hash)
 
     def history(self) -> List[Dict[str, Any]]:
-        with _connection(self.path, create=False) as con:
-            cur = con.execute(f"SELECT {', '.join(COLUMNS)} FROM dpgp_events ORDER BY id")
-            return [dict(zip(COLUMNS, r)) for r in cur.fetchall()]
+        with self.transaction(write=False) as tx:
+            return [dict(row) for row in tx._state.events.values()]
+
+    def verify(self) -> int:
+        """Check the whole file (format, schema, hash chain); returns its number of event rows, or
+        raises :class:`LedgerError` naming the first bad row."""
+        with self.transaction(write=False) as tx:
+            return tx._state.last_id
 
     def integrity_check(self) -> str:
         """SQLite's ``PRAGMA integrity_check``: ``"ok"`` for a sound file."""
-        with _connection(self.path, create=False) as con:
+        with _connection(self.path) as con:
             return "; ".join(r[0] for r in con.execute("PRAGMA integrity_check").fetchall())
 
 
 class _SQLiteTransaction(LedgerTransaction):
-    def __init__(self, con: sqlite3.Connection) -> None:
-        self._con = con
+    # Every write is a new row chained to the last one; the state is updated by the same code that
+    # replays the file, so what is written is what the next reader will accept.
+    def __init__(self, con: sqlite3.Connection, state: _State) -> None:
+        self._con, self._state = con, state
 
     def events(self) -> Tuple[List[PrivacyEvent], List[PrivacyEvent]]:
-        rows = self._con.execute(
-            "SELECT status, kind, epsilon, delta, mu, description FROM dpgp_events "
-            "WHERE status IN ('committed', 'held') ORDER BY settled, id").fetchall()
-        committed, held = [], []
-        for status, kind, eps, delta, mu, description in rows:
-            (committed if status == "committed" else held).append(PrivacyEvent(eps, delta, kind, mu, description))
-        return committed, held
+        st = self._state
+        return list(st.committed), [_event_of(st.events[i]) for ids in st.held.values() for i in ids]
 
-    def _insert(self, event: PrivacyEvent, dataset: Optional[str], status: str, key: str) -> None:
-        now = _now()
-        self._con.execute(
-            "INSERT INTO dpgp_events (time, settled, status, kind, epsilon, delta, mu, description, dataset, pid, "
-            "reservation) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (now, now if status == "committed" else None, status, event.kind, float(event.epsilon),
-             float(event.delta), None if event.mu is None else float(event.mu), event.description, dataset,
-             os.getpid(), key))
+    def _append(self, op: str, event: Optional[PrivacyEvent] = None, *, dataset: Optional[str] = None,
+                reservation: Optional[str] = None, ref: Optional[int] = None, description: str = "") -> None:
+        st = self._state
+        fields: Tuple[Any, ...] = (None, None, None, None)
+        if event is not None:  # as SQLite returns them (+ 0.0: it stores -0.0 as 0.0)
+            fields = (str(event.kind), float(event.epsilon) + 0.0, float(event.delta) + 0.0,
+                      None if event.mu is None else float(event.mu) + 0.0)
+            description = event.description
+        values = (st.last_id + 1, op, _now(), *fields, str(description or ""),
+                  None if dataset is None else str(dataset), os.getpid(), reservation, ref)
+        row = dict(zip(LOG_COLUMNS, (*values, st.last_hash, _digest(st.last_hash, values))))
+        st.apply(row)
+        self._con.execute(_INSERT, tuple(row[c] for c in LOG_COLUMNS))
+        stored = self._con.execute(f"SELECT {', '.join(LOG_COLUMNS)} FROM dpgp_events WHERE id = ?", (row["id"],))
+        if stored.fetchone() != tuple(row[c] for c in LOG_COLUMNS):  # would not verify: write nothing
+            raise RuntimeError(f"ledger row {row['id']} would not read back as written; nothing was recorded")
 
     def hold(self, events: Sequence[PrivacyEvent], dataset: Optional[str]) -> str:
         key = _key()
         for e in events:
-            self._insert(e, dataset, "held", key)
+            self._append("hold", e, dataset=dataset, reservation=_public(key))
         return key
 
     def commit(self, key: str, event: PrivacyEvent) -> None:
-        row = self._con.execute(
-            "SELECT id, kind, epsilon, delta, mu, description FROM dpgp_events "
-            "WHERE reservation = ? AND status = 'held' ORDER BY id LIMIT 1", (key,)).fetchone()
-        if row is None:
-            raise RuntimeError(f"reservation {key} holds nothing to commit")
-        _check_same_budget(dict(zip(("id", "kind", "epsilon", "delta", "mu", "description"), row)), event)
-        self._con.execute("UPDATE dpgp_events SET status = 'committed', settled = ?, description = ? WHERE id = ?",
-                          (_now(), event.description, row[0]))
+        ids = self._state.held.get(_public(key))
+        if not ids:
+            raise RuntimeError(f"reservation {_public(key)} holds nothing to commit")
+        _check_same_budget(self._state.events[ids[0]], event)
+        self._append("commit", ref=ids[0], description=event.description)
 
     def cancel(self, key: str) -> None:
-        self._con.execute("UPDATE dpgp_events SET status = 'cancelled', settled = ? "
-                          "WHERE reservation = ? AND status = 'held'", (_now(), key))
+        for i in list(self._state.held.get(_public(key), [])):
+            self._append("cancel", ref=i)
 
     def record(self, event: PrivacyEvent, dataset: Optional[str]) -> None:
-        self._insert(event, dataset, "committed", _key())
+        self._append("record", event, dataset=dataset, reservation=_public(_key()))
+
+
+def _create(path: Path, budget: Budget, dataset: Optional[str]) -> None:
+    """Build a complete ledger in a temporary file next to ``path``, then link it there (atomic, and
+    never over an existing file: if another process linked first, its ledger stays)."""
+    for side in ("-wal", "-journal"):
+        if os.path.lexists(f"{path}{side}"):
+            raise LedgerError(f"{path}{side}: left over from an earlier database at this path, and would be read as "
+                              f"part of a new ledger there; move it away, or give another path")
+    tmp = path.with_name(f".{path.name}.{_key()}.creating")
+    try:
+        try:
+            con = sqlite3.connect(str(tmp), isolation_level=None)
+            con.execute("PRAGMA synchronous = FULL")
+        except sqlite3.OperationalError as exc:  # a folder we cannot write to
+            raise PermissionError(f"{path}: cannot create a privacy ledger there ({exc})") from None
+        try:
+            con.execute("BEGIN")
+            for statement in _statements(_TABLES):
+                con.execute(statement)
+            meta = dict(format=LEDGER_FORMAT, epsilon=repr(float(budget[0])), delta=repr(float(budget[1])),
+                        composition=str(budget[2]), dataset=None if dataset is None else str(dataset),
+                        created=_now())
+            meta["hash"] = _settings_digest(meta)
+            con.executemany("INSERT INTO dpgp_meta (key, value) VALUES (?, ?)", meta.items())
+            for statement in _statements(_TRIGGERS):
+                con.execute(statement)
+            con.execute("COMMIT")
+            con.execute("PRAGMA journal_mode = WAL")  # persistent: readers never block the writer
+            _load(con, tmp)  # it verifies, before it is given its name
+        finally:
+            con.close()
+        if os.path.exists(f"{tmp}-wal"):
+            raise OSError(f"{tmp}: SQLite left its write-ahead log behind; the ledger was not created")
+        _fsync(tmp)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return
+        except OSError:  # a file system without hard links: claim the name, then copy
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return
+            with os.fdopen(fd, "wb") as out:
+                out.write(tmp.read_bytes())
+                out.flush()
+                os.fsync(out.fileno())
+        _fsync(path.parent)
+    finally:
+        for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file (or a folder's entries) to disk, where the platform allows it."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 @contextlib.contextmanager
-def _connection(path: Path, *, create: bool) -> Iterator[sqlite3.Connection]:
-    """A connection in autocommit mode (transactions are explicit), waiting up to
-    :data:`BUSY_TIMEOUT_S` for other writers, with full fsync on commit; always closed."""
-    if create:
-        con = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
-    else:
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: the privacy ledger has gone")
-        con = sqlite3.connect(path.resolve().as_uri() + "?mode=rw", uri=True, timeout=BUSY_TIMEOUT_S,
-                              isolation_level=None)
+def _connection(path: Path) -> Iterator[sqlite3.Connection]:
+    """A connection to an existing file (never creates one) in autocommit mode (transactions are
+    explicit), waiting up to :data:`BUSY_TIMEOUT_S` for other writers, with full fsync on commit;
+    always closed."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: the privacy ledger has gone")
+    con = sqlite3.connect(path.resolve().as_uri() + "?mode=rw", uri=True, timeout=BUSY_TIMEOUT_S,
+                          isolation_level=None)
     try:
-        con.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        con.execute("PRAGMA synchronous = FULL")  # a committed spend survives a power cut
+        try:
+            con.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            con.execute("PRAGMA synchronous = FULL")  # a committed spend survives a power cut
+            con.execute("PRAGMA recursive_triggers = ON")  # (the triggers do not rely on it)
+        except sqlite3.OperationalError:
+            raise
+        except sqlite3.DatabaseError as exc:  # a damaged header
+            raise LedgerError(f"{path}: not a readable privacy ledger ({exc}); {_NEW_HINT}") from None
         yield con
     finally:
         con.close()
 
 
-def _read_meta(con: sqlite3.Connection, path: Path) -> Optional[Tuple[Budget, Optional[str]]]:
-    """The stored ``(budget, dataset)``, None for an empty database; ``ValueError`` for another one."""
-    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
-    if "dpgp_meta" not in tables:
-        if tables - {"sqlite_sequence"}:
-            raise ValueError(f"{path}: an SQLite database that is not a privacy ledger (tables {sorted(tables)})")
-        return None
-    meta = dict(con.execute("SELECT key, value FROM dpgp_meta").fetchall())
-    if meta.get("format") != LEDGER_FORMAT:
-        raise ValueError(f"{path}: ledger format {meta.get('format')!r}, expected {LEDGER_FORMAT!r}")
+_SCHEMA_QUERY = "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
+
+
+@functools.lru_cache(maxsize=1)
+def _expected_schema() -> Tuple[Tuple[Any, ...], ...]:
+    con = sqlite3.connect(":memory:")
     try:
-        budget = (float(meta["epsilon"]), float(meta["delta"]), str(meta["composition"]))
-    except (KeyError, TypeError, ValueError):
-        raise ValueError(f"{path}: the ledger's budget is unreadable") from None
-    if not (budget[0] > 0.0 and 0.0 <= budget[1] < 1.0) or math.isnan(budget[0]):
-        raise ValueError(f"{path}: the ledger's budget {_describe_budget(budget)} is invalid")
-    return budget, meta.get("dataset")
+        for statement in _statements(_TABLES + _TRIGGERS):
+            con.execute(statement)
+        return tuple(con.execute(_SCHEMA_QUERY).fetchall())
+    finally:
+        con.close()
+
+
+def _load(con: sqlite3.Connection, path: Path) -> _State:
+    """Read and verify the whole ledger inside the caller's transaction: its format, tables, budget
+    row, every row's link and hash, the tail counter and the triggers. :class:`LedgerError` for the
+    first thing wrong."""
+    try:
+        schema = tuple(con.execute(_SCHEMA_QUERY).fetchall())
+        tables = {row[1] for row in schema if row[0] == "table"}
+        if "dpgp_meta" not in tables:
+            what = f"tables {sorted(tables)}" if tables else "no tables"
+            raise LedgerError(f"{path}: an SQLite database that is not a privacy ledger ({what}); {_NEW_HINT}")
+        meta = dict(con.execute("SELECT key, value FROM dpgp_meta").fetchall())
+        fmt = meta.get("format")
+        if fmt in _OLD_FORMATS:
+            raise _old_format(con, path, fmt, meta)
+        if fmt != LEDGER_FORMAT:
+            raise LedgerError(f"{path}: ledger format {fmt!r}, this version reads {LEDGER_FORMAT!r}; {_NEW_HINT}")
+        expected = _expected_schema()
+        if [s for s in schema if s[0] == "table"] != [s for s in expected if s[0] == "table"]:
+            raise LedgerError(f"{path}: the ledger's tables were altered; {_TAMPER_HINT}")
+        if meta.get("hash") != _settings_digest(meta):
+            raise LedgerError(f"{path}: row 0 (the budget) was changed after the ledger was created; {_TAMPER_HINT}")
+        try:
+            budget = (float(meta["epsilon"]), float(meta["delta"]), meta["composition"])
+        except (KeyError, TypeError, ValueError):
+            raise LedgerError(f"{path}: row 0 (the budget) is unreadable; {_TAMPER_HINT}") from None
+        if not (budget[0] > 0.0 and 0.0 <= budget[1] < 1.0 and budget[2] in COMPOSITIONS):
+            raise LedgerError(f"{path}: row 0 (the budget) {_describe_budget(budget)} is invalid; {_TAMPER_HINT}")
+        state = _State(path, budget, meta.get("dataset"), meta["hash"])
+        for values in con.execute(f"SELECT {', '.join(LOG_COLUMNS)} FROM dpgp_events ORDER BY id"):
+            state.apply(dict(zip(LOG_COLUMNS, values)))
+        counter = con.execute("SELECT seq FROM sqlite_sequence WHERE name = 'dpgp_events'").fetchone()
+        if (counter[0] if counter else 0) != state.last_id:
+            raise LedgerError(f"{path}: row {state.last_id + 1} onwards are missing (the file counted "
+                              f"{counter[0] if counter else 0} rows); {_TAMPER_HINT}")
+        if schema != expected:
+            raise LedgerError(f"{path}: the ledger's triggers, which refuse edits, were dropped or changed; "
+                              f"{_TAMPER_HINT}")
+        return state
+    except sqlite3.OperationalError as exc:  # busy, locked, unreadable, or a table without our columns
+        if "no such" not in str(exc):
+            raise
+        raise LedgerError(f"{path}: not a privacy ledger ({exc}); {_NEW_HINT}") from None
+    except sqlite3.DatabaseError as exc:  # not a database, or a damaged one
+        raise LedgerError(f"{path}: not a readable privacy ledger ({exc}); {_NEW_HINT}") from None
+
+
+def _old_format(con: sqlite3.Connection, path: Path, fmt: str, meta: Dict[str, Any]) -> LedgerError:
+    try:
+        eps, delta = con.execute("SELECT TOTAL(epsilon), TOTAL(delta) FROM dpgp_events "
+                                 "WHERE status IN ('held', 'committed')").fetchone()
+        spent = (f" It records epsilon={eps:.6g}, delta={delta:.6g} spent or held (basic composition) of its budget "
+                 f"(epsilon={meta.get('epsilon')}, delta={meta.get('delta')}).")
+    except sqlite3.DatabaseError:
+        spent = ""
+    return LedgerError(f"{path}: a ledger of the older format {fmt!r}, without the hash chain that detects "
+                       f"tampering; this version refuses it (left unchanged).{spent} Start a new ledger at a path "
+                       "that does not exist, with only the budget that is left")
 
 
 def _statements(script: str) -> List[str]:

@@ -3,7 +3,10 @@
 Created by the same call that opens it, budget fixed at creation, append-only rows (held ->
 committed | cancelled), processes racing for one budget never overspend, a process killed between
 its hold and its commit leaves its budget counted as spent and the file sound, and the three
-compositions give the same answers on disk as in memory.
+compositions give the same answers on disk as in memory. Tampering and accidents (issue 29): hand
+edits through sqlite3 (INSERT OR REPLACE, a raised budget, a hold cancelled, rows deleted or
+reordered, triggers dropped) and files that are not ledgers (0 bytes, a CSV, random bytes, an old
+format) are refused with LedgerError and nothing spent; the limits the docs state are pinned too.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from dpgp_gpflow import BudgetExceededError, PrivacyAccountant
 from dpgp_gpflow.accounting import reserve
 from dpgp_gpflow.calibration import gaussian_multiplier
 from dpgp_gpflow.composition import PrivacyEvent
-from dpgp_gpflow.ledger import COLUMNS, SQLiteLedger
+from dpgp_gpflow.exceptions import LedgerError
+from dpgp_gpflow.ledger import _TRIGGERS, COLUMNS, LOG_COLUMNS, SQLiteLedger, _statements
 from dpgp_gpflow.models import DPGPR
 from dpgp_gpflow.release import gaussian_event
 
@@ -39,6 +43,16 @@ def _context():
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["dpgp_gpflow", __name__])  # the workers below live here
     return ctx
+
+
+def _log(path: Path):
+    """The rows of the file as dicts, read with plain sqlite3."""
+    con = sqlite3.connect(path)
+    try:
+        return [dict(zip(LOG_COLUMNS, r)) for r in con.execute(
+            f"SELECT {', '.join(LOG_COLUMNS)} FROM dpgp_events ORDER BY id").fetchall()]
+    finally:
+        con.close()
 
 
 def _integrity(path: Path) -> str:
@@ -160,11 +174,17 @@ def test_history_is_append_only_held_then_committed_or_cancelled(tmp_path):
     assert all(row["pid"] == os.getpid() and row["dataset"] == "d" and row["settled"] for row in rows)
     assert rows[0]["reservation"] == rows[1]["reservation"] and rows[0]["time"].endswith("+00:00")
     assert acc.held == (0.0, 0.0) and acc.ledger == (PrivacyEvent(1.0, 0.01, "gaussian", 0.5, "release 1"),)
-    # the file refuses deletes and edits other than held -> committed | cancelled
+    # in the file, each transition is a new row: hold, hold, commit of row 1, cancel of row 2
+    assert [(r["id"], r["op"], r["ref"]) for r in _log(path)] == [
+        (1, "hold", None), (2, "hold", None), (3, "commit", 1), (4, "cancel", 2)]
+    # and the file refuses deletes, changes and replacements of rows
     con = sqlite3.connect(path)
     try:
         for sql in ("DELETE FROM dpgp_events", "UPDATE dpgp_events SET epsilon = 0",
-                    "UPDATE dpgp_events SET status = 'held'", "UPDATE dpgp_meta SET value = '99'"):
+                    "UPDATE dpgp_events SET op = 'cancel'", "UPDATE dpgp_meta SET value = '99'",
+                    "INSERT OR REPLACE INTO dpgp_meta (key, value) VALUES ('epsilon', '100.0')",
+                    "DELETE FROM dpgp_meta", "INSERT INTO dpgp_events (op, time, pid, prev, hash) "
+                    "VALUES ('cancel', 'now', 1, '', '')"):
             with pytest.raises(sqlite3.IntegrityError):
                 con.execute(sql)
     finally:
@@ -298,3 +318,318 @@ def test_a_process_killed_between_hold_and_commit_leaves_its_budget_spent(tmp_pa
         acc.check(1.0, 0.01)
     assert [r["status"] for r in acc.history()] == ["held", "committed"]
     assert SQLiteLedger.open(path).integrity_check() == "ok"
+
+
+# ---------------------------------------------------------------------------------------------
+# Tampering and accidents (issue 29): each refused with LedgerError, nothing spent
+
+TRIGGERS = ("dpgp_events_append", "dpgp_events_no_update", "dpgp_events_no_delete", "dpgp_meta_no_insert",
+            "dpgp_meta_no_update", "dpgp_meta_no_delete")
+
+
+def _used_ledger(tmp_path: Path) -> Path:
+    """A (3, 0.03) ledger with one committed release (row 1 hold, 2 commit) and one held (row 3)."""
+    path = tmp_path / "budget.sqlite"
+    acc = PrivacyAccountant(epsilon=3.0, delta=0.03, ledger=path)
+    with reserve(acc, [ONE]) as r:
+        r.commit("first")
+    reserve(acc, [ONE])  # never committed nor closed: a process that died after its hold
+    assert acc.spent == (1.0, 0.01) and acc.held == (1.0, 0.01)
+    return path
+
+
+def _edit(path: Path, *statements: str, drop_triggers: bool = False, recursive: bool = False) -> None:
+    """Hand edits through sqlite3, as someone with the file and no dpgp_gpflow would make them."""
+    con = sqlite3.connect(path, isolation_level=None)
+    try:
+        if recursive:
+            con.execute("PRAGMA recursive_triggers = ON")
+        if drop_triggers:
+            for name in TRIGGERS:
+                con.execute(f"DROP TRIGGER {name}")
+        for sql in statements:
+            con.execute(sql)
+    finally:
+        con.close()
+
+
+def _snapshot(path: Path):
+    con = sqlite3.connect(path)
+    try:
+        return (con.execute("SELECT * FROM dpgp_meta ORDER BY key").fetchall(),
+                con.execute("SELECT * FROM dpgp_events ORDER BY id").fetchall())
+    finally:
+        con.close()
+
+
+def _refused(path: Path, match: str, accountant=None) -> None:
+    """Every way in raises LedgerError matching ``match``, and the file's rows stay as they are."""
+    before = path.read_bytes()
+    with pytest.raises(LedgerError, match=match):
+        PrivacyAccountant(epsilon=3.0, delta=0.03, ledger=path)
+    with pytest.raises(LedgerError, match=match):
+        PrivacyAccountant.open(path)
+    if accountant is not None:  # one opened before the edit: checked again on every step
+        for step in (lambda: reserve(accountant, [ONE]), lambda: accountant.spend(0.1), accountant.history,
+                     lambda: accountant.check(0.1), lambda: accountant.remaining):
+            with pytest.raises(LedgerError, match=match):
+                step()
+    assert path.read_bytes() == before  # nothing written, nothing spent
+
+
+@pytest.mark.parametrize("recursive", [False, True])
+def test_insert_or_replace_cannot_zero_epsilons_or_raise_the_budget(tmp_path, recursive):
+    path = _used_ledger(tmp_path)
+    before = _snapshot(path)
+    con = sqlite3.connect(path, isolation_level=None)
+    try:
+        con.execute(f"PRAGMA recursive_triggers = {'ON' if recursive else 'OFF'}")  # the editor's choice
+        for sql in ("INSERT OR REPLACE INTO dpgp_events SELECT id, op, time, kind, 0.0, 0.0, mu, description, "
+                    "dataset, pid, reservation, ref, prev, hash FROM dpgp_events",
+                    "REPLACE INTO dpgp_meta (key, value) VALUES ('epsilon', '100.0')",
+                    "INSERT OR REPLACE INTO dpgp_meta (key, value) VALUES ('epsilon', '100.0')",
+                    "UPDATE OR REPLACE dpgp_events SET epsilon = 0.0",
+                    "UPDATE dpgp_events SET op = 'cancel', ref = 3 WHERE id = 3"):
+            with pytest.raises(sqlite3.IntegrityError):
+                con.execute(sql)
+    finally:
+        con.close()
+    assert _snapshot(path) == before
+    assert PrivacyAccountant.open(path).remaining == pytest.approx((1.0, 0.01))
+
+
+def test_zeroed_epsilons_are_detected_when_the_triggers_are_dropped(tmp_path):
+    path = _used_ledger(tmp_path)
+    acc = PrivacyAccountant.open(path)
+    _edit(path, "INSERT OR REPLACE INTO dpgp_events SELECT id, op, time, kind, CASE WHEN epsilon IS NULL THEN NULL "
+                "ELSE 0.0 END, delta, mu, description, dataset, pid, reservation, ref, prev, hash FROM dpgp_events",
+          drop_triggers=True)
+    _refused(path, "row 1 \\('hold'\\) was changed after it was written", acc)
+
+
+def test_a_raised_budget_is_detected(tmp_path):
+    path = _used_ledger(tmp_path)
+    acc = PrivacyAccountant.open(path)
+    _edit(path, "UPDATE dpgp_meta SET value = '100.0' WHERE key = 'epsilon'", drop_triggers=True)
+    with pytest.raises(LedgerError, match="row 0 \\(the budget\\) was changed"):
+        PrivacyAccountant(epsilon=100.0, delta=0.03, ledger=path)  # even asked for with the new budget
+    _refused(path, "row 0 \\(the budget\\) was changed", acc)
+
+
+def test_a_hold_cancelled_by_hand_is_detected(tmp_path):
+    path = _used_ledger(tmp_path)
+    acc = PrivacyAccountant.open(path)
+    # the only row SQLite admits is the next one; a cancel of the dead process's hold, without the chain
+    _edit(path, "INSERT INTO dpgp_events (id, op, time, pid, ref, prev, hash) "
+                "SELECT 4, 'cancel', time, pid, 3, hash, hash FROM dpgp_events WHERE id = 3")
+    _refused(path, "row 4 \\('cancel'\\) was changed after it was written", acc)
+
+
+def test_the_old_attack_held_to_cancelled_by_update_is_detected(tmp_path):
+    path = _used_ledger(tmp_path)
+    _edit(path, "UPDATE dpgp_events SET op = 'cancel', ref = 1, kind = NULL, epsilon = NULL, delta = NULL, mu = NULL, "
+                "reservation = NULL WHERE id = 3", drop_triggers=True)
+    _refused(path, "row 3 \\('cancel'\\) was changed")
+
+
+def test_only_the_holder_can_commit_or_cancel_a_hold(tmp_path):
+    """Another process (here: another ledger object) sees a reservation's public id, not its key."""
+    path = _used_ledger(tmp_path)
+    other = SQLiteLedger.open(path)
+    public = [r["reservation"] for r in other.history() if r["status"] == "held"]
+    assert len(public) == 1
+    with other.transaction() as tx:
+        tx.cancel(public[0])  # cancels nothing
+        with pytest.raises(RuntimeError, match="holds nothing to commit"):
+            tx.commit(public[0], ONE)
+    assert PrivacyAccountant.open(path).held == (1.0, 0.01)
+
+
+@pytest.mark.parametrize("which", ["middle", "last"])
+def test_a_deleted_row_is_detected(tmp_path, which):
+    path = _used_ledger(tmp_path)
+    acc = PrivacyAccountant.open(path)
+    if which == "middle":  # the commit of row 1: the release would look held (counted) ... or freed
+        _edit(path, "DELETE FROM dpgp_events WHERE id = 2", drop_triggers=True)
+        _refused(path, "row 2 is missing", acc)
+    else:  # the dead process's hold, the last row: nothing after it to break, but SQLite's counter
+        _edit(path, "DELETE FROM dpgp_events WHERE id = 3", drop_triggers=True)
+        _refused(path, "row 3 onwards are missing", acc)
+
+
+def test_a_deleted_last_row_with_its_counter_fixed_is_caught_only_by_a_process_that_saw_it(tmp_path):
+    """The documented limit: the tail has nothing after it to vouch for it."""
+    path = _used_ledger(tmp_path)
+    acc = PrivacyAccountant.open(path)
+    _edit(path, "DELETE FROM dpgp_events WHERE id = 3", "UPDATE sqlite_sequence SET seq = 2", drop_triggers=True)
+    _edit(path, *_statements(_TRIGGERS))  # and the triggers put back
+    with pytest.raises(LedgerError, match="row 3 was removed or rewritten since this process read it"):
+        reserve(acc, [ONE])
+    fresh = PrivacyAccountant.open(path)  # a process that never saw row 3 believes the file
+    assert fresh.held == (0.0, 0.0) and fresh.remaining == pytest.approx((2.0, 0.02))
+
+
+def test_reordered_rows_are_detected(tmp_path):
+    path = _used_ledger(tmp_path)
+    _edit(path, "UPDATE dpgp_events SET id = 100 WHERE id = 1", "UPDATE dpgp_events SET id = 1 WHERE id = 2",
+          "UPDATE dpgp_events SET id = 2 WHERE id = 100", drop_triggers=True)
+    _refused(path, "row 1 \\('commit'\\) does not follow row 0")
+
+
+def test_dropped_triggers_alone_are_detected(tmp_path):
+    path = _used_ledger(tmp_path)
+    _edit(path, "DROP TRIGGER dpgp_events_no_update")
+    _refused(path, "triggers, which refuse edits, were dropped or changed")
+
+
+def test_a_consistent_rewrite_of_the_chain_is_not_detected(tmp_path):
+    """The documented limit: no secret key, so whoever recomputes every hash is believed."""
+    from dpgp_gpflow.ledger import _digest, _settings_digest
+
+    path = _used_ledger(tmp_path)
+    con = sqlite3.connect(path, isolation_level=None)
+    try:
+        for name in TRIGGERS:
+            con.execute(f"DROP TRIGGER {name}")
+        meta = dict(con.execute("SELECT key, value FROM dpgp_meta").fetchall())
+        meta["epsilon"] = "100.0"
+        con.execute("UPDATE dpgp_meta SET value = ? WHERE key = 'epsilon'", (meta["epsilon"],))
+        prev = _settings_digest(meta)
+        con.execute("UPDATE dpgp_meta SET value = ? WHERE key = 'hash'", (prev,))
+        for row in [dict(zip(LOG_COLUMNS, r)) for r in con.execute("SELECT * FROM dpgp_events ORDER BY id")]:
+            row["prev"], row["hash"] = prev, _digest(prev, [row[c] for c in LOG_COLUMNS[:-2]])
+            con.execute("UPDATE dpgp_events SET prev = ?, hash = ? WHERE id = ?", (row["prev"], row["hash"], row["id"]))
+            prev = row["hash"]
+        for sql in _statements(_TRIGGERS):
+            con.execute(sql)
+    finally:
+        con.close()
+    assert PrivacyAccountant.open(path).epsilon == 100.0
+
+
+# -- files that are not (intact) ledgers: never re-created -----------------------------------------
+
+@pytest.mark.parametrize("content, match", [
+    (b"", "an empty file, not a privacy ledger"),
+    (b"x,y\n1,2\n3,4\n", "not an SQLite database"),
+    (bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8)), "not an SQLite database"),
+    (b"SQLite format 3\x00" + bytes(200), "not a readable privacy ledger"),
+])
+def test_a_file_that_is_not_a_ledger_is_never_replaced(tmp_path, content, match):
+    path = tmp_path / "budget.sqlite"
+    path.write_bytes(content)
+    with pytest.raises(LedgerError, match=match) as info:
+        PrivacyAccountant(epsilon=3.0, delta=0.03, ledger=path)
+    assert "\n" not in str(info.value) and "path that does not exist" in str(info.value)
+    with pytest.raises(LedgerError, match=match):
+        PrivacyAccountant.open(path)
+    with pytest.raises(LedgerError, match=match):
+        SQLiteLedger.create_or_open(path, (3.0, 0.03, "basic"))
+    assert path.read_bytes() == content and sorted(p.name for p in tmp_path.iterdir()) == ["budget.sqlite"]
+
+
+def test_a_ledger_truncated_to_zero_bytes_is_refused_not_recreated(tmp_path):
+    path = _used_ledger(tmp_path)
+    acc = PrivacyAccountant.open(path)
+    path.write_bytes(b"")  # truncated (the WAL was checkpointed when the last connection closed)
+    for open_it in (lambda: PrivacyAccountant(epsilon=3.0, delta=0.03, ledger=path),
+                    lambda: PrivacyAccountant.open(path),
+                    lambda: PrivacyAccountant(epsilon=100.0, ledger=path)):
+        with pytest.raises(LedgerError, match="an empty file"):
+            open_it()
+    with pytest.raises(LedgerError):
+        reserve(acc, [ONE])
+    assert path.read_bytes() == b""
+
+
+def test_an_empty_or_foreign_sqlite_database_is_refused(tmp_path):
+    empty = tmp_path / "empty.sqlite"
+    sqlite3.connect(empty).execute("PRAGMA user_version = 1").connection.close()  # a header, no tables
+    assert empty.read_bytes().startswith(b"SQLite format 3")
+    _refused(empty, "an SQLite database that is not a privacy ledger \\(no tables\\)")
+    meta_only = tmp_path / "meta.sqlite"
+    con = sqlite3.connect(meta_only)
+    con.execute("CREATE TABLE dpgp_meta (name TEXT)")
+    con.commit()
+    con.close()
+    with pytest.raises(LedgerError, match="not a privacy ledger"):
+        PrivacyAccountant.open(meta_only)
+
+
+def test_an_old_format_ledger_is_refused_with_a_hint_and_left_unchanged(tmp_path):
+    path = tmp_path / "old.sqlite"
+    con = sqlite3.connect(path)
+    con.executescript("""
+        CREATE TABLE dpgp_meta (key TEXT PRIMARY KEY, value TEXT);
+        CREATE TABLE dpgp_events (id INTEGER PRIMARY KEY AUTOINCREMENT, time TEXT NOT NULL, settled TEXT,
+            status TEXT NOT NULL, kind TEXT NOT NULL, epsilon REAL NOT NULL, delta REAL NOT NULL, mu REAL,
+            description TEXT NOT NULL DEFAULT '', dataset TEXT, pid INTEGER NOT NULL, reservation TEXT NOT NULL);
+        INSERT INTO dpgp_meta VALUES ('format', 'dpgp-ledger-1'), ('epsilon', '3.0'), ('delta', '0.03'),
+            ('composition', 'basic');
+        INSERT INTO dpgp_events (time, status, kind, epsilon, delta, pid, reservation) VALUES
+            ('t', 'committed', 'approximate', 1.0, 0.01, 1, 'a'), ('t', 'held', 'approximate', 0.5, 0.0, 1, 'b'),
+            ('t', 'cancelled', 'approximate', 9.0, 0.0, 1, 'c');
+    """)
+    con.close()
+    before = path.read_bytes()
+    for open_it in (lambda: PrivacyAccountant(epsilon=3.0, delta=0.03, ledger=path),
+                    lambda: PrivacyAccountant.open(path)):
+        with pytest.raises(LedgerError, match="older format 'dpgp-ledger-1'.*epsilon=1.5, delta=0.01 spent or held"
+                                              ".*path that does not exist"):
+            open_it()
+    assert path.read_bytes() == before
+
+
+def test_a_leftover_wal_is_not_read_into_a_new_ledger(tmp_path):
+    path = tmp_path / "budget.sqlite"
+    Path(f"{path}-wal").write_bytes(b"stale")
+    with pytest.raises(LedgerError, match="-wal: left over"):
+        PrivacyAccountant(epsilon=1.0, ledger=path)
+    assert not path.exists()
+
+
+# -- legal use by several threads at once ---------------------------------------------------------
+
+def test_threads_creating_and_spending_on_one_new_ledger(tmp_path):
+    import threading
+
+    path = tmp_path / "budget.sqlite"
+    barrier, outcomes, errors = threading.Barrier(6), [], []
+
+    def work():
+        try:
+            barrier.wait()
+            acc = PrivacyAccountant(epsilon=3.0, delta=0.03, ledger=path)  # all at once: one creates
+            for _ in range(2):
+                try:
+                    with reserve(acc, [ONE]) as r:
+                        r.commit("thread")
+                    outcomes.append("released")
+                except BudgetExceededError:
+                    outcomes.append("refused")
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert sorted(outcomes) == ["refused"] * 9 + ["released"] * 3
+    acc = PrivacyAccountant.open(path)
+    assert acc.spent == pytest.approx((3.0, 0.03)) and acc.held == (0.0, 0.0)
+    assert sorted(r["op"] for r in _log(path)) == ["commit"] * 3 + ["hold"] * 3  # a refusal writes nothing
+    assert SQLiteLedger.open(path).verify() == 6
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("budget.sqlite")) == []
+
+
+def test_values_sqlite_would_store_differently_still_verify(tmp_path):
+    """-0.0 (stored as 0.0) and a non-string description (stored as text) are written as they read back."""
+    path = tmp_path / "budget.sqlite"
+    acc = PrivacyAccountant(epsilon=3.0, delta=0.03, ledger=path)
+    acc.spend(0.5, -0.0, description=5)
+    with reserve(acc, [PrivacyEvent(0.5, -0.0, "gaussian", 0.25, "")]) as r:
+        r.commit(7)
+    assert SQLiteLedger.open(path).verify() == 3
+    assert [(r["delta"], r["description"]) for r in PrivacyAccountant.open(path).history()] == [(0.0, "5"), (0.0, "7")]
