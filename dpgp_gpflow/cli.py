@@ -38,7 +38,7 @@ import numpy as np
 from . import __version__
 from .__main__ import import_tensorflow_quietly, run_demo
 from .calibration import gaussian_multiplier
-from .exceptions import BudgetExceededError, PrivacyLeakError
+from .exceptions import BudgetExceededError, LedgerError, PrivacyLeakError
 from .progress import Progress
 from .validation import OBJECTIVES, validate_bounds, validate_delta, validate_epsilon
 
@@ -695,8 +695,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     except UsageError as exc:
         sys.stderr.write(f"dpgp: error: {exc}\n")
         return 2
-    except (BudgetExceededError, PrivacyLeakError) as exc:
+    except (BudgetExceededError, PrivacyLeakError, LedgerError) as exc:
         sys.stderr.write(f"dpgp: error: {exc}\n")
+        return 2
+    except PermissionError as exc:  # e.g. a ledger or an output in a folder that cannot be written
+        sys.stderr.write(f"dpgp: error: {exc.filename or ''}: permission denied\n")
         return 2
 
 

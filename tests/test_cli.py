@@ -337,3 +337,15 @@ def test_select_refusals_are_one_line_and_spend_nothing(work):
         lines = stderr.strip().splitlines()
         assert code == 2 and len(lines) == 1 and lines[0].startswith("dpgp: error:") and message in lines[0], (bad, stderr)
     assert dp.PrivacyAccountant.open(work / "selbad.sqlite").ledger == ()
+
+
+@pytest.mark.parametrize("content", [b"", b"a,b\n1,2\n", bytes(range(256)) * 4])
+def test_budget_show_and_init_on_a_file_that_is_no_ledger_say_one_line(tmp_path, capsys, content):
+    # an empty file, a CSV, random bytes: refused with one line and exit code 2, the file unchanged
+    path = tmp_path / "ledger.db"
+    path.write_bytes(content)
+    for argv in (["budget", "show", str(path)], ["budget", "init", str(path), "--epsilon", "1", "--delta", "0.01"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("dpgp: error:") and err.count("\n") == 1 and "Traceback" not in err, err
+        assert path.read_bytes() == content
