@@ -18,7 +18,7 @@ the plan never sees ``y``. docs/guides/compiled_engine.md has the details and a 
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, NamedTuple, Optional, Tuple, Union
 
 import tensorflow as tf
 from check_shapes import check_shapes
@@ -102,19 +102,24 @@ def noise_plan(
     tf.debugging.assert_positive(singular[0], "the cloaking matrix is zero: nothing to release privately")
     ranks = tf.reduce_sum(tf.cast(singular[None, :] > rtols[:, None] * singular[0], tf.int32), axis=1)
 
-    def projection(i):  # ||C_j - P_j||_1 and max_i |P_ji| of candidate i
+    def projection(i) -> Tuple[tf.Tensor, tf.Tensor]:  # ||C_j - P_j||_1 and max_i |P_ji| of candidate i
         basis = left[:, :ranks[i]]
-        return projection_terms(C, basis, tf.linalg.matmul(basis, C, transpose_a=True))
+        l1, largest = projection_terms(C, basis, tf.linalg.matmul(basis, C, transpose_a=True))
+        return l1, largest
 
-    terms0 = projection(0)
-    rounding = bias_rounding(*terms0, b)
+    def ratio_and_bias(i) -> Tuple[tf.Tensor, tf.Tensor]:
+        l1, largest = projection(i)
+        return projection_bias(l1, largest, b, d, rounding)
+
+    l1_0, largest_0 = projection(0)
+    rounding = bias_rounding(l1_0, largest_0, b)
 
     # the first candidate whose projection is harmless (NoisePlan's rule), each candidate's terms formed once
     last = tf.shape(rtols)[0] - 1
     i, _, bias_bound = tf.while_loop(
         lambda i, ratio, _: (i < last) & ~projection_is_harmless(ratio, s),
-        lambda i, ratio, _: (i + 1, *projection_bias(*projection(i + 1), b, d, rounding)),
-        (tf.constant(0), *projection_bias(*terms0, b, d, rounding)))
+        lambda i, ratio, _: (i + 1, *ratio_and_bias(i + 1)),
+        (tf.constant(0), *projection_bias(l1_0, largest_0, b, d, rounding)))
     first = tf.argmax(tf.cast(tf.equal(ranks, ranks[i]), tf.int32), output_type=tf.int32)  # rtol that first gave r
     basis = left[:, :ranks[i]]
     vectors = tf.linalg.matmul(basis, C, transpose_a=True)  # [r, n]: exact sensitivity vectors

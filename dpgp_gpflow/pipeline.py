@@ -17,7 +17,7 @@ one event and returns.
 
 from __future__ import annotations
 
-from typing import Any, Literal, NamedTuple, Optional, Protocol, Tuple, runtime_checkable
+from typing import Any, Literal, NamedTuple, Optional, Protocol, Tuple, cast, runtime_checkable
 
 import tensorflow as tf
 from check_shapes import check_shapes
@@ -134,7 +134,7 @@ def release(
     terms = model.release_terms(Xnew)
     more = {"variance": terms.variance}
     if mechanism == "standard":
-        standard_terms = model.standard_terms(Xnew)
+        standard_terms = cast(SupportsStandardMechanism, model).standard_terms(Xnew)
         more.update(prior_covariance=standard_terms.prior_covariance, unit_sensitivity=standard_terms.unit_sensitivity)
     validate_public_terms(f"{mechanism} release", dense_map(terms.map), terms.offset, model.output_bound, **more)
     with reserve(accountant, [request.event()]) as reservation:  # the one reservation: the mechanism commits
@@ -203,7 +203,7 @@ def _latent_release(model: FactoredPrivateModel, request: ReleaseRequest, reserv
     """The release of ``R u`` (or ``u``), the frozen readout and ``R``; ``latent`` and ``readout``: the
     model's :meth:`latent_terms` (with a dense map, checked by the caller) and :meth:`public_readout`;
     ``request`` validated and ``reservation`` taken by the caller."""
-    B = latent.map  # [m, n]
+    B = tf.convert_to_tensor(latent.map)  # [m, n]: dense (the caller formed it)
     m = int(B.shape[0])
     R = None
     if reference_inputs is not None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from numbers import Real
-from typing import Any, Iterator, List, NamedTuple, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
@@ -422,6 +422,8 @@ class NoisePlan:
             if self._single or bool(projection_is_harmless(cand[2], multiplier)):
                 break
             i += 1
+        if chosen is None:  # a matrix with no candidate space (column_spaces refuses a zero C first)
+            raise ValueError("the cloaking matrix has no column space to release in")
         if chosen[3] is None:  # solved cold: the noise depends on C and the settings alone
             chosen[3] = self._solve(chosen[0])
         if isinstance(chosen[3], FloatingPointError):
@@ -489,8 +491,9 @@ def cloak(request: ReleaseRequest, reservation: Reservation, C: Any, y_centred: 
         raise ValueError("a cloaking release needs an objective ('mse' or 'entropy')")
     y_centred = tf.reshape(tf.convert_to_tensor(y_centred, dtype=tf.float64), [-1])
     n = int(y_centred.shape[0])
-    settings = dict(data_sensitivity=float(data_sensitivity), output_bound=float(output_bound), objective=objective,
-                    rtol=None if rtol is None else float(rtol), tol=float(tol), max_iter=int(max_iter))
+    settings: Dict[str, Any] = dict(data_sensitivity=float(data_sensitivity), output_bound=float(output_bound),
+                                    objective=objective, rtol=None if rtol is None else float(rtol), tol=float(tol),
+                                    max_iter=int(max_iter))
     if isinstance(C, NoisePlan):
         plan = C
         if plan.settings != settings:
