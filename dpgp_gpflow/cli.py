@@ -109,7 +109,29 @@ def read_table(path: Path, sep: Optional[str] = None) -> pd.DataFrame:
         raise UsageError(f"{path}: cannot read it as {'Parquet' if path.suffix == '.parquet' else 'CSV'} ({exc})")
     if frame.shape[0] == 0:
         raise UsageError(f"{path}: the table is empty")
+    header = list(frame.columns)
+    if not parquet:  # pandas renames a repeated CSV header ("a", "a.1"): read the header as written
+        try:
+            header = [h for h in pd.read_csv(path, sep=sep or sniff_separator(path), header=None, nrows=1,
+                                             dtype=str).iloc[0].tolist() if isinstance(h, str)]
+        except Exception as exc:
+            raise UsageError(f"{path}: cannot read its header as CSV ({exc})")
+    repeated = sorted({str(c) for c in header if header.count(c) > 1})
+    if repeated:
+        raise UsageError(f"{path}: the table names the column(s) {repeated} more than once; give each column "
+                         "its own name")
     return frame
+
+
+def check_column_names(x: Sequence[str], y: str) -> None:
+    """``UsageError`` when ``--x`` names a column twice or ``--y`` (the private output) is also an ``--x``
+    column (a public input: it would go unnoised into the model's inputs, the k-means inducing inputs of
+    ``--sparse`` and the release file). Checked before any file is read."""
+    repeated = sorted({c for c in x if list(x).count(c) > 1})
+    if repeated:
+        raise UsageError(f"--x names the column(s) {repeated} more than once")
+    if y in x:
+        raise UsageError(f"--y {y!r} is also an --x column: the private output cannot be a public input")
 
 
 def columns(frame: pd.DataFrame, names: Sequence[str], path: Path, *, private: bool = False) -> np.ndarray:
@@ -232,7 +254,7 @@ def _model(args, X: np.ndarray, Y: np.ndarray, bounds: Tuple[float, float], kern
 
     if args.sparse is None:
         return DPGPR((X, Y), kernel, y_bounds=bounds, noise_variance=noise, hyperparameters_public=public)
-    Z = kmeans_inducing_inputs(X, args.sparse)  # public inputs only
+    Z = kmeans_inducing_inputs(X, args.sparse)  # the public --x columns only (never --y: check_column_names)
     return DPGPRFITC((X, Y), kernel, Z, noise_variance=noise, y_bounds=bounds, hyperparameters_public=public)
 
 
@@ -289,6 +311,7 @@ def cmd_release(args) -> int:
     from .release import gaussian_event
     from .selection import default_grid, select_hyperparameters
 
+    check_column_names(args.x, args.y)  # before anything is read
     epsilon, delta = _privacy(args.epsilon, args.delta)
     bounds = _bounds(args)
     given = [n for n, v in (("--lengthscale", args.lengthscale), ("--variance", args.variance),
@@ -408,6 +431,7 @@ def cmd_select(args) -> int:
     from .release import gaussian_event
     from .selection import select_hyperparameters
 
+    check_column_names(args.x, args.y)  # before anything is read
     epsilon = _privacy_epsilon(args.epsilon)
     bounds = _bounds(args)
     if (args.variance is None) != (args.noise is None):  # never a unit default for the other one

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from typing import Tuple
 
 import gpflow
 import numpy as np
@@ -349,3 +350,83 @@ def test_budget_show_and_init_on_a_file_that_is_no_ledger_say_one_line(tmp_path,
         err = capsys.readouterr().err
         assert err.startswith("dpgp: error:") and err.count("\n") == 1 and "Traceback" not in err, err
         assert path.read_bytes() == content
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 29: private values never leak through a mistake; nothing spent without a result; overflow.
+
+SPARSE = ["--bounds", "60", "180", "--lengthscale", "20", "--variance", "100", "--noise", "10", "--epsilon", "1",
+          "--delta", "0.01", "--quiet"]
+
+
+def _run(argv: list, work: Path) -> Tuple[int, str]:
+    """``dpgp argv`` in this process, in ``work``: (exit code, stderr)."""
+    err = io.StringIO()
+    with warnings.catch_warnings(), contextlib.redirect_stderr(err), contextlib.chdir(work):
+        warnings.simplefilter("ignore")
+        try:
+            code = main([str(a) for a in argv])
+        except SystemExit as exc:
+            code = exc.code
+    return code, err.getvalue()
+
+
+def _one_line(code: int, stderr: str, message: str) -> None:
+    lines = stderr.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("dpgp: error:") and message in lines[0], stderr
+
+
+def _ledger(work: Path, name: str, epsilon: float = 5.0) -> Path:
+    assert _run(["budget", "init", name, "--epsilon", epsilon, "--delta", "0.5"], work)[0] == 0
+    return work / name
+
+
+def _untouched(ledger: Path) -> None:
+    acc = dp.PrivacyAccountant.open(ledger)
+    assert acc.ledger == () and acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
+
+
+def test_private_column_as_an_input_or_repeated_columns_are_refused_before_anything_is_read(work):
+    ledger = _ledger(work, "leak.sqlite")
+    dup = work / "dup.csv"
+    dup.write_text("age,age,height\n1,2,100\n4,5,120\n7,8,130\n")
+    cases = [  # nofile.csv: the refusal comes before the data is even looked for
+        (["release", "nofile.csv", "--x", "height", "--y", "height", "--sparse", "5"], "--y 'height' is also an --x"),
+        (["release", "nofile.csv", "--x", "age", "height", "--y", "height", "--at", "test.csv"], "is also an --x"),
+        (["release", "nofile.csv", "--x", "age", "age", "--y", "height", "--sparse", "5"], "more than once"),
+        (["select", "nofile.csv", "--x", "weight", "height", "--y", "height"], "is also an --x"),
+        (["select", "nofile.csv", "--x", "age", "weight", "age", "--y", "height"], "more than once"),
+        (["release", dup, "--x", "age", "--y", "height", "--sparse", "2"], "['age'] more than once"),
+    ]
+    for argv, message in cases:
+        out = "leak.json" if argv[0] == "release" else None
+        argv = [*argv, *SPARSE, "--ledger", ledger.name] + (["-o", out] if out else [])
+        if argv[0] == "select":  # select takes no release options without -o
+            argv = [a for a in argv if a not in ("--lengthscale", "20", "--delta", "0.01")]
+        _one_line(*_run(argv, work), message)
+    assert not (work / "leak.json").exists()
+    _untouched(ledger)
+
+
+def test_sparse_release_file_holds_nothing_from_the_output_but_the_noised_values(work):
+    from dpgp_gpflow.models import kmeans_inducing_inputs
+    from dpgp_gpflow.release_file import read
+
+    frame = pd.read_csv(work / "data.csv")
+    other = frame.assign(height=np.linspace(175.0, 65.0, len(frame)))  # the same inputs, other outputs
+    other.to_csv(work / "other.csv", index=False)
+    docs = []
+    for data in ("data.csv", "other.csv"):
+        argv = ["release", data, "--x", "age", "weight", "--y", "height", *SPARSE, "--sparse", "6", "--seed", "3",
+                "--dataset", "d", "-o", f"sparse-{data}.json"]
+        assert _run(argv, work)[0] == 0
+        docs.append(read(work / f"sparse-{data}.json"))
+    a, b = docs
+    np.testing.assert_array_equal(a.arrays["readout/Z"], kmeans_inducing_inputs(frame[["age", "weight"]].to_numpy(), 6))
+    assert set(a.arrays) == set(b.arrays) and a.content == b.content
+    for name in a.arrays:  # the same seed: the same noise; only the noised values differ
+        if name == "releases/0/mean":
+            assert not np.allclose(a.arrays[name], b.arrays[name])
+        else:
+            np.testing.assert_array_equal(a.arrays[name], b.arrays[name], err_msg=name)
+    assert {k: v for k, v in a.card.items() if k != "created"} == {k: v for k, v in b.card.items() if k != "created"}
