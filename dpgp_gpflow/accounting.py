@@ -280,6 +280,8 @@ class Reservation:
         self._events = list(events)
         self._held: List[Tuple[PrivacyAccountant, str]] = []
         self._owner = True
+        self._drawn: List[PrivacyEvent] = []  # drawn through a deferred view, not recorded yet
+        self._defer = False
         try:
             for acc in accountants:
                 self._held.append((acc, acc._hold(self._events)))
@@ -297,9 +299,32 @@ class Reservation:
             raise RuntimeError("nothing left to commit in this reservation")
         held = self._events.pop(0)
         event = PrivacyEvent(held.epsilon, held.delta, held.kind, held.mu, description or held.description)
+        if self._defer:  # a deferred view: still held until the owner's commit_drawn()
+            self._drawn.append(event)
+            return event
         for acc, key in self._held:
             acc._commit(key, event)
         return event
+
+    def deferred(self) -> "Reservation":
+        """A borrowed view (:meth:`borrow`) whose :meth:`commit` marks the next held event drawn without
+        recording it: the budget stays held until :meth:`commit_drawn` records it, or :meth:`close`
+        gives it back. For a caller that must store a result before it is charged (the command line
+        writes its file first, so that a failed write charges nothing for a result nobody saw)."""
+        view = self.borrow()
+        view._defer = True
+        return view
+
+    def commit_drawn(self) -> Tuple[PrivacyEvent, ...]:
+        """Record, in every accountant, each event committed through a :meth:`deferred` view and not yet
+        recorded (in the order drawn); returns them."""
+        recorded = []
+        while self._drawn:
+            event = self._drawn[0]
+            for acc, key in self._held:
+                acc._commit(key, event)
+            recorded.append(self._drawn.pop(0))
+        return tuple(recorded)
 
     def close(self) -> None:
         """Give back every held event that was not committed (a borrowed view gives back nothing)."""
@@ -308,12 +333,14 @@ class Reservation:
         for acc, key in self._held:
             acc._release(key)
         self._events.clear()
+        self._drawn.clear()  # drawn but never recorded: given back with the rest
 
     def borrow(self) -> "Reservation":
         """A view that commits into this reservation but whose ``close`` leaves it held (for a
         mechanism called by a caller that reserved for several releases)."""
         view = object.__new__(Reservation)
         view._events, view._held, view._owner = self._events, self._held, False
+        view._drawn, view._defer = self._drawn, self._defer  # a deferred view's borrowers defer too
         return view
 
     def __enter__(self) -> "Reservation":

@@ -27,9 +27,11 @@ import argparse
 import csv
 import json
 import math
+import os
+import secrets
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, NoReturn, Optional, Sequence, Tuple, cast
+from typing import TYPE_CHECKING, Any, Callable, List, NoReturn, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
@@ -46,7 +48,7 @@ if TYPE_CHECKING:
     import gpflow
     import pandas as pd
 
-    from .accounting import PrivacyAccountant
+    from .accounting import PrivacyAccountant, Reservation
     from .released import Released
     from .selection import Selection
 
@@ -159,11 +161,51 @@ def columns(frame: pd.DataFrame, names: Sequence[str], path: Path, *, private: b
 
 
 def _output(path: Path, force: bool) -> Path:
+    """``path`` checked as a place to write a result, before anything is drawn or spent: not a folder, not
+    an existing file unless ``force``, in a folder that exists and that this user can write in."""
+    if path.is_dir():
+        raise UsageError(f"{path} is a folder: give a file name")
     if path.exists() and not force:
         raise UsageError(f"{path} exists (use --force to overwrite)")
-    if not path.parent.exists():
-        raise UsageError(f"{path.parent}: no such folder")
+    folder = path.parent
+    if not folder.is_dir():
+        raise UsageError(f"{folder}: no such folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"{folder}: cannot write in this folder (permission denied)")
     return path
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def _write_then_charge(out: Path, write: Callable[[Path], Any], reservation: Optional[Reservation]) -> None:
+    """Write a result to a temporary file beside ``out``, record the spend ``reservation`` holds for what
+    was drawn (:meth:`~dpgp_gpflow.accounting.Reservation.commit_drawn`), then rename the file into place.
+
+    A failure before the spend is recorded removes the temporary file and leaves the reservation to be
+    given back by its owner (the result was never seen): ``UsageError``, nothing charged. If the rename
+    fails after the spend is recorded, the paid-for result is kept in the temporary file and named."""
+    tmp = out.with_name(f".{out.name}.{secrets.token_hex(8)}.tmp")
+    try:
+        write(tmp)
+        if reservation is not None:
+            reservation.commit_drawn()
+    except (OSError, ValueError) as exc:
+        _unlink(tmp)
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(f"{out}: cannot write it ({reason}); nothing was charged") from None
+    except BaseException:
+        _unlink(tmp)
+        raise
+    try:
+        os.replace(tmp, out)
+    except OSError as exc:
+        raise UsageError(f"{out}: could not be put in place ({exc.strerror or exc}); the result is charged and "
+                         f"written to {tmp}: move it there yourself") from None
 
 
 def _privacy(epsilon: float, delta: float) -> Tuple[float, float]:
@@ -266,28 +308,30 @@ def _hyperparameters(model) -> dict:
 
 
 def _release(args, data: Path, model, Xnew: Optional[np.ndarray], epsilon: float, delta: float,
-             accountant: Optional[PrivacyAccountant], out: Path, **card_extras) -> Released:
-    """Release ``model`` (checking and charging ``accountant``), clip to the bounds unless ``--no-clip``,
-    write ``out``. The model's hyperparameters are public: given on the command line or selected privately."""
+             reservation: Reservation, out: Path, **card_extras) -> Released:
+    """Release ``model`` within ``reservation`` (held by the caller, which gives back whatever is not
+    recorded), clip to the bounds unless ``--no-clip``, write ``out`` (:func:`_write_then_charge`: the
+    spend is recorded once the file is written, before it is renamed into place). The model's
+    hyperparameters are public: given on the command line or selected privately."""
     steps = Progress(2, not args.quiet and sys.stderr.isatty(), "release")  # no bar in logs and pipes
     model.declare_hyperparameters_public()
     try:
+        drawn = reservation.deferred()  # the mechanism's commit marks its event drawn, still held
         if args.sparse is None:
             released = model.release(Xnew, epsilon=epsilon, delta=delta, objective=args.objective,
-                                     accountant=accountant, seed=args.seed)
+                                     accountant=drawn, seed=args.seed)
         else:
             released = model.release_function(epsilon=epsilon, delta=delta, objective=args.objective,
-                                              accountant=accountant, seed=args.seed)
+                                              accountant=drawn, seed=args.seed)
         if not args.no_clip:
             released = released.clipped()  # post-processing: free
         steps.update("write")
-        released.save(out, inputs=Xnew if args.sparse is None else None, columns=list(args.x),
-                      dataset=args.dataset or data.name, hyperparameters=_hyperparameters(model), **card_extras)
+        _write_then_charge(out, lambda tmp: released.save(
+            tmp, inputs=Xnew if args.sparse is None else None, columns=list(args.x),
+            dataset=args.dataset or data.name, hyperparameters=_hyperparameters(model), **card_extras), reservation)
         steps.update()
     finally:
         steps.close()
-    if not args.quiet:
-        sys.stderr.write(f"wrote {out}: {released!r}\n")
     return released
 
 
@@ -307,7 +351,7 @@ def _selection_share(args, given: List[str]) -> float:
 
 
 def cmd_release(args) -> int:
-    from .accounting import PrivacyEvent
+    from .accounting import PrivacyEvent, reserve
     from .release import gaussian_event
     from .selection import default_grid, select_hyperparameters
 
@@ -342,26 +386,29 @@ def cmd_release(args) -> int:
         accountant.check_events(events)
     model = _model(args, X, Y, bounds, kernel, args.noise if share is None else 1.0)
     extras = {}
-    if share is not None:
-        grid = default_grid(model)  # public: inputs, bounds, kernel type only
-        folds = min(SELECTION_FOLDS, X.shape[0])
-        selection = cast("Selection", select_hyperparameters(  # a Selection: no diagnostics=True
-            model, grid, epsilon=eps_select, folds=folds, accountant=accountant, seed=args.seed,
-            epsilon_release=eps_release, delta_release=delta, objective=args.objective,
-            progress=not args.quiet and sys.stderr.isatty()))
-        selection.apply(model)
-        extras["selection"] = {"grid": "default", "configurations": len(grid), "folds": folds, "share": share,
-                               "epsilon": eps_select, "mechanism": selection.mechanism,
-                               "total_epsilon": eps_select + eps_release, "total_delta": delta}
-        chosen = _hyperparameters(model)
-        if not args.quiet:
-            sys.stderr.write(
-                f"hyperparameters selected privately from the default grid ({len(grid)} configurations, "
-                f"{folds}-fold CV) with {share:g} of epsilon ({eps_select:.6g}, pure; {selection.mechanism} "
-                f"mechanism); the release gets epsilon {eps_release:.6g}, delta {delta:g}: lengthscale "
-                f"{', '.join(f'{v:.4g}' for v in np.atleast_1d(chosen['lengthscales']))}, kernel variance "
-                f"{chosen['kernel_variance']:.4g}, noise variance {chosen['noise_variance']:.4g}\n")
-    _release(args, data, model, Xnew, eps_release, delta, accountant, out, **extras)
+    note = ""
+    # Held now (checked again, atomically); recorded once the release file is written; given back if not.
+    with reserve(accountant, events) as reservation:
+        if share is not None:
+            grid = default_grid(model)  # public: inputs, bounds, kernel type only
+            folds = min(SELECTION_FOLDS, X.shape[0])
+            selection = cast("Selection", select_hyperparameters(  # a Selection: no diagnostics=True
+                model, grid, epsilon=eps_select, folds=folds, accountant=reservation.deferred(), seed=args.seed,
+                epsilon_release=eps_release, delta_release=delta, objective=args.objective,
+                progress=not args.quiet and sys.stderr.isatty()))
+            selection.apply(model)
+            extras["selection"] = {"grid": "default", "configurations": len(grid), "folds": folds, "share": share,
+                                   "epsilon": eps_select, "mechanism": selection.mechanism,
+                                   "total_epsilon": eps_select + eps_release, "total_delta": delta}
+            chosen = _hyperparameters(model)
+            note = (f"hyperparameters selected privately from the default grid ({len(grid)} configurations, "
+                    f"{folds}-fold CV) with {share:g} of epsilon ({eps_select:.6g}, pure; {selection.mechanism} "
+                    f"mechanism); the release gets epsilon {eps_release:.6g}, delta {delta:g}: lengthscale "
+                    f"{', '.join(f'{v:.4g}' for v in np.atleast_1d(chosen['lengthscales']))}, kernel variance "
+                    f"{chosen['kernel_variance']:.4g}, noise variance {chosen['noise_variance']:.4g}\n")
+        released = _release(args, data, model, Xnew, eps_release, delta, reservation, out, **extras)
+    if not args.quiet:  # the choice is shown once it is charged (with the release, in its file)
+        sys.stderr.write(f"{note}wrote {out}: {released!r}\n")
     return 0
 
 
@@ -382,7 +429,7 @@ def cmd_predict(args) -> int:
     pred = released.predict(Xq)
     table = frame[names].copy()
     table["mean"], table["variance"], table["noise_std"] = pred.mean, pred.variance, pred.noise_std
-    table.to_csv(out, index=False)
+    _write_then_charge(out, lambda tmp: table.to_csv(tmp, index=False), None)  # free: nothing to charge
     if not args.quiet:
         sys.stderr.write(f"wrote {out}: {len(table)} predictions (post-processing: no privacy cost)\n")
     return 0
@@ -427,7 +474,7 @@ def _select_grid(args, model) -> List[dict]:
 
 
 def cmd_select(args) -> int:
-    from .accounting import PrivacyEvent
+    from .accounting import PrivacyEvent, reserve
     from .release import gaussian_event
     from .selection import select_hyperparameters
 
@@ -478,19 +525,26 @@ def cmd_select(args) -> int:
         accountant.check_events(events)  # the selection and the release together, before either runs
     release_options = {} if release_budget is None else dict(
         epsilon_release=release_budget[0], delta_release=release_budget[1], objective=args.objective)
-    selection = cast("Selection", select_hyperparameters(  # a Selection: no diagnostics=True
-        model, grid, epsilon=epsilon, folds=args.folds, accountant=accountant, seed=args.seed,
-        progress=not args.quiet and sys.stderr.isatty(), mechanism=args.mechanism, **release_options))
-    selection.apply(model)
-    chosen = _hyperparameters(model)
-    source = _GRID_SOURCES[(args.grid_lengthscale is not None, public_variances)]
-    result = {"lengthscale": chosen["lengthscales"], "kernel_variance": chosen["kernel_variance"],
-              "noise_variance": chosen["noise_variance"], "epsilon": selection.epsilon,
-              "mechanism": selection.mechanism, "grid": source, "configurations": len(grid), "folds": args.folds}
-    if out is not None and release_budget is not None:  # set together above
-        record = {k: result[k] for k in ("grid", "configurations", "folds", "epsilon", "mechanism")}
-        _release(args, data, model, Xnew, *release_budget, accountant, out, selection=record)
-        result["release"] = str(out)
+    # Held now; with -o the selection and the release are recorded together once the file is written
+    # (given back if it is not: the choice is printed only after); without -o the selection is recorded
+    # when it is drawn, and printed.
+    with reserve(accountant, events) as reservation:
+        selection = cast("Selection", select_hyperparameters(  # a Selection: no diagnostics=True
+            model, grid, epsilon=epsilon, folds=args.folds,
+            accountant=reservation if out is None else reservation.deferred(), seed=args.seed,
+            progress=not args.quiet and sys.stderr.isatty(), mechanism=args.mechanism, **release_options))
+        selection.apply(model)
+        chosen = _hyperparameters(model)
+        source = _GRID_SOURCES[(args.grid_lengthscale is not None, public_variances)]
+        result = {"lengthscale": chosen["lengthscales"], "kernel_variance": chosen["kernel_variance"],
+                  "noise_variance": chosen["noise_variance"], "epsilon": selection.epsilon,
+                  "mechanism": selection.mechanism, "grid": source, "configurations": len(grid), "folds": args.folds}
+        if out is not None and release_budget is not None:  # set together above
+            record = {k: result[k] for k in ("grid", "configurations", "folds", "epsilon", "mechanism")}
+            released = _release(args, data, model, Xnew, *release_budget, reservation, out, selection=record)
+            result["release"] = str(out)
+            if not args.quiet:
+                sys.stderr.write(f"wrote {out}: {released!r}\n")
     print(json.dumps(result))
     return 0
 

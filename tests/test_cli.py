@@ -430,3 +430,71 @@ def test_sparse_release_file_holds_nothing_from_the_output_but_the_noised_values
         else:
             np.testing.assert_array_equal(a.arrays[name], b.arrays[name], err_msg=name)
     assert {k: v for k, v in a.card.items() if k != "created"} == {k: v for k, v in b.card.items() if k != "created"}
+
+
+def _locked_or_folder(tmp_path: Path, name: str) -> Path:
+    """An output path in a folder this user cannot write in (chmod 0o500), or, where that does not hold
+    (root), an existing folder as the output."""
+    locked = tmp_path / "locked"
+    locked.mkdir(exist_ok=True)
+    locked.chmod(0o500)
+    if os.access(locked, os.W_OK):  # root: a mode does not stop it
+        folder = tmp_path / f"{name}-folder"
+        folder.mkdir()
+        return folder
+    return locked / name
+
+
+@pytest.mark.parametrize("command", ["release", "select"])
+def test_an_output_that_cannot_be_written_is_refused_and_charges_nothing(work, tmp_path, command):
+    ledger = _ledger(work, f"out-{command}.sqlite")
+    (tmp_path / "folder.json").mkdir()  # an existing folder where the file should go
+    if command == "release":
+        base = ["release", "data.csv", *RELEASE, "--epsilon", "1", "--delta", "0.01", "--at", "test.csv"]
+    else:
+        base = [*SELECT, "--variance", "100", "--noise", "10", "--grid-lengthscale", "5", "40",
+                "--release-epsilon", "1", "--release-delta", "0.01", "--at", "test.csv"]
+    try:
+        for target, force, message in [(_locked_or_folder(tmp_path, "out.json"), False, ""),
+                                        (tmp_path / "folder.json", True, "is a folder"),
+                                        (tmp_path / "nowhere" / "out.json", False, "no such folder")]:
+            argv = [*base, "--ledger", ledger, "-o", target, "--quiet"] + (["--force"] if force else [])
+            code, stderr = _run(argv, work)
+            _one_line(code, stderr, message)
+            assert "Traceback" not in stderr and not target.is_file()
+        _untouched(ledger)
+    finally:
+        (tmp_path / "locked").chmod(0o700)
+
+
+@pytest.mark.parametrize("command", ["release", "select"])
+def test_a_write_that_fails_after_the_draw_gives_the_budget_back(work, tmp_path, monkeypatch, command):
+    # past every check: the disk fills up while the file is written. The draw was never seen: nothing charged.
+    from dpgp_gpflow.released import Released
+
+    ledger = _ledger(work, f"full-{command}.sqlite")
+    if command == "release":  # the hyperparameters selected privately first: two events held
+        argv = ["release", "data.csv", "--x", "age", "--y", "height", "--bounds", "60", "180", "--epsilon", "1",
+                "--delta", "0.01", "--grid", "5", "--ledger", ledger, "-o", tmp_path / "r.json"]
+    else:
+        argv = [*SELECT, "--variance", "100", "--noise", "10", "--grid-lengthscale", "5", "40", "--ledger", ledger,
+                "--release-epsilon", "1", "--release-delta", "0.01", "--at", "test.csv", "-o", tmp_path / "r.json"]
+    save = Released.save
+
+    def full(self, path, **kwargs):
+        save(self, path, **kwargs)  # written, then lost: the disk is full
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Released, "save", full)
+    code, stderr = _run(argv, work)
+    _one_line(code, stderr, "No space left on device")
+    assert "nothing was charged" in stderr and "selected privately" not in stderr
+    assert list(tmp_path.iterdir()) == []  # no result, no temporary file
+    _untouched(ledger)
+    monkeypatch.setattr(Released, "save", save)  # the same command, written: charged in full, once
+    code, stderr = _run(argv, work)
+    assert code == 0, stderr
+    acc = dp.PrivacyAccountant.open(ledger)
+    assert acc.held == (0.0, 0.0) and len(acc.ledger) == 2
+    assert acc.spent[0] == pytest.approx(1.0 if command == "release" else 1.5)
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
