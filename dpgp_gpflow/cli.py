@@ -68,6 +68,11 @@ KERNELS = {
 #: ``--mechanism`` and ``--composition`` choices: the library's own ``selection.MECHANISMS`` and
 #: ``composition.COMPOSITIONS``, written out so that parsing imports neither
 #: (tests/test_entry_point.py checks that they agree).
+#: The largest magnitude of a bound, a public input value or a hyperparameter (and 1 / the smallest
+#: hyperparameter): beyond it squares and sums in the release could overflow to inf or NaN, so such a
+#: value is refused before anything is spent (rescale the data instead).
+MAX_MAGNITUDE = 1e100
+
 SELECTION_MECHANISMS: Tuple[str, ...] = ("generalised_exponential", "exponential", "permute_and_flip")
 COMPOSITIONS: Tuple[str, ...] = ("basic", "gdp", "pld")
 
@@ -157,6 +162,11 @@ def columns(frame: pd.DataFrame, names: Sequence[str], path: Path, *, private: b
     arr = np.stack(out, axis=1)
     if not private and not np.all(np.isfinite(arr)):
         raise UsageError(f"{path}: the columns {list(names)} have infinite values")
+    if not private:  # public: its values may be named; the private column is clipped to --bounds instead
+        for c, column in zip(names, arr.T):
+            if np.max(np.abs(column)) > MAX_MAGNITUDE:
+                raise UsageError(f"{path}: column {c!r} has values beyond +-{MAX_MAGNITUDE:g} (largest "
+                                 f"{np.max(np.abs(column)):.6g}), which would overflow the kernel: rescale it")
     return arr
 
 
@@ -217,15 +227,53 @@ def _privacy(epsilon: float, delta: float) -> Tuple[float, float]:
 
 def _bounds(args) -> Tuple[float, float]:
     try:
-        return validate_bounds(tuple(args.bounds))
+        lo, hi = validate_bounds(tuple(args.bounds))
     except (TypeError, ValueError) as exc:
         raise UsageError(f"--bounds: {exc}") from None
+    if max(abs(lo), abs(hi)) > MAX_MAGNITUDE:  # (0, 1e308) released means of +-inf and a NaN noise std
+        raise UsageError(f"--bounds must lie within +-{MAX_MAGNITUDE:g} (the release would overflow), got "
+                         f"({lo:g}, {hi:g}): rescale the output")
+    return lo, hi
 
 
 def _positive(name: str, value: Optional[float]) -> Optional[float]:
     if value is not None and not (math.isfinite(value) and value > 0.0):
         raise UsageError(f"{name} must be finite and > 0, got {value}")
+    if value is not None and not (1.0 / MAX_MAGNITUDE <= value <= MAX_MAGNITUDE):
+        raise UsageError(f"{name} must be between {1.0 / MAX_MAGNITUDE:g} and {MAX_MAGNITUDE:g} (the release "
+                         f"would overflow), got {value:g}")
+    if value is not None and name == "--noise":
+        from .validation import validate_noise_variance
+
+        try:
+            validate_noise_variance(value)  # GPflow's lower bound on a likelihood variance
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"--noise: {exc}") from None
     return value
+
+
+def _seed(args) -> None:
+    """``--seed`` checked before anything is read: an integer in [0, 2**128)."""
+    from .validation import validate_seed
+
+    try:
+        validate_seed(args.seed)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"--seed: {exc}") from None
+
+
+def _overflow(exc: Exception, reservation: Optional[Reservation] = None) -> UsageError:
+    """A library refusal inside a release (public terms not finite, a zero cloaking matrix) as one line.
+
+    Without ``reservation`` it depends on public values only: the caller's reservation is given back,
+    nothing is charged. After a private selection it may depend on the configuration chosen, so what
+    was drawn (the selection) is recorded in ``reservation`` first, and the message says so."""
+    hint = "are the inputs, bounds or hyperparameters too large or small?"
+    drawn = reservation.commit_drawn() if reservation is not None else ()
+    if drawn:
+        return UsageError(f"{exc} ({hint}); charged for what was drawn before the refusal (the private selection): "
+                          f"epsilon {sum(e.epsilon for e in drawn):.6g}, delta {sum(e.delta for e in drawn):.6g}")
+    return UsageError(f"{exc}; nothing was charged ({hint})")
 
 
 def _kernel_class(name: str) -> Any:
@@ -323,6 +371,9 @@ def _release(args, data: Path, model, Xnew: Optional[np.ndarray], epsilon: float
         else:
             released = model.release_function(epsilon=epsilon, delta=delta, objective=args.objective,
                                               accountant=drawn, seed=args.seed)
+        if not all(np.all(np.isfinite(r.noise_std)) and np.all(np.isfinite(r.noise_factor))
+                   for r in released.releases):  # public (inputs, bounds, hyperparameters, budget): not the data
+            raise ValueError("the release's noise is not finite")
         if not args.no_clip:
             released = released.clipped()  # post-processing: free
         steps.update("write")
@@ -356,6 +407,7 @@ def cmd_release(args) -> int:
     from .selection import default_grid, select_hyperparameters
 
     check_column_names(args.x, args.y)  # before anything is read
+    _seed(args)
     epsilon, delta = _privacy(args.epsilon, args.delta)
     bounds = _bounds(args)
     given = [n for n, v in (("--lengthscale", args.lengthscale), ("--variance", args.variance),
@@ -392,10 +444,13 @@ def cmd_release(args) -> int:
         if share is not None:
             grid = default_grid(model)  # public: inputs, bounds, kernel type only
             folds = min(SELECTION_FOLDS, X.shape[0])
-            selection = cast("Selection", select_hyperparameters(  # a Selection: no diagnostics=True
-                model, grid, epsilon=eps_select, folds=folds, accountant=reservation.deferred(), seed=args.seed,
-                epsilon_release=eps_release, delta_release=delta, objective=args.objective,
-                progress=not args.quiet and sys.stderr.isatty()))
+            try:
+                selection = cast("Selection", select_hyperparameters(  # a Selection: no diagnostics=True
+                    model, grid, epsilon=eps_select, folds=folds, accountant=reservation.deferred(), seed=args.seed,
+                    epsilon_release=eps_release, delta_release=delta, objective=args.objective,
+                    progress=not args.quiet and sys.stderr.isatty()))
+            except (ValueError, OverflowError) as exc:
+                raise _overflow(exc) from None
             selection.apply(model)
             extras["selection"] = {"grid": "default", "configurations": len(grid), "folds": folds, "share": share,
                                    "epsilon": eps_select, "mechanism": selection.mechanism,
@@ -406,7 +461,10 @@ def cmd_release(args) -> int:
                     f"mechanism); the release gets epsilon {eps_release:.6g}, delta {delta:g}: lengthscale "
                     f"{', '.join(f'{v:.4g}' for v in np.atleast_1d(chosen['lengthscales']))}, kernel variance "
                     f"{chosen['kernel_variance']:.4g}, noise variance {chosen['noise_variance']:.4g}\n")
-        released = _release(args, data, model, Xnew, eps_release, delta, reservation, out, **extras)
+        try:
+            released = _release(args, data, model, Xnew, eps_release, delta, reservation, out, **extras)
+        except (ValueError, OverflowError) as exc:  # after a selection, its choice may be why: charged
+            raise _overflow(exc, None if share is None else reservation) from None
     if not args.quiet:  # the choice is shown once it is charged (with the release, in its file)
         sys.stderr.write(f"{note}wrote {out}: {released!r}\n")
     return 0
@@ -479,6 +537,7 @@ def cmd_select(args) -> int:
     from .selection import select_hyperparameters
 
     check_column_names(args.x, args.y)  # before anything is read
+    _seed(args)
     epsilon = _privacy_epsilon(args.epsilon)
     bounds = _bounds(args)
     if (args.variance is None) != (args.noise is None):  # never a unit default for the other one
@@ -529,10 +588,13 @@ def cmd_select(args) -> int:
     # (given back if it is not: the choice is printed only after); without -o the selection is recorded
     # when it is drawn, and printed.
     with reserve(accountant, events) as reservation:
-        selection = cast("Selection", select_hyperparameters(  # a Selection: no diagnostics=True
-            model, grid, epsilon=epsilon, folds=args.folds,
-            accountant=reservation if out is None else reservation.deferred(), seed=args.seed,
-            progress=not args.quiet and sys.stderr.isatty(), mechanism=args.mechanism, **release_options))
+        try:
+            selection = cast("Selection", select_hyperparameters(  # a Selection: no diagnostics=True
+                model, grid, epsilon=epsilon, folds=args.folds,
+                accountant=reservation if out is None else reservation.deferred(), seed=args.seed,
+                progress=not args.quiet and sys.stderr.isatty(), mechanism=args.mechanism, **release_options))
+        except (ValueError, OverflowError) as exc:
+            raise _overflow(exc) from None
         selection.apply(model)
         chosen = _hyperparameters(model)
         source = _GRID_SOURCES[(args.grid_lengthscale is not None, public_variances)]
@@ -541,7 +603,10 @@ def cmd_select(args) -> int:
                   "mechanism": selection.mechanism, "grid": source, "configurations": len(grid), "folds": args.folds}
         if out is not None and release_budget is not None:  # set together above
             record = {k: result[k] for k in ("grid", "configurations", "folds", "epsilon", "mechanism")}
-            released = _release(args, data, model, Xnew, *release_budget, reservation, out, selection=record)
+            try:
+                released = _release(args, data, model, Xnew, *release_budget, reservation, out, selection=record)
+            except (ValueError, OverflowError) as exc:  # the selection's choice may be why: charged
+                raise _overflow(exc, reservation) from None
             result["release"] = str(out)
             if not args.quiet:
                 sys.stderr.write(f"wrote {out}: {released!r}\n")
