@@ -367,6 +367,8 @@ class SQLiteLedger(LedgerStore):
     operation), verified on every open and transaction. Use :meth:`create_or_open` or
     :meth:`open`; the budget is stored in the file."""
 
+    path: Path  #: the file (always set, unlike the in-memory store's)
+
     def __init__(self, path: Union[str, os.PathLike], *, _state: _State) -> None:
         self.path = Path(path)
         self.budget: Budget = _state.budget
