@@ -333,7 +333,12 @@ def _test_inputs(args, X: np.ndarray) -> Optional[np.ndarray]:
 
 
 def _release_inputs(args, X: np.ndarray) -> Optional[np.ndarray]:
-    """The public inputs to release at (``--at``/``--grid``), checked against ``--sparse``."""
+    """The public inputs to release at (``--at``/``--grid``), checked against ``--sparse`` (a sparse release
+    is a function, released once; ``--at``/``--grid`` with it are refused rather than ignored)."""
+    if args.sparse is not None and (args.at is not None or args.grid is not None):
+        given = "--at" if args.at is not None else "--grid"
+        raise UsageError(f"{given} with --sparse: a sparse release is a function usable anywhere; release it "
+                         f"without {given}, then predict at your inputs for free (dpgp predict OUT.json --at NEW.csv)")
     Xnew = _test_inputs(args, X)
     if args.sparse is None and Xnew is None:
         raise UsageError("give --at TEST.csv or --grid N (or --sparse M to release a function usable anywhere)")

@@ -570,3 +570,24 @@ def test_a_release_refusing_the_private_selections_choice_charges_the_selection(
             _one_line(code, stderr, "charged for what was drawn before the refusal")
             assert after.spent[0] == pytest.approx(before + 0.5) and not (work / f"choice-{seed}.json").exists()
     assert refused > 0  # the case under test happened
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 29 item 6: everyday use.
+
+
+@pytest.mark.parametrize("command", ["release", "select"])
+def test_at_or_grid_with_sparse_is_refused_and_spends_nothing(work, command):
+    ledger = _ledger(work, f"sparse-at-{command}.sqlite")
+    common = ["data.csv", "--x", "age", "weight", "--y", "height", "--bounds", "60", "180", "--variance", "100",
+              "--noise", "10", "--sparse", "5", "--ledger", ledger, "--quiet", "-o", "sparse-at.json"]
+    if command == "release":
+        common += ["--lengthscale", "20", "30", "--epsilon", "1", "--delta", "0.01"]
+    else:
+        common += ["--grid-lengthscale", "10", "30", "--epsilon", "0.5", "--folds", "3", "--release-epsilon", "1",
+                   "--release-delta", "0.01"]
+    for extra, flag in ((["--at", "test.csv"], "--at"), (["--grid", "5"], "--grid")):
+        code, stderr = _run([command, *common, *extra], work)
+        _one_line(code, stderr, f"{flag} with --sparse")
+        assert not (work / "sparse-at.json").exists()
+    _untouched(ledger)
