@@ -715,6 +715,58 @@ def _load(path: Path) -> Tuple[Released, dict]:
 # Parser
 
 
+#: The "Examples:" epilog of ``dpgp --help`` and of each command's help (real commands: Howell1.csv is the
+#: !Kung census file, semicolon-separated; its separator is sniffed).
+EXAMPLES = {
+    "dpgp": """\
+  dpgp budget init budget.sqlite --epsilon 2 --delta 1e-3
+  dpgp release Howell1.csv --x age --y height --bounds 60 160 --epsilon 1 --delta 0.01 --grid 50 \\
+       --ledger budget.sqlite -o kung.json
+  dpgp show kung.json
+  dpgp release Howell1.csv --x age --y height --bounds 60 160 --epsilon 1 --delta 0.01 --sparse 20 \\
+       --ledger budget.sqlite -o kung-fn.json
+  dpgp predict kung-fn.json --at ages.csv -o pred.csv
+  dpgp budget show budget.sqlite
+  dpgp COMMAND --help   (every option of a command)""",
+    "release": """\
+  # hyperparameters selected privately (0.2 of epsilon), then released on a 50-point grid of ages:
+  dpgp release Howell1.csv --x age --y height --bounds 60 160 --epsilon 1 --delta 0.01 --grid 50 -o kung.json
+  # public hyperparameters (chosen without the heights), released at the ages in test.csv:
+  dpgp release Howell1.csv --x age --y height --bounds 60 160 --epsilon 1 --delta 0.01 --at test.csv \\
+       --lengthscale 10 --variance 400 --noise 50 --ledger budget.sqlite -o kung.json
+  # a function usable anywhere (then: dpgp predict kung-fn.json --at NEW.csv -o pred.csv):
+  dpgp release Howell1.csv --x age weight --y height --bounds 60 160 --epsilon 1 --delta 0.01 --sparse 20 \\
+       -o kung-fn.json""",
+    "predict": """\
+  dpgp predict kung-fn.json --at ages.csv -o pred.csv
+  dpgp predict kung-fn.json --at ages.csv --sep ";" -o pred.csv --force""",
+    "select": """\
+  # choose lengthscale, kernel variance and noise variance privately; print them as JSON:
+  dpgp select Howell1.csv --x age --y height --bounds 60 160 --epsilon 0.5 --ledger budget.sqlite
+  # choose among given lengthscales, then release with the choice:
+  dpgp select Howell1.csv --x age --y height --bounds 60 160 --epsilon 0.5 --grid-lengthscale 5 10 20 \\
+       --variance 400 --noise 50 --release-epsilon 1 --release-delta 0.01 --grid 50 -o kung.json""",
+    "show": """\
+  dpgp show kung.json""",
+    "budget": """\
+  dpgp budget init budget.sqlite --epsilon 2 --delta 1e-3
+  dpgp budget show budget.sqlite""",
+    "budget init": """\
+  dpgp budget init budget.sqlite --epsilon 2 --delta 1e-3
+  dpgp budget init budget.sqlite --epsilon 4 --delta 1e-3 --composition pld""",
+    "budget show": """\
+  dpgp budget show budget.sqlite""",
+    "demo": """\
+  dpgp demo
+  dpgp demo --epsilon 0.5 --seed 1 --output demo_output""",
+}
+
+
+def _examples(name: str) -> dict:
+    """``add_parser`` keywords for an "Examples:" epilog kept as written."""
+    return {"epilog": "Examples:\n" + EXAMPLES[name], "formatter_class": argparse.RawDescriptionHelpFormatter}
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary on stderr")
 
@@ -730,7 +782,8 @@ def _data_options(p: argparse.ArgumentParser, variance_help: str, noise_help: st
     p.add_argument("--y", required=True, metavar="COL", help="the private output column")
     p.add_argument("--bounds", nargs=2, type=float, required=True, metavar=("LO", "HI"),
                    help="public bounds of the output (values outside are clipped)")
-    p.add_argument("--kernel", choices=sorted(KERNELS), default="se")
+    p.add_argument("--kernel", choices=sorted(KERNELS), default="se",
+                   help="the GP kernel: se (squared exponential, the default), matern52 or matern32")
     p.add_argument("--variance", type=float, default=None, help=variance_help)  # never a unit default
     p.add_argument("--noise", type=float, default=None, help=noise_help)
     _sep_option(p)
@@ -742,7 +795,9 @@ def _release_options(p: argparse.ArgumentParser, required_output: bool) -> None:
     p.add_argument("--at", metavar="TEST.csv", help="inputs to predict at (same column names as --x)")
     p.add_argument("--grid", type=int, metavar="N", help="predict on an N-per-axis grid over the inputs' range")
     p.add_argument("--sparse", type=int, metavar="M", help="sparse GP with M k-means inducing inputs: a function")
-    p.add_argument("--objective", choices=OBJECTIVES, default="mse")
+    p.add_argument("--objective", choices=OBJECTIVES, default="mse",
+                   help="what the cloaking noise covariance minimises: mse (its trace, the squared error the noise "
+                        "adds; default) or entropy (its log-determinant, as in the papers)")
     p.add_argument("--dataset", help="label recorded in the ledger and the release file (default: the file name)")
     p.add_argument("--no-clip", action="store_true",
                    help="do not clip the released means to --bounds (clipping is post-processing: free; the card "
@@ -753,11 +808,12 @@ def _release_options(p: argparse.ArgumentParser, required_output: bool) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="dpgp", description="Differentially private Gaussian-process releases (dpgp_gpflow "
-                     f"{__version__}). Inputs are public; the output column is private.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+                     f"{__version__}). Inputs are public; the output column is private.", **_examples("dpgp"))
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser,
+                                help="the command to run (dpgp COMMAND --help for its options)")
 
     p = sub.add_parser(
-        "release", help="release DP predictions (or a DP function with --sparse)",
+        "release", help="release DP predictions (or a DP function with --sparse)", **_examples("release"),
         description="Release DP predictions. Hyperparameters: give --lengthscale, --variance and --noise (public: "
                     "chosen without the outputs), or none of them to select them privately from the public default "
                     "grid (dpgp_gpflow.selection.default_grid) with --selection-share of --epsilon; the release gets "
@@ -766,7 +822,8 @@ def build_parser() -> argparse.ArgumentParser:
     _data_options(p, "kernel variance (public; with --lengthscale and --noise, else selected privately)",
                   "likelihood noise variance (public; with --lengthscale and --variance, else selected privately)")
     p.add_argument("--epsilon", type=float, required=True, help="the total epsilon (selection included)")
-    p.add_argument("--delta", type=float, required=True)
+    p.add_argument("--delta", type=float, required=True,
+                   help="the release's delta, in (0, 1) (the chance that the epsilon guarantee fails)")
     p.add_argument("--lengthscale", type=float, nargs="+", default=None, metavar="L",
                    help="one lengthscale, or one per --x column (public; with --variance and --noise)")
     p.add_argument("--selection-share", type=float, default=DEFAULT_SELECTION_SHARE, metavar="S",
@@ -776,17 +833,20 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(run=cmd_release)
 
-    p = sub.add_parser("predict", help="predict from a released function (no privacy cost)")
-    p.add_argument("release", metavar="OUT.json")
-    p.add_argument("--at", required=True, metavar="NEW.csv")
+    p = sub.add_parser("predict", help="predict from a released function (no privacy cost)", **_examples("predict"))
+    p.add_argument("release", metavar="OUT.json", help="a release file holding a function (dpgp release --sparse M)")
+    p.add_argument("--at", required=True, metavar="NEW.csv",
+                   help="CSV or Parquet file of inputs to predict at (the release's --x column names)")
     _sep_option(p)
-    p.add_argument("-o", "--output", required=True, metavar="PRED.csv")
-    p.add_argument("--force", action="store_true")
+    p.add_argument("-o", "--output", required=True, metavar="PRED.csv",
+                   help="CSV file to write: the inputs with mean, variance and noise_std columns")
+    p.add_argument("--force", action="store_true", help="overwrite PRED.csv")
     _common(p)
     p.set_defaults(run=cmd_predict)
 
     p = sub.add_parser(
         "select", help="choose hyperparameters privately (cross-validated utility, pure epsilon-DP)",
+        **_examples("select"),
         description="Choose the lengthscale, kernel variance and noise variance privately (pure --epsilon) from a "
                     "grid: by default the public default grid (dpgp_gpflow.selection.default_grid: inputs, bounds "
                     "and kernel type only). --grid-lengthscale replaces its lengthscales; --variance and --noise "
@@ -798,7 +858,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the lengthscales to choose from (public; one shared by the --x columns; default: the "
                         "default grid's, one per column)")
     p.add_argument("--epsilon", type=float, required=True, help="the selection's budget (pure epsilon)")
-    p.add_argument("--folds", type=int, default=5)
+    p.add_argument("--folds", type=int, default=5,
+                   help="folds of the cross-validated utility (between 2 and the number of rows; default 5)")
     p.add_argument("--mechanism", choices=SELECTION_MECHANISMS, default="generalised_exponential",
                    help="the selection mechanism (all pure epsilon-DP; default: generalised_exponential, as "
                         "select_hyperparameters)")
@@ -808,23 +869,26 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(run=cmd_select)
 
-    p = sub.add_parser("show", help="print a release file's privacy card")
-    p.add_argument("release", metavar="OUT.json")
+    p = sub.add_parser("show", help="print a release file's privacy card", **_examples("show"))
+    p.add_argument("release", metavar="OUT.json", help="a release file (dpgp release -o OUT.json)")
     p.set_defaults(run=cmd_show)
 
-    budget = sub.add_parser("budget", help="create or show a privacy ledger")
-    bsub = budget.add_subparsers(dest="budget_command", required=True, parser_class=_Parser)
-    p = bsub.add_parser("init", help="create a ledger with a fixed budget")
-    p.add_argument("file", metavar="FILE")
-    p.add_argument("--epsilon", type=float, required=True)
-    p.add_argument("--delta", type=float, required=True)
-    p.add_argument("--composition", choices=COMPOSITIONS, default="basic")
+    budget = sub.add_parser("budget", help="create or show a privacy ledger", **_examples("budget"))
+    bsub = budget.add_subparsers(dest="budget_command", required=True, parser_class=_Parser,
+                                 help="init: create a ledger; show: what it holds")
+    p = bsub.add_parser("init", help="create a ledger with a fixed budget", **_examples("budget init"))
+    p.add_argument("file", metavar="FILE", help="the ledger to create (an SQLite file; must not exist)")
+    p.add_argument("--epsilon", type=float, required=True, help="the total epsilon every release together may spend")
+    p.add_argument("--delta", type=float, required=True, help="the total delta, in (0, 1)")
+    p.add_argument("--composition", choices=COMPOSITIONS, default="basic",
+                   help="how spends add up: basic (sums, the default), gdp (Gaussian DP) or pld (privacy loss "
+                        "distributions); the tighter ones allow more releases of Gaussian noise")
     p.set_defaults(run=cmd_budget_init)
-    p = bsub.add_parser("show", help="spent, remaining and every event")
-    p.add_argument("file", metavar="FILE")
+    p = bsub.add_parser("show", help="spent, remaining and every event", **_examples("budget show"))
+    p.add_argument("file", metavar="FILE", help="the ledger (dpgp budget init)")
     p.set_defaults(run=cmd_budget_show)
 
-    p = sub.add_parser("demo", help="the diabetes demo (a table and a PNG)")
+    p = sub.add_parser("demo", help="the diabetes demo (a table and a PNG)", **_examples("demo"))
     p.add_argument("--epsilon", type=float, default=1.0, help="epsilon of each release (default 1.0)")
     p.add_argument("--delta", type=float, default=0.01, help="delta of each release (default 0.01)")
     p.add_argument("--output", default="demo_output", help="folder for the PNG (default: demo_output/)")

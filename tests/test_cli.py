@@ -591,3 +591,57 @@ def test_at_or_grid_with_sparse_is_refused_and_spends_nothing(work, command):
         _one_line(code, stderr, f"{flag} with --sparse")
         assert not (work / "sparse-at.json").exists()
     _untouched(ledger)
+
+
+def _parsers():
+    """(name, parser) for ``dpgp`` and every subcommand, nested ones included."""
+    import argparse
+
+    from dpgp_gpflow.cli import build_parser
+
+    todo = [("dpgp", build_parser())]
+    while todo:
+        name, parser = todo.pop(0)
+        yield name, parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                todo += [(f"{name} {sub}", p) for sub, p in action.choices.items()]
+
+
+def test_every_option_has_help_and_every_command_has_examples_that_parse():
+    import shlex
+
+    names = []
+    for name, parser in _parsers():
+        names.append(name)
+        for action in parser._actions:
+            label = "/".join(action.option_strings) or action.dest
+            assert action.help and action.help.strip(), f"{name}: {label} has no help text"
+        assert parser.epilog and parser.epilog.startswith("Examples:\n"), f"{name}: no Examples epilog"
+        help_text = parser.format_help()
+        assert "Examples:\n" in help_text and "\n  dpgp " in help_text, name  # kept as written (raw)
+        lines = [line.strip() for line in parser.epilog.replace("\\\n", " ").splitlines()[1:]]
+        examples = [shlex.split(line)[1:] for line in lines if line.startswith("dpgp ") and "COMMAND" not in line]
+        assert examples, name
+        for argv in examples:  # each example is a command the parser accepts
+            assert name == "dpgp" or argv[: len(name.split()) - 1] == name.split()[1:], (name, argv)
+            from dpgp_gpflow.cli import build_parser
+
+            build_parser().parse_args(argv)
+    assert {"dpgp", "dpgp release", "dpgp predict", "dpgp select", "dpgp show", "dpgp budget", "dpgp budget init",
+            "dpgp budget show", "dpgp demo"} <= set(names)
+
+
+def test_help_is_fast_and_shows_the_examples(work):
+    import time
+
+    t0 = time.perf_counter()
+    r = dpgp("--help", cwd=work)
+    assert r.returncode == 0 and "Examples:" in r.stdout and "dpgp release Howell1.csv" in r.stdout
+    assert time.perf_counter() - t0 < 2.0
+    r = dpgp("release", "--help", cwd=work)
+    assert r.returncode == 0 and "Examples:" in r.stdout
+    flat = " ".join(r.stdout.split())
+    for option, words in (("--epsilon", "the total epsilon"), ("--delta", "the release's delta"),
+                          ("--kernel", "squared exponential"), ("--objective", "cloaking noise covariance")):
+        assert option in flat and words in flat, option
