@@ -645,3 +645,16 @@ def test_help_is_fast_and_shows_the_examples(work):
     for option, words in (("--epsilon", "the total epsilon"), ("--delta", "the release's delta"),
                           ("--kernel", "squared exponential"), ("--objective", "cloaking noise covariance")):
         assert option in flat and words in flat, option
+
+
+def test_readme_and_docs_name_the_png_the_demo_writes():
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    written = re.findall(r'output / "([\w.-]+\.png)"', (root / "dpgp_gpflow" / "__main__.py").read_text())
+    assert len(written) == 1, written
+    named = {}
+    for doc in [root / "README.md", *sorted((root / "docs").rglob("*.md"))]:
+        for name in re.findall(r"demo_output/([\w.-]+\.png)", doc.read_text(encoding="utf-8")):
+            named.setdefault(name, []).append(doc.name)
+    assert named and set(named) == set(written), named
