@@ -388,6 +388,8 @@ def _release(args, data: Path, model, Xnew: Optional[np.ndarray], epsilon: float
         if not args.no_clip:
             released = released.clipped()  # post-processing: free
         steps.update("write")
+        if Xnew is not None:  # public (--at or --grid): stored so that `dpgp show` can print the values at them
+            card_extras = {**card_extras, "release_inputs": Xnew.tolist()}
         _write_then_charge(out, lambda tmp: released.save(
             tmp, inputs=Xnew if args.sparse is None else None, columns=list(args.x),
             dataset=args.dataset or data.name, hyperparameters=_hyperparameters(model), **card_extras), reservation)
@@ -641,10 +643,64 @@ def _card_lines(card: dict, indent: str = "  ") -> List[str]:
     return lines
 
 
+#: ``dpgp show`` prints at most this many rows of a release's values (then how many more there are).
+SHOW_ROWS = 20
+
+
+def _stored_inputs(card: dict, k: int) -> Tuple[Optional[np.ndarray], str]:
+    """The inputs a release file stores in its card (``release_inputs``, written by ``dpgp release --at/--grid``)
+    as a float64 [k, D] array, checked against the card's ``inputs_hash``; else ``None`` and why."""
+    from .release_file import inputs_hash
+
+    stored = card.get("release_inputs")
+    if stored is None:
+        return None, "the file does not store the inputs (only their hash)"
+    try:
+        X = np.asarray(stored, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None, "the stored inputs are not a table of numbers"
+    if X.ndim != 2 or X.shape[0] != k:
+        return None, f"the stored inputs' shape {X.shape} does not match the {k} values"
+    if card.get("inputs_hash") != inputs_hash(X):
+        return None, "the stored inputs do not match the card's inputs_hash"
+    return X, ""
+
+
+def _values_table(released, card: dict) -> List[str]:
+    """A full release's values (mean, noise std) and, when the file stores them, their inputs: at most
+    :data:`SHOW_ROWS` rows, then how many more."""
+    mean = np.asarray(released.mean, dtype=np.float64).reshape(-1)
+    noise_std = np.asarray(released.noise_std, dtype=np.float64).reshape(-1)
+    k = mean.size
+    X, why = _stored_inputs(card, k)
+    names: List[str] = []
+    if X is not None:
+        given = card.get("columns")
+        names = ([str(c) for c in given] if isinstance(given, list) and len(given) == X.shape[1]
+                 else [f"x{j + 1}" for j in range(X.shape[1])])
+    header = [*names, "mean", "noise_std"]
+    width = max(12, *(len(h) for h in header))
+    lines = [f"released values ({k}{'' if X is not None else '; ' + why}):",
+             "  " + " ".join(f"{h:>{width}}" for h in header)]
+    for i in range(min(k, SHOW_ROWS)):
+        row = [*(X[i] if X is not None else ()), mean[i], noise_std[i]]
+        lines.append("  " + " ".join(f"{v:>{width}.6g}" for v in row))
+    if k > SHOW_ROWS:
+        lines.append(f"  ... and {k - SHOW_ROWS} more row(s)")
+    return lines
+
+
 def cmd_show(args) -> int:
+    from .released import PrivateRelease
+
     released, card = _load(Path(args.release))
     print(f"{args.release}: {released!r}")
-    print("\n".join(_card_lines(card)))
+    shown = dict(card)
+    if isinstance(shown.get("release_inputs"), list):  # printed in the table below, not as one long line
+        shown["release_inputs"] = f"{len(shown['release_inputs'])} row(s) (below)"
+    print("\n".join(_card_lines(shown)))
+    if isinstance(released, PrivateRelease):
+        print("\n".join(_values_table(released, card)))
     return 0
 
 
@@ -869,7 +925,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(run=cmd_select)
 
-    p = sub.add_parser("show", help="print a release file's privacy card", **_examples("show"))
+    p = sub.add_parser("show", help="print a release file's privacy card (and a full release's values)",
+                       **_examples("show"))
     p.add_argument("release", metavar="OUT.json", help="a release file (dpgp release -o OUT.json)")
     p.set_defaults(run=cmd_show)
 

@@ -658,3 +658,41 @@ def test_readme_and_docs_name_the_png_the_demo_writes():
         for name in re.findall(r"demo_output/([\w.-]+\.png)", doc.read_text(encoding="utf-8")):
             named.setdefault(name, []).append(doc.name)
     assert named and set(named) == set(written), named
+
+
+def test_show_prints_a_full_releases_values_at_their_stored_inputs(work, capsys):
+    common = ["data.csv", *RELEASE, "--epsilon", "1", "--delta", "0.01", "--seed", "4", "--quiet"]
+    assert _run(["release", *common, "--at", "test.csv", "-o", "show-at.json"], work)[0] == 0
+    assert _run(["release", *common, "--grid", "5", "-o", "show-grid.json"], work)[0] == 0
+    capsys.readouterr()
+    with contextlib.chdir(work):
+        assert main(["show", "show-at.json"]) == 0
+    out = capsys.readouterr().out
+    loaded = dp.load(work / "show-at.json")
+    test = pd.read_csv(work / "test.csv")
+    np.testing.assert_array_equal(np.asarray(read_card(work / "show-at.json")["release_inputs"]), test.to_numpy())
+    lines = out.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("released values (3)")))
+    assert lines[start + 1].split() == ["age", "weight", "mean", "noise_std"]
+    for i in range(3):  # each row: its inputs, then its released value and noise std
+        row = [float(v) for v in lines[start + 2 + i].split()]
+        np.testing.assert_allclose(row, [*test.iloc[i], loaded.mean[i], loaded.noise_std[i]], rtol=1e-5)
+    assert "[[" not in out  # the inputs are not dumped as one long card line
+    # a 5 x 5 grid over the two inputs: 20 rows, then how many more; the grid's inputs are stored
+    with contextlib.chdir(work):
+        assert main(["show", "show-grid.json"]) == 0
+    out = capsys.readouterr().out
+    grid = np.asarray(read_card(work / "show-grid.json")["release_inputs"])
+    frame = pd.read_csv(work / "data.csv")
+    assert grid.shape == (25, 2) and grid[0].tolist() == [frame["age"].min(), frame["weight"].min()]
+    lines = out.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("released values (25)")))
+    assert lines[start + 2 + 20] == "  ... and 5 more row(s)"
+    assert [float(v) for v in lines[start + 2 + 19].split()[:2]] == pytest.approx(grid[19].tolist(), rel=1e-5)
+    # a file without stored inputs (written by the library): the values, and why there are no inputs
+    loaded.save(work / "show-bare.json", inputs=test.to_numpy())
+    with contextlib.chdir(work):
+        assert main(["show", "show-bare.json"]) == 0
+    out = capsys.readouterr().out
+    assert "released values (3; the file does not store the inputs (only their hash))" in out
+    assert any(line.split() == ["mean", "noise_std"] for line in out.splitlines())
