@@ -49,6 +49,7 @@ __all__ = [
     "prepare_private_data",
     "prepare_sparse_data",
     "split_dask_rows",
+    "parameter_values",
     "public_constant_mean",
     "reference_coordinates",
 ]
@@ -195,6 +196,12 @@ def _outside_package_stacklevel() -> int:
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
+def parameter_values(module: Any) -> Dict[str, np.ndarray]:
+    """A copy of every parameter's value of a GPflow module, by its ``parameter_dict`` path: what the
+    leak guard records as public, and what a cross-validation remembers it was computed with."""
+    return {path: np.array(p.numpy(), copy=True) for path, p in gpflow.utilities.parameter_dict(module).items()}
+
+
 class LeakGuardMixin:
     """Refuses releases whose hyperparameters may have been fitted on the private outputs.
 
@@ -226,7 +233,7 @@ class LeakGuardMixin:
         return bool(self._private_objective_evaluated)
 
     def _parameter_values(self) -> Dict[str, np.ndarray]:
-        return {path: np.array(p.numpy(), copy=True) for path, p in gpflow.utilities.parameter_dict(self).items()}
+        return parameter_values(self)
 
     def _guard_construction(self, hyperparameters_public: bool, model_made: Sequence[str] = ()) -> None:
         """Called at the end of a constructor: record the values as given (later changes are refused)

@@ -19,6 +19,7 @@ from gpflow.utilities import deepcopy, multiple_assign, parameter_dict
 from ..calibration import gaussian_multiplier
 from ..cloaking import DEFAULT_TOL, noise_std_lower_bound
 from ..contract import PrivateModel, dense_map
+from ..models.base import parameter_values
 from ..progress import Progress
 from ..release import NoisePlan
 from ..validation import as_float64, validate_calibration, validate_data_sensitivity, validate_delta, validate_epsilon
@@ -241,7 +242,7 @@ class CrossValidation:
         if self._model_state is None:
             return False
         ref, values = self._model_state
-        now = {path: p.numpy() for path, p in parameter_dict(model).items()}
+        now = parameter_values(model)
         return ref() is model and now.keys() == values.keys() and all(
             np.array_equal(now[k], values[k]) for k in values)
 
@@ -421,5 +422,5 @@ def cross_validate(model: PrivateModel, grid: Sequence[Config], *, folds: Union[
     finally:
         bar.close()
     cv = CrossValidation(grid, splits, all_folds, matrices, bounds, y, d, n, owners)
-    cv._model_state = (weakref.ref(model), {path: p.numpy() for path, p in parameter_dict(model).items()})
+    cv._model_state = (weakref.ref(model), parameter_values(model))
     return cv
