@@ -50,6 +50,7 @@ __all__ = [
     "log_weights",
     "permute_and_flip",
     "permute_and_flip_probabilities",
+    "probabilities_of",
     "selection_probabilities",
     "validate_beta",
     "validate_mechanism",
@@ -162,8 +163,14 @@ def selection_probabilities(utilities: Any, epsilon: float, sensitivity: Any, *,
     candidate, or one for all): ``softmax`` of :func:`log_weights` for the (generalised) exponential
     mechanism, the closed form of :func:`permute_and_flip_probabilities` for ``"permute_and_flip"``.
     Private when the utilities are."""
-    w = log_weights(utilities, sensitivity, epsilon, mechanism, beta)
-    if mechanism == "permute_and_flip":
+    return probabilities_of(log_weights(utilities, sensitivity, epsilon, mechanism, beta), mechanism)
+
+
+def probabilities_of(weights: Any, mechanism: str = "generalised_exponential") -> np.ndarray:
+    """The selection probabilities of ``mechanism`` drawing from the log-weights ``weights``
+    (:func:`log_weights`): their softmax, or permute-and-flip's closed form. Private when the weights are."""
+    w = np.asarray(weights, dtype=np.float64).reshape(-1)
+    if validate_mechanism(mechanism) == "permute_and_flip":
         return _permute_and_flip_from_log_weights(w)
     p = np.exp(w - np.max(w))
     return p / np.sum(p)
@@ -214,7 +221,7 @@ def generalised_exponential_mechanism(utilities: Any, epsilon: float, sensitivit
     Charges nothing: :func:`select_hyperparameters` does the accounting."""
     w = log_weights(utilities, sensitivities, epsilon, "generalised_exponential", beta)
     index, _ = gumbel_max(w, seed)
-    return index, selection_probabilities(utilities, epsilon, sensitivities, beta=beta)
+    return index, probabilities_of(w)
 
 
 def permute_and_flip(utilities: Any, epsilon: float, sensitivity: float, *,

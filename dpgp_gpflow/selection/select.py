@@ -37,7 +37,7 @@ from .mechanism import (
     MECHANISM_NAMES,
     draw,
     log_weights,
-    selection_probabilities,
+    probabilities_of,
     validate_beta,
     validate_mechanism,
 )
@@ -263,5 +263,5 @@ def select_hyperparameters(
     if not diagnostics:
         return selection
     probabilities = np.zeros(len(cv))
-    probabilities[idx] = selection_probabilities(utilities[idx], epsilon, sens[idx], mechanism=mechanism, beta=beta)
+    probabilities[idx] = probabilities_of(weights, mechanism)  # the very weights the draw used
     return selection, SelectionDiagnostics(utilities=utilities, probabilities=probabilities)
