@@ -88,17 +88,22 @@ def _noise_span(F: Any, k: int) -> Tuple[np.ndarray, np.ndarray]:
         raise ValueError("the noise factor has no columns: the release claims no noise at all")
     if not np.all(np.isfinite(F)):
         raise ValueError("the noise factor is not finite")
-    U, s, _ = np.linalg.svd(F, full_matrices=False)
-    if not s[0] > 0.0:
+    U, s = _span(F)
+    if not s.size:
         raise ValueError("the noise factor is zero: the release claims no noise at all")
-    keep = s > s[0] * SPAN_RTOL
+    return U, s
+
+
+def _span(F: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Orthonormal basis of ``span(F)`` and its singular values, those below ``SPAN_RTOL`` of the largest
+    cut (none for a zero ``F``)."""
+    U, s, _ = np.linalg.svd(F, full_matrices=False)
+    keep = s > s[0] * SPAN_RTOL if s.size and s[0] > 0 else np.zeros(s.size, dtype=bool)
     return U[:, keep], s[keep]
 
 
-def _span_residual(F: np.ndarray, v: np.ndarray) -> float:
-    """``||v - P v||``, ``P`` the projector onto ``span(F)`` (``SPAN_RTOL`` cut)."""
-    U, s, _ = np.linalg.svd(F, full_matrices=False)
-    U = U[:, s > s[0] * SPAN_RTOL] if s.size and s[0] > 0 else U[:, :0]
+def _span_residual(U: np.ndarray, v: np.ndarray) -> float:
+    """``||v - U U^T v||``: the part of ``v`` outside the span of the orthonormal ``U``."""
     return float(np.linalg.norm(v - U @ (U.T @ v)))
 
 
@@ -124,7 +129,11 @@ def audit_release(release: PrivateRelease, C: Any, *, data_sensitivity: float, o
     inside = np.ones(k, dtype=bool)
     if release.clip_to_bounds and release.y_bounds is not None:  # clipped (post-processing; needs bounds):
         inside = (mean > release.y_bounds[0]) & (mean < release.y_bounds[1])  # check the values strictly inside
-    outside_mean = _span_residual(np.asarray(release.noise_factor, dtype=np.float64)[inside], centred[inside]) if inside.any() else 0.0
+    if inside.all():
+        outside_mean = _span_residual(U, centred)
+    else:  # the span of the rows kept
+        rows = np.asarray(release.noise_factor, dtype=np.float64)[inside]
+        outside_mean = _span_residual(_span(rows)[0], centred[inside]) if inside.any() else 0.0
     mean_outside = float(outside_mean / max(np.linalg.norm(centred) + np.linalg.norm(offset), np.finfo(float).tiny))
     coords = U.T @ C  # [r, n]
     norms = np.linalg.norm(C, axis=0)
