@@ -262,12 +262,6 @@ def _seed(args) -> None:
         raise UsageError(f"--seed: {exc}") from None
 
 
-def _as_accountant(reservation: Reservation) -> PrivacyAccountant:
-    """``reservation`` where ``select_hyperparameters`` is annotated for an accountant: its ``reserve``
-    borrows a Reservation passed as the accountant (commits go into it)."""
-    return cast("PrivacyAccountant", reservation)
-
-
 def _overflow(exc: Exception, reservation: Optional[Reservation] = None) -> UsageError:
     """A library refusal inside a release (public terms not finite, a zero cloaking matrix) as one line.
 
@@ -459,7 +453,7 @@ def cmd_release(args) -> int:
             folds = min(SELECTION_FOLDS, X.shape[0])
             try:
                 selection = cast("Selection", select_hyperparameters(  # a Selection: no diagnostics=True
-                    model, grid, epsilon=eps_select, folds=folds, accountant=_as_accountant(reservation.deferred()), seed=args.seed,
+                    model, grid, epsilon=eps_select, folds=folds, accountant=reservation.deferred(), seed=args.seed,
                     epsilon_release=eps_release, delta_release=delta, objective=args.objective,
                     progress=not args.quiet and sys.stderr.isatty()))
             except (ValueError, OverflowError) as exc:
@@ -604,7 +598,7 @@ def cmd_select(args) -> int:
         try:
             selection = cast("Selection", select_hyperparameters(  # a Selection: no diagnostics=True
                 model, grid, epsilon=epsilon, folds=args.folds,
-                accountant=_as_accountant(reservation if out is None else reservation.deferred()), seed=args.seed,
+                accountant=reservation if out is None else reservation.deferred(), seed=args.seed,
                 progress=not args.quiet and sys.stderr.isatty(), mechanism=args.mechanism, **release_options))
         except (ValueError, OverflowError) as exc:
             raise _overflow(exc) from None

@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Union
 import numpy as np
 from gpflow.utilities import multiple_assign
 
-from ..accounting import PrivacyAccountant, PrivacyEvent, reserve
+from ..accounting import PrivacyAccountant, PrivacyEvent, Reservation, reserve
 from ..contract import PrivateModel
 from ..validation import (
     validate_calibration,
@@ -116,7 +116,7 @@ def select_hyperparameters(
     epsilon_release: Optional[float] = None,
     objective: str = "mse",
     calibration: str = "analytic",
-    accountant: Optional[PrivacyAccountant] = None,
+    accountant: Union[PrivacyAccountant, Reservation, None] = None,
     progress: bool = False,
     split_seed: int = 0,
     cross_validation: Optional[CrossValidation] = None,
@@ -163,7 +163,9 @@ def select_hyperparameters(
     (:mod:`~dpgp_gpflow.selection.mechanism`). When every configuration has about the same
     sensitivity, ``"exponential"`` is sharper (the generalised scores halve the exponent there).
 
-    The budget (``accountant`` or the innermost ``with PrivacyAccountant(...)``) is checked before
+    The budget (``accountant``: a :class:`~dpgp_gpflow.accounting.PrivacyAccountant`, or a caller's
+    :class:`~dpgp_gpflow.accounting.Reservation` to commit into; default the innermost
+    ``with PrivacyAccountant(...)``) is checked before
     anything is computed (after every argument, ``folds`` included, has been validated) and charged
     once with a pure ``(epsilon, 0)`` event after the draw. ``seed=None`` draws the mechanism's
     randomness exactly from the OS CSPRNG; an explicit seed warns.
