@@ -94,6 +94,7 @@ __all__ = [
     "whitened_shift",
     "publish_cloaking",
     "reserve_gaussian",
+    "shift_bound_of_norms",
     "whitening_terms",
     "cloaking_release",
     "gaussian_event",
@@ -269,15 +270,21 @@ def _unit_noise_factor(space: ColumnSpace, noise: _Noise) -> tf.Tensor:
     return tf.linalg.matmul(space.basis, noise.factor) * noise.sensitivity
 
 
-def _shift_bound(W, data_sensitivity, output_bound):
-    """``d max_i ||w_i|| + 2 gamma_n b sum_i ||w_i||`` (with the safety factor) of a public ``W`` [r, n]:
-    the L2 shift of ``W y`` between neighbours, computed in float64 (:func:`whitening_terms`)."""
-    n = tf.cast(tf.shape(W)[1], tf.float64)
+def shift_bound_of_norms(largest, total, n, data_sensitivity, output_bound):
+    """``d max_i ||w_i|| + 2 gamma_n b sum_i ||w_i||`` (with the safety factor) from a public ``W``'s column
+    norms (``largest = max_i ||w_i||``, ``total = sum_i ||w_i||``, ``n`` columns): the L2 shift of ``W y``
+    between neighbours, computed in float64 in any summation order. Plain arithmetic: tensors (in a graph)
+    or floats (the streamed release, whose norms come chunk by chunk)."""
     unit = float(np.finfo(np.float64).eps) / 2.0
     gamma_n = n * unit / (1.0 - n * unit)
+    return SENSITIVITY_SAFETY * (data_sensitivity * largest + 2.0 * gamma_n * output_bound * total)
+
+
+def _shift_bound(W, data_sensitivity, output_bound):
+    """:func:`shift_bound_of_norms` of a public ``W`` [r, n] held whole (:func:`whitening_terms`)."""
     norms = tf.norm(W, axis=0)  # [n]
-    return SENSITIVITY_SAFETY * (data_sensitivity * tf.reduce_max(norms)
-                                 + 2.0 * gamma_n * output_bound * tf.reduce_sum(norms))
+    return shift_bound_of_norms(tf.reduce_max(norms), tf.reduce_sum(norms), tf.cast(tf.shape(W)[1], tf.float64),
+                                data_sensitivity, output_bound)
 
 
 def whitened_shift(whitening, data_sensitivity, output_bound, multiplier):

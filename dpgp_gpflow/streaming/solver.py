@@ -54,8 +54,8 @@ from ..cloaking import (
     restricted_dual_solve,
     spread_violators,
 )
-from ..release import SENSITIVITY_SAFETY, WHITENING_SLACK
-from ..sampling import DISCRETE_GAUSSIAN_FACTOR, GRID_EXPONENT, gaussian_grid_factor
+from ..release import WHITENING_SLACK, check_whitened_shift, shift_bound_of_norms
+from ..sampling import GRID_EXPONENT, gaussian_grid_factor
 from .chunks import ChunkSource
 from .terms import ChunkTerms, Factors
 
@@ -475,20 +475,15 @@ def whitened_query(cmap: StreamedMap, basis: np.ndarray, factor_u: np.ndarray, n
     refused if it exceeds ``1 / (s K)``.
     """
     n, r = cmap.source.n, int(basis.shape[1])
-    unit = float(np.finfo(np.float64).eps) / 2.0
-    gamma_n = n * unit / (1.0 - n * unit)
     d, b = float(data_sensitivity), float(output_bound)
 
     def shift_bound(largest: float, total: float) -> float:
-        return SENSITIVITY_SAFETY * (d * largest + 2.0 * gamma_n * b * total)
+        return float(shift_bound_of_norms(largest, total, n, d, b))
 
     largest, total = whitened_norms
     sensitivity = max(float(noise_sensitivity), shift_bound(largest, total)) * gaussian_grid_factor(multiplier, r) \
         * WHITENING_SLACK
     largest, total, z = cmap.source.map_reduce(_query_chunk, _query_combine, cmap.terms, cmap.factors, basis,
                                                factor_u, multiplier * sensitivity)
-    mu = shift_bound(largest, total) + math.sqrt(r) * 2.0**GRID_EXPONENT
-    if not (math.isfinite(mu) and mu * DISCRETE_GAUSSIAN_FACTOR <= 1.0 / multiplier):
-        raise FloatingPointError(f"the whitened query's sensitivity {mu:.6g} exceeds 1/multiplier; "
-                                 "this release cannot be guaranteed")
+    check_whitened_shift(shift_bound(largest, total) + math.sqrt(r) * 2.0**GRID_EXPONENT, multiplier)
     return sensitivity, z
