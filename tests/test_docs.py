@@ -10,7 +10,9 @@ import re
 import subprocess
 import sys
 import warnings
+from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -24,7 +26,8 @@ EXAMPLE_PAGES = ["index.md", "getting_started.md", *sorted(f"guides/{p.name}" fo
 
 def _missing_doc_tools() -> list[str]:
     missing = []
-    for name in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python"):
+    # "mathjax": django-static-mathjax, whose MathJax 3 the site serves itself (docs/_ext/mathjax_offline.py)
+    for name in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python", "mathjax"):
         try:
             found = importlib.util.find_spec(name) is not None
         except ModuleNotFoundError:  # its parent package is absent
@@ -74,6 +77,73 @@ def test_api_pages_are_generated_from_the_docstrings(site):
         text = page.read_text(encoding="utf-8")
         assert not re.search(r":(class|func|meth|mod|data|attr):<code>", text), page.parent.name
     assert 'href="../../mechanisms/#the-private-linear-release"' in contract  # docs/ anchors cited in docstrings
+
+
+class _Resources(HTMLParser):
+    """The script sources and stylesheet links of one page, in document order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scripts: list[str] = []
+        self.stylesheets: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "script" and a.get("src"):
+            self.scripts.append(a["src"])
+        if tag == "link" and "stylesheet" in (a.get("rel") or "").split() and a.get("href"):
+            self.stylesheets.append(a["href"])
+
+
+def _resources(page: Path) -> _Resources:
+    parser = _Resources()
+    parser.feed(page.read_text(encoding="utf-8"))
+    return parser
+
+
+def test_no_page_loads_a_script_or_stylesheet_from_the_network(site):
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) > 40
+    for page in pages:
+        found = _resources(page)
+        for url in found.scripts + found.stylesheets:
+            parts = urlsplit(url)
+            assert not parts.scheme and not parts.netloc, f"{page.relative_to(site)} loads {url}"
+
+
+def test_maths_renders_from_the_sites_own_mathjax(site):
+    """Every page with maths loads the MathJax configuration, then MathJax 3 itself, by paths relative to the
+    page that exist in the built site (copied by docs/_ext/mathjax_offline.py from django-static-mathjax)."""
+    with_maths = [p for p in sorted(site.rglob("index.html")) if 'class="arithmatex"' in p.read_text(encoding="utf-8")]
+    assert {"index.html", "mechanisms/index.html", "selection/index.html"} <= {
+        p.relative_to(site).as_posix() for p in with_maths}
+    bundles = set()
+    for page in with_maths:
+        scripts = _resources(page).scripts
+        entry = [s for s in scripts if s.endswith("/tex-mml-chtml.js")]
+        config = [s for s in scripts if s.endswith("javascripts/mathjax.js")]
+        assert len(entry) == 1 and len(config) == 1, (page, scripts)
+        assert scripts.index(config[0]) < scripts.index(entry[0]), "the configuration must load before MathJax"
+        for src in (entry[0], config[0]):
+            assert not src.startswith("/") and not urlsplit(src).scheme, (page, src)
+            assert (page.parent / src).resolve().is_file(), (page, src)
+        bundles.add((page.parent / entry[0]).resolve())
+    assert len(bundles) == 1
+    bundle = bundles.pop()
+    text = bundle.read_text(encoding="utf-8")
+    # MathJax 3 (window.MathJax = {tex: ..., options: ...} is a version-3 configuration; version 2 reads MathJax.Hub)
+    assert 'VERSION="3.' in text
+    # the CommonHTML fonts and autoloaded TeX extensions it fetches relative to itself are there too
+    assert '"output/chtml/fonts/woff-v2"' in text
+    assert (bundle.parent / "output/chtml/fonts/woff-v2/MathJax_Main-Regular.woff").is_file()
+    assert (bundle.parent / "input/tex/extensions/cancel.js").is_file()
+    # the configuration looks for what pymdownx.arithmatex (generic) writes: \(...\) and \[...\] in class arithmatex
+    config = (site / "javascripts" / "mathjax.js").read_text(encoding="utf-8")
+    assert 'inlineMath: [["\\\\(", "\\\\)"]]' in config and 'displayMath: [["\\\\[", "\\\\]"]]' in config
+    assert 'processHtmlClass: "arithmatex"' in config and "MathJax.Hub" not in config
+    mechanisms = _text(site, "mechanisms")
+    assert re.search(r'<span class="arithmatex">\\\(.+?\\\)</span>', mechanisms)
+    assert re.search(r'<div class="arithmatex">\\\[.+?\\\]</div>', mechanisms, flags=re.S)
 
 
 @pytest.mark.parametrize("page", EXAMPLE_PAGES)
