@@ -60,7 +60,7 @@ from dpgp_gpflow.models.dp_laplace import (  # noqa: E402
     PrivateLaplaceClassifier,
     PrivateSparseClassifier,
 )
-from dpgp_gpflow.models.sgpr import kmeans_inducing_inputs  # noqa: E402
+from dpgp_gpflow.models import kmeans_inducing_inputs  # noqa: E402
 from dpgp_gpflow.release import standard_normal  # noqa: E402
 
 warnings.filterwarnings("ignore", category=dpgp_gpflow.ReproducibleNoiseWarning)

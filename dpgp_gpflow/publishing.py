@@ -12,7 +12,7 @@ from the released values and the frozen public pieces in the file (for a full-GP
 these include the public training inputs, as ``k(X*, X)`` needs them; never the labels).
 
 To make a new readout loadable, give it ``release_state()`` and the classmethod
-``from_release_state(content, arrays)`` (as :class:`~dpgp_gpflow.models.sgpr.FITCReadout` has) and add
+``from_release_state(content, arrays)`` (as :class:`~dpgp_gpflow.models.fitc.FITCReadout` has) and add
 its class to ``_READOUT_CLASSES``: one line.
 """
 
@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, Type, Union
 
 from .models.dp_laplace import PrivateLaplaceClassifier, PrivateSparseClassifier
 from .models.laplace import LaplaceReadout, SoRReadout
-from .models.sgpr import FITCReadout
+from .models.fitc import FITCReadout
 from .models.titsias import SGPRReadout
 from .release_file import (
     ReleaseDocument,

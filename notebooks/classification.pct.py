@@ -60,7 +60,7 @@ import numpy as np
 from dpgp_gpflow import PrivacyAccountant
 from dpgp_gpflow.datasets import default_data_dir, load_hmeq, load_mnist_binary, make_stripes, stripes_test_grid
 from dpgp_gpflow.models.dp_laplace import DPLaplaceGPC, DPSparseLaplaceGPC
-from dpgp_gpflow.models.sgpr import kmeans_inducing_inputs
+from dpgp_gpflow.models import kmeans_inducing_inputs
 
 gpflow.config.set_default_float(np.float64)
 EPSILON, DELTA = 1.0, 0.01

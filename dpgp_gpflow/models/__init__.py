@@ -7,7 +7,7 @@ from .base import FactoredModelMixin, LeakGuardMixin, PrivateModelMixin
 from .dp_laplace import DPLaplaceGPC, DPSparseLaplaceGPC, PrivateLaplaceClassifier, PrivateSparseClassifier
 from .gpr import DPGPR, cloaking_matrix, gpr_cloaking_matrix, gpr_rkhs_sensitivity
 from .laplace import LaplaceGPC
-from .sgpr import DPGPRFITC, kmeans_inducing_inputs
+from .fitc import DPGPRFITC, kmeans_inducing_inputs
 from .titsias import DPSGPR, SGPRReadout
 
 __all__ = [

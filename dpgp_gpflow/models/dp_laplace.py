@@ -66,7 +66,7 @@ from .laplace import (
     sor_first_step_cloaking,
     sor_predict_from_weights,
 )
-from .sgpr import kmeans_inducing_inputs
+from .fitc import kmeans_inducing_inputs
 
 __all__ = [
     "DPLaplaceGPC",

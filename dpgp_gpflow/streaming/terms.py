@@ -35,7 +35,7 @@ from check_shapes import check_shapes
 from .. import linalg
 from ..models.dp_laplace import DPSparseLaplaceGPC
 from ..models.laplace import SoRReadout, validate_labels
-from ..models.sgpr import DPGPRFITC, FITCReadout, FITCTerms
+from ..models.fitc import DPGPRFITC, FITCReadout, FITCTerms
 from ..models.titsias import DPSGPR, SGPRReadout, SGPRTerms
 from ..release_file import kernel_from_spec, kernel_spec, mean_function_from_spec, mean_function_spec
 from ..validation import clip_outputs

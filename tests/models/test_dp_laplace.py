@@ -510,7 +510,7 @@ def test_non_finite_inputs_are_rejected(problem):
 
 def test_sparse_inducing_inputs_are_public_and_fixed(sparse_model, problem):
     X, Y, _ = problem
-    from dpgp_gpflow.models.sgpr import kmeans_inducing_inputs
+    from dpgp_gpflow.models import kmeans_inducing_inputs
 
     np.testing.assert_allclose(sparse_model.inducing_variable.Z.numpy(), kmeans_inducing_inputs(X, 8))
     Z = sparse_model.inducing_variable.Z
