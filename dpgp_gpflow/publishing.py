@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, Type, Union
 from .models.dp_laplace import PrivateLaplaceClassifier, PrivateSparseClassifier
 from .models.laplace import LaplaceReadout, SoRReadout
 from .models.fitc import FITCReadout
-from .models.titsias import SGPRReadout
+from .models.sgpr import SGPRReadout
 from .release_file import (
     ReleaseDocument,
     ReleaseFileError,

@@ -8,7 +8,7 @@ from .dp_laplace import DPLaplaceGPC, DPSparseLaplaceGPC, PrivateLaplaceClassifi
 from .gpr import DPGPR, cloaking_matrix, gpr_cloaking_matrix, gpr_rkhs_sensitivity
 from .laplace import LaplaceGPC
 from .fitc import DPGPRFITC, kmeans_inducing_inputs
-from .titsias import DPSGPR, SGPRReadout
+from .sgpr import DPSGPR, SGPRReadout
 
 __all__ = [
     "DPGPR",

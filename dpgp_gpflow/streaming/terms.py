@@ -36,7 +36,7 @@ from .. import linalg
 from ..models.dp_laplace import DPSparseLaplaceGPC
 from ..models.laplace import SoRReadout, validate_labels
 from ..models.fitc import DPGPRFITC, FITCReadout, FITCTerms
-from ..models.titsias import DPSGPR, SGPRReadout, SGPRTerms
+from ..models.sgpr import DPSGPR, SGPRReadout, SGPRTerms
 from ..release_file import kernel_from_spec, kernel_spec, mean_function_from_spec, mean_function_spec
 from ..validation import clip_outputs
 
