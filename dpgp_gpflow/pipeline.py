@@ -12,11 +12,13 @@ the leak guard, read the public terms from the model (refused unless finite), ta
 of the budget (:func:`~dpgp_gpflow.accounting.reserve`: nothing private has been computed yet), and hand
 both to the mechanism (:func:`~dpgp_gpflow.release.cloak`, :func:`~dpgp_gpflow.release.standard`), which
 neither validates nor reserves: it plans the noise, draws it (:mod:`dpgp_gpflow.sampling`), commits the
-one event and returns.
+one event and returns. A classifier's releases (:class:`~dpgp_gpflow.models.DPLaplaceGPC`'s Newton steps
+too, through :func:`cloak_outputs`) leave here marked as a classifier's latent values (:func:`_marked`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Literal, NamedTuple, Optional, Protocol, Tuple, cast, runtime_checkable
 
 import tensorflow as tf
@@ -44,6 +46,7 @@ from .validation import (
 
 __all__ = [
     "MECHANISMS",
+    "cloak_outputs",
     "Mechanism",
     "StandardTerms",
     "SupportsStandardMechanism",
@@ -97,6 +100,27 @@ def _bounds(model: PrivateModel) -> Tuple[float, float]:
     return float(lo), float(hi)
 
 
+def _marked(model: Any, rel: PrivateRelease) -> PrivateRelease:
+    """``rel`` marked ``classifier_latent`` when ``model`` is a classifier (its ``classifier_latent`` is
+    True: the labels' bounds do not bound the latents, so the release refuses :meth:`~PrivateRelease.clipped`).
+    The one place a model's release learns it holds a classifier's latent values; every mechanism call of
+    this module returns through it."""
+    if getattr(model, "classifier_latent", False) is True:
+        return dataclasses.replace(rel, classifier_latent=True)
+    return rel
+
+
+def cloak_outputs(model: PrivateModel, request: ReleaseRequest, reservation: Reservation, C: Any, offset: Any,
+                  variance: Any, **options: Any) -> PrivateRelease:
+    """:func:`~dpgp_gpflow.release.cloak` of ``offset + C y_c`` for ``model``'s private centred outputs
+    ``y_c``, with its public data sensitivity, output bound and bounds; ``request`` validated and
+    ``reservation`` taken by the caller (one event committed into it after the draw). Options:
+    ``rtol``, ``tol``, ``max_iter``. Marked as a classifier's release when the model is one."""
+    return _marked(model, cloak(request, reservation, C, model.centred_outputs(), offset, variance,
+                                data_sensitivity=model.data_sensitivity, output_bound=model.output_bound,
+                                y_bounds=_bounds(model), **options))
+
+
 def release(
     model: PrivateModel,
     Xnew: Any,
@@ -140,13 +164,11 @@ def release(
     with reserve(accountant, [request.event()]) as reservation:  # the one reservation: the mechanism commits
         if mechanism == "standard":
             mean = terms.offset + tf.linalg.matvec(dense_map(terms.map), model.centred_outputs())
-            return standard(request._replace(objective=None), reservation, mean, terms.variance,
-                            standard_terms.prior_covariance,
-                            sensitivity=float(standard_terms.unit_sensitivity) * model.data_sensitivity,
-                            data_sensitivity=model.data_sensitivity, y_bounds=_bounds(model))
-        return cloak(request, reservation, terms.map, model.centred_outputs(), terms.offset, terms.variance,
-                     data_sensitivity=model.data_sensitivity, output_bound=model.output_bound, rtol=rtol, tol=tol,
-                     y_bounds=_bounds(model))
+            return _marked(model, standard(request._replace(objective=None), reservation, mean, terms.variance,
+                                           standard_terms.prior_covariance,
+                                           sensitivity=float(standard_terms.unit_sensitivity) * model.data_sensitivity,
+                                           data_sensitivity=model.data_sensitivity, y_bounds=_bounds(model)))
+        return cloak_outputs(model, request, reservation, terms.map, terms.offset, terms.variance, rtol=rtol, tol=tol)
 
 
 def _latent_variance(covariance: Optional[tf.Tensor], R: Optional[tf.Tensor], m: int) -> tf.Tensor:
@@ -211,7 +233,5 @@ def _latent_release(model: FactoredPrivateModel, request: ReleaseRequest, reserv
         R = reference_coordinates(readout.readout(Xref))  # [m, m] upper triangular
         B = tf.linalg.matmul(R, B)
     variance = _latent_variance(latent.variance, R, m)
-    rel = cloak(request, reservation, B, model.centred_outputs(), latent.offset, variance,
-                data_sensitivity=model.data_sensitivity, output_bound=model.output_bound,
-                y_bounds=_bounds(model), **options)
+    rel = cloak_outputs(model, request, reservation, B, latent.offset, variance, **options)
     return rel, readout, R

@@ -197,8 +197,9 @@ class PrivateRelease(Released):
     y_bounds: Optional[Tuple[float, float]] = None  #: the public bounds of the private outputs
     clip_to_bounds: bool = False  #: ``mean`` is clipped to ``y_bounds`` (post-processing, free)
     #: ``mean`` holds a classifier's latent values, whose ``y_bounds`` are its labels' (-1, +1) and do not
-    #: bound them: never clipped. Set by :class:`PrivateClassifier` on its releases (also when loaded from
-    #: a file, so the card does not record it).
+    #: bound them: never clipped. Set on every release of a classifier model as it leaves the pipeline
+    #: (:mod:`dpgp_gpflow.pipeline`, also at new inputs), and by :class:`PrivateClassifier` on its releases
+    #: (also when loaded from a file, so the card does not record it).
     classifier_latent: bool = False
 
     def __post_init__(self) -> None:

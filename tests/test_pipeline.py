@@ -215,6 +215,26 @@ def test_non_finite_latent_terms_are_refused_before_any_budget_is_held(toy, draw
     assert draws == [] and len(acc.ledger) == 0 and acc.spent == (0.0, 0.0)
 
 
+def test_a_classifier_release_through_the_pipeline_is_marked_and_refuses_clipping(toy):
+    """Every classifier release leaves the pipeline marked as a classifier's latent values, also one made by
+    dp.pipeline.release at new inputs (not through DPLaplaceGPC.release): its y_bounds are the labels' and
+    do not bound the latents, so clipped() is refused. A regression release is not marked and clips."""
+    X, Y, L, Xnew, Z = toy
+    rel = dp.pipeline.release(DPLaplaceGPC((X, L), se(), hyperparameters_public=True), Xnew, epsilon=1.0,
+                              delta=1e-3, seed=1)
+    assert rel.classifier_latent and rel.y_bounds == (-1.0, 1.0)
+    with pytest.raises(ValueError, match="classifier's latent values"):
+        rel.clipped()
+    fn = dp.pipeline.release_function(DPSparseLaplaceGPC((X, L), se(), Z, hyperparameters_public=True),
+                                      epsilon=1.0, delta=1e-3, seed=1)
+    assert fn.release.classifier_latent  # a bare PrivateFunction, not a PrivateClassifier: the pipeline marked it
+    with pytest.raises(ValueError, match="classifier's latent values"):
+        fn.release.clipped()
+    regression = DPGPR((X, Y), se(), y_bounds=(LO, HI), noise_variance=0.1, hyperparameters_public=True).release(
+        Xnew, epsilon=1.0, delta=1e-3, seed=1)
+    assert not regression.classifier_latent and regression.clipped().clip_to_bounds
+
+
 COUNTED = ("validate_epsilon", "validate_delta", "gaussian_multiplier", "reserve")
 
 

@@ -19,11 +19,15 @@ the labels), latent variance plus the DP noise variance propagated to the predic
 left it out). Predictions cost no privacy budget.
 
 Composition over Newton steps (``steps = T``): each step is released at ``(epsilon / T, delta / T)``,
-so the T releases are ``(epsilon, delta)``-DP together by basic composition. The budget is reserved
-for all T steps before the first one (a budget too small for all T steps draws nothing) and
-charged once per step. Each step is charged as a Gaussian event with its ``mu``, so an accountant
-created with ``composition="gdp"`` or ``"pld"`` composes the steps exactly (``sqrt(T) mu``), and the
-reservation uses that composition too.
+so the T releases are ``(epsilon, delta)``-DP together by basic composition. As every release of the
+pipeline (:mod:`dpgp_gpflow.pipeline`), :meth:`DPLaplaceGPC.release` validates the privacy parameters
+once (:func:`~dpgp_gpflow.release.release_request`) and takes one reservation, for all T steps, before
+the first one (a budget too small for all T steps draws nothing); each step's mechanism
+(:func:`~dpgp_gpflow.pipeline.cloak_outputs`) neither validates nor reserves and commits its one event
+after its draw. Each step is charged as a Gaussian event with its ``mu``, so an accountant created with
+``composition="gdp"`` or ``"pld"`` composes the steps exactly (``sqrt(T) mu``), and the reservation uses
+that composition too. A refusal before the first draw charges nothing; one at step ``t + 1`` leaves the
+``t`` steps already drawn charged, since it is computed from their released latents.
 """
 
 from __future__ import annotations
@@ -40,18 +44,10 @@ from ..accounting import PrivacyAccountant, reserve
 from ..calibration import gaussian_multiplier
 from ..cloaking import DEFAULT_TOL
 from ..contract import ReleaseTerms, check_release_hyperparameters, dense_map
-from ..release import cloaking_release, gaussian_event
+from ..pipeline import cloak_outputs
+from ..release import ReleaseRequest, release_request
 from ..released import PrivateClassifier, PrivateRelease
-from ..validation import (
-    as_inputs,
-    is_dask_array,
-    require_float64,
-    validate_calibration,
-    validate_delta,
-    validate_epsilon,
-    validate_objective,
-    validate_seed,
-)
+from ..validation import as_inputs, is_dask_array, require_float64, validate_public_terms
 from .base import DaskRowsMixin, FactoredModelMixin, PrivateModelMixin, inducing_inputs, split_dask_rows
 from .gpr import gpr_cloaking_matrix_and_variance
 from .laplace import (
@@ -144,6 +140,16 @@ def _step_seed(seed: Optional[int], step: int) -> Optional[int]:
     return int(np.random.SeedSequence([int(seed), int(step)]).generate_state(1, dtype=np.uint32)[0])
 
 
+def _step_request(request: ReleaseRequest, steps: int) -> ReleaseRequest:
+    """The request of each of ``steps`` releases composing to the validated ``request``: ``(epsilon / steps,
+    delta / steps)`` (basic composition) at their own noise multiplier; ``request`` itself for one step."""
+    if steps == 1:
+        return request
+    epsilon, delta = request.epsilon / steps, request.delta / steps
+    return request._replace(epsilon=epsilon, delta=delta, multiplier=gaussian_multiplier(epsilon, delta,
+                                                                                         request.calibration))
+
+
 def _unpack(data: Any) -> Tuple[np.ndarray, Any]:
     require_float64()
     try:
@@ -166,6 +172,9 @@ class _LabelContract:
 
     y_bounds = _fixed("y_bounds")
     data_sensitivity = _fixed("data_sensitivity")
+    #: Its releases hold a classifier's latent values, which the labels' bounds do not bound: the
+    #: pipeline marks each one ``classifier_latent`` (never clipped; :mod:`dpgp_gpflow.pipeline`).
+    classifier_latent = True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -256,35 +265,30 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
         Returns a :class:`PrivateLaplaceClassifier` predicting from the last released latents with
         ``W`` at the last step's linearisation point (``I/4`` for one step).
         """
-        check_release_hyperparameters(self, hyperparameters_public)
         steps = _check_steps(steps)
-        validate_objective(objective)
-        seed = validate_seed(seed)
-        eps_step, delta_step = validate_epsilon(epsilon) / steps, validate_delta(delta) / steps
-        multiplier = gaussian_multiplier(eps_step, delta_step, validate_calibration(calibration))
-        with reserve(accountant, [gaussian_event(eps_step, delta_step, multiplier)] * steps) as reservation:
-            X, _ = self.data
-            y = self.centred_outputs()  # [N]: labels centred at the public constant 0, |y_i| <= 1
-            K = self.kernel(X)  # [N, N] public
-            n = int(X.shape[0])
-            releases: List[PrivateRelease] = []
-            f = tf.zeros([n, 1], dtype=tf.float64)
-            W = tf.fill([n], tf.constant(0.25, dtype=tf.float64))
+        request = _step_request(release_request(epsilon, delta, calibration=calibration, objective=objective,
+                                                seed=seed), steps)
+        check_release_hyperparameters(self, hyperparameters_public)
+        X, _ = self.data
+        K = self.kernel(X)  # [N, N] public
+        n = int(X.shape[0])
+        # step 1's public terms, checked finite before any budget is reserved (a refusal draws and spends nothing)
+        C, b = first_newton_step_cloaking(K), tf.zeros([n], dtype=tf.float64)
+        W = tf.fill([n], tf.constant(0.25, dtype=tf.float64))
+        validate_public_terms("Newton step release", C, b, self.output_bound)
+        releases: List[PrivateRelease] = []
+        with reserve(accountant, [request.event()] * steps) as reservation:  # the one reservation, all steps
             for t in range(steps):
-                if t == 0:
-                    C, b = first_newton_step_cloaking(K), tf.zeros([n, 1], dtype=tf.float64)
-                else:
-                    W = tf.reshape(tf.sigmoid(f) * tf.sigmoid(-f), [-1])  # at the released f~_t: public
-                    C, b = newton_step_cloaking(K, f)
-                rel = cloaking_release(
-                    C, y, tf.reshape(b, [-1]),
+                if t > 0:  # linearised at the released f~_t: public, as is everything computed from it
+                    f = tf.constant(releases[-1].mean[:, None])
+                    W = tf.reshape(tf.sigmoid(f) * tf.sigmoid(-f), [-1])
+                    C, b_col = newton_step_cloaking(K, f)
+                    b = tf.reshape(b_col, [-1])
+                    validate_public_terms("Newton step release", C, b, self.output_bound)
+                releases.append(cloak_outputs(
+                    self, request._replace(seed=_step_seed(request.seed, t)), reservation, C, b,
                     2.0 * tf.linalg.diag_part(C),  # public Laplace variance diag((K^{-1} + W)^{-1})
-                    data_sensitivity=self.data_sensitivity, output_bound=self.output_bound, epsilon=eps_step,
-                    delta=delta_step, objective=objective, calibration=calibration, seed=_step_seed(seed, t),
-                    accountant=reservation, rtol=rtol, tol=tol, y_bounds=self.y_bounds,
-                )
-                releases.append(rel)
-                f = tf.constant(rel.mean[:, None])  # the released latents: public from here on
+                    rtol=rtol, tol=tol))
         return PrivateLaplaceClassifier(releases, LaplaceReadout(self.kernel, X, W, gpflow.config.default_jitter()))
 
 

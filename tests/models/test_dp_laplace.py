@@ -479,6 +479,109 @@ def test_invalid_arguments_raise_before_drawing(model, sparse_model, monkeypatch
     assert calls == []
 
 
+COUNTED = ("validate_epsilon", "validate_delta", "gaussian_multiplier", "reserve")
+
+
+@pytest.mark.parametrize("which", ["full-1-step", "full-2-steps", "sparse"])
+def test_one_validation_and_one_reservation_per_classifier_release(model, sparse_model, monkeypatch, which):
+    """issue 27 item 1: a warm classifier release validates (epsilon, delta) once and takes one
+    reservation (for all its Newton steps); each step's mechanism neither validates nor reserves.
+    Counted wherever the model, the pipeline and the mechanisms look these names up, and every
+    Reservation actually held. (Before: DPLaplaceGPC validated and reserved, then each step's
+    cloaking_release did both again through a borrowed Reservation.)"""
+    from collections import Counter
+
+    from dpgp_gpflow import accounting, pipeline
+    from dpgp_gpflow.models import dp_laplace
+
+    steps = 2 if which == "full-2-steps" else 1
+    release = (lambda: sparse_model.release(epsilon=EPS, delta=DELTA, seed=4)) if which == "sparse" else \
+        (lambda: model.release(epsilon=EPS, delta=DELTA, steps=steps, seed=4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ReproducibleNoiseWarning)
+        release()  # warm: compiled stages traced
+    counts: Counter = Counter()
+    for module in (dp_laplace, pipeline, release_module):
+        for name in COUNTED:
+            if hasattr(module, name):
+                original = getattr(module, name)
+
+                def wrapper(*args, _name=name, _original=original, **kwargs):
+                    counts[_name] += 1
+                    return _original(*args, **kwargs)
+
+                monkeypatch.setattr(module, name, wrapper)
+    held = accounting.Reservation.__init__
+
+    def holding(self, *args, **kwargs):
+        counts["held"] += 1
+        held(self, *args, **kwargs)
+
+    monkeypatch.setattr(accounting.Reservation, "__init__", holding)
+    with PrivacyAccountant(epsilon=2.0, delta=0.1) as acc, warnings.catch_warnings():
+        warnings.simplefilter("ignore", ReproducibleNoiseWarning)
+        released = release()
+    assert counts["validate_epsilon"] == 1 and counts["validate_delta"] == 1
+    assert counts["reserve"] == 1 and counts["held"] == 1
+    # the multiplier: once for one step; with T steps also that of each step, (epsilon / T, delta / T)
+    assert counts["gaussian_multiplier"] == (1 if steps == 1 else 2)
+    assert len(acc.ledger) == steps == len(released.releases) and acc.spent == pytest.approx((EPS, DELTA))
+    assert acc.held == (0.0, 0.0)
+
+
+def _raising_publish(monkeypatch, at_call: int):
+    """Make the exact cloaking mechanism's publishing step (after the plan, before the draw) raise at its
+    ``at_call``-th call (1-based); the calls before it publish as usual."""
+    original, calls = release_module.publish_cloaking, []
+
+    def publish(**kwargs):
+        calls.append(1)
+        if len(calls) == at_call:
+            raise FloatingPointError("refused midway (test)")
+        return original(**kwargs)
+
+    monkeypatch.setattr(release_module, "publish_cloaking", publish)
+    return calls
+
+
+@pytest.mark.parametrize("context", [False, True])
+def test_a_release_that_raises_midway_charges_nothing(model, monkeypatch, draws, context):
+    """A release refused after its one reservation was taken (here by the mechanism, after the noise plan
+    and before the draw) draws nothing, charges nothing and holds nothing: the accountant's ledger,
+    spend and remaining budget are as before."""
+    acc = PrivacyAccountant(epsilon=3.0, delta=0.1)
+    acc.spend(0.25, 1e-3, description="earlier release")
+    before = (acc.ledger, acc.spent, acc.remaining)
+    calls = _raising_publish(monkeypatch, at_call=1)
+    with pytest.raises(FloatingPointError, match="midway"):
+        if context:
+            with acc:
+                model.release(epsilon=EPS, delta=DELTA, steps=2)
+        else:
+            model.release(epsilon=EPS, delta=DELTA, steps=2, accountant=acc)
+    assert calls == [1] and draws == []
+    assert (acc.ledger, acc.spent, acc.remaining) == before and acc.held == (0.0, 0.0)
+
+
+def test_a_refusal_at_a_later_newton_step_charges_the_steps_already_drawn(model, monkeypatch, draws):
+    """Step 2 is linearised at step 1's released latents, so a refusal there is computed from them: step 1
+    was drawn and stays charged (post-processing of a DP output is free only once it is paid for); step 2's
+    share of the reservation is given back, nothing is left held."""
+    acc = PrivacyAccountant(epsilon=3.0, delta=0.1)
+    calls = _raising_publish(monkeypatch, at_call=2)
+    with pytest.raises(FloatingPointError, match="midway"):
+        model.release(epsilon=EPS, delta=DELTA, steps=2, accountant=acc)
+    assert calls == [1, 1] and len(draws) == 1
+    assert len(acc.ledger) == 1 and acc.spent == pytest.approx((EPS / 2, DELTA / 2)) and acc.held == (0.0, 0.0)
+
+
+def test_classifier_releases_are_marked_and_refuse_clipping(one_step, two_steps, sparse_release):
+    for released in (one_step, two_steps, sparse_release):
+        assert all(r.classifier_latent for r in released.releases)
+        with pytest.raises(ValueError, match="classifier"):
+            released.release.clipped()
+
+
 # ---------------------------------------------------------------------------------------------
 # Labels and inputs
 
