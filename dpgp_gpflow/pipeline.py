@@ -214,9 +214,23 @@ def release_function(
     latent, readout = latent_terms_and_readout(model)
     latent = latent._replace(map=dense_map(latent.map))  # B [m, n], formed once
     validate_public_terms("latent release", latent.map, latent.offset, model.output_bound, variance=latent.variance)
+    _check_reference_offset(model, latent.offset, reference_inputs)
     with reserve(accountant, [request.event()]) as reservation:  # the one reservation: the mechanism commits
         return function_type(*_latent_release(model, request, reservation, latent=latent, readout=readout,
                                               reference_inputs=reference_inputs, rtol=rtol, tol=tol))
+
+
+def _check_reference_offset(model: Any, offset: Any, reference_inputs: Any) -> None:
+    """``ValueError`` when a release in reference coordinates would carry a non-zero latent offset.
+
+    With ``reference_inputs`` the release is ``R B y_c`` plus the latents' offset as is, which is the
+    offset of ``R u = R (offset + B y_c)`` only when that offset is 0. Every model's is (the streamed
+    release and :func:`dpgp_gpflow.privacy_audit.audit` assume the same); a model whose is not is refused
+    here, from public terms, before any budget is reserved."""
+    if reference_inputs is not None and bool(tf.reduce_any(tf.convert_to_tensor(offset, tf.float64) != 0.0)):
+        raise ValueError(f"{type(model).__name__}'s latents have a non-zero offset: a release in reference "
+                         "coordinates (reference_inputs) assumes the latents' offset is 0 (it would be released "
+                         "unmapped by R); release without reference_inputs")
 
 
 def _latent_release(model: FactoredPrivateModel, request: ReleaseRequest, reservation: Reservation, *,
@@ -224,7 +238,9 @@ def _latent_release(model: FactoredPrivateModel, request: ReleaseRequest, reserv
                     **options: Any) -> Tuple[PrivateRelease, Any, Optional[tf.Tensor]]:
     """The release of ``R u`` (or ``u``), the frozen readout and ``R``; ``latent`` and ``readout``: the
     model's :meth:`latent_terms` (with a dense map, checked by the caller) and :meth:`public_readout`;
-    ``request`` validated and ``reservation`` taken by the caller."""
+    ``request`` validated and ``reservation`` taken by the caller. In reference coordinates the release is
+    ``R B y_c`` with the latents' offset as is: the caller has checked that offset is 0
+    (:func:`_check_reference_offset`)."""
     B = tf.convert_to_tensor(latent.map)  # [m, n]: dense (the caller formed it)
     m = int(B.shape[0])
     R = None

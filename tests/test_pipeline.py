@@ -235,6 +235,30 @@ def test_a_classifier_release_through_the_pipeline_is_marked_and_refuses_clippin
     assert not regression.classifier_latent and regression.clipped().clip_to_bounds
 
 
+def test_a_non_zero_latent_offset_is_refused_in_reference_coordinates(toy, draws, monkeypatch):
+    """A release in reference coordinates publishes R B y plus the latents' offset unmapped, right only for
+    a zero offset (every model's): a non-zero one is refused from the public terms, before any budget is
+    held. Without reference inputs the offset is released as it is."""
+    X, Y, _, Xnew, Z = toy
+    model = DPGPRFITC((X, Y), se(), Z, noise_variance=0.1, y_bounds=(LO, HI), hyperparameters_public=True)
+    terms, readout = model.latent_terms_and_readout()
+    assert not np.any(terms.offset.numpy())  # the assumption holds for the models as they are
+    offset = tf.constant(np.linspace(0.5, 1.5, int(terms.offset.shape[0])))
+    zero = dp.pipeline.release_function(model, epsilon=1.0, delta=1e-3, seed=3)  # the latents themselves
+    del draws[:]  # count from here
+    monkeypatch.setattr(model, "latent_terms_and_readout", lambda: (terms._replace(offset=offset), readout))
+    with dp.PrivacyAccountant(epsilon=5.0, delta=1e-2) as acc:
+        with pytest.raises(ValueError, match="non-zero offset"):
+            model.release_function(epsilon=1.0, delta=1e-3, reference_inputs=Xnew)
+        with pytest.raises(ValueError, match="non-zero offset"):
+            model.release_function(epsilon=1.0, delta=1e-3)  # the training inputs are the default reference
+        assert draws == [] and len(acc.ledger) == 0 and acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
+        shifted = dp.pipeline.release_function(model, epsilon=1.0, delta=1e-3, seed=3)  # no reference: offset as is
+    np.testing.assert_allclose(shifted.release.mean, zero.release.mean + offset.numpy(), rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(shifted.release.noise_factor, zero.release.noise_factor)
+    assert len(acc.ledger) == 1 and len(draws) == 1
+
+
 COUNTED = ("validate_epsilon", "validate_delta", "gaussian_multiplier", "reserve")
 
 
