@@ -55,7 +55,7 @@ def _text(site: Path, page: str) -> str:
 
 
 def test_site_builds_strict_with_every_page(site):
-    for page in ["getting_started", "privacy_model", "mechanisms", "selection", "composition", "baselines",
+    for page in ["getting_started", "overview", "development", "privacy_model", "mechanisms", "selection", "composition", "baselines",
                  "corrections", "guides/regression", "guides/sparse", "guides/classification",
                  "guides/selection", "guides/accounting", "guides/your_own_model", "guides/publishing",
                  "exact_sampling", "release_file", "api/publishing", "api/ledger", "api/contract",
@@ -146,13 +146,70 @@ def test_maths_renders_from_the_sites_own_mathjax(site):
     assert re.search(r'<div class="arithmatex">\\\[.+?\\\]</div>', mechanisms, flags=re.S)
 
 
-@pytest.mark.parametrize("page", EXAMPLE_PAGES)
-def test_examples_run(page):
-    blocks = re.findall(r"^```python\n(.*?)^```", (DOCS / page).read_text(encoding="utf-8"), flags=re.S | re.M)
-    assert blocks, f"{page} has no Python example"
-    namespace = {"__name__": f"docs_example_{Path(page).stem}"}
+def _run_python_blocks(path: Path) -> None:
+    """Run a page's ```python blocks in order in one namespace; an example must not clip, seed or leak."""
+    blocks = re.findall(r"^```python\n(.*?)^```", path.read_text(encoding="utf-8"), flags=re.S | re.M)
+    label = path.relative_to(REPO_ROOT).as_posix()
+    assert blocks, f"{label} has no Python example"
+    namespace = {"__name__": f"docs_example_{path.stem}"}
     with warnings.catch_warnings():
         for category in (dp.ClippingWarning, dp.ReproducibleNoiseWarning, dp.PrivacyLeakWarning):
-            warnings.simplefilter("error", category)  # an example must not clip, seed or leak
+            warnings.simplefilter("error", category)
         for i, code in enumerate(blocks):
-            exec(compile(code, f"docs/{page} (block {i + 1})", "exec"), namespace)  # noqa: S102
+            exec(compile(code, f"{label} (block {i + 1})", "exec"), namespace)  # noqa: S102
+
+
+@pytest.mark.parametrize("page", EXAMPLE_PAGES)
+def test_examples_run(page):
+    _run_python_blocks(DOCS / page)
+
+
+# ---------------------------------------------------------------------------------------------
+# The README: what a newcomer needs (what it is, install, a first example, the command line, the
+# guarantee, links); everything else lives in the docs (overview.md, development.md, the guides).
+
+README = REPO_ROOT / "README.md"
+
+
+def test_readme_first_example_runs():
+    _run_python_blocks(README)
+
+
+def test_readme_is_short_and_keeps_the_commands_ci_runs():
+    text = README.read_text(encoding="utf-8")
+    assert len(text) < 6500, f"README is {len(text)} characters: move detail to the docs"
+    # .ci/run runs "the README's install command" and "the README's test command": the same ones
+    ci = (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    install = re.search(r"^pip install -e \S+$", ci, flags=re.M).group(0)
+    assert f"```bash\n{install}\npytest\n```" in text
+    assert re.search(r"^pytest$", ci, flags=re.M)
+    for name in ("docs/DESIGN_MAP.md", "benchmarks/RESULTS.md", "docs/index.md", "docs/privacy_model.md"):
+        assert f"]({name}" in text, name
+
+
+def _slug(heading: str) -> str:
+    """The anchor Python-Markdown's toc (and GitHub) gives a plain heading."""
+    return re.sub(r"[\s]+", "-", re.sub(r"[^\w\s-]", "", heading.strip().lower()))
+
+
+def test_readme_links_resolve():
+    text = README.read_text(encoding="utf-8")
+    links = [link for link in re.findall(r"\]\(([^)\s]+)\)", text) if not urlsplit(link).scheme]
+    assert len(links) > 15
+    for link in links:
+        target, _, anchor = link.partition("#")
+        path = REPO_ROOT / target
+        assert path.exists(), link
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", path.read_text(encoding="utf-8"), flags=re.M)
+            assert anchor in {_slug(h) for h in headings}, link
+
+
+def test_every_docs_page_is_linked_from_the_home_page():
+    """Nothing cut from the README is stranded: each top-level page (and each guide) is linked from index.md."""
+    index = (DOCS / "index.md").read_text(encoding="utf-8")
+    pages = [p.relative_to(DOCS).as_posix() for p in [*DOCS.glob("*.md"), *(DOCS / "guides").glob("*.md")]]
+    assert "overview.md" in pages and "development.md" in pages
+    for page in pages:
+        if page != "index.md":
+            assert f"]({page}" in index, page
