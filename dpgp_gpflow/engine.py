@@ -10,7 +10,7 @@ from the OS CSPRNG (:mod:`dpgp_gpflow.sampling`), re-colour, charge the accounta
 
 The eager release path (:func:`dpgp_gpflow.release.cloaking_release`) runs the same compiled stages
 (``cloaking.OPTIMISERS``, ``release.NOISE_SOLVERS``, the whitening); here they are composed in one
-graph, with the rank rule of :class:`~dpgp_gpflow.release.NoisePlan` as a ``tf.while_loop``.
+graph, with the rank rule's one loop (:func:`~dpgp_gpflow.cloaking.first_harmless`) traced into it.
 
 Privacy assumption: ``C`` (and so the plan) is a function of public inputs and hyperparameters only;
 the plan never sees ``y``. docs/guides/compiled_engine.md has the details and a Keras example.
@@ -25,14 +25,11 @@ from check_shapes import check_shapes
 
 from . import cloaking
 from .accounting import PrivacyAccountant, Reservation, reserve
-from .cloaking import DEFAULT_TOL, projection_terms
+from .cloaking import DEFAULT_TOL, candidate_rtols, first_harmless, projection_terms, working_set
+from .cloaking.rank import bias_rounding, projection_bias
 from .release import (
     MAX_NOISE_CONDITION,
-    bias_rounding,
-    candidate_rtols,
     noise_in_space,
-    projection_bias,
-    projection_is_harmless,
     publish_cloaking,
     release_request,
     validate_public_bounds,
@@ -111,21 +108,16 @@ def noise_plan(
         l1, largest = projection(i)
         return projection_bias(l1, largest, b, d, rounding)
 
-    l1_0, largest_0 = projection(0)
-    rounding = bias_rounding(l1_0, largest_0, b)
+    rounding = bias_rounding(*projection(0), b)
 
-    # the first candidate whose projection is harmless (NoisePlan's rule), each candidate's terms formed once
-    last = tf.shape(rtols)[0] - 1
-    i, _, bias_bound = tf.while_loop(
-        lambda i, ratio, _: (i < last) & ~projection_is_harmless(ratio, s),
-        lambda i, ratio, _: (i + 1, *ratio_and_bias(i + 1)),
-        (tf.constant(0), *projection_bias(l1_0, largest_0, b, d, rounding)))
+    # the first candidate whose projection is harmless (the rank rule's one loop)
+    i, _, bias_bound = first_harmless(ratio_and_bias, tf.shape(rtols)[0], s)
     first = tf.argmax(tf.cast(tf.equal(ranks, ranks[i]), tf.int32), output_type=tf.int32)  # rtol that first gave r
     basis = left[:, :ranks[i]]
     vectors = tf.linalg.matmul(basis, C, transpose_a=True)  # [r, n]: exact sensitivity vectors
     factor, sensitivity, condition, gap, rel, iters, support, solved = noise_in_space(
         vectors, singular[:ranks[i]], d, tf.constant(float(tol), tf.float64), tf.constant(int(max_iter)),
-        tf.constant(int(cloaking.DENSE_POINTS)), tf.constant(float(cloaking.DUPLICATE_RTOL), tf.float64),
+        tf.constant(int(working_set.DENSE_POINTS)), tf.constant(float(working_set.DUPLICATE_RTOL), tf.float64),
         objective=objective)
     tf.debugging.assert_less_equal(condition, tf.constant(MAX_NOISE_CONDITION, tf.float64),
                                    "the noise covariance is too ill-conditioned to be guaranteed; use a larger rtol")

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from numbers import Real
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
@@ -38,24 +38,21 @@ from check_shapes import check_shapes
 from . import sampling
 from .accounting import PrivacyAccountant, PrivacyEvent, Reservation, reserve
 from .calibration import gaussian_multiplier
-from . import cloaking
 from .cloaking import (
-    AUTO_RTOLS,
-    COUNT_SPEC,
     DEFAULT_TOL,
-    MATRIX_SPEC,
-    MIN_MSE_RTOL,
-    REAL_SPEC,
-    VECTOR_SPEC,
     ColumnSpace,
     certificate_of,
     column_spaces,
     compile_per_objective,
+    first_harmless,
     mahalanobis_terms,
     optimise_tensors,
     projection_rows,
     row_norms,
+    working_set,
 )
+from .cloaking.dual import COUNT_SPEC, MATRIX_SPEC, REAL_SPEC, VECTOR_SPEC
+from .cloaking.rank import bias_rounding, candidate_rtols, projection_bias
 from .released import PrivateRelease
 from .sampling import (
     DISCRETE_GAUSSIAN_FACTOR,
@@ -84,16 +81,15 @@ __all__ = [
     "cloak",
     "release_request",
     "standard",
-    "bias_rounding",
-    "projection_bias",
-    "projection_is_harmless",
     "NOISE_SOLVERS",
+    "check_noise_condition",
     "check_whitened_shift",
     "noise_in_space",
     "validate_public_bounds",
     "whitened_shift",
     "publish_cloaking",
     "reserve_gaussian",
+    "safe_sensitivity",
     "shift_bound_of_norms",
     "whitening_terms",
     "cloaking_release",
@@ -109,42 +105,6 @@ SENSITIVITY_SAFETY = 1.0 + 1e-8
 #: cond(F) as well, and releases with cond(F) above MAX_NOISE_CONDITION are refused.
 ROUNDING_SAFETY = 100.0 * float(np.finfo(np.float64).eps)
 MAX_NOISE_CONDITION = 1e11
-#: Automatic rank choice: every prediction's worst-case projection bias must be below this fraction
-#: of the smallest noise std any release of its projected value could have.
-BIAS_FRACTION = 0.01
-#: Projection bias below this fraction of the largest ``b (||C_j - P_j||_1 + max_i |P_ji|)`` of the
-#: widest candidate is float64 rounding of ``C`` and counts as none.
-BIAS_ROUNDING = 1e-12
-
-
-def bias_rounding(l1, largest, output_bound) -> tf.Tensor:
-    """The bias that counts as none (:data:`BIAS_ROUNDING`), from the widest candidate's
-    :func:`~dpgp_gpflow.cloaking.projection_rows` terms ``l1`` and ``largest`` ([k] each). Graph-safe."""
-    return BIAS_ROUNDING * tf.reduce_max(output_bound * (l1 + largest))
-
-
-def projection_bias(l1, largest, output_bound, data_sensitivity, rounding):
-    """The rank rule's terms for one candidate space, from its ``l1 = ||C_j - P_j||_1`` and
-    ``largest = max_i |P_ji|`` ([k] each): the largest ratio of a prediction's worst-case projection
-    bias ``b l1_j`` to the noise-std floor ``d largest_j`` of its projected value (bias within
-    ``rounding`` counts as none), and the largest worst-case bias. Graph-safe; the rule is
-    :func:`projection_is_harmless`. Public: ``C`` and the bounds only."""
-    l1, largest = (tf.convert_to_tensor(x, tf.float64) for x in (l1, largest))
-    bias = output_bound * l1
-    floor = data_sensitivity * largest
-    safe = tf.where(floor > 0.0, floor, tf.ones_like(floor))
-    unbounded = tf.fill(tf.shape(bias), tf.constant(np.inf, tf.float64))  # a bias where no noise can be
-    ratio = tf.where(bias > rounding, tf.where(floor > 0.0, bias / safe, unbounded), tf.zeros_like(bias))
-    return tf.reduce_max(ratio), tf.reduce_max(bias)
-
-
-def projection_is_harmless(ratio, noise_multiplier):
-    """The rank rule: a candidate's projection is harmless when no prediction's worst-case bias exceeds
-    :data:`BIAS_FRACTION` of the least noise std its projected value could carry (``ratio`` from
-    :func:`projection_bias`, noise multiplier ``s``). Graph-safe."""
-    return ratio <= BIAS_FRACTION * noise_multiplier
-
-
 class ReleaseRequest(NamedTuple):
     """One Gaussian release's privacy parameters, validated once (:func:`release_request`) and frozen.
 
@@ -191,19 +151,6 @@ def gaussian_event(epsilon: float, delta: float, multiplier: float, description:
     return PrivacyEvent(float(epsilon), float(delta), "gaussian", 1.0 / float(multiplier), description)
 
 
-def candidate_rtols(objective: str, rtol: Optional[float]) -> Tuple[float, ...]:
-    """The singular-value tolerances a cloaking release tries, in order (one if ``rtol`` is given)."""
-    validate_objective(objective)
-    if rtol is None:
-        return tuple(t for t in AUTO_RTOLS if objective == "entropy" or t >= MIN_MSE_RTOL)
-    if objective == "mse" and float(rtol) < MIN_MSE_RTOL:
-        raise ValueError(
-            f"rtol={rtol} is below {MIN_MSE_RTOL} for objective='mse' (its optimiser cannot resolve "
-            "directions that small in float64); use a larger rtol or objective='entropy'"
-        )
-    return (float(rtol),)
-
-
 #: Relative inflation of the exact sampler's sensitivity (noise std 9e-10 larger) so that the shift
 #: recomputed from the rescaled whitening matrix, with its own rounding, stays within the bound.
 WHITENING_SLACK = 1.0 + 2.0**-30
@@ -216,6 +163,20 @@ class _Noise(NamedTuple):
     sensitivity: float  #: Mahalanobis sensitivity against ``factor`` (with the safety factors)
     certificate: Any  #: the optimiser's certificate
     solved: tf.Tensor  #: [r, n] ``factor^{-1} vectors``: the whitened sensitivity vectors
+
+
+def safe_sensitivity(data_sensitivity, norm2, condition):
+    """The Mahalanobis sensitivity ``d sqrt(max_i ||F^{-1} v_i||^2)`` of a noise factor with condition
+    number ``condition``, inflated for rounding (:data:`SENSITIVITY_SAFETY`, :data:`ROUNDING_SAFETY`):
+    the one formula of every cloaking release, in memory, compiled or streamed. Graph-safe."""
+    return data_sensitivity * tf.sqrt(tf.cast(norm2, tf.float64)) * (SENSITIVITY_SAFETY + ROUNDING_SAFETY * condition)
+
+
+def check_noise_condition(condition: float) -> None:
+    """Refuses (``FloatingPointError``) a noise factor whose condition number exceeds
+    :data:`MAX_NOISE_CONDITION`: its rounding could leak along the weakest directions."""
+    if not condition <= MAX_NOISE_CONDITION:
+        raise FloatingPointError(f"condition number {condition:.3g}: " + _CONDITION_MESSAGE.format(MAX_NOISE_CONDITION))
 
 
 @check_shapes("vectors: [r, n]", "singular_values: [r]")
@@ -236,9 +197,8 @@ def noise_in_space(vectors, singular_values, data_sensitivity, tol, max_iter, de
     condition = sv[0] / sv[-1]
     # The sensitivity of the released r-vector against the factor actually used (scaled coordinates:
     # ||F^{-1} diag(scale) beta_i|| == ||(diag(1/scale) F)^{-1} beta_i||, so nothing is lost).
-    safety = SENSITIVITY_SAFETY + ROUNDING_SAFETY * condition
     solved, norm2 = mahalanobis_terms(factor, scaled)
-    sensitivity = data_sensitivity * tf.sqrt(norm2) * safety
+    sensitivity = safe_sensitivity(data_sensitivity, norm2, condition)
     return factor / scale[:, None], sensitivity, condition, gap, rel, iters, support, solved
 
 
@@ -255,11 +215,10 @@ def _cloaking_noise(space: ColumnSpace, objective: str, d: float, tol: float, ma
     (one compiled call); refuses a factor whose rounding could leak (``FloatingPointError``)."""
     factor, sensitivity, condition, gap, rel, iters, support, solved = NOISE_SOLVERS[objective](
         space.vectors, space.singular_values, tf.constant(float(d), tf.float64), tf.constant(float(tol), tf.float64),
-        tf.constant(int(max_iter), tf.int32), tf.constant(int(cloaking.DENSE_POINTS), tf.int32),
-        tf.constant(float(cloaking.DUPLICATE_RTOL), tf.float64))
+        tf.constant(int(max_iter), tf.int32), tf.constant(int(working_set.DENSE_POINTS), tf.int32),
+        tf.constant(float(working_set.DUPLICATE_RTOL), tf.float64))
     condition, sensitivity = float(condition), float(sensitivity)
-    if not condition <= MAX_NOISE_CONDITION:
-        raise FloatingPointError(f"condition number {condition:.3g}: " + _CONDITION_MESSAGE.format(MAX_NOISE_CONDITION))
+    check_noise_condition(condition)
     if not math.isfinite(sensitivity):
         raise FloatingPointError("the sensitivity is not finite: the noise covariance is singular")
     return _Noise(factor, sensitivity, certificate_of(objective, gap, rel, tol, iters, support), solved)
@@ -387,8 +346,7 @@ class NoisePlan:
         left, right = (C[0], C[1]) if isinstance(C, (tuple, list)) else (C, C)  # C = A B, or C itself
         self.k, self.n = int(np.shape(left)[0]), int(np.shape(right)[1])
         self._C = C
-        self._single = len(rtols) == 1
-        self._spaces: Iterator[ColumnSpace] = column_spaces(C, rtols)
+        self._spaces: List[ColumnSpace] = list(column_spaces(C, rtols))  # nested views of one factorisation
         self._candidates: List[list] = []  # per candidate rank: [space, bias bound, bias ratio, noise]
         self._objective, self._d = objective, float(data_sensitivity)
         self._tol, self._max_iter = float(tol), int(max_iter)
@@ -400,15 +358,13 @@ class NoisePlan:
                              max_iter=int(max_iter))
 
     def _candidate(self, i: int):
-        while len(self._candidates) <= i:
-            space = next(self._spaces, None)
-            if space is None:
-                return None
+        while len(self._candidates) <= i:  # the projection terms of each space, when first asked for
+            space = self._spaces[len(self._candidates)]
             l1, largest = projection_rows(self._C, space)
             if self._rounding is None:
                 self._rounding = bias_rounding(l1, largest, self._output_bound)
             ratio, bias = projection_bias(l1, largest, self._output_bound, self._d, self._rounding)
-            self._candidates.append([space, float(bias), float(ratio), None])
+            self._candidates.append([space, bias, ratio, None])
         return self._candidates[i]
 
     def _solve(self, space: ColumnSpace):
@@ -420,22 +376,15 @@ class NoisePlan:
     def choose(self, multiplier: float) -> Tuple[ColumnSpace, _Noise, float]:
         """The column space, the (unit-multiplier) noise and the largest worst-case projection bias of
         a release with ``multiplier``."""
-        i, chosen = 0, None
-        while True:
-            cand = self._candidate(i)
-            if cand is None:
-                break
-            chosen = cand
-            if self._single or bool(projection_is_harmless(cand[2], multiplier)):
-                break
-            i += 1
-        if chosen is None:  # a matrix with no candidate space (column_spaces refuses a zero C first)
+        if not self._spaces:  # a matrix with no candidate space (column_spaces refuses a zero C first)
             raise ValueError("the cloaking matrix has no column space to release in")
+        i, _, _ = first_harmless(lambda i: tuple(self._candidate(int(i))[2:0:-1]), len(self._spaces), multiplier)
+        chosen = self._candidates[int(i)]
         if chosen[3] is None:  # solved cold: the noise depends on C and the settings alone
             chosen[3] = self._solve(chosen[0])
         if isinstance(chosen[3], FloatingPointError):
             raise FloatingPointError(str(chosen[3]))
-        return chosen[0], chosen[3], chosen[1]
+        return chosen[0], chosen[3], float(chosen[1])
 
     def noise_std(self, multiplier: float) -> np.ndarray:
         """The release's ``noise_std`` (k) at ``multiplier``; raises where the release would."""

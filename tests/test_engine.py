@@ -241,7 +241,7 @@ def test_repeated_releases_of_new_shapes_do_not_retrace_the_compiled_stages():
     signatures: once traced, releases of other sizes trace nothing new."""
     from dpgp_gpflow import cloaking, release
 
-    stages = (release.NOISE_SOLVERS["mse"], release._whitening, cloaking._projection_block)
+    stages = (release.NOISE_SOLVERS["mse"], release._whitening, cloaking.space._projection_block)
 
     def one(n, k, seed):
         C, y = problem(n, k, seed)

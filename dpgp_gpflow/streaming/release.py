@@ -26,19 +26,11 @@ from sklearn.cluster import MiniBatchKMeans
 
 from .. import sampling
 from ..accounting import PrivacyAccountant, reserve
-from ..cloaking import DEFAULT_TOL, row_norms
+from ..cloaking import DEFAULT_TOL, candidate_rtols, first_harmless, row_norms
+from ..cloaking.rank import bias_rounding, projection_bias
 from ..contract import check_release_hyperparameters
 from ..pipeline import reference_coordinates
-from ..release import (
-    MAX_NOISE_CONDITION,
-    ROUNDING_SAFETY,
-    SENSITIVITY_SAFETY,
-    bias_rounding,
-    candidate_rtols,
-    projection_bias,
-    projection_is_harmless,
-    release_request,
-)
+from ..release import check_noise_condition, release_request, safe_sensitivity
 from ..released import PrivateFunction, PrivatePrediction, PrivateRelease
 from ..validation import as_inputs, require_float64
 from .chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks
@@ -150,7 +142,7 @@ def release_function(
         cmap = streamed_map(model, source, chunk_size=chunk_size, reference_inputs=reference_inputs)
         # output_bound: set on the terms by streamed_map from the chunks' summaries
         d, b = float(model.data_sensitivity), float(cmap.terms.output_bound)  # type: ignore[attr-defined]
-        space, bias_bound, coordinate_max = _choose_space(cmap, rtols, multiplier, d, b, single=len(rtols) == 1)
+        space, bias_bound, coordinate_max = _choose_space(cmap, rtols, multiplier, d, b)
         basis = space.basis.numpy()  # [m, r]
         s = space.singular_values.numpy()
         scale = 1.0 / s if objective == "entropy" else np.full(s.shape, 1.0 / s[0])
@@ -161,13 +153,11 @@ def release_function(
         factor_u = factor_s / scale[:, None]  # [r, r] in basis coordinates
         sv = np.linalg.svd(factor_u, compute_uv=False)
         condition = float(sv[0] / sv[-1])
-        if not condition <= MAX_NOISE_CONDITION:
-            raise FloatingPointError(f"the noise covariance has condition number {condition:.3g} > "
-                                     f"{MAX_NOISE_CONDITION:.0e}: this release cannot be guaranteed; use a larger rtol")
+        check_noise_condition(condition)
         qmax, w_largest, w_total = sensitivities(cmap, basis, factor_s, scale, factor_u)
         if not math.isfinite(qmax):
             raise FloatingPointError("the sensitivity is not finite: the noise covariance is singular")
-        noise_sensitivity = d * math.sqrt(qmax) * (SENSITIVITY_SAFETY + ROUNDING_SAFETY * condition)
+        noise_sensitivity = float(safe_sensitivity(d, qmax, condition))
         # the outputs are read here, once, chunk by chunk (clipped first): z = W y
         sensitivity, z = whitened_query(cmap, basis, factor_u, noise_sensitivity, (w_largest, w_total), multiplier,
                                         d, b)
@@ -191,20 +181,15 @@ def release_function(
     return function_type(rel, cmap.terms.readout(cmap.factors), cmap.factors.R)
 
 
-def _choose_space(cmap: StreamedMap, rtols, multiplier: float, d: float, b: float, single: bool):
-    """The rank rule of :class:`~dpgp_gpflow.release.NoisePlan` (public): the first candidate space whose
+def _choose_space(cmap: StreamedMap, rtols, multiplier: float, d: float, b: float):
+    """The rank rule (:func:`~dpgp_gpflow.cloaking.first_harmless`, public): the first candidate space whose
     worst-case projection bias is below ``BIAS_FRACTION`` of the least noise its values could carry.
     Also returns :func:`~dpgp_gpflow.streaming.solver.projection_rows`' largest coordinates."""
     spaces = column_spaces(cmap, rtols)
     rows, coordinate_max = projection_rows(cmap, spaces)
     rounding = bias_rounding(*rows[0], b)
-    chosen = None
-    for space, (l1, largest) in zip(spaces, rows):
-        ratio, bias = projection_bias(l1, largest, b, d, rounding)
-        chosen = (space, float(bias), coordinate_max)
-        if single or bool(projection_is_harmless(ratio, multiplier)):
-            break
-    return chosen
+    i, _, bias = first_harmless(lambda i: projection_bias(*rows[int(i)], b, d, rounding), len(spaces), multiplier)
+    return spaces[int(i)], float(bias), coordinate_max
 
 
 def predict(function: PrivateFunction, Xnew: Any, chunk_size: int = DEFAULT_CHUNK_SIZE) -> PrivatePrediction:

@@ -8,18 +8,11 @@ the chunk's public inputs by :class:`~dpgp_gpflow.streaming.terms.ChunkTerms`):
 * the column space: the R factor of a tall-skinny QR of ``C^T`` (stacked chunk R factors), whose
   SVD has the singular values and left vectors of ``C`` (no Gram matrix: no squared condition number);
 * the rank rule's per-row l1 bias and largest projected entry: sums and maxima over chunks;
-* the optimiser's working-set loop, step for step as
-  :func:`dpgp_gpflow.cloaking.optimise_noise_covariance` runs it: the leverages ``q_i``, the
-  duality-gap certificate and the most violated points (among which each round's violators are
-  spread, :func:`~dpgp_gpflow.cloaking.spread_violators`) are reduced over chunks; only the working set's
-  columns (r x |work|) are held; the restricted solve is the same compiled one
-  (:func:`~dpgp_gpflow.cloaking.restricted_dual_solve`), and identical columns are found by the same
-  64-bit hash of their rounded coordinates (:func:`~dpgp_gpflow.cloaking.column_hashes`). One
-  departure, only about *where* the working set starts: the r pivoted-QR columns are chosen among
-  the largest columns and the highest-leverage ones, with more candidates (up to
-  ``PIVOT_CANDIDATES_MAX``) until the last pivot's residual exceeds every other column's norm,
-  which makes the choice that of all columns (reported in ``stats["pivots_exact"]``). The
-  certificate is over all columns either way;
+* the noise optimiser: the columns are a provider (:class:`StreamedColumns`) of the one working-set
+  loop (:func:`dpgp_gpflow.cloaking.working_set.solve_noise`, the in-memory optimiser's): each pass
+  (leverages ``q_i``, the certificate, the most violated points) is a reduction over chunks, and only
+  the working set's columns (r x |work|) are held. Only where the loop starts is the streamed
+  release's own (a public subsample's solution on very long inputs; pivots among candidates);
 * the sensitivity against the noise actually used, and the whitened query of the exact sampler:
   maxima and sums over chunks.
 
@@ -39,21 +32,16 @@ import tensorflow as tf
 from .. import cloaking
 from .. import linalg
 from ..cloaking import (
-    DUPLICATE_RTOL,
-    PRUNE_LEVERAGE,
-    PRUNE_MIN_POINTS,
-    PRUNE_TOL,
-    VIOLATOR_CANDIDATES,
     ColumnSpace,
     NoiseCovariance,
-    OptimiserCertificate,
-    best_uniform_weight,
+    Violators,
+    WorkingSet,
+    certificate_of,
     column_hashes,
-    inverse_scale,
     pivot_columns,
-    restricted_dual_solve,
-    spread_violators,
+    working_set,
 )
+from ..cloaking.working_set import DUPLICATE_RTOL
 from ..release import WHITENING_SLACK, check_whitened_shift, shift_bound_of_norms
 from ..sampling import GRID_EXPONENT, gaussian_grid_factor
 from .chunks import ChunkSource
@@ -158,7 +146,7 @@ def projection_rows(cmap: StreamedMap, spaces: List[ColumnSpace]) -> Tuple[List[
                                   [int(sp.basis.shape[1]) for sp in spaces])
 
 
-# -- the noise optimiser ------------------------------------------------------------------------
+# -- the noise optimiser: the columns as a provider of the one working-set loop ----------------------
 
 
 def _top(parts: Tuple[np.ndarray, np.ndarray, np.ndarray], k: int):
@@ -212,38 +200,12 @@ def _select_combine(k_lev, k_norm):
     return lambda a, b: (_top(_cat(a[0], b[0]), k_lev), _top(_cat(a[1], b[1]), k_norm))
 
 
-def _dual(cols: np.ndarray, weights: np.ndarray, objective: str):
-    """Eigen-decomposition of ``S = cols diag(weights) cols^T`` (the in-memory ``_dual_terms``)."""
-    vectors = tf.constant(cols)
-    S = tf.linalg.matmul(vectors * tf.constant(weights)[None, :], vectors, transpose_b=True)
-    S = 0.5 * (S + tf.transpose(S))
-    w, V = tf.linalg.eigh(S)
-    w = tf.maximum(w, tf.reduce_max(w) * 1e-300 + 1e-300)
-    return w.numpy(), V.numpy(), inverse_scale(w, objective).numpy()
-
-
-def _leverages(V: tf.Tensor, eigvecs: np.ndarray, inv_scale: np.ndarray) -> np.ndarray:
-    P = tf.linalg.matmul(tf.constant(eigvecs), V, transpose_a=True)
-    return tf.reduce_sum(P * P * tf.constant(inv_scale)[:, None], axis=0).numpy()
-
-
-def _gap(w: np.ndarray, qmax: float, total: float, objective: str) -> Tuple[float, float]:
-    """Duality gap and relative gap (the in-memory ``cloaking._gap``)."""
-    r = float(w.size)
-    if objective == "entropy":
-        eps = qmax * total / r - 1.0
-        gap = r * math.log1p(max(eps, -0.5))
-        return gap, gap / r
-    trace = float(np.sum(np.sqrt(w)))
-    eps = qmax * total / trace - 1.0
-    return eps * trace * trace / total, eps
-
-
-def _certificate_chunk(X, start, terms, factors, T, excluded, eigvecs, inv_scale, keep, k):
+def _violators_chunk(X, start, terms, factors, T, excluded, eigvecs, inv_scale, keep, k):
     V = _columns(X, terms, factors, T)
     c = int(V.shape[1])
     idx = np.arange(start, start + c)
-    q = _leverages(V, eigvecs, inv_scale)
+    P = tf.linalg.matmul(tf.constant(eigvecs), V, transpose_a=True)
+    q = tf.reduce_sum(P * P * tf.constant(inv_scale)[:, None], axis=0).numpy()
     part = _excluded_mask(start, c, excluded)
     qmax = float(np.max(q[part])) if part.any() else -np.inf
     if k == 0:
@@ -252,7 +214,7 @@ def _certificate_chunk(X, start, terms, factors, T, excluded, eigvecs, inv_scale
     return qmax, _top((idx[outside], q[outside], V.numpy()[:, outside]), k)
 
 
-def _certificate_combine(k):
+def _violators_combine(k):
     return lambda a, b: (max(a[0], b[0]), _top(_cat(a[1], b[1]), k))
 
 
@@ -271,40 +233,39 @@ def _gather_combine(a, b):
     return np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]], axis=1), np.concatenate([a[2], b[2]])
 
 
-class _Work:
-    """The working set: sorted global indices, their columns (r x |work|) and weights."""
+class StreamedColumns:
+    """The vectors ``T C_i`` (r x n, never formed) as a :class:`~dpgp_gpflow.cloaking.ColumnProvider`:
+    every pass is a reduction over the chunks of ``cmap`` (local or Dask), holding one chunk's columns
+    at a time. The columns ``excluded`` (sorted global indices: duplicates of earlier ones) take no part.
+    Called eagerly, so the working-set loop runs as a Python loop over these passes. Public."""
 
-    def __init__(self, idx: np.ndarray, cols: np.ndarray, weights: np.ndarray) -> None:
-        order = np.argsort(idx, kind="stable")
-        self.idx, self.cols, self.weights = idx[order], cols[:, order], weights[order]
+    def __init__(self, cmap: StreamedMap, T: np.ndarray, excluded: np.ndarray, stats: Dict[str, Any]) -> None:
+        self.cmap, self.T, self.excluded, self.stats = cmap, T, excluded, stats
 
-    def subset(self, mask: np.ndarray) -> "_Work":
-        return _Work(self.idx[mask], self.cols[:, mask], self.weights[mask])
+    def _map(self, chunk, combine, *args):
+        return self.cmap.source.map_inputs(chunk, combine, self.cmap.terms, self.cmap.factors, self.T, *args)
 
+    def count(self) -> tf.Tensor:
+        return tf.constant(self.cmap.source.n - int(self.excluded.size), tf.int32)
 
-def _solve_on_working_sets(cmap: StreamedMap, T: np.ndarray, objective: str, tol: float, max_iter: int,
-                           excluded: np.ndarray, stats: Dict[str, Any], start: Optional[_Work] = None):
-    """The in-memory working-set loop (``cloaking._solve_on_working_sets``) over the chunks; returns the
-    final working set (its weights are the solution; every other point has weight 0), the steps, and
-    the certificate pass of those weights (``(w, eigvecs, inv_scale, qmax)`` over every column not
-    ``excluded``) if the loop ended on one, else None.
-    ``start``: the working set of a warm start (e.g. a subsample's solution), solved to ``tol``
-    from the first round."""
-    r = int(T.shape[0])
-    n = cmap.source.n
-    n_part = n - int(excluded.size)
-    if start is not None:
-        work = start
-    elif n_part <= cloaking.DENSE_POINTS:
-        wanted = np.setdiff1d(np.arange(n), excluded)
-        idx, cols, _ = cmap.source.map_inputs(_gather_chunk, _gather_combine, cmap.terms, cmap.factors, T, wanted)
-        work = _Work(idx, cols, np.zeros(idx.size))
-    else:
-        G = cmap.source.map_inputs(_gram_chunk, _gram_combine, cmap.terms, cmap.factors, T, excluded)["G"]
-        k_lev, k_norm = max(4 * r, 500), max(8 * r, PIVOT_CANDIDATES) + 1
+    def gather(self, wanted: np.ndarray, rowmax: Optional[np.ndarray] = None):
+        """The columns ``wanted`` (sorted global indices) and, with ``rowmax``, every column's duplicate hash."""
+        return self._map(_gather_chunk, _gather_combine, wanted, rowmax)
+
+    def start(self, rank) -> Tuple[tf.Tensor, tf.Tensor]:
+        """:meth:`ColumnProvider.start`. The r pivoted columns are chosen among the largest columns and
+        those of largest leverage, with more candidates (up to ``PIVOT_CANDIDATES_MAX``) until the last
+        pivot's residual exceeds every other column's norm, which makes the choice that of all columns
+        (reported in ``stats["pivots_exact"]``)."""
+        r, n = int(rank), self.cmap.source.n
+        if n - int(self.excluded.size) <= working_set.DENSE_POINTS:
+            idx, cols, _ = self.gather(np.setdiff1d(np.arange(n), self.excluded))
+            return tf.constant(idx, tf.int32), tf.constant(cols)
+        G = self._map(_gram_chunk, _gram_combine, self.excluded)["G"]
+        k_lev, k_norm = int(working_set._start_size(r, n)), max(8 * r, PIVOT_CANDIDATES) + 1
         while True:  # more candidates until the pivots are provably those of all columns (or the cap)
-            lev_top, norm_top = cmap.source.map_inputs(_select_chunk, _select_combine(k_lev, k_norm), cmap.terms,
-                                                       cmap.factors, T, excluded, G, k_lev, k_norm)
+            lev_top, norm_top = self._map(_select_chunk, _select_combine(k_lev, k_norm), self.excluded, G, k_lev,
+                                          k_norm)
             cand_idx, pos = np.unique(np.concatenate([norm_top[0][:-1], lev_top[0]]), return_index=True)
             cand_cols = np.concatenate([norm_top[2][:, :-1], lev_top[2]], axis=1)[:, pos]
             pivots, picked = (x.numpy() for x in pivot_columns(cand_cols, r))
@@ -313,64 +274,29 @@ def _solve_on_working_sets(cmap: StreamedMap, T: np.ndarray, objective: str, tol
             if exact or k_norm > PIVOT_CANDIDATES_MAX:
                 break
             k_norm = 4 * (k_norm - 1) + 1
-        stats["pivots_exact"] = exact
+        self.stats["pivots_exact"] = exact
         chosen = np.union1d(lev_top[0], cand_idx[pivots[:r]])
-        where = np.searchsorted(cand_idx, chosen)
-        work = _Work(chosen, cand_cols[:, where], np.zeros(chosen.size))
-    if start is None:
-        work.weights[:] = best_uniform_weight(tf.constant(work.cols), objective)
-    loose = start is None and work.idx.size > max(3 * r, PRUNE_MIN_POINTS)
-    stage_tol = max(tol, PRUNE_TOL) if loose else tol
-    total_iters, certified, fresh = 0, None, True
-    for _ in range(50):
-        w_sub = np.maximum(work.weights, 1e-12 * r / work.idx.size)
-        remaining = max(max_iter - total_iters, 1)
-        w_sub, its, met = restricted_dual_solve(tf.constant(work.cols), tf.constant(w_sub), objective, stage_tol,
-                                                remaining, primal_dual=fresh)
-        total_iters += int(its)
-        work.weights = w_sub.numpy()
-        if work.idx.size == n_part and stage_tol <= tol and bool(met):
-            break  # the restricted certificate is the full one here
-        w, eigvecs, inv_scale = _dual(work.cols, work.weights, objective)
-        q_work = _leverages(tf.constant(work.cols), eigvecs, inv_scale)
-        wmax = work.weights.max()
-        if stage_tol > tol:
-            heavy = work.idx[np.argsort(-work.weights)[: 2 * r]]
-            keep = np.union1d(work.idx[(work.weights > 1e-3 * wmax) | (q_work > PRUNE_LEVERAGE)], heavy)
-        else:
-            keep = work.idx[work.weights > 1e-10 * wmax]
-        k = VIOLATOR_CANDIDATES * r
-        qmax, viol = cmap.source.map_inputs(_certificate_chunk, _certificate_combine(k), cmap.terms, cmap.factors,
-                                            T, excluded, eigvecs, inv_scale, keep, k)
-        picked = spread_violators((eigvecs.T @ viol[2]) * np.sqrt(inv_scale)[:, None], r).numpy()
-        viol = (viol[0][picked], viol[1][picked], viol[2][:, picked])
-        stats["rounds"] = stats.get("rounds", 0) + 1
-        _, rel = _gap(w, qmax, float(np.sum(work.weights)), objective)
-        if rel <= tol or total_iters >= max_iter:
-            certified = (w, eigvecs, inv_scale, qmax)
-            break
-        stage_tol = tol
-        fresh = viol[0].size == 0  # primal-dual unless violators were just added at a guessed weight
-        if fresh and keep.size == work.idx.size:
-            continue
-        kept = work.subset(np.isin(work.idx, keep))
-        work = _Work(np.concatenate([kept.idx, viol[0]]), np.concatenate([kept.cols, viol[2]], axis=1),
-                     np.concatenate([kept.weights, np.full(viol[0].size, 1e-3 * wmax)]))
-    return work, total_iters, certified
+        return tf.constant(chosen, tf.int32), tf.constant(cand_cols[:, np.searchsorted(cand_idx, chosen)])
 
-
-def _certify(cmap: StreamedMap, T: np.ndarray, work: _Work, objective: str):
-    """The certificate pass over every column: ``(w, eigvecs, inv_scale, qmax)`` of the working set's weights."""
-    w, eigvecs, inv_scale = _dual(work.cols, work.weights, objective)
-    qmax, _ = cmap.source.map_inputs(_certificate_chunk, _certificate_combine(0), cmap.terms, cmap.factors, T,
-                                     np.zeros(0, int), eigvecs, inv_scale, np.zeros(0, int), 0)
-    return w, eigvecs, inv_scale, qmax
+    def violators(self, eigenvectors, inverse_scales, keep, count) -> Violators:
+        k = int(count)
+        if k:
+            self.stats["rounds"] = self.stats.get("rounds", 0) + 1
+        largest, (idx, q, cols) = self._map(_violators_chunk, _violators_combine(k), self.excluded,
+                                            np.asarray(eigenvectors), np.asarray(inverse_scales), np.asarray(keep), k)
+        return Violators(tf.constant(largest, tf.float64), tf.constant(idx, tf.int32), tf.constant(q, tf.float64),
+                         tf.constant(cols.reshape(self.T.shape[0], -1), tf.float64))
 
 
 def optimise_noise_covariance(cmap: StreamedMap, T: np.ndarray, objective: str, *, tol: float,
                               max_iter: int = 2000, stats: Optional[Dict[str, Any]] = None,
                               rowmax: Optional[np.ndarray] = None) -> NoiseCovariance:
-    """:func:`dpgp_gpflow.cloaking.optimise_noise_covariance` of the vectors ``T C`` (r x n, never formed).
+    """:func:`dpgp_gpflow.cloaking.optimise_noise_covariance` of the vectors ``T C`` (r x n, never formed):
+    the same loop and certificate (:func:`dpgp_gpflow.cloaking.working_set.solve_noise`) over
+    :class:`StreamedColumns`. Only *where* the loop starts is the streamed release's own: above
+    ``COARSE_FACTOR * COARSE_ROWS`` columns, from the solution on a public subsample (every k-th row,
+    recursively); and duplicates are found by one pass of 64-bit hashes
+    (:func:`~dpgp_gpflow.cloaking.column_hashes`).
 
     ``T`` (r x m) is public: the scaled basis of the chosen column space. ``rowmax``: ``max_i |T C_i|``
     per row if known (e.g. from :func:`projection_rows`; else one more pass), the scale of the
@@ -379,46 +305,41 @@ def optimise_noise_covariance(cmap: StreamedMap, T: np.ndarray, objective: str, 
     was exact. Public.
     """
     stats = {} if stats is None else stats
-    n = cmap.source.n
+    n, r = cmap.source.n, int(T.shape[0])
+    every = StreamedColumns(cmap, T, np.zeros(0, dtype=int), stats)
     if rowmax is None:
-        rowmax = cmap.source.map_inputs(_gram_chunk, _gram_combine, cmap.terms, cmap.factors, T, np.zeros(0, int))["rowmax"]
+        rowmax = every._map(_gram_chunk, _gram_combine, np.zeros(0, int))["rowmax"]
     usable = bool(np.all(np.isfinite(rowmax)) and np.all(rowmax > 0.0))
-    start, total_iters, wanted = None, 0, np.zeros(0, dtype=int)
+    start, steps, wanted = None, 0, np.zeros(0, dtype=int)
     if n > COARSE_FACTOR * COARSE_ROWS:  # grow the working set on a public subsample first
         step = min(COARSE_STEP, n // COARSE_ROWS)  # one level per factor COARSE_STEP, down to COARSE_ROWS
         coarse = optimise_noise_covariance(cmap._replace(source=cmap.source.every(step)), T, objective, tol=tol,
                                            max_iter=max_iter, stats=stats.setdefault("coarse", {}))
-        total_iters = coarse.certificate.iterations
+        steps = coarse.certificate.iterations
         wanted = coarse.weights[0].numpy() * step
     excluded = np.zeros(0, dtype=int)
     if usable or wanted.size:
         # one pass: every column's duplicate hash (identical columns carry identical constraints: solve
         # over one representative of each) and the start's columns
-        idx, cols, hashes = cmap.source.map_inputs(_gather_chunk, _gather_combine, cmap.terms, cmap.factors, T,
-                                                   wanted, rowmax if usable else None)
+        idx, cols, hashes = every.gather(wanted, rowmax if usable else None)
         excluded = _duplicates(hashes, n)
         if wanted.size:
             kept = ~np.isin(idx, excluded)
-            start = _Work(idx[kept], cols[:, kept], coarse.weights[1].numpy()[np.searchsorted(wanted, idx[kept])])
+            start = WorkingSet(tf.constant(idx[kept], tf.int32), tf.constant(cols[:, kept]),
+                               tf.constant(coarse.weights[1].numpy()[np.searchsorted(wanted, idx[kept])]))
     stats["distinct"] = n - int(excluded.size)
-    work, more, certified = _solve_on_working_sets(cmap, T, objective, tol, max_iter - total_iters, excluded, stats,
-                                                   start)
-    total_iters += more
-    if certified is None or excluded.size:  # the loop's last pass did not cover every column
-        certified = _certify(cmap, T, work, objective)
-    w, eigvecs, inv_scale, qmax = certified
-    gap, rel = _gap(w, qmax, float(np.sum(work.weights)), objective)
-    if rel > tol and excluded.size and total_iters < max_iter:  # the merge was too coarse: all columns
-        work, more, _ = _solve_on_working_sets(cmap, T, objective, tol, max_iter - total_iters, np.zeros(0, int), stats)
-        total_iters += more
-        w, eigvecs, inv_scale, qmax = _certify(cmap, T, work, objective)
-        gap, rel = _gap(w, qmax, float(np.sum(work.weights)), objective)
-    scales = np.sqrt(w * qmax) if objective == "entropy" else np.sqrt(np.sqrt(w) * qmax)
-    certificate = OptimiserCertificate(objective=objective, gap=float(gap), relative_gap=float(rel), tol=float(tol),
-                                       iterations=total_iters, converged=bool(rel <= tol),
-                                       support=int(np.sum(work.weights > 1e-8 * work.weights.max())))
-    weights = (tf.constant(work.idx), tf.constant(work.weights))
-    return NoiseCovariance(tf.constant(eigvecs), tf.constant(scales), weights, certificate)
+    distinct = StreamedColumns(cmap, T, excluded, stats) if excluded.size else every
+    warm = start is not None
+    if start is None:
+        start = working_set.cold_start(distinct, tf.constant(r), objective)
+    solution = working_set.solve_noise(distinct, every, start, tf.constant(warm), objective,
+                                       tf.constant(float(tol), tf.float64), tf.constant(int(max_iter - steps)),
+                                       same=not excluded.size)
+    weights = solution.work.weights.numpy()
+    certificate = certificate_of(objective, solution.gap, solution.relative_gap, tol, steps + int(solution.iterations),
+                                 int(np.sum(weights > 1e-8 * weights.max())))
+    return NoiseCovariance(solution.eigenvectors, solution.scales,
+                           (tf.cast(solution.work.indices, tf.int64), solution.work.weights), certificate)
 
 
 def _duplicates(hashes: np.ndarray, n: int) -> np.ndarray:

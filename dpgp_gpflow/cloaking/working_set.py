@@ -1,0 +1,408 @@
+"""The noise optimiser's working-set loop and the choice of its columns (docs/mechanisms.md#noise-optimiser).
+
+The dual has one weight per training point, but its solution is supported on few points: the
+loop (:func:`solve_on_working_sets`) solves restricted problems (:mod:`.dual`) on a working set and
+certifies over every column with one pass. The columns come from a :class:`ColumnProvider`: a dense
+tensor here (:class:`DenseColumns`), chunks recomputed from public inputs in
+:mod:`dpgp_gpflow.streaming.solver`. The loop and :func:`solve_noise` around it are written once,
+for both. Privacy assumption: none; everything here is a function of the public sensitivity vectors.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Optional, Protocol, Tuple
+
+import numpy as np
+import tensorflow as tf
+from check_shapes import check_shapes
+
+from .dual import (
+    COUNT_SPEC,
+    MATRIX_SPEC,
+    REAL_SPEC,
+    RESTRICTED_SOLVERS,
+    _barrier_newton_impl,
+    _best_uniform_weight,
+    _dual_terms,
+    _gap,
+    inverse_scale,
+)
+
+#: Working-set solves are used when there are more training points than this.
+DENSE_POINTS = 500
+#: Relative gap of the first, loose stage before points far from the support are pruned.
+PRUNE_TOL = 1e-2
+#: Working sets up to this size are solved in one stage (pruning would not pay for a restart).
+PRUNE_MIN_POINTS = 300
+#: Sensitivity vectors whose coordinates agree to this (relative to the largest entry of each
+#: coordinate, so that rounding amplified in weak directions is absorbed) are merged.
+DUPLICATE_RTOL = 1e-8
+#: Most working-set rounds of one solve.
+MAX_ROUNDS = 50
+#: After the loose stage, points whose leverage exceeds this stay in the working set (lower keeps more:
+#: points near active at the loose optimum tend to be active at the tight one, and re-adding them costs rounds).
+PRUNE_LEVERAGE = 0.5
+
+#: Each round adds r violators, spread (:func:`spread_violators`) among this many times r of the most
+#: violated: the top r alone are near-copies of one another where the optimum's support is wide
+#: (thousands of near-active points at r = 200), and need one round per region.
+VIOLATOR_CANDIDATES = 10
+#: ... stopping once every remaining candidate lies within this (whitened) distance of the span of
+#: those picked: a violator's whitened vector has norm sqrt(q_i) > 1, so a smaller residual is mostly
+#: a direction already added (and below about 1e-8 the choice would be rounding noise).
+SPREAD_RESIDUAL = 0.3
+
+
+
+#: Seed of the fixed odd multipliers of the duplicate keys' 64-bit hash (a public constant).
+HASH_SEED = 20181
+
+
+def column_hashes(vectors: tf.Tensor, rowmax: tf.Tensor, rtol: tf.Tensor) -> tf.Tensor:
+    """64-bit hashes ([n], uint64) of the columns' duplicate keys: coordinates rounded to ``rtol`` times
+    each coordinate's largest entry ``rowmax`` ([r]). A multilinear hash with fixed odd multipliers,
+    in modular (unsigned) arithmetic, so equal keys hash equally in any summation order or chunking.
+    Graph-safe. Public: the vectors only."""
+    keys = tf.round(vectors / (rowmax[:, None] * rtol)) + 0.0  # + 0.0 turns -0.0 into 0.0
+    bits = tf.bitcast(tf.cast(keys, tf.int64), tf.uint64)  # [r, n]
+    odd = tf.bitwise.bitwise_or(tf.random.stateless_uniform(
+        tf.shape(vectors)[:1], seed=[HASH_SEED, 0], minval=None, maxval=None, dtype=tf.uint64), tf.constant(1, tf.uint64))
+    h = tf.reduce_sum(bits * odd[:, None], axis=0)
+    return tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, tf.constant(29, tf.uint64)))
+
+
+def _distinct_columns_impl(vectors: tf.Tensor, rtol: tf.Tensor) -> tf.Tensor:
+    scale = tf.reduce_max(tf.abs(vectors), axis=1)  # [r]
+    n = tf.shape(vectors)[1]
+    usable = tf.logical_and(tf.reduce_all(tf.math.is_finite(scale)), tf.reduce_all(scale > 0.0))
+
+    def merged():
+        _, group = tf.unique(column_hashes(vectors, scale, rtol), out_idx=tf.int32)
+        first = tf.math.unsorted_segment_min(tf.range(n), group, tf.reduce_max(group) + 1)
+        return tf.sort(first)
+
+    return tf.cond(usable, merged, lambda: tf.range(n))
+
+
+@tf.function(input_signature=[MATRIX_SPEC, REAL_SPEC], autograph=False)
+def _distinct_columns(vectors: tf.Tensor, rtol: tf.Tensor) -> tf.Tensor:
+    """Indices (sorted, [n']) of one representative of each group of numerically identical columns
+    (coordinates equal after rounding to ``rtol`` times each coordinate's largest entry; found by
+    :func:`column_hashes`: a collision merges columns that differ, which the certificate over all
+    columns catches)."""
+    return _distinct_columns_impl(vectors, rtol)
+
+
+def _indicator(indices: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
+    """Boolean of the shape of ``like`` ([n]), True at ``indices``."""
+    indices = tf.cast(indices, tf.int32)
+    return tf.tensor_scatter_nd_update(tf.zeros_like(like, dtype=tf.bool), indices[:, None],
+                                       tf.ones_like(indices, dtype=tf.bool))
+
+
+#: Column-pivoted Gram-Schmidt on a wide matrix works in blocks of this many times ``count`` candidates.
+PIVOT_CANDIDATES = 10
+
+
+def _pivot_columns(vectors: tf.Tensor, count: tf.Tensor):
+    """``count`` column indices chosen by column-pivoted Gram-Schmidt (Businger & Golub): each the
+    column with the largest residual after projecting out those chosen before, so that together
+    they span the leading directions of ``vectors``; and each pick's residual norm (non-increasing).
+
+    Blocked, so that a wide matrix is read once per block rather than rewritten per pick: a block
+    takes the ``PIVOT_CANDIDATES * count`` columns of largest residual norm (all columns when there
+    are no more), pivots among them on their exact residuals, and keeps picking while the pick's
+    residual is at least every other column's: the pick the unblocked method would make. The other
+    columns' residual norms are then downdated by one product with the block's new directions.
+    O(count r n) at worst, matrix products only.
+    """
+    r, n = tf.shape(vectors)[0], tf.shape(vectors)[1]
+    T = tf.minimum(PIVOT_CANDIDATES * tf.maximum(count, 1), n)
+    norms0 = tf.reduce_sum(vectors * vectors, axis=0)  # [n]
+    slack = 1e-12 * tf.reduce_max(norms0)  # the downdated norms' rounding
+    taken = tf.constant(-np.inf, vectors.dtype)
+
+    def block(j, norms, Qt, picks, sizes):
+        def largest():
+            top = tf.math.top_k(norms, k=T + 1)  # T < n here
+            return top.indices[:T], top.values[-1] + slack
+
+        cand, bound = tf.cond(T < n, largest, lambda: (tf.range(n), taken))
+        Vc = tf.gather(vectors, cand, axis=1)  # [r, T]
+        Rc = Vc - tf.linalg.matmul(Qt, tf.linalg.matmul(Qt, Vc), transpose_a=True)
+        Rc = Rc - tf.linalg.matmul(Qt, tf.linalg.matmul(Qt, Rc), transpose_a=True)  # twice is enough
+        j0 = j
+
+        def pick(i, j, Rc, Qt, picks, sizes, _):
+            cn = tf.reduce_sum(Rc * Rc, axis=0)  # [T]
+            a = tf.argmax(cn, output_type=tf.int32)
+            col = Rc[:, a]
+            size = tf.norm(col)
+            q = col / tf.maximum(size, 1e-300)
+            Rc = Rc - q[:, None] * tf.linalg.matvec(Rc, q, transpose_a=True)[None, :]
+            more = tf.reduce_max(tf.reduce_sum(Rc * Rc, axis=0)) >= bound
+            return (i + 1, j + 1, Rc, tf.tensor_scatter_nd_update(Qt, [[j]], q[None, :]),
+                    tf.tensor_scatter_nd_update(picks, [[j]], [cand[a]]),
+                    tf.tensor_scatter_nd_update(sizes, [[j]], [size]), more)
+
+        _, j, _, Qt, picks, sizes, _ = tf.while_loop(
+            lambda i, j, *rest: (j < count) & (i < T) & rest[-1], pick,
+            (tf.constant(0), j, Rc, Qt, picks, sizes, tf.constant(True)))
+        coeff = tf.linalg.matmul(Qt[j0:j], vectors)  # [b, n]: the new directions' components
+        norms = norms - tf.reduce_sum(coeff * coeff, axis=0)
+        norms = tf.tensor_scatter_nd_update(norms, picks[j0:j, None], tf.fill([j - j0], taken))
+        return j, norms, Qt, picks, sizes
+
+    _, _, _, picks, sizes = tf.while_loop(
+        lambda j, *_: j < count, block,
+        (tf.constant(0), norms0, tf.zeros(tf.stack([count, r]), vectors.dtype), tf.zeros([count], tf.int32),
+         tf.zeros([count], vectors.dtype)))
+    return picks, sizes
+
+
+_pivots = tf.function(_pivot_columns, input_signature=[MATRIX_SPEC, COUNT_SPEC], autograph=False)
+
+
+@check_shapes("vectors: [r, n]", "return[0]: [count]", "return[1]: [count]")
+def pivot_columns(vectors: tf.Tensor, count: int):
+    """Indices of ``count`` columns of ``vectors`` chosen by column-pivoted Gram-Schmidt (the working
+    set's spanning points) and each pick's residual norm; compiled. Public: the vectors only."""
+    return _pivots(tf.convert_to_tensor(vectors, tf.float64), tf.constant(int(count), tf.int32))
+
+
+def _spread_violators_impl(whitened: tf.Tensor, count: tf.Tensor) -> tf.Tensor:
+    count = tf.minimum(count, tf.shape(whitened)[1])
+    picks, sizes = _pivot_columns(whitened, count)
+    return tf.sort(tf.boolean_mask(picks, sizes >= SPREAD_RESIDUAL))
+
+
+_spread = tf.function(_spread_violators_impl, input_signature=[MATRIX_SPEC, COUNT_SPEC], autograph=False)
+
+
+@check_shapes("whitened: [r, c]", "return: [k]")
+def spread_violators(whitened: tf.Tensor, count: int) -> tf.Tensor:
+    """Positions (sorted) of at most ``count`` of ``c`` candidate violators to add to a working set,
+    chosen by column-pivoted Gram-Schmidt (:func:`_pivot_columns`) on their *whitened* vectors
+    ``diag(inverse_scale)^{1/2} V^T v_i`` (squared norms: the leverages ``q_i``): the most violated
+    first, then the one furthest from the span of those picked, and so on, until every remaining
+    candidate is within ``SPREAD_RESIDUAL`` of that span. Near-identical violators (neighbouring
+    inputs) are not added together, so one round repairs many regions; the stop keeps the choice off
+    rounding noise. Compiled. Public: vectors only.
+    """
+    return _spread(tf.convert_to_tensor(whitened, tf.float64), tf.constant(int(count), tf.int32))
+
+
+
+
+class WorkingSet(NamedTuple):
+    """Columns of the dual's restricted problem: their indices ([w], int32, as the provider numbers
+    them), the columns themselves ([r, w]) and their dual weights ([w]); every other column has weight 0."""
+
+    indices: tf.Tensor
+    columns: tf.Tensor
+    weights: tf.Tensor
+
+
+class Violators(NamedTuple):
+    """One pass over every column for the weights of a working set (eigen-decomposition of ``S``)."""
+
+    largest: tf.Tensor  #: [] ``max_i q_i`` over every column: the certificate's term
+    indices: tf.Tensor  #: [c] int32: the most violated columns (``q_i > 1``) outside ``keep``, at most ``count``
+    leverages: tf.Tensor  #: [c] their ``q_i``, largest first (ties: lower index first)
+    columns: tf.Tensor  #: [r, c] their vectors
+
+
+class ColumnProvider(Protocol):
+    """The sensitivity vectors ``v_i`` (r-vectors, as columns) the working-set loop reads: a dense tensor
+    (:class:`DenseColumns`), or chunks recomputed from public inputs
+    (:class:`dpgp_gpflow.streaming.solver.StreamedColumns`, local or Dask). Everything is public."""
+
+    def count(self) -> tf.Tensor:
+        """The number of columns taking part ([], int32)."""
+
+    def start(self, rank: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+        """The cold start's working set, indices ([w], int32) and columns ([r, w]): every column when there
+        are at most ``DENSE_POINTS``; else the ``max(4 r, 500)`` of largest leverage under unit weights
+        and ``r`` spanning ones chosen by column-pivoted Gram-Schmidt (:func:`pivot_columns`), so that
+        the restricted problem is well posed."""
+
+    def violators(self, eigenvectors: tf.Tensor, inverse_scales: tf.Tensor, keep: tf.Tensor,
+                  count: tf.Tensor) -> Violators:
+        """The leverages ``q_i = sum_a inverse_scales_a (eigenvectors^T v_i)_a^2`` of every column: their
+        maximum, and the ``count`` largest above 1 among the columns not in ``keep`` (indices)."""
+
+
+def _start_size(rank: tf.Tensor, n: tf.Tensor) -> tf.Tensor:
+    """How many columns of largest leverage a cold start takes: ``min(max(4 r, 500), n)``."""
+    return tf.minimum(tf.maximum(4 * rank, 500), n)
+
+
+class DenseColumns:
+    """The columns of an r x n tensor, or of those of its columns listed in ``members`` (sorted): the
+    provider of the in-memory and compiled releases. Graph-safe."""
+
+    def __init__(self, vectors: tf.Tensor, dense_points: tf.Tensor, members: Optional[tf.Tensor] = None) -> None:
+        self.members = tf.range(tf.shape(vectors)[1]) if members is None else members
+        self.vectors = vectors if members is None else tf.gather(vectors, members, axis=1)
+        self.dense_points = dense_points
+
+    def count(self) -> tf.Tensor:
+        return tf.shape(self.vectors)[1]
+
+    def start(self, rank: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+        vectors, n = self.vectors, self.count()
+
+        def screened():
+            lev = _dual_terms(vectors, tf.ones_like(vectors[0]), "entropy")[3]  # [n]: v_i^T (V V^T)^{-1} v_i
+            lev = tf.where(tf.math.is_finite(lev), lev, tf.zeros_like(lev))
+            top = tf.math.top_k(lev, k=_start_size(rank, n)).indices
+            chosen = tf.logical_or(_indicator(top, lev), _indicator(_pivot_columns(vectors, rank)[0], lev))
+            return tf.cast(tf.where(chosen)[:, 0], tf.int32)
+
+        local = tf.cond(n <= self.dense_points, lambda: tf.range(n), screened)
+        return tf.gather(self.members, local), tf.gather(vectors, local, axis=1)
+
+    def violators(self, eigenvectors, inverse_scales, keep, count) -> Violators:
+        P = tf.linalg.matmul(eigenvectors, self.vectors, transpose_a=True)  # [r, n]
+        q = tf.reduce_sum(P * P * inverse_scales[:, None], axis=0)
+        outside = ~_indicator(tf.searchsorted(self.members, keep), q) & (q > 1.0)
+        top = tf.math.top_k(tf.where(outside, q, tf.zeros_like(q)), k=tf.minimum(count, self.count()))
+        violated = top.values > 1.0
+        local = tf.boolean_mask(top.indices, violated)
+        return Violators(tf.reduce_max(q), tf.gather(self.members, local), tf.boolean_mask(top.values, violated),
+                         tf.gather(self.vectors, local, axis=1))
+
+
+def _restricted_solver(objective: str) -> Callable:
+    """The restricted solve: inline in a graph, the compiled one when called eagerly (streaming)."""
+    if tf.executing_eagerly():
+        return RESTRICTED_SOLVERS[objective]
+    return lambda *args: _barrier_newton_impl(*args, objective=objective)
+
+
+def solve_on_working_sets(columns: ColumnProvider, start: WorkingSet, warm: tf.Tensor, objective: str,
+                          tol: tf.Tensor, max_iter: tf.Tensor):
+    """The working-set loop of the noise optimiser: the final working set (its weights are the solution),
+    the Newton steps taken, and ``max_i q_i`` over every column if the loop ended on a pass (else -1).
+
+    Stage 1 solves loosely on many points (a cold ``start`` larger than ``max(3 r, PRUNE_MIN_POINTS)``);
+    then the points that carry no weight and are far from active are pruned (the optimum's support is
+    a few r points on scattered inputs, thousands for smooth kernels on dense ones) and stage 2 solves
+    to ``tol``; a ``warm`` start is solved to ``tol`` from the first round. Columns outside the working
+    set that violate their constraint are added back, up to r per round, spread among the most
+    violated (:func:`spread_violators`). Rounds take primal-dual steps, except one that starts from
+    violators just added at a guessed weight (:func:`.dual._barrier_newton_impl`). The loop stops when
+    the certificate over every column meets ``tol``, when the working set is every column and solved
+    to ``tol``, or after ``max_iter`` steps or ``MAX_ROUNDS`` rounds.
+
+    One implementation for every provider: traced into the graph for a dense tensor, run eagerly (a
+    Python loop, each pass a reduction over chunks) for a streamed one. Public: the vectors only.
+    """
+    solve = _restricted_solver(objective)
+    tol = tf.convert_to_tensor(tol, tf.float64)
+    r = tf.shape(start.columns)[0]
+    rf = tf.cast(r, tf.float64)
+    n = columns.count()
+    loose = ~warm & (tf.shape(start.indices)[0] > tf.maximum(3 * r, PRUNE_MIN_POINTS))
+    stage_tol = tf.where(loose, tf.maximum(tol, PRUNE_TOL), tol)
+
+    def body(rounds, idx, cols, weights, stage_tol, total, done, fresh, largest):
+        m = tf.shape(idx)[0]
+        w_sub = tf.maximum(weights, 1e-12 * rf / tf.cast(m, tf.float64))
+        w_sub, its, met = solve(cols, w_sub, stage_tol, tf.maximum(max_iter - total, 1), fresh)
+        total = total + its
+
+        def complete():  # every column solved to tol: the restricted certificate is the full one
+            return idx, cols, w_sub, stage_tol, total, tf.constant(True), fresh, tf.constant(-1.0, tf.float64)
+
+        def another_round():
+            w, V, _, q_work = _dual_terms(cols, w_sub, objective)
+            scales = inverse_scale(w, objective)
+            wmax = tf.reduce_max(w_sub)
+            heavy = _indicator(tf.math.top_k(w_sub, k=tf.minimum(2 * r, m)).indices, w_sub)
+            keep = tf.where(stage_tol > tol, (w_sub > 1e-3 * wmax) | (q_work > PRUNE_LEVERAGE) | heavy,
+                            w_sub > 1e-10 * wmax)
+            found = columns.violators(V, scales, tf.boolean_mask(idx, keep), VIOLATOR_CANDIDATES * r)
+            whitened = tf.linalg.matmul(V, found.columns, transpose_a=True) * tf.sqrt(scales)[:, None]
+            picked = _spread_violators_impl(whitened, r)
+            _, rel, _ = _gap(w, found.largest[None], w_sub, objective)
+            finished = (rel <= tol) | (total >= max_iter)
+            fresh = tf.size(picked) == 0  # primal-dual unless violators were just added at a guessed weight
+            same = finished | (fresh & tf.reduce_all(keep))  # keep solving the same set (to tol now)
+            def grown():  # the kept columns and the violators, in index order (as every pass sums them)
+                new_idx = tf.concat([tf.boolean_mask(idx, keep), tf.gather(found.indices, picked)], 0)
+                order = tf.argsort(new_idx, stable=True)
+                return (tf.gather(new_idx, order), tf.gather(tf.concat(
+                    [tf.boolean_mask(cols, keep, axis=1), tf.gather(found.columns, picked, axis=1)], 1), order, axis=1),
+                    tf.gather(tf.concat([tf.boolean_mask(w_sub, keep), tf.fill(tf.shape(picked), 1e-3 * wmax)], 0),
+                              order))
+
+            idx_, cols_, w_ = tf.cond(same, lambda: (idx, cols, w_sub), grown)
+            return idx_, cols_, w_, tol, total, finished, fresh, found.largest
+
+        return (rounds + 1, *tf.cond((m == n) & (stage_tol <= tol) & met, complete, another_round))
+
+    loop_vars = (tf.constant(0), start.indices, start.columns, start.weights, stage_tol, tf.constant(0),
+                 tf.constant(False), tf.constant(True), tf.constant(-1.0, tf.float64))
+    invariants = (tf.TensorShape([]), tf.TensorShape([None]), tf.TensorShape([None, None]), tf.TensorShape([None]),
+                  *(tf.TensorShape([]),) * 5)
+    _, idx, cols, weights, _, total, _, _, largest = tf.while_loop(
+        lambda rounds, *rest: (rounds < MAX_ROUNDS) & ~rest[-3], body, loop_vars, shape_invariants=invariants)
+    return WorkingSet(idx, cols, weights), total, largest
+
+
+def cold_start(columns: ColumnProvider, rank: tf.Tensor, objective: str) -> WorkingSet:
+    """The provider's start set, every weight the dual's minimiser over equal weights."""
+    idx, cols = columns.start(rank)
+    return WorkingSet(idx, cols, tf.fill(tf.shape(idx), _best_uniform_weight(cols, objective)))
+
+
+class Solution(NamedTuple):
+    """A certified solve: the working set (its weights the dual solution), the feasible covariance's
+    eigenvectors and scales, the duality gap, the relative gap and the Newton steps."""
+
+    work: WorkingSet
+    eigenvectors: tf.Tensor
+    scales: tf.Tensor
+    gap: tf.Tensor
+    relative_gap: tf.Tensor
+    iterations: tf.Tensor
+
+
+def _certify(columns: ColumnProvider, work: WorkingSet, objective: str, largest: Optional[tf.Tensor] = None):
+    """The feasible covariance ``M(l) * max q`` of the working set's weights and its certificate over
+    every column of ``columns`` (one pass, unless ``largest`` is already known)."""
+    w, V, _, _ = _dual_terms(work.columns, work.weights, objective)
+    if largest is None:
+        largest = columns.violators(V, inverse_scale(w, objective), work.indices[:0], tf.constant(0)).largest
+    gap, rel, qmax = _gap(w, largest[None], work.weights, objective)
+    scales = tf.sqrt(w * qmax) if objective == "entropy" else tf.sqrt(tf.sqrt(w) * qmax)
+    return V, scales, gap, rel
+
+
+def solve_noise(distinct: ColumnProvider, every: ColumnProvider, start: WorkingSet, warm: tf.Tensor, objective: str,
+                tol: tf.Tensor, max_iter: tf.Tensor, same: bool = False) -> Solution:
+    """The optimiser's dual solution over the columns of ``every``, solved over one representative of
+    each group of identical columns (``distinct``: identical columns carry identical constraints) and
+    certified over all (so the merge is safe even where it is only approximate); if the merge was too
+    coarse for ``tol``, all columns are solved again from a cold start. ``same``: ``distinct`` holds
+    every column (the loop's last pass then certifies). One implementation for every provider.
+    Public: the vectors only.
+    """
+    work, steps, largest = solve_on_working_sets(distinct, start, warm, objective, tol, max_iter)
+    if same:
+        V, scales, gap, rel = tf.cond(largest >= 0.0, lambda: _certify(every, work, objective, largest),
+                                      lambda: _certify(every, work, objective))
+    else:
+        V, scales, gap, rel = _certify(every, work, objective)
+
+    def all_columns():
+        rank = tf.shape(start.columns)[0]
+        more_work, more, _ = solve_on_working_sets(every, cold_start(every, rank, objective), tf.constant(False),
+                                                   objective, tol, max_iter - steps)
+        return (*more_work, steps + more, *_certify(every, more_work, objective))
+
+    refit = (rel > tol) & (distinct.count() < every.count()) & (steps < max_iter)
+    idx, cols, weights, steps, V, scales, gap, rel = tf.cond(
+        refit, all_columns, lambda: (*work, steps, V, scales, gap, rel))
+    return Solution(WorkingSet(idx, cols, weights), V, scales, gap, rel, steps)
