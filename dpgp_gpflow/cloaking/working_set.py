@@ -277,7 +277,11 @@ def _restricted_solver(objective: str) -> Callable:
     """The restricted solve: inline in a graph, the compiled one when called eagerly (streaming)."""
     if tf.executing_eagerly():
         return RESTRICTED_SOLVERS[objective]
-    return lambda *args: _barrier_newton_impl(*args, objective=objective)
+
+    def inline(vectors, weights0, tol, max_iter, primal_dual):
+        return _barrier_newton_impl(vectors, weights0, tol, max_iter, primal_dual, objective=objective)
+
+    return inline
 
 
 def solve_on_working_sets(columns: ColumnProvider, start: WorkingSet, warm: tf.Tensor, objective: str,
