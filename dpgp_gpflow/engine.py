@@ -33,6 +33,7 @@ from .release import (
     publish_cloaking,
     release_request,
     validate_public_bounds,
+    whitened_shift,
     whitening_terms,
 )
 from .released import PrivateRelease
@@ -121,7 +122,7 @@ def noise_plan(
         objective=objective)
     tf.debugging.assert_less_equal(condition, tf.constant(MAX_NOISE_CONDITION, tf.float64),
                                    "the noise covariance is too ill-conditioned to be guaranteed; use a larger rtol")
-    delta_, whitening, shift = whitening_terms(solved, sensitivity, s, d, b)
+    delta_, whitening = whitening_terms(solved, sensitivity, s, d, b)
     return GraphNoisePlan(
         noise_factor=tf.linalg.matmul(basis, factor) * (s * delta_),
         whitening=whitening,
@@ -135,7 +136,7 @@ def noise_plan(
         gap=gap,
         iterations=iters,
         support=support,
-        shift=shift,
+        shift=whitened_shift(whitening, d, b, s),
     )
 
 

@@ -84,6 +84,7 @@ __all__ = [
     "NOISE_SOLVERS",
     "check_noise_condition",
     "check_whitened_shift",
+    "draw_and_spend",
     "noise_in_space",
     "validate_public_bounds",
     "whitened_shift",
@@ -260,16 +261,16 @@ def whitened_shift(whitening, data_sensitivity, output_bound, multiplier):
 
 @check_shapes("solved: [r, n]")
 def whitening_terms(solved, sensitivity, multiplier, data_sensitivity, output_bound):
-    """The exact sampler's sensitivity ``Delta``, whitening matrix ``W = F^{-1} V / (s Delta)`` (from
-    ``solved = F^{-1} V``, as :func:`noise_in_space` returns it) and the whitened query's recomputed L2
-    shift ``mu`` (:func:`whitened_shift`; the release is refused unless ``mu K <= 1/s``).
+    """The exact sampler's sensitivity ``Delta`` and whitening matrix ``W = F^{-1} V / (s Delta)`` (from
+    ``solved = F^{-1} V``, as :func:`noise_in_space` returns it).
 
     ``W`` is public (computed from ``C`` alone; its own rounding does not matter), so the L2 shift of
     ``W y`` between neighbours is exactly ``d max_i ||w_i||``; computing ``W y`` in float64 errs by at
     most ``gamma_n b sum_i ||w_i||`` (any summation order, ``|y_i| <= b``), which may differ between
     neighbours, so twice that is added; the grid rounding adds ``sqrt(r) 2^GRID_EXPONENT``. ``Delta``
     is the cloaking sensitivity or, if larger, this bound, inflated by the grid factor
-    (:func:`~dpgp_gpflow.sampling.gaussian_grid_factor`).
+    (:func:`~dpgp_gpflow.sampling.gaussian_grid_factor`). The shift is checked where the noise is drawn
+    (:func:`publish_cloaking`, from ``W`` itself).
     """
     W = solved  # [r, n]: F^{-1} V, public
     r = tf.cast(tf.shape(W)[0], tf.float64)
@@ -278,8 +279,7 @@ def whitening_terms(solved, sensitivity, multiplier, data_sensitivity, output_bo
     # r entries: a relative error of order r ulp), which would otherwise refuse some valid releases.
     delta_ = tf.maximum(sensitivity, _shift_bound(W, data_sensitivity, output_bound)) * grid_factor_of_loss(loss) \
         * WHITENING_SLACK
-    W = W / (multiplier * delta_)
-    return delta_, W, whitened_shift(W, data_sensitivity, output_bound, multiplier)
+    return delta_, W / (multiplier * delta_)
 
 
 _whitening = tf.function(whitening_terms, input_signature=[MATRIX_SPEC] + [REAL_SPEC] * 4, autograph=False)
@@ -290,7 +290,7 @@ def _whitening_matrix(space: ColumnSpace, noise: _Noise, multiplier: float, data
                       output_bound: float) -> Tuple[float, tf.Tensor]:
     """The exact sampler's sensitivity ``Delta`` and whitening matrix ``W`` (:func:`whitening_terms`, compiled);
     :func:`publish_cloaking` checks the matrix before anything is drawn."""
-    sensitivity, W, _ = _whitening(noise.solved, *(tf.constant(float(x), tf.float64) for x in (
+    sensitivity, W = _whitening(noise.solved, *(tf.constant(float(x), tf.float64) for x in (
         noise.sensitivity, multiplier, data_sensitivity, output_bound)))
     return float(sensitivity), W
 
@@ -507,8 +507,22 @@ def publish_cloaking(*, noise_factor: tf.Tensor, whitening: tf.Tensor, y_centred
     mu = float(_whitened_shift(whitening, *(tf.constant(x, tf.float64) for x in (d, b, float(multiplier)))))
     check_whitened_shift(mu, multiplier)  # refused here: nothing drawn, nothing charged
     record["data_sensitivity"] = d
-    z = tf.linalg.matvec(whitening, y_centred).numpy()
-    xi, reproducible = sampling.standard_normal(int(whitening.shape[0]), seed)
+    return draw_and_spend(tf.linalg.matvec(whitening, y_centred).numpy(), noise_factor=noise_factor, offset=offset,
+                          variance=variance, sensitivity=sensitivity, multiplier=multiplier, reservation=reservation,
+                          seed=seed, **record)
+
+
+def draw_and_spend(z: np.ndarray, *, noise_factor: tf.Tensor, offset: Any, variance: Any, sensitivity: float,
+                   multiplier: float, reservation: Reservation, seed: Optional[int], **record: Any) -> PrivateRelease:
+    """The draw and the spend of every exact cloaking release (in memory, compiled or streamed): exact grid
+    noise added to the whitened query ``z`` (:func:`dpgp_gpflow.sampling.standard_normal`,
+    :func:`~dpgp_gpflow.sampling.grid_sum`), re-coloured (``offset + noise_factor z``: post-processing),
+    the event committed into ``reservation`` and the :class:`PrivateRelease` built.
+
+    Privacy assumption: the caller has checked ``z``'s L2 shift against ``1 / (s K)``
+    (:func:`check_whitened_shift`) for the multiplier being charged; ``noise_factor`` is public.
+    """
+    xi, reproducible = sampling.standard_normal(int(np.size(z)), seed)
     z = z + xi if reproducible else sampling.grid_sum(z, xi)
     released = tf.reshape(tf.cast(offset, tf.float64), [-1]) + tf.linalg.matvec(noise_factor, tf.constant(z))
     reservation.commit(_description(record["objective"], int(noise_factor.shape[0])))

@@ -24,14 +24,13 @@ import numpy as np
 import tensorflow as tf
 from sklearn.cluster import MiniBatchKMeans
 
-from .. import sampling
 from ..accounting import PrivacyAccountant, reserve
-from ..cloaking import DEFAULT_TOL, candidate_rtols, first_harmless, row_norms
+from ..cloaking import DEFAULT_TOL, candidate_rtols, first_harmless
 from ..cloaking.rank import bias_rounding, projection_bias
 from ..contract import check_release_hyperparameters
 from ..pipeline import reference_coordinates
-from ..release import check_noise_condition, release_request, safe_sensitivity
-from ..released import PrivateFunction, PrivatePrediction, PrivateRelease
+from ..release import check_noise_condition, draw_and_spend, release_request, safe_sensitivity
+from ..released import PrivateFunction, PrivatePrediction
 from ..validation import as_inputs, require_float64
 from .chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks
 from .dask_chunks import DaskChunks
@@ -162,21 +161,14 @@ def release_function(
         sensitivity, z = whitened_query(cmap, basis, factor_u, noise_sensitivity, (w_largest, w_total), multiplier,
                                         d, b)
         noise_factor = tf.linalg.matmul(space.basis, tf.constant(factor_u)) * (multiplier * sensitivity)  # [m, r]
-        xi, reproducible = sampling.standard_normal(int(basis.shape[1]), seed)
-        z = z + xi if reproducible else sampling.grid_sum(z, xi)
-        coords = (multiplier * sensitivity) * tf.linalg.matvec(tf.constant(factor_u), tf.constant(z))
-        released = tf.linalg.matvec(space.basis, coords)  # the latents' offset is 0
         m = int(basis.shape[0])
-        description = f"cloaking release ({objective}) of {m} values"
-        reservation.commit(description)
+        rel = draw_and_spend(  # the latents' offset is 0
+            z, noise_factor=noise_factor, offset=np.zeros(m), variance=np.zeros(m), sensitivity=sensitivity,
+            multiplier=multiplier, reservation=reservation, seed=seed, epsilon=epsilon, delta=delta,
+            data_sensitivity=d, calibration=request.calibration, objective=objective, certificate=noise.certificate,
+            rank=int(basis.shape[1]), rtol=space.rtol, bias_bound=bias_bound, y_bounds=tuple(model.y_bounds))
     finally:
         reservation.close()
-    rel = PrivateRelease(
-        mean=released.numpy(), variance=np.zeros(m), noise_std=row_norms(noise_factor).numpy(),
-        noise_factor=noise_factor.numpy(), epsilon=epsilon, delta=delta, data_sensitivity=d,
-        sensitivity=float(sensitivity), noise_multiplier=float(multiplier), calibration=request.calibration,
-        objective=objective, certificate=noise.certificate, mechanism="cloaking", rank=int(basis.shape[1]), rtol=space.rtol,
-        bias_bound=bias_bound, reproducible=reproducible, y_bounds=tuple(model.y_bounds))
     function_type = getattr(model, "function_type", PrivateFunction)
     return function_type(rel, cmap.terms.readout(cmap.factors), cmap.factors.R)
 
