@@ -5,16 +5,18 @@ from ..contract import PrivateModel
 from ..released import PrivateClassifier, PrivateFunction, PrivatePrediction
 from .base import FactoredModelMixin, LeakGuardMixin, PrivateModelMixin
 from .dp_laplace import DPLaplaceGPC, DPSparseLaplaceGPC, PrivateLaplaceClassifier, PrivateSparseClassifier
+from .fitc import DPGPRFITC
 from .gpr import DPGPR, cloaking_matrix, gpr_cloaking_matrix, gpr_rkhs_sensitivity
 from .laplace import LaplaceGPC
-from .fitc import DPGPRFITC, kmeans_inducing_inputs
 from .sgpr import DPSGPR, SGPRReadout
+from .sgpr_base import DPSGPRBase, kmeans_inducing_inputs
 
 __all__ = [
     "DPGPR",
     "DPGPRFITC",
     "DPLaplaceGPC",
     "DPSGPR",
+    "DPSGPRBase",
     "DPSparseLaplaceGPC",
     "FactoredModelMixin",
     "LaplaceGPC",

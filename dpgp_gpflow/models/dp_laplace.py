@@ -47,8 +47,10 @@ from ..contract import ReleaseTerms, check_release_hyperparameters, dense_map
 from ..pipeline import cloak_outputs
 from ..release import ReleaseRequest, release_request
 from ..released import PrivateClassifier, PrivateRelease
+from ..streaming.terms import Factors
 from ..validation import as_inputs, is_dask_array, require_float64, validate_public_terms
 from .base import DaskRowsMixin, FactoredModelMixin, PrivateModelMixin, inducing_inputs, split_dask_rows
+from .fitc import FITCChunkTerms
 from .gpr import gpr_cloaking_matrix_and_variance
 from .laplace import (
     LaplaceGPC,
@@ -61,8 +63,9 @@ from .laplace import (
     sor_features,
     sor_first_step_cloaking,
     sor_predict_from_weights,
+    validate_labels,
 )
-from .fitc import kmeans_inducing_inputs
+from .sgpr_base import kmeans_inducing_inputs
 
 __all__ = [
     "DPLaplaceGPC",
@@ -316,6 +319,35 @@ def _sparse_rows(data: Any) -> Tuple[Any, Any, Optional[Tuple[Any, Any]]]:
     return X, Y, None
 
 
+#: The SoR classifier's first Newton step from ``w0 = 0`` linearises the likelihood with ``W = 1/4``:
+#: the variance its chunked terms use in place of FITC's ``nu``.
+SOR_VARIANCE = 4.0
+
+
+class SoRChunkTerms(FITCChunkTerms):
+    """The first Newton step ``w1 = C_w y`` of :class:`DPSparseLaplaceGPC` on a chunk of rows: FITC's
+    maths with ``nu = SOR_VARIANCE`` (the linearised likelihood's variance ``1/W``) and
+    ``C_w = 2 (L_B L_B^T)^{-1} V / nu`` (gradient ``y / 2`` over ``W = 1/4``), ``V = Phi^T``; the labels
+    are checked to be -1 or +1. Public (see :mod:`dpgp_gpflow.streaming.terms`)."""
+
+    def nu(self, X: np.ndarray, V: tf.Tensor) -> Any:
+        return self.noise_variance
+
+    @inherit_check_shapes
+    def latent_columns(self, X: np.ndarray, factors: Factors) -> tf.Tensor:
+        return super().latent_columns(X, factors) * 2.0
+
+    @inherit_check_shapes
+    def latent_product(self, X: np.ndarray, factors: Factors, left: tf.Tensor) -> tf.Tensor:
+        return super().latent_product(X, factors, left) * 2.0
+
+    def check_outputs(self, Y: np.ndarray) -> None:
+        validate_labels(np.asarray(Y).reshape(-1, 1))
+
+    def readout(self, factors: Factors) -> SoRReadout:
+        return SoRReadout.from_factors(self._kernel, self.Z, factors.L, factors.LB)
+
+
 class DPSparseLaplaceGPC(_LabelContract, DaskRowsMixin, FactoredModelMixin, LaplaceGPC):
     """Subset-of-regressors Laplace GP classifier with a one-shot DP release of its m weights.
 
@@ -401,6 +433,12 @@ class DPSparseLaplaceGPC(_LabelContract, DaskRowsMixin, FactoredModelMixin, Lapl
         """A frozen :class:`~dpgp_gpflow.models.laplace.SoRReadout` (kernel, ``Z``, factors)."""
         X, _ = self.data
         return SoRReadout(self.kernel, self.inducing_variable.Z, X)
+
+    def chunk_terms(self) -> SoRChunkTerms:
+        """The first Newton step's public maths on a chunk of rows, for
+        :func:`dpgp_gpflow.streaming.release_function` (kernel, ``Z``, ``SOR_VARIANCE``, label bounds)."""
+        return SoRChunkTerms(self.kernel, self.mean_function, self.inducing_variable.Z.numpy(), SOR_VARIANCE,
+                             self.y_bounds, gpflow.config.default_jitter())
 
     def split_terms(self, train: Any, test: Any) -> ReleaseTerms:
         """``(Phi(X_test), C_w(X_train))``: the SoR first-step latent at ``test`` (offset 0)."""

@@ -9,62 +9,34 @@ inputs private by post-processing: "release once, query anywhere".
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Tuple
 
 import gpflow
 import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.covariances import Kuf, Kuu
-from sklearn.cluster import KMeans
 
 from .. import linalg
-from ..contract import ReleaseTerms
-from ..release_file import (
-    kernel_from_spec,
-    kernel_spec,
-    mean_function_from_spec,
-    mean_function_spec,
-    take_factors,
-)
+from ..contract import PublicReadout
 from ..released import PrivateFunction, PrivatePrediction
-from ..validation import as_inputs
-from .base import DaskRowsMixin, FactoredModelMixin, centred_latent_terms, prepare_sparse_data, public_constant_mean
+from ..streaming.terms import ChunkTerms, Factors
+from .sgpr_base import DPSGPRBase, SparseReadout, SparseTerms
 
 __all__ = [
     "DPGPRFITC",
+    "FITCChunkTerms",
     "FITCReadout",
-    "FITCTerms",
     "PrivateFunction",
     "PrivatePrediction",
+    "fitc_readout",
     "fitc_terms",
-    "kmeans_inducing_inputs",
 ]
 
 
-def kmeans_inducing_inputs(X: Any, num_inducing: int, *, seed: int = 0) -> np.ndarray:
-    """Inducing inputs by k-means (scikit-learn, seeded) on the public inputs only.
-
-    Privacy assumption: ``X`` is public; the outputs are never used (using them would leak).
-    """
-    X = as_inputs("X", X)
-    if not (isinstance(num_inducing, (int, np.integer)) and 1 <= num_inducing <= X.shape[0]):
-        raise ValueError(f"num_inducing must be an integer in [1, {X.shape[0]}], got {num_inducing!r}")
-    km = KMeans(n_clusters=int(num_inducing), random_state=seed, n_init=10).fit(X)
-    return np.asarray(km.cluster_centers_, dtype=np.float64)
-
-
-class FITCTerms(NamedTuple):
-    """Public FITC matrices (they depend on inputs and hyperparameters only)."""
-
-    Luu: tf.Tensor  #: [M, M] Cholesky of K_uu (with jitter)
-    LB: tf.Tensor  #: [M, M] Cholesky of I + V diag(1/nu) V^T
-    B: tf.Tensor  #: [M, N] the cloaking matrix of the inducing values
-
-
 @check_shapes("X: [N, D]", "Z: [M, D]")
-def fitc_terms(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, X: tf.Tensor, noise_variance: Any) -> FITCTerms:
-    """The FITC cloaking factor ``B`` (m x n) and the Cholesky factors that predictions need.
+def fitc_terms(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, X: tf.Tensor, noise_variance: Any) -> SparseTerms:
+    """The FITC cloaking factor ``B`` (m x n) and the Cholesky factors ``L_uu``, ``L_B`` that predictions need.
 
     Computed exactly as GPflow's ``GPRFITC.common_terms`` does, so that
     ``A(x) B (y - m) + m(x)`` equals ``GPRFITC.predict_f`` mean. Memory O(n m).
@@ -78,7 +50,7 @@ def fitc_terms(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, X: tf.Tensor, noise_
     M = tf.shape(Z)[0]
     LB = tf.linalg.cholesky(tf.eye(M, dtype=X.dtype) + tf.linalg.matmul(V / nu, V, transpose_b=True))
     B = linalg.cholesky_solve(LB, V / nu)  # [M, N]
-    return FITCTerms(Luu, LB, B)
+    return SparseTerms(Luu, LB, B)
 
 
 @check_shapes("Xnew: [K, D]", "Z: [M, D]", "Luu: [M, M]", "return: [K, M]")
@@ -92,31 +64,17 @@ def fitc_readout(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, Luu: tf.Tensor, Xn
     return tf.transpose(linalg.triangular_solve(Luu, kus))
 
 
-class FITCReadout:
+class FITCReadout(SparseReadout):
     """Frozen public pieces of a FITC model: ``A(x) = k(x, Z) L_uu^{-T}``, the prior mean, and the
-    FITC posterior variance ``k(x, x) - |w|^2 + |L_B^{-1} w|^2`` with ``w = L_uu^{-1} k(Z, x)``.
+    FITC posterior variance ``k(x, x) - |w|^2 + |L_B^{-1} w|^2`` with ``w = L_uu^{-1} k(Z, x)``
+    (a release file names ``L_uu`` ``Luu``)."""
 
-    Holds frozen copies of the kernel and mean function and constants for ``Z`` and the Cholesky
-    factors (all public), so that training the model later changes nothing here.
-    """
+    factor_names = ("Luu", "LB")
 
-    def __init__(self, kernel: gpflow.kernels.Kernel, mean_function: gpflow.functions.MeanFunction,
-                 Z: tf.Tensor, terms: FITCTerms) -> None:
-        self._kernel = gpflow.utilities.freeze(kernel)
-        self._mean_function = gpflow.utilities.freeze(mean_function)
-        self._Z = tf.constant(Z)
-        self._Luu = tf.constant(terms.Luu)
-        self._LB = tf.constant(terms.LB)
-        self.input_dim = int(self._Z.shape[1])
-
-    def readout(self, Xnew: tf.Tensor) -> tf.Tensor:
-        return fitc_readout(self._kernel, self._Z, self._Luu, Xnew)
-
-    def offset(self, Xnew: tf.Tensor) -> tf.Tensor:
-        return self._mean_function(Xnew)[:, 0]
-
-    def variance(self, Xnew: tf.Tensor) -> tf.Tensor:
-        return self.readout_and_variance(Xnew)[1]
+    @staticmethod
+    def readout_at(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, LB: tf.Tensor,
+                   Xnew: tf.Tensor) -> tf.Tensor:
+        return fitc_readout(kernel, Z, L, Xnew)
 
     def readout_and_variance(self, Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
         """:meth:`readout` and :meth:`variance` from one solve with ``L_uu``."""
@@ -124,95 +82,61 @@ class FITCReadout:
         iA = linalg.triangular_solve(self._LB, tf.transpose(A))
         return A, self._kernel(Xnew, full_cov=False) - tf.reduce_sum(tf.square(A), 1) + tf.reduce_sum(tf.square(iA), 0)
 
-    def release_state(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
-        """``(content, arrays)`` of a release file (``docs/release_file.md#readouts``): the kernel and mean
-        function as specifications, ``Z``, ``Luu`` and ``LB`` as arrays. All public; no outputs.
 
-        ``NotImplementedError`` when the kernel or mean function is not one a release file holds.
-        """
-        content = {"input_dim": self.input_dim, "kernel": kernel_spec(self._kernel),
-                   "mean_function": mean_function_spec(self._mean_function)}
-        return content, {"Z": self._Z.numpy(), "Luu": self._Luu.numpy(), "LB": self._LB.numpy()}
+class FITCChunkTerms(ChunkTerms):
+    """FITC's maths on a chunk of rows (:func:`fitc_terms` by columns): ``V = L_uu^{-1} K_uf``,
+    ``nu = diag(K_ff - V^T V) + sigma^2``; sums ``V diag(1/nu) V^T`` (giving ``L_B``) and ``V V^T``
+    (the readout's Gram at the training inputs); ``B[:, chunk] = (L_B L_B^T)^{-1} V diag(1/nu)``.
+    Public (see :mod:`dpgp_gpflow.streaming.terms`)."""
 
-    @classmethod
-    def from_release_state(cls, content: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> "FITCReadout":
-        """The readout of :meth:`release_state`'s ``(content, arrays)``, with exactly the saved values."""
-        a = take_factors("FITCReadout", content, arrays, "Z", ("Luu", "LB"))
-        terms = FITCTerms(a["Luu"], a["LB"], None)
-        return cls(kernel_from_spec(content.get("kernel")), mean_function_from_spec(content.get("mean_function")),
-                   a["Z"], terms)
+    def nu(self, X: np.ndarray, V: tf.Tensor) -> Any:
+        """FITC's per-point ``diag(K_ff - V^T V) + sigma^2`` [c] (public)."""
+        return self._kernel(tf.constant(X), full_cov=False) - tf.reduce_sum(tf.square(V), 0) + self.noise_variance
+
+    def inner(self, X: np.ndarray, V: tf.Tensor) -> tf.Tensor:
+        return tf.linalg.matmul(V / self.nu(X, V), V, transpose_b=True)
+
+    @inherit_check_shapes
+    def latent_columns(self, X: np.ndarray, factors: Factors) -> tf.Tensor:
+        V = self.projected(X, factors.L)
+        return linalg.cholesky_solve(factors.LB, V / self.nu(X, V))
+
+    @inherit_check_shapes
+    def latent_product(self, X: np.ndarray, factors: Factors, left: tf.Tensor) -> tf.Tensor:
+        """``left (L_B L_B^T)^{-1} V diag(1/nu)``: the chunk adds to the r x m x c product the m x m x c
+        solve that ``nu`` needs (public)."""
+        M = tf.transpose(tf.linalg.cholesky_solve(factors.LB, tf.transpose(left)))
+        V = self.projected(X, factors.L)
+        return tf.linalg.matmul(M, V) / self.nu(X, V)
+
+    def readout(self, factors: Factors) -> PublicReadout:
+        return FITCReadout(self._kernel, self._mean_function, tf.constant(self.Z), SparseTerms(factors.L, factors.LB, None))
 
 
-class DPGPRFITC(DaskRowsMixin, FactoredModelMixin, gpflow.models.GPRFITC):
+class DPGPRFITC(DPSGPRBase, gpflow.models.GPRFITC):
     """GPflow's ``GPRFITC`` with public output bounds and DP releases.
 
     ``DPGPRFITC((X, Y), kernel, inducing_variable, noise_variance=..., y_bounds=(lo, hi))``. The
-    inducing inputs must be public (e.g. :func:`kmeans_inducing_inputs` on ``X``); they are made
-    non-trainable. ``release(Xnew, ...)`` is as for :class:`~dpgp_gpflow.models.DPGPR` with the
-    optimiser working in m dimensions; :meth:`release_function` releases the inducing values once
-    so that predictions anywhere are free.
+    inducing inputs must be public (e.g. :func:`~dpgp_gpflow.models.kmeans_inducing_inputs` on ``X``);
+    they are made non-trainable. ``release(Xnew, ...)`` is as for :class:`~dpgp_gpflow.models.DPGPR`
+    with the optimiser working in m dimensions; :meth:`release_function` releases the inducing values
+    once so that predictions anywhere are free (:class:`~dpgp_gpflow.models.sgpr_base.DPSGPRBase`).
 
     Privacy assumption: ``X``, ``Z``, kernel hyperparameters and noise variance are public.
     ``hyperparameters_public=True`` declares the values given here chosen without ``Y``; otherwise
     those that are not GPflow's defaults make releases warn (:class:`~dpgp_gpflow.HyperparameterWarning`).
+    The training objective reads the outputs: running it arms the leak guard.
     """
 
-    def __init__(
-        self,
-        data: Any,
-        kernel: gpflow.kernels.Kernel,
-        inducing_variable: Any,
-        noise_variance: Optional[float] = None,
-        y_bounds: Any = None,
-        *,
-        mean_function: Optional[gpflow.functions.MeanFunction] = None,
-        data_sensitivity: Optional[float] = None,
-        hyperparameters_public: bool = False,
-    ) -> None:
-        if y_bounds is None:
-            raise TypeError("y_bounds=(lo, hi), public bounds on the outputs, is required")
-        data, Z, bounds, d, dask_rows = prepare_sparse_data(data, inducing_variable, y_bounds, data_sensitivity,
-                                                            noise_variance)
-        model_made = [".inducing_variable"]  # public by assumption (from X only): not warned about
-        if mean_function is None:
-            mean_function = public_constant_mean(bounds)
-            model_made.append(".mean_function")
-        super().__init__(data, kernel, Z, mean_function=mean_function, noise_variance=noise_variance)
-        self._hold_dask_rows(dask_rows)
-        gpflow.set_trainable(self.inducing_variable, False)  # public; never fitted on the outputs
-        self.y_bounds = bounds
-        self.data_sensitivity = d
-        self._guard_construction(hyperparameters_public, model_made)  # the leak guard: values as given
+    readout_type = FITCReadout
+    chunk_terms_type = FITCChunkTerms
 
     @inherit_check_shapes
     def fitc_log_marginal_likelihood(self) -> tf.Tensor:
         self._mark_private_objective()
         return super().fitc_log_marginal_likelihood()
 
-    def _fitc_terms(self) -> FITCTerms:
-        X, _ = self.data
+    def sparse_terms(self, X: tf.Tensor) -> SparseTerms:
+        """:func:`fitc_terms` at ``X``: ``L_uu``, ``L_B`` and ``B``, whose ``u = B y_c`` are the FITC
+        inducing values (public)."""
         return fitc_terms(self.kernel, self.inducing_variable.Z, X, self.likelihood.variance)
-
-    def latent_terms_and_readout(self) -> Tuple[ReleaseTerms, FITCReadout]:
-        """:meth:`latent_terms` and :meth:`public_readout` from one computation of the FITC factors."""
-        terms = self._fitc_terms()
-        return centred_latent_terms(terms.B), self._readout(terms)
-
-    def latent_terms(self) -> ReleaseTerms:
-        """``B`` (m x n): the FITC inducing values ``u = B y_c``; offset 0 (public)."""
-        return centred_latent_terms(self._fitc_terms().B)
-
-    def public_readout(self) -> FITCReadout:
-        """A frozen :class:`FITCReadout` of the current (public) kernel, mean, ``Z`` and factors."""
-        return self._readout(self._fitc_terms())
-
-    def _readout(self, terms: FITCTerms) -> FITCReadout:
-        return FITCReadout(self.kernel, self.mean_function, self.inducing_variable.Z, terms)
-
-    def split_terms(self, train: Any, test: Any) -> ReleaseTerms:
-        """``(A(X_test), B(X_train))`` with this model's inducing inputs (centred: offset 0)."""
-        Xtr, Xte = self._split_inputs(train, test)
-        Z = self.inducing_variable.Z
-        terms = fitc_terms(self.kernel, Z, Xtr, self.likelihood.variance)
-        A = fitc_readout(self.kernel, Z, terms.Luu, Xte)
-        return ReleaseTerms((A, terms.B), tf.zeros([int(A.shape[0])], dtype=A.dtype))

@@ -1,0 +1,226 @@
+"""What the sparse regression models share: :class:`DPSGPRBase` (as GPflow's ``SGPRBase`` is for its
+``SGPR`` and ``GPRFITC``), their factors :class:`SparseTerms`, the frozen :class:`SparseReadout`, and
+:func:`kmeans_inducing_inputs`.
+
+A sparse model's predictive mean is ``m(x) + a(x) B (y - m(X))``: the outputs reach every prediction
+through the m latent values ``B (y - m(X))``, so one private release of them makes predictions at
+*any* inputs private by post-processing ("release once, query anywhere";
+``docs/mechanisms.md#sparse-regression``). The models differ only in their factors ``L``, ``L_B``,
+``B`` (:meth:`DPSGPRBase.sparse_terms`), their readout ``a(x)`` (:attr:`DPSGPRBase.readout_type`) and
+the same maths by row chunks (:attr:`DPSGPRBase.chunk_terms_type`); the constructor, the public
+bounds, the contract methods and the streamed release's terms are written here once.
+
+Privacy assumption: ``X``, the inducing inputs ``Z``, the kernel hyperparameters and the noise
+variance are public; the outputs are clipped to public bounds at construction and at every use.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import TYPE_CHECKING, Any, Dict, Mapping, NamedTuple, Optional, Tuple, Type
+
+import gpflow
+import numpy as np
+import tensorflow as tf
+from sklearn.cluster import KMeans
+
+from ..contract import ReleaseTerms
+from ..release_file import (
+    kernel_from_spec,
+    kernel_spec,
+    mean_function_from_spec,
+    mean_function_spec,
+    take_factors,
+)
+from ..streaming.terms import ChunkTerms
+from ..validation import as_inputs
+from .base import DaskRowsMixin, FactoredModelMixin, centred_latent_terms, prepare_sparse_data, public_constant_mean
+
+__all__ = ["DPSGPRBase", "SparseReadout", "SparseTerms", "kmeans_inducing_inputs"]
+
+
+def kmeans_inducing_inputs(X: Any, num_inducing: int, *, seed: int = 0) -> np.ndarray:
+    """Inducing inputs by k-means (scikit-learn, seeded) on the public inputs only.
+
+    Privacy assumption: ``X`` is public; the outputs are never used (using them would leak).
+    """
+    X = as_inputs("X", X)
+    if not (isinstance(num_inducing, (int, np.integer)) and 1 <= num_inducing <= X.shape[0]):
+        raise ValueError(f"num_inducing must be an integer in [1, {X.shape[0]}], got {num_inducing!r}")
+    km = KMeans(n_clusters=int(num_inducing), random_state=seed, n_init=10).fit(X)
+    return np.asarray(km.cluster_centers_, dtype=np.float64)
+
+
+class SparseTerms(NamedTuple):
+    """Public factors of a sparse regression model (functions of the inputs, ``Z`` and the
+    hyperparameters only)."""
+
+    L: tf.Tensor  #: [M, M] Cholesky of K_uu (with GPflow's default jitter)
+    LB: tf.Tensor  #: [M, M] Cholesky of I + the model's m x m sum
+    B: Optional[tf.Tensor]  #: [M, N] the map from the centred outputs to the latent values (None in a readout)
+
+
+class SparseReadout(abc.ABC):
+    """Frozen public pieces of a sparse model: the readout ``a(x)`` of its latent values, the prior
+    mean and the posterior variance, from frozen copies of the kernel and mean function and constants
+    for ``Z``, ``L`` and ``L_B`` (all public), so that training the model later changes nothing here.
+
+    A subclass gives :meth:`readout_at` and :meth:`readout_and_variance`, and the names of ``L`` and
+    ``L_B`` in a release file (:attr:`factor_names`, ``docs/release_file.md#readouts``).
+    """
+
+    #: the names of ``L`` and ``L_B`` among a release file's arrays
+    factor_names: Tuple[str, str] = ("L", "LB")
+
+    def __init__(self, kernel: gpflow.kernels.Kernel, mean_function: gpflow.functions.MeanFunction,
+                 Z: tf.Tensor, terms: SparseTerms) -> None:
+        self._kernel = gpflow.utilities.freeze(kernel)
+        self._mean_function = gpflow.utilities.freeze(mean_function)
+        self._Z = tf.constant(Z)
+        self._L = tf.constant(terms.L)
+        self._LB = tf.constant(terms.LB)
+        self.input_dim = int(self._Z.shape[1])
+
+    @staticmethod
+    @abc.abstractmethod
+    def readout_at(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, LB: tf.Tensor,
+                   Xnew: tf.Tensor) -> tf.Tensor:
+        """The readout ``a(Xnew)`` [K, M] of the model with these factors (public)."""
+
+    def readout(self, Xnew: tf.Tensor) -> tf.Tensor:
+        return self.readout_at(self._kernel, self._Z, self._L, self._LB, Xnew)
+
+    def offset(self, Xnew: tf.Tensor) -> tf.Tensor:
+        return self._mean_function(Xnew)[:, 0]
+
+    def variance(self, Xnew: tf.Tensor) -> tf.Tensor:
+        return self.readout_and_variance(Xnew)[1]
+
+    @abc.abstractmethod
+    def readout_and_variance(self, Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+        """:meth:`readout` and the posterior variance of f at ``Xnew`` (public)."""
+
+    def release_state(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+        """``(content, arrays)`` of a release file (``docs/release_file.md#readouts``): the kernel and mean
+        function as specifications, ``Z``, ``L`` and ``L_B`` as arrays. All public; no outputs.
+
+        ``NotImplementedError`` when the kernel or mean function is not one a release file holds.
+        """
+        content = {"input_dim": self.input_dim, "kernel": kernel_spec(self._kernel),
+                   "mean_function": mean_function_spec(self._mean_function)}
+        L_name, LB_name = self.factor_names
+        return content, {"Z": self._Z.numpy(), L_name: self._L.numpy(), LB_name: self._LB.numpy()}
+
+    @classmethod
+    def from_release_state(cls, content: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> "SparseReadout":
+        """The readout of :meth:`release_state`'s ``(content, arrays)``, with exactly the saved values."""
+        L_name, LB_name = cls.factor_names
+        a = take_factors(cls.__name__, content, arrays, "Z", (L_name, LB_name))
+        return cls(kernel_from_spec(content.get("kernel")), mean_function_from_spec(content.get("mean_function")),
+                   a["Z"], SparseTerms(a[L_name], a[LB_name], None))
+
+
+class DPSGPRBase(DaskRowsMixin, FactoredModelMixin):
+    """A GPflow sparse regression model (``SGPR``, ``GPRFITC``) with public output bounds and DP releases.
+
+    ``Model((X, Y), kernel, inducing_variable, noise_variance=..., y_bounds=(lo, hi))``. The inducing
+    inputs must be public (e.g. :func:`kmeans_inducing_inputs` on ``X``); they are made non-trainable.
+    ``X, Y`` may be Dask arrays (:class:`~dpgp_gpflow.models.base.DaskRowsMixin`).
+    ``release(Xnew, ...)`` is as for :class:`~dpgp_gpflow.models.DPGPR` with the optimiser working in m
+    dimensions; :meth:`release_function` releases the m latent values once so that predictions
+    anywhere are free; :meth:`chunk_terms` gives the same maths by row chunks
+    (:func:`dpgp_gpflow.streaming.release_function`).
+
+    A subclass (listing this class before the GPflow model) gives :meth:`sparse_terms`,
+    :attr:`readout_type` and :attr:`chunk_terms_type`, and makes every objective that reads the
+    outputs call ``_mark_private_objective()`` (the leak guard).
+
+    Privacy assumption: ``X``, ``Z``, kernel hyperparameters and noise variance are public.
+    ``hyperparameters_public=True`` declares the values given here chosen without ``Y``; otherwise
+    those that are not GPflow's defaults make releases warn (:class:`~dpgp_gpflow.HyperparameterWarning`).
+    """
+
+    #: the frozen public readout of the latent values (:meth:`public_readout`)
+    readout_type: Type[SparseReadout]
+    #: the model's public maths on a chunk of rows (:meth:`chunk_terms`)
+    chunk_terms_type: Type[ChunkTerms]
+
+    if TYPE_CHECKING:  # provided by the GPflow model this base is combined with
+        kernel: gpflow.kernels.Kernel
+        likelihood: Any
+        inducing_variable: Any
+
+    def __init__(
+        self,
+        data: Any,
+        kernel: gpflow.kernels.Kernel,
+        inducing_variable: Any,
+        noise_variance: Optional[float] = None,
+        y_bounds: Any = None,
+        *,
+        mean_function: Optional[gpflow.functions.MeanFunction] = None,
+        data_sensitivity: Optional[float] = None,
+        hyperparameters_public: bool = False,
+    ) -> None:
+        if y_bounds is None:
+            raise TypeError("y_bounds=(lo, hi), public bounds on the outputs, is required")
+        data, Z, bounds, d, dask_rows = prepare_sparse_data(data, inducing_variable, y_bounds, data_sensitivity,
+                                                            noise_variance)
+        model_made = [".inducing_variable"]  # public by assumption (from X only): not warned about
+        if mean_function is None:
+            mean_function = public_constant_mean(bounds)
+            model_made.append(".mean_function")
+        # the GPflow model's constructor, next in the method resolution order
+        super().__init__(data, kernel, Z, mean_function=mean_function,  # type: ignore[call-arg]
+                         noise_variance=noise_variance)
+        self._hold_dask_rows(dask_rows)
+        gpflow.set_trainable(self.inducing_variable, False)  # public; never fitted on the outputs
+        self.y_bounds = bounds
+        self.data_sensitivity = d
+        self._guard_construction(hyperparameters_public, model_made)  # the leak guard: values as given
+
+    # -- the model's own maths ------------------------------------------------------------------
+    def sparse_terms(self, X: tf.Tensor) -> SparseTerms:
+        """The factors ``L``, ``L_B`` and the latent map ``B`` (m x n) at the training inputs ``X`` (public)."""
+        raise NotImplementedError
+
+    # -- the contract ---------------------------------------------------------------------------
+    def _terms(self) -> SparseTerms:
+        X, _ = self.data
+        return self.sparse_terms(X)
+
+    def latent_terms_and_readout(self) -> Tuple[ReleaseTerms, SparseReadout]:
+        """:meth:`latent_terms` and :meth:`public_readout` from one computation of the factors."""
+        terms = self._terms()
+        return centred_latent_terms(terms.B), self._readout(terms)
+
+    def latent_terms(self) -> ReleaseTerms:
+        """``B`` (m x n): the latent values ``B y_c`` of the centred outputs; offset 0 (public)."""
+        return centred_latent_terms(self._terms().B)
+
+    def public_readout(self) -> SparseReadout:
+        """A frozen :attr:`readout_type` of the current (public) kernel, mean, ``Z`` and factors."""
+        return self._readout(self._terms())
+
+    def _readout(self, terms: SparseTerms) -> SparseReadout:
+        return self.readout_type(self.kernel, self.mean_function, self.inducing_variable.Z, terms)
+
+    def split_terms(self, train: Any, test: Any) -> ReleaseTerms:
+        """``(a(X_test), B(X_train))`` with this model's inducing inputs and hyperparameters (centred: offset 0)."""
+        Xtr, Xte = self._split_inputs(train, test)
+        Z = self.inducing_variable.Z
+        terms = self.sparse_terms(Xtr)
+        A = self.readout_type.readout_at(self.kernel, Z, terms.L, terms.LB, Xte)
+        return ReleaseTerms((A, terms.B), tf.zeros([int(A.shape[0])], dtype=A.dtype))
+
+    def chunk_terms(self) -> ChunkTerms:
+        """This model's public maths on a chunk of rows, for :func:`dpgp_gpflow.streaming.release_function`
+        (:attr:`chunk_terms_type` of the kernel, mean function, ``Z``, noise variance and bounds).
+
+        ``NotImplementedError`` unless the likelihood has one noise variance for all points.
+        """
+        variance = np.asarray(self.likelihood.variance.numpy(), dtype=np.float64)
+        if variance.size != 1:
+            raise NotImplementedError("streaming releases need one noise variance for all points")
+        return self.chunk_terms_type(self.kernel, self.mean_function, self.inducing_variable.Z.numpy(), float(variance),
+                                     self.y_bounds, gpflow.config.default_jitter())
