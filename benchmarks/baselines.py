@@ -29,7 +29,7 @@ mean. Published pattern: cloaking best unless both epsilon and the lengthscale a
 Noise: every DP release uses an explicit seed (reproducible benchmark; not private against anyone
 who knows the seed). Cloaking in part B computes the cloaking matrix once per fold and lengthscale
 (``gpr_cloaking_matrix``) and one ``NoisePlan`` of it (so the optimiser runs once for all epsilons),
-then calls ``dpgp_gpflow.release.cloaking_release`` once per epsilon, which is what
+then calls ``dpgp_gpflow.mechanisms.cloaking_release`` once per epsilon, which is what
 ``DPGPR.release`` does (checked once in ``--quick`` mode on a small problem).
 
 Usage::
@@ -77,7 +77,7 @@ from dpgp_gpflow.datasets import (  # noqa: E402
 )
 from dpgp_gpflow.models import DPGPR  # noqa: E402
 from dpgp_gpflow.models.gpr import gpr_cloaking_matrix  # noqa: E402
-from dpgp_gpflow.release import NoisePlan, cloaking_release  # noqa: E402
+from dpgp_gpflow.mechanisms import NoisePlan, cloaking_release  # noqa: E402
 
 gpflow.config.set_default_float(np.float64)
 warnings.filterwarnings("ignore", category=dpgp_gpflow.ReproducibleNoiseWarning)

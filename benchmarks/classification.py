@@ -21,7 +21,7 @@ Repeated releases. The DP noise covariance of a one-step release depends on publ
 (the cloaking matrix), so releases 2..R of one configuration differ from release 1 only by the
 noise draw. To avoid R identical optimisations, release 1 is made with ``model.release(seed=s0)``
 and release k re-draws its noise: ``mean_k = mean_1 + F (xi_k - xi_1)`` with ``xi`` from
-:func:`dpgp_gpflow.release.standard_normal` (the package's noise source) at seed ``s0 + k``. This is
+:func:`dpgp_gpflow.sampling.standard_normal` (the package's noise source) at seed ``s0 + k``. This is
 exactly what ``model.release(seed=s0 + k)`` computes; the script checks it against a real release
 once per experiment (the "re-draw check" lines). Two-step releases are all made for real (the
 second step's cloaking matrix depends on the first step's noise). Seeds make the numbers
@@ -61,7 +61,7 @@ from dpgp_gpflow.models.dp_laplace import (  # noqa: E402
     PrivateSparseClassifier,
 )
 from dpgp_gpflow.models import kmeans_inducing_inputs  # noqa: E402
-from dpgp_gpflow.release import standard_normal  # noqa: E402
+from dpgp_gpflow.mechanisms import standard_normal  # noqa: E402
 
 warnings.filterwarnings("ignore", category=dpgp_gpflow.ReproducibleNoiseWarning)
 gpflow.config.set_default_float(np.float64)

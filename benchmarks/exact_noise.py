@@ -8,7 +8,7 @@ Writes the fragment ``benchmarks/results/exact_noise.md`` (``--quick``: ``result
    :func:`~dpgp_gpflow.sampling.gumbel_argmax` (exact) vs ``argmax(w + gumbel(k))`` (float); a
    Laplace release of ``k`` bin means, :func:`~dpgp_gpflow.sampling.add_laplace` (exact whitening,
    rounding and addition in rationals) vs ``means + b * float_laplace(k)``.
-2. **Cloaking release** of ``k`` predictions, end to end with a reused :class:`~dpgp_gpflow.release.NoisePlan`
+2. **Cloaking release** of ``k`` predictions, end to end with a reused :class:`~dpgp_gpflow.mechanisms.NoisePlan`
    (so the optimiser is not timed): ``C = A B`` with ``A`` k x 30, ``B`` 30 x n, n = 2,000 training
    outputs (rank <= 30). The exact path adds the public solve ``F^{-1} V`` (r x n), r exact draws and
    the exact grid addition.
@@ -40,7 +40,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from dpgp_gpflow import sampling  # noqa: E402
-from dpgp_gpflow.release import NoisePlan, cloaking_release  # noqa: E402
+from dpgp_gpflow.mechanisms import NoisePlan, cloaking_release  # noqa: E402
 
 
 def timed(fn, repeats):

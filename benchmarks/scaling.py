@@ -80,7 +80,7 @@ def worker(n: int, k: int, repeats: int, cores: int | None) -> None:
     if cores:
         tf.config.threading.set_intra_op_parallelism_threads(cores)
         tf.config.threading.set_inter_op_parallelism_threads(cores)
-    import dpgp_gpflow.release as rel_mod
+    import dpgp_gpflow.mechanisms as rel_mod
     from dpgp_gpflow.datasets import make_synthetic_2d
     from dpgp_gpflow.models import DPGPR
 

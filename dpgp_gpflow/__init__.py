@@ -34,7 +34,7 @@ _EXPORTS: Dict[str, str] = {
     "ReproducibleNoiseWarning": "exceptions",
     "cloaking_matrix": "models",
     "audit": "privacy_audit",
-    "load": "publishing",
+    "load": "io.loading",
     "PrivateClassifier": "released",
     "PrivateFunction": "released",
     "PrivateRelease": "released",
@@ -65,12 +65,14 @@ __all__ = [
     "composition",
     "contract",
     "datasets",
+    "engine",
+    "io",
     "kernels",
     "load",
     "models",
     "pipeline",
     "privacy_audit",
-    "release",
+    "mechanisms",
     "released",
     "sampling",
     "selection",
@@ -112,7 +114,8 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
         models,
         pipeline,
         privacy_audit,
-        release,
+        io,
+        mechanisms,
         released,
         sampling,
         selection,
@@ -131,5 +134,5 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
     )
     from .models import cloaking_matrix
     from .privacy_audit import audit
-    from .publishing import load
+    from .io.loading import load
     from .released import PrivateClassifier, PrivateFunction, PrivateRelease

@@ -8,8 +8,8 @@ it inside its own ``tf.function``, on any device. :func:`publish` then does the 
 only part that touches the private outputs: reserve the budget, whiten the query, draw exact noise
 from the OS CSPRNG (:mod:`dpgp_gpflow.sampling`), re-colour, charge the accountant.
 
-The eager release path (:func:`dpgp_gpflow.release.cloaking_release`) runs the same compiled stages
-(``cloaking.OPTIMISERS``, ``release.NOISE_SOLVERS``, the whitening); here they are composed in one
+The eager release path (:func:`dpgp_gpflow.mechanisms.cloaking_release`) runs the same compiled stages
+(``cloaking.OPTIMISERS``, ``mechanisms.NOISE_SOLVERS``, the whitening); here they are composed in one
 graph, with the rank rule's one loop (:func:`~dpgp_gpflow.cloaking.first_harmless`) traced into it.
 
 Privacy assumption: ``C`` (and so the plan) is a function of public inputs and hyperparameters only;
@@ -27,8 +27,8 @@ from . import cloaking
 from .accounting import PrivacyAccountant, Reservation, reserve
 from .cloaking import DEFAULT_TOL, candidate_rtols, first_harmless, projection_terms, working_set
 from .cloaking.rank import bias_rounding, projection_bias
-from .release import (
-    MAX_NOISE_CONDITION,
+from .mechanisms.rounding import MAX_NOISE_CONDITION
+from .mechanisms import (
     noise_in_space,
     publish_cloaking,
     release_request,
@@ -83,7 +83,7 @@ def noise_plan(
     nothing leaves the graph. ``noise_multiplier`` comes from
     :func:`dpgp_gpflow.calibration.gaussian_multiplier` (epsilon, delta, calibration), computed on the
     host; ``objective``, ``rtol``, ``tol`` and ``max_iter`` are Python values (they shape the graph).
-    Same rank rule, optimiser and sensitivity as :func:`dpgp_gpflow.release.cloaking_release` for a
+    Same rank rule, optimiser and sensitivity as :func:`dpgp_gpflow.mechanisms.cloaking_release` for a
     dense ``C`` (:func:`~dpgp_gpflow.cloaking.singular_pairs`; the eager path may use a randomised SVD on large matrices). A plan
     that cannot be guaranteed (a noise factor too ill-conditioned, a whitened shift too large) raises
     ``tf.errors.InvalidArgumentError`` when it runs.
@@ -161,7 +161,7 @@ def publish(
 
     Trusts nothing the plan says about its own privacy: ``data_sensitivity`` (finite, > 0, at most the
     width of ``y_bounds`` when given) and ``output_bound`` are validated before the budget is reserved,
-    and :func:`dpgp_gpflow.release.publish_cloaking` (the same code as every cloaking release) recomputes
+    and :func:`dpgp_gpflow.mechanisms.publish_cloaking` (the same code as every cloaking release) recomputes
     the whitened query's L2 shift from ``plan.whitening`` itself and the declared ``data_sensitivity``,
     and refuses (``FloatingPointError``; nothing drawn, nothing charged) a plan made for a smaller data
     sensitivity or with a modified whitening (``plan.shift`` is never read). A plan made for another
@@ -169,7 +169,7 @@ def publish(
     ``plan.noise_factor`` (any public factor: post-processing) and charges.
 
     Privacy assumptions: those of :func:`noise_plan`; ``y_centred`` clipped and centred as in
-    :func:`~dpgp_gpflow.release.cloaking_release` (``|y_c,i| <= output_bound``), and one entry moves by at
+    :func:`~dpgp_gpflow.mechanisms.cloaking_release` (``|y_c,i| <= output_bound``), and one entry moves by at
     most ``data_sensitivity`` between neighbours.
     """
     request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed)

@@ -7,10 +7,10 @@ m latent values once, so that predictions anywhere are free. Every model's ``rel
 can call them directly.
 
 Order of work, the same for every mechanism: validate the privacy parameters and the seed once, into a
-frozen :class:`~dpgp_gpflow.release.ReleaseRequest` (:func:`~dpgp_gpflow.release.release_request`), check
+frozen :class:`~dpgp_gpflow.mechanisms.ReleaseRequest` (:func:`~dpgp_gpflow.mechanisms.release_request`), check
 the leak guard, read the public terms from the model (refused unless finite), take the one reservation
 of the budget (:func:`~dpgp_gpflow.accounting.reserve`: nothing private has been computed yet), and hand
-both to the mechanism (:func:`~dpgp_gpflow.release.cloak`, :func:`~dpgp_gpflow.release.standard`), which
+both to the mechanism (:func:`~dpgp_gpflow.mechanisms.cloak`, :func:`~dpgp_gpflow.mechanisms.standard`), which
 neither validates nor reserves: it plans the noise, draws it (:mod:`dpgp_gpflow.sampling`), commits the
 one event and returns. A classifier's releases (:class:`~dpgp_gpflow.models.DPLaplaceGPC`'s Newton steps
 too, through :func:`cloak_outputs`) leave here marked as a classifier's latent values (:func:`_marked`).
@@ -35,7 +35,8 @@ from .contract import (
     dense_map,
     latent_terms_and_readout,
 )
-from .release import ReleaseRequest, cloak, release_request, standard
+from .mechanisms import ReleaseRequest, cloak, release_request
+from .mechanisms.standard import standard
 from .released import PrivateFunction, PrivateRelease
 from .validation import (
     MECHANISMS,
@@ -112,7 +113,7 @@ def _marked(model: Any, rel: PrivateRelease) -> PrivateRelease:
 
 def cloak_outputs(model: PrivateModel, request: ReleaseRequest, reservation: Reservation, C: Any, offset: Any,
                   variance: Any, **options: Any) -> PrivateRelease:
-    """:func:`~dpgp_gpflow.release.cloak` of ``offset + C y_c`` for ``model``'s private centred outputs
+    """:func:`~dpgp_gpflow.mechanisms.cloak` of ``offset + C y_c`` for ``model``'s private centred outputs
     ``y_c``, with its public data sensitivity, output bound and bounds; ``request`` validated and
     ``reservation`` taken by the caller (one event committed into it after the draw). Options:
     ``rtol``, ``tol``, ``max_iter``. Marked as a classifier's release when the model is one."""

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from .release import PrivateRelease
+from .released import PrivateRelease
 
 __all__ = ["plot_noise_std", "plot_release"]
 

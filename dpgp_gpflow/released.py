@@ -1,7 +1,7 @@
 """What a private release hands back: one family of objects, every field safe to publish.
 
 * :class:`PrivateRelease`: DP values at given inputs (the output of every Gaussian mechanism in
-  :mod:`dpgp_gpflow.release`).
+  :mod:`dpgp_gpflow.mechanisms`).
 * :class:`PrivateFunction`: a release of m latent values plus a frozen :class:`~dpgp_gpflow.contract.PublicReadout`,
   queryable at any inputs at no further privacy cost (post-processing); :class:`PrivateClassifier`
   adds class probabilities. Each factors what it needs once, at construction.
@@ -34,7 +34,7 @@ from gpflow.base import MeanAndVariance
 
 from .cloaking import OptimiserCertificate, row_norms
 from .contract import PublicReadout, readout_and_variance
-from .release_file import (
+from .io.format import (
     ReleaseDocument,
     ReleaseFileError,
     inputs_hash,
@@ -113,7 +113,7 @@ class Released:
         back with :func:`dpgp_gpflow.load`. Saving is post-processing: it costs no privacy budget.
 
         The card records the privacy parameters of every release, the software versions, the creation
-        time (UTC) and ``inputs_hash``: the SHA-256 (:func:`~dpgp_gpflow.release_file.inputs_hash`) of the
+        time (UTC) and ``inputs_hash``: the SHA-256 (:func:`~dpgp_gpflow.io.format.inputs_hash`) of the
         public ``inputs`` the release was computed at when given (for a :class:`PrivateRelease` its
         ``Xnew``), or an ``inputs_hash=`` string passed as is. Other keywords are added to the card as
         they are (plain JSON values; the card's own keys are refused). ``NotImplementedError`` when a
@@ -425,8 +425,8 @@ class PrivateFunction(Released):
 
     @classmethod
     def from_release_document(cls, document: ReleaseDocument, readout: PublicReadout) -> "PrivateFunction":
-        """The object of a verified release file (:func:`dpgp_gpflow.release_file.read`) with its readout
-        already rebuilt (:func:`dpgp_gpflow.publishing.load` picks the readout class). Sets the same
+        """The object of a verified release file (:func:`dpgp_gpflow.io.format.read`) with its readout
+        already rebuilt (:func:`dpgp_gpflow.io.loading.load` picks the readout class). Sets the same
         state as the constructor; a subclass keeping state of its own must override this."""
         releases = releases_of_document(document)
         m = releases[-1].mean.shape[0]

@@ -21,7 +21,7 @@ import dpgp_gpflow as dp
 from dpgp_gpflow.cli import main, sniff_separator
 from dpgp_gpflow.models import DPGPR
 from dpgp_gpflow.selection import default_grid
-from dpgp_gpflow.publishing import read_card
+from dpgp_gpflow.io.loading import read_card
 
 from conftest import shared_data_dir
 
@@ -410,7 +410,7 @@ def test_private_column_as_an_input_or_repeated_columns_are_refused_before_anyth
 
 def test_sparse_release_file_holds_nothing_from_the_output_but_the_noised_values(work):
     from dpgp_gpflow.models import kmeans_inducing_inputs
-    from dpgp_gpflow.release_file import read
+    from dpgp_gpflow.io.format import read
 
     frame = pd.read_csv(work / "data.csv")
     other = frame.assign(height=np.linspace(175.0, 65.0, len(frame)))  # the same inputs, other outputs

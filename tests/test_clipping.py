@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import dpgp_gpflow as dp
-from dpgp_gpflow import release_file
+from dpgp_gpflow.io import format as release_file
 from dpgp_gpflow.models import DPGPR, DPGPRFITC, DPLaplaceGPC
 from dpgp_gpflow.released import PrivateFunction, PrivateRelease
 

@@ -34,8 +34,8 @@ from dpgp_gpflow.cloaking import (
     mahalanobis_sensitivity,
     optimise_noise_covariance,
 )
-import dpgp_gpflow.release as release
-from dpgp_gpflow.release import cloaking_release
+import dpgp_gpflow.mechanisms as release
+from dpgp_gpflow.mechanisms import cloaking_release
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpgp_gpflow.ReproducibleNoiseWarning")
 
@@ -297,7 +297,7 @@ def test_mse_newton_direction_solves_the_barrier_newton_system(mu, primal_dual):
                   for e in np.eye(40)], axis=1)
     gb = mse_gradient_np(V, weights) - mu / weights
     slack = mu / weights * (np.random.default_rng(7).uniform(0.2, 5.0, 40) if primal_dual else 1.0)
-    w, _, P, _ = cloaking.dual._dual_terms(tf.constant(V), tf.constant(weights), "mse")
+    w, _, P, _ = cloaking.dual.dual_terms(tf.constant(V), tf.constant(weights), "mse")
     x = cloaking.dual._mse_newton_direction(w, P, tf.constant(gb), tf.constant(slack / weights)).numpy()
     residual = (H + np.diag(slack / weights)) @ x + gb
     assert np.linalg.norm(residual) <= 1.5 * cloaking.dual.CG_RTOL * np.linalg.norm(gb)
@@ -652,7 +652,7 @@ def test_release_on_rank_deficient_matrices(case, objective):
 def test_noise_plan_reused_across_budgets():
     """A NoisePlan reused for several budgets gives each release what a fresh release gives, and
     refuses a release that asks for other settings (a smaller d would under-noise)."""
-    from dpgp_gpflow.release import NoisePlan
+    from dpgp_gpflow.mechanisms import NoisePlan
 
     C = gp_cloaking_matrix(30, 12, seed=4)
     y = np.random.default_rng(1).uniform(-1.0, 1.0, 30)

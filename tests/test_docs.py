@@ -58,7 +58,7 @@ def test_site_builds_strict_with_every_page(site):
     for page in ["getting_started", "overview", "development", "privacy_model", "mechanisms", "selection", "composition", "baselines",
                  "corrections", "guides/regression", "guides/sparse", "guides/classification",
                  "guides/selection", "guides/accounting", "guides/your_own_model", "guides/publishing",
-                 "exact_sampling", "release_file", "api/publishing", "api/ledger", "api/contract",
+                 "exact_sampling", "release_file", "api/io", "api/ledger", "api/contract",
                  "api/pipeline", "api/models", "api/released"]:
         assert (site / page / "index.html").is_file(), page
     assert (site / "index.html").is_file()

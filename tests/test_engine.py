@@ -14,7 +14,7 @@ import dpgp_gpflow as dp
 from dpgp_gpflow import engine
 from dpgp_gpflow.calibration import analytic_gaussian_epsilon, gaussian_multiplier
 from dpgp_gpflow.sampling import DISCRETE_GAUSSIAN_FACTOR
-from dpgp_gpflow.release import cloaking_release
+from dpgp_gpflow.mechanisms import cloaking_release
 
 from reference import k_se
 
@@ -239,9 +239,9 @@ def test_the_engine_runs_on_a_logical_device_with_no_python_op_in_its_graph():
 def test_repeated_releases_of_new_shapes_do_not_retrace_the_compiled_stages():
     """The eager release path's compiled stages (noise solver, whitening, projection terms) have stable
     signatures: once traced, releases of other sizes trace nothing new."""
-    from dpgp_gpflow import cloaking, release
+    from dpgp_gpflow import cloaking, mechanisms as release
 
-    stages = (release.NOISE_SOLVERS["mse"], release._whitening, cloaking.space._projection_block)
+    stages = (release.NOISE_SOLVERS["mse"], release.cloaking._whitening, cloaking.space._projection_block)
 
     def one(n, k, seed):
         C, y = problem(n, k, seed)

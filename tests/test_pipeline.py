@@ -270,7 +270,7 @@ def test_one_validation_and_one_reservation_per_release(toy, monkeypatch, how):
     from collections import Counter
 
     from dpgp_gpflow import accounting, pipeline
-    from dpgp_gpflow import release as mechanisms
+    from dpgp_gpflow.mechanisms import cloaking, request, standard
 
     X, Y, _, Xnew, Z = toy
     model = DPGPR((X, Y), se(), y_bounds=(LO, HI), noise_variance=0.1, hyperparameters_public=True) \
@@ -292,7 +292,7 @@ def test_one_validation_and_one_reservation_per_release(toy, monkeypatch, how):
 
         monkeypatch.setattr(module, name, wrapper)
 
-    for module in (pipeline, mechanisms):
+    for module in (pipeline, request, cloaking, standard):
         for name in COUNTED:
             if hasattr(module, name):
                 counting(module, name)

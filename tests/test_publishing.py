@@ -19,7 +19,7 @@ import pytest
 import tensorflow as tf
 
 import dpgp_gpflow as dp
-from dpgp_gpflow import publishing, release_file
+from dpgp_gpflow.io import format as release_file, loading as publishing
 from dpgp_gpflow.models import DPGPR, DPGPRFITC, DPSGPR, DPLaplaceGPC, DPSparseLaplaceGPC
 from dpgp_gpflow.released import PrivateClassifier, PrivateFunction, PrivateRelease, Released
 

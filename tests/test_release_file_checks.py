@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 import dpgp_gpflow as dp
-from dpgp_gpflow import publishing, release_file
+from dpgp_gpflow.io import format as release_file, loading as publishing
 from dpgp_gpflow.models import DPGPR, DPGPRFITC, DPLaplaceGPC, DPSparseLaplaceGPC
-from dpgp_gpflow.release_file import ReleaseFileError
+from dpgp_gpflow.io.format import ReleaseFileError
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpgp_gpflow.ReproducibleNoiseWarning")
 

@@ -19,7 +19,7 @@ from scipy import special, stats
 
 from dpgp_gpflow import PrivacyLeakWarning, ReproducibleNoiseWarning, sampling
 from dpgp_gpflow.calibration import analytic_gaussian_multiplier
-from dpgp_gpflow.release import cloaking_release, standard_release
+from dpgp_gpflow.mechanisms import cloaking_release, standard_release
 from dpgp_gpflow.selection import exponential_mechanism, gumbel_max
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "audits"))

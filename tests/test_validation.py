@@ -324,7 +324,7 @@ def test_invalid_seed_is_refused_before_reserving(draws, seed, error, entry):
     """FUZZ-BUG-7: an invalid seed was refused only inside the sampler, after the private computation."""
     from dpgp_gpflow.baselines import make_bins, release_bin_means
     from dpgp_gpflow.models import DPLaplaceGPC, DPSGPR
-    from dpgp_gpflow.release import cloaking_release
+    from dpgp_gpflow.mechanisms import cloaking_release
     from dpgp_gpflow.selection import select_hyperparameters
 
     X, Y = data()

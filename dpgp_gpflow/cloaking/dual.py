@@ -4,7 +4,7 @@ For sensitivity vectors ``v_i`` (the columns of an r x m matrix) the noise covar
 ``log det M`` ("entropy") or ``tr M`` ("mse") s.t. ``v_i^T M^{-1} v_i <= 1`` is found through the dual
 over one weight per column, ``g(l) = sum(l) - log det S`` or ``sum(l) - 2 tr S^{1/2}`` with
 ``S = V diag(l) V^T``: its gradient is ``1 - q`` in closed form (``q_i`` the leverages), and the
-duality gap certifies any weights (:func:`_gap`). :func:`_barrier_newton_impl` is the log-barrier
+duality gap certifies any weights (:func:`duality_gap`). :func:`barrier_newton` is the log-barrier
 Newton method on the columns given; the working-set loop (:mod:`.working_set`) decides which columns.
 
 Pure TensorFlow, graph-safe, float64. Privacy assumption: none; everything here is a function of
@@ -64,7 +64,7 @@ def _weighted_gram(vectors: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
     return 0.5 * (S + tf.transpose(S))
 
 
-def _dual_terms(vectors: tf.Tensor, weights: tf.Tensor, objective: str, S: Optional[tf.Tensor] = None):
+def dual_terms(vectors: tf.Tensor, weights: tf.Tensor, objective: str, S: Optional[tf.Tensor] = None):
     """Eigen-decomposition of ``S = vectors diag(weights) vectors^T`` and the leverages ``q``; ``S``
     may be given (formed from the weighted columns alone, when the others carry no weight)."""
     if S is None:
@@ -104,11 +104,11 @@ def _dual_value(vectors: tf.Tensor, weights: tf.Tensor, objective: str) -> tf.Te
 
 def _dual_state(vectors: tf.Tensor, weights: tf.Tensor, objective: str):
     """One eigen-decomposition of ``S`` giving the dual value, its gradient ``1 - q`` (closed form:
-    no backpropagation through the eigen-decomposition) and the terms of :func:`_dual_terms`.
+    no backpropagation through the eigen-decomposition) and the terms of :func:`dual_terms`.
 
     For interior weights (all positive, ``S`` non-singular) only: the Newton iterations keep them there.
     """
-    w, V, P, q = _dual_terms(vectors, weights, objective)
+    w, V, P, q = dual_terms(vectors, weights, objective)
     if objective == "entropy":
         value = tf.reduce_sum(weights) - tf.reduce_sum(tf.math.log(w))
     else:
@@ -223,12 +223,12 @@ DENSE_MSE_HESSIAN_FLOPS = 1e8
 
 def _certificate_terms(vectors: tf.Tensor, weights: tf.Tensor, objective: str):
     """Duality gap of the rescaled feasible covariance, its relative form, max q, and q."""
-    w, _, _, q = _dual_terms(vectors, weights, objective)
-    gap, rel, qmax = _gap(w, q, weights, objective)
+    w, _, _, q = dual_terms(vectors, weights, objective)
+    gap, rel, qmax = duality_gap(w, q, weights, objective)
     return gap, rel, qmax, q
 
 
-def _gap(w: tf.Tensor, q: tf.Tensor, weights: tf.Tensor, objective: str):
+def duality_gap(w: tf.Tensor, q: tf.Tensor, weights: tf.Tensor, objective: str):
     """Duality gap, relative gap and max q from the eigenvalues ``w`` of ``S`` and the leverages ``q``.
 
     entropy: ``r log(1 + eps)`` with the design gap ``eps = max q * sum(l) / r - 1``; mse:
@@ -255,18 +255,18 @@ def _feasible_covariance_impl(vectors, weights, objective_is_entropy: bool):
     ``M(l) = S`` (entropy) or ``S^{1/2}`` (mse); rescaled so that ``max_i v_i^T M^{-1} v_i = 1``.
     """
     objective = "entropy" if objective_is_entropy else "mse"
-    w, V, _, q = _dual_terms(vectors, weights, objective)
-    gap, rel, qmax = _gap(w, q, weights, objective)
+    w, V, _, q = dual_terms(vectors, weights, objective)
+    gap, rel, qmax = duality_gap(w, q, weights, objective)
     scales = tf.sqrt(w * qmax) if objective_is_entropy else tf.sqrt(tf.sqrt(w) * qmax)
     return V, scales, gap, rel
 
 
-def _barrier_newton_impl(vectors, weights0, tol, max_iter, primal_dual, objective):
+def barrier_newton(vectors, weights0, tol, max_iter, primal_dual, objective):
     """Log-barrier Newton on the dual from ``weights0`` (positive): ``(weights, steps, met)``.
 
     Both variants take the Newton step of the barrier problem ``dual - mu sum(log l)`` with the
     barrier's curvature ``s / l`` and an Armijo line search on it, and stop once the certificate
-    (:func:`_gap`) meets ``tol``. ``primal_dual=False``: ``s = mu / l`` (the primal barrier), and ``mu``
+    (:func:`duality_gap`) meets ``tol``. ``primal_dual=False``: ``s = mu / l`` (the primal barrier), and ``mu``
     falls once the iterate is centred. ``primal_dual=True``: a slack ``s`` takes its own Newton step
     on ``l_i s_i = mu`` (so weights that must shrink tenfold do not cut every step to a tenth), and
     ``mu`` is :data:`PRIMAL_DUAL_SIGMA` of the mean ``l_i s_i`` after every step: fewer steps from a
@@ -285,7 +285,7 @@ def _barrier_newton_impl(vectors, weights0, tol, max_iter, primal_dual, objectiv
     def body(it, weights, slack, mu, done, met):
         value, grad, w, V, P, q = _dual_state(vectors, weights, objective)
         # The certificate bounds the excess of any weights, centred or not: stop once it is met.
-        gap, rel, _ = _gap(w, q, weights, objective)
+        gap, rel, _ = duality_gap(w, q, weights, objective)
         converged = rel <= tol
         gb = grad - mu / weights
         slack = tf.where(primal_dual, slack, mu / weights)
@@ -342,7 +342,7 @@ def _barrier_newton_impl(vectors, weights0, tol, max_iter, primal_dual, objectiv
 
 
 
-def _best_uniform_weight(vectors: tf.Tensor, objective: str) -> tf.Tensor:
+def uniform_weight(vectors: tf.Tensor, objective: str) -> tf.Tensor:
     """The cold start: the dual's minimiser over equal weights ``c`` on the columns of ``vectors`` (r x m),
     ``c = r / m`` (entropy) or ``(tr G^{1/2} / m)^2`` (mse), ``G = vectors vectors^T``."""
     r = tf.cast(tf.shape(vectors)[0], tf.float64)
@@ -357,7 +357,7 @@ def _best_uniform_weight(vectors: tf.Tensor, objective: str) -> tf.Tensor:
 
 
 #: The restricted solve of one working-set round, compiled per objective (stable signatures).
-RESTRICTED_SOLVERS = compile_per_objective(_barrier_newton_impl, [MATRIX_SPEC, VECTOR_SPEC, REAL_SPEC, COUNT_SPEC,
+RESTRICTED_SOLVERS = compile_per_objective(barrier_newton, [MATRIX_SPEC, VECTOR_SPEC, REAL_SPEC, COUNT_SPEC,
                                                                    tf.TensorSpec([], tf.bool)])
 
 
@@ -382,4 +382,4 @@ def best_uniform_weight(vectors: tf.Tensor, objective: str) -> float:
     """The optimiser's cold start on the working set ``vectors`` (r x w): the dual's minimiser over equal
     weights (what :func:`optimise_noise_covariance` starts from). Public."""
     validate_objective(objective)
-    return float(_best_uniform_weight(tf.convert_to_tensor(vectors, tf.float64), objective))
+    return float(uniform_weight(tf.convert_to_tensor(vectors, tf.float64), objective))

@@ -20,7 +20,7 @@ from check_shapes import check_shapes
 from ..validation import validate_objective
 from . import working_set
 from .dual import COUNT_SPEC, MATRIX_SPEC, REAL_SPEC, VECTOR_SPEC, compile_per_objective
-from .working_set import DenseColumns, WorkingSet, _distinct_columns_impl, cold_start, solve_noise
+from .working_set import DenseColumns, WorkingSet, distinct_columns, cold_start, solve_noise
 
 #: Default relative duality gap of every release's noise optimisation: the noise's objective
 #: (expected squared error for "mse", log det per direction for "entropy") is certified within
@@ -72,7 +72,7 @@ def optimise_tensors(vectors, initial, tol, max_iter, dense_points, duplicate_rt
     the provider's start set. Graph-safe."""
     r = tf.shape(vectors)[0]
     every = DenseColumns(vectors, dense_points)
-    distinct = DenseColumns(vectors, dense_points, _distinct_columns_impl(vectors, duplicate_rtol))
+    distinct = DenseColumns(vectors, dense_points, distinct_columns(vectors, duplicate_rtol))
     warm = tf.reduce_max(initial) > 0.0
 
     def warm_start():

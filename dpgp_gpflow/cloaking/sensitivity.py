@@ -14,7 +14,7 @@ import tensorflow as tf
 from check_shapes import check_shapes
 
 from .. import linalg
-from .space import _row_blocks
+from .space import row_blocks
 
 
 @check_shapes("factor: [r, r]", "vectors: [r, n]")
@@ -62,7 +62,7 @@ def noise_std_lower_bound(C, data_sensitivity: float, noise_multiplier: float) -
     d, s = float(data_sensitivity), float(noise_multiplier)
     if not (math.isfinite(d) and d > 0.0 and math.isfinite(s) and s > 0.0):
         raise ValueError(f"data_sensitivity and noise_multiplier must be finite and > 0, got {d!r}, {s!r}")
-    largest = tf.concat([tf.reduce_max(tf.abs(rows), axis=1) for _, rows in _row_blocks(C)], axis=0)
+    largest = tf.concat([tf.reduce_max(tf.abs(rows), axis=1) for _, rows in row_blocks(C)], axis=0)
     return s * d * largest.numpy()
 
 

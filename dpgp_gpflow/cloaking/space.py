@@ -190,7 +190,7 @@ def _leading_singular_triplets(C: tf.Tensor, rtol: float):
 BLOCK_ENTRIES = 2**24
 
 
-def _row_blocks(C) -> Iterator[tuple]:
+def row_blocks(C) -> Iterator[tuple]:
     """``(start, rows)`` blocks of dense rows of ``C`` or of a factored ``(A, B)``, about
     ``BLOCK_ENTRIES`` entries each."""
     if isinstance(C, (tuple, list)):
@@ -217,7 +217,7 @@ def projection_rows(C, space: ColumnSpace) -> tuple:
     or a factored ``(A, B)``; nothing k x n is held at once. Public: ``C`` only.
     """
     l1, largest = [], []
-    for start, rows in _row_blocks(C):
+    for start, rows in row_blocks(C):
         block = _projection_block(rows, space.basis[start:start + int(rows.shape[0])], space.vectors)
         l1.append(block[0])
         largest.append(block[1])

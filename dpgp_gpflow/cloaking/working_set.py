@@ -21,10 +21,10 @@ from .dual import (
     MATRIX_SPEC,
     REAL_SPEC,
     RESTRICTED_SOLVERS,
-    _barrier_newton_impl,
-    _best_uniform_weight,
-    _dual_terms,
-    _gap,
+    barrier_newton,
+    uniform_weight,
+    dual_terms,
+    duality_gap,
     inverse_scale,
 )
 
@@ -71,7 +71,7 @@ def column_hashes(vectors: tf.Tensor, rowmax: tf.Tensor, rtol: tf.Tensor) -> tf.
     return tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, tf.constant(29, tf.uint64)))
 
 
-def _distinct_columns_impl(vectors: tf.Tensor, rtol: tf.Tensor) -> tf.Tensor:
+def distinct_columns(vectors: tf.Tensor, rtol: tf.Tensor) -> tf.Tensor:
     scale = tf.reduce_max(tf.abs(vectors), axis=1)  # [r]
     n = tf.shape(vectors)[1]
     usable = tf.logical_and(tf.reduce_all(tf.math.is_finite(scale)), tf.reduce_all(scale > 0.0))
@@ -90,7 +90,7 @@ def _distinct_columns(vectors: tf.Tensor, rtol: tf.Tensor) -> tf.Tensor:
     (coordinates equal after rounding to ``rtol`` times each coordinate's largest entry; found by
     :func:`column_hashes`: a collision merges columns that differ, which the certificate over all
     columns catches)."""
-    return _distinct_columns_impl(vectors, rtol)
+    return distinct_columns(vectors, rtol)
 
 
 def _indicator(indices: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
@@ -232,7 +232,7 @@ class ColumnProvider(Protocol):
         maximum, and the ``count`` largest above 1 among the columns not in ``keep`` (indices)."""
 
 
-def _start_size(rank: tf.Tensor, n: tf.Tensor) -> tf.Tensor:
+def start_size(rank: tf.Tensor, n: tf.Tensor) -> tf.Tensor:
     """How many columns of largest leverage a cold start takes: ``min(max(4 r, 500), n)``."""
     return tf.minimum(tf.maximum(4 * rank, 500), n)
 
@@ -253,9 +253,9 @@ class DenseColumns:
         vectors, n = self.vectors, self.count()
 
         def screened():
-            lev = _dual_terms(vectors, tf.ones_like(vectors[0]), "entropy")[3]  # [n]: v_i^T (V V^T)^{-1} v_i
+            lev = dual_terms(vectors, tf.ones_like(vectors[0]), "entropy")[3]  # [n]: v_i^T (V V^T)^{-1} v_i
             lev = tf.where(tf.math.is_finite(lev), lev, tf.zeros_like(lev))
-            top = tf.math.top_k(lev, k=_start_size(rank, n)).indices
+            top = tf.math.top_k(lev, k=start_size(rank, n)).indices
             chosen = tf.logical_or(_indicator(top, lev), _indicator(_pivot_columns(vectors, rank)[0], lev))
             return tf.cast(tf.where(chosen)[:, 0], tf.int32)
 
@@ -279,7 +279,7 @@ def _restricted_solver(objective: str) -> Callable:
         return RESTRICTED_SOLVERS[objective]
 
     def inline(vectors, weights0, tol, max_iter, primal_dual):
-        return _barrier_newton_impl(vectors, weights0, tol, max_iter, primal_dual, objective=objective)
+        return barrier_newton(vectors, weights0, tol, max_iter, primal_dual, objective=objective)
 
     return inline
 
@@ -295,7 +295,7 @@ def solve_on_working_sets(columns: ColumnProvider, start: WorkingSet, warm: tf.T
     to ``tol``; a ``warm`` start is solved to ``tol`` from the first round. Columns outside the working
     set that violate their constraint are added back, up to r per round, spread among the most
     violated (:func:`spread_violators`). Rounds take primal-dual steps, except one that starts from
-    violators just added at a guessed weight (:func:`.dual._barrier_newton_impl`). The loop stops when
+    violators just added at a guessed weight (:func:`.dual.barrier_newton`). The loop stops when
     the certificate over every column meets ``tol``, when the working set is every column and solved
     to ``tol``, or after ``max_iter`` steps or ``MAX_ROUNDS`` rounds.
 
@@ -320,7 +320,7 @@ def solve_on_working_sets(columns: ColumnProvider, start: WorkingSet, warm: tf.T
             return idx, cols, w_sub, stage_tol, total, tf.constant(True), fresh, tf.constant(-1.0, tf.float64)
 
         def another_round():
-            w, V, _, q_work = _dual_terms(cols, w_sub, objective)
+            w, V, _, q_work = dual_terms(cols, w_sub, objective)
             scales = inverse_scale(w, objective)
             wmax = tf.reduce_max(w_sub)
             heavy = _indicator(tf.math.top_k(w_sub, k=tf.minimum(2 * r, m)).indices, w_sub)
@@ -329,7 +329,7 @@ def solve_on_working_sets(columns: ColumnProvider, start: WorkingSet, warm: tf.T
             found = columns.violators(V, scales, tf.boolean_mask(idx, keep), VIOLATOR_CANDIDATES * r)
             whitened = tf.linalg.matmul(V, found.columns, transpose_a=True) * tf.sqrt(scales)[:, None]
             picked = _spread_violators_impl(whitened, r)
-            _, rel, _ = _gap(w, found.largest[None], w_sub, objective)
+            _, rel, _ = duality_gap(w, found.largest[None], w_sub, objective)
             finished = (rel <= tol) | (total >= max_iter)
             fresh = tf.size(picked) == 0  # primal-dual unless violators were just added at a guessed weight
             same = finished | (fresh & tf.reduce_all(keep))  # keep solving the same set (to tol now)
@@ -358,7 +358,7 @@ def solve_on_working_sets(columns: ColumnProvider, start: WorkingSet, warm: tf.T
 def cold_start(columns: ColumnProvider, rank: tf.Tensor, objective: str) -> WorkingSet:
     """The provider's start set, every weight the dual's minimiser over equal weights."""
     idx, cols = columns.start(rank)
-    return WorkingSet(idx, cols, tf.fill(tf.shape(idx), _best_uniform_weight(cols, objective)))
+    return WorkingSet(idx, cols, tf.fill(tf.shape(idx), uniform_weight(cols, objective)))
 
 
 class Solution(NamedTuple):
@@ -376,10 +376,10 @@ class Solution(NamedTuple):
 def _certify(columns: ColumnProvider, work: WorkingSet, objective: str, largest: Optional[tf.Tensor] = None):
     """The feasible covariance ``M(l) * max q`` of the working set's weights and its certificate over
     every column of ``columns`` (one pass, unless ``largest`` is already known)."""
-    w, V, _, _ = _dual_terms(work.columns, work.weights, objective)
+    w, V, _, _ = dual_terms(work.columns, work.weights, objective)
     if largest is None:
         largest = columns.violators(V, inverse_scale(w, objective), work.indices[:0], tf.constant(0)).largest
-    gap, rel, qmax = _gap(w, largest[None], work.weights, objective)
+    gap, rel, qmax = duality_gap(w, largest[None], work.weights, objective)
     scales = tf.sqrt(w * qmax) if objective == "entropy" else tf.sqrt(tf.sqrt(w) * qmax)
     return V, scales, gap, rel
 

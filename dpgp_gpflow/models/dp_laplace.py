@@ -21,7 +21,7 @@ left it out). Predictions cost no privacy budget.
 Composition over Newton steps (``steps = T``): each step is released at ``(epsilon / T, delta / T)``,
 so the T releases are ``(epsilon, delta)``-DP together by basic composition. As every release of the
 pipeline (:mod:`dpgp_gpflow.pipeline`), :meth:`DPLaplaceGPC.release` validates the privacy parameters
-once (:func:`~dpgp_gpflow.release.release_request`) and takes one reservation, for all T steps, before
+once (:func:`~dpgp_gpflow.mechanisms.release_request`) and takes one reservation, for all T steps, before
 the first one (a budget too small for all T steps draws nothing); each step's mechanism
 (:func:`~dpgp_gpflow.pipeline.cloak_outputs`) neither validates nor reserves and commits its one event
 after its draw. Each step is charged as a Gaussian event with its ``mu``, so an accountant created with
@@ -45,7 +45,7 @@ from ..calibration import gaussian_multiplier
 from ..cloaking import DEFAULT_TOL
 from ..contract import ReleaseTerms, check_release_hyperparameters, dense_map
 from ..pipeline import cloak_outputs
-from ..release import ReleaseRequest, release_request
+from ..mechanisms import ReleaseRequest, release_request
 from ..released import PrivateClassifier, PrivateRelease
 from ..streaming.terms import Factors
 from ..validation import as_inputs, is_dask_array, require_float64, validate_public_terms

@@ -27,7 +27,7 @@ from gpflow.base import InputData, MeanAndVariance, RegressionData
 from gpflow.models import GPModel, InternalDataTrainingLossMixin
 from gpflow.models.util import data_input_to_tensor
 
-from ..release_file import ReleaseFileError, kernel_from_spec, kernel_spec, take_factors
+from ..io.format import ReleaseFileError, kernel_from_spec, kernel_spec, take_factors
 from ..released import probit_approximation
 from .gpr import gpr_cloaking_matrix
 

@@ -25,7 +25,7 @@ import tensorflow as tf
 from sklearn.cluster import KMeans
 
 from ..contract import ReleaseTerms
-from ..release_file import (
+from ..io.format import (
     kernel_from_spec,
     kernel_spec,
     mean_function_from_spec,

@@ -21,7 +21,7 @@ from ..cloaking import DEFAULT_TOL, noise_std_lower_bound
 from ..contract import PrivateModel, dense_map
 from ..models.base import parameter_values
 from ..progress import Progress
-from ..release import NoisePlan
+from ..mechanisms import NoisePlan
 from ..validation import as_float64, validate_calibration, validate_data_sensitivity, validate_delta, validate_epsilon
 from .utility import Fold, cv_utility, loss_lipschitz, point_influence, published_sensitivity, validate_utility
 
@@ -62,7 +62,7 @@ SHARE_RTOL = 1e-9
 
 class _NoiseProfile:
     """The noise std per point of ``release.cloaking_release(C, ...)`` as a function of the noise
-    multiplier, without drawing noise: :class:`~dpgp_gpflow.release.NoisePlan` (the release's own
+    multiplier, without drawing noise: :class:`~dpgp_gpflow.mechanisms.NoisePlan` (the release's own
     rank rule, cached across multipliers). Public: depends on ``C`` and the public output bound only.
 
     If the release would be refused (``FloatingPointError``: an ill-conditioned noise covariance),
@@ -87,7 +87,7 @@ def release_noise_std(C, *, data_sensitivity: float, output_bound: float, epsilo
     """The DP noise std per point of ``cloaking_release(C, ...)`` at ``(epsilon, delta)``, drawing nothing.
 
     ``C`` is k x n or a pair ``(A, B)``; the arguments mean what they mean for
-    :func:`dpgp_gpflow.release.cloaking_release`, which would report the same ``noise_std``. Public:
+    :func:`dpgp_gpflow.mechanisms.cloaking_release`, which would report the same ``noise_std``. Public:
     depends on ``C`` and the public bound only; charges nothing.
     """
     multiplier = gaussian_multiplier(validate_epsilon(epsilon), validate_delta(delta), validate_calibration(calibration))
@@ -263,7 +263,7 @@ class CrossValidation:
         ``release_noise="bound"`` (default): ``s d max_i |C_ji|``
         (:func:`~dpgp_gpflow.cloaking.noise_std_lower_bound`), the least noise any Gaussian release
         of those predictions can add, one pass over ``C``; ``"optimised"``: the cloaking release's
-        own noise (:class:`~dpgp_gpflow.release.NoisePlan`, one noise optimisation per fold; ``inf``
+        own noise (:class:`~dpgp_gpflow.mechanisms.NoisePlan`, one noise optimisation per fold; ``inf``
         where that release would be refused). Public either way: functions of ``C`` and the bounds.
         """
         validate_release_noise(release_noise)

@@ -29,7 +29,7 @@ from ..cloaking import DEFAULT_TOL, candidate_rtols, first_harmless
 from ..cloaking.rank import bias_rounding, projection_bias
 from ..contract import check_release_hyperparameters
 from ..pipeline import reference_coordinates
-from ..release import check_noise_condition, draw_and_spend, release_request, safe_sensitivity
+from ..mechanisms import check_noise_condition, draw_and_spend, release_request, safe_sensitivity
 from ..released import PrivateFunction, PrivatePrediction
 from ..validation import as_inputs, require_float64
 from .chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks

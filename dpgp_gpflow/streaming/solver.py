@@ -1,6 +1,6 @@
 """The cloaking release's public computations, chunk by chunk: column space, rank rule, noise optimiser.
 
-The in-memory release (:class:`~dpgp_gpflow.release.NoisePlan`, :func:`~dpgp_gpflow.cloaking.column_spaces`,
+The in-memory release (:class:`~dpgp_gpflow.mechanisms.NoisePlan`, :func:`~dpgp_gpflow.cloaking.column_spaces`,
 :func:`~dpgp_gpflow.cloaking.optimise_noise_covariance`) reads the m x n released map ``C = R B``
 whole. Here every quantity it needs is a reduction over column chunks ``C[:, chunk]`` (computed from
 the chunk's public inputs by :class:`~dpgp_gpflow.streaming.terms.ChunkTerms`):
@@ -42,7 +42,7 @@ from ..cloaking import (
     working_set,
 )
 from ..cloaking.working_set import DUPLICATE_RTOL
-from ..release import WHITENING_SLACK, check_whitened_shift, shift_bound_of_norms
+from ..mechanisms.cloaking import WHITENING_SLACK, check_whitened_shift, shift_bound_of_norms
 from ..sampling import GRID_EXPONENT, gaussian_grid_factor
 from .chunks import ChunkSource
 from .terms import ChunkTerms, Factors
@@ -262,7 +262,7 @@ class StreamedColumns:
             idx, cols, _ = self.gather(np.setdiff1d(np.arange(n), self.excluded))
             return tf.constant(idx, tf.int32), tf.constant(cols)
         G = self._map(_gram_chunk, _gram_combine, self.excluded)["G"]
-        k_lev, k_norm = int(working_set._start_size(r, n)), max(8 * r, PIVOT_CANDIDATES) + 1
+        k_lev, k_norm = int(working_set.start_size(r, n)), max(8 * r, PIVOT_CANDIDATES) + 1
         while True:  # more candidates until the pivots are provably those of all columns (or the cap)
             lev_top, norm_top = self._map(_select_chunk, _select_combine(k_lev, k_norm), self.excluded, G, k_lev,
                                           k_norm)
@@ -388,7 +388,7 @@ def _query_combine(a, b):
 def whitened_query(cmap: StreamedMap, basis: np.ndarray, factor_u: np.ndarray, noise_sensitivity: float,
                    whitened_norms: Tuple[float, float], multiplier: float, data_sensitivity: float,
                    output_bound: float) -> Tuple[float, np.ndarray]:
-    """The exact sampler's sensitivity ``Delta`` and whitened query ``z = W y`` (``release._whitened_query``).
+    """The exact sampler's sensitivity ``Delta`` and whitened query ``z = W y`` (``mechanisms.cloaking.whitening_terms``).
 
     ``whitened_norms``: ``max_i ||w_i||`` and ``sum_i ||w_i||`` from :func:`sensitivities`. PRIVATE result ``z`` (r numbers): the only thing computed from the outputs; everything else is
     public. The shift bound ``d max_i ||w_i|| + 2 gamma_n b sum_i ||w_i||`` holds for any summation

@@ -23,7 +23,7 @@ Privacy assumption: the kernel, ``Z``, the noise variance, the prior mean and th
 the outputs enter only :meth:`ChunkTerms.centred_outputs`, which checks them
 (:meth:`ChunkTerms.check_outputs`) and clips them to the public bounds before anything else is
 computed from them. The object pickles through the release-file specifications of its kernel and
-mean function (:mod:`dpgp_gpflow.release_file`), so Dask workers rebuild exactly the same public pieces.
+mean function (:mod:`dpgp_gpflow.io.format`), so Dask workers rebuild exactly the same public pieces.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from check_shapes import check_shapes
 
 from .. import linalg
 from ..contract import PublicReadout
-from ..release_file import kernel_from_spec, kernel_spec, mean_function_from_spec, mean_function_spec
+from ..io.format import kernel_from_spec, kernel_spec, mean_function_from_spec, mean_function_spec
 from ..validation import clip_outputs
 
 __all__ = ["ChunkTerms", "Factors", "add_summaries", "reference_from_gram"]

@@ -7,7 +7,7 @@ the released vector moves when one private output moves by ``d``. Measure the sh
 with :func:`measured_shifts` (two releases with the same explicit seed draw the same noise, so
 their difference is exactly the shift), or pass ``d * C_ref[:, i]`` from an independently computed
 cloaking matrix. Nothing here uses the package's maths; the only package import is the noise
-source :func:`dpgp_gpflow.release.standard_normal` in :func:`draw_release_noise`, so that the
+source :func:`dpgp_gpflow.sampling.standard_normal` in :func:`draw_release_noise`, so that the
 black-box and sampler audits exercise the sampler the package uses.
 
 Units: a Gaussian with covariance ``Sigma = F F^T`` shifted by ``v`` has privacy loss
@@ -159,10 +159,10 @@ def measured_shifts(
 def draw_release_noise(noise_factor: np.ndarray, n: int, seed: Optional[int]) -> np.ndarray:
     """``n`` noise draws ``F xi`` ([n, k]) with ``xi`` from the package's own noise source.
 
-    Uses :func:`dpgp_gpflow.release.standard_normal` (numpy PCG64 for an explicit seed, OS entropy
+    Uses :func:`dpgp_gpflow.sampling.standard_normal` (numpy PCG64 for an explicit seed, OS entropy
     for ``seed=None``), in one call of size ``n * r``; the reproducibility warning is silenced.
     """
-    from dpgp_gpflow.release import standard_normal
+    from dpgp_gpflow.mechanisms import standard_normal
 
     F = np.asarray(noise_factor, dtype=np.float64)
     r = F.shape[1]

@@ -19,7 +19,7 @@ import tensorflow as tf
 from reference import gaussian_delta_at_shift, k_se, mahalanobis_shifts, projection_bias
 from scipy import special
 
-import dpgp_gpflow.release as release_module
+import dpgp_gpflow.mechanisms as release_module
 from dpgp_gpflow import BudgetExceededError, PrivacyAccountant, PrivacyLeakError, ReproducibleNoiseWarning
 from dpgp_gpflow.calibration import gaussian_multiplier
 from dpgp_gpflow.models.dp_laplace import (

@@ -467,7 +467,7 @@ def test_standard_mechanism_refuses_non_finite_prior_covariance(draws, x):
 def test_standard_release_refuses_non_finite_prior_covariance_before_drawing(draws):
     acc = dpgp_gpflow.PrivacyAccountant(epsilon=10.0, delta=0.5)
     with pytest.raises(ValueError, match="prior_covariance"):
-        dpgp_gpflow.release.standard_release(np.zeros(2), np.ones(2), np.array([[np.nan, 0.0], [0.0, 1.0]]),
+        dpgp_gpflow.mechanisms.standard_release(np.zeros(2), np.ones(2), np.array([[np.nan, 0.0], [0.0, 1.0]]),
                                              sensitivity=1.0, data_sensitivity=1.0, epsilon=EPS, delta=DELTA,
                                              accountant=acc)
     assert draws == [] and acc.history() == []

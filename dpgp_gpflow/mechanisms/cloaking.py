@@ -1,44 +1,35 @@
-"""The one code path that draws DP noise for a linear release: :class:`PrivateRelease`.
+"""The cloaking mechanism (AISTATS 2018; docs/mechanisms.md#cloaking): noise ``N(0, F F^T)`` shaped by
+the optimised covariance, the mean projected onto the ``r`` directions that receive noise.
 
 A release publishes ``v~ = offset + C (y - m) + noise`` where ``C`` (k x n) is public (a function of
 public inputs and hyperparameters), ``y - m`` are the clipped, publicly centred private outputs and
-``offset`` is public. Two mechanisms:
-
-* ``cloaking_release`` (AISTATS 2018 / docs/mechanisms.md#cloaking): noise ``N(0, F F^T)`` shaped by the optimised
-  covariance; the mean is projected onto the ``r`` directions that receive noise.
-* ``standard_release`` (Hall et al. 2013 / docs/mechanisms.md#standard-mechanism): noise from the GP prior at the test inputs,
-  scaled by the exact RKHS sensitivity.
-
-The privacy parameters are validated once into a frozen :class:`ReleaseRequest` (:func:`release_request`)
-and the budget reserved once (:func:`~dpgp_gpflow.accounting.reserve`) before anything is computed, by the
-caller (:mod:`dpgp_gpflow.pipeline`, or the public wrappers ``cloaking_release`` and ``standard_release``);
-the mechanisms :func:`cloak` and :func:`standard` receive both, neither validate nor reserve, and commit
-the one event after the draw. The noise comes from :mod:`dpgp_gpflow.sampling` (OS entropy unless an
-explicit ``seed`` makes the release reproducible, and so not private, marked ``reproducible=True``).
+``offset`` is public. :class:`NoisePlan` chooses the rank and the noise (:mod:`dpgp_gpflow.cloaking`:
+public, no draw); :func:`cloak` releases for a validated request (:mod:`.request`) into the caller's
+reservation; :func:`cloaking_release` is the public wrapper that validates and reserves itself.
 
 Exact noise (``sampler="exact"``, the default; docs/exact_sampling.md): the release computes the
-whitened query ``z = F^{-1} (V y) / (s Delta)`` (cloaking) or ``L^{-1} mean / (s Delta)`` (standard),
-whose L2 sensitivity is at most ``1/s`` once ``Delta`` is inflated for the floating-point error of the
-query and the grid rounding; adds exact discrete-Gaussian noise on a grid
-(:func:`dpgp_gpflow.sampling.standard_normal`, :func:`dpgp_gpflow.sampling.grid_sum`); and re-colours,
-``s Delta F (z + xi)``, which is post-processing. ``sampler="float"`` is the earlier floating-point
-draw ``V y + s Delta F xi`` (warns :class:`~dpgp_gpflow.PrivacyLeakWarning`).
+whitened query ``z = F^{-1} (V y) / (s Delta)`` (:func:`whitening_terms`), whose L2 sensitivity is at
+most ``1/s`` once ``Delta`` is inflated for the floating-point error of the query and the grid
+rounding; :func:`publish_cloaking` recomputes that shift from ``W`` itself and refuses a mismatch;
+:func:`draw_and_spend` adds exact discrete-Gaussian noise on a grid
+(:func:`dpgp_gpflow.sampling.standard_normal`, :func:`dpgp_gpflow.sampling.grid_sum`), re-colours
+(``s Delta F (z + xi)``, post-processing) and charges: the one draw of every exact cloaking release,
+in memory, compiled (:mod:`dpgp_gpflow.engine`) or streamed. ``sampler="float"`` is the earlier
+floating-point draw ``V y + s Delta F xi`` (warns :class:`~dpgp_gpflow.PrivacyLeakWarning`).
 """
 
 from __future__ import annotations
 
 import math
-from numbers import Real
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
-from . import sampling
-from .accounting import PrivacyAccountant, PrivacyEvent, Reservation, reserve
-from .calibration import gaussian_multiplier
-from .cloaking import (
+from .. import sampling
+from ..accounting import PrivacyAccountant, Reservation, reserve
+from ..cloaking import (
     DEFAULT_TOL,
     ColumnSpace,
     certificate_of,
@@ -51,105 +42,33 @@ from .cloaking import (
     row_norms,
     working_set,
 )
-from .cloaking.dual import COUNT_SPEC, MATRIX_SPEC, REAL_SPEC, VECTOR_SPEC
-from .cloaking.rank import bias_rounding, candidate_rtols, projection_bias
-from .released import PrivateRelease
-from .sampling import (
+from ..cloaking.dual import COUNT_SPEC, MATRIX_SPEC, REAL_SPEC, VECTOR_SPEC
+from ..cloaking.rank import bias_rounding, candidate_rtols, projection_bias
+from ..released import PrivateRelease
+from ..sampling import (
     DISCRETE_GAUSSIAN_FACTOR,
     GRID_EXPONENT,
     MAX_GRID_LOSS,
-    gaussian_grid_factor,
     grid_factor_of_loss,
     grid_loss,
-    standard_normal,
-    validate_sampler,
 )
-from .validation import (
-    require_finite,
-    validate_calibration,
-    validate_data_sensitivity,
-    validate_delta,
-    validate_epsilon,
-    validate_objective,
-    validate_seed,
-)
+from .request import ReleaseRequest, release_request, validate_public_bounds
+from .rounding import SENSITIVITY_SAFETY, check_noise_condition, safe_sensitivity
 
 __all__ = [
-    "NoisePlan",
-    "PrivateRelease",
-    "ReleaseRequest",
-    "cloak",
-    "release_request",
-    "standard",
     "NOISE_SOLVERS",
-    "check_noise_condition",
+    "WHITENING_SLACK",
+    "NoisePlan",
     "check_whitened_shift",
+    "cloak",
+    "cloaking_release",
     "draw_and_spend",
     "noise_in_space",
-    "validate_public_bounds",
-    "whitened_shift",
     "publish_cloaking",
-    "reserve_gaussian",
-    "safe_sensitivity",
     "shift_bound_of_norms",
+    "whitened_shift",
     "whitening_terms",
-    "cloaking_release",
-    "gaussian_event",
-    "standard_normal",
-    "standard_release",
 ]
-
-#: Multiplies every sensitivity, to absorb floating-point rounding in its computation.
-SENSITIVITY_SAFETY = 1.0 + 1e-8
-#: Rounding in the released k-vector can leak along weakly-noised directions by about
-#: eps_machine * cond(F) (in Mahalanobis units): the sensitivity is inflated by this much times
-#: cond(F) as well, and releases with cond(F) above MAX_NOISE_CONDITION are refused.
-ROUNDING_SAFETY = 100.0 * float(np.finfo(np.float64).eps)
-MAX_NOISE_CONDITION = 1e11
-class ReleaseRequest(NamedTuple):
-    """One Gaussian release's privacy parameters, validated once (:func:`release_request`) and frozen.
-
-    The pipeline builds it and takes the one reservation; the mechanisms (:func:`cloak`, :func:`standard`)
-    receive both and neither validate nor reserve."""
-
-    epsilon: float
-    delta: float
-    calibration: str
-    objective: Optional[str]  #: the cloaking objective; None for the standard mechanism
-    multiplier: float  #: the calibration's unit-sensitivity noise multiplier ``s``
-    sampler: str
-    seed: Optional[int]
-
-    def event(self, description: str = "") -> PrivacyEvent:
-        """The ledger entry of this release (:func:`gaussian_event`)."""
-        return gaussian_event(self.epsilon, self.delta, self.multiplier, description)
-
-
-def release_request(epsilon: Any, delta: Any, *, calibration: Any = "analytic", objective: Optional[str] = "mse",
-                    sampler: Any = "exact", seed: Any = None) -> ReleaseRequest:
-    """Validate a Gaussian release's parameters (in this order: objective unless None, sampler, seed,
-    epsilon, delta, calibration) and compute its noise multiplier: the only place a release does either."""
-    if objective is not None:
-        validate_objective(objective)
-    validate_sampler(sampler)
-    seed = validate_seed(seed)
-    epsilon, delta = validate_epsilon(epsilon), validate_delta(delta)
-    calibration = validate_calibration(calibration)
-    return ReleaseRequest(epsilon, delta, calibration, objective, gaussian_multiplier(epsilon, delta, calibration),
-                          sampler, seed)
-
-
-def reserve_gaussian(epsilon, delta, calibration, accountant) -> Tuple[float, float, float, Reservation]:
-    """Validate the privacy parameters (:func:`release_request`), compute the multiplier and reserve the
-    budget (no spend). ``accountant``: a :class:`~dpgp_gpflow.accounting.PrivacyAccountant`, a caller's
-    :class:`~dpgp_gpflow.accounting.Reservation` to commit into, or None (the enclosing ones)."""
-    request = release_request(epsilon, delta, calibration=calibration, objective=None)
-    return request.epsilon, request.delta, request.multiplier, reserve(accountant, [request.event()])
-
-
-def gaussian_event(epsilon: float, delta: float, multiplier: float, description: str = "") -> PrivacyEvent:
-    """The ledger entry of one Gaussian release at noise multiplier ``multiplier`` (``mu = 1 / s``)."""
-    return PrivacyEvent(float(epsilon), float(delta), "gaussian", 1.0 / float(multiplier), description)
 
 
 #: Relative inflation of the exact sampler's sensitivity (noise std 9e-10 larger) so that the shift
@@ -164,20 +83,6 @@ class _Noise(NamedTuple):
     sensitivity: float  #: Mahalanobis sensitivity against ``factor`` (with the safety factors)
     certificate: Any  #: the optimiser's certificate
     solved: tf.Tensor  #: [r, n] ``factor^{-1} vectors``: the whitened sensitivity vectors
-
-
-def safe_sensitivity(data_sensitivity, norm2, condition):
-    """The Mahalanobis sensitivity ``d sqrt(max_i ||F^{-1} v_i||^2)`` of a noise factor with condition
-    number ``condition``, inflated for rounding (:data:`SENSITIVITY_SAFETY`, :data:`ROUNDING_SAFETY`):
-    the one formula of every cloaking release, in memory, compiled or streamed. Graph-safe."""
-    return data_sensitivity * tf.sqrt(tf.cast(norm2, tf.float64)) * (SENSITIVITY_SAFETY + ROUNDING_SAFETY * condition)
-
-
-def check_noise_condition(condition: float) -> None:
-    """Refuses (``FloatingPointError``) a noise factor whose condition number exceeds
-    :data:`MAX_NOISE_CONDITION`: its rounding could leak along the weakest directions."""
-    if not condition <= MAX_NOISE_CONDITION:
-        raise FloatingPointError(f"condition number {condition:.3g}: " + _CONDITION_MESSAGE.format(MAX_NOISE_CONDITION))
 
 
 @check_shapes("vectors: [r, n]", "singular_values: [r]")
@@ -206,9 +111,6 @@ def noise_in_space(vectors, singular_values, data_sensitivity, tol, max_iter, de
 #: The compiled noise stage of a release, one per objective (stable signatures: any r and n).
 NOISE_SOLVERS = compile_per_objective(noise_in_space, [MATRIX_SPEC, VECTOR_SPEC, REAL_SPEC, REAL_SPEC, COUNT_SPEC,
                                                        COUNT_SPEC, REAL_SPEC])
-
-_CONDITION_MESSAGE = ("the noise covariance's condition number exceeds {:.0e}: float64 rounding could then "
-                      "leak along its weakest directions, so this release cannot be guaranteed; use a larger rtol")
 
 
 def _cloaking_noise(space: ColumnSpace, objective: str, d: float, tol: float, max_iter: int) -> _Noise:
@@ -302,22 +204,6 @@ def check_whitened_shift(mu: float, multiplier: float) -> None:
                                  f"{1.0 / (multiplier * DISCRETE_GAUSSIAN_FACTOR):.6g} (a plan made for another "
                                  "data sensitivity or budget, or a modified whitening matrix?); this release "
                                  "cannot be guaranteed: nothing was drawn or charged")
-
-
-def validate_public_bounds(data_sensitivity: Any, output_bound: Any,
-                           y_bounds: Optional[Tuple[float, float]] = None) -> Tuple[float, float]:
-    """The declared data sensitivity ``d`` (finite, > 0, at most the width of ``y_bounds`` when given:
-    :func:`~dpgp_gpflow.validation.validate_data_sensitivity`) and the bound ``b`` on ``|y_c|`` (finite, >= 0)."""
-    bounds = (-math.inf, math.inf) if y_bounds is None else tuple(float(v) for v in y_bounds)
-    if len(bounds) != 2 or not bounds[0] < bounds[1]:
-        raise ValueError(f"y_bounds must be (lo, hi) with lo < hi, got {y_bounds!r}")
-    d = validate_data_sensitivity(data_sensitivity, bounds)
-    if isinstance(output_bound, bool) or not isinstance(output_bound, (Real, np.floating, np.integer)):
-        raise TypeError(f"output_bound must be a real number, got {output_bound!r}")
-    b = float(output_bound)
-    if not (math.isfinite(b) and b >= 0.0):
-        raise ValueError(f"output_bound must be finite and >= 0, got {b}")
-    return d, b
 
 
 class NoisePlan:
@@ -541,92 +427,4 @@ def _cloaking_record(released, noise_factor, variance, sensitivity, multiplier, 
         mechanism="cloaking",
         reproducible=reproducible,
         **record,
-    )
-
-
-def standard_release(
-    mean: tf.Tensor,
-    variance: tf.Tensor,
-    prior_cov: tf.Tensor,
-    *,
-    sensitivity: float,
-    data_sensitivity: float,
-    epsilon: float,
-    delta: float,
-    calibration: str = "analytic",
-    seed: Optional[int] = None,
-    accountant: Union[PrivacyAccountant, Reservation, None] = None,
-    y_bounds: Optional[Tuple[float, float]] = None,
-    sampler: str = "exact",
-) -> PrivateRelease:
-    """Release ``mean + s * sensitivity * G`` with ``G ~ N(0, prior_cov)`` (Hall et al. 2013).
-
-    Privacy assumptions: ``mean`` moves between neighbours by a vector whose Mahalanobis norm
-    against ``prior_cov`` is at most ``sensitivity`` (the exact RKHS sensitivity of docs/mechanisms.md#standard-mechanism);
-    ``prior_cov`` and ``variance`` are public. Jitter is added to ``prior_cov`` (more noise: safe).
-
-    ``sampler="exact"`` (default): the whitened query ``L^{-1} mean / (s Delta)`` (a triangular solve;
-    its rounding is covered by the same condition-number factor as before) gets exact grid noise and is
-    re-coloured with ``L``; ``"float"``: the floating-point sampler (warns). See :func:`cloaking_release`.
-    """
-    request = release_request(epsilon, delta, calibration=calibration, objective=None, sampler=sampler, seed=seed)
-    prior_cov = tf.convert_to_tensor(prior_cov, dtype=tf.float64)
-    require_finite("standard release", prior_covariance=prior_cov)
-    with reserve(accountant, [request.event()]) as reservation:
-        return standard(request, reservation, mean, variance, prior_cov, sensitivity=sensitivity,
-                        data_sensitivity=data_sensitivity, y_bounds=y_bounds)
-
-
-def standard(request: ReleaseRequest, reservation: Reservation, mean: Any, variance: Any, prior_cov: Any, *,
-             sensitivity: float, data_sensitivity: float,
-             y_bounds: Optional[Tuple[float, float]] = None) -> PrivateRelease:
-    """The standard mechanism of :func:`standard_release` for a validated ``request`` (and a finite
-    ``prior_cov``, checked by the caller), committing its one event into the caller's ``reservation``
-    after the draw: it neither validates the privacy parameters nor reserves. Privacy assumptions:
-    those of :func:`standard_release`."""
-    multiplier, seed = request.multiplier, request.seed
-    prior_cov = tf.convert_to_tensor(prior_cov, dtype=tf.float64)
-    k = int(prior_cov.shape[0])
-    description = f"standard (Hall et al.) release of {k} values"
-    jitter = 1e-10 * float(tf.reduce_max(tf.linalg.diag_part(prior_cov))) + 1e-300
-    chol = tf.linalg.cholesky(prior_cov + jitter * tf.eye(k, dtype=tf.float64))  # [k, k]
-    sv = tf.linalg.svd(chol, compute_uv=False)
-    sensitivity = float(sensitivity) * (SENSITIVITY_SAFETY + ROUNDING_SAFETY * float(sv[0] / sv[-1]))
-    if not (math.isfinite(sensitivity) and bool(tf.reduce_all(tf.math.is_finite(chol)))):
-        # public (prior covariance and sensitivity only): refused before anything is drawn
-        raise FloatingPointError("the standard mechanism's noise scale is not finite (a singular or overflowing "
-                                 "prior covariance); nothing was released or charged")
-    mean = tf.reshape(tf.cast(mean, tf.float64), [-1])
-    if request.sampler == "float":
-        sampling.warn_float_sampler(description)
-        noise_factor = chol * (multiplier * sensitivity)
-        xi, reproducible = sampling.float_standard_normal(k, seed)
-        released = mean + tf.linalg.matvec(noise_factor, tf.constant(xi))
-    else:  # exact: whiten with L, add grid noise exactly, re-colour with L (post-processing)
-        sensitivity = sensitivity * gaussian_grid_factor(multiplier, k)
-        noise_factor = chol * (multiplier * sensitivity)
-        z = tf.linalg.triangular_solve(chol, mean[:, None], lower=True)[:, 0] / (multiplier * sensitivity)
-        xi, reproducible = sampling.standard_normal(k, seed)
-        z = z.numpy() + xi if reproducible else sampling.grid_sum(z.numpy(), xi)
-        released = tf.linalg.matvec(noise_factor, tf.constant(z))
-    reservation.commit(description)
-    return PrivateRelease(
-        mean=released.numpy(),
-        variance=np.reshape(np.asarray(variance, dtype=np.float64), [-1]),
-        noise_std=row_norms(noise_factor).numpy(),
-        noise_factor=noise_factor.numpy(),
-        epsilon=request.epsilon,
-        delta=request.delta,
-        data_sensitivity=float(data_sensitivity),
-        sensitivity=sensitivity,
-        noise_multiplier=float(multiplier),
-        calibration=request.calibration,
-        objective=None,
-        certificate=None,
-        mechanism="standard",
-        rank=k,
-        rtol=None,
-        bias_bound=0.0,
-        reproducible=reproducible,
-        y_bounds=y_bounds,
     )

@@ -1,0 +1,34 @@
+"""Release files: the file format (:mod:`.format`: one self-describing JSON document per released
+object, written by :meth:`dpgp_gpflow.released.Released.save`, checked for integrity and meaning) and
+loading (:mod:`.loading`: :func:`load` rebuilds the released object, :func:`read_card` reads its
+privacy card). docs/release_file.md describes the layout. Loading never executes anything from a file.
+"""
+
+import importlib
+from typing import Any
+
+from .format import (
+    ReleaseFileError,
+    ReleaseFileIntegrityError,
+    ReleaseFileKindError,
+    ReleaseFileVersionError,
+    inputs_hash,
+)
+
+__all__ = [
+    "ReleaseFileError",
+    "ReleaseFileIntegrityError",
+    "ReleaseFileKindError",
+    "ReleaseFileVersionError",
+    "inputs_hash",
+    "load",
+    "read_card",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """``load`` and ``read_card`` on first use: :mod:`.loading` imports the models, which import the
+    released objects, which write through :mod:`.format` (so no import cycle)."""
+    if name in ("load", "read_card"):
+        return getattr(importlib.import_module(".loading", __name__), name)  # as dpgp_gpflow's own lazy names
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,569 @@
+"""The release file: one self-describing JSON document per released object (``docs/release_file.md``).
+
+This module is the file format only: it writes and reads the document, encodes arrays, checks the
+format version and the SHA-256 of the content, and turns the public GPflow pieces a readout holds
+(kernel, mean function) into plain specifications and back. What goes *in* a file is decided by the
+released objects (:meth:`dpgp_gpflow.released.Released.save`) and the readouts; which class a file
+loads into is decided by :func:`dpgp_gpflow.io.loading.load`.
+
+Layout (format ``"dpgp_gpflow.release"``, ``format_version`` 1), a single JSON object::
+
+    {
+      "format": "dpgp_gpflow.release",
+      "format_version": 1,
+      "kind": "PrivateFunction",           # which released class (see dpgp_gpflow.io.loading)
+      "card": {...},                       # the privacy card: plain JSON, readable as is
+      "content": {...},                    # object-specific structure (readout spec, ...)
+      "arrays": {"name": ARRAY, ...},      # every numerical array, by name
+      "sha256": "<64 hex digits>"          # SHA-256 of the canonical form of everything above
+    }
+
+    ARRAY = {"dtype": "float64", "shape": [k, r], "data": "<base64 of the little-endian bytes, row-major>"}
+
+* ``dtype`` is one of ``float64``, ``float32``, ``int64``, ``int32``; the bytes are always little-endian
+  and in C (row-major) order, ``prod(shape) * itemsize`` of them.
+* Floats in ``card`` and ``content`` are JSON numbers written as the shortest decimal that reads back
+  to the same float64 (Python's ``repr``), so they round-trip exactly. A non-finite float is written
+  as ``{"$float": "nan" | "inf" | "-inf"}`` (JSON has no such number).
+* The canonical form is ``json.dumps(document without "sha256", sort_keys=True,
+  separators=(",", ":"), ensure_ascii=True, allow_nan=False)`` encoded as ASCII; ``sha256`` is the
+  hex SHA-256 of those bytes. A reader recomputes it from the parsed document, so whitespace and key
+  order of the file do not matter, but any changed value does.
+
+The hash detects accidental damage and naive edits. It is not a signature: anyone who edits a file
+can recompute it. Whoever needs to know *who* published a file must sign it (or its hash) separately.
+
+Reading never executes anything from the file: it is parsed as JSON, arrays are decoded with
+``numpy.frombuffer`` of an allowed dtype, and kernels are rebuilt only from a fixed list of GPflow
+classes (:data:`KERNEL_CLASSES`) with a fixed list of parameters each. No pickle anywhere. A hostile
+file fails fast with one :class:`ReleaseFileError`: at most :data:`MAX_FILE_BYTES` bytes, JSON nested at
+most :data:`MAX_JSON_DEPTH` deep, no duplicate keys, at most :data:`MAX_KERNEL_TERMS` kernels.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+import hashlib
+import importlib.metadata
+import json
+import math
+import os
+import secrets
+from pathlib import Path
+from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple, Union
+
+import gpflow
+import numpy as np
+import tensorflow as tf
+
+__all__ = [
+    "ARRAY_DTYPES",
+    "FORMAT",
+    "FORMAT_VERSION",
+    "KERNEL_CLASSES",
+    "MAX_FILE_BYTES",
+    "MAX_JSON_DEPTH",
+    "MAX_KERNEL_TERMS",
+    "MEAN_FUNCTION_CLASSES",
+    "ReleaseDocument",
+    "ReleaseFileError",
+    "ReleaseFileIntegrityError",
+    "ReleaseFileKindError",
+    "ReleaseFileVersionError",
+    "as_read_back",
+    "canonical_bytes",
+    "decode_array",
+    "document_sha256",
+    "encode_array",
+    "inputs_hash",
+    "kernel_from_spec",
+    "kernel_spec",
+    "mean_function_from_spec",
+    "mean_function_spec",
+    "provenance",
+    "read",
+    "take_arrays",
+    "take_factors",
+    "write",
+    "write_card",
+]
+
+#: The ``"format"`` value of every release file.
+FORMAT = "dpgp_gpflow.release"
+#: The format version this module writes and the only one it reads.
+FORMAT_VERSION = 1
+#: Array dtypes a file may hold (always little-endian).
+ARRAY_DTYPES: Tuple[str, ...] = ("float64", "float32", "int64", "int32")
+
+_TOP_KEYS = frozenset({"format", "format_version", "kind", "card", "content", "arrays", "sha256"})
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+_MAX_KERNEL_DEPTH = 16
+
+#: Largest release file read (bytes): checked before reading. A full-GP Laplace classifier on 4,000
+#: training points writes about 350 MB.
+MAX_FILE_BYTES = 2**30
+#: Deepest nesting of JSON objects and arrays in a release file (an honest file nests under 40 deep).
+MAX_JSON_DEPTH = 64
+#: Most kernels (leaves of Sum and Product) in one kernel specification: each costs milliseconds to build.
+MAX_KERNEL_TERMS = 64
+
+
+class ReleaseFileError(ValueError):
+    """The file is not a valid release file (malformed JSON, missing fields, bad arrays...)."""
+
+
+class ReleaseFileVersionError(ReleaseFileError):
+    """The file's ``format_version`` is not one this version of dpgp_gpflow reads."""
+
+
+class ReleaseFileKindError(ReleaseFileError):
+    """The file holds a kind of object (or of readout) this version of dpgp_gpflow does not know."""
+
+
+class ReleaseFileIntegrityError(ReleaseFileError):
+    """The file's content does not match its SHA-256: it was damaged or edited after it was written."""
+
+
+class ReleaseDocument(NamedTuple):
+    """A verified release file: its kind, privacy card, content and decoded arrays."""
+
+    kind: str
+    card: Dict[str, Any]
+    content: Dict[str, Any]
+    arrays: Dict[str, np.ndarray]
+
+
+# ---------------------------------------------------------------------------------------------
+# Arrays, floats and the canonical form.
+
+
+def encode_array(value: Any) -> Dict[str, Any]:
+    """``{"dtype", "shape", "data"}`` of an array: base64 of its little-endian, row-major bytes."""
+    arr = np.asarray(value)
+    if arr.dtype.name not in ARRAY_DTYPES:
+        raise TypeError(f"arrays in a release file must have dtype in {ARRAY_DTYPES}, got {arr.dtype}")
+    le = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<"))
+    return {"dtype": arr.dtype.name, "shape": [int(s) for s in arr.shape],
+            "data": base64.b64encode(le.tobytes()).decode("ascii")}
+
+
+def decode_array(name: str, entry: Any) -> np.ndarray:
+    """The array of an :func:`encode_array` entry (a fresh, writable copy); ``ReleaseFileError`` if malformed."""
+    if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data"}:
+        raise ReleaseFileError(f"array {name!r} must be an object with exactly dtype, shape and data")
+    dtype, shape, data = entry["dtype"], entry["shape"], entry["data"]
+    if dtype not in ARRAY_DTYPES:
+        raise ReleaseFileError(f"array {name!r} has dtype {dtype!r}; allowed: {ARRAY_DTYPES}")
+    if not (isinstance(shape, list) and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                            for s in shape)):
+        raise ReleaseFileError(f"array {name!r} has an invalid shape {shape!r}")
+    if not isinstance(data, str):
+        raise ReleaseFileError(f"array {name!r}: data must be a base64 string")
+    try:
+        raw = base64.b64decode(data.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError) as exc:
+        raise ReleaseFileError(f"array {name!r}: data is not valid base64") from exc
+    dt = np.dtype(dtype).newbyteorder("<")
+    if len(raw) != math.prod(shape) * dt.itemsize:
+        raise ReleaseFileError(f"array {name!r}: {len(raw)} bytes do not fit dtype {dtype} and shape {shape}")
+    return np.frombuffer(raw, dtype=dt).reshape(shape).astype(np.dtype(dtype))  # native order, own copy
+
+
+def _to_json(value: Any, where: str) -> Any:
+    """Plain JSON values (numpy scalars converted, tuples as lists, non-finite floats tagged)."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        x = float(value)
+        if math.isfinite(x):
+            return x
+        return {"$float": "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")}
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise TypeError(f"{where}: keys must be strings, got {k!r}")
+            out[k] = _to_json(v, f"{where}.{k}")
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_to_json(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, np.ndarray) and value.ndim <= 1:
+        return _to_json(value.tolist(), where)
+    raise TypeError(f"{where}: {type(value).__name__} is not a JSON value (put arrays under arrays=)")
+
+
+def as_read_back(value: Any, where: str) -> Any:
+    """``value`` as a file would give it back: converted to JSON values and the non-finite floats'
+    tags undone (tuples become lists, numpy scalars Python numbers). Raises ``TypeError`` where
+    ``value`` holds something a file cannot."""
+    return _from_json(_to_json(value, where))
+
+
+def _from_json(value: Any) -> Any:
+    """Undo the tagging of non-finite floats."""
+    if isinstance(value, dict):
+        if set(value) == {"$float"} and value["$float"] in _NON_FINITE:
+            return _NON_FINITE[value["$float"]]
+        return {k: _from_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_from_json(v) for v in value]
+    return value
+
+
+def canonical_bytes(document: Mapping[str, Any]) -> bytes:
+    """The canonical form the SHA-256 is taken of: sorted keys, no whitespace, ASCII, strict JSON."""
+    body = {k: v for k, v in document.items() if k != "sha256"}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("ascii")
+
+
+def document_sha256(document: Mapping[str, Any]) -> str:
+    """The ``sha256`` of a document: hex SHA-256 of its :func:`canonical_bytes`."""
+    return hashlib.sha256(canonical_bytes(document)).hexdigest()
+
+
+def inputs_hash(X: Any) -> str:
+    """SHA-256 (hex) of public inputs, as recorded in a card's ``inputs_hash``.
+
+    The hash of ``b"float64[N,D]"`` (the shape, ASCII, no spaces) followed by the inputs' little-endian
+    float64 bytes in row-major order; a 1-D array is taken as one column. Identical inputs give the
+    identical hash on any machine.
+    """
+    arr = np.asarray(X, dtype=np.float64)
+    if arr.ndim == 1:
+        arr = arr[:, None]
+    if arr.ndim != 2:
+        raise ValueError(f"inputs must be a 2-D array [N, D], got shape {arr.shape}")
+    header = f"float64[{arr.shape[0]},{arr.shape[1]}]".encode("ascii")
+    return hashlib.sha256(header + np.ascontiguousarray(arr, dtype="<f8").tobytes()).hexdigest()
+
+
+def provenance() -> Dict[str, Any]:
+    """``{"software": {package: version}, "created": UTC ISO 8601}`` for a card."""
+    software: Dict[str, Optional[str]] = {}
+    for dist in ("dpgp_gpflow", "gpflow", "tensorflow", "numpy"):
+        try:
+            software[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            software[dist] = None
+    created = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"software": software, "created": created}
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing and reading.
+
+
+def write(path: Union[str, os.PathLike], kind: str, card: Mapping[str, Any], content: Mapping[str, Any],
+          arrays: Mapping[str, Any]) -> Path:
+    """Write a release file (atomically: a temporary file in the same folder, then renamed); ``ValueError``
+    for a document :func:`read` would refuse (nested too deeply, too large)."""
+    if not isinstance(kind, str) or not kind:
+        raise TypeError("kind must be a non-empty string")
+    document: Dict[str, Any] = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "kind": kind,
+        "card": _to_json(card, "card"),
+        "content": _to_json(content, "content"),
+        "arrays": {str(name): encode_array(a) for name, a in arrays.items()},
+    }
+    _check_depth(document)  # refuse to write what read() would refuse
+    document["sha256"] = document_sha256(document)
+    text = json.dumps(document, indent=1, allow_nan=False, ensure_ascii=True) + "\n"
+    if len(text) > MAX_FILE_BYTES:
+        raise ValueError(f"the release file would hold {len(text)} bytes, over the limit of {MAX_FILE_BYTES} "
+                         "that loading accepts")
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    try:
+        with open(tmp, "x", encoding="ascii") as f:  # the user's umask applies, as for the final file
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if tmp.exists():
+            tmp.unlink()
+        raise
+    return path
+
+
+def write_card(path: Union[str, os.PathLike], kind: str, card: Mapping[str, Any]) -> Path:
+    """Write a privacy card alone (no arrays, no hash): ``{"format": "dpgp_gpflow.card", "format_version",
+    "kind", "card"}``, e.g. beside an exported SavedModel. Informational: :func:`read` does not load it."""
+    document = {"format": FORMAT.replace(".release", ".card"), "format_version": FORMAT_VERSION, "kind": kind,
+                "card": _to_json(card, "card")}
+    path = Path(path)
+    path.write_text(json.dumps(document, indent=1, allow_nan=False, ensure_ascii=True) + "\n", encoding="ascii")
+    return path
+
+
+def _no_duplicate_keys(pairs: Any) -> Dict[str, Any]:
+    """``object_pairs_hook`` of :func:`read`: a JSON object as a dict; ``ReleaseFileError`` on a repeated key
+    (JSON parsers differ on which one wins, so a reader could see another value than the hash covers)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]  # add's None is falsy: records and moves on
+        raise ReleaseFileError(f"duplicate key {key!r} in a JSON object")
+    return out
+
+
+def _check_depth(document: Any) -> None:
+    """``ReleaseFileError`` if JSON objects and arrays nest deeper than :data:`MAX_JSON_DEPTH` (iterative)."""
+    stack = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise ReleaseFileError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+        children = value.values() if isinstance(value, dict) else value
+        stack.extend((v, depth + 1) for v in children if isinstance(v, (dict, list)))
+
+
+def read(path: Union[str, os.PathLike]) -> ReleaseDocument:
+    """Read and verify a release file: size, JSON (no duplicate keys, bounded depth), format, version,
+    SHA-256, then the arrays.
+
+    Raises :class:`ReleaseFileVersionError` for a format version other than :data:`FORMAT_VERSION`,
+    :class:`ReleaseFileIntegrityError` when the content does not match its SHA-256, and
+    :class:`ReleaseFileError` for anything else that is not a valid release file, including a file over
+    :data:`MAX_FILE_BYTES` or nested deeper than :data:`MAX_JSON_DEPTH`.
+    """
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        raw = f.read(MAX_FILE_BYTES + 1) if size <= MAX_FILE_BYTES else b""
+    if size > MAX_FILE_BYTES or len(raw) > MAX_FILE_BYTES:
+        raise ReleaseFileError(f"{path}: a release file may hold at most {MAX_FILE_BYTES} bytes, this one "
+                               f"{max(size, len(raw))}")
+    try:
+        document = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
+        _check_depth(document)
+    except RecursionError:  # the parser's own limit, below ours for a deeper file
+        raise ReleaseFileError(f"{path}: JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ReleaseFileError as exc:
+        raise ReleaseFileError(f"{path}: {exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ReleaseFileError(f"{path}: not a JSON release file ({exc})") from None
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise ReleaseFileError(f"{path}: not a dpgp_gpflow release file (no \"format\": {FORMAT!r})")
+    version = document.get("format_version")
+    if version != FORMAT_VERSION or isinstance(version, bool):
+        raise ReleaseFileVersionError(
+            f"{path}: release file format version {version!r} is not supported; this dpgp_gpflow reads "
+            f"version {FORMAT_VERSION} only")
+    if set(document) != _TOP_KEYS:
+        missing, extra = sorted(_TOP_KEYS - set(document)), sorted(set(document) - _TOP_KEYS)
+        raise ReleaseFileError(f"{path}: malformed release file (missing {missing}, unexpected {extra})")
+    try:
+        digest = document_sha256(document)
+    except ValueError as exc:  # a NaN / Infinity token: not strict JSON, never written by write()
+        raise ReleaseFileIntegrityError(f"{path}: content is not strict JSON ({exc})") from exc
+    if not isinstance(document["sha256"], str) or document["sha256"] != digest:
+        raise ReleaseFileIntegrityError(
+            f"{path}: the content does not match its SHA-256: the file was damaged or edited after it was written")
+    kind, card, content, arrays = (document[k] for k in ("kind", "card", "content", "arrays"))
+    if not isinstance(kind, str) or not all(isinstance(x, dict) for x in (card, content, arrays)):
+        raise ReleaseFileError(f"{path}: malformed release file (kind must be a string; card, content and "
+                               "arrays objects)")
+    decoded = {name: decode_array(name, entry) for name, entry in arrays.items()}
+    return ReleaseDocument(kind, _from_json(card), _from_json(content), decoded)
+
+
+def take_arrays(owner: str, arrays: Mapping[str, np.ndarray], ndims: Mapping[str, int],
+                prefix: str = "") -> Dict[str, np.ndarray]:
+    """The float64 arrays ``prefix + name`` for each ``name`` in ``ndims``, checked for presence,
+    dtype, number of dimensions and finiteness; ``ReleaseFileError`` (naming ``owner``) otherwise."""
+    out = {}
+    for name, ndim in ndims.items():
+        arr = arrays.get(prefix + name)
+        if arr is None:
+            raise ReleaseFileError(f"{owner}: the file has no array {prefix + name!r}")
+        if arr.dtype != np.float64 or arr.ndim != ndim:
+            raise ReleaseFileError(f"{owner}: array {prefix + name!r} must be float64 with {ndim} dimensions, "
+                                   f"got {arr.dtype} with shape {list(arr.shape)}")
+        if not np.all(np.isfinite(arr)):
+            raise ReleaseFileError(f"{owner}: array {prefix + name!r} has non-finite values")
+        out[name] = arr
+    return out
+
+
+def take_factors(owner: str, content: Mapping[str, Any], arrays: Mapping[str, np.ndarray], points: str,
+                 squares: Tuple[str, ...], vectors: Tuple[str, ...] = ()) -> Dict[str, np.ndarray]:
+    """A readout's arrays (:func:`take_arrays`): ``points`` [m, D] with ``D`` the content's ``input_dim``,
+    each of ``squares`` [m, m] (its factors) and each of ``vectors`` [m]; ``ReleaseFileError`` otherwise."""
+    a = take_arrays(owner, arrays, {points: 2, **{name: 2 for name in squares}, **{name: 1 for name in vectors}})
+    m, dim = a[points].shape
+    if (content.get("input_dim") != dim or any(a[name].shape != (m, m) for name in squares)
+            or any(a[name].shape != (m,) for name in vectors)):
+        raise ReleaseFileError(f"{owner}: {points} [{m}, {dim}] does not match {', '.join(squares + vectors)} "
+                               "or input_dim")
+    return a
+
+
+# ---------------------------------------------------------------------------------------------
+# GPflow pieces as specifications: kernels and mean functions.
+
+#: The GPflow kernels a release file may hold, by name, with their parameters (all positive).
+KERNEL_CLASSES: Dict[str, Tuple[type, Tuple[str, ...]]] = {
+    "SquaredExponential": (gpflow.kernels.SquaredExponential, ("variance", "lengthscales")),
+    "Matern12": (gpflow.kernels.Matern12, ("variance", "lengthscales")),
+    "Matern32": (gpflow.kernels.Matern32, ("variance", "lengthscales")),
+    "Matern52": (gpflow.kernels.Matern52, ("variance", "lengthscales")),
+    "Exponential": (gpflow.kernels.Exponential, ("variance", "lengthscales")),
+    "RationalQuadratic": (gpflow.kernels.RationalQuadratic, ("variance", "lengthscales", "alpha")),
+    "Constant": (gpflow.kernels.Constant, ("variance",)),
+    "White": (gpflow.kernels.White, ("variance",)),
+    "Linear": (gpflow.kernels.Linear, ("variance",)),
+}
+_COMBINATIONS: Dict[str, type] = {"Sum": gpflow.kernels.Sum, "Product": gpflow.kernels.Product}
+#: The mean functions a release file may hold.
+MEAN_FUNCTION_CLASSES: Tuple[str, ...] = ("Zero", "Constant")
+
+
+def _value(param: Any) -> Any:
+    return np.asarray(tf.convert_to_tensor(param).numpy(), dtype=np.float64).tolist()
+
+
+def _active_dims_spec(dims: Any) -> Any:
+    if isinstance(dims, slice):
+        if dims == slice(None, None, None):
+            return None
+        return {"start": dims.start, "stop": dims.stop, "step": dims.step}
+    return [int(d) for d in np.asarray(dims).reshape(-1)]
+
+
+def kernel_spec(kernel: gpflow.kernels.Kernel) -> Dict[str, Any]:
+    """``{"class", "active_dims", "parameters"}`` of a kernel (``{"class": "Sum"|"Product", "kernels"}``
+    for a combination) with the parameters' current values; ``NotImplementedError`` for a kernel class
+    outside :data:`KERNEL_CLASSES` (subclasses included: their maths may differ) or a kernel that
+    :func:`kernel_from_spec` would refuse (over :data:`MAX_KERNEL_TERMS` kernels, nested too deeply)."""
+    spec = _kernel_spec(kernel)
+    try:
+        _check_kernel_size(spec)
+    except ReleaseFileError as exc:
+        raise NotImplementedError(f"cannot save this kernel: {exc}") from None
+    return spec
+
+
+def _kernel_spec(kernel: gpflow.kernels.Kernel) -> Dict[str, Any]:
+    cls = type(kernel)
+    for name, combo in _COMBINATIONS.items():
+        if cls is combo:
+            return {"class": name, "kernels": [_kernel_spec(k) for k in kernel.kernels]}
+    for name, (known, params) in KERNEL_CLASSES.items():
+        if cls is known:
+            return {"class": name, "active_dims": _active_dims_spec(kernel.active_dims),
+                    "parameters": {p: _value(getattr(kernel, p)) for p in params}}
+    raise NotImplementedError(
+        f"cannot save a {cls.__module__}.{cls.__qualname__} kernel: a release file holds only the GPflow kernels "
+        f"{sorted(KERNEL_CLASSES)} and Sum / Product of them (export_saved_model has no such list)")
+
+
+def _check_kernel_size(spec: Any) -> None:
+    """``ReleaseFileError`` for more than :data:`MAX_KERNEL_TERMS` kernels or combinations nested more than
+    ``_MAX_KERNEL_DEPTH`` deep, counted before anything is built (iterative; malformed parts are left to
+    :func:`kernel_from_spec`)."""
+    stack, terms = [(spec, 0)], 0
+    while stack:
+        part, depth = stack.pop()
+        if depth > _MAX_KERNEL_DEPTH:
+            raise ReleaseFileError(f"kernel specification nested deeper than {_MAX_KERNEL_DEPTH} combinations")
+        parts = part.get("kernels") if isinstance(part, dict) and part.get("class") in _COMBINATIONS else None
+        if isinstance(parts, list):
+            stack.extend((p, depth + 1) for p in parts)
+        else:
+            terms += 1
+        if terms + len(stack) > MAX_KERNEL_TERMS:
+            raise ReleaseFileError(f"a kernel specification may hold at most {MAX_KERNEL_TERMS} kernels")
+
+
+def _parameter(cls_name: str, name: str, value: Any) -> np.ndarray:
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ReleaseFileError(f"kernel {cls_name}: parameter {name} must be a number or a list of numbers") from exc
+    if arr.ndim > 1 or arr.size == 0 or not np.all(np.isfinite(arr)) or not np.all(arr > 0):
+        raise ReleaseFileError(f"kernel {cls_name}: parameter {name} must be positive and finite, a scalar or a vector")
+    return arr
+
+
+def _active_dims(cls_name: str, spec: Any) -> Any:
+    if spec is None:
+        return None
+    if isinstance(spec, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in spec):
+        return spec
+    if isinstance(spec, dict) and set(spec) == {"start", "stop", "step"} and all(
+            v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in spec.values()):
+        return slice(spec["start"], spec["stop"], spec["step"])
+    raise ReleaseFileError(f"kernel {cls_name}: invalid active_dims {spec!r}")
+
+
+def kernel_from_spec(spec: Any) -> gpflow.kernels.Kernel:
+    """The frozen kernel (constants, no variables) of a :func:`kernel_spec`, with exactly the saved values;
+    ``ReleaseFileError`` for a malformed specification or one over :data:`MAX_KERNEL_TERMS` kernels
+    (checked before any is built)."""
+    _check_kernel_size(spec)
+    return _kernel_from_spec(spec)
+
+
+def _kernel_from_spec(spec: Any) -> gpflow.kernels.Kernel:
+    if not isinstance(spec, dict) or not isinstance(spec.get("class"), str):
+        raise ReleaseFileError("a kernel specification must be an object with a \"class\"")
+    name = spec["class"]
+    if name in _COMBINATIONS:
+        parts = spec.get("kernels")
+        if set(spec) != {"class", "kernels"} or not isinstance(parts, list) or not parts:
+            raise ReleaseFileError(f"kernel {name}: needs exactly a non-empty list \"kernels\"")
+        return _COMBINATIONS[name]([_kernel_from_spec(p) for p in parts])
+    if name not in KERNEL_CLASSES:
+        raise ReleaseFileKindError(f"unknown kernel class {name!r}; a release file holds {sorted(KERNEL_CLASSES)}, "
+                                   "Sum and Product")
+    cls, params = KERNEL_CLASSES[name]
+    values = spec.get("parameters")
+    if set(spec) != {"class", "active_dims", "parameters"} or not isinstance(values, dict) or set(values) != set(params):
+        raise ReleaseFileError(f"kernel {name}: needs class, active_dims and parameters {list(params)}")
+    arrays = {p: _parameter(name, p, values[p]) for p in params}
+    kernel = gpflow.utilities.freeze(cls(active_dims=_active_dims(name, spec["active_dims"]), **arrays))
+    for p, arr in arrays.items():  # exactly the saved values (no round trip through a transform)
+        setattr(kernel, p, tf.constant(arr))
+    return kernel
+
+
+def mean_function_spec(mean_function: Optional[gpflow.functions.MeanFunction]) -> Dict[str, Any]:
+    """``{"class": "Zero", "output_dim"}`` or ``{"class": "Constant", "c"}``; ``NotImplementedError`` otherwise."""
+    if mean_function is None:
+        return {"class": "Zero", "output_dim": 1}
+    cls = type(mean_function)
+    if cls is gpflow.functions.Zero:
+        return {"class": "Zero", "output_dim": int(mean_function.output_dim)}
+    if cls is gpflow.functions.Constant:
+        return {"class": "Constant", "c": _value(mean_function.c)}
+    raise NotImplementedError(
+        f"cannot save a {cls.__module__}.{cls.__qualname__} mean function: a release file holds only "
+        f"{list(MEAN_FUNCTION_CLASSES)} (export_saved_model has no such list)")
+
+
+def mean_function_from_spec(spec: Any) -> gpflow.functions.MeanFunction:
+    """The frozen mean function of a :func:`mean_function_spec`, with exactly the saved values."""
+    if not isinstance(spec, dict) or spec.get("class") not in MEAN_FUNCTION_CLASSES:
+        raise ReleaseFileKindError(f"unknown mean function {spec!r}; a release file holds {list(MEAN_FUNCTION_CLASSES)}")
+    if spec["class"] == "Zero":
+        dim = spec.get("output_dim")
+        if set(spec) != {"class", "output_dim"} or not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
+            raise ReleaseFileError("mean function Zero: needs a positive integer output_dim")
+        return gpflow.functions.Zero(output_dim=dim)
+    if set(spec) != {"class", "c"}:
+        raise ReleaseFileError("mean function Constant: needs exactly c")
+    try:
+        c = np.asarray(spec["c"], dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ReleaseFileError("mean function Constant: c must be a list of numbers") from exc
+    if c.ndim > 1 or c.size == 0 or not np.all(np.isfinite(c)):
+        raise ReleaseFileError("mean function Constant: c must be a finite number or a non-empty list of them")
+    mean = gpflow.utilities.freeze(gpflow.functions.Constant(c))
+    mean.c = tf.constant(c)
+    return mean

@@ -1,0 +1,53 @@
+"""The DP mechanisms of a linear release, one module each (as diffprivlib keeps one file per mechanism):
+
+* :mod:`.request`: the one validation of a release's privacy parameters (:class:`ReleaseRequest`) and
+  its budget event;
+* :mod:`.cloaking`: the cloaking mechanism (optimised noise, exact draw, the one draw-and-spend);
+* :mod:`.standard`: the standard mechanism of Hall et al. (2013);
+
+(the mechanisms' entry points for a validated request, :func:`.cloaking.cloak` and
+:func:`.standard.standard`, are imported from their modules by :mod:`dpgp_gpflow.pipeline`);
+* :mod:`.rounding`: what floating-point rounding costs every release (safety factors, refusals).
+
+The noise a cloaking release adds is chosen in :mod:`dpgp_gpflow.cloaking` (public computations);
+models reach these through :mod:`dpgp_gpflow.pipeline`.
+"""
+
+from .cloaking import (
+    NOISE_SOLVERS,
+    NoisePlan,
+    check_whitened_shift,
+    cloak,
+    cloaking_release,
+    draw_and_spend,
+    noise_in_space,
+    publish_cloaking,
+    shift_bound_of_norms,
+    whitened_shift,
+    whitening_terms,
+)
+from .request import ReleaseRequest, gaussian_event, release_request, reserve_gaussian, validate_public_bounds
+from .rounding import check_noise_condition, safe_sensitivity
+from .standard import standard_release
+
+__all__ = [
+    "NOISE_SOLVERS",
+    "NoisePlan",
+    "ReleaseRequest",
+    "check_noise_condition",
+    "check_whitened_shift",
+    "cloak",
+    "cloaking_release",
+    "draw_and_spend",
+    "gaussian_event",
+    "noise_in_space",
+    "publish_cloaking",
+    "release_request",
+    "reserve_gaussian",
+    "safe_sensitivity",
+    "shift_bound_of_norms",
+    "standard_release",
+    "validate_public_bounds",
+    "whitened_shift",
+    "whitening_terms",
+]

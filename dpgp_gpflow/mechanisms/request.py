@@ -1,0 +1,94 @@
+"""A release's request: its privacy parameters validated once, frozen, and its budget event.
+
+The pipeline (:mod:`dpgp_gpflow.pipeline`) or a public wrapper builds one :class:`ReleaseRequest`
+(:func:`release_request`: the only place a release validates epsilon, delta, calibration, objective,
+sampler and seed, and computes its noise multiplier) and takes one reservation
+(:func:`~dpgp_gpflow.accounting.reserve`) before anything is computed; the mechanisms
+(:mod:`.cloaking`, :mod:`.standard`) receive both, neither validate nor reserve, and commit the one
+event after the draw. :func:`validate_public_bounds` checks the declared public bounds a mechanism
+charges for. Privacy assumption: none of these read the private outputs.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+from typing import Any, NamedTuple, Optional, Tuple
+
+import numpy as np
+
+from ..accounting import PrivacyEvent, Reservation, reserve
+from ..calibration import gaussian_multiplier
+from ..sampling import validate_sampler
+from ..validation import (
+    validate_calibration,
+    validate_data_sensitivity,
+    validate_delta,
+    validate_epsilon,
+    validate_objective,
+    validate_seed,
+)
+
+__all__ = ["ReleaseRequest", "gaussian_event", "release_request", "reserve_gaussian", "validate_public_bounds"]
+
+
+class ReleaseRequest(NamedTuple):
+    """One Gaussian release's privacy parameters, validated once (:func:`release_request`) and frozen.
+
+    The pipeline builds it and takes the one reservation; the mechanisms (:func:`cloak`, :func:`standard`)
+    receive both and neither validate nor reserve."""
+
+    epsilon: float
+    delta: float
+    calibration: str
+    objective: Optional[str]  #: the cloaking objective; None for the standard mechanism
+    multiplier: float  #: the calibration's unit-sensitivity noise multiplier ``s``
+    sampler: str
+    seed: Optional[int]
+
+    def event(self, description: str = "") -> PrivacyEvent:
+        """The ledger entry of this release (:func:`gaussian_event`)."""
+        return gaussian_event(self.epsilon, self.delta, self.multiplier, description)
+
+
+def release_request(epsilon: Any, delta: Any, *, calibration: Any = "analytic", objective: Optional[str] = "mse",
+                    sampler: Any = "exact", seed: Any = None) -> ReleaseRequest:
+    """Validate a Gaussian release's parameters (in this order: objective unless None, sampler, seed,
+    epsilon, delta, calibration) and compute its noise multiplier: the only place a release does either."""
+    if objective is not None:
+        validate_objective(objective)
+    validate_sampler(sampler)
+    seed = validate_seed(seed)
+    epsilon, delta = validate_epsilon(epsilon), validate_delta(delta)
+    calibration = validate_calibration(calibration)
+    return ReleaseRequest(epsilon, delta, calibration, objective, gaussian_multiplier(epsilon, delta, calibration),
+                          sampler, seed)
+
+
+def reserve_gaussian(epsilon, delta, calibration, accountant) -> Tuple[float, float, float, Reservation]:
+    """Validate the privacy parameters (:func:`release_request`), compute the multiplier and reserve the
+    budget (no spend). ``accountant``: a :class:`~dpgp_gpflow.accounting.PrivacyAccountant`, a caller's
+    :class:`~dpgp_gpflow.accounting.Reservation` to commit into, or None (the enclosing ones)."""
+    request = release_request(epsilon, delta, calibration=calibration, objective=None)
+    return request.epsilon, request.delta, request.multiplier, reserve(accountant, [request.event()])
+
+
+def gaussian_event(epsilon: float, delta: float, multiplier: float, description: str = "") -> PrivacyEvent:
+    """The ledger entry of one Gaussian release at noise multiplier ``multiplier`` (``mu = 1 / s``)."""
+    return PrivacyEvent(float(epsilon), float(delta), "gaussian", 1.0 / float(multiplier), description)
+
+
+def validate_public_bounds(data_sensitivity: Any, output_bound: Any,
+                           y_bounds: Optional[Tuple[float, float]] = None) -> Tuple[float, float]:
+    """The declared data sensitivity ``d`` (finite, > 0, at most the width of ``y_bounds`` when given:
+    :func:`~dpgp_gpflow.validation.validate_data_sensitivity`) and the bound ``b`` on ``|y_c|`` (finite, >= 0)."""
+    bounds = (-math.inf, math.inf) if y_bounds is None else tuple(float(v) for v in y_bounds)
+    if len(bounds) != 2 or not bounds[0] < bounds[1]:
+        raise ValueError(f"y_bounds must be (lo, hi) with lo < hi, got {y_bounds!r}")
+    d = validate_data_sensitivity(data_sensitivity, bounds)
+    if isinstance(output_bound, bool) or not isinstance(output_bound, (Real, np.floating, np.integer)):
+        raise TypeError(f"output_bound must be a real number, got {output_bound!r}")
+    b = float(output_bound)
+    if not (math.isfinite(b) and b >= 0.0):
+        raise ValueError(f"output_bound must be finite and >= 0, got {b}")
+    return d, b
