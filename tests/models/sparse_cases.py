@@ -37,7 +37,7 @@ from typing import Callable, Tuple
 
 import gpflow
 import numpy as np
-from dpgp_gpflow.release import standard_normal
+from dpgp_gpflow.sampling import standard_normal
 from reference import gaussian_delta_at_shift, k_se, mahalanobis_shifts, range_projector
 from scipy.linalg import solve_triangular
 
