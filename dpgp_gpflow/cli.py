@@ -3,8 +3,15 @@
 ``dpgp release``, ``dpgp predict``, ``dpgp select``, ``dpgp show``, ``dpgp budget init|show`` and
 ``dpgp demo`` (``dpgp --help``; ``dpgp COMMAND --help``). Every input is checked before the ledger
 is touched or any noise is drawn: bad input prints one line ``dpgp: error: ...`` and exits with
-code 2, with nothing drawn and nothing spent. The standard library's ``argparse`` parses the
-options, so that ``--x COL [COL ...]`` takes several columns as written.
+code 2, with nothing drawn and nothing spent; the package's warnings print as one line
+``dpgp: warning: ...``. The standard library's ``argparse`` parses the options, so that
+``--x COL [COL ...]`` takes several columns as written.
+
+Tables (:func:`read_table`, :func:`columns`): CSV files with their separator (``--sep``), decimal mark
+(``--decimal``) and thousands separator (``--thousands``) given or guessed, or Parquet files; every
+selected cell must be a finite number (no missing values, booleans, text or numbers in another
+format), and a CSV row must have as many fields as the header, or the command stops with one line
+naming the column and the row.
 
 Privacy model (``docs/privacy_model.md``): the ``--x`` columns are public, the ``--y`` column is
 private and clipped to ``--bounds``; hyperparameters given on the command line are public (chosen
@@ -25,13 +32,16 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import math
 import os
+import re
 import secrets
 import sys
+import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, List, NoReturn, Optional, Sequence, Tuple, cast
+from typing import TYPE_CHECKING, Any, Callable, List, NamedTuple, NoReturn, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
@@ -91,43 +101,165 @@ class _Parser(argparse.ArgumentParser):
 # Reading tables
 
 
-def sniff_separator(path: Path, lines: int = 20) -> str:
+#: Lines of a CSV file read to guess its separator and decimal mark.
+SNIFF_LINES = 20
+#: A number as the command line reads it once its decimal mark is "." (no thousands separators, no
+#: ``1_000``, no spaces inside): Python's ``float`` accepts more than this.
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+_NOT_FINITE = re.compile(r"[+-]?(?:inf|infinity)", re.IGNORECASE)
+#: How a missing value is written in a cell (lower case; an empty cell too).
+_MISSING = frozenset({"", "na", "n/a", "nan", "-nan", "null", "none", "#n/a", "<na>"})
+#: Booleans, refused rather than read as 1/0 (lower case).
+_BOOLEANS = frozenset({"true", "false", "yes", "no"})
+#: Thousands separators that the messages recognise (and ``--thousands`` may name).
+_THOUSANDS = (",", ".", "'", " ", "\u00a0", "\u202f")
+
+
+def _sample(path: Path, lines: int = SNIFF_LINES) -> str:
+    with open(path, newline="", encoding="utf-8-sig", errors="replace") as f:
+        return "".join(line for _, line in zip(range(lines), f))
+
+
+def sniff_separator(path: Path, lines: int = SNIFF_LINES) -> str:
     """The field separator of a CSV file, guessed by ``csv.Sniffer`` from its first ``lines`` lines
     among ``, ; TAB |``; ``","`` when it cannot tell."""
     try:
-        with open(path, newline="", encoding="utf-8", errors="replace") as f:
-            sample = "".join(line for _, line in zip(range(lines), f))
-        return csv.Sniffer().sniff(sample, delimiters=",;\t|").delimiter
+        return csv.Sniffer().sniff(_sample(path, lines), delimiters=",;\t|").delimiter
     except (csv.Error, OSError):
         return ","
 
 
-def read_table(path: Path, sep: Optional[str] = None) -> pd.DataFrame:
-    """A CSV or Parquet file (by extension) as a DataFrame; ``UsageError`` if unreadable or empty.
-    ``sep``: the CSV field separator (default: :func:`sniff_separator`)."""
+def _grouped(thousands: str, decimal: str) -> re.Pattern:
+    """A number whose integer digits are grouped by threes with ``thousands`` (``1,234``, ``-12.345,5``)."""
+    t, d = re.escape(thousands), re.escape(decimal)
+    return re.compile(rf"[+-]?\d{{1,3}}(?:{t}\d{{3}})+(?:{d}\d*)?(?:[eE][+-]?\d+)?")
+
+
+def sniff_decimal(path: Path, sep: str, lines: int = SNIFF_LINES) -> str:
+    """The decimal mark of a CSV file: ``","`` when ``sep`` is ``";"`` and, among the data fields of its
+    first ``lines`` lines, some number is written with one comma (``12,5``, ``1.234,5``) and none with a
+    point and no comma (``12.5``); else ``"."``.
+
+    The guess cannot misread a value: a field is read only if it is a number with the mark in use, and
+    a field that is a number with either mark (no comma, no point) is an integer, the same with both.
+    A file that mixes the marks is refused, naming the first field that does not fit."""
+    if sep != ";":
+        return "."
+    comma = re.compile(r"[+-]?(?:\d{1,3}(?:\.\d{3})+|\d*),\d+(?:[eE][+-]?\d+)?")
+    point = re.compile(r"[+-]?(?:\d*\.\d+|\d+\.)(?:[eE][+-]?\d+)?")
+    try:
+        fields = [f.strip() for row in list(csv.reader(io.StringIO(_sample(path, lines)), delimiter=sep))[1:]
+                  for f in row]
+    except (csv.Error, OSError):
+        return "."
+    if any(comma.fullmatch(f) for f in fields) and not any(point.fullmatch(f) for f in fields):
+        return ","
+    return "."
+
+
+class Table(NamedTuple):
+    """A CSV or Parquet table as read (:func:`read_table`); :func:`columns` turns its columns into numbers."""
+
+    path: Path
+    #: The columns: the cells' text as written for a CSV file, as stored for Parquet.
+    frame: pd.DataFrame
+    #: Where each row is, for messages: its 1-based line in a CSV file (the header is line 1, if first),
+    #: its 1-based row number in a Parquet file.
+    rows: np.ndarray
+    where: str  #: ``"line"`` (CSV) or ``"row"`` (Parquet)
+    decimal: str  #: the CSV decimal mark
+    thousands: Optional[str]  #: the CSV thousands separator accepted, if any
+
+
+def csv_format(sep: Optional[str], decimal: Optional[str], thousands: Optional[str]) -> Tuple[
+        Optional[str], Optional[str], Optional[str]]:
+    """``--sep``, ``--decimal`` and ``--thousands`` checked (``UsageError``); ``--sep`` may be written
+    ``\\t`` or ``tab`` for a TAB."""
+    if sep in ("\\t", "tab", "TAB"):
+        sep = "\t"
+    if sep is not None and (len(sep) != 1 or sep in '"\r\n'):
+        raise UsageError(f"--sep must be one character (TAB: --sep '\\t'), got {sep!r}")
+    if decimal is not None and decimal not in (".", ","):
+        raise UsageError(f"--decimal must be . or , got {decimal!r}")
+    if thousands is not None:
+        if thousands not in _THOUSANDS:
+            raise UsageError(f"--thousands must be one of {list(_THOUSANDS)}, got {thousands!r}")
+        if thousands == (decimal or "."):
+            raise UsageError(f"--thousands {thousands!r} is the decimal mark too: give --decimal")
+    return sep, decimal, thousands
+
+
+def read_table(path: Path, sep: Optional[str] = None, decimal: Optional[str] = None,
+               thousands: Optional[str] = None) -> Table:
+    """A CSV or Parquet file (by extension) as a :class:`Table`; ``UsageError`` (one line) if it cannot be
+    read, is empty, names a column twice or, for a CSV file, has a row with more or fewer fields than
+    its header (an unquoted thousands separator or decimal comma, a stray separator).
+
+    CSV (:func:`csv_format` checks the options): ``sep`` the field separator (default
+    :func:`sniff_separator`), fields quoted with ``"``; ``decimal`` the decimal mark (default: with
+    ``thousands`` ``","`` or ``"."`` the other mark, else :func:`sniff_decimal`); ``thousands`` a thousands
+    separator to accept between groups of three digits (default: none, and numbers written with one are
+    refused). Parquet columns are read as stored; ``sep``, ``decimal`` and ``thousands`` are ignored."""
     import pandas as pd
 
     if not path.is_file():
         raise UsageError(f"{path}: no such file")
-    parquet = path.suffix.lower() in (".parquet", ".pq")
-    try:
-        frame = pd.read_parquet(path) if parquet else pd.read_csv(path, sep=sep or sniff_separator(path))
-    except Exception as exc:  # pandas raises many kinds; all mean "cannot read this table"
-        raise UsageError(f"{path}: cannot read it as {'Parquet' if path.suffix == '.parquet' else 'CSV'} ({exc})")
-    if frame.shape[0] == 0:
-        raise UsageError(f"{path}: the table is empty")
-    header = list(frame.columns)
-    if not parquet:  # pandas renames a repeated CSV header ("a", "a.1"): read the header as written
+    if path.suffix.lower() in (".parquet", ".pq"):
         try:
-            header = [h for h in pd.read_csv(path, sep=sep or sniff_separator(path), header=None, nrows=1,
-                                             dtype=str).iloc[0].tolist() if isinstance(h, str)]
-        except Exception as exc:
-            raise UsageError(f"{path}: cannot read its header as CSV ({exc})")
-    repeated = sorted({str(c) for c in header if header.count(c) > 1})
+            frame = pd.read_parquet(path)
+        except Exception as exc:  # pyarrow and pandas raise many kinds; all mean "cannot read this table"
+            raise UsageError(f"{path}: cannot read it as Parquet ({_one_line(exc)})") from None
+        _check_header(path, list(frame.columns))
+        if frame.shape[0] == 0:
+            raise UsageError(f"{path}: the table is empty")
+        return Table(path, frame, np.arange(1, frame.shape[0] + 1), "row", ".", None)
+    sep = sep or sniff_separator(path)
+    if decimal is None:  # with --thousands , or . the other mark; else guessed
+        decimal = {",": ".", ".": ","}.get(thousands or "") or sniff_decimal(path, sep)
+    header: Optional[List[str]] = None
+    records: List[List[str]] = []
+    lines: List[int] = []
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f, delimiter=sep)
+            end = 0  # the last line of the previous record: a record starts on the next one
+            for record in reader:
+                start, end = end + 1, reader.line_num
+                if len(record) <= 1 and not "".join(record).strip():
+                    continue  # a blank line
+                if header is None:
+                    header, header_line = record, start
+                    _check_header(path, header)
+                elif len(record) != len(header):
+                    raise UsageError(
+                        f"{path}: line {start} has {len(record)} field(s), the header (line {header_line}) "
+                        f"{len(header)} (separator {sep!r}): an unquoted thousands separator or decimal comma, or a "
+                        "stray separator? Quote such values, or see --sep")
+                else:
+                    records.append(record)
+                    lines.append(start)
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: cannot read it as CSV: not UTF-8 text (byte {exc.start}); save it as UTF-8") \
+            from None
+    except csv.Error as exc:
+        raise UsageError(f"{path}: cannot read it as CSV ({_one_line(exc)})") from None
+    if header is None or not records:
+        raise UsageError(f"{path}: the table is empty")
+    frame = pd.DataFrame({name: pd.Series([r[j] for r in records], dtype=object) for j, name in enumerate(header)})
+    return Table(path, frame, np.asarray(lines), "line", decimal, thousands)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def _check_header(path: Path, header: Sequence[Any]) -> None:
+    """``UsageError`` when a table names a column twice (for a CSV file: as written, before pandas would
+    rename one of them)."""
+    repeated = sorted({str(c) for c in header if list(header).count(c) > 1})
     if repeated:
         raise UsageError(f"{path}: the table names the column(s) {repeated} more than once; give each column "
                          "its own name")
-    return frame
 
 
 def check_column_names(x: Sequence[str], y: str) -> None:
@@ -141,33 +273,103 @@ def check_column_names(x: Sequence[str], y: str) -> None:
         raise UsageError(f"--y {y!r} is also an --x column: the private output cannot be a public input")
 
 
-def columns(frame: pd.DataFrame, names: Sequence[str], path: Path, *, private: bool = False) -> np.ndarray:
-    """The named columns as a finite float64 array [rows, len(names)].
+def _number_text(cell: str, decimal: str, thousands: Optional[str]) -> Optional[str]:
+    """``cell`` as text that :data:`_NUMBER` matches (decimal mark ".", no thousands separator), or ``None``
+    when it is not a number written with ``decimal`` (and, if given, ``thousands`` between groups of three
+    digits)."""
+    s = cell.strip()
+    if thousands is not None and thousands in s:
+        if not _grouped(thousands, decimal).fullmatch(s):
+            return None
+        s = s.replace(thousands, "")
+    if decimal != ".":
+        if "." in s:
+            return None
+        s = s.replace(decimal, ".")
+    return s if _NUMBER.fullmatch(s) else None
 
-    For the private column the message never describes its values (no counts, no examples).
-    """
+
+def _why(cell: str, decimal: str, thousands: Optional[str], private: bool) -> str:
+    """Why ``cell`` is not read as a finite number; for the private column, the kind of problem only."""
+    s, shown = cell.strip(), repr(cell if len(cell) <= 40 else cell[:37] + "...")
+    low = s.lower()
+    if low in _MISSING:
+        return "an empty cell (a missing value)" if not s else ("a missing value" + ("" if private else f" {shown}"))
+    if low in _BOOLEANS:
+        return f"a boolean{'' if private else ' ' + shown} (booleans are not read as 1/0: write the numbers)"
+    if _NOT_FINITE.fullmatch(s):
+        return "a value that is not finite" if private else f"{shown} is not finite"
+    if private:  # the value is never shown, nor what it looks like
+        return (f"a non-numeric value (read with the decimal mark {decimal!r}"
+                f"{'' if thousands is None else f' and thousands separator {thousands!r}'}: see --decimal, --thousands)")
+    hints = []
+    other = "," if decimal == "." else "."
+    if s.count(other) == 1 and _number_text(s.replace(other, decimal), decimal, None) is not None:
+        hints.append(f"a decimal {'comma' if other == ',' else 'point'}? give --decimal {other!r}")
+    for t in _THOUSANDS:
+        if t != decimal and t != thousands and t in s and _grouped(t, decimal).fullmatch(s):
+            hints.append(f"a thousands separator? give --thousands {t!r}")
+    return f"non-numeric value {shown}" + (f" ({'; '.join(hints)})" if hints else "")
+
+
+def _column_values(table: Table, name: str, private: bool) -> np.ndarray:
+    """Column ``name`` of ``table`` as finite float64 numbers, or ``UsageError`` naming the column and the
+    first cell that is not one: a missing value or empty cell, a boolean, a value that is not finite or
+    not a number (one written with another decimal mark or a thousands separator included). For the
+    private column the message names the row and the kind of problem, never the value."""
     import pandas as pd
 
-    missing = [c for c in names if c not in frame.columns]
+    series = table.frame[name]
+    label = f"the private column {name!r}" if private else f"column {name!r}"
+    if pd.api.types.is_bool_dtype(series.dtype):  # Parquet: stored as booleans
+        raise UsageError(f"{table.path}: {label} holds booleans (True/False): they are not read as 1/0; store "
+                         "the numbers")
+    if pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_complex_dtype(series.dtype):
+        values = series.to_numpy(dtype=np.float64, na_value=np.nan)
+        bad = np.flatnonzero(~np.isfinite(values))
+        if bad.size:
+            i = int(bad[0])
+            kind = "a missing value" if pd.isna(series.iloc[i]) else (
+                "a value that is not finite" if private else f"{float(values[i])!r} is not finite")
+            raise UsageError(f"{table.path}: {label}, {table.where} {table.rows[i]}: {kind}")
+        return values
+    if not (pd.api.types.is_object_dtype(series.dtype) or pd.api.types.is_string_dtype(series.dtype)):
+        raise UsageError(f"{table.path}: {label} holds {series.dtype} values, not numbers")
+    cells = ["" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v) for v in series.tolist()]
+    texts = [_number_text(c, table.decimal, table.thousands) for c in cells]
+    numbers = [i for i, t in enumerate(texts) if t is not None]
+    values = np.full(len(cells), np.nan)
+    if numbers:  # pandas' converter, as pd.read_csv reads them (not always the nearest float64: within 1 ulp)
+        values[numbers] = pd.to_numeric(pd.Series([texts[i] for i in numbers], dtype=object)).to_numpy(np.float64)
+    bad = np.flatnonzero(~np.isfinite(values))  # not a number, or beyond the float64 range (1e999 reads as inf)
+    if bad.size:
+        i = int(bad[0])
+        why = (_why(cells[i], table.decimal, table.thousands, private) if texts[i] is None
+               else "a value beyond the float64 range" if private else f"{cells[i]!r} is beyond the float64 range")
+        raise UsageError(f"{table.path}: {label}, {table.where} {table.rows[i]}: {why}")
+    return values
+
+
+def columns(table: Table, names: Sequence[str], *, private: bool = False) -> np.ndarray:
+    """The named columns of ``table`` as a finite float64 array [rows, len(names)]: the one place where a
+    cell becomes a number (:func:`_column_values`; ``UsageError`` naming the column and row otherwise).
+
+    For the private column the message never describes its values (no counts, no examples)."""
+    missing = [c for c in names if c not in table.frame.columns]
     if missing:
-        raise UsageError(f"{path}: no column(s) {missing}; the table has {list(frame.columns)}")
-    out = []
-    for c in names:
-        values = pd.to_numeric(frame[c], errors="coerce")
-        if values.isna().any() and not private:
-            raise UsageError(f"{path}: column {c!r} has {int(values.isna().sum())} missing or non-numeric value(s)")
-        if private and not np.all(np.isfinite(values.to_numpy(dtype=np.float64, na_value=np.nan))):
-            raise UsageError(f"{path}: the private column {c!r} has missing, non-numeric or infinite values")
-        out.append(values.to_numpy(dtype=np.float64))
-    arr = np.stack(out, axis=1)
-    if not private and not np.all(np.isfinite(arr)):
-        raise UsageError(f"{path}: the columns {list(names)} have infinite values")
+        raise UsageError(f"{table.path}: no column(s) {missing}; the table has {list(table.frame.columns)}")
+    arr = np.stack([_column_values(table, c, private) for c in names], axis=1)
     if not private:  # public: its values may be named; the private column is clipped to --bounds instead
         for c, column in zip(names, arr.T):
             if np.max(np.abs(column)) > MAX_MAGNITUDE:
-                raise UsageError(f"{path}: column {c!r} has values beyond +-{MAX_MAGNITUDE:g} (largest "
+                raise UsageError(f"{table.path}: column {c!r} has values beyond +-{MAX_MAGNITUDE:g} (largest "
                                  f"{np.max(np.abs(column)):.6g}), which would overflow the kernel: rescale it")
     return arr
+
+
+def _read(args, path: Path) -> Table:
+    """``path`` read with the command's ``--sep``, ``--decimal`` and ``--thousands``."""
+    return read_table(path, *csv_format(args.sep, args.decimal, args.thousands))
 
 
 def _output(path: Path, force: bool) -> Path:
@@ -311,7 +513,7 @@ def _test_inputs(args, X: np.ndarray) -> Optional[np.ndarray]:
         raise UsageError("give --at or --grid, not both")
     if args.at is not None:
         path = Path(args.at)
-        return columns(read_table(path, args.sep), args.x, path)
+        return columns(_read(args, path), args.x)
     if args.grid is not None:
         if not (1 <= args.grid <= 10_000):
             raise UsageError(f"--grid must be between 1 and 10000 points per axis, got {args.grid}")
@@ -383,7 +585,7 @@ def _release(args, data: Path, model, Xnew: Optional[np.ndarray], epsilon: float
             released = released.clipped()  # post-processing: free
         steps.update("write")
         if Xnew is not None:  # public (--at or --grid): stored so that `dpgp show` can print the values at them
-            card_extras = {**card_extras, "release_inputs": Xnew.tolist()}
+            card_extras = {**card_extras, **_card_inputs(Xnew)}
         _write_then_charge(out, lambda tmp: released.save(
             tmp, inputs=Xnew if args.sparse is None else None, columns=list(args.x),
             dataset=args.dataset or data.name, hyperparameters=_hyperparameters(model), **card_extras), reservation)
@@ -391,6 +593,20 @@ def _release(args, data: Path, model, Xnew: Optional[np.ndarray], epsilon: float
     finally:
         steps.close()
     return released
+
+
+#: ``dpgp release --at/--grid`` stores the inputs in the card (``release_inputs``, rows of numbers) when they
+#: are at most this many numbers (rows x columns; about 200 kB of JSON); beyond, the first :data:`SHOW_ROWS`
+#: rows only (what ``dpgp show`` prints), with ``release_inputs_rows`` the number of rows, so that a large
+#: ``--grid`` (up to 1,000,000 points) does not fill the card.
+STORED_INPUT_VALUES = 10_000
+
+
+def _card_inputs(Xnew: np.ndarray) -> dict:
+    """The card's record of the public inputs of a full release (:data:`STORED_INPUT_VALUES`)."""
+    if Xnew.size <= STORED_INPUT_VALUES:
+        return {"release_inputs": Xnew.tolist()}
+    return {"release_inputs": Xnew[:SHOW_ROWS].tolist(), "release_inputs_rows": int(Xnew.shape[0])}
 
 
 def _selection_share(args, given: List[str]) -> float:
@@ -410,7 +626,7 @@ def _selection_share(args, given: List[str]) -> float:
 
 def cmd_release(args) -> int:
     from .accounting import PrivacyEvent, reserve
-    from .release import gaussian_event
+    from .mechanisms import gaussian_event
     from .selection import default_grid, select_hyperparameters
 
     check_column_names(args.x, args.y)  # before anything is read
@@ -421,9 +637,9 @@ def cmd_release(args) -> int:
                             ("--noise", args.noise)) if v is not None]
     share = None if len(given) == 3 else _selection_share(args, given)
     data = Path(args.data)
-    frame = read_table(data, args.sep)
-    X = columns(frame, args.x, data)
-    Y = columns(frame, [args.y], data, private=True)
+    table = _read(args, data)
+    X = columns(table, args.x)
+    Y = columns(table, [args.y], private=True)
     Xnew = _release_inputs(args, X)
     if share is None:
         _positive("--noise", args.noise)
@@ -478,6 +694,8 @@ def cmd_release(args) -> int:
 
 
 def cmd_predict(args) -> int:
+    import pandas as pd
+
     from .released import PrivateFunction
 
     released, card = _load(Path(args.release))
@@ -486,13 +704,13 @@ def cmd_predict(args) -> int:
                          "(release with --sparse M to predict anywhere)")
     names = list(card.get("columns") or [])
     at = Path(args.at)
-    frame = read_table(at, args.sep)
+    inputs = _read(args, at)
     if not names:
-        names = [c for c in frame.columns][: released.readout.input_dim]
-    Xq = columns(frame, names, at)
+        names = [c for c in inputs.frame.columns][: released.readout.input_dim]
+    Xq = columns(inputs, names)
     out = _output(Path(args.output), args.force)
     pred = released.predict(Xq)
-    table = frame[names].copy()
+    table = pd.DataFrame(Xq, columns=names)  # the inputs as read (numbers, whatever their CSV format)
     table["mean"], table["variance"], table["noise_std"] = pred.mean, pred.variance, pred.noise_std
     _write_then_charge(out, lambda tmp: table.to_csv(tmp, index=False), None)  # free: nothing to charge
     if not args.quiet:
@@ -540,7 +758,7 @@ def _select_grid(args, model) -> List[dict]:
 
 def cmd_select(args) -> int:
     from .accounting import PrivacyEvent, reserve
-    from .release import gaussian_event
+    from .mechanisms import gaussian_event
     from .selection import select_hyperparameters
 
     check_column_names(args.x, args.y)  # before anything is read
@@ -561,9 +779,9 @@ def cmd_select(args) -> int:
         if public_variances and len(args.grid_lengthscale) < 2:
             raise UsageError("--grid-lengthscale with --variance and --noise needs at least two values to choose from")
     data = Path(args.data)
-    frame = read_table(data, args.sep)
-    X = columns(frame, args.x, data)
-    Y = columns(frame, [args.y], data, private=True)
+    table = _read(args, data)
+    X = columns(table, args.x)
+    Y = columns(table, [args.y], private=True)
     if not (2 <= args.folds <= X.shape[0]):
         raise UsageError(f"--folds must be between 2 and the number of rows, got {args.folds}")
     events = [PrivacyEvent(epsilon, 0.0, "pure", None, "dpgp select")]
@@ -643,8 +861,9 @@ SHOW_ROWS = 20
 
 def _stored_inputs(card: dict, k: int) -> Tuple[Optional[np.ndarray], str]:
     """The inputs a release file stores in its card (``release_inputs``, written by ``dpgp release --at/--grid``)
-    as a float64 [k, D] array, checked against the card's ``inputs_hash``; else ``None`` and why."""
-    from .release_file import inputs_hash
+    as a float64 [k, D] array checked against the card's ``inputs_hash``, or their first rows (with
+    ``release_inputs_rows``: :data:`STORED_INPUT_VALUES`), and what to say of them; else ``None`` and why."""
+    from .io.format import inputs_hash
 
     stored = card.get("release_inputs")
     if stored is None:
@@ -653,6 +872,12 @@ def _stored_inputs(card: dict, k: int) -> Tuple[Optional[np.ndarray], str]:
         X = np.asarray(stored, dtype=np.float64)
     except (TypeError, ValueError):
         return None, "the stored inputs are not a table of numbers"
+    rows = card.get("release_inputs_rows")
+    if rows is not None:  # the first rows only: no hash to check them against
+        if rows != k or X.ndim != 2 or X.shape[0] != min(k, SHOW_ROWS):
+            return None, f"the stored inputs' shape {X.shape} (of {rows} rows) does not match the {k} values"
+        return X, (f"the file stores the inputs of the first {X.shape[0]} only (more than {STORED_INPUT_VALUES} "
+                   "numbers), not checked against inputs_hash")
     if X.ndim != 2 or X.shape[0] != k:
         return None, f"the stored inputs' shape {X.shape} does not match the {k} values"
     if card.get("inputs_hash") != inputs_hash(X):
@@ -674,7 +899,7 @@ def _values_table(released, card: dict) -> List[str]:
                  else [f"x{j + 1}" for j in range(X.shape[1])])
     header = [*names, "mean", "noise_std"]
     width = max(12, *(len(h) for h in header))
-    lines = [f"released values ({k}{'' if X is not None else '; ' + why}):",
+    lines = [f"released values ({k}{'; ' + why if why else ''}):",
              "  " + " ".join(f"{h:>{width}}" for h in header)]
     for i in range(min(k, SHOW_ROWS)):
         row = [*(X[i] if X is not None else ()), mean[i], noise_std[i]]
@@ -691,7 +916,8 @@ def cmd_show(args) -> int:
     print(f"{args.release}: {released!r}")
     shown = dict(card)
     if isinstance(shown.get("release_inputs"), list):  # printed in the table below, not as one long line
-        shown["release_inputs"] = f"{len(shown['release_inputs'])} row(s) (below)"
+        rows = shown.pop("release_inputs_rows", None)
+        shown["release_inputs"] = f"{len(shown['release_inputs'])}{'' if rows is None else f' of {rows}'} row(s) (below)"
     print("\n".join(_card_lines(shown)))
     if isinstance(released, PrivateRelease):
         print("\n".join(_values_table(released, card)))
@@ -750,7 +976,7 @@ def _privacy_epsilon(value: float) -> float:
 
 def _load(path: Path) -> Tuple[Released, dict]:
     """The released object in a release file and its privacy card (as written, with the extras)."""
-    from .publishing import load, read_card
+    from .io.loading import load, read_card
 
     if not path.is_file():
         raise UsageError(f"{path}: no such file")
@@ -786,7 +1012,11 @@ EXAMPLES = {
        --lengthscale 10 --variance 400 --noise 50 --ledger budget.sqlite -o kung.json
   # a function usable anywhere (then: dpgp predict kung-fn.json --at NEW.csv -o pred.csv):
   dpgp release Howell1.csv --x age weight --y height --bounds 60 160 --epsilon 1 --delta 0.01 --sparse 20 \\
-       -o kung-fn.json""",
+       -o kung-fn.json
+  # a spreadsheet's CSV: ';' and decimal commas are guessed; thousands separators (1.234,5) are accepted
+  # only when given, and the marks can be given when the guess cannot tell:
+  dpgp release kung-de.csv --x age --y height --bounds 60 160 --epsilon 1 --delta 0.01 --grid 50 \\
+       --sep ";" --decimal , --thousands . -o kung.json""",
     "predict": """\
   dpgp predict kung-fn.json --at ages.csv -o pred.csv
   dpgp predict kung-fn.json --at ages.csv --sep ";" -o pred.csv --force""",
@@ -821,9 +1051,17 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary on stderr")
 
 
-def _sep_option(p: argparse.ArgumentParser) -> None:
+def _csv_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sep", metavar="SEP", default=None,
-                   help="CSV field separator (default: guessed from the first lines among , ; TAB |, else ,)")
+                   help="CSV field separator (default: guessed from the first lines among , ; TAB |, else ,; "
+                        "TAB: --sep '\\t')")
+    p.add_argument("--decimal", metavar="MARK", default=None,
+                   help="CSV decimal mark, . or , (default: the other mark of --thousands , or .; else , when the "
+                        "separator is ; and the first lines write numbers with one comma and none with a point; "
+                        "else .); a value written otherwise is refused, never misread")
+    p.add_argument("--thousands", metavar="CHAR", default=None,
+                   help="accept this CSV thousands separator between groups of three digits (e.g. , in \"1,234\" "
+                        "or . in 1.234,5; default: none, and numbers written with one are refused)")
 
 
 def _data_options(p: argparse.ArgumentParser, variance_help: str, noise_help: str) -> None:
@@ -836,7 +1074,7 @@ def _data_options(p: argparse.ArgumentParser, variance_help: str, noise_help: st
                    help="the GP kernel: se (squared exponential, the default), matern52 or matern32")
     p.add_argument("--variance", type=float, default=None, help=variance_help)  # never a unit default
     p.add_argument("--noise", type=float, default=None, help=noise_help)
-    _sep_option(p)
+    _csv_options(p)
     p.add_argument("--ledger", metavar="FILE", help="privacy ledger to check and charge (dpgp budget init)")
     p.add_argument("--seed", type=int, default=None, help="reproducible noise: NOT private against the seed's holder")
 
@@ -887,7 +1125,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("release", metavar="OUT.json", help="a release file holding a function (dpgp release --sparse M)")
     p.add_argument("--at", required=True, metavar="NEW.csv",
                    help="CSV or Parquet file of inputs to predict at (the release's --x column names)")
-    _sep_option(p)
+    _csv_options(p)
     p.add_argument("-o", "--output", required=True, metavar="PRED.csv",
                    help="CSV file to write: the inputs with mean, variance and noise_std columns")
     p.add_argument("--force", action="store_true", help="overwrite PRED.csv")
@@ -949,18 +1187,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _warning_line(show: Callable[..., None]) -> Callable[..., None]:
+    """A ``warnings.showwarning`` for the command line: the package's own warnings
+    (:class:`~dpgp_gpflow.ClippingWarning`, ...) as one line ``dpgp: warning: MESSAGE`` on stderr, without
+    the Python file and source line, each message once; other warnings as ``show`` prints them."""
+    seen = set()
+
+    def show_line(message, category, filename, lineno, file=None, line=None) -> None:
+        if not category.__module__.startswith("dpgp_gpflow"):
+            return show(message, category, filename, lineno, file, line)
+        text = " ".join(str(message).split())
+        if text not in seen:
+            seen.add(text)
+            (file or sys.stderr).write(f"dpgp: warning: {text}\n")
+
+    return show_line
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Run ``dpgp`` (the console script) with ``argv`` (default: the command line); returns the exit code
     (2 for bad input, with one line on stderr).
 
     The arguments are parsed before TensorFlow is imported, so ``--help`` and usage errors answer at
     once; then TensorFlow is imported with its start-up log silenced
-    (:func:`~dpgp_gpflow.__main__.import_tensorflow_quietly`).
+    (:func:`~dpgp_gpflow.__main__.import_tensorflow_quietly`). While the command runs, the package's
+    warnings print as one line each (:func:`_warning_line`); the previous ``warnings.showwarning`` is
+    restored when it returns.
     """
     args = build_parser().parse_args(argv)
     import_tensorflow_quietly()
     try:
-        return int(args.run(args))
+        with warnings.catch_warnings():  # restores the filters and warnings.showwarning when done
+            warnings.showwarning = _warning_line(warnings.showwarning)
+            return int(args.run(args))
     except UsageError as exc:
         sys.stderr.write(f"dpgp: error: {exc}\n")
         return 2
