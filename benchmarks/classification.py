@@ -61,7 +61,7 @@ from dpgp_gpflow.models.dp_laplace import (  # noqa: E402
     PrivateSparseClassifier,
 )
 from dpgp_gpflow.models import kmeans_inducing_inputs  # noqa: E402
-from dpgp_gpflow.mechanisms import standard_normal  # noqa: E402
+from dpgp_gpflow.sampling import standard_normal  # noqa: E402
 
 warnings.filterwarnings("ignore", category=dpgp_gpflow.ReproducibleNoiseWarning)
 gpflow.config.set_default_float(np.float64)

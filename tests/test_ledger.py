@@ -198,7 +198,7 @@ def test_history_is_append_only_held_then_committed_or_cancelled(tmp_path):
 
 
 def test_a_model_release_is_on_disk_before_it_is_returned(tmp_path, monkeypatch):
-    import dpgp_gpflow.mechanisms as release_module
+    import dpgp_gpflow.mechanisms.cloaking as release_module
 
     path = tmp_path / "budget.sqlite"
     acc = PrivacyAccountant(epsilon=1.0, delta=0.01, ledger=path)

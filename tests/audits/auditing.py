@@ -162,7 +162,7 @@ def draw_release_noise(noise_factor: np.ndarray, n: int, seed: Optional[int]) ->
     Uses :func:`dpgp_gpflow.sampling.standard_normal` (numpy PCG64 for an explicit seed, OS entropy
     for ``seed=None``), in one call of size ``n * r``; the reproducibility warning is silenced.
     """
-    from dpgp_gpflow.mechanisms import standard_normal
+    from dpgp_gpflow.sampling import standard_normal
 
     F = np.asarray(noise_factor, dtype=np.float64)
     r = F.shape[1]

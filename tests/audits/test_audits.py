@@ -417,7 +417,7 @@ def test_sampler_os_entropy_path():
 
 
 def test_real_releases_draw_noise_factor_times_standard_normal(problem, measured):
-    from dpgp_gpflow.mechanisms import standard_normal
+    from dpgp_gpflow.sampling import standard_normal
 
     m = measured("mse-analytic")
     rel = m.release

@@ -19,7 +19,9 @@ import tensorflow as tf
 from reference import gaussian_delta_at_shift, k_se, mahalanobis_shifts, projection_bias
 from scipy import special
 
-import dpgp_gpflow.mechanisms as release_module
+import dpgp_gpflow.mechanisms.cloaking as release_module
+import dpgp_gpflow.mechanisms.request as request_module
+import dpgp_gpflow.sampling as sampling_module
 from dpgp_gpflow import BudgetExceededError, PrivacyAccountant, PrivacyLeakError, ReproducibleNoiseWarning
 from dpgp_gpflow.calibration import gaussian_multiplier
 from dpgp_gpflow.models.dp_laplace import (
@@ -441,7 +443,7 @@ def _forbidden_draw(calls):
 @pytest.mark.parametrize("which", ["full-2-steps", "full-context", "sparse", "full-2-steps-gdp"])
 def test_over_budget_raises_before_drawing(model, sparse_model, monkeypatch, which):
     calls = []
-    monkeypatch.setattr(release_module, "standard_normal", _forbidden_draw(calls))
+    monkeypatch.setattr(sampling_module, "standard_normal", _forbidden_draw(calls))
     acc = PrivacyAccountant(epsilon=0.6, delta=DELTA)  # enough for one step at eps/2, not for two
     if which.endswith("gdp"):
         # one step at (1/2, 1/200) is mu = 1/s; two compose to sqrt(2)/s, which is (eps_2, 0.01)-DP
@@ -463,7 +465,7 @@ def test_over_budget_raises_before_drawing(model, sparse_model, monkeypatch, whi
 
 def test_invalid_arguments_raise_before_drawing(model, sparse_model, monkeypatch):
     calls = []
-    monkeypatch.setattr(release_module, "standard_normal", _forbidden_draw(calls))
+    monkeypatch.setattr(sampling_module, "standard_normal", _forbidden_draw(calls))
     with pytest.raises(ValueError, match="steps"):
         model.release(epsilon=EPS, delta=DELTA, steps=0)
     with pytest.raises(ValueError):
@@ -501,7 +503,7 @@ def test_one_validation_and_one_reservation_per_classifier_release(model, sparse
         warnings.simplefilter("ignore", ReproducibleNoiseWarning)
         release()  # warm: compiled stages traced
     counts: Counter = Counter()
-    for module in (dp_laplace, pipeline, release_module):
+    for module in (dp_laplace, pipeline, request_module, release_module):
         for name in COUNTED:
             if hasattr(module, name):
                 original = getattr(module, name)
