@@ -76,6 +76,7 @@ def noise_plan(
     rtol: Optional[float] = None,
     tol: float = DEFAULT_TOL,
     max_iter: int = 2000,
+    groups: Any = None,
 ) -> GraphNoisePlan:
     """The :class:`GraphNoisePlan` of a cloaking release of ``C y_c`` at noise multiplier ``s``.
 
@@ -88,8 +89,12 @@ def noise_plan(
     that cannot be guaranteed (a noise factor too ill-conditioned, a whitened shift too large) raises
     ``tf.errors.InvalidArgumentError`` when it runs.
 
-    Privacy assumption: ``C`` depends only on public data; ``y`` never enters.
+    Privacy assumption: ``C`` depends only on public data; ``y`` never enters. Per row only: ``groups``
+    (person-level privacy) is refused.
     """
+    if groups is not None:
+        raise NotImplementedError("the compiled engine does not support groups= (person-level privacy) yet; "
+                                  "use model.release or model.release_function")
     validate_objective(objective)
     candidates = candidate_rtols(objective, rtol)
     rtols = tf.constant(candidates, tf.float64)

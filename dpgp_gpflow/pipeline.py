@@ -37,6 +37,7 @@ from .contract import (
 )
 from .mechanisms import ReleaseRequest, cloak, release_request
 from .mechanisms.standard import standard
+from .neighbours import model_neighbours
 from .released import PrivateFunction, PrivateRelease
 from .validation import (
     MECHANISMS,
@@ -116,10 +117,14 @@ def cloak_outputs(model: PrivateModel, request: ReleaseRequest, reservation: Res
     """:func:`~dpgp_gpflow.mechanisms.cloak` of ``offset + C y_c`` for ``model``'s private centred outputs
     ``y_c``, with its public data sensitivity, output bound and bounds; ``request`` validated and
     ``reservation`` taken by the caller (one event committed into it after the draw). Options:
-    ``rtol``, ``tol``, ``max_iter``. Marked as a classifier's release when the model is one."""
-    return _marked(model, cloak(request, reservation, C, model.centred_outputs(), offset, variance,
+    ``rtol``, ``tol``, ``max_iter``. Marked as a classifier's release when the model is one. The model's
+    optional public ``groups`` (persons) are read here, the one place every cloaking release of a model
+    passes (:func:`~dpgp_gpflow.neighbours.model_neighbours`): the release protects every person's outputs."""
+    y_centred = model.centred_outputs()
+    neighbours = model_neighbours(model, int(tf.size(y_centred)))
+    return _marked(model, cloak(request, reservation, C, y_centred, offset, variance,
                                 data_sensitivity=model.data_sensitivity, output_bound=model.output_bound,
-                                y_bounds=_bounds(model), **options))
+                                y_bounds=_bounds(model), neighbours=neighbours, **options))
 
 
 def release(
@@ -141,7 +146,9 @@ def release(
 
     Privacy assumptions: everything the contract calls public is (inputs, ``Xnew``,
     hyperparameters, prior mean, inducing inputs); each private output lies in ``model.y_bounds``
-    and neighbouring datasets differ in one output by at most ``model.data_sensitivity``.
+    and neighbouring datasets differ in one output by at most ``model.data_sensitivity`` (with the
+    model's public ``groups``: in every output of one person, each by at most that; the standard
+    mechanism refuses groups).
     ``mechanism="cloaking"`` optimises the noise covariance for ``objective`` ("mse": least
     expected squared error; "entropy": the papers' log det); ``mechanism="standard"`` is Hall et
     al.'s GP-prior noise (models that offer :class:`SupportsStandardMechanism`). The budget is
@@ -161,7 +168,11 @@ def release(
     if mechanism == "standard":
         standard_terms = cast(SupportsStandardMechanism, model).standard_terms(Xnew)
         more.update(prior_covariance=standard_terms.prior_covariance, unit_sensitivity=standard_terms.unit_sensitivity)
-    validate_public_terms(f"{mechanism} release", dense_map(terms.map), terms.offset, model.output_bound, **more)
+    C = dense_map(terms.map)
+    validate_public_terms(f"{mechanism} release", C, terms.offset, model.output_bound, **more)
+    if model_neighbours(model, int(C.shape[1])) is not None and mechanism == "standard":  # groups checked here too
+        raise NotImplementedError("the standard mechanism does not support groups= (person-level privacy) yet: "
+                                  "use mechanism='cloaking'")
     with reserve(accountant, [request.event()]) as reservation:  # the one reservation: the mechanism commits
         if mechanism == "standard":
             mean = terms.offset + tf.linalg.matvec(dense_map(terms.map), model.centred_outputs())
@@ -215,6 +226,7 @@ def release_function(
     latent, readout = latent_terms_and_readout(model)
     latent = latent._replace(map=dense_map(latent.map))  # B [m, n], formed once
     validate_public_terms("latent release", latent.map, latent.offset, model.output_bound, variance=latent.variance)
+    model_neighbours(model, int(dense_map(latent.map).shape[1]))  # groups checked before anything is reserved
     _check_reference_offset(model, latent.offset, reference_inputs)
     with reserve(accountant, [request.event()]) as reservation:  # the one reservation: the mechanism commits
         return function_type(*_latent_release(model, request, reservation, latent=latent, readout=readout,

@@ -14,6 +14,9 @@ and public offset, and the model's data sensitivity ``d`` (never the release's o
    ``d P c_i`` (``P``: the projector onto ``span(F)``), a Gaussian mechanism with
    ``mu = d max_i ||F^+ c_i||``, whose exact ``epsilon`` at the release's ``delta`` follows from the
    analytic Gaussian privacy profile (``docs/mechanisms.md#calibration``); it must not exceed the claim.
+   For a model with public ``groups`` (persons, docs/guides/groups.md) the neighbour moves all of one
+   person's outputs within ``[-d, d]`` each, and the maximum is over the columns of ``C A``, every corner
+   of every person's box (:mod:`dpgp_gpflow.neighbours`; above its size limit, the documented bound).
 
 What it cannot establish: it sees one published vector, not the noise that was drawn. A release whose
 mean is ``offset + P C y`` with no noise at all (or noise smaller than ``F`` says, or noise from a
@@ -40,6 +43,7 @@ import tensorflow as tf
 from .calibration import analytic_gaussian_epsilon
 from .contract import FactoredPrivateModel, PrivateModel, dense_map
 from .models.laplace import newton_step_cloaking
+from .neighbours import Neighbours, model_neighbours
 from .released import PrivateFunction, PrivateRelease, Released
 
 __all__ = ["AuditReport", "ReleaseAudit", "audit", "audit_release"]
@@ -107,9 +111,11 @@ def _span_residual(U: np.ndarray, v: np.ndarray) -> float:
     return float(np.linalg.norm(v - U @ (U.T @ v)))
 
 
-def audit_release(release: PrivateRelease, C: Any, *, data_sensitivity: float, offset: Any) -> ReleaseAudit:
+def audit_release(release: PrivateRelease, C: Any, *, data_sensitivity: float, offset: Any,
+                  neighbours: Optional[Neighbours] = None) -> ReleaseAudit:
     """Audit one release against the public map ``C`` (k x n) and ``offset`` (k) it was computed with and
-    the model's data sensitivity ``d`` (module docstring: what this can and cannot establish)."""
+    the model's data sensitivity ``d`` (module docstring: what this can and cannot establish); ``neighbours``:
+    the model's neighbour map of persons (None: one row per person)."""
     C = np.asarray(C, dtype=np.float64)
     if C.ndim != 2 or not np.all(np.isfinite(C)):
         raise ValueError(f"the map must be a finite [k, n] matrix, got shape {list(C.shape)}")
@@ -139,6 +145,10 @@ def audit_release(release: PrivateRelease, C: Any, *, data_sensitivity: float, o
     norms = np.linalg.norm(C, axis=0)
     outside = np.linalg.norm(C - U @ coords, axis=0)
     projected = float(np.max(np.where(norms > 0, outside / np.where(norms > 0, norms, 1.0), 0.0), initial=0.0))
+    if neighbours is not None:
+        if neighbours.size != C.shape[1]:
+            raise ValueError(f"the model has {neighbours.size} rows of groups but the map {C.shape[1]} columns")
+        coords = np.asarray((neighbours.matrix().T @ coords.T).T)  # [r, N_c]: every extreme change of a person
     mu = float(d * np.max(np.linalg.norm(coords / s[:, None], axis=0), initial=0.0))
     epsilon = analytic_gaussian_epsilon(mu, release.delta)
     passed = epsilon <= release.epsilon * (1.0 + AUDIT_RTOL) and mean_outside <= MEAN_SPAN_RTOL
@@ -185,6 +195,7 @@ def audit(released: Released, model: PrivateModel, Xnew: Optional[Any] = None) -
     """Recompute the (epsilon, delta) that ``released`` achieves from its published noise factors and
     ``model``'s public maps, offsets and data sensitivity ``model.data_sensitivity``, over all neighbours;
     ``passed`` when no release exceeds its claim and every released mean lies in the span its noise covers.
+    A model's public ``groups`` (persons) are read from the model and every person's box is audited.
     ``Xnew``: the inputs of a :class:`~dpgp_gpflow.released.PrivateRelease`. ``ValueError`` for a malformed
     release (noise factor without columns, not finite or of the wrong shape). It cannot see the noise that
     was actually drawn (module docstring)."""
@@ -194,6 +205,7 @@ def audit(released: Released, model: PrivateModel, Xnew: Optional[Any] = None) -
     terms = _terms(released, model, Xnew)
     if len(terms) != len(released.releases):
         raise ValueError(f"the model gives {len(terms)} maps for {len(released.releases)} releases")
-    reports = tuple(audit_release(r, C, data_sensitivity=d, offset=b) for r, (C, b) in zip(released.releases, terms))
+    reports = tuple(audit_release(r, C, data_sensitivity=d, offset=b, neighbours=model_neighbours(model, C.shape[1]))
+                    for r, (C, b) in zip(released.releases, terms))
     return AuditReport(reports, math.fsum(r.epsilon for r in reports), math.fsum(r.delta for r in reports),
                        all(r.passed for r in reports))

@@ -39,6 +39,7 @@ __all__ = [
     "validate_data_sensitivity",
     "validate_delta",
     "validate_epsilon",
+    "validate_groups",
     "validate_noise_variance",
     "validate_objective",
     "validate_budget_delta",
@@ -258,6 +259,43 @@ def validate_bounds(y_bounds: Any) -> Tuple[float, float]:
         # be representable, or the noise scale / prior mean would be inf
         raise ValueError(f"y_bounds {(lo, hi)} overflow float64: hi - lo and lo + hi must be finite")
     return lo, hi
+
+
+#: Largest magnitude of a person identifier given as floats: every integer up to it is exact in float64.
+MAX_FLOAT_GROUP = 2.0**53
+
+
+def validate_groups(groups: Any, num_data: int) -> Optional[np.ndarray]:
+    """Public person identifiers ``groups`` ([N] or [N, 1], one integer per row; rows with the same
+    value belong to one person) as an int64 array [N], or None (one row per person). Floats are
+    accepted only when every value is a finite integer (e.g. a column read with missing values
+    filled); booleans, text, NaN, inf, fractions and another length are refused (``ValueError``).
+    Privacy assumption: which rows belong to whom is public (docs/guides/groups.md)."""
+    if groups is None:
+        return None
+    try:
+        values = np.asarray(groups)
+    except Exception as exc:  # noqa: BLE001 (ragged or otherwise not an array)
+        raise ValueError(f"groups must be an integer array with one person identifier per row: {exc}") from None
+    if values.ndim == 2 and values.shape[1] == 1:
+        values = values[:, 0]
+    if values.ndim != 1 or values.shape[0] != int(num_data):
+        raise ValueError(f"groups must be an integer array of shape [{int(num_data)}] (one person identifier per "
+                         f"row), got shape {list(values.shape)}")
+    if values.dtype.kind in "iu":
+        if values.dtype.kind == "u" and values.size and int(values.max()) > np.iinfo(np.int64).max:
+            raise ValueError("groups must fit in int64")
+        return values.astype(np.int64)
+    if values.dtype.kind == "f":
+        finite = np.isfinite(values)
+        if not np.all(finite):
+            raise ValueError(f"groups must be integers, but row {int(np.argmin(finite))} is {values[~finite][0]}")
+        integral = (values == np.round(values)) & (np.abs(values) <= MAX_FLOAT_GROUP)
+        if not np.all(integral):
+            row = int(np.argmin(integral))
+            raise ValueError(f"groups must be integers, but row {row} is {values[row]!r}")
+        return values.astype(np.int64)
+    raise ValueError(f"groups must be an integer array (one person identifier per row), got dtype {values.dtype}")
 
 
 #: Smallest data sensitivity accepted: float64's smallest normal number. A subnormal ``d`` (e.g. the

@@ -10,12 +10,13 @@ and hyperparameters only.
 
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple
+from typing import Any, Iterator, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
+from ..neighbours import Neighbours, neighbour_columns
 from .dual import MATRIX_SPEC
 
 
@@ -207,9 +208,11 @@ def row_blocks(C) -> Iterator[tuple]:
 
 
 
-def projection_rows(C, space: ColumnSpace) -> tuple:
+def projection_rows(C, space: ColumnSpace, neighbours: Optional[Neighbours] = None) -> tuple:
     """Per prediction j: ``||C_j - P_j||_1`` and ``max_i |P_ji|``, with ``P = basis vectors`` the
-    projection of ``C`` onto ``space`` (what a release of that space publishes).
+    projection of ``C`` onto ``space`` (what a release of that space publishes); with ``neighbours``
+    (persons, a map ``A``) the second is ``max_c |(P A)_jc|`` over the extreme changes, the bias
+    is of ``C`` itself either way.
 
     Projecting moves the j-th prediction of ``C y`` by at most ``b ||C_j - P_j||_1`` when every
     ``|y_i| <= b``, attained at ``y = b sign(C_j - P_j)``: the exact worst case, per prediction.
@@ -217,19 +220,25 @@ def projection_rows(C, space: ColumnSpace) -> tuple:
     or a factored ``(A, B)``; nothing k x n is held at once. Public: ``C`` only.
     """
     l1, largest = [], []
+    columns = None if neighbours is None else neighbour_columns(space.vectors, neighbours)  # [r, N_c]
     for start, rows in row_blocks(C):
-        block = _projection_block(rows, space.basis[start:start + int(rows.shape[0])], space.vectors)
+        basis_rows = space.basis[start:start + int(rows.shape[0])]
+        block = _projection_block(rows, basis_rows, space.vectors) if columns is None else \
+            _grouped_projection_block(rows, basis_rows, space.vectors, columns)
         l1.append(block[0])
         largest.append(block[1])
     return tf.concat(l1, axis=0).numpy(), tf.concat(largest, axis=0).numpy()
 
 
-@check_shapes("rows: [k, n]", "basis_rows: [k, r]", "vectors: [r, n]")
-def projection_terms(rows: tf.Tensor, basis_rows: tf.Tensor, vectors: tf.Tensor):
-    """``||C_j - P_j||_1`` and ``max_i |P_ji|`` for the rows ``C_j`` given (see :func:`projection_rows`)."""
+@check_shapes("rows: [k, n]", "basis_rows: [k, r]", "vectors: [r, n]", "columns: [r, c]")
+def projection_terms(rows: tf.Tensor, basis_rows: tf.Tensor, vectors: tf.Tensor, columns: Optional[Any] = None):
+    """``||C_j - P_j||_1`` and ``max_i |P_ji|`` for the rows ``C_j`` given (see :func:`projection_rows`);
+    with ``columns = vectors A`` (persons' extreme changes) the second is ``max_c |(P A)_jc|``."""
     projected = tf.linalg.matmul(basis_rows, vectors)
-    return tf.reduce_sum(tf.abs(rows - projected), axis=1), tf.reduce_max(tf.abs(projected), axis=1)
+    floor = projected if columns is None else tf.linalg.matmul(basis_rows, columns)
+    return tf.reduce_sum(tf.abs(rows - projected), axis=1), tf.reduce_max(tf.abs(floor), axis=1)
 
 
 _projection_block = tf.function(projection_terms, input_signature=[MATRIX_SPEC] * 3, autograph=False)
+_grouped_projection_block = tf.function(projection_terms, input_signature=[MATRIX_SPEC] * 4, autograph=False)
 

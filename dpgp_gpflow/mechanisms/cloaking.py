@@ -44,6 +44,7 @@ from ..cloaking import (
 )
 from ..cloaking.dual import COUNT_SPEC, MATRIX_SPEC, REAL_SPEC, VECTOR_SPEC
 from ..cloaking.rank import bias_rounding, candidate_rtols, projection_bias
+from ..neighbours import Neighbours, neighbour_columns
 from ..released import PrivateRelease
 from ..sampling import (
     DISCRETE_GAUSSIAN_FACTOR,
@@ -82,7 +83,7 @@ class _Noise(NamedTuple):
     factor: tf.Tensor  #: [r, r] in basis coordinates (unit multiplier)
     sensitivity: float  #: Mahalanobis sensitivity against ``factor`` (with the safety factors)
     certificate: Any  #: the optimiser's certificate
-    solved: tf.Tensor  #: [r, n] ``factor^{-1} vectors``: the whitened sensitivity vectors
+    solved: tf.Tensor  #: [r, n] ``factor^{-1} vectors``: the whitened columns of ``basis^T C`` (not of ``C A``)
 
 
 @check_shapes("vectors: [r, n]", "singular_values: [r]")
@@ -113,17 +114,24 @@ NOISE_SOLVERS = compile_per_objective(noise_in_space, [MATRIX_SPEC, VECTOR_SPEC,
                                                        COUNT_SPEC, REAL_SPEC])
 
 
-def _cloaking_noise(space: ColumnSpace, objective: str, d: float, tol: float, max_iter: int) -> _Noise:
+def _cloaking_noise(space: ColumnSpace, objective: str, d: float, tol: float, max_iter: int,
+                    neighbours: Optional[Neighbours] = None) -> _Noise:
     """Optimised noise factor in ``space.basis`` coordinates (r x r) and the sensitivity it implies
-    (one compiled call); refuses a factor whose rounding could leak (``FloatingPointError``)."""
+    (one compiled call); refuses a factor whose rounding could leak (``FloatingPointError``). With
+    ``neighbours`` (persons, :mod:`dpgp_gpflow.neighbours`) the optimiser's constraints and the
+    sensitivity are over the columns of ``basis^T C A``; ``solved`` stays ``F^{-1} basis^T C`` (what the
+    exact sampler whitens the actual outputs with)."""
+    vectors = neighbour_columns(space.vectors, neighbours)  # [r, N_c]: the sensitivity vectors
     factor, sensitivity, condition, gap, rel, iters, support, solved = NOISE_SOLVERS[objective](
-        space.vectors, space.singular_values, tf.constant(float(d), tf.float64), tf.constant(float(tol), tf.float64),
+        vectors, space.singular_values, tf.constant(float(d), tf.float64), tf.constant(float(tol), tf.float64),
         tf.constant(int(max_iter), tf.int32), tf.constant(int(working_set.DENSE_POINTS), tf.int32),
         tf.constant(float(working_set.DUPLICATE_RTOL), tf.float64))
     condition, sensitivity = float(condition), float(sensitivity)
     check_noise_condition(condition)
     if not math.isfinite(sensitivity):
         raise FloatingPointError("the sensitivity is not finite: the noise covariance is singular")
+    if neighbours is not None:  # the whitening acts on the actual outputs: F^{-1} basis^T C
+        solved = mahalanobis_terms(factor, space.vectors)[0]
     return _Noise(factor, sensitivity, certificate_of(objective, gap, rel, tol, iters, support), solved)
 
 
@@ -142,27 +150,34 @@ def shift_bound_of_norms(largest, total, n, data_sensitivity, output_bound):
     return SENSITIVITY_SAFETY * (data_sensitivity * largest + 2.0 * gamma_n * output_bound * total)
 
 
-def _shift_bound(W, data_sensitivity, output_bound):
-    """:func:`shift_bound_of_norms` of a public ``W`` [r, n] held whole (:func:`whitening_terms`)."""
+def _shift_bound(W, data_sensitivity, output_bound, neighbours: Optional[Neighbours] = None):
+    """:func:`shift_bound_of_norms` of a public ``W`` [r, n] held whole (:func:`whitening_terms`): with
+    ``neighbours`` (persons) the neighbour term is ``d max_j ||W A_j||`` over the neighbour map's columns,
+    the rounding term stays ``2 gamma_n b sum_i ||w_i||`` over the columns of ``W`` itself (``W y`` is
+    computed with ``W``)."""
     norms = tf.norm(W, axis=0)  # [n]
-    return shift_bound_of_norms(tf.reduce_max(norms), tf.reduce_sum(norms), tf.cast(tf.shape(W)[1], tf.float64),
+    largest = tf.reduce_max(norms) if neighbours is None else \
+        tf.reduce_max(tf.norm(neighbour_columns(W, neighbours), axis=0))
+    return shift_bound_of_norms(largest, tf.reduce_sum(norms), tf.cast(tf.shape(W)[1], tf.float64),
                                 data_sensitivity, output_bound)
 
 
-def whitened_shift(whitening, data_sensitivity, output_bound, multiplier):
+def whitened_shift(whitening, data_sensitivity, output_bound, multiplier, neighbours: Optional[Neighbours] = None):
     """The whitened query's L2 shift ``mu`` recomputed from the whitening matrix ``W`` [r, n] itself (already
     divided by ``s Delta``): ``_shift_bound`` plus the grid rounding ``sqrt(r) 2^GRID_EXPONENT``; infinite
     when the grid's loss at ``multiplier`` exceeds ``MAX_GRID_LOSS``. The one formula every exact cloaking
-    release is checked with (:func:`check_whitened_shift`: ``mu K <= 1/s``). Graph-safe; public."""
+    release is checked with (:func:`check_whitened_shift`: ``mu K <= 1/s``); ``neighbours``: the persons'
+    neighbour map (None: one row per person). Graph-safe; public."""
     W = tf.convert_to_tensor(whitening, tf.float64)
     d, b, s = (tf.convert_to_tensor(x, tf.float64) for x in (data_sensitivity, output_bound, multiplier))
     r = tf.cast(tf.shape(W)[0], tf.float64)
-    mu = _shift_bound(W, d, b) + tf.sqrt(r) * 2.0**GRID_EXPONENT
+    mu = _shift_bound(W, d, b, neighbours) + tf.sqrt(r) * 2.0**GRID_EXPONENT
     return tf.where(grid_loss(s, tf.sqrt(r)) <= MAX_GRID_LOSS, mu, tf.constant(np.inf, tf.float64))
 
 
 @check_shapes("solved: [r, n]")
-def whitening_terms(solved, sensitivity, multiplier, data_sensitivity, output_bound):
+def whitening_terms(solved, sensitivity, multiplier, data_sensitivity, output_bound,
+                    neighbours: Optional[Neighbours] = None):
     """The exact sampler's sensitivity ``Delta`` and whitening matrix ``W = F^{-1} V / (s Delta)`` (from
     ``solved = F^{-1} V``, as :func:`noise_in_space` returns it).
 
@@ -172,14 +187,16 @@ def whitening_terms(solved, sensitivity, multiplier, data_sensitivity, output_bo
     neighbours, so twice that is added; the grid rounding adds ``sqrt(r) 2^GRID_EXPONENT``. ``Delta``
     is the cloaking sensitivity or, if larger, this bound, inflated by the grid factor
     (:func:`~dpgp_gpflow.sampling.gaussian_grid_factor`). The shift is checked where the noise is drawn
-    (:func:`publish_cloaking`, from ``W`` itself).
+    (:func:`publish_cloaking`, from ``W`` itself). With ``neighbours`` (persons) the neighbour term is
+    ``d max_j ||W A_j||`` (:func:`_shift_bound`).
     """
     W = solved  # [r, n]: F^{-1} V, public
     r = tf.cast(tf.shape(W)[0], tf.float64)
     loss = grid_loss(multiplier, tf.sqrt(r))
     # WHITENING_SLACK covers the rounding of recomputing the bound below from the rescaled W (norms of
     # r entries: a relative error of order r ulp), which would otherwise refuse some valid releases.
-    delta_ = tf.maximum(sensitivity, _shift_bound(W, data_sensitivity, output_bound)) * grid_factor_of_loss(loss) \
+    delta_ = tf.maximum(sensitivity, _shift_bound(W, data_sensitivity, output_bound, neighbours)) \
+        * grid_factor_of_loss(loss) \
         * WHITENING_SLACK
     return delta_, W / (multiplier * delta_)
 
@@ -189,11 +206,15 @@ _whitened_shift = tf.function(whitened_shift, input_signature=[MATRIX_SPEC] + [R
 
 
 def _whitening_matrix(space: ColumnSpace, noise: _Noise, multiplier: float, data_sensitivity: float,
-                      output_bound: float) -> Tuple[float, tf.Tensor]:
-    """The exact sampler's sensitivity ``Delta`` and whitening matrix ``W`` (:func:`whitening_terms`, compiled);
-    :func:`publish_cloaking` checks the matrix before anything is drawn."""
-    sensitivity, W = _whitening(noise.solved, *(tf.constant(float(x), tf.float64) for x in (
-        noise.sensitivity, multiplier, data_sensitivity, output_bound)))
+                      output_bound: float, neighbours: Optional[Neighbours] = None) -> Tuple[float, tf.Tensor]:
+    """The exact sampler's sensitivity ``Delta`` and whitening matrix ``W`` (:func:`whitening_terms`, compiled;
+    eager with ``neighbours``); :func:`publish_cloaking` checks the matrix before anything is drawn."""
+    sens, s, d, b = (tf.constant(float(x), tf.float64) for x in (noise.sensitivity, multiplier, data_sensitivity,
+                                                                 output_bound))
+    if neighbours is None:
+        sensitivity, W = _whitening(noise.solved, sens, s, d, b)
+    else:
+        sensitivity, W = whitening_terms(noise.solved, sens, s, d, b, neighbours)
     return float(sensitivity), W
 
 
@@ -223,15 +244,23 @@ class NoisePlan:
     multipliers (other budgets) cost nothing more. A release that cannot be guaranteed
     (``FloatingPointError``) raises for every multiplier that reaches it.
 
-    Privacy assumption: ``C`` and ``output_bound`` are public; the outputs never enter.
+    ``neighbours`` (a :class:`~dpgp_gpflow.neighbours.Neighbours` map ``A``; None: one row per person):
+    the optimiser's constraints, the sensitivity, the whitened shift and the noise floor of the rank rule
+    are over the columns of ``C A`` (docs/mechanisms.md#groups); the projection bias uses ``C`` itself.
+
+    Privacy assumption: ``C``, ``output_bound`` and ``neighbours`` are public; the outputs never enter.
     """
 
     def __init__(self, C, *, data_sensitivity: float, output_bound: float, objective: str,
-                 rtol: Optional[float] = None, tol: float = DEFAULT_TOL, max_iter: int = 2000) -> None:
+                 rtol: Optional[float] = None, tol: float = DEFAULT_TOL, max_iter: int = 2000,
+                 neighbours: Optional[Neighbours] = None) -> None:
         rtols = candidate_rtols(objective, rtol)
         left, right = (C[0], C[1]) if isinstance(C, (tuple, list)) else (C, C)  # C = A B, or C itself
         self.k, self.n = int(np.shape(left)[0]), int(np.shape(right)[1])
+        if neighbours is not None and neighbours.size != self.n:
+            raise ValueError(f"the neighbour map has {neighbours.size} rows but the cloaking matrix {self.n} columns")
         self._C = C
+        self._neighbours = neighbours
         self._spaces: List[ColumnSpace] = list(column_spaces(C, rtols))  # nested views of one factorisation
         self._candidates: List[list] = []  # per candidate rank: [space, bias bound, bias ratio, noise]
         self._objective, self._d = objective, float(data_sensitivity)
@@ -241,12 +270,12 @@ class NoisePlan:
         #: what the plan was built for (a release that reuses it must ask for exactly this)
         self.settings = dict(data_sensitivity=float(data_sensitivity), output_bound=float(output_bound),
                              objective=objective, rtol=None if rtol is None else float(rtol), tol=float(tol),
-                             max_iter=int(max_iter))
+                             max_iter=int(max_iter), neighbours=neighbours)
 
     def _candidate(self, i: int):
         while len(self._candidates) <= i:  # the projection terms of each space, when first asked for
             space = self._spaces[len(self._candidates)]
-            l1, largest = projection_rows(self._C, space)
+            l1, largest = projection_rows(self._C, space, self._neighbours)
             if self._rounding is None:
                 self._rounding = bias_rounding(l1, largest, self._output_bound)
             ratio, bias = projection_bias(l1, largest, self._output_bound, self._d, self._rounding)
@@ -255,7 +284,7 @@ class NoisePlan:
 
     def _solve(self, space: ColumnSpace):
         try:
-            return _cloaking_noise(space, self._objective, self._d, self._tol, self._max_iter)
+            return _cloaking_noise(space, self._objective, self._d, self._tol, self._max_iter, self._neighbours)
         except FloatingPointError as exc:
             return exc
 
@@ -297,6 +326,7 @@ def cloaking_release(
     max_iter: int = 2000,
     y_bounds: Optional[Tuple[float, float]] = None,
     sampler: str = "exact",
+    neighbours: Optional[Neighbours] = None,
 ) -> PrivateRelease:
     """Release ``offset + C y_centred`` with cloaking noise, (epsilon, delta)-DP.
 
@@ -314,17 +344,21 @@ def cloaking_release(
     docstring; ``sensitivity`` and ``noise_factor`` then include the inflation for its rounding, a
     relative 1e-11 or so); ``"float"`` is the floating-point sampler, for speed comparisons only (warns).
     An explicit ``seed`` draws numpy's normals either way (reproducible, not private).
+    ``neighbours``: the public neighbour map of persons (:func:`dpgp_gpflow.neighbours.group_neighbours`;
+    None: neighbours differ in one output), whose every extreme change the release protects.
     """
     request = release_request(epsilon, delta, calibration=calibration, objective=objective, sampler=sampler, seed=seed)
     validate_public_bounds(data_sensitivity, output_bound, y_bounds)
     with reserve(accountant, [request.event()]) as reservation:
         return cloak(request, reservation, C, y_centred, offset, variance, data_sensitivity=data_sensitivity,
-                     output_bound=output_bound, rtol=rtol, tol=tol, max_iter=max_iter, y_bounds=y_bounds)
+                     output_bound=output_bound, rtol=rtol, tol=tol, max_iter=max_iter, y_bounds=y_bounds,
+                     neighbours=neighbours)
 
 
 def cloak(request: ReleaseRequest, reservation: Reservation, C: Any, y_centred: Any, offset: Any, variance: Any, *,
           data_sensitivity: float, output_bound: float, rtol: Optional[float] = None, tol: float = DEFAULT_TOL,
-          max_iter: int = 2000, y_bounds: Optional[Tuple[float, float]] = None) -> PrivateRelease:
+          max_iter: int = 2000, y_bounds: Optional[Tuple[float, float]] = None,
+          neighbours: Optional[Neighbours] = None) -> PrivateRelease:
     """The cloaking mechanism of :func:`cloaking_release` for a validated ``request``, committing its one event
     into the caller's ``reservation`` after the draw (which the caller closes): it neither validates the
     privacy parameters nor reserves. Privacy assumptions: those of :func:`cloaking_release`."""
@@ -335,7 +369,7 @@ def cloak(request: ReleaseRequest, reservation: Reservation, C: Any, y_centred: 
     n = int(y_centred.shape[0])
     settings: Dict[str, Any] = dict(data_sensitivity=float(data_sensitivity), output_bound=float(output_bound),
                                     objective=objective, rtol=None if rtol is None else float(rtol), tol=float(tol),
-                                    max_iter=int(max_iter))
+                                    max_iter=int(max_iter), neighbours=neighbours)
     if isinstance(C, NoisePlan):
         plan = C
         if plan.settings != settings:
@@ -350,11 +384,12 @@ def cloak(request: ReleaseRequest, reservation: Reservation, C: Any, y_centred: 
                   calibration=request.calibration, objective=objective, certificate=noise.certificate,
                   rank=space.rank, rtol=space.rtol, bias_bound=bias_bound, y_bounds=y_bounds)
     if request.sampler == "exact":  # whiten, add grid noise exactly, re-colour (post-processing)
-        sensitivity, W = _whitening_matrix(space, noise, multiplier, data_sensitivity, output_bound)
+        sensitivity, W = _whitening_matrix(space, noise, multiplier, data_sensitivity, output_bound, neighbours)
         noise_factor = tf.linalg.matmul(space.basis, noise.factor) * (multiplier * sensitivity)  # [k, r]
         return publish_cloaking(noise_factor=noise_factor, whitening=W, y_centred=y_centred, offset=offset,
                                 variance=variance, sensitivity=sensitivity, multiplier=multiplier,
-                                output_bound=output_bound, reservation=reservation, seed=seed, **record)
+                                output_bound=output_bound, reservation=reservation, seed=seed,
+                                neighbours=neighbours, **record)
     sampling.warn_float_sampler(description)
     sensitivity = noise.sensitivity
     noise_factor = _unit_noise_factor(space, noise) * multiplier  # [k, r]
@@ -372,7 +407,8 @@ def _description(objective: str, k: int) -> str:
 
 def publish_cloaking(*, noise_factor: tf.Tensor, whitening: tf.Tensor, y_centred: tf.Tensor, offset: Any,
                      variance: Any, sensitivity: float, multiplier: float, output_bound: float,
-                     reservation: Reservation, seed: Optional[int], **record: Any) -> PrivateRelease:
+                     reservation: Reservation, seed: Optional[int], neighbours: Optional[Neighbours] = None,
+                     **record: Any) -> PrivateRelease:
     """The host's part of every exact cloaking release: check the whitening matrix, whiten the query
     (``z = W y_c``), add exact grid noise (:func:`dpgp_gpflow.sampling.standard_normal`,
     :func:`~dpgp_gpflow.sampling.grid_sum`), re-colour (``offset + noise_factor z``: post-processing) and
@@ -382,15 +418,21 @@ def publish_cloaking(*, noise_factor: tf.Tensor, whitening: tf.Tensor, y_centred
     ``output_bound`` (:func:`validate_public_bounds`, against ``record["y_bounds"]``), recomputes the L2
     shift of ``W y_c`` from ``whitening`` itself (:func:`whitened_shift`) and refuses (``FloatingPointError``,
     the caller's ``reservation`` is then cancelled, nothing charged) unless it is at most ``1 / (s K)`` for
-    the ``multiplier`` being charged. Privacy assumptions: ``y_centred`` moves by at most the declared data
-    sensitivity in one entry between neighbours and lies within ``output_bound``; ``noise_factor`` is public
-    (any public factor: re-colouring is post-processing).
+    the ``multiplier`` being charged; with ``neighbours`` (persons) that shift is recomputed over every
+    extreme change of a person (:func:`whitened_shift`). Privacy assumptions: ``y_centred`` moves by at most
+    the declared data sensitivity in one entry (with ``neighbours``: in each entry of one person) between
+    neighbours and lies within ``output_bound``; ``noise_factor`` is public (any public factor: re-colouring
+    is post-processing).
     """
     d, b = validate_public_bounds(record["data_sensitivity"], output_bound, record.get("y_bounds"))
     whitening = tf.convert_to_tensor(whitening, tf.float64)
     if whitening.shape.rank != 2 or int(whitening.shape[0]) == 0 or int(whitening.shape[0]) != int(noise_factor.shape[1]):
         raise ValueError(f"the whitening matrix {whitening.shape} does not match the noise factor {noise_factor.shape}")
-    mu = float(_whitened_shift(whitening, *(tf.constant(x, tf.float64) for x in (d, b, float(multiplier)))))
+    if neighbours is not None and neighbours.size != int(whitening.shape[1]):
+        raise ValueError(f"the neighbour map has {neighbours.size} rows but the whitening matrix {whitening.shape}")
+    d_, b_, s_ = (tf.constant(x, tf.float64) for x in (d, b, float(multiplier)))
+    mu = float(_whitened_shift(whitening, d_, b_, s_) if neighbours is None
+               else whitened_shift(whitening, d_, b_, s_, neighbours))
     check_whitened_shift(mu, multiplier)  # refused here: nothing drawn, nothing charged
     record["data_sensitivity"] = d
     return draw_and_spend(tf.linalg.matvec(whitening, y_centred).numpy(), noise_factor=noise_factor, offset=offset,

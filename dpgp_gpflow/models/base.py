@@ -38,6 +38,7 @@ from ..validation import (
     require_float64,
     validate_bounds,
     validate_data_sensitivity,
+    validate_groups,
     validate_noise_variance,
 )
 
@@ -368,6 +369,18 @@ class PrivateModelMixin(LeakGuardMixin):
     @data_sensitivity.setter
     def data_sensitivity(self, value: Any) -> None:
         self._set_once("_dp_data_sensitivity", validate_data_sensitivity(value, self.y_bounds), "data_sensitivity")
+
+    @property
+    def groups(self) -> Optional[np.ndarray]:
+        """Public person identifiers [N] (rows with the same value belong to one person; a copy), or None:
+        one row per person. Releases protect all of a person's outputs (docs/guides/groups.md). Fixed
+        at construction."""
+        groups = self.__dict__.get("_dp_groups")
+        return None if groups is None else groups.copy()
+
+    def _hold_groups(self, groups: Any, num_data: int) -> None:
+        """Validate and keep the public ``groups`` of ``num_data`` rows (constructors only)."""
+        object.__setattr__(self, "_dp_groups", validate_groups(groups, num_data))
 
     def _fixed(self, key: str, name: str) -> Any:
         try:

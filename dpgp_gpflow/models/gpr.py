@@ -88,6 +88,10 @@ class DPGPR(PrivateModelMixin, gpflow.models.GPR):
     warn (:class:`~dpgp_gpflow.HyperparameterWarning`: they may have been fitted on ``Y`` before)
     unless ``hyperparameters_public=True`` declares them chosen without ``Y``. ``predict_f`` is
     GPflow's non-private prediction: publish only what :meth:`release` returns.
+
+    ``groups`` (public integers [N], default None): rows with the same value belong to one person, and
+    releases protect all of a person's outputs at once, each moving by up to ``data_sensitivity``
+    (docs/guides/groups.md); None: one row per person.
     """
 
     def __init__(
@@ -100,8 +104,10 @@ class DPGPR(PrivateModelMixin, gpflow.models.GPR):
         mean_function: Optional[gpflow.functions.MeanFunction] = None,
         data_sensitivity: Optional[float] = None,
         hyperparameters_public: bool = False,
+        groups: Any = None,
     ) -> None:
         X, Y, bounds, d = prepare_private_data(data, y_bounds, data_sensitivity, noise_variance)
+        self._hold_groups(groups, X.shape[0])
         model_made = []  # parameters made here from public information: not warned about
         if mean_function is None:
             mean_function = public_constant_mean(bounds)

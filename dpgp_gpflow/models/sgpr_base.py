@@ -138,6 +138,8 @@ class DPSGPRBase(DaskRowsMixin, FactoredModelMixin):
     Privacy assumption: ``X``, ``Z``, kernel hyperparameters and noise variance are public.
     ``hyperparameters_public=True`` declares the values given here chosen without ``Y``; otherwise
     those that are not GPflow's defaults make releases warn (:class:`~dpgp_gpflow.HyperparameterWarning`).
+    ``groups`` (public integers [N], default None): rows with the same value belong to one person, whose
+    outputs releases protect together (docs/guides/groups.md); not with Dask rows (streaming refuses groups).
     """
 
     #: the frozen public readout of the latent values (:meth:`public_readout`)
@@ -161,11 +163,16 @@ class DPSGPRBase(DaskRowsMixin, FactoredModelMixin):
         mean_function: Optional[gpflow.functions.MeanFunction] = None,
         data_sensitivity: Optional[float] = None,
         hyperparameters_public: bool = False,
+        groups: Any = None,
     ) -> None:
         if y_bounds is None:
             raise TypeError("y_bounds=(lo, hi), public bounds on the outputs, is required")
         data, Z, bounds, d, dask_rows = prepare_sparse_data(data, inducing_variable, y_bounds, data_sensitivity,
                                                             noise_variance)
+        if dask_rows is not None and groups is not None:
+            raise NotImplementedError("groups= (person-level privacy) is not supported with Dask rows yet (the "
+                                      "streamed release does not support groups); hold the rows in memory")
+        self._hold_groups(groups, int(data[0].shape[0]))
         model_made = [".inducing_variable"]  # public by assumption (from X only): not warned about
         if mean_function is None:
             mean_function = public_constant_mean(bounds)

@@ -22,6 +22,7 @@ from ..contract import PrivateModel, dense_map
 from ..models.base import parameter_values
 from ..progress import Progress
 from ..mechanisms import NoisePlan
+from ..neighbours import refuse_groups
 from ..validation import as_float64, validate_calibration, validate_data_sensitivity, validate_delta, validate_epsilon
 from .utility import Fold, cv_utility, loss_lipschitz, point_influence, published_sensitivity, validate_utility
 
@@ -385,6 +386,7 @@ def cross_validate(model: PrivateModel, grid: Sequence[Config], *, folds: Union[
     """
     if not isinstance(model, PrivateModel):
         raise TypeError(f"{type(model).__name__} does not meet the PrivateModel contract (see dpgp_gpflow.contract)")
+    refuse_groups(model, "cross-validation")
     # Parameters outside the grid are the model's own: its leak guard must pass (they shape every fold map).
     model.check_hyperparameters_public(hyperparameters_public)
     grid = validate_grid(model, grid)

@@ -12,6 +12,7 @@ from gpflow.utilities import multiple_assign
 
 from ..accounting import PrivacyAccountant, PrivacyEvent, Reservation, reserve
 from ..contract import PrivateModel
+from ..neighbours import refuse_groups
 from ..validation import (
     validate_calibration,
     validate_data_sensitivity,
@@ -194,6 +195,7 @@ def select_hyperparameters(
             raise ValueError(f"threshold must be > 0, got {threshold}")
     if not isinstance(model, PrivateModel):
         raise TypeError(f"{type(model).__name__} does not meet the PrivateModel contract (see dpgp_gpflow.contract)")
+    refuse_groups(model, "hyperparameter selection")
     # Parameters outside the grid are taken from the model: they must be public too (leak guard).
     model.check_hyperparameters_public(hyperparameters_public)
     validate_mechanism(mechanism)

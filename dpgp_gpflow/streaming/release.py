@@ -30,6 +30,7 @@ from ..cloaking.rank import bias_rounding, projection_bias
 from ..contract import check_release_hyperparameters
 from ..pipeline import reference_coordinates
 from ..mechanisms import check_noise_condition, draw_and_spend, release_request, safe_sensitivity
+from ..neighbours import refuse_groups
 from ..released import PrivateFunction, PrivatePrediction
 from ..validation import as_inputs, require_float64
 from .chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks
@@ -133,6 +134,7 @@ def release_function(
     request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed)  # once
     epsilon, delta, multiplier, seed = request.epsilon, request.delta, request.multiplier, request.seed
     ChunkTerms.from_model(model)  # the supported models only, before anything else
+    refuse_groups(model, "the streamed release")
     check_release_hyperparameters(model, hyperparameters_public)
     rtols = candidate_rtols(objective, rtol)
     stats = {} if stats is None else stats

@@ -43,6 +43,7 @@ Usage from another test directory (there are no ``__init__.py`` files)::
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -66,6 +67,7 @@ __all__ = [
     "measured_shifts",
     "neyman_pearson_directions",
     "noise_span",
+    "person_shifts",
     "whiten",
 ]
 
@@ -170,6 +172,37 @@ def draw_release_noise(noise_factor: np.ndarray, n: int, seed: Optional[int]) ->
         warnings.simplefilter("ignore")
         xi, _ = standard_normal(n * r, seed)
     return np.asarray(xi, dtype=np.float64).reshape(n, r) @ F.T
+
+
+def person_shifts(
+    C: np.ndarray,
+    groups: np.ndarray,
+    d: float,
+    *,
+    interior: int = 0,
+    seed: int = 0,
+    max_rows: int = 12,
+) -> Tuple[np.ndarray, np.ndarray]:
+    """Every extreme change of every person, and random points inside their boxes: the shifts
+    ``C_G delta`` ([m, k]) of a release ``C y`` when one person's outputs (rows with the same value
+    of ``groups``) each move by ``delta_i`` in ``[-d, d]``. All ``2^|G|`` corners ``d s`` are listed
+    (both signs: nothing assumed about symmetry) plus ``interior`` uniform points of each box.
+    Returns ``(shifts, owner)``, ``owner[j]`` the person of shift j. Brute force from the definition
+    of the neighbouring relation; refuses persons of more than ``max_rows`` rows (2^rows corners)."""
+    C = np.asarray(C, dtype=np.float64)
+    groups = np.asarray(groups).reshape(-1)
+    rng = np.random.default_rng(seed)
+    shifts, owner = [], []
+    for person in np.unique(groups):
+        rows = np.flatnonzero(groups == person)
+        if rows.size > max_rows:
+            raise ValueError(f"person {person} has {rows.size} rows: too many corners to enumerate")
+        corners = np.array(list(itertools.product((-1.0, 1.0), repeat=rows.size)))  # [2^g, g]
+        inside = rng.uniform(-1.0, 1.0, (interior, rows.size))
+        deltas = d * np.concatenate([corners, inside], axis=0)
+        shifts.append(deltas @ C[:, rows].T)
+        owner.extend([person] * deltas.shape[0])
+    return np.concatenate(shifts, axis=0), np.asarray(owner)
 
 
 # ---------------------------------------------------------------------------------------------

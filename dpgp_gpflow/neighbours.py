@@ -1,0 +1,148 @@
+"""Who a release protects: the neighbouring relation as a public sparse *neighbour map* ``A`` (n x N_c).
+
+Per row (the default, ``groups=None``): neighbouring datasets differ in one centred output by at most
+``d``, so a release ``C y_c`` moves by ``d c_i`` for one column ``c_i`` of ``C``: ``A = I``, and
+nothing here is used. With ``groups`` (public integers [N]; rows with the same value belong to one
+person) neighbours differ in *all* the outputs of one person G, each by at most ``d``: the release
+moves by ``C_G delta`` with ``delta`` in the box ``[-d, d]^|G|``. Every quantity the cloaking
+mechanism bounds is a norm of a linear map of that shift (``||F^{-1} V_G delta||``, ``||W_G delta||``,
+``|P_{jG} delta|``), a convex function of ``delta``, so its largest value over the box is at a corner
+``delta = d s``, ``s`` in ``{-1, +1}^|G|`` (``s`` and ``-s`` give the same norm: ``2^(|G|-1)`` corners).
+Each corner is one column of ``A`` (entries ``s`` on the person's rows), and the mechanism uses the
+columns of ``C A`` wherever it used those of ``C`` (docs/mechanisms.md#groups).
+
+Persons with more than :data:`MAX_CORNER_ROWS` rows would need too many corners; for them ``A`` holds
+the columns ``|G| e_i`` (i in G) instead, a valid bound: for any linear ``M`` and ``delta`` in the box,
+``||M C_G delta|| <= sum_i |delta_i| ||M c_i|| <= d |G| max_{i in G} ||M c_i||`` (triangle inequality),
+the largest norm of ``d M C A`` over that person's columns. It is exact when the person's columns are
+parallel with the same sign, and at most ``|G|`` times too large.
+
+The column space of ``C A`` equals that of ``C`` (a person's corners span ``R^|G|``; so do the bound's
+columns), so the release's projection and rank rule are unchanged but for the noise floor.
+Privacy assumption: ``groups`` is public (which rows belong to one person), fixed without the outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+import scipy.sparse
+import tensorflow as tf
+from check_shapes import check_shapes
+
+from .validation import validate_groups
+
+__all__ = [
+    "MAX_CORNER_ROWS",
+    "Neighbours",
+    "corner_signs",
+    "group_neighbours",
+    "model_neighbours",
+    "neighbour_columns",
+    "refuse_groups",
+]
+
+#: Persons with at most this many rows get every corner of their box (``2^(|G|-1)`` columns, exact);
+#: larger persons get the ``|G| e_i`` bound (``|G|`` columns). At 4 rows: 8 columns per 4 rows, so
+#: ``N_c <= 2 n`` whatever the persons' sizes.
+MAX_CORNER_ROWS = 4
+
+
+@dataclass(frozen=True, eq=False)
+class Neighbours:
+    """A public neighbour map ``A`` (``size`` x ``count``) held as its non-zero entries: column
+    ``columns[j]`` has ``values[j]`` at row ``rows[j]``. Never formed densely."""
+
+    rows: np.ndarray  #: [nnz] int64
+    columns: np.ndarray  #: [nnz] int64
+    values: np.ndarray  #: [nnz] float64: +-1 on a corner, |G| on the bound's columns
+    count: int  #: N_c, the number of extreme changes (columns)
+    size: int  #: n, the number of rows
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Neighbours) and (self.count, self.size) == (other.count, other.size)
+                and all(np.array_equal(a, b) for a, b in zip((self.rows, self.columns, self.values),
+                                                             (other.rows, other.columns, other.values))))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable arrays inside
+
+    def matrix(self) -> scipy.sparse.csc_matrix:
+        """``A`` as a SciPy sparse matrix (``size`` x ``count``)."""
+        return scipy.sparse.csc_matrix((self.values, (self.rows, self.columns)), shape=(self.size, self.count))
+
+    def transposed_tensor(self) -> tf.sparse.SparseTensor:
+        """``A^T`` as a TensorFlow sparse tensor (``count`` x ``size``, float64)."""
+        At = tf.sparse.SparseTensor(np.stack([self.columns, self.rows], axis=1), self.values,
+                                    [self.count, self.size])
+        return tf.sparse.reorder(At)
+
+
+def corner_signs(g: int) -> np.ndarray:
+    """The ``2^(g-1)`` sign vectors ``s`` in ``{-1, +1}^g`` with ``s_0 = +1`` ([2^(g-1), g]): the corners
+    of a box up to the global sign."""
+    bits = (np.arange(2 ** (g - 1))[:, None] >> np.arange(g - 2, -1, -1)[None, :]) & 1  # [2^(g-1), g-1]
+    return np.concatenate([np.ones((bits.shape[0], 1)), 1.0 - 2.0 * bits], axis=1)
+
+
+def group_neighbours(groups: Any, num_data: int) -> Optional[Neighbours]:
+    """The neighbour map of ``groups`` (validated: :func:`~dpgp_gpflow.validation.validate_groups`) for
+    ``num_data`` rows, or None when every person has one row (the per-row relation, ``A = I``: the
+    release is then exactly the per-row one). Loops over the distinct group sizes only. Public."""
+    ids = validate_groups(groups, num_data)
+    if ids is None:
+        return None
+    n = int(num_data)
+    order = np.argsort(ids, kind="stable")
+    starts = np.flatnonzero(np.r_[True, ids[order][1:] != ids[order][:-1]]) if n else np.zeros(0, np.int64)
+    sizes = np.diff(np.r_[starts, n])
+    if n == 0 or sizes.max() == 1:
+        return None
+    rows, columns, values = [], [], []
+    count = 0
+    for g in np.unique(sizes):
+        g = int(g)
+        members = order[starts[sizes == g][:, None] + np.arange(g)[None, :]]  # [P, g] the rows of each person
+        persons = members.shape[0]
+        if g <= MAX_CORNER_ROWS:  # every corner: [P, 2^(g-1), g]
+            signs = corner_signs(g)
+            corners = signs.shape[0]
+            rows.append(np.broadcast_to(members[:, None, :], (persons, corners, g)).ravel())
+            values.append(np.broadcast_to(signs[None], (persons, corners, g)).ravel())
+            index = count + np.arange(persons * corners).reshape(persons, corners)
+            columns.append(np.broadcast_to(index[:, :, None], (persons, corners, g)).ravel())
+            count += persons * corners
+        else:  # the triangle-inequality bound: |G| e_i for each row i of the person
+            rows.append(members.ravel())
+            values.append(np.full(members.size, float(g)))
+            columns.append(count + np.arange(members.size))
+            count += members.size
+    return Neighbours(np.concatenate(rows).astype(np.int64), np.concatenate(columns).astype(np.int64),
+                      np.concatenate(values).astype(np.float64), int(count), n)
+
+
+@check_shapes("M: [r, n]", "return: [r, c]")
+def neighbour_columns(M: Any, neighbours: Optional[Neighbours]) -> tf.Tensor:
+    """``M A`` ([r, N_c], a sparse product): the columns of ``M`` for every extreme change of the
+    neighbouring relation; ``M`` itself for the per-row relation (``neighbours=None``). Public."""
+    M = tf.convert_to_tensor(M, tf.float64)
+    if neighbours is None:
+        return M
+    if int(M.shape[1]) != neighbours.size:
+        raise ValueError(f"the neighbour map has {neighbours.size} rows but the matrix has {int(M.shape[1])} columns")
+    return tf.transpose(tf.sparse.sparse_dense_matmul(neighbours.transposed_tensor(), M, adjoint_b=True))
+
+
+def model_neighbours(model: Any, num_data: int) -> Optional[Neighbours]:
+    """The neighbour map of a model's optional public ``groups`` member (None: one row per person) for its
+    ``num_data`` training rows. The one place a release, an audit or a refusal reads a model's groups."""
+    return group_neighbours(getattr(model, "groups", None), num_data)
+
+
+def refuse_groups(model: Any, what: str) -> None:
+    """``NotImplementedError`` when ``model`` has ``groups`` and ``what`` does not support them yet:
+    nothing may silently protect rows where persons were asked for."""
+    if getattr(model, "groups", None) is not None:
+        raise NotImplementedError(f"{what} does not support groups= (person-level privacy) yet; release with "
+                                  "model.release / model.release_function (docs/guides/groups.md)")
