@@ -182,9 +182,16 @@ def as_float64(name: str, value: Any) -> np.ndarray:
         arr = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
     except Exception as exc:  # pragma: no cover - defensive
         raise TypeError(f"{name} must be array-like, got {type(value).__name__}") from exc
-    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
-        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    require_real_dtype(name, arr.dtype)
     return arr.astype(np.float64)
+
+
+def require_real_dtype(name: str, dtype: Any) -> None:
+    """``TypeError`` unless ``dtype`` holds real numbers (integers or floats; never bool, complex,
+    strings or objects): the one rule for arrays in memory, chunk sources and Dask arrays."""
+    dtype = np.dtype(dtype)
+    if dtype == bool or not (np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.integer)):
+        raise TypeError(f"{name} must hold real numbers, got dtype {dtype}")
 
 
 def as_inputs(name: str, X: Any, input_dim: Optional[int] = None) -> np.ndarray:
@@ -217,8 +224,7 @@ def as_dask_rows(X: Any, Y: Any) -> Tuple[Any, Any]:
         raise TypeError("give the inputs and the outputs both as dask arrays (or both in memory), got "
                         f"{type(X).__name__} and {type(Y).__name__}")
     for name, arr in (("X", X), ("Y", Y)):
-        if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
-            raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+        require_real_dtype(name, arr.dtype)
     if X.ndim != 2 or X.shape[0] == 0:
         raise ValueError(f"X must have shape [N, D] with N >= 1, got shape {X.shape}")
     if not (Y.ndim == 1 or (Y.ndim == 2 and Y.shape[1] == 1)):

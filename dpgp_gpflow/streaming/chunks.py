@@ -19,6 +19,8 @@ from typing import Any, Callable, Iterator, List, Tuple
 
 import numpy as np
 
+from ..validation import require_real_dtype
+
 __all__ = ["DEFAULT_CHUNK_SIZE", "ChunkSource", "LocalChunks"]
 
 #: Rows per chunk when none is given: an m x chunk block of B for m = 200 is 32 MB.
@@ -56,6 +58,8 @@ class LocalChunks(ChunkSource):
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         if len(np.shape(X)) != 2 or np.shape(Y)[0] != np.shape(X)[0]:
             raise ValueError(f"X must be n x D and Y must have n rows, got {np.shape(X)} and {np.shape(Y)}")
+        for name, arr in (("X", X), ("Y", Y)):  # dtypes only: the values are checked chunk by chunk where used
+            require_real_dtype(name, arr.dtype if hasattr(arr, "dtype") else np.asarray(arr[:0]).dtype)
         self.X, self.Y = X, Y
         self.n, self.input_dim = int(np.shape(X)[0]), int(np.shape(X)[1])
         self.chunk_size = int(chunk_size)

@@ -166,3 +166,16 @@ def test_a_large_stream_grows_its_working_set_on_a_subsample_and_certifies_over_
     # both within tol (relative duality gap) of the same optimum: the traces agree to about 2 tol
     assert np.sum(b.noise_std**2) == pytest.approx(np.sum(a.noise_std**2), rel=2 * cert.tol)
     assert dp.audit(f_str, model).passed
+
+
+@pytest.mark.parametrize("dtype", [bool, complex, str, object])
+def test_a_local_chunk_source_refuses_outputs_that_are_not_real_numbers_before_anything_is_spent(dtype):
+    """issue 29: LocalChunks took bool, complex (imaginary part dropped) and string outputs and the
+    streamed release charged them; the in-memory models refuse them. Same rule, same refusal, nothing spent."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0.0, 1.0, (40, 1))
+    Y = np.ones((40, 1)).astype(dtype)
+    with pytest.raises(TypeError, match="Y must hold real numbers"):
+        streaming.LocalChunks(X, Y, chunk_size=10)
+    with pytest.raises(TypeError, match="X must hold real numbers"):
+        streaming.LocalChunks(X.astype(complex), np.zeros((40, 1)), chunk_size=10)
