@@ -8,6 +8,7 @@ from .dp_laplace import DPLaplaceGPC, DPSparseLaplaceGPC, PrivateLaplaceClassifi
 from .fitc import DPGPRFITC
 from .gpr import DPGPR, cloaking_matrix, gpr_cloaking_matrix, gpr_rkhs_sensitivity
 from .laplace import LaplaceGPC
+from .multiclass import DPMulticlassLaplaceGPC, DPSparseMulticlassLaplaceGPC, PrivateMulticlassClassifier
 from .sgpr import DPSGPR, SGPRReadout
 from .sgpr_base import DPSGPRBase, kmeans_inducing_inputs
 
@@ -15,15 +16,18 @@ __all__ = [
     "DPGPR",
     "DPGPRFITC",
     "DPLaplaceGPC",
+    "DPMulticlassLaplaceGPC",
     "DPSGPR",
     "DPSGPRBase",
     "DPSparseLaplaceGPC",
+    "DPSparseMulticlassLaplaceGPC",
     "FactoredModelMixin",
     "LaplaceGPC",
     "LeakGuardMixin",
     "PrivateClassifier",
     "PrivateFunction",
     "PrivateLaplaceClassifier",
+    "PrivateMulticlassClassifier",
     "PrivateModel",
     "PrivateModelMixin",
     "PrivatePrediction",

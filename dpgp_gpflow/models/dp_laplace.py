@@ -40,7 +40,7 @@ import tensorflow as tf
 from check_shapes import inherit_check_shapes
 from gpflow.base import InputData, MeanAndVariance
 
-from ..accounting import PrivacyAccountant, reserve
+from ..accounting import PrivacyAccountant, Reservation, reserve
 from ..calibration import gaussian_multiplier
 from ..cloaking import DEFAULT_TOL
 from ..contract import ReleaseTerms, check_release_hyperparameters, dense_map
@@ -75,6 +75,7 @@ __all__ = [
     "PrivateClassifier",
     "PrivateLaplaceClassifier",
     "PrivateSparseClassifier",
+    "check_steps",
 ]
 
 #: How far one private label can move: from -1 to +1.
@@ -130,7 +131,7 @@ class PrivateSparseClassifier(PrivateClassifier):
 # Shared pieces.
 
 
-def _check_steps(steps: Any) -> int:
+def check_steps(steps: Any) -> int:
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
         raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
     return int(steps)
@@ -268,30 +269,52 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
         Returns a :class:`PrivateLaplaceClassifier` predicting from the last released latents with
         ``W`` at the last step's linearisation point (``I/4`` for one step).
         """
-        steps = _check_steps(steps)
+        steps = check_steps(steps)
         request = _step_request(release_request(epsilon, delta, calibration=calibration, objective=objective,
                                                 seed=seed), steps)
         check_release_hyperparameters(self, hyperparameters_public)
+        # step 1's public terms, checked finite before any budget is reserved (a refusal draws and spends nothing)
+        first = self.first_step()
+        with reserve(accountant, [request.event()] * steps) as reservation:  # the one reservation, all steps
+            return self.release_steps(request, reservation, steps, first, rtol=rtol, tol=tol)
+
+    def first_step(self) -> Tuple[tf.Tensor, tf.Tensor]:
+        """``(K, C)``: the public kernel matrix [N, N] and step 1's cloaking matrix
+        ``C = 1/2 (K^{-1} + I/4)^{-1}`` (offset 0), checked finite (:func:`validate_public_terms`). Public."""
         X, _ = self.data
         K = self.kernel(X)  # [N, N] public
-        n = int(X.shape[0])
-        # step 1's public terms, checked finite before any budget is reserved (a refusal draws and spends nothing)
-        C, b = first_newton_step_cloaking(K), tf.zeros([n], dtype=tf.float64)
-        W = tf.fill([n], tf.constant(0.25, dtype=tf.float64))
+        C, b = first_newton_step_cloaking(K), tf.zeros([int(X.shape[0])], dtype=tf.float64)
         validate_public_terms("Newton step release", C, b, self.output_bound)
+        return K, C
+
+    def release_steps(self, request: ReleaseRequest, reservation: Reservation, steps: int,
+                      first: Tuple[tf.Tensor, tf.Tensor], *, rtol: Optional[float] = None,
+                      tol: float = DEFAULT_TOL) -> PrivateLaplaceClassifier:
+        """The ``steps`` cloaked Newton steps of :meth:`release` (the one loop over them), each at ``request``
+        (its multiplier and, for step ``t > 0``, a seed derived from ``(request.seed, t)``), from ``first``
+        (:meth:`first_step`). For a caller that validated ``request`` and took ``reservation``: each step
+        commits one event into ``reservation`` after its draw; nothing here validates or reserves.
+
+        Privacy: each step is a Gaussian mechanism whose whitened shift between neighbouring labels is
+        at most ``1 / request.multiplier`` (checked where it is drawn); step ``t + 1`` is linearised at the
+        released latents of step ``t`` (public). The caller composes the steps."""
+        X, _ = self.data
+        K, C = first
+        n = int(X.shape[0])
+        b = tf.zeros([n], dtype=tf.float64)
+        W = tf.fill([n], tf.constant(0.25, dtype=tf.float64))
         releases: List[PrivateRelease] = []
-        with reserve(accountant, [request.event()] * steps) as reservation:  # the one reservation, all steps
-            for t in range(steps):
-                if t > 0:  # linearised at the released f~_t: public, as is everything computed from it
-                    f = tf.constant(releases[-1].mean[:, None])
-                    W = tf.reshape(tf.sigmoid(f) * tf.sigmoid(-f), [-1])
-                    C, b_col = newton_step_cloaking(K, f)
-                    b = tf.reshape(b_col, [-1])
-                    validate_public_terms("Newton step release", C, b, self.output_bound)
-                releases.append(cloak_outputs(
-                    self, request._replace(seed=_step_seed(request.seed, t)), reservation, C, b,
-                    2.0 * tf.linalg.diag_part(C),  # public Laplace variance diag((K^{-1} + W)^{-1})
-                    rtol=rtol, tol=tol))
+        for t in range(steps):
+            if t > 0:  # linearised at the released f~_t: public, as is everything computed from it
+                f = tf.constant(releases[-1].mean[:, None])
+                W = tf.reshape(tf.sigmoid(f) * tf.sigmoid(-f), [-1])
+                C, b_col = newton_step_cloaking(K, f)
+                b = tf.reshape(b_col, [-1])
+                validate_public_terms("Newton step release", C, b, self.output_bound)
+            releases.append(cloak_outputs(
+                self, request._replace(seed=_step_seed(request.seed, t)), reservation, C, b,
+                2.0 * tf.linalg.diag_part(C),  # public Laplace variance diag((K^{-1} + W)^{-1})
+                rtol=rtol, tol=tol))
         return PrivateLaplaceClassifier(releases, LaplaceReadout(self.kernel, X, W, gpflow.config.default_jitter()))
 
 
@@ -467,6 +490,6 @@ class DPSparseLaplaceGPC(_LabelContract, DaskRowsMixin, FactoredModelMixin, Lapl
         invariant to invertible maps). Only one step is supported (``steps=1``). Keywords
         (``epsilon``, ``delta`` required) as for :func:`dpgp_gpflow.pipeline.release_function`.
         """
-        if _check_steps(steps) != 1:
+        if check_steps(steps) != 1:
             raise NotImplementedError("DPSparseLaplaceGPC releases the first Newton step only (steps=1)")
         return cast(PrivateSparseClassifier, self.release_function(**options))  # function_type

@@ -1,0 +1,403 @@
+"""DP Laplace GP classification of several classes, one-vs-rest (docs/mechanisms.md#several-classes,
+docs/guides/multiclass.md).
+
+Labels are integers ``0 .. K-1`` and private; inputs, kernel hyperparameters and inducing inputs are
+public. Neighbouring datasets differ in one person's label, moved from a class ``a`` to a class ``b``.
+
+The model holds K binary problems on the same public ``X`` and kernel, ``y_a = +1`` where the label is
+``a`` and ``-1`` elsewhere (the binary models' convention, d = 2): :class:`DPMulticlassLaplaceGPC` on
+:class:`~dpgp_gpflow.models.DPLaplaceGPC` (T cloaked Newton steps each), :class:`DPSparseMulticlassLaplaceGPC`
+on :class:`~dpgp_gpflow.models.DPSparseLaplaceGPC` (SoR, one step). A label move ``a -> b`` changes exactly
+two problems, ``y_a`` and ``y_b``, each in one row by d; the other K - 2 problems are identical.
+
+Privacy (Gaussian DP): each binary release is T Gaussian mechanisms whose whitened shift is at most
+``1 / s_step`` (checked where each is drawn, the exact sampler's rounding included), so a neighbour moves
+2T mechanisms by at most ``1 / s_step`` each and the rest not at all: together ``sqrt(2T) / s_step``-GDP.
+With ``s_step = sqrt(2T) s(epsilon, delta)`` (:func:`multiclass_step_request`; ``s`` the analytic
+calibration) that is ``1 / s``-GDP, i.e. (epsilon, delta)-DP. The release validates once
+(:func:`~dpgp_gpflow.mechanisms.release_request`), reserves ONE ledger event ``(epsilon, delta, "gaussian",
+mu = 1/s)`` and commits it once after all K x T draws; a refusal before the first draw charges nothing,
+one after some draws charges the whole event (what was drawn is charged). Only ``calibration="analytic"``.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import gpflow
+import numpy as np
+import tensorflow as tf
+from check_shapes import check_shapes
+from gpflow.base import MeanAndVariance
+from gpflow.models import BayesianModel, InternalDataTrainingLossMixin
+
+from ..accounting import PrivacyAccountant, PrivacyEvent, Reservation, reserve
+from ..calibration import analytic_gaussian_epsilon
+from ..cloaking import DEFAULT_TOL
+from ..contract import check_release_hyperparameters, dense_map, latent_terms_and_readout
+from ..mechanisms import ReleaseRequest, release_request
+from ..pipeline import cloak_outputs
+from ..released import PrivateClassifier, PrivateRelease, Released, probit_approximation
+from ..validation import as_inputs, require_float64, validate_public_terms
+from .dp_laplace import DPLaplaceGPC, DPSparseLaplaceGPC, PrivateSparseClassifier, check_steps
+from .sgpr_base import kmeans_inducing_inputs
+
+__all__ = [
+    "DPMulticlassLaplaceGPC",
+    "DPSparseMulticlassLaplaceGPC",
+    "PrivateMulticlassClassifier",
+    "StepDraws",
+    "class_seed",
+    "multiclass_step_multiplier",
+    "multiclass_step_request",
+    "one_vs_rest_labels",
+    "one_vs_rest_probabilities",
+    "validate_class_labels",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Labels, calibration, seeds.
+
+
+def validate_class_labels(labels: Any, num_classes: Any, num_data: int) -> np.ndarray:
+    """``labels`` as int64 [N]; ``TypeError`` / ``ValueError`` unless ``num_classes`` is an integer >= 2
+    and every label is an integer in ``0 .. num_classes - 1`` ([N] or [N, 1], N = ``num_data``; integer
+    dtype, or floats with integer values). The errors carry no statistic of the private labels."""
+    if isinstance(num_classes, bool) or not isinstance(num_classes, Integral) or num_classes < 2:
+        raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
+    arr = np.asarray(labels)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr[:, 0]
+    if arr.ndim != 1 or arr.shape[0] != num_data:
+        raise ValueError(f"labels must have shape [{num_data}] or [{num_data}, 1] (one per row of X), "
+                         f"got {np.shape(labels)}")
+    if arr.dtype == np.bool_ or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        raise TypeError(f"labels must be integers 0..{int(num_classes) - 1}, got dtype {arr.dtype}")
+    if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr) & (arr == np.round(arr))):
+        raise ValueError(f"labels must be integers 0..{int(num_classes) - 1} (a non-integer or non-finite value "
+                         "was given)")
+    if not np.all((arr >= 0) & (arr < num_classes)):
+        raise ValueError(f"labels must be integers 0..{int(num_classes) - 1} (num_classes={int(num_classes)}): "
+                         "a label outside that range was given")
+    return arr.astype(np.int64)
+
+
+def one_vs_rest_labels(labels: np.ndarray, num_classes: int) -> List[np.ndarray]:
+    """The K binary label columns [N, 1]: ``+1`` where the label is ``a``, ``-1`` elsewhere."""
+    return [np.where(labels == a, 1.0, -1.0)[:, None] for a in range(num_classes)]
+
+
+def multiclass_step_multiplier(multiplier: float, steps: int) -> float:
+    """Each Newton step's noise multiplier ``sqrt(2 T) s``: a label move changes 2 problems x T steps,
+    which compose (Gaussian DP) to ``sqrt(2T) / s_step = 1 / s``."""
+    return math.sqrt(2.0 * steps) * float(multiplier)
+
+
+def multiclass_step_request(request: ReleaseRequest, steps: int) -> ReleaseRequest:
+    """The request of every Newton step of a multi-class release of the validated ``request``: multiplier
+    :func:`multiclass_step_multiplier`, and the step's own guarantee at ``request.delta``
+    (``epsilon = analytic_gaussian_epsilon(1 / s_step, delta)``, what each step records). Only the analytic
+    calibration (``NotImplementedError`` otherwise: its multiplier is not a Gaussian-DP parameter)."""
+    if request.calibration != "analytic":
+        raise NotImplementedError(
+            "a multi-class release composes its Newton steps in Gaussian DP, which needs calibration='analytic' "
+            f"(got {request.calibration!r}: the classical multiplier is not the exact mu of (epsilon, delta))")
+    multiplier = multiclass_step_multiplier(request.multiplier, steps)
+    return request._replace(epsilon=analytic_gaussian_epsilon(1.0 / multiplier, request.delta), multiplier=multiplier)
+
+
+def class_seed(seed: Optional[int], num_classes: int, label: int) -> Optional[int]:
+    """The seed of class ``label``'s binary release: None for None, else the first uint32 of
+    ``np.random.SeedSequence([seed, num_classes, label])`` (an explicit seed is reproducible, not private)."""
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence([int(seed), int(num_classes), int(label)]).generate_state(1, dtype=np.uint32)[0])
+
+
+class StepDraws(Reservation):
+    """A reservation holding nothing, into which the K x T Newton steps of a multi-class release commit: it
+    counts them (``drawn``). The caller's one reservation commits the one event of the whole release."""
+
+    def __init__(self, event: PrivacyEvent) -> None:
+        super().__init__((), [])
+        self.drawn = 0
+        self._event = event
+
+    def commit(self, description: str = "") -> PrivacyEvent:
+        self.drawn += 1
+        return self._event
+
+
+@check_shapes("means: [N, K]", "variances: [N, K]", "return: [N, K]")
+def one_vs_rest_probabilities(means: tf.Tensor, variances: tf.Tensor) -> tf.Tensor:
+    """Class probabilities from K one-vs-rest latents ``f_a ~ N(mean, variance)``: ``p_a`` by the probit
+    approximation (:func:`~dpgp_gpflow.released.probit_approximation`), normalised to sum to one,
+    ``P_a = p_a / sum_b p_b`` (in logs, so that no row underflows to 0 / 0)."""
+    shape = tf.shape(means)
+    p = probit_approximation(tf.reshape(means, [-1, 1]), tf.reshape(variances, [-1, 1]))  # [N K, 1]
+    log_p = tf.reshape(tf.math.log(p), shape)
+    return tf.nn.softmax(log_p, axis=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The released classifier (post-processing only).
+
+
+class PrivateMulticlassClassifier(Released):
+    """K released one-vs-rest classifiers (one :class:`~dpgp_gpflow.released.PrivateClassifier` per class);
+    (epsilon, delta)-DP together by Gaussian-DP composition (module docstring), not by summing the steps'.
+
+    ``predict_f`` gives [k, K] latent means and variances (each with its DP noise variance propagated);
+    ``predict_y`` the class probabilities [k, K] (:func:`one_vs_rest_probabilities`, rows sum to 1) and
+    ``P (1 - P)``. Free to query. ``save`` is not supported yet (``NotImplementedError``)."""
+
+    def __init__(self, classifiers: Sequence[PrivateClassifier], *, epsilon: float, delta: float, mu: float,
+                 steps: int) -> None:
+        self._classifiers = tuple(classifiers)
+        self._epsilon, self._delta, self._mu, self._steps = float(epsilon), float(delta), float(mu), int(steps)
+
+    @property
+    def classifiers(self) -> Tuple[PrivateClassifier, ...]:
+        """The K one-vs-rest classifiers (class ``a``: label ``a`` against the rest). Each one's own
+        ``epsilon`` is that class's releases alone under basic composition; the whole is :attr:`epsilon`."""
+        return self._classifiers
+
+    @property
+    def num_classes(self) -> int:
+        return len(self._classifiers)
+
+    @property
+    def steps(self) -> int:
+        """Newton steps per class."""
+        return self._steps
+
+    @property
+    def releases(self) -> Tuple[PrivateRelease, ...]:
+        """Every release, class by class (class 0's T steps, then class 1's, ...)."""
+        return tuple(r for c in self._classifiers for r in c.releases)
+
+    @property
+    def epsilon(self) -> float:
+        """The epsilon of the whole release (Gaussian-DP composition of its steps)."""
+        return self._epsilon
+
+    @property
+    def delta(self) -> float:
+        return self._delta
+
+    @property
+    def mu(self) -> float:
+        """Gaussian-DP parameter of the whole release, ``1 / s(epsilon, delta)`` (its ledger event's ``mu``)."""
+        return self._mu
+
+    @property
+    def reproducible(self) -> bool:
+        return any(c.reproducible for c in self._classifiers)
+
+    @property
+    def clip_to_bounds(self) -> bool:
+        return False
+
+    def privacy_card(self) -> Dict[str, Any]:
+        """:meth:`Released.privacy_card` with the composition: ``epsilon``, ``delta`` and ``mu`` of the whole
+        release (Gaussian DP over the 2T steps a label move changes), ``num_classes`` and ``steps``."""
+        card = super().privacy_card()
+        card.update(composition="gaussian-dp", mu=self._mu, num_classes=self.num_classes, steps=self._steps)
+        return card
+
+    def file_content(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+        raise NotImplementedError("a PrivateMulticlassClassifier has no release-file form yet (one file holds one "
+                                  "readout): save is not supported; keep the object, or publish its classifiers' "
+                                  "predictions")
+
+    def save(self, path: Any, *, inputs: Any = None, **card_extras: Any) -> Any:
+        """Not supported yet: ``NotImplementedError`` (a release file holds one readout, this holds K)."""
+        return self.file_content()
+
+    @check_shapes("return[0]: [N, K]", "return[1]: [N, K]")
+    def predict_f(self, Xnew: Any) -> MeanAndVariance:
+        """DP latent means [k, K] and variances [k, K]: each class's public Laplace variance plus the DP noise
+        variance propagated to ``Xnew`` (as :meth:`PrivateClassifier.predict_f`)."""
+        pairs = [c.predict_f(Xnew) for c in self._classifiers]
+        return tf.concat([m for m, _ in pairs], axis=1), tf.concat([v for _, v in pairs], axis=1)
+
+    @check_shapes("return[0]: [N, K]", "return[1]: [N, K]")
+    def predict_y(self, Xnew: Any) -> MeanAndVariance:
+        """Class probabilities [k, K] (:func:`one_vs_rest_probabilities`) and ``P (1 - P)``."""
+        P = one_vs_rest_probabilities(*self.predict_f(Xnew))
+        return P, P * (1.0 - P)
+
+    def predict_class(self, Xnew: Any) -> np.ndarray:
+        """The most probable class [k] (int64)."""
+        return np.argmax(self.predict_y(Xnew)[0].numpy(), axis=1).astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------
+# The models.
+
+
+StepRelease = Callable[[Any, ReleaseRequest, Reservation], PrivateClassifier]
+
+
+class _OneVsRest(BayesianModel, InternalDataTrainingLossMixin):
+    """K binary problems on one public ``X`` and kernel: the non-private one-vs-rest predictions, the
+    training objective (sum of the K Laplace marginal likelihoods; evaluating it marks every problem, the
+    leak guard) and the one release of all classes."""
+
+    def __init__(self, X: np.ndarray, labels: np.ndarray, kernel: gpflow.kernels.Kernel, num_classes: int,
+                 make_problem: Callable[[np.ndarray], Any]) -> None:
+        super().__init__()
+        self.kernel = kernel
+        self.num_classes = int(num_classes)
+        self._X = X
+        self._labels = labels
+        self.problems = tuple(make_problem(y) for y in one_vs_rest_labels(labels, self.num_classes))
+
+    @property
+    def data(self) -> Tuple[np.ndarray, np.ndarray]:
+        """``(X, labels)``: the public inputs and the private integer labels."""
+        return self._X, self._labels
+
+    def maximum_log_likelihood_objective(self) -> tf.Tensor:
+        """Sum of the K binary Laplace log marginal likelihoods (reads the labels; marks every problem)."""
+        return tf.add_n([p.maximum_log_likelihood_objective() for p in self.problems])
+
+    @check_shapes("Xnew: [N, D]", "return[0]: [N, K]", "return[1]: [N, K]")
+    def predict_f(self, Xnew: Any) -> MeanAndVariance:
+        """Non-private latent means and variances [k, K] of the K binary Laplace models (they read the labels)."""
+        pairs = [p.predict_f(Xnew) for p in self.problems]
+        return tf.concat([m for m, _ in pairs], axis=1), tf.concat([v for _, v in pairs], axis=1)
+
+    @check_shapes("Xnew: [N, D]", "return[0]: [N, K]", "return[1]: [N, K]")
+    def predict_y(self, Xnew: Any) -> MeanAndVariance:
+        """Non-private class probabilities [k, K] (:func:`one_vs_rest_probabilities`) and ``P (1 - P)``."""
+        P = one_vs_rest_probabilities(*self.predict_f(Xnew))
+        return P, P * (1.0 - P)
+
+    def _request(self, epsilon: Any, delta: Any, steps: Any, calibration: Any, objective: Any, seed: Any,
+                 hyperparameters_public: bool) -> Tuple[int, ReleaseRequest, ReleaseRequest]:
+        """``(steps, request, step request)``: the one validation, then the leak guard of every problem."""
+        steps = check_steps(steps)
+        request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed)
+        step_request = multiclass_step_request(request, steps)
+        for problem in self.problems:
+            check_release_hyperparameters(problem, hyperparameters_public)
+        return steps, request, step_request
+
+    def _release_classes(self, step_release: StepRelease, request: ReleaseRequest, step_request: ReleaseRequest,
+                         steps: int, accountant: Optional[PrivacyAccountant]) -> PrivateMulticlassClassifier:
+        """Reserve the one event, release every class (``step_release(problem, request, draws)``), commit."""
+        description = f"one-vs-rest Laplace release of {self.num_classes} classes x {steps} Newton step(s)"
+        with reserve(accountant, [request.event(description)]) as reservation:  # the one reservation
+            draws = StepDraws(step_request.event())
+            try:
+                classifiers = [step_release(problem, step_request._replace(seed=class_seed(request.seed,
+                                                                                           self.num_classes, a)), draws)
+                               for a, problem in enumerate(self.problems)]
+            except BaseException:
+                if draws.drawn:  # what was drawn is charged: the whole event bounds any part of it
+                    reservation.commit(description)
+                raise
+            reservation.commit(description)
+        return PrivateMulticlassClassifier(classifiers, epsilon=request.epsilon, delta=request.delta,
+                                           mu=1.0 / request.multiplier, steps=steps)
+
+
+def _unpack(data: Any, num_classes: Any) -> Tuple[np.ndarray, np.ndarray]:
+    require_float64()
+    try:
+        X, labels = data
+    except (TypeError, ValueError) as exc:
+        raise TypeError("data must be a pair (X, labels)") from exc
+    X = as_inputs("X", X)
+    return X, validate_class_labels(labels, num_classes, int(X.shape[0]))
+
+
+class DPMulticlassLaplaceGPC(_OneVsRest):
+    """One-vs-rest DP Laplace GP classifier of ``num_classes`` classes (full GP).
+
+    ``DPMulticlassLaplaceGPC((X, labels), kernel, num_classes=K)``: integer labels ``0 .. K-1`` ([N] or
+    [N, 1]); ``problems[a]`` is a :class:`~dpgp_gpflow.models.DPLaplaceGPC` of label ``a`` against the rest
+    (labels ``+1`` / ``-1``), all sharing ``X`` and ``kernel``. ``predict_f`` / ``predict_y`` are the
+    non-private one-vs-rest Laplace predictions (they read the labels): publish only what :meth:`release`
+    returns. For two classes use :class:`~dpgp_gpflow.models.DPLaplaceGPC` (one problem, less noise).
+
+    Privacy assumption: ``X`` and the kernel hyperparameters are public (leak guard as the binary model's);
+    neighbouring datasets differ in one label, moved from one class to another.
+    """
+
+    def __init__(self, data: Any, kernel: gpflow.kernels.Kernel, *, num_classes: int, max_iter: int = 100,
+                 tol: float = 1e-10, hyperparameters_public: bool = False) -> None:
+        X, labels = _unpack(data, num_classes)
+        super().__init__(X, labels, kernel, int(num_classes), lambda y: DPLaplaceGPC(
+            (X, y), kernel, max_iter=max_iter, tol=tol, hyperparameters_public=hyperparameters_public))
+
+    def release(self, *, epsilon: float, delta: float, steps: int = 1, objective: str = "mse",
+                calibration: str = "analytic", seed: Optional[int] = None,
+                accountant: Optional[PrivacyAccountant] = None, hyperparameters_public: bool = False,
+                rtol: Optional[float] = None, tol: float = DEFAULT_TOL) -> PrivateMulticlassClassifier:
+        """Release ``steps`` cloaked Newton steps of each of the K problems; (epsilon, delta)-DP in total.
+
+        Each step of each class is released at noise multiplier ``sqrt(2 steps) s(epsilon, delta)``
+        (:func:`multiclass_step_request`) through :meth:`DPLaplaceGPC.release_steps` (class ``a`` at seed
+        :func:`class_seed`); one ledger event ``(epsilon, delta, mu = 1/s)`` is reserved before anything
+        is computed and committed after the K x steps draws. Keywords as for :meth:`DPLaplaceGPC.release`;
+        only ``calibration="analytic"``.
+        """
+        steps, request, step_request = self._request(epsilon, delta, steps, calibration, objective, seed,
+                                                     hyperparameters_public)
+        # step 1's public terms, the same for every class, checked finite before anything is reserved
+        first = self.problems[0].first_step()
+        return self._release_classes(
+            lambda problem, req, draws: problem.release_steps(req, draws, steps, first, rtol=rtol, tol=tol),
+            request, step_request, steps, accountant)
+
+
+class DPSparseMulticlassLaplaceGPC(_OneVsRest):
+    """One-vs-rest DP Laplace GP classifier of ``num_classes`` classes, subset of regressors.
+
+    ``DPSparseMulticlassLaplaceGPC((X, labels), kernel, inducing_variable, num_classes=K)``: as
+    :class:`DPMulticlassLaplaceGPC` with ``problems[a]`` a :class:`~dpgp_gpflow.models.DPSparseLaplaceGPC`;
+    ``inducing_variable`` an array [M, D], ``InducingPoints`` or an integer m (k-means on ``X``, seed 0,
+    computed once for all classes). In-memory rows only. Its release is the first Newton step of the m SoR
+    weights of every class (``steps=1``; ``reference_inputs`` is not offered).
+
+    Privacy assumption: ``X``, ``Z`` and the kernel hyperparameters are public.
+    """
+
+    def __init__(self, data: Any, kernel: gpflow.kernels.Kernel, inducing_variable: Any, *, num_classes: int,
+                 max_iter: int = 100, tol: float = 1e-10, hyperparameters_public: bool = False) -> None:
+        X, labels = _unpack(data, num_classes)
+        if isinstance(inducing_variable, Integral) and not isinstance(inducing_variable, bool):
+            inducing_variable = kmeans_inducing_inputs(X, int(inducing_variable))
+        super().__init__(X, labels, kernel, int(num_classes), lambda y: DPSparseLaplaceGPC(
+            (X, y), kernel, inducing_variable, max_iter=max_iter, tol=tol,
+            hyperparameters_public=hyperparameters_public))
+
+    def release(self, *, epsilon: float, delta: float, steps: int = 1, objective: str = "mse",
+                calibration: str = "analytic", seed: Optional[int] = None,
+                accountant: Optional[PrivacyAccountant] = None, hyperparameters_public: bool = False,
+                rtol: Optional[float] = None, tol: float = DEFAULT_TOL) -> PrivateMulticlassClassifier:
+        """Release the first Newton step ``w1 = C_w y_a`` of each class's m SoR weights; (epsilon, delta)-DP
+        in total, each at multiplier ``sqrt(2) s(epsilon, delta)`` (one ledger event, as
+        :meth:`DPMulticlassLaplaceGPC.release`). ``steps=1`` only; only ``calibration="analytic"``."""
+        if check_steps(steps) != 1:
+            raise NotImplementedError("DPSparseMulticlassLaplaceGPC releases the first Newton step only (steps=1)")
+        steps, request, step_request = self._request(epsilon, delta, steps, calibration, objective, seed,
+                                                     hyperparameters_public)
+        # the public latent terms and readout, the same for every class, checked finite before anything is reserved
+        latent, readout = latent_terms_and_readout(self.problems[0])
+        B = dense_map(latent.map)  # [m, n]
+        validate_public_terms("latent release", B, latent.offset, self.problems[0].output_bound,
+                              variance=latent.variance)
+        covariance = tf.convert_to_tensor(latent.variance, tf.float64)  # [m, m]: the weights' public covariance
+        variance = tf.linalg.diag_part(covariance) if covariance.shape.rank == 2 else covariance
+
+        def one_class(problem: Any, req: ReleaseRequest, draws: Reservation) -> PrivateClassifier:
+            rel = cloak_outputs(problem, req, draws, B, latent.offset, variance, rtol=rtol, tol=tol)
+            return PrivateSparseClassifier(rel, readout)
+
+        return self._release_classes(one_class, request, step_request, steps, accountant)
