@@ -31,6 +31,7 @@ SCRIPTS = {
     "selection_kung": "benchmarks/selection_kung.py",
     "selection_synthetic": "benchmarks/selection_synthetic.py",
     "scale_out": "benchmarks/scale_out.py",
+    "multiclass_mnist": "benchmarks/multiclass_mnist.py",
     "groups": "benchmarks/groups.py",
 }
 
