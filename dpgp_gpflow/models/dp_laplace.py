@@ -28,6 +28,10 @@ after its draw. Each step is charged as a Gaussian event with its ``mu``, so an 
 ``composition="gdp"`` or ``"pld"`` composes the steps exactly (``sqrt(T) mu``), and the reservation uses
 that composition too. A refusal before the first draw charges nothing; one at step ``t + 1`` leaves the
 ``t`` steps already drawn charged, since it is computed from their released latents.
+
+The loop over the Newton steps is :meth:`DPLaplaceGPC.release_steps` (for a validated request and a
+reservation taken by the caller), used by :meth:`DPLaplaceGPC.release` and by the one-vs-rest release of
+several classes (:mod:`dpgp_gpflow.models.multiclass`, which calibrates and charges the steps itself).
 """
 
 from __future__ import annotations
