@@ -262,15 +262,37 @@ def _check_header(path: Path, header: Sequence[Any]) -> None:
                          "its own name")
 
 
-def check_column_names(x: Sequence[str], y: str) -> None:
+def check_column_names(x: Sequence[str], y: str, groups: Optional[str] = None) -> None:
     """``UsageError`` when ``--x`` names a column twice or ``--y`` (the private output) is also an ``--x``
     column (a public input: it would go unnoised into the model's inputs, the k-means inducing inputs of
-    ``--sparse`` and the release file). Checked before any file is read."""
+    ``--sparse`` and the release file) or the ``--groups`` column (public person identifiers). Checked
+    before any file is read."""
     repeated = sorted({c for c in x if list(x).count(c) > 1})
     if repeated:
         raise UsageError(f"--x names the column(s) {repeated} more than once")
     if y in x:
         raise UsageError(f"--y {y!r} is also an --x column: the private output cannot be a public input")
+    if groups is not None and groups == y:
+        raise UsageError(f"--groups {groups!r} is the --y column: the person identifiers must be public")
+
+
+def person_groups(table: Table, name: Optional[str]) -> Optional[np.ndarray]:
+    """The public ``--groups`` column as integer person codes [rows] (rows with the same identifier, a
+    number or a text, belong to one person; codes in order of first appearance), or None without
+    ``--groups``. ``UsageError`` naming the row of a missing identifier. Public: who is who, not the outputs."""
+    import pandas as pd
+
+    if name is None:
+        return None
+    if name not in table.frame.columns:
+        raise UsageError(f"{table.path}: no column {name!r} for --groups; the table has {list(table.frame.columns)}")
+    series = table.frame[name]
+    missing = np.flatnonzero(series.isna().to_numpy() | (series.astype(str).str.strip() == "").to_numpy())
+    if missing.size:
+        raise UsageError(f"{table.path}: --groups column {name!r}, {table.where} {table.rows[int(missing[0])]}: "
+                         "no person identifier")
+    codes, _ = pd.factorize(series.astype(str).str.strip())
+    return codes.astype(np.int64)
 
 
 def _number_text(cell: str, decimal: str, thousands: Optional[str]) -> Optional[str]:
@@ -544,15 +566,27 @@ def _release_inputs(args, X: np.ndarray) -> Optional[np.ndarray]:
 
 
 def _model(args, X: np.ndarray, Y: np.ndarray, bounds: Tuple[float, float], kernel: gpflow.kernels.Kernel,
-           noise: Optional[float], public: bool = False):
+           noise: Optional[float], public: bool = False, groups: Optional[np.ndarray] = None):
     """The private model (``DPGPR``, or ``DPGPRFITC`` with ``--sparse M`` k-means inducing inputs);
-    ``public``: the values given are public (given on the command line), declared so."""
+    ``public``: the values given are public (given on the command line), declared so; ``groups``: the
+    ``--groups`` person codes (releases then protect all of a person's rows)."""
     from .models import DPGPR, DPGPRFITC, kmeans_inducing_inputs
 
     if args.sparse is None:
-        return DPGPR((X, Y), kernel, y_bounds=bounds, noise_variance=noise, hyperparameters_public=public)
+        return DPGPR((X, Y), kernel, y_bounds=bounds, noise_variance=noise, hyperparameters_public=public,
+                     groups=groups)
     Z = kmeans_inducing_inputs(X, args.sparse)  # the public --x columns only (never --y: check_column_names)
-    return DPGPRFITC((X, Y), kernel, Z, noise_variance=noise, y_bounds=bounds, hyperparameters_public=public)
+    return DPGPRFITC((X, Y), kernel, Z, noise_variance=noise, y_bounds=bounds, hyperparameters_public=public,
+                     groups=groups)
+
+
+def _groups_card(args, groups: Optional[np.ndarray]) -> dict:
+    """The card's record of who the release protects (public: the person codes' counts)."""
+    if groups is None:
+        return {"neighbours": "row"}
+    sizes = np.bincount(groups)
+    return {"neighbours": "person", "groups": {"column": args.groups, "persons": int(sizes.size),
+                                              "largest_rows": int(sizes.max())}}
 
 
 def _hyperparameters(model) -> dict:
@@ -629,7 +663,7 @@ def cmd_release(args) -> int:
     from .mechanisms import gaussian_event
     from .selection import default_grid, select_hyperparameters
 
-    check_column_names(args.x, args.y)  # before anything is read
+    check_column_names(args.x, args.y, args.groups)  # before anything is read
     _seed(args)
     epsilon, delta = _privacy(args.epsilon, args.delta)
     bounds = _bounds(args)
@@ -640,6 +674,7 @@ def cmd_release(args) -> int:
     table = _read(args, data)
     X = columns(table, args.x)
     Y = columns(table, [args.y], private=True)
+    groups = person_groups(table, args.groups)
     Xnew = _release_inputs(args, X)
     if share is None:
         _positive("--noise", args.noise)
@@ -659,8 +694,8 @@ def cmd_release(args) -> int:
         events.insert(0, PrivacyEvent(eps_select, 0.0, "pure", None, "dpgp release: hyperparameter selection"))
     if accountant is not None:  # refuse an over-budget release before the model is even built
         accountant.check_events(events)
-    model = _model(args, X, Y, bounds, kernel, args.noise if share is None else 1.0)
-    extras = {}
+    model = _model(args, X, Y, bounds, kernel, args.noise if share is None else 1.0, groups=groups)
+    extras = _groups_card(args, groups)
     note = ""
     # Held now (checked again, atomically); recorded once the release file is written; given back if not.
     with reserve(accountant, events) as reservation:
@@ -761,7 +796,7 @@ def cmd_select(args) -> int:
     from .mechanisms import gaussian_event
     from .selection import select_hyperparameters
 
-    check_column_names(args.x, args.y)  # before anything is read
+    check_column_names(args.x, args.y, args.groups)  # before anything is read
     _seed(args)
     epsilon = _privacy_epsilon(args.epsilon)
     bounds = _bounds(args)
@@ -782,6 +817,7 @@ def cmd_select(args) -> int:
     table = _read(args, data)
     X = columns(table, args.x)
     Y = columns(table, [args.y], private=True)
+    groups = person_groups(table, args.groups)
     if not (2 <= args.folds <= X.shape[0]):
         raise UsageError(f"--folds must be between 2 and the number of rows, got {args.folds}")
     events = [PrivacyEvent(epsilon, 0.0, "pure", None, "dpgp select")]
@@ -802,7 +838,7 @@ def cmd_select(args) -> int:
     shared = args.grid_lengthscale is not None or dim == 1
     kernel = _kernel_class(args.kernel)(lengthscales=1.0 if shared else np.ones(dim, dtype=np.float64),
                                         variance=args.variance if public_variances else 1.0)
-    model = _model(args, X, Y, bounds, kernel, args.noise, public=public_variances)
+    model = _model(args, X, Y, bounds, kernel, args.noise, public=public_variances, groups=groups)
     grid = _select_grid(args, model)  # public; refused here, before the ledger is opened
     accountant = _ledger(args)
     if accountant is not None:
@@ -829,7 +865,8 @@ def cmd_select(args) -> int:
         if out is not None and release_budget is not None:  # set together above
             record = {k: result[k] for k in ("grid", "configurations", "folds", "epsilon", "mechanism")}
             try:
-                released = _release(args, data, model, Xnew, *release_budget, reservation, out, selection=record)
+                released = _release(args, data, model, Xnew, *release_budget, reservation, out, selection=record,
+                                    **_groups_card(args, groups))
             except (ValueError, OverflowError) as exc:  # the selection's choice may be why: charged
                 raise _overflow(exc, reservation) from None
             result["release"] = str(out)
@@ -1068,6 +1105,10 @@ def _data_options(p: argparse.ArgumentParser, variance_help: str, noise_help: st
     p.add_argument("data", help="CSV or Parquet file with the inputs and the private output")
     p.add_argument("--x", nargs="+", required=True, metavar="COL", help="public input column(s)")
     p.add_argument("--y", required=True, metavar="COL", help="the private output column")
+    p.add_argument("--groups", metavar="COL", default=None,
+                   help="public column of person identifiers (numbers or text): rows with the same value belong to "
+                        "one person, and the release protects all of a person's outputs together (repeated "
+                        "visits; docs/guides/groups.md); default: one row per person")
     p.add_argument("--bounds", nargs=2, type=float, required=True, metavar=("LO", "HI"),
                    help="public bounds of the output (values outside are clipped)")
     p.add_argument("--kernel", choices=sorted(KERNELS), default="se",
@@ -1223,8 +1264,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except UsageError as exc:
         sys.stderr.write(f"dpgp: error: {exc}\n")
         return 2
-    except (BudgetExceededError, PrivacyLeakError, LedgerError) as exc:
-        sys.stderr.write(f"dpgp: error: {exc}\n")
+    except (BudgetExceededError, PrivacyLeakError, LedgerError, NotImplementedError) as exc:
+        sys.stderr.write(f"dpgp: error: {exc}\n")  # refused before anything is drawn: the reservation is given back
         return 2
     except PermissionError as exc:  # e.g. a ledger or an output in a folder that cannot be written
         sys.stderr.write(f"dpgp: error: {exc.filename or ''}: permission denied\n")
