@@ -35,7 +35,10 @@ __all__ = [
     "cloaking_matrix",
     "dense_map",
     "latent_terms_and_readout",
+    "output_terms",
     "readout_and_variance",
+    "stacked",
+    "unstacked",
 ]
 
 #: A k x n cloaking matrix ``C``, or its factors ``(A, B)`` (k x m and m x n) with ``C = A B``.
@@ -170,11 +173,48 @@ def dense_map(map_: ReleaseMap) -> tf.Tensor:
     return tf.convert_to_tensor(map_, dtype=tf.float64)
 
 
+# -- several outputs per row: the stacking convention (docs/guides/multi_output.md) -------------------
+
+
+@check_shapes("values: [N, P]", "return: [NP]")
+def stacked(values: Any) -> tf.Tensor:
+    """``vec`` of an [N, P] array, output by output: all N rows of output 1, then of output 2, ...
+    (entry ``p N + i`` is row i's output p). The one order every release of several outputs uses."""
+    return tf.reshape(tf.transpose(tf.convert_to_tensor(values, tf.float64)), [-1])
+
+
+def unstacked(values: Any, num_outputs: int) -> np.ndarray:
+    """The [k, P] array of a stacked vector of ``k P`` values (:func:`stacked`'s inverse); P = 1: unchanged."""
+    values = np.asarray(values)
+    if num_outputs == 1:
+        return values
+    return values.reshape(int(num_outputs), -1).T.copy()
+
+
+@check_shapes("C: [K, N]", "offset: [K, Q]", "variance: [K]")
+def output_terms(C: tf.Tensor, offset: tf.Tensor, variance: tf.Tensor, num_outputs: int) -> ReleaseTerms:
+    """The release terms of ``P = num_outputs`` outputs sharing one map ``C`` (a shared kernel and
+    likelihood): ``offset`` [k, 1] or [k, P], ``variance`` [k]. P = 1: ``(C, offset[:, 0], variance)``;
+    P > 1: the stacked release ``(I_P kron C) vec(Y_c)``, i.e. the block-diagonal map (kP x NP), the
+    offset stacked and the variance repeated per output (:func:`stacked`). Public."""
+    if num_outputs == 1:
+        return ReleaseTerms(C, offset[:, 0], variance)
+    P = int(num_outputs)
+    k, n = int(C.shape[0]), int(C.shape[1])
+    blocks = tf.reshape(tf.einsum("pq,kn->pkqn", tf.eye(P, dtype=C.dtype), C), [P * k, P * n])
+    return ReleaseTerms(blocks, stacked(tf.broadcast_to(offset, [k, P])), tf.tile(variance, [P]))
+
+
 @check_shapes("return: [M, N]")
 def cloaking_matrix(model: Any, Xnew: Any) -> tf.Tensor:
     """The k x n cloaking matrix ``C`` of any :class:`PrivateModel` at ``Xnew``: how its released
     predictions move when one centred output moves (for the classifiers, the latent mean at ``Xnew``
     after the first Newton step from zero). Public.
+
+    For a model of P > 1 outputs per row (``DPGPR`` with ``Y`` [N, P]) it is the stacked map
+    ``I_P kron C`` (kP x NP): rows and columns output by output (all k predictions of output 1, then
+    output 2, ...; all N rows of output 1, then output 2, ...), so ``mean = offset + C vec(Y_c)`` with
+    the release's [k, P] mean and ``Y_c`` [N, P] stacked the same way (:func:`stacked`).
     """
     if isinstance(model, PrivateModel):
         Xnew = tf.convert_to_tensor(Xnew, dtype=tf.float64)

@@ -17,9 +17,20 @@ the columns ``|G| e_i`` (i in G) instead, a valid bound: for any linear ``M`` an
 the largest norm of ``d M C A`` over that person's columns. It is exact when the person's columns are
 parallel with the same sign, and at most ``|G|`` times too large.
 
+**Several outputs** (``Y`` [N, P], :class:`~dpgp_gpflow.models.DPGPR`): the release is of the stacked
+vector ``vec(Y_c)`` (all N rows of output 1, then output 2, ...), one *entry* per (row, output), and a
+person is all the entries of all their rows (every row its own person without ``groups``). Output p
+moves by at most ``d_p`` (its data sensitivity), so a person's box is ``prod_i [-d_i, d_i]`` over their
+entries: with ``d = max_p d_p`` and the per-entry ``scale_i = d_i / d`` it is ``D [-d, d]^|G|``
+(``D = diag(scale)``), every quantity above is a norm of ``M C D delta'`` for ``delta'`` in the
+homogeneous box, and ``A`` is ``D`` times the homogeneous map: corners with entries ``s_i scale_i``,
+and above :data:`MAX_CORNER_ROWS` entries the bound's columns ``|G| scale_i e_i`` (the triangle
+inequality for the map ``M C D``). The corner/bound rule counts a person's entries (rows x outputs).
+
 The column space of ``C A`` equals that of ``C`` (a person's corners span ``R^|G|``; so do the bound's
 columns), so the release's projection and rank rule are unchanged but for the noise floor.
-Privacy assumption: ``groups`` is public (which rows belong to one person), fixed without the outputs.
+Privacy assumption: ``groups`` is public (which rows belong to one person), fixed without the outputs;
+so are the per-output bounds and data sensitivities.
 """
 
 from __future__ import annotations
@@ -40,8 +51,10 @@ __all__ = [
     "corner_signs",
     "group_neighbours",
     "model_neighbours",
+    "model_outputs",
     "neighbour_columns",
     "refuse_groups",
+    "relation",
 ]
 
 #: Persons with at most this many rows get every corner of their box (``2^(|G|-1)`` columns, exact);
@@ -86,19 +99,31 @@ def corner_signs(g: int) -> np.ndarray:
     return np.concatenate([np.ones((bits.shape[0], 1)), 1.0 - 2.0 * bits], axis=1)
 
 
-def group_neighbours(groups: Any, num_data: int) -> Optional[Neighbours]:
+def group_neighbours(groups: Any, num_data: int, scales: Any = None) -> Optional[Neighbours]:
     """The neighbour map of ``groups`` (validated: :func:`~dpgp_gpflow.validation.validate_groups`) for
-    ``num_data`` rows, or None when every person has one row (the per-row relation, ``A = I``: the
-    release is then exactly the per-row one). Loops over the distinct group sizes only. Public."""
+    ``num_data`` entries, or None when every person has one entry and every scale is 1 (the per-row
+    relation, ``A = I``: the release is then exactly the per-row one). ``scales`` ([num_data] in (0, 1],
+    default all 1): entry i moves by at most ``scales[i] d`` (a heterogeneous box: several outputs with
+    their own sensitivities, module docstring); the map is ``diag(scales)`` times the homogeneous one.
+    Loops over the distinct group sizes only. Public."""
     ids = validate_groups(groups, num_data)
-    if ids is None:
-        return None
     n = int(num_data)
-    order = np.argsort(ids, kind="stable")
-    starts = np.flatnonzero(np.r_[True, ids[order][1:] != ids[order][:-1]]) if n else np.zeros(0, np.int64)
+    scale = None
+    if scales is not None:
+        scale = np.asarray(scales, dtype=np.float64).reshape(-1)
+        if scale.shape != (n,) or not np.all((scale > 0.0) & (scale <= 1.0)):
+            raise ValueError(f"scales must be {n} numbers in (0, 1], got shape {list(scale.shape)}")
+        if np.all(scale == 1.0):
+            scale = None
+    order = np.argsort(ids, kind="stable") if ids is not None else np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.r_[True, ids[order][1:] != ids[order][:-1]]) if ids is not None and n \
+        else np.zeros(0, np.int64)
     sizes = np.diff(np.r_[starts, n])
-    if n == 0 or sizes.max() == 1:
-        return None
+    if ids is None or n == 0 or sizes.max() == 1:  # one entry per person: A = diag(scales), or None
+        if scale is None:
+            return None
+        index = np.arange(n, dtype=np.int64)
+        return Neighbours(index, index, scale, n, n)
     rows, columns, values = [], [], []
     count = 0
     for g in np.unique(sizes):
@@ -118,8 +143,11 @@ def group_neighbours(groups: Any, num_data: int) -> Optional[Neighbours]:
             values.append(np.full(members.size, float(g)))
             columns.append(count + np.arange(members.size))
             count += members.size
-    return Neighbours(np.concatenate(rows).astype(np.int64), np.concatenate(columns).astype(np.int64),
-                      np.concatenate(values).astype(np.float64), int(count), n)
+    entries = np.concatenate(rows).astype(np.int64)
+    weights = np.concatenate(values).astype(np.float64)
+    if scale is not None:  # the heterogeneous box: D times the homogeneous map
+        weights = weights * scale[entries]
+    return Neighbours(entries, np.concatenate(columns).astype(np.int64), weights, int(count), n)
 
 
 @check_shapes("M: [r, n]", "return: [r, c]")
@@ -134,15 +162,57 @@ def neighbour_columns(M: Any, neighbours: Optional[Neighbours]) -> tf.Tensor:
     return tf.transpose(tf.sparse.sparse_dense_matmul(neighbours.transposed_tensor(), M, adjoint_b=True))
 
 
+def model_outputs(model: Any) -> int:
+    """The number P of outputs per row of a model (its optional public ``num_outputs``; 1 without)."""
+    P = getattr(model, "num_outputs", 1)
+    if isinstance(P, bool) or not isinstance(P, (int, np.integer)) or P < 1:
+        raise ValueError(f"num_outputs must be a positive integer, got {P!r}")
+    return int(P)
+
+
 def model_neighbours(model: Any, num_data: int) -> Optional[Neighbours]:
     """The neighbour map of a model's optional public ``groups`` member (None: one row per person) for its
-    ``num_data`` training rows. The one place a release, an audit or a refusal reads a model's groups."""
-    return group_neighbours(getattr(model, "groups", None), num_data)
+    ``num_data`` released entries: its training rows or, for a model of P > 1 outputs
+    (:func:`model_outputs`), the ``N P`` entries of the stacked outputs, a person holding every output
+    of each of their rows, entry (i, p) scaled by ``d_p / max_q d_q`` (the model's public
+    ``output_sensitivities``). The one place a release, an audit or a refusal reads a model's groups
+    and outputs."""
+    groups = getattr(model, "groups", None)
+    P = model_outputs(model)
+    if P == 1:
+        return group_neighbours(groups, num_data)
+    if int(num_data) % P:
+        raise ValueError(f"{int(num_data)} released entries are not {P} outputs of whole rows")
+    n = int(num_data) // P
+    ids = validate_groups(groups, n)
+    ids = np.arange(n, dtype=np.int64) if ids is None else ids
+    d = np.asarray(model.output_sensitivities, dtype=np.float64).reshape(-1)
+    if d.shape != (P,):
+        raise ValueError(f"the model has {P} outputs but {d.size} output sensitivities")
+    return group_neighbours(np.tile(ids, P), num_data, np.repeat(d / d.max(), n))
+
+
+def relation(model: Any) -> str:
+    """The neighbouring relation a model's releases protect, as a release records it
+    (``PrivateRelease.neighbours``, the card's ``neighbours``): ``"row"`` (one output of one row),
+    ``"row (P outputs)"`` (all outputs of one row) or ``"person (groups, up to G rows[ of P outputs])"``."""
+    P = model_outputs(model)
+    of = f" of {P} outputs" if P > 1 else ""
+    groups = getattr(model, "groups", None)
+    ids = None if groups is None else validate_groups(groups, np.size(groups))
+    largest = 1 if ids is None or not ids.size else int(np.unique(ids, return_counts=True)[1].max())
+    if largest > 1:
+        return f"person (groups, up to {largest} rows{of})"
+    return f"row ({P} outputs)" if P > 1 else "row"
 
 
 def refuse_groups(model: Any, what: str) -> None:
-    """``NotImplementedError`` when ``model`` has ``groups`` and ``what`` does not support them yet:
-    nothing may silently protect rows where persons were asked for."""
+    """``NotImplementedError`` when ``model`` has ``groups`` or several outputs per row and ``what`` does not
+    support them yet: nothing may silently protect rows (or single outputs) where persons were asked for."""
+    P = model_outputs(model)
+    if P > 1:
+        raise NotImplementedError(f"{what} does not support several outputs (Y with {P} columns) yet; release "
+                                  "with model.release (docs/guides/multi_output.md)")
     if getattr(model, "groups", None) is not None:
         raise NotImplementedError(f"{what} does not support groups= (person-level privacy) yet; release with "
                                   "model.release / model.release_function (docs/guides/groups.md)")

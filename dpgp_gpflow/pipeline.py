@@ -34,14 +34,16 @@ from .contract import (
     check_release_hyperparameters,
     dense_map,
     latent_terms_and_readout,
+    unstacked,
 )
 from .mechanisms import ReleaseRequest, cloak, release_request
 from .mechanisms.standard import standard
-from .neighbours import model_neighbours
+from .neighbours import model_neighbours, model_outputs, relation
 from .released import PrivateFunction, PrivateRelease
 from .validation import (
     MECHANISMS,
     as_inputs,
+    per_output,
     require_float64,
     validate_public_terms,
 )
@@ -97,9 +99,26 @@ def _contract(model: Any, protocol: type = PrivateModel) -> None:
                         "(see dpgp_gpflow.contract)")
 
 
-def _bounds(model: PrivateModel) -> Tuple[float, float]:
+def _bounds(model: PrivateModel) -> Optional[Tuple[float, float]]:
+    """The model's bounds for the mechanism's record: its pair, or None for one pair per output
+    (:func:`_shaped` records those; the model validated each output's sensitivity against its own)."""
+    if per_output(model.y_bounds):
+        return None
     lo, hi = model.y_bounds
     return float(lo), float(hi)
+
+
+def _shaped(model: Any, rel: PrivateRelease) -> PrivateRelease:
+    """``rel`` recording the neighbouring relation it protects (:func:`~dpgp_gpflow.neighbours.relation`)
+    and, for a model of P > 1 outputs per row, shaped as the user reads it: ``mean``, ``variance`` and
+    ``noise_std`` [k, P] (unstacked, :func:`~dpgp_gpflow.contract.unstacked`), ``noise_factor`` [kP, r]
+    kept stacked output by output, ``y_bounds`` the model's (a pair or one per output)."""
+    P = model_outputs(model)
+    if P == 1:
+        return dataclasses.replace(rel, neighbours=relation(model))
+    return dataclasses.replace(rel, mean=unstacked(rel.mean, P), variance=unstacked(rel.variance, P),
+                               noise_std=unstacked(rel.noise_std, P), y_bounds=model.y_bounds,
+                               neighbours=relation(model))
 
 
 def _marked(model: Any, rel: PrivateRelease) -> PrivateRelease:
@@ -119,12 +138,15 @@ def cloak_outputs(model: PrivateModel, request: ReleaseRequest, reservation: Res
     ``reservation`` taken by the caller (one event committed into it after the draw). Options:
     ``rtol``, ``tol``, ``max_iter``. Marked as a classifier's release when the model is one. The model's
     optional public ``groups`` (persons) are read here, the one place every cloaking release of a model
-    passes (:func:`~dpgp_gpflow.neighbours.model_neighbours`): the release protects every person's outputs."""
+    passes (:func:`~dpgp_gpflow.neighbours.model_neighbours`): the release protects every person's outputs.
+    A model of P > 1 outputs per row releases them stacked (``C`` the stacked map), each row's P outputs one
+    person's; the release leaves shaped [k, P] (:func:`_shaped`)."""
     y_centred = model.centred_outputs()
     neighbours = model_neighbours(model, int(tf.size(y_centred)))
-    return _marked(model, cloak(request, reservation, C, y_centred, offset, variance,
-                                data_sensitivity=model.data_sensitivity, output_bound=model.output_bound,
-                                y_bounds=_bounds(model), neighbours=neighbours, **options))
+    return _marked(model, _shaped(model, cloak(request, reservation, C, y_centred, offset, variance,
+                                               data_sensitivity=model.data_sensitivity,
+                                               output_bound=model.output_bound, y_bounds=_bounds(model),
+                                               neighbours=neighbours, **options)))
 
 
 def release(
@@ -147,8 +169,9 @@ def release(
     Privacy assumptions: everything the contract calls public is (inputs, ``Xnew``,
     hyperparameters, prior mean, inducing inputs); each private output lies in ``model.y_bounds``
     and neighbouring datasets differ in one output by at most ``model.data_sensitivity`` (with the
-    model's public ``groups``: in every output of one person, each by at most that; the standard
-    mechanism refuses groups).
+    model's public ``groups``: in every output of one person, each by at most that; with P > 1 outputs
+    per row: in all P outputs of one row, output p by at most its ``d_p``, or of one person's rows with
+    ``groups``; the standard mechanism refuses both).
     ``mechanism="cloaking"`` optimises the noise covariance for ``objective`` ("mse": least
     expected squared error; "entropy": the papers' log det); ``mechanism="standard"`` is Hall et
     al.'s GP-prior noise (models that offer :class:`SupportsStandardMechanism`). The budget is
@@ -157,6 +180,9 @@ def release(
     _contract(model)
     if mechanism not in MECHANISMS:
         raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
+    if mechanism == "standard" and model_outputs(model) > 1:
+        raise NotImplementedError("the standard mechanism does not support several outputs (Y [N, P]) yet: "
+                                  "use mechanism='cloaking'")
     if mechanism == "standard" and not isinstance(model, SupportsStandardMechanism):
         raise NotImplementedError(f"{type(model).__name__} has no standard (Hall et al.) mechanism")
     request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed)
@@ -220,6 +246,9 @@ def release_function(
     the model afterwards does not change what was published.
     """
     _contract(model, FactoredPrivateModel)
+    if model_outputs(model) > 1:
+        raise NotImplementedError("release_function does not support several outputs (Y [N, P]) yet: use "
+                                  "model.release(Xnew, ...)")
     request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed)
     check_release_hyperparameters(model, hyperparameters_public)
     # the public terms, checked finite before any budget is reserved (a refusal draws and spends nothing)

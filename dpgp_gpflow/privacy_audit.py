@@ -17,6 +17,9 @@ and public offset, and the model's data sensitivity ``d`` (never the release's o
    For a model with public ``groups`` (persons, docs/guides/groups.md) the neighbour moves all of one
    person's outputs within ``[-d, d]`` each, and the maximum is over the columns of ``C A``, every corner
    of every person's box (:mod:`dpgp_gpflow.neighbours`; above its size limit, the documented bound).
+   For a model of P > 1 outputs per row (``DPGPR`` with ``Y`` [N, P]) ``C`` is the stacked map, the
+   release's [k, P] mean is stacked output by output, and a row's P outputs (output p within
+   ``[-d_p, d_p]``) are one person's (docs/guides/multi_output.md).
 
 What it cannot establish: it sees one published vector, not the noise that was drawn. A release whose
 mean is ``offset + P C y`` with no noise at all (or noise smaller than ``F`` says, or noise from a
@@ -41,10 +44,11 @@ import numpy as np
 import tensorflow as tf
 
 from .calibration import analytic_gaussian_epsilon
-from .contract import FactoredPrivateModel, PrivateModel, dense_map
+from .contract import FactoredPrivateModel, PrivateModel, dense_map, stacked
 from .models.laplace import newton_step_cloaking
 from .neighbours import Neighbours, model_neighbours
 from .released import PrivateFunction, PrivateRelease, Released
+from .validation import bound_columns
 
 __all__ = ["AuditReport", "ReleaseAudit", "audit", "audit_release"]
 
@@ -124,6 +128,12 @@ def audit_release(release: PrivateRelease, C: Any, *, data_sensitivity: float, o
     if not (math.isfinite(d) and d > 0.0):
         raise ValueError(f"the model's data sensitivity must be finite and > 0, got {d}")
     mean = np.asarray(release.mean, dtype=np.float64)
+    inside = np.ones(mean.shape, dtype=bool)
+    if release.clip_to_bounds and release.y_bounds is not None:  # clipped (post-processing; needs bounds):
+        lo, hi = bound_columns(release.y_bounds)  # per output: [P] against the [k, P] mean
+        inside = (mean > lo) & (mean < hi)  # check the values strictly inside
+    if mean.ndim == 2:  # several outputs: the stacked release (docs/guides/multi_output.md)
+        mean, inside = stacked(mean).numpy(), stacked(inside.astype(np.float64)).numpy() > 0.0
     offset = np.asarray(offset, dtype=np.float64).reshape(-1)
     if mean.shape != (k,) or offset.shape != (k,):
         raise ValueError(f"the map has {k} rows but the release has mean {list(mean.shape)} and offset "
@@ -132,9 +142,6 @@ def audit_release(release: PrivateRelease, C: Any, *, data_sensitivity: float, o
         raise ValueError("the released mean (or the model's offset) is not finite")
     U, s = _noise_span(release.noise_factor, k)
     centred = mean - offset
-    inside = np.ones(k, dtype=bool)
-    if release.clip_to_bounds and release.y_bounds is not None:  # clipped (post-processing; needs bounds):
-        inside = (mean > release.y_bounds[0]) & (mean < release.y_bounds[1])  # check the values strictly inside
     if inside.all():
         outside_mean = _span_residual(U, centred)
     else:  # the span of the rows kept

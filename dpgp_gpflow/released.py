@@ -33,7 +33,7 @@ from check_shapes import check_shapes
 from gpflow.base import MeanAndVariance
 
 from .cloaking import OptimiserCertificate, row_norms
-from .contract import PublicReadout, readout_and_variance
+from .contract import PublicReadout, readout_and_variance, stacked
 from .io.format import (
     ReleaseDocument,
     ReleaseFileError,
@@ -46,14 +46,17 @@ from .io.format import (
 from .calibration import gaussian_multiplier
 from .validation import (
     MECHANISMS,
+    Bounds,
     as_inputs,
+    bound_columns,
     check_real,
-    validate_bounds,
+    per_output,
     validate_calibration,
     validate_data_sensitivity,
     validate_delta,
     validate_epsilon,
     validate_objective,
+    validate_output_bounds,
 )
 
 __all__ = [
@@ -146,8 +149,9 @@ class Released:
     def __repr__(self) -> str:
         last = self.releases[-1]
         steps = len(self.releases)
+        outputs = f", outputs={last.num_outputs}" if last.num_outputs > 1 else ""
         return (f"{type(self).__name__}(mechanism={last.mechanism!r}, epsilon={self.epsilon:.6g}, "
-                f"delta={self.delta:.6g}, k={last.mean.size}, r={last.rank}, bounds={last.y_bounds}"
+                f"delta={self.delta:.6g}, k={np.shape(last.mean)[0]}{outputs}, r={last.rank}, bounds={last.y_bounds}"
                 + (f", releases={steps}" if steps > 1 else "")
                 + (", clip_to_bounds=True" if self.clip_to_bounds else "")
                 + (", reproducible=True)" if self.reproducible else ")"))
@@ -165,6 +169,11 @@ class PrivateRelease(Released):
     It never holds the non-private mean. ``noise_factor`` (k x r) gives the DP noise covariance
     ``noise_factor @ noise_factor.T`` (public), so users can add it to their uncertainty.
 
+    Several outputs (``DPGPR`` with ``Y`` [N, P], docs/guides/multi_output.md): ``mean``, ``variance``
+    and ``noise_std`` are [k, P]; ``noise_factor`` [kP, r] factors the covariance of the mean stacked
+    output by output (all k predictions of output 1, then output 2, ...: ``mean.T.reshape(-1)``);
+    ``y_bounds`` is a pair for all outputs or a tuple of P pairs.
+
     With ``clip_to_bounds=True`` (:meth:`clipped`) ``mean`` is the released mean clipped to
     ``y_bounds``: post-processing of the DP output, no privacy cost; ``noise_std`` and
     ``noise_factor`` still describe the Gaussian noise added *before* clipping (the clipped mean's
@@ -173,10 +182,10 @@ class PrivateRelease(Released):
     bounded by its labels' bounds, and a release marked ``classifier_latent`` refuses to be clipped.
     """
 
-    mean: np.ndarray  #: [k] released (noisy) predictive mean (clipped to ``y_bounds`` if ``clip_to_bounds``)
-    variance: np.ndarray  #: [k] public posterior variance of f (does not depend on y)
-    noise_std: np.ndarray  #: [k] std of the DP Gaussian noise at each point (before any clipping)
-    noise_factor: np.ndarray  #: [k, r] factor of the DP noise covariance
+    mean: np.ndarray  #: [k] (P outputs: [k, P]) released (noisy) predictive mean (clipped if ``clip_to_bounds``)
+    variance: np.ndarray  #: [k] ([k, P]) public posterior variance of f (does not depend on y)
+    noise_std: np.ndarray  #: [k] ([k, P]) std of the DP Gaussian noise at each point (before any clipping)
+    noise_factor: np.ndarray  #: [k, r] ([kP, r], stacked output by output) factor of the DP noise covariance
     epsilon: float
     delta: float
     data_sensitivity: float  #: d: how far one private output may move
@@ -194,13 +203,17 @@ class PrivateRelease(Released):
     rtol: Optional[float] = None  #: singular-value tolerance that chose r
     bias_bound: float = 0.0  #: largest worst-case |bias| of any value from projecting the mean onto r directions
     reproducible: bool = False  #: True when the noise came from an explicit seed (not private)
-    y_bounds: Optional[Tuple[float, float]] = None  #: the public bounds of the private outputs
+    y_bounds: Optional[Bounds] = None  #: the public bounds of the private outputs (a pair, or one per output)
     clip_to_bounds: bool = False  #: ``mean`` is clipped to ``y_bounds`` (post-processing, free)
     #: ``mean`` holds a classifier's latent values, whose ``y_bounds`` are its labels' (-1, +1) and do not
     #: bound them: never clipped. Set on every release of a classifier model as it leaves the pipeline
     #: (:mod:`dpgp_gpflow.pipeline`, also at new inputs), and by :class:`PrivateClassifier` on its releases
     #: (also when loaded from a file, so the card does not record it).
     classifier_latent: bool = False
+    #: the neighbouring relation the release protects, as the model's release records it
+    #: (:func:`~dpgp_gpflow.neighbours.relation`: ``"row"``, ``"row (P outputs)"``, ``"person (groups, ...)"``);
+    #: None when not recorded (a mechanism called directly, older files)
+    neighbours: Optional[str] = None
 
     def __post_init__(self) -> None:
         for name in ("clip_to_bounds", "classifier_latent"):
@@ -211,7 +224,7 @@ class PrivateRelease(Released):
                 raise ValueError(_CLASSIFIER_LATENT_CLIP)
             if self.y_bounds is None:
                 raise ValueError("clip_to_bounds needs the release's public y_bounds, and this release has none")
-            object.__setattr__(self, "mean", np.clip(self.mean, *self.y_bounds))
+            object.__setattr__(self, "mean", np.clip(self.mean, *bound_columns(self.y_bounds)))
 
     def clipped(self) -> "PrivateRelease":
         """This release with its mean clipped to the public ``y_bounds`` (``clip_to_bounds=True``).
@@ -232,6 +245,11 @@ class PrivateRelease(Released):
         return Released.__repr__(self)
 
     @property
+    def num_outputs(self) -> int:
+        """P: the number of outputs per row released (``mean`` [k, P]); 1 for a [k] mean."""
+        return 1 if np.ndim(self.mean) == 1 else int(np.shape(self.mean)[1])
+
+    @property
     def total_variance(self) -> np.ndarray:
         """Posterior variance plus DP noise variance, per point."""
         return self.variance + self.noise_std**2
@@ -244,10 +262,14 @@ class PrivateRelease(Released):
     def release_card(self) -> Dict[str, Any]:
         """This release's entry in a privacy card: every scalar field (``certificate`` as a dict) and ``k``."""
         card: Dict[str, Any] = {name: getattr(self, name) for name in _RELEASE_FIELDS}
-        card["y_bounds"] = None if self.y_bounds is None else [float(b) for b in self.y_bounds]
+        card["y_bounds"] = None if self.y_bounds is None else np.asarray(self.y_bounds, dtype=np.float64).tolist()
         card["certificate"] = None if self.certificate is None else {
             name: getattr(self.certificate, name) for name in OptimiserCertificate._fields}
-        card["k"] = int(np.size(self.mean))
+        card["k"] = int(np.shape(self.mean)[0])
+        if self.num_outputs > 1:
+            card["outputs"] = self.num_outputs
+        if self.neighbours is not None:
+            card["neighbours"] = self.neighbours
         return card
 
     @classmethod
@@ -259,23 +281,29 @@ class PrivateRelease(Released):
         where = _entry_name(prefix)
         if not isinstance(card, Mapping):
             raise ReleaseFileError(f"{where} must be an object")
-        unknown = sorted(set(card) - set(_RELEASE_FIELDS) - {"y_bounds", "certificate", "k"})
+        unknown = sorted(set(card) - set(_RELEASE_FIELDS) - {"y_bounds", "certificate", "k", "outputs", "neighbours"})
         if unknown:
             raise ReleaseFileError(f"{where}: unknown field(s) {unknown}")
         fields = {name: _card_field(card, name, kind, where) for name, kind in _RELEASE_FIELD_TYPES.items()}
-        bounds = card.get("y_bounds")
-        if bounds is not None:
-            if not (isinstance(bounds, list) and len(bounds) == 2 and all(_is_number(b) for b in bounds)):
-                raise ReleaseFileError(f"{where}.y_bounds must be null or [lo, hi], got {bounds!r}")
-            bounds = _checked(where, "y_bounds", validate_bounds, bounds)
-        fields["y_bounds"] = bounds
+        P = card.get("outputs", 1)
+        if "outputs" in card and not (isinstance(P, int) and not isinstance(P, bool) and P >= 2):
+            raise ReleaseFileError(f"{where}.outputs must be an integer >= 2 (absent for one output), got {P!r}")
+        fields["y_bounds"] = _card_bounds(card.get("y_bounds"), P, where)
         fields["certificate"] = _certificate(card.get("certificate", "missing"), where)
-        a: Dict[str, Any] = take_arrays("PrivateRelease", arrays, {"mean": 1, "variance": 1, "noise_std": 1, "noise_factor": 2}, prefix)
-        k = a["mean"].shape[0]
-        if (a["variance"].shape != (k,) or a["noise_std"].shape != (k,) or a["noise_factor"].shape[0] != k
-                or card.get("k") != k):
-            raise ReleaseFileError(f"{where}: mean [{k}] does not match variance, noise_std, noise_factor or k")
-        _check_meaning(where, fields, a)
+        neighbours = card.get("neighbours")
+        if neighbours is not None and not isinstance(neighbours, str):
+            raise ReleaseFileError(f"{where}.neighbours must be a string, got {neighbours!r}")
+        fields["neighbours"] = neighbours
+        ndim = 1 if P == 1 else 2
+        a: Dict[str, Any] = take_arrays("PrivateRelease", arrays, {"mean": ndim, "variance": ndim, "noise_std": ndim,
+                                                                   "noise_factor": 2}, prefix)
+        shape = a["mean"].shape
+        k = shape[0]
+        if (a["variance"].shape != shape or a["noise_std"].shape != shape or shape[1:] not in ((), (P,))
+                or a["noise_factor"].shape[0] != k * P or card.get("k") != k):
+            raise ReleaseFileError(f"{where}: mean {list(shape)} does not match variance, noise_std, noise_factor "
+                                   f"[k P, r], k or outputs")
+        _check_meaning(where, fields, {**a, "noise_std": stacked(a["noise_std"].reshape(k, P)).numpy()})
         return cls(**a, **fields)
 
 
@@ -589,6 +617,21 @@ def _checked(where: str, name: str, check: Any, *args: Any) -> Any:
         raise ReleaseFileError(f"{where}.{name}: {exc}") from None
 
 
+def _card_bounds(bounds: Any, num_outputs: int, where: str) -> Any:
+    """A card's ``y_bounds`` for ``num_outputs`` outputs: null, ``[lo, hi]`` (every output) or, for P > 1,
+    ``[[lo, hi], ...]`` (one ordered, finite pair per output); ``ReleaseFileError`` otherwise."""
+    if bounds is None:
+        return None
+    pair = isinstance(bounds, list) and len(bounds) == 2 and all(_is_number(b) for b in bounds)
+    pairs = (num_outputs > 1 and isinstance(bounds, list) and len(bounds) == num_outputs
+             and all(isinstance(b, list) and len(b) == 2 and all(_is_number(v) for v in b) for b in bounds))
+    if not (pair or pairs):
+        raise ReleaseFileError(f"{where}.y_bounds must be null"
+                               + (f", [lo, hi] or {num_outputs} pairs [lo, hi]" if num_outputs > 1 else " or [lo, hi]")
+                               + f", got {bounds!r}")
+    return _checked(where, "y_bounds", validate_output_bounds, bounds, num_outputs)
+
+
 def _positive(name: str, value: float) -> float:
     value = check_real(name, value)
     if not value > 0.0:
@@ -614,6 +657,9 @@ def _check_meaning(where: str, fields: Mapping[str, Any], a: Mapping[str, np.nda
     else:
         _checked(where, "objective", validate_objective, fields["objective"])
     bounds = fields["y_bounds"]  # without bounds, only finite and > 0: no width to compare with
+    if bounds is not None and per_output(bounds):  # d is the largest output's: at most the widest bounds
+        widths = [hi - lo for lo, hi in bounds]
+        bounds = bounds[int(np.argmax(widths))]
     _checked(where, "data_sensitivity", validate_data_sensitivity, fields["data_sensitivity"],
              bounds if bounds is not None else (-math.inf, math.inf))
     _checked(where, "sensitivity", _positive, "sensitivity", fields["sensitivity"])

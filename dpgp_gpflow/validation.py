@@ -10,13 +10,14 @@ import math
 import sys
 import warnings
 from numbers import Real
-from typing import Any, Literal, Optional, Tuple
+from typing import Any, Literal, Optional, Tuple, Union
 
 import numpy as np
 
 from .exceptions import ClippingWarning
 
 __all__ = [
+    "Bounds",
     "CALIBRATIONS",
     "Calibration",
     "MECHANISMS",
@@ -30,9 +31,12 @@ __all__ = [
     "as_inputs",
     "check_real",
     "as_outputs",
+    "bound_columns",
+    "bounds_array",
     "clip_outputs",
     "clip_private_outputs",
     "is_dask_array",
+    "per_output",
     "require_float64",
     "validate_bounds",
     "validate_calibration",
@@ -42,6 +46,8 @@ __all__ = [
     "validate_groups",
     "validate_noise_variance",
     "validate_objective",
+    "validate_output_bounds",
+    "validate_output_sensitivities",
     "validate_budget_delta",
     "require_finite",
     "validate_public_terms",
@@ -234,11 +240,16 @@ def as_dask_rows(X: Any, Y: Any) -> Tuple[Any, Any]:
     return X, Y.reshape((-1, 1))
 
 
-def as_outputs(name: str, Y: Any, num_data: int) -> np.ndarray:
-    """Private outputs as a finite float64 array of shape [N, 1]."""
+def as_outputs(name: str, Y: Any, num_data: int, *, several: bool = False) -> np.ndarray:
+    """Private outputs as a finite float64 array of shape [N, 1] (``several``: [N, P], P >= 1 outputs
+    per row). Several columns where one is expected: ``NotImplementedError`` (only ``DPGPR`` takes them)."""
     Y = as_float64(name, Y)
-    if Y.ndim != 2 or Y.shape[1] != 1:
-        raise ValueError(f"{name} must have shape [N, 1] (one output), got shape {Y.shape}")
+    if Y.ndim == 2 and Y.shape[1] > 1 and not several:
+        raise NotImplementedError(f"{name} has {Y.shape[1]} columns: several outputs per row are released by "
+                                  "DPGPR only (docs/guides/multi_output.md)")
+    if Y.ndim != 2 or Y.shape[1] < 1:
+        raise ValueError(f"{name} must have shape [N, 1] (one output){' or [N, P] (P outputs)' if several else ''}, "
+                         f"got shape {Y.shape}")
     if Y.shape[0] != num_data:
         raise ValueError(f"{name} has {Y.shape[0]} rows but the inputs have {num_data}")
     if not np.all(np.isfinite(Y)):  # no count: it would be a statistic of the private outputs
@@ -265,6 +276,51 @@ def validate_bounds(y_bounds: Any) -> Tuple[float, float]:
         # be representable, or the noise scale / prior mean would be inf
         raise ValueError(f"y_bounds {(lo, hi)} overflow float64: hi - lo and lo + hi must be finite")
     return lo, hi
+
+
+#: Public output bounds: one pair ``(lo, hi)`` for every output, or one pair per output (P >= 2).
+Bounds = Union[Tuple[float, float], Tuple[Tuple[float, float], ...]]
+
+
+def validate_output_bounds(y_bounds: Any, num_outputs: int = 1) -> Bounds:
+    """Public bounds of ``num_outputs`` outputs: a pair ``(lo, hi)`` for all of them
+    (:func:`validate_bounds`), or ``[P, 2]`` (one ordered, finite pair per output; returned as a tuple
+    of P pairs, or as the pair when P = 1)."""
+    try:
+        shape = np.shape(y_bounds)
+    except ValueError:  # ragged
+        shape = ()
+    if len(shape) != 2:
+        return validate_bounds(y_bounds)
+    if tuple(shape) != (int(num_outputs), 2):
+        raise ValueError(f"y_bounds per output must have shape [{int(num_outputs)}, 2] (one (lo, hi) per output), "
+                         f"got shape {list(shape)}")
+    pairs = []
+    for p, pair in enumerate(y_bounds):
+        try:
+            pairs.append(validate_bounds(tuple(pair)))
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"y_bounds[{p}]: {exc}") from None
+    return pairs[0] if len(pairs) == 1 else tuple(pairs)
+
+
+def per_output(bounds: Any) -> bool:
+    """True when ``bounds`` (validated) holds one pair per output, False for one pair for all."""
+    return len(bounds) > 0 and isinstance(bounds[0], (tuple, list, np.ndarray))
+
+
+def bounds_array(bounds: Any, num_outputs: int) -> np.ndarray:
+    """Validated ``bounds`` as a [P, 2] array (one pair for all outputs repeated)."""
+    return np.broadcast_to(np.asarray(bounds, dtype=np.float64).reshape(-1, 2), (int(num_outputs), 2))
+
+
+def bound_columns(bounds: Any) -> Tuple[Any, Any]:
+    """``(lo, hi)`` of validated ``bounds``: floats for one pair, [P] arrays for one pair per output (they
+    broadcast over the columns of an [N, P] array)."""
+    if per_output(bounds):
+        values = np.asarray(bounds, dtype=np.float64)
+        return values[:, 0], values[:, 1]
+    return bounds[0], bounds[1]
 
 
 #: Largest magnitude of a person identifier given as floats: every integer up to it is exact in float64.
@@ -332,9 +388,24 @@ def validate_data_sensitivity(d: Any, bounds: Tuple[float, float]) -> float:
     return d
 
 
-def clip_outputs(Y: np.ndarray, bounds: Tuple[float, float]) -> np.ndarray:
-    """Clip private outputs to the public bounds, warning with the count (never the values)."""
-    lo, hi = bounds
+def validate_output_sensitivities(d: Any, bounds: Any, num_outputs: int = 1) -> Tuple[float, ...]:
+    """Public data sensitivity ``d_p`` of each of ``num_outputs`` outputs (:func:`validate_data_sensitivity`
+    against output p's bounds): ``d`` None (each output's width), one number for all, or [P] numbers."""
+    pairs = bounds_array(bounds, num_outputs)
+    if d is None or np.ndim(d) == 0:
+        values = [d] * len(pairs)
+    else:
+        values = list(np.asarray(d).reshape(-1)) if np.ndim(d) == 1 else []
+        if len(values) != len(pairs):
+            raise ValueError(f"data_sensitivity must be one number or one per output ({len(pairs)}), got shape "
+                             f"{list(np.shape(d))}")
+    return tuple(validate_data_sensitivity(v, (float(lo), float(hi))) for v, (lo, hi) in zip(values, pairs))
+
+
+def clip_outputs(Y: np.ndarray, bounds: Bounds) -> np.ndarray:
+    """Clip private outputs to the public bounds (per output: column p to pair p), warning with the count
+    (never the values)."""
+    lo, hi = bound_columns(bounds)
     outside = int(np.sum((Y < lo) | (Y > hi)))
     if outside:
         warnings.warn(
@@ -345,7 +416,7 @@ def clip_outputs(Y: np.ndarray, bounds: Tuple[float, float]) -> np.ndarray:
     return np.clip(Y, lo, hi)
 
 
-def clip_private_outputs(Y: Any, bounds: Tuple[float, float]) -> Any:
+def clip_private_outputs(Y: Any, bounds: Bounds) -> Any:
     """``Y`` (a tensor) clipped to the public bounds at release time; ``ValueError`` if any is not
     finite (the message carries no statistic of the outputs). Values outside warn as
     :func:`clip_outputs` does (a count, for the data owner)."""

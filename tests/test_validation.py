@@ -154,7 +154,7 @@ def bad(X=None, Y=None):
     (*bad(Y=np.where(np.arange(N)[:, None] == 2, np.nan, data()[1])), ValueError, "non-finite"),
     (*bad(Y=np.where(np.arange(N)[:, None] == 2, -np.inf, data()[1])), ValueError, "non-finite"),
     (*bad(Y=data()[1][:, 0]), ValueError, r"\[N, 1\]"),
-    (*bad(Y=np.hstack([data()[1], data()[1]])), ValueError, r"\[N, 1\]"),
+    (*bad(Y=np.stack([data()[1], data()[1]], axis=1)), ValueError, r"\[N, 1\]"),  # [N, P] is DPGPR's several outputs
     (*bad(Y=data()[1][:-1]), ValueError, "rows"),
     (*bad(X=data()[0][:, 0]), ValueError, "shape"),
     (*bad(X=np.zeros((0, 1)), Y=np.zeros((0, 1))), ValueError, "empty"),

@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from .. import pipeline
-from ..contract import PublicReadout, ReleaseTerms, dense_map, latent_terms_and_readout, readout_and_variance
+from ..contract import PublicReadout, ReleaseTerms, dense_map, latent_terms_and_readout, readout_and_variance, stacked
 from ..exceptions import HyperparameterWarning, PrivacyLeakError
 from ..pipeline import reference_coordinates
 from ..released import PrivateFunction, PrivateRelease
@@ -32,6 +32,8 @@ from ..validation import (
     as_dask_rows,
     as_inputs,
     as_outputs,
+    bound_columns,
+    bounds_array,
     clip_outputs,
     clip_private_outputs,
     is_dask_array,
@@ -40,6 +42,8 @@ from ..validation import (
     validate_data_sensitivity,
     validate_groups,
     validate_noise_variance,
+    validate_output_bounds,
+    validate_output_sensitivities,
 )
 
 __all__ = [
@@ -56,9 +60,15 @@ __all__ = [
 ]
 
 
-def prepare_private_data(data: Any, y_bounds: Any, data_sensitivity: Optional[float], noise_variance: Any = None):
+def prepare_private_data(data: Any, y_bounds: Any, data_sensitivity: Any, noise_variance: Any = None, *,
+                         several_outputs: bool = False):
     """Validate ``(X, Y)`` (and ``noise_variance``: ``validate_noise_variance``, ``TypeError`` /
-    ``ValueError``), clip ``Y`` to the public bounds; returns ``(X, Y, bounds, d)``."""
+    ``ValueError``), clip ``Y`` to the public bounds; returns ``(X, Y, bounds, d)``.
+
+    ``several_outputs``: ``Y`` may be [N, P]; ``y_bounds`` a pair or [P, 2]
+    (:func:`~dpgp_gpflow.validation.validate_output_bounds`) and ``d`` the tuple of the P per-output
+    sensitivities (``data_sensitivity`` one number or P). Otherwise ``Y`` [N, 1] (several columns:
+    ``NotImplementedError``), a pair and one ``d``, as always."""
     require_float64()
     validate_noise_variance(noise_variance)
     try:
@@ -66,10 +76,15 @@ def prepare_private_data(data: Any, y_bounds: Any, data_sensitivity: Optional[fl
     except (TypeError, ValueError) as exc:
         raise TypeError("data must be a pair (X, Y)") from exc
     X = as_inputs("X", X)
-    Y = as_outputs("Y", Y, X.shape[0])
-    bounds = validate_bounds(y_bounds)
-    d = validate_data_sensitivity(data_sensitivity, bounds)
-    return X, clip_outputs(Y, bounds), bounds, d
+    Y = as_outputs("Y", Y, X.shape[0], several=several_outputs)
+    if not several_outputs:
+        bounds = validate_bounds(y_bounds)
+        d = validate_data_sensitivity(data_sensitivity, bounds)
+        return X, clip_outputs(Y, bounds), bounds, d
+    P = int(Y.shape[1])
+    output_bounds = validate_output_bounds(y_bounds, P)
+    sensitivities = validate_output_sensitivities(data_sensitivity, output_bounds, P)
+    return X, clip_outputs(Y, output_bounds), output_bounds, sensitivities
 
 
 def split_dask_rows(data: Any) -> Tuple[Any, Any, Optional[Tuple[Any, Any]]]:
@@ -124,9 +139,10 @@ def centred_latent_terms(B: tf.Tensor) -> ReleaseTerms:
     return ReleaseTerms(B, tf.zeros([int(B.shape[0])], dtype=B.dtype))
 
 
-def public_constant_mean(bounds: Tuple[float, float]) -> gpflow.functions.Constant:
-    """The default public prior mean: the midpoint of the bounds, not trainable."""
-    mean = gpflow.functions.Constant(np.array([0.5 * (bounds[0] + bounds[1])]))
+def public_constant_mean(bounds: Any) -> gpflow.functions.Constant:
+    """The default public prior mean: the midpoint of the bounds (per output: of each output's), not trainable."""
+    pairs = bounds_array(bounds, np.size(bounds) // 2)  # [1, 2] for one pair
+    mean = gpflow.functions.Constant(0.5 * (pairs[:, 0] + pairs[:, 1]))
     gpflow.set_trainable(mean, False)
     return mean
 
@@ -353,22 +369,41 @@ class PrivateModelMixin(LeakGuardMixin):
 
     # -- public bounds and sensitivity: set once (at construction), read-only after ------------
     @property
-    def y_bounds(self) -> Tuple[float, float]:
-        """Public bounds ``(lo, hi)`` of each private output (fixed at construction)."""
+    def num_outputs(self) -> int:
+        """P: the number of private outputs per row (columns of ``Y``; public). Fixed at construction."""
+        return int(self.__dict__.get("_dp_num_outputs", 1))
+
+    def _hold_outputs(self, num_outputs: int) -> None:
+        """Keep the number of outputs per row (constructors of models taking ``Y`` [N, P] only; before the
+        bounds and the sensitivity are set)."""
+        object.__setattr__(self, "_dp_num_outputs", int(num_outputs))
+
+    @property
+    def y_bounds(self) -> Any:
+        """Public bounds ``(lo, hi)`` of each private output, or for several outputs with their own bounds
+        one pair per output (a tuple of P pairs). Fixed at construction."""
         return self._fixed("_dp_y_bounds", "y_bounds")
 
     @y_bounds.setter
     def y_bounds(self, value: Any) -> None:
-        self._set_once("_dp_y_bounds", validate_bounds(value), "y_bounds")
+        self._set_once("_dp_y_bounds", validate_output_bounds(value, self.num_outputs), "y_bounds")
 
     @property
     def data_sensitivity(self) -> float:
-        """How far one private output may move between neighbours (fixed at construction)."""
+        """How far one private output may move between neighbours (fixed at construction); with several
+        outputs the largest of :attr:`output_sensitivities`."""
         return self._fixed("_dp_data_sensitivity", "data_sensitivity")
 
     @data_sensitivity.setter
     def data_sensitivity(self, value: Any) -> None:
-        self._set_once("_dp_data_sensitivity", validate_data_sensitivity(value, self.y_bounds), "data_sensitivity")
+        sensitivities = validate_output_sensitivities(value, self.y_bounds, self.num_outputs)
+        self._set_once("_dp_output_sensitivities", sensitivities, "data_sensitivity")
+        self._set_once("_dp_data_sensitivity", max(sensitivities), "data_sensitivity")
+
+    @property
+    def output_sensitivities(self) -> Tuple[float, ...]:
+        """How far each of the P outputs of a row may move between neighbours (public; fixed at construction)."""
+        return self._fixed("_dp_output_sensitivities", "data_sensitivity")
 
     @property
     def groups(self) -> Optional[np.ndarray]:
@@ -404,17 +439,21 @@ class PrivateModelMixin(LeakGuardMixin):
         """Public bound on ``|y_i - m(x_i)|``: the bounds' farthest point from the prior mean."""
         X, _ = self.data
         m = self.mean_function(X).numpy()
-        lo, hi = self.y_bounds
+        lo, hi = bound_columns(self.y_bounds)  # per output: [P], against m's [N, P] (or [N, 1])
         return float(np.max(np.maximum(hi - m, m - lo)))
 
     def centred_outputs(self) -> tf.Tensor:
-        """PRIVATE: the outputs clipped to ``y_bounds`` minus the public prior mean, [n].
+        """PRIVATE: the outputs clipped to ``y_bounds`` minus the public prior mean, [n] (P outputs: [N P],
+        stacked output by output, :func:`~dpgp_gpflow.contract.stacked`).
 
         Clipped here, at every use, as well as at construction: ``model.data = (X, Y)`` (a GPflow
         idiom) must not bring unclipped outputs into a release.
         """
         X, Y = self.data
-        return tf.reshape(tf.constant(clip_private_outputs(Y, self.y_bounds)) - self.mean_function(X), [-1])
+        if int(Y.shape[1]) != self.num_outputs:
+            raise ValueError(f"the model was built with {self.num_outputs} output(s) per row, its data has "
+                             f"{int(Y.shape[1])}")
+        return stacked(tf.constant(clip_private_outputs(Y, self.y_bounds)) - self.mean_function(X))
 
     def check_hyperparameters_public(self, declared: bool) -> None:
         """The leak guard: unless ``declared``, raises ``PrivacyLeakError`` after the training objective

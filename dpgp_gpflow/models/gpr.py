@@ -9,7 +9,7 @@ import tensorflow as tf
 from check_shapes import check_shapes, inherit_check_shapes
 
 from .. import linalg
-from ..contract import PrivateModel, ReleaseTerms
+from ..contract import PrivateModel, ReleaseTerms, output_terms
 from ..contract import cloaking_matrix as contract_cloaking_matrix
 from ..pipeline import StandardTerms
 from .base import PrivateModelMixin, prepare_private_data, public_constant_mean
@@ -92,6 +92,13 @@ class DPGPR(PrivateModelMixin, gpflow.models.GPR):
     ``groups`` (public integers [N], default None): rows with the same value belong to one person, and
     releases protect all of a person's outputs at once, each moving by up to ``data_sensitivity``
     (docs/guides/groups.md); None: one row per person.
+
+    Several outputs (docs/guides/multi_output.md): ``Y`` [N, P] with one kernel and likelihood for all,
+    ``y_bounds`` a pair for every output or [P, 2] (clipped and centred per output: the default prior
+    mean is each output's midpoint), ``data_sensitivity`` one number or P. A row's P outputs belong to
+    one person (with ``groups``: all outputs of all of a person's rows), output p moving by up to its
+    ``d_p``; releases are of all outputs at once (``release.mean`` [k, P]), ``data_sensitivity`` is the
+    largest ``d_p`` and :attr:`output_sensitivities` holds them all.
     """
 
     def __init__(
@@ -106,7 +113,8 @@ class DPGPR(PrivateModelMixin, gpflow.models.GPR):
         hyperparameters_public: bool = False,
         groups: Any = None,
     ) -> None:
-        X, Y, bounds, d = prepare_private_data(data, y_bounds, data_sensitivity, noise_variance)
+        X, Y, bounds, d = prepare_private_data(data, y_bounds, data_sensitivity, noise_variance, several_outputs=True)
+        self._hold_outputs(Y.shape[1])
         self._hold_groups(groups, X.shape[0])
         model_made = []  # parameters made here from public information: not warned about
         if mean_function is None:
@@ -122,17 +130,22 @@ class DPGPR(PrivateModelMixin, gpflow.models.GPR):
         self._mark_private_objective()
         return super().log_marginal_likelihood()
 
-    @check_shapes("Xnew: [M, D]", "return: [M, N]")
+    @check_shapes("Xnew: [M, D]")
     def cloaking_matrix(self, Xnew: Any) -> tf.Tensor:
-        """``C`` with ``predict_f(Xnew) mean = C (Y - m(X)) + m(Xnew)``; public (no outputs used)."""
+        """``C`` [M, N] with ``predict_f(Xnew) mean = C (Y - m(X)) + m(Xnew)``; public (no outputs used).
+        With P > 1 outputs the stacked map ``I_P kron C`` [M P, N P] a release uses, as
+        :func:`dpgp_gpflow.cloaking_matrix` gives it (:func:`~dpgp_gpflow.contract.output_terms`)."""
+        if self.num_outputs > 1:
+            return super().cloaking_matrix(Xnew)
         X, _ = self.data
         return gpr_cloaking_matrix(self.kernel, X, self.likelihood.variance, tf.convert_to_tensor(Xnew, dtype=X.dtype))
 
     def release_terms(self, Xnew: tf.Tensor) -> ReleaseTerms:
-        """``C`` and the posterior variance at ``Xnew`` from one Cholesky factor; offset ``m(Xnew)``."""
+        """``C`` and the posterior variance at ``Xnew`` from one Cholesky factor; offset ``m(Xnew)``. With
+        P > 1 outputs (one ``C`` for all) the stacked terms (:func:`~dpgp_gpflow.contract.output_terms`)."""
         X, _ = self.data
         C, variance = gpr_cloaking_matrix_and_variance(self.kernel, X, self.likelihood.variance, Xnew)
-        return ReleaseTerms(C, self.mean_function(Xnew)[:, 0], variance[:, 0])
+        return output_terms(C, self.mean_function(Xnew), variance[:, 0], self.num_outputs)
 
     def split_terms(self, train: Any, test: Any) -> ReleaseTerms:
         """The GPR cloaking matrix trained on ``train`` at the inputs ``test`` (centred: offset 0)."""
