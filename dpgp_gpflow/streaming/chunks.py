@@ -15,13 +15,13 @@ never over data points.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, List, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from ..validation import require_real_dtype
+from ..validation import require_real_dtype, validate_groups
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "ChunkSource", "LocalChunks"]
+__all__ = ["DEFAULT_CHUNK_SIZE", "ChunkSource", "LocalChunks", "person_bounds", "person_starts"]
 
 #: Rows per chunk when none is given: an m x chunk block of B for m = 200 is 32 MB.
 DEFAULT_CHUNK_SIZE = 20_000
@@ -46,6 +46,15 @@ class ChunkSource:
         here): a public subsample, chosen by position only."""
         raise NotImplementedError
 
+    def chunk_bounds(self) -> List[Tuple[int, int]]:
+        """``(start, stop)`` of every chunk, in order (public)."""
+        raise NotImplementedError
+
+    def between_persons(self, starts: np.ndarray) -> "ChunkSource":
+        """The same rows in chunks that end only where a person starts (``starts``: the first row of
+        every person, then ``n``, from :func:`person_starts`), about as long as this source's (public)."""
+        raise NotImplementedError
+
 
 class LocalChunks(ChunkSource):
     """The rows of ``X`` (n x D) and ``Y`` (n x 1 or n) in chunks of ``chunk_size``, processed here in turn.
@@ -53,7 +62,8 @@ class LocalChunks(ChunkSource):
     ``X`` and ``Y`` are not copied: any row-sliceable array works (a memory map streams from disk).
     """
 
-    def __init__(self, X: Any, Y: Any, chunk_size: int = DEFAULT_CHUNK_SIZE) -> None:
+    def __init__(self, X: Any, Y: Any, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                 bounds: Optional[List[Tuple[int, int]]] = None) -> None:
         if not (isinstance(chunk_size, (int, np.integer)) and chunk_size >= 1):
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         if len(np.shape(X)) != 2 or np.shape(Y)[0] != np.shape(X)[0]:
@@ -63,14 +73,30 @@ class LocalChunks(ChunkSource):
         self.X, self.Y = X, Y
         self.n, self.input_dim = int(np.shape(X)[0]), int(np.shape(X)[1])
         self.chunk_size = int(chunk_size)
+        #: explicit ``(start, stop)`` chunks covering the rows in order (:meth:`between_persons`), or None
+        self._bounds = None if bounds is None else [(int(a), int(b)) for a, b in bounds]
+        if self._bounds is not None and ([a for a, _ in self._bounds] + [self.n] != [0] + [b for _, b in self._bounds]
+                                         or any(b <= a for a, b in self._bounds)):
+            raise ValueError("bounds must be consecutive non-empty (start, stop) chunks covering the rows in order")
 
     def every(self, step: int) -> "LocalChunks":
+        if self._bounds is not None:
+            raise NotImplementedError("a subsample of chunks cut between persons is not defined")
         return type(self)(self.X[::step], self.Y[::step], self.chunk_size)
 
     def bounds(self) -> Iterator[Tuple[int, int]]:
         """``(start, stop)`` of every chunk, in order."""
+        if self._bounds is not None:
+            yield from self._bounds
+            return
         for start in range(0, self.n, self.chunk_size):
             yield start, min(start + self.chunk_size, self.n)
+
+    def chunk_bounds(self) -> List[Tuple[int, int]]:
+        return list(self.bounds())
+
+    def between_persons(self, starts: np.ndarray) -> "LocalChunks":
+        return type(self)(self.X, self.Y, self.chunk_size, person_bounds(starts, self.chunk_size))
 
     def map_reduce(self, fn: Callable[..., Any], combine: Callable[[Any, Any], Any], *args: Any) -> Any:
         result = None
@@ -87,3 +113,38 @@ def tree_combine(parts: List[Any], combine: Callable[[Any, Any], Any]) -> Any:
     while len(parts) > 1:
         parts = [combine(parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
     return parts[0]
+
+
+def person_starts(groups: Any, num_data: int) -> np.ndarray:
+    """The first row of every person, then ``num_data`` ([persons + 1], int64), for public ``groups``
+    (:func:`~dpgp_gpflow.validation.validate_groups`) whose persons each hold consecutive rows: a
+    streamed release forms a person's corner columns within one chunk. ``ValueError`` (one line)
+    naming a person whose rows are not consecutive. Public: groups are public."""
+    ids = validate_groups(groups, num_data)
+    n = int(num_data)
+    if ids is None:
+        return np.arange(n + 1, dtype=np.int64)
+    starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if n else np.zeros(0, np.int64)
+    run_ids = ids[starts]
+    order = np.argsort(run_ids, kind="stable")
+    repeated = order[1:][run_ids[order][1:] == run_ids[order][:-1]]
+    if repeated.size:
+        row = int(starts[repeated.min()])
+        raise ValueError(f"a streamed release needs each person's rows consecutive, but person {ids[row]} "
+                         f"appears again at row {row}: sort the rows by groups first")
+    return np.r_[starts, n].astype(np.int64)
+
+
+def person_bounds(starts: np.ndarray, chunk_size: int) -> List[Tuple[int, int]]:
+    """``(start, stop)`` chunks of about ``chunk_size`` rows that end only where a person starts
+    (``starts`` from :func:`person_starts`): each chunk ends at the last person start within
+    ``chunk_size`` rows, or after its first person if that one is longer. Loops over chunks. Public."""
+    starts = np.asarray(starts, dtype=np.int64)
+    n = int(starts[-1])
+    bounds, start = [], 0
+    while start < n:
+        i = int(np.searchsorted(starts, start + int(chunk_size), side="right")) - 1  # last start <= start + size
+        stop = int(starts[i]) if starts[i] > start else int(starts[np.searchsorted(starts, start, side="right")])
+        bounds.append((start, stop))
+        start = stop
+    return bounds

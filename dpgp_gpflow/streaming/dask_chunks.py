@@ -15,12 +15,12 @@ anything is computed from them); the noise is drawn once, on the client, by
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 
 from ..validation import as_dask_rows
-from .chunks import ChunkSource, tree_combine
+from .chunks import ChunkSource, person_bounds, tree_combine
 
 try:  # Dask is an optional extra: without it this module imports, and DaskChunks says how to install it
     import dask
@@ -55,9 +55,22 @@ class DaskChunks(ChunkSource):
     def every(self, step: int) -> "DaskChunks":
         return DaskChunks(self.X[::step], self.Y[::step], client=self.client)
 
+    def chunk_bounds(self) -> List[Tuple[int, int]]:
+        return [(int(s), int(s + c)) for s, c in zip(self.starts, self.X.chunks[0])]
+
+    def between_persons(self, starts: np.ndarray) -> "DaskChunks":
+        """The rows rechunked so that every chunk ends where a person starts, each about as long as the
+        longest current chunk (public: from the groups and the chunking only)."""
+        bounds = person_bounds(starts, max(self.X.chunks[0]) if self.n else 1)
+        if bounds == self.chunk_bounds():
+            return self
+        sizes = tuple(b - a for a, b in bounds)
+        return DaskChunks(self.X.rechunk({0: sizes}), self.Y.rechunk({0: sizes}), client=self.client)
+
     def map_reduce(self, fn: Callable[..., Any], combine: Callable[[Any, Any], Any], *args: Any) -> Any:
         xs, ys = self.X.to_delayed().ravel(), self.Y.to_delayed().ravel()
-        shared = [dask.delayed(a) if isinstance(a, (np.ndarray, dict, list)) else a for a in args]
+        shared = [dask.delayed(a) if isinstance(a, (np.ndarray, dict, list)) or getattr(a, "shared_on_dask", False)
+                  else a for a in args]
         parts = [dask.delayed(_on_block)(fn, x, y, int(s), *shared) for x, y, s in zip(xs, ys, self.starts)]
         total = tree_combine(parts, dask.delayed(combine))
         if self.client is not None:

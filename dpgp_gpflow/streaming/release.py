@@ -17,6 +17,7 @@ neighbours. The chunking is public. The noise is drawn once, here, from :mod:`dp
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Dict, Optional
 
@@ -30,11 +31,12 @@ from ..cloaking.rank import bias_rounding, projection_bias
 from ..contract import check_release_hyperparameters
 from ..pipeline import reference_coordinates
 from ..mechanisms import check_noise_condition, draw_and_spend, release_request, safe_sensitivity
-from ..neighbours import refuse_groups
+from ..neighbours import model_outputs, refuse_groups, relation
 from ..released import PrivateFunction, PrivatePrediction
-from ..validation import as_inputs, require_float64
-from .chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks
+from ..validation import as_inputs, require_float64, validate_groups
+from .chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks, person_starts
 from .dask_chunks import DaskChunks
+from .persons import ChunkPersons
 from .solver import (
     StreamedMap,
     column_spaces,
@@ -79,7 +81,10 @@ def streamed_map(model: Any, source: Optional[ChunkSource] = None, *, chunk_size
     ``source``: where the rows live (default: the model's Dask rows in their own chunks, on the active
     Dask client's cluster if any; or ``model.data`` in chunks of ``chunk_size``).
     ``reference_inputs``: None for the training inputs when ``model.reference_training_inputs`` (as
-    the in-memory release), ``False`` for the latents themselves, or public inputs. Public.
+    the in-memory release), ``False`` for the latents themselves, or public inputs.
+    With the model's public ``groups`` (persons; each person's rows consecutive, else ``ValueError``)
+    the chunks are recut to end where a person starts, and the map carries the persons' neighbour map
+    (:class:`~dpgp_gpflow.streaming.persons.ChunkPersons`). Public.
     """
     terms = ChunkTerms.from_model(model)
     if source is None and model.dask_rows is not None:
@@ -89,6 +94,11 @@ def streamed_map(model: Any, source: Optional[ChunkSource] = None, *, chunk_size
         source = LocalChunks(X.numpy(), Y.numpy(), chunk_size)
     if source.input_dim != terms.Z.shape[1]:
         raise ValueError(f"the chunks have {source.input_dim} input columns, the model {terms.Z.shape[1]}")
+    persons = None
+    ids = _streamed_groups(model, source.n)
+    if ids is not None:  # public: the chunks are recut between persons from the groups alone
+        source = source.between_persons(person_starts(ids, source.n))
+        persons = ChunkPersons(ids, source.chunk_bounds())
     L = terms.kuu_cholesky()
     sums = source.map_inputs(_summary_chunk, add_summaries, terms, L)
     training = reference_inputs is None and bool(getattr(model, "reference_training_inputs", True))
@@ -97,7 +107,17 @@ def streamed_map(model: Any, source: Optional[ChunkSource] = None, *, chunk_size
         Xref = tf.constant(as_inputs("reference_inputs", reference_inputs, int(terms.Z.shape[1])))
         factors = Factors(factors.L, factors.LB, reference_coordinates(terms.readout(factors).readout(Xref)))
     object.__setattr__(terms, "output_bound", float(sums["output_bound"]))
-    return StreamedMap(source, terms, factors)
+    return StreamedMap(source, terms, factors, persons)
+
+
+def _streamed_groups(model: Any, n: int):
+    """The model's public person identifiers ([n]) for a streamed release, or None (one row per person).
+    Refuses (``NotImplementedError``) what streaming does not support: several outputs per row, and
+    groups on a classifier."""
+    if model_outputs(model) > 1 or (getattr(model, "groups", None) is not None
+                                    and getattr(model, "classifier_latent", False)):
+        refuse_groups(model, "the streamed release")
+    return validate_groups(getattr(model, "groups", None), n)
 
 
 def release_function(
@@ -134,7 +154,10 @@ def release_function(
     request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed)  # once
     epsilon, delta, multiplier, seed = request.epsilon, request.delta, request.multiplier, request.seed
     ChunkTerms.from_model(model)  # the supported models only, before anything else
-    refuse_groups(model, "the streamed release")
+    rows = _num_rows(model, source)
+    ids = _streamed_groups(model, rows)  # refusals before anything is reserved
+    if ids is not None:
+        person_starts(ids, rows)  # each person's rows consecutive (else one line, nothing spent)
     check_release_hyperparameters(model, hyperparameters_public)
     rtols = candidate_rtols(objective, rtol)
     stats = {} if stats is None else stats
@@ -171,8 +194,19 @@ def release_function(
             rank=int(basis.shape[1]), rtol=space.rtol, bias_bound=bias_bound, y_bounds=tuple(model.y_bounds))
     finally:
         reservation.close()
+    if cmap.persons is not None:  # record the relation protected, as the in-memory release does
+        rel = dataclasses.replace(rel, neighbours=relation(model))
     function_type = getattr(model, "function_type", PrivateFunction)
     return function_type(rel, cmap.terms.readout(cmap.factors), cmap.factors.R)
+
+
+def _num_rows(model: Any, source: Optional[ChunkSource]) -> int:
+    """The number of training rows (the source's, the model's Dask rows' or its data's)."""
+    if source is not None:
+        return int(source.n)
+    if getattr(model, "dask_rows", None) is not None:
+        return int(model.dask_rows[0].shape[0])
+    return int(model.data[0].shape[0])
 
 
 def _choose_space(cmap: StreamedMap, rtols, multiplier: float, d: float, b: float):

@@ -45,6 +45,7 @@ from ..cloaking.working_set import DUPLICATE_RTOL
 from ..mechanisms.cloaking import WHITENING_SLACK, check_whitened_shift, shift_bound_of_norms
 from ..sampling import GRID_EXPONENT, gaussian_grid_factor
 from .chunks import ChunkSource
+from .persons import ChunkPersons, person_columns
 from .terms import ChunkTerms, Factors
 
 __all__ = [
@@ -80,12 +81,25 @@ class StreamedMap(NamedTuple):
     source: ChunkSource
     terms: ChunkTerms
     factors: Factors
+    #: the persons' neighbour map chunk by chunk (``groups=``), or None: one row per person
+    persons: Optional[ChunkPersons] = None
+
+    @property
+    def num_columns(self) -> int:
+        """The number of the optimiser's columns: ``n`` rows, or the persons' ``N_c`` corner columns."""
+        return self.source.n if self.persons is None else self.persons.count
 
 
 def _columns(X: np.ndarray, terms: ChunkTerms, factors: Factors, T: Optional[np.ndarray] = None) -> tf.Tensor:
     if T is None:
         return terms.columns(X, factors)  # [m, c]
     return terms.transformed_columns(X, factors, T)  # [r, c]
+
+
+def _corner_columns(X, start, terms, factors, T, persons) -> Tuple[tf.Tensor, int]:
+    """The chunk's optimiser columns ``T C[:, chunk] A_chunk`` (``T C[:, chunk]`` per row) and the global
+    index of the first."""
+    return person_columns(_columns(X, terms, factors, T), start, persons)
 
 
 # -- column space -------------------------------------------------------------------------------
@@ -123,14 +137,16 @@ def column_spaces(cmap: StreamedMap, rtols) -> List[ColumnSpace]:
     return spaces
 
 
-def _projection_chunk(X, start, terms, factors, widest, ranks):
+def _projection_chunk(X, start, terms, factors, widest, ranks, persons=None):
     C = _columns(X, terms, factors)
     coords = tf.linalg.matmul(widest, C, transpose_a=True)  # [r_max, c]: the spaces are nested
+    corners = person_columns(coords, start, persons)[0]  # [r_max, c_A]: coordinates of C A
     out = []
     for r in ranks:
         P = tf.linalg.matmul(widest[:, :r], coords[:r])
-        out.append((tf.reduce_sum(tf.abs(C - P), axis=1).numpy(), tf.reduce_max(tf.abs(P), axis=1).numpy()))
-    return out, tf.reduce_max(tf.abs(coords), axis=1).numpy()
+        PA = P if persons is None else tf.linalg.matmul(widest[:, :r], corners[:r])  # the floor: max |P A|
+        out.append((tf.reduce_sum(tf.abs(C - P), axis=1).numpy(), tf.reduce_max(tf.abs(PA), axis=1).numpy()))
+    return out, tf.reduce_max(tf.abs(corners), axis=1).numpy()
 
 
 def _projection_combine(a, b):
@@ -140,10 +156,12 @@ def _projection_combine(a, b):
 def projection_rows(cmap: StreamedMap, spaces: List[ColumnSpace]) -> Tuple[List[Tuple[np.ndarray, np.ndarray]], np.ndarray]:
     """:func:`dpgp_gpflow.cloaking.projection_rows` for every space, in one pass over the chunks; and
     ``max_i |u_j^T C_i|`` for every direction ``u_j`` of the widest space (the spaces are nested: the
-    first r directions of the widest), from which the optimiser's duplicate keys are scaled. Public."""
+    first r directions of the widest), from which the optimiser's duplicate keys are scaled. With
+    persons (``cmap.persons``) the floor and the coordinates' maxima are over the columns of ``C A``
+    (``max |P A|``), the l1 bias over ``C`` itself. Public."""
     widest = max(spaces, key=lambda sp: int(sp.basis.shape[1])).basis
     return cmap.source.map_inputs(_projection_chunk, _projection_combine, cmap.terms, cmap.factors, widest,
-                                  [int(sp.basis.shape[1]) for sp in spaces])
+                                  [int(sp.basis.shape[1]) for sp in spaces], cmap.persons)
 
 
 # -- the noise optimiser: the columns as a provider of the one working-set loop ----------------------
@@ -172,8 +190,8 @@ def _excluded_mask(start: int, c: int, excluded: np.ndarray) -> np.ndarray:
     return ~np.isin(idx, excluded, assume_unique=True) if excluded.size else np.ones(c, dtype=bool)
 
 
-def _gram_chunk(X, start, terms, factors, T, excluded):
-    V = _columns(X, terms, factors, T)
+def _gram_chunk(X, start, terms, factors, T, persons, excluded):
+    V, start = _corner_columns(X, start, terms, factors, T, persons)
     keep = _excluded_mask(start, int(V.shape[1]), excluded)
     Vk = tf.boolean_mask(V, keep, axis=1)
     return {"G": tf.linalg.matmul(Vk, Vk, transpose_b=True).numpy(), "rowmax": tf.reduce_max(tf.abs(V), axis=1).numpy()}
@@ -183,8 +201,8 @@ def _gram_combine(a, b):
     return {"G": a["G"] + b["G"], "rowmax": np.maximum(a["rowmax"], b["rowmax"])}
 
 
-def _select_chunk(X, start, terms, factors, T, excluded, G, k_lev, k_norm):
-    V = _columns(X, terms, factors, T)
+def _select_chunk(X, start, terms, factors, T, persons, excluded, G, k_lev, k_norm):
+    V, start = _corner_columns(X, start, terms, factors, T, persons)
     c = int(V.shape[1])
     idx = np.arange(start, start + c)
     keep = _excluded_mask(start, c, excluded)
@@ -200,8 +218,8 @@ def _select_combine(k_lev, k_norm):
     return lambda a, b: (_top(_cat(a[0], b[0]), k_lev), _top(_cat(a[1], b[1]), k_norm))
 
 
-def _violators_chunk(X, start, terms, factors, T, excluded, eigvecs, inv_scale, keep, k):
-    V = _columns(X, terms, factors, T)
+def _violators_chunk(X, start, terms, factors, T, persons, excluded, eigvecs, inv_scale, keep, k):
+    V, start = _corner_columns(X, start, terms, factors, T, persons)
     c = int(V.shape[1])
     idx = np.arange(start, start + c)
     P = tf.linalg.matmul(tf.constant(eigvecs), V, transpose_a=True)
@@ -218,10 +236,10 @@ def _violators_combine(k):
     return lambda a, b: (max(a[0], b[0]), _top(_cat(a[1], b[1]), k))
 
 
-def _gather_chunk(X, start, terms, factors, T, wanted, rowmax=None):
+def _gather_chunk(X, start, terms, factors, T, persons, wanted, rowmax=None):
     """The columns ``wanted`` (sorted global indices) in this chunk; with ``rowmax``, also every
     column's duplicate hash (one pass for both)."""
-    V = _columns(X, terms, factors, T)
+    V, start = _corner_columns(X, start, terms, factors, T, persons)
     c = int(V.shape[1])
     sel = wanted[(wanted >= start) & (wanted < start + c)]
     hashes = (column_hashes(V, tf.constant(rowmax), tf.constant(DUPLICATE_RTOL, tf.float64)).numpy()
@@ -236,28 +254,31 @@ def _gather_combine(a, b):
 class StreamedColumns:
     """The vectors ``T C_i`` (r x n, never formed) as a :class:`~dpgp_gpflow.cloaking.ColumnProvider`:
     every pass is a reduction over the chunks of ``cmap`` (local or Dask), holding one chunk's columns
-    at a time. The columns ``excluded`` (sorted global indices: duplicates of earlier ones) take no part.
+    at a time. With persons (``cmap.persons``) the vectors are the corner columns ``T C A_j`` (r x N_c),
+    each chunk forming those of its own persons; indices are then global corner-column indices. The
+    columns ``excluded`` (sorted global indices: duplicates of earlier ones) take no part.
     Called eagerly, so the working-set loop runs as a Python loop over these passes. Public."""
 
     def __init__(self, cmap: StreamedMap, T: np.ndarray, excluded: np.ndarray, stats: Dict[str, Any]) -> None:
         self.cmap, self.T, self.excluded, self.stats = cmap, T, excluded, stats
 
     def _map(self, chunk, combine, *args):
-        return self.cmap.source.map_inputs(chunk, combine, self.cmap.terms, self.cmap.factors, self.T, *args)
+        return self.cmap.source.map_inputs(chunk, combine, self.cmap.terms, self.cmap.factors, self.T,
+                                           self.cmap.persons, *args)
 
     def count(self) -> tf.Tensor:
-        return tf.constant(self.cmap.source.n - int(self.excluded.size), tf.int32)
+        return tf.constant(self.cmap.num_columns - int(self.excluded.size), tf.int32)
 
     def gather(self, wanted: np.ndarray, rowmax: Optional[np.ndarray] = None):
         """The columns ``wanted`` (sorted global indices) and, with ``rowmax``, every column's duplicate hash."""
         return self._map(_gather_chunk, _gather_combine, wanted, rowmax)
 
     def start(self, rank) -> Tuple[tf.Tensor, tf.Tensor]:
-        """:meth:`ColumnProvider.start`. The r pivoted columns are chosen among the largest columns and
+        """:meth:`~dpgp_gpflow.cloaking.ColumnProvider.start`. The r pivoted columns are chosen among the largest columns and
         those of largest leverage, with more candidates (up to ``PIVOT_CANDIDATES_MAX``) until the last
         pivot's residual exceeds every other column's norm, which makes the choice that of all columns
         (reported in ``stats["pivots_exact"]``)."""
-        r, n = int(rank), self.cmap.source.n
+        r, n = int(rank), self.cmap.num_columns
         if n - int(self.excluded.size) <= working_set.DENSE_POINTS:
             idx, cols, _ = self.gather(np.setdiff1d(np.arange(n), self.excluded))
             return tf.constant(idx, tf.int32), tf.constant(cols)
@@ -305,13 +326,13 @@ def optimise_noise_covariance(cmap: StreamedMap, T: np.ndarray, objective: str, 
     was exact. Public.
     """
     stats = {} if stats is None else stats
-    n, r = cmap.source.n, int(T.shape[0])
+    n, r = cmap.num_columns, int(T.shape[0])
     every = StreamedColumns(cmap, T, np.zeros(0, dtype=int), stats)
     if rowmax is None:
         rowmax = every._map(_gram_chunk, _gram_combine, np.zeros(0, int))["rowmax"]
     usable = bool(np.all(np.isfinite(rowmax)) and np.all(rowmax > 0.0))
     start, steps, wanted = None, 0, np.zeros(0, dtype=int)
-    if n > COARSE_FACTOR * COARSE_ROWS:  # grow the working set on a public subsample first
+    if n > COARSE_FACTOR * COARSE_ROWS and cmap.persons is None:  # grow the working set on a public subsample first
         step = min(COARSE_STEP, n // COARSE_ROWS)  # one level per factor COARSE_STEP, down to COARSE_ROWS
         coarse = optimise_noise_covariance(cmap._replace(source=cmap.source.every(step)), T, objective, tol=tol,
                                            max_iter=max_iter, stats=stats.setdefault("coarse", {}))
@@ -354,11 +375,13 @@ def _duplicates(hashes: np.ndarray, n: int) -> np.ndarray:
 # -- sensitivity and the whitened query ----------------------------------------------------------
 
 
-def _sensitivity_chunk(X, start, terms, factors, basis, factor_scaled, scale, factor_u):
-    V = _columns(X, terms, factors, basis.T)  # [r, c]: unscaled sensitivity vectors
-    norm2 = cloaking.max_mahalanobis_norm2(tf.constant(factor_scaled), V * tf.constant(scale)[:, None])
-    W = tf.norm(linalg.solve(factor_u, V), axis=0).numpy()
-    return float(norm2), float(W.max()), math.fsum(W)
+def _sensitivity_chunk(X, start, terms, factors, basis, factor_scaled, scale, factor_u, persons=None):
+    V = _columns(X, terms, factors, basis.T)  # [r, c]: basis^T C, per row
+    VA = person_columns(V, start, persons)[0]  # [r, c_A]: unscaled sensitivity vectors (basis^T C A)
+    norm2 = cloaking.max_mahalanobis_norm2(tf.constant(factor_scaled), VA * tf.constant(scale)[:, None])
+    W = linalg.solve(factor_u, V)  # [r, c]
+    WA = tf.norm(person_columns(W, start, persons)[0], axis=0).numpy()  # ||W A_j||
+    return float(norm2), float(WA.max()), math.fsum(tf.norm(W, axis=0).numpy())
 
 
 def _sensitivity_combine(a, b):
@@ -368,17 +391,20 @@ def _sensitivity_combine(a, b):
 def sensitivities(cmap: StreamedMap, basis: np.ndarray, factor_scaled: np.ndarray, scale: np.ndarray,
                   factor_u: np.ndarray) -> Tuple[float, float, float]:
     """``max_i ||F_s^{-1} v_i||^2`` over the scaled vectors (for :func:`~dpgp_gpflow.cloaking.mahalanobis_sensitivity`),
-    and ``max_i ||w_i||`` and ``sum_i ||w_i||`` of ``W = F_u^{-1} V`` (for the exact sampler). Public."""
+    and ``max_i ||w_i||`` and ``sum_i ||w_i||`` of ``W = F_u^{-1} V`` (for the exact sampler). With persons
+    (``cmap.persons``) the two maxima are over the corner columns (``V A``, ``W A``), the sum over the
+    rows' ``w_i`` (the rounding of ``W y``). Public."""
     return cmap.source.map_inputs(_sensitivity_chunk, _sensitivity_combine, cmap.terms, cmap.factors, basis,
-                                  factor_scaled, scale, factor_u)
+                                  factor_scaled, scale, factor_u, cmap.persons)
 
 
-def _query_chunk(X, Y, start, terms, factors, basis, factor_u, divisor):
+def _query_chunk(X, Y, start, terms, factors, basis, factor_u, divisor, persons=None):
     V = _columns(X, terms, factors, basis.T)
     W = linalg.solve(factor_u, V) / divisor  # [r, c]
     norms = tf.norm(W, axis=0).numpy()
+    largest = norms if persons is None else tf.norm(person_columns(W, start, persons)[0], axis=0).numpy()
     y = terms.centred_outputs(X, Y)  # PRIVATE, clipped before use
-    return float(norms.max()), math.fsum(norms), tf.linalg.matvec(W, tf.constant(y)).numpy()
+    return float(largest.max()), math.fsum(norms), tf.linalg.matvec(W, tf.constant(y)).numpy()
 
 
 def _query_combine(a, b):
@@ -393,7 +419,8 @@ def whitened_query(cmap: StreamedMap, basis: np.ndarray, factor_u: np.ndarray, n
     ``whitened_norms``: ``max_i ||w_i||`` and ``sum_i ||w_i||`` from :func:`sensitivities`. PRIVATE result ``z`` (r numbers): the only thing computed from the outputs; everything else is
     public. The shift bound ``d max_i ||w_i|| + 2 gamma_n b sum_i ||w_i||`` holds for any summation
     order, chunked or not; it is recomputed from the rescaled matrix actually used and the release is
-    refused if it exceeds ``1 / (s K)``.
+    refused if it exceeds ``1 / (s K)``. With persons (``cmap.persons``) its first term is
+    ``d max_j ||W A_j||`` over the corner columns; the rounding term stays over the n rows.
     """
     n, r = cmap.source.n, int(basis.shape[1])
     d, b = float(data_sensitivity), float(output_bound)
@@ -405,6 +432,6 @@ def whitened_query(cmap: StreamedMap, basis: np.ndarray, factor_u: np.ndarray, n
     sensitivity = max(float(noise_sensitivity), shift_bound(largest, total)) * gaussian_grid_factor(multiplier, r) \
         * WHITENING_SLACK
     largest, total, z = cmap.source.map_reduce(_query_chunk, _query_combine, cmap.terms, cmap.factors, basis,
-                                               factor_u, multiplier * sensitivity)
+                                               factor_u, multiplier * sensitivity, cmap.persons)
     check_whitened_shift(shift_bound(largest, total) + math.sqrt(r) * 2.0**GRID_EXPONENT, multiplier)
     return sensitivity, z

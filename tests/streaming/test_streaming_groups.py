@@ -1,0 +1,130 @@
+"""Streamed releases with groups= (persons) equal the in-memory grouped releases (same seed), locally and on
+Dask; groups=None is unchanged; persons whose rows are not consecutive are refused."""
+
+from __future__ import annotations
+
+import gpflow
+import numpy as np
+import pytest
+
+from dpgp_gpflow import sampling, streaming
+from dpgp_gpflow.accounting import PrivacyAccountant
+from dpgp_gpflow.models import DPGPRFITC, DPSGPR
+from dpgp_gpflow.neighbours import MAX_CORNER_ROWS, group_neighbours
+from dpgp_gpflow.streaming import LocalChunks
+from dpgp_gpflow.streaming.chunks import person_bounds, person_starts
+from dpgp_gpflow.streaming.persons import ChunkPersons
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def _persons(n, seed=1, largest=6):
+    """Consecutive persons of 1..largest rows (some above MAX_CORNER_ROWS: the bound's columns)."""
+    sizes = np.random.default_rng(seed).integers(1, largest + 1, n)
+    return np.repeat(np.arange(n) * 7 + 3, sizes)[:n]  # identifiers need not be 0..P-1
+
+
+def _model(cls, n, m, groups, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0, 10, (n, 1))
+    Y = np.sin(X) + 0.3 * rng.standard_normal((n, 1))
+    Z = np.linspace(0, 10, m)[:, None]
+    return cls((X, Y), gpflow.kernels.SquaredExponential(lengthscales=1.0), Z, noise_variance=0.1, y_bounds=(-2, 2),
+               groups=groups)
+
+
+def _same_release(a, b, rtol=1e-6):
+    assert a.rank == b.rank
+    np.testing.assert_allclose(b.noise_std, a.noise_std, rtol=rtol)
+    xi, _ = sampling.standard_normal(a.rank, 3)  # compare the mean before noise (eigenvector signs may differ)
+    before_a, before_b = a.mean - a.noise_factor @ xi, b.mean - b.noise_factor @ xi
+    np.testing.assert_allclose(before_b, before_a, rtol=0, atol=rtol * np.max(np.abs(a.mean)))
+    cov_a, cov_b = a.noise_factor @ a.noise_factor.T, b.noise_factor @ b.noise_factor.T
+    np.testing.assert_allclose(cov_b, cov_a, rtol=0, atol=rtol * np.max(np.abs(cov_a)))
+    assert b.sensitivity == pytest.approx(a.sensitivity, rel=1e-9)
+    assert b.neighbours == a.neighbours
+
+
+def test_chunk_boundaries_fall_between_persons_and_the_chunks_corners_are_the_neighbour_map():
+    ids = _persons(300)
+    starts = person_starts(ids, ids.size)
+    np.testing.assert_array_equal(starts[:-1], np.flatnonzero(np.r_[True, np.diff(ids) != 0]))
+    bounds = person_bounds(starts, 10)
+    assert bounds[0][0] == 0 and bounds[-1][1] == ids.size
+    assert all(a < b == c for (a, b), (c, _) in zip(bounds, bounds[1:] + [(ids.size, 0)]))
+    assert all(ids[b - 1] != ids[b] for _, b in bounds[:-1])  # never inside a person
+    assert max(b - a for a, b in bounds) <= 10
+    assert person_bounds(person_starts([0, 0, 0, 0, 0, 1], 6), 2) == [(0, 5), (5, 6)]  # a person longer than a chunk
+    # the chunks' blocks of A, side by side, hold exactly the columns of the in-memory map (in another order)
+    persons = ChunkPersons(ids, bounds)
+    whole = group_neighbours(ids, ids.size).matrix().toarray()
+    blocks = np.zeros((ids.size, persons.count))
+    for a, b in bounds:
+        block = persons.block(a, b)
+        dense = np.eye(b - a) if block is None else block.matrix().toarray()
+        blocks[a:b, persons.offset(a):persons.offset(a) + dense.shape[1]] = dense
+    assert persons.count == whole.shape[1]
+    np.testing.assert_array_equal(np.unique(blocks.T, axis=0), np.unique(whole.T, axis=0))
+    assert np.unique(ids, return_counts=True)[1].max() > MAX_CORNER_ROWS  # the bound's columns are exercised
+
+
+@pytest.mark.parametrize("cls, objective", [(DPGPRFITC, "mse"), (DPSGPR, "mse"), (DPSGPR, "entropy")])
+def test_streamed_grouped_release_equals_the_in_memory_grouped_release(cls, objective):
+    model = _model(cls, 600, 16, _persons(600))
+    f_mem = model.release_function(epsilon=1.0, delta=1e-3, seed=3, objective=objective)
+    f_str = streaming.release_function(model, epsilon=1.0, delta=1e-3, seed=3, objective=objective, chunk_size=97)
+    _same_release(f_mem.release, f_str.release)
+    assert f_str.release.neighbours.startswith("person")
+    # a streamed release that ignored the persons (the per-row one) adds far less noise: it would be wrong
+    per_row = streaming.release_function(_model(cls, 600, 16, None), epsilon=1.0, delta=1e-3, seed=3,
+                                         objective=objective, chunk_size=97)
+    assert np.all(f_str.release.noise_std > 2.0 * per_row.release.noise_std)
+
+
+def test_groups_none_and_one_row_per_person_stream_the_per_row_release_bit_for_bit():
+    per_row = _model(DPSGPR, 500, 12, None)
+    singletons = _model(DPSGPR, 500, 12, np.arange(500)[::-1])
+    a = streaming.release_function(per_row, epsilon=1.0, delta=1e-3, seed=3, chunk_size=120).release
+    b = streaming.release_function(singletons, epsilon=1.0, delta=1e-3, seed=3, chunk_size=120).release
+    for field in ("mean", "noise_std", "noise_factor"):
+        np.testing.assert_array_equal(getattr(b, field), getattr(a, field))
+    assert a.sensitivity == b.sensitivity and a.neighbours is None and b.neighbours == "row"
+
+
+def test_persons_whose_rows_are_not_consecutive_are_refused_in_one_line_before_anything_is_spent():
+    ids = _persons(200)
+    ids[[10, 150]] = ids[[150, 10]]
+    model = _model(DPSGPR, 200, 8, ids)
+    accountant = PrivacyAccountant(epsilon=5.0, delta=1e-2)
+    with pytest.raises(ValueError, match=r"consecutive.*sort the rows by groups") as info:
+        streaming.release_function(model, epsilon=1.0, delta=1e-3, accountant=accountant, chunk_size=50)
+    assert "\n" not in str(info.value)
+    assert accountant.spent[0] == 0.0
+
+
+def test_a_given_local_source_is_recut_between_persons():
+    ids = _persons(400, seed=4)
+    model = _model(DPGPRFITC, 400, 12, ids)
+    X, Y = (t.numpy() for t in model.data)
+    f_mem = model.release_function(epsilon=1.0, delta=1e-3, seed=3)
+    f_str = streaming.release_function(model, epsilon=1.0, delta=1e-3, seed=3, source=LocalChunks(X, Y, 33))
+    _same_release(f_mem.release, f_str.release)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cls", [DPGPRFITC, DPSGPR])
+def test_the_dask_release_with_groups_equals_the_in_memory_grouped_release(cls):
+    da = pytest.importorskip("dask.array")
+    distributed = pytest.importorskip("distributed")
+    from dpgp_gpflow.distributed import DaskChunks
+
+    model = _model(cls, 800, 16, _persons(800, seed=2))
+    X, Y = (t.numpy() for t in model.data)
+    f_mem = model.release_function(epsilon=1.0, delta=1e-3, seed=3)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        source = DaskChunks(da.from_array(X, chunks=(150, 1)), da.from_array(Y, chunks=(150, 1)), client=client)
+        recut = source.between_persons(person_starts(model.groups, 800))
+        assert all(model.groups[b - 1] != model.groups[b] for _, b in recut.chunk_bounds()[:-1])
+        f_str = streaming.release_function(model, epsilon=1.0, delta=1e-3, seed=3, source=source)
+    _same_release(f_mem.release, f_str.release)
