@@ -316,7 +316,8 @@ def optimise_noise_covariance(cmap: StreamedMap, T: np.ndarray, objective: str, 
     the same loop and certificate (:func:`dpgp_gpflow.cloaking.working_set.solve_noise`) over
     :class:`StreamedColumns`. Only *where* the loop starts is the streamed release's own: above
     ``COARSE_FACTOR * COARSE_ROWS`` columns, from the solution on a public subsample (every k-th row,
-    recursively); and duplicates are found by one pass of 64-bit hashes
+    recursively; not with persons, whose corner columns a row subsample does not give: a cold start);
+    and duplicates are found by one pass of 64-bit hashes
     (:func:`~dpgp_gpflow.cloaking.column_hashes`).
 
     ``T`` (r x m) is public: the scaled basis of the chosen column space. ``rowmax``: ``max_i |T C_i|``
