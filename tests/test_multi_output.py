@@ -443,3 +443,33 @@ def test_the_card_records_the_neighbouring_relation(saved):
     assert plain.release(Xs, epsilon=EPS, delta=DELTA).release_card()["neighbours"] == "row"
     assert "outputs" not in plain.release(Xs, epsilon=EPS, delta=DELTA).release_card()
     assert saved[0].release_card()["neighbours"] == "row (3 outputs)"
+
+
+def test_coregionalisation_on_stacked_inputs_with_groups_protects_every_rows_outputs():
+    """GPflow's Coregion kernel on inputs stacked with an output-index column (P = 1 for the model), with
+    ``groups`` the original row: brute force over both outputs of every original row against a NumPy
+    cloaking matrix of the stacked problem; the same release without groups fails it."""
+    P, n = 2, 15
+    rng = np.random.default_rng(4)
+    x = rng.uniform(0.0, 10.0, (n, 1))
+    Y = np.hstack([np.sin(x), 0.8 * np.sin(x) + 0.2 * np.cos(x)]) * 0.5 + 0.5  # both on [0, 1]
+    X_aug = np.vstack([np.hstack([x, np.full((n, 1), p)]) for p in range(P)])
+    Xs_aug = np.vstack([np.hstack([np.linspace(0, 10, 6)[:, None], np.full((6, 1), p)]) for p in range(P)])
+    row = np.tile(np.arange(n), P)
+
+    def coregionalised(**kw):
+        coregion = gpflow.kernels.Coregion(output_dim=P, rank=1, active_dims=[1])
+        coregion.W.assign([[1.0], [0.8]])
+        kern = gpflow.kernels.SquaredExponential(variance=0.2, lengthscales=1.5, active_dims=[0]) * coregion
+        return DPGPR((X_aug, Y.T.reshape(-1, 1)), kern, y_bounds=(0.0, 1.0), noise_variance=0.01,
+                     hyperparameters_public=True, **kw), kern
+
+    grouped, kern = coregionalised(groups=row)
+    C = gpr_reference(lambda A, B: kern(A, B).numpy(), X_aug, np.zeros(2 * n), Xs_aug, 0.01)[2]
+    rel = grouped.release(Xs_aug, epsilon=EPS, delta=DELTA)
+    shifts, _ = auditing.person_shifts(C, row, 1.0, interior=20)
+    audit = auditing.audit_exact(rel, shifts @ range_projector(rel.noise_factor).T)
+    assert audit.passed and audit.mu_ratio > 0.98, audit.failures
+    assert dp.audit(rel, grouped, Xs_aug).passed
+    per_entry = coregionalised()[0].release(Xs_aug, epsilon=EPS, delta=DELTA)
+    assert not auditing.audit_exact(per_entry, shifts @ range_projector(per_entry.noise_factor).T).passed
