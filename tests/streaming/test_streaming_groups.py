@@ -7,6 +7,7 @@ import gpflow
 import numpy as np
 import pytest
 
+import dpgp_gpflow as dp
 from dpgp_gpflow import sampling, streaming
 from dpgp_gpflow.accounting import PrivacyAccountant
 from dpgp_gpflow.models import DPGPRFITC, DPSGPR
@@ -79,6 +80,7 @@ def test_streamed_grouped_release_equals_the_in_memory_grouped_release(cls, obje
     per_row = streaming.release_function(_model(cls, 600, 16, None), epsilon=1.0, delta=1e-3, seed=3,
                                          objective=objective, chunk_size=97)
     assert np.all(f_str.release.noise_std > 2.0 * per_row.release.noise_std)
+    assert dp.audit(f_str, model).passed and not dp.audit(per_row, model).passed  # the audit reads the groups
 
 
 def test_groups_none_and_one_row_per_person_stream_the_per_row_release_bit_for_bit():
@@ -128,3 +130,18 @@ def test_the_dask_release_with_groups_equals_the_in_memory_grouped_release(cls):
         assert all(model.groups[b - 1] != model.groups[b] for _, b in recut.chunk_bounds()[:-1])
         f_str = streaming.release_function(model, epsilon=1.0, delta=1e-3, seed=3, source=source)
     _same_release(f_mem.release, f_str.release)
+
+
+def test_many_corner_columns_start_cold_over_all_of_them_and_pass_the_audit(monkeypatch):
+    """Above the subsample threshold a row subsample would not give the persons' corner columns: the
+    grouped loop starts cold over every corner column and still equals the in-memory release."""
+    from dpgp_gpflow.streaming import solver
+
+    monkeypatch.setattr(solver, "COARSE_ROWS", 100)  # 600 rows, ~1000 corner columns: above 3 x 100
+    model = _model(DPSGPR, 600, 16, _persons(600, seed=5, largest=4))
+    f_mem = model.release_function(epsilon=1.0, delta=1e-3, seed=3)
+    stats = {}
+    f_str = streaming.release_function(model, epsilon=1.0, delta=1e-3, seed=3, chunk_size=64, stats=stats)
+    assert "coarse" not in stats and stats["distinct"] > 600
+    _same_release(f_mem.release, f_str.release)
+    assert dp.audit(f_str, model).passed
