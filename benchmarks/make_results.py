@@ -33,6 +33,7 @@ SCRIPTS = {
     "scale_out": "benchmarks/scale_out.py",
     "multiclass_mnist": "benchmarks/multiclass_mnist.py",
     "groups": "benchmarks/groups.py",
+    "multi_output": "benchmarks/multi_output.py",
 }
 
 HEADER = """# Benchmark results
