@@ -35,7 +35,6 @@ from dpgp_gpflow.mechanisms import cloaking_release, release_request  # noqa: E4
 from dpgp_gpflow.mechanisms.cloaking import publish_cloaking  # noqa: E402
 from dpgp_gpflow.models import DPGPR, DPGPRFITC, DPSGPR  # noqa: E402
 from dpgp_gpflow.neighbours import MAX_CORNER_ROWS, Neighbours, group_neighbours, neighbour_columns  # noqa: E402
-from dpgp_gpflow.selection import cross_validate, select_hyperparameters  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpgp_gpflow.exceptions.ReproducibleNoiseWarning")
 
@@ -328,10 +327,7 @@ def test_what_does_not_support_groups_refuses_them(problem):
     with pytest.raises(NotImplementedError, match="standard mechanism"):
         model.release(Xs, epsilon=EPS, delta=DELTA, mechanism="standard", accountant=accountant)
     assert accountant.spent == (0.0, 0.0)
-    with pytest.raises(NotImplementedError, match="selection"):
-        select_hyperparameters(model, [{".kernel.lengthscales": 1.0}], epsilon=1.0)
-    with pytest.raises(NotImplementedError, match="cross-validation"):
-        cross_validate(model, [{".kernel.lengthscales": 1.0}])
+    # selection and cross-validation accept groups (tests/test_selection_groups.py)
     with pytest.raises(NotImplementedError, match="compiled engine"):
         engine.noise_plan(tf.constant(C), noise_multiplier=1.0, data_sensitivity=D, output_bound=5.0, groups=groups)
     sparse = DPGPRFITC((X, Y), gpflow.kernels.SquaredExponential(), X[:4], noise_variance=NOISE, y_bounds=(LO, HI),

@@ -5,6 +5,14 @@ the centred training outputs to the centred test predictions (any
 :class:`~dpgp_gpflow.contract.PrivateModel`: no switch on the model's kind). :class:`CrossValidation`
 holds those public matrices, their sensitivities and the noise a later release would add;
 :meth:`CrossValidation.utilities` is the one private computation.
+
+With persons (the model's public ``groups``; docs/guides/groups.md) a neighbour moves all of one person's
+outputs, each by at most ``d``: a configuration's sensitivity is ``d L max_G sum_{i in G} influence_i``
+(:func:`~dpgp_gpflow.selection.utility.person_influence`), and the release noise the utility models is
+that of a release protecting persons: each fold's training rows get the neighbour map of their persons
+(:func:`~dpgp_gpflow.neighbours.group_neighbours`, the corners of each person's box), whose columns
+``C_f A`` replace those of ``C_f`` in the noise bound and the noise plan (docs/selection.md#groups).
+Privacy assumption: ``groups`` is public, fixed before the outputs are read.
 """
 
 from __future__ import annotations
@@ -22,16 +30,25 @@ from ..contract import PrivateModel, dense_map
 from ..models.base import parameter_values
 from ..progress import Progress
 from ..mechanisms import NoisePlan
-from ..neighbours import refuse_groups
-from ..validation import as_float64, validate_calibration, validate_data_sensitivity, validate_delta, validate_epsilon
-from .utility import Fold, cv_utility, loss_lipschitz, point_influence, published_sensitivity, validate_utility
+from ..neighbours import Neighbours, group_neighbours, neighbour_columns
+from ..validation import (
+    as_float64,
+    validate_calibration,
+    validate_data_sensitivity,
+    validate_delta,
+    validate_epsilon,
+    validate_groups,
+)
+from .utility import Fold, cv_utility, loss_lipschitz, person_influence, published_sensitivity, validate_utility
 
 __all__ = [
     "RELEASE_NOISE",
     "CrossValidation",
     "cross_validate",
     "cv_folds",
+    "model_groups",
     "num_rows",
+    "refuse_several_outputs",
     "release_noise_std",
     "resolve_splits",
     "same_grid",
@@ -71,9 +88,10 @@ class _NoiseProfile:
     """
 
     def __init__(self, C, *, data_sensitivity: float, output_bound: float, objective: str,
-                 rtol: Optional[float] = None, tol: float = DEFAULT_TOL, max_iter: int = 500) -> None:
+                 rtol: Optional[float] = None, tol: float = DEFAULT_TOL, max_iter: int = 500,
+                 neighbours: Optional[Neighbours] = None) -> None:
         self._plan = NoisePlan(C, data_sensitivity=data_sensitivity, output_bound=output_bound,
-                               objective=objective, rtol=rtol, tol=tol, max_iter=max_iter)
+                               objective=objective, rtol=rtol, tol=tol, max_iter=max_iter, neighbours=neighbours)
 
     def std(self, multiplier: float) -> np.ndarray:
         try:
@@ -84,16 +102,18 @@ class _NoiseProfile:
 
 def release_noise_std(C, *, data_sensitivity: float, output_bound: float, epsilon: float, delta: float,
                       objective: str = "mse", calibration: str = "analytic", rtol: Optional[float] = None,
-                      tol: float = DEFAULT_TOL, max_iter: int = 500) -> np.ndarray:
+                      tol: float = DEFAULT_TOL, max_iter: int = 500,
+                      neighbours: Optional[Neighbours] = None) -> np.ndarray:
     """The DP noise std per point of ``cloaking_release(C, ...)`` at ``(epsilon, delta)``, drawing nothing.
 
     ``C`` is k x n or a pair ``(A, B)``; the arguments mean what they mean for
-    :func:`dpgp_gpflow.mechanisms.cloaking_release`, which would report the same ``noise_std``. Public:
-    depends on ``C`` and the public bound only; charges nothing.
+    :func:`dpgp_gpflow.mechanisms.cloaking_release` (``neighbours``: the public neighbour map of persons,
+    None for one row per person), which would report the same ``noise_std``. Public: depends on ``C``,
+    the public bound and the neighbour map only; charges nothing.
     """
     multiplier = gaussian_multiplier(validate_epsilon(epsilon), validate_delta(delta), validate_calibration(calibration))
     profile = _NoiseProfile(C, data_sensitivity=data_sensitivity, output_bound=output_bound, objective=objective,
-                            rtol=rtol, tol=tol, max_iter=max_iter)
+                            rtol=rtol, tol=tol, max_iter=max_iter, neighbours=neighbours)
     return profile.std(multiplier)
 
 
@@ -133,6 +153,21 @@ def _validate_splits(splits: Any, n: int) -> List[Split]:
             pair.append(arr.astype(np.int64))
         out.append((pair[0], pair[1]))
     return out
+
+
+def refuse_several_outputs(model: Any, what: str) -> None:
+    """``NotImplementedError`` when ``model`` has several outputs per row (its optional public
+    ``num_outputs`` > 1): selection models one output per row (groups of rows are supported)."""
+    P = getattr(model, "num_outputs", 1)
+    if P != 1:
+        raise NotImplementedError(f"{what} does not support several outputs (Y with {P} columns) yet; choose the "
+                                  "hyperparameters a priori (docs/guides/multi_output.md)")
+
+
+def model_groups(model: Any) -> Optional[np.ndarray]:
+    """The model's public ``groups`` (validated int64 [N]), or None (one row per person): what the
+    selection reads of the neighbouring relation. Public."""
+    return validate_groups(getattr(model, "groups", None), num_rows(model))
 
 
 def num_rows(model: PrivateModel) -> int:
@@ -199,7 +234,7 @@ class CrossValidation:
     """The public part of a CV over a grid (fold matrices, sensitivities) and, for the data owner,
     the private utilities. Build it with :func:`cross_validate`.
 
-    Public: ``grid``, ``splits``, ``folds[i]`` (the :class:`Fold` list of configuration i),
+    Public: ``grid``, ``splits``, ``groups`` (the persons, None: one row each), ``folds[i]`` (the :class:`Fold` list of configuration i),
     ``owners[i]`` (the configuration whose fold matrices configuration i uses: itself, or an
     earlier one with the same maps up to rounding, :data:`SHARE_RTOL`), ``influence`` and
     :meth:`sensitivities_of` (per configuration), ``published_sensitivities`` (JMLR eq. 13, NOT valid),
@@ -207,7 +242,8 @@ class CrossValidation:
     made from them only through a selection mechanism.
     """
 
-    def __init__(self, grid, splits, folds, release_matrices, output_bounds, y, d, n, owners=None) -> None:
+    def __init__(self, grid, splits, folds, release_matrices, output_bounds, y, d, n, owners=None,
+                 groups=None) -> None:
         # y: the private centred outputs; folds: offsets 0, maps from y[train] to centred predictions
         self.grid: Tuple[Dict[str, Any], ...] = grid
         self.splits: Tuple[Split, ...] = tuple(splits)
@@ -215,15 +251,19 @@ class CrossValidation:
         self.owners = np.arange(len(grid)) if owners is None else np.asarray(owners, dtype=np.int64)
         self.data_sensitivity = float(d)
         self.n = int(n)
+        #: [n] int64 public person identifiers, or None (one row per person)
+        self.groups: Optional[np.ndarray] = validate_groups(groups, self.n)
+        self._fold_neighbours: Dict[int, Optional[Neighbours]] = {}
         self._release_matrices = release_matrices
         self._output_bounds = output_bounds
         self._y = y  # private outputs (clipped), [n]
         self._profiles: Dict[Tuple[str, int, int], _NoiseProfile] = {}
         self._largest: Dict[int, List[np.ndarray]] = {}
         self._model_state: Optional[Tuple[Any, Dict[str, np.ndarray]]] = None  # set by cross_validate
-        own = {int(o): (float(np.max(point_influence(folds[o], n))), published_sensitivity(folds[o], d))
+        own = {int(o): (float(np.max(person_influence(folds[o], n, self.groups))), published_sensitivity(folds[o], d))
                for o in set(self.owners)}
-        #: [K] public: max_j of the total change of the CV residuals per unit change of y_j
+        #: [K] public: max over persons (rows without groups) of the bound on the total change of the CV
+        #: residuals per unit change of each of their outputs
         self.influence = np.array([own[int(o)][0] for o in self.owners])
         self.published_sensitivities = np.array([own[int(o)][1] for o in self.owners])
 
@@ -236,6 +276,15 @@ class CrossValidation:
     def sensitivities(self) -> np.ndarray:
         """[K] public: each configuration's sensitivity under the default (absolute) utility."""
         return self.sensitivities_of("absolute")
+
+    def fold_neighbours(self, fold: int) -> Optional[Neighbours]:
+        """The public neighbour map of fold ``fold``'s training rows: their persons' extreme changes
+        (:func:`~dpgp_gpflow.neighbours.group_neighbours` of ``groups[train]``), None without groups or
+        when each person has one training row there. The same for every configuration (the split's)."""
+        if fold not in self._fold_neighbours:
+            train = self.splits[fold][0]
+            self._fold_neighbours[fold] = None if self.groups is None else group_neighbours(self.groups[train], train.size)
+        return self._fold_neighbours[fold]
 
     def computed_from(self, model: Any) -> bool:
         """Whether this cross-validation was computed from ``model`` itself (the same object) with the
@@ -265,7 +314,10 @@ class CrossValidation:
         (:func:`~dpgp_gpflow.cloaking.noise_std_lower_bound`), the least noise any Gaussian release
         of those predictions can add, one pass over ``C``; ``"optimised"``: the cloaking release's
         own noise (:class:`~dpgp_gpflow.mechanisms.NoisePlan`, one noise optimisation per fold; ``inf``
-        where that release would be refused). Public either way: functions of ``C`` and the bounds.
+        where that release would be refused). With ``groups`` both protect persons: the bound is taken
+        over the columns of ``C A`` (:meth:`fold_neighbours`; ``s d max_G sum_{i in G} |C_ji|`` for
+        persons of at most four rows) and the plan gets ``neighbours=A``. Public either way: functions
+        of ``C``, the bounds and the persons.
         """
         validate_release_noise(release_noise)
         if epsilon_release is None and delta_release is None:
@@ -273,8 +325,11 @@ class CrossValidation:
         multiplier = gaussian_multiplier(validate_epsilon(epsilon_release), validate_delta(delta_release), calibration)
         index = int(self.owners[index])
         if release_noise == "bound":
-            if index not in self._largest:  # max_i |C_ji| per fold: the bound at unit s d
-                self._largest[index] = [noise_std_lower_bound(m, 1.0, 1.0) for m in self._release_matrices[index]]
+            if index not in self._largest:  # max_i |(C A)_ji| per fold: the bound at unit s d
+                self._largest[index] = [
+                    noise_std_lower_bound(m, 1.0, 1.0) if self.fold_neighbours(i) is None
+                    else noise_std_lower_bound(neighbour_columns(f.C, self.fold_neighbours(i)).numpy(), 1.0, 1.0)
+                    for i, (m, f) in enumerate(zip(self._release_matrices[index], self.folds[index]))]
             return [multiplier * self.data_sensitivity * largest for largest in self._largest[index]]
         out = []
         for i, f in enumerate(self.folds[index]):
@@ -282,7 +337,8 @@ class CrossValidation:
             if key not in self._profiles:
                 self._profiles[key] = _NoiseProfile(
                     self._release_matrices[index][i], data_sensitivity=self.data_sensitivity,
-                    output_bound=self._output_bounds[index][i], objective=objective)
+                    output_bound=self._output_bounds[index][i], objective=objective,
+                    neighbours=self.fold_neighbours(i))
             out.append(self._profiles[key].std(multiplier))
         return out
 
@@ -383,10 +439,13 @@ def cross_validate(model: PrivateModel, grid: Sequence[Config], *, folds: Union[
     guard runs first (``PrivacyLeakError`` unless ``hyperparameters_public=True``), and the result
     remembers the model and those values (:meth:`CrossValidation.computed_from`), so that
     :func:`select_hyperparameters` refuses it for another model or after they changed.
+
+    A model with public ``groups`` is cross-validated for persons (module docstring); several outputs
+    per row are refused (``NotImplementedError``).
     """
     if not isinstance(model, PrivateModel):
         raise TypeError(f"{type(model).__name__} does not meet the PrivateModel contract (see dpgp_gpflow.contract)")
-    refuse_groups(model, "cross-validation")
+    refuse_several_outputs(model, "cross-validation")
     # Parameters outside the grid are the model's own: its leak guard must pass (they shape every fold map).
     model.check_hyperparameters_public(hyperparameters_public)
     grid = validate_grid(model, grid)
@@ -423,6 +482,6 @@ def cross_validate(model: PrivateModel, grid: Sequence[Config], *, folds: Union[
             bar.update()
     finally:
         bar.close()
-    cv = CrossValidation(grid, splits, all_folds, matrices, bounds, y, d, n, owners)
+    cv = CrossValidation(grid, splits, all_folds, matrices, bounds, y, d, n, owners, model_groups(model))
     cv._model_state = (weakref.ref(model), parameter_values(model))
     return cv

@@ -12,7 +12,6 @@ from gpflow.utilities import multiple_assign
 
 from ..accounting import PrivacyAccountant, PrivacyEvent, Reservation, reserve
 from ..contract import PrivateModel
-from ..neighbours import refuse_groups
 from ..validation import (
     validate_calibration,
     validate_data_sensitivity,
@@ -27,6 +26,7 @@ from .cross_validation import (
     Split,
     cross_validate,
     num_rows,
+    refuse_several_outputs,
     resolve_splits,
     same_grid,
     validate_grid,
@@ -179,6 +179,11 @@ def select_hyperparameters(
     object (with the parameter values it has now) and grid, to reuse its fold matrices and cached
     noise computations (then ``folds``, ``split_seed`` and ``d`` are taken from it); one computed from
     another model, or before the model's parameters changed, is refused (``ValueError``).
+
+    **Persons.** A model with public ``groups`` (docs/guides/groups.md) is selected for persons: a
+    neighbour moves all of one person's outputs, each by at most ``d``; each configuration's
+    sensitivity is ``d L max_G sum_{i in G} influence_i`` and the release noise the utility models is
+    that of a release protecting persons (docs/selection.md#groups). Several outputs per row are refused (``NotImplementedError``).
     """
     epsilon = validate_epsilon(epsilon)
     seed = validate_seed(seed)
@@ -195,7 +200,7 @@ def select_hyperparameters(
             raise ValueError(f"threshold must be > 0, got {threshold}")
     if not isinstance(model, PrivateModel):
         raise TypeError(f"{type(model).__name__} does not meet the PrivateModel contract (see dpgp_gpflow.contract)")
-    refuse_groups(model, "hyperparameter selection")
+    refuse_several_outputs(model, "hyperparameter selection")
     # Parameters outside the grid are taken from the model: they must be public too (leak guard).
     model.check_hyperparameters_public(hyperparameters_public)
     validate_mechanism(mechanism)

@@ -9,7 +9,9 @@ expectation. Two losses (:data:`UTILITIES`):
 * ``"squared"``: ``E[clip(r + Z, -4d, 4d)^2]`` (the JMLR paper's), ``8d``-Lipschitz.
 
 Either way a neighbour moves the utility by at most ``d * L * influence_j`` (``L`` the loss's
-Lipschitz constant, :func:`point_influence`). The proofs, and why the published bound is not
+Lipschitz constant, :func:`point_influence`); with persons (public ``groups``: a neighbour moves all
+of one person's outputs, each by at most ``d``) by at most ``d * L * sum_{i in G} influence_i``
+(:func:`person_influence`, the triangle inequality). The proofs, and why the published bound is not
 valid, are in ``docs/selection.md``.
 """
 
@@ -28,6 +30,7 @@ __all__ = [
     "expected_absolute",
     "expected_loss",
     "loss_lipschitz",
+    "person_influence",
     "point_influence",
     "validate_utility",
     "cv_predictions",
@@ -216,6 +219,21 @@ def point_influence(folds: Sequence[Fold], n: int) -> np.ndarray:
     return total
 
 
+def person_influence(folds: Sequence[Fold], n: int, groups: Any = None) -> np.ndarray:
+    """Per person G (public ``groups``, [n] integers; rows with the same value are one person):
+    ``sum_{i in G} point_influence_i``, a bound on the total change of the CV residuals per unit change
+    of each of the person's outputs (the triangle inequality; docs/selection.md#groups). In the order of
+    ``np.unique(groups)``; ``groups=None`` (one row per person) is :func:`point_influence` itself. Public."""
+    influence = point_influence(folds, n)
+    if groups is None:
+        return influence
+    ids = np.asarray(groups).reshape(-1)
+    if ids.shape != (int(n),):
+        raise ValueError(f"groups must have one identifier per point ({int(n)}), got shape {list(np.shape(groups))}")
+    _, person = np.unique(ids, return_inverse=True)
+    return np.bincount(person.reshape(-1), weights=influence)
+
+
 def point_sensitivities(folds: Sequence[Fold], n: int, d: float, *, utility: str = "absolute") -> np.ndarray:
     """Per point j: ``d * loss_lipschitz(utility, d) * point_influence_j``, i.e.
     ``d * influence_j`` (absolute) or ``8 d^2 * influence_j`` (squared).
@@ -225,9 +243,10 @@ def point_sensitivities(folds: Sequence[Fold], n: int, d: float, *, utility: str
     return float(d) * loss_lipschitz(utility, d) * point_influence(folds, n)
 
 
-def cv_sensitivity(folds: Sequence[Fold], n: int, d: float, *, utility: str = "absolute") -> float:
-    """The sensitivity of the CV utility: ``max_j`` of :func:`point_sensitivities`."""
-    return float(np.max(point_sensitivities(folds, n, d, utility=utility)))
+def cv_sensitivity(folds: Sequence[Fold], n: int, d: float, *, utility: str = "absolute", groups: Any = None) -> float:
+    """The sensitivity of the CV utility: ``max_j`` of :func:`point_sensitivities`; with public ``groups``
+    (a neighbour moves all of one person's outputs) ``d * L * max_G`` of :func:`person_influence`."""
+    return float(d) * loss_lipschitz(utility, d) * float(np.max(person_influence(folds, n, groups)))
 
 
 def published_sensitivity(folds: Sequence[Fold], d: float) -> float:
