@@ -323,6 +323,97 @@ def test_hockey_stick_catches_unprojected_mean(problem, measured):
 
 
 # ---------------------------------------------------------------------------------------------
+# B with persons (groups=): the hockey-stick divergence on the worst neighbour of a person
+
+# Persons of 1 to 4 consecutive rows of the sorted inputs (nearby inputs: a person's columns of C are
+# nearly parallel, so their changes add up), 24 persons over the 60 rows.
+PERSON_SIZES = [1, 2, 3, 4] * 6
+PERSON_GROUPS = np.repeat(np.arange(len(PERSON_SIZES)), PERSON_SIZES)
+
+
+def grouped_release(problem: Problem, y: np.ndarray, groups, seed):
+    """The mse-analytic release of ``y`` (None: per row, ignoring the persons)."""
+    model = DPGPR(
+        (problem.X, np.asarray(y, dtype=np.float64).reshape(-1, 1)),
+        gpflow.kernels.SquaredExponential(variance=KERNEL_VARIANCE, lengthscales=LENGTHSCALE),
+        y_bounds=BOUNDS,
+        noise_variance=NOISE_VARIANCE,
+        groups=groups,
+        hyperparameters_public=True,
+    )
+    return model.release(problem.Xs, seed=seed, **MECHANISMS["mse-analytic"])
+
+
+def worst_person_corner(problem: Problem, rel):
+    """Over every corner of every person's box (auditing.person_shifts, both signs), the one whose
+    projected shift P_F C_G (d s) has the largest Mahalanobis norm: (person's rows, signs s, all shifts)."""
+    U, _, _ = noise_span(rel.noise_factor)
+    shifts, owner = auditing.person_shifts(problem.C_ref, PERSON_GROUPS, D)
+    projected = (U @ (U.T @ shifts.T)).T
+    j = int(np.argmax(np.linalg.norm(auditing.whiten(rel.noise_factor, projected), axis=1)))
+    rows = np.flatnonzero(PERSON_GROUPS == owner[j])
+    signs = np.linalg.lstsq(D * problem.C_ref[:, rows], shifts[j], rcond=None)[0]
+    return rows, np.round(signs), projected
+
+
+def measured_person_shift(problem: Problem, rows, signs, groups):
+    """Black box: two releases with one seed, on D (the person's outputs at the opposite corner) and on D'
+    (every output of the person moved by d s_i, staying in bounds); returns (release on D, shift)."""
+    base = problem.y.copy()
+    base[rows] = np.where(signs > 0, BOUNDS[0], BOUNDS[1])
+    neighbour = base.copy()
+    neighbour[rows] = np.where(signs > 0, BOUNDS[1], BOUNDS[0])
+    r0 = grouped_release(problem, base, groups, SEED)
+    r1 = grouped_release(problem, neighbour, groups, SEED)
+    np.testing.assert_array_equal(r0.noise_factor, r1.noise_factor)  # public: the same on D and D'
+    return r0, r1.mean - r0.mean
+
+
+@pytest.fixture(scope="module")
+def grouped(problem):
+    """The grouped release, its worst person's corner and the measured shift of that corner."""
+    rel = grouped_release(problem, problem.y, PERSON_GROUPS, SEED)
+    rows, signs, projected = worst_person_corner(problem, rel)
+    assert rows.size > 1  # the worst neighbour is a person of several rows
+    base, shift = measured_person_shift(problem, rows, signs, PERSON_GROUPS)
+    return rel, base, shift, projected, rows, signs
+
+
+@pytest.mark.slow
+def test_hockey_stick_passes_grouped_releases_on_the_worst_person(problem, grouped):
+    rel, base, shift, projected, rows, signs = grouped
+    U, _, _ = noise_span(rel.noise_factor)
+    expected = U @ (U.T @ (problem.C_ref[:, rows] @ (D * signs)))  # the projected corner shift, from C_ref
+    np.testing.assert_allclose(shift, expected, rtol=1e-6, atol=1e-6 * np.abs(shift).max())
+    # sampled releases on D and D' (the package's own noise source), at the release's epsilon
+    n = 400_000
+    sampled = audit_hockey_stick(base, shift[None, :], noise_p=draw_release_noise(base.noise_factor, n, 31),
+                                 noise_q=draw_release_noise(base.noise_factor, n, 32))
+    assert sampled.passed, sampled
+    assert sampled.mu * base.noise_multiplier == pytest.approx(1.0, abs=1e-3)  # tight: the worst corner
+    exact = gaussian_delta(base.epsilon, sampled.mu)
+    for lo, hi in zip(sampled.ci_low, sampled.ci_high):
+        assert lo <= exact <= hi
+    # white-box, over every corner of every person's box (the claimed Gaussian)
+    white = audit_hockey_stick(rel, projected, n=200_000, seed=33)
+    assert white.passed, white
+
+
+@pytest.mark.slow
+def test_hockey_stick_catches_a_release_that_ignores_the_persons(problem, grouped):
+    rel_row = grouped_release(problem, problem.y, None, SEED)  # a valid per-row release
+    assert audit_hockey_stick(rel_row, column_shifts(problem, rel_row)[::3], n=200_000, seed=34).passed
+    rows, signs, _ = worst_person_corner(problem, rel_row)
+    base, shift = measured_person_shift(problem, rows, signs, None)
+    n = 400_000
+    result = audit_hockey_stick(base, shift[None, :], noise_p=draw_release_noise(base.noise_factor, n, 35),
+                                noise_q=draw_release_noise(base.noise_factor, n, 36))
+    assert not result.passed
+    assert min(result.ci_low) > 5 * base.delta  # far outside: the person's rows add up
+    assert result.mu * base.noise_multiplier > 1.5
+
+
+# ---------------------------------------------------------------------------------------------
 # C. Black-box Clopper-Pearson lower bound on epsilon
 
 N_BLACK_BOX = 220_000  # 20,000 pilot rows (thresholds) + 200,000 counted per side
