@@ -581,12 +581,12 @@ def _model(args, X: np.ndarray, Y: np.ndarray, bounds: Tuple[float, float], kern
 
 
 def _groups_card(args, groups: Optional[np.ndarray]) -> dict:
-    """The card's record of who the release protects (public: the person codes' counts)."""
+    """The card's record of the ``--groups`` column (public: the person codes' counts); each release in the
+    card states the relation it protects (``neighbours``)."""
     if groups is None:
-        return {"neighbours": "row"}
+        return {}
     sizes = np.bincount(groups)
-    return {"neighbours": "person", "groups": {"column": args.groups, "persons": int(sizes.size),
-                                              "largest_rows": int(sizes.max())}}
+    return {"groups": {"column": args.groups, "persons": int(sizes.size), "largest_rows": int(sizes.max())}}
 
 
 def _hyperparameters(model) -> dict:
