@@ -208,6 +208,11 @@ def audit(released: Released, model: PrivateModel, Xnew: Optional[Any] = None) -
     was actually drawn (module docstring)."""
     if not isinstance(released, Released):
         raise TypeError(f"expected a released object, got {type(released).__name__}")
+    if getattr(released, "classifiers", None) is not None:  # several classes: one binary classifier per class
+        raise NotImplementedError(
+            f"audit a {type(released).__name__} one class at a time: dp.audit(released.classifiers[c], "
+            "model.problems[c]) per class; its (epsilon, delta) holds for all classes together by Gaussian-DP "
+            "composition (docs/mechanisms.md#several-classes), which this audit does not recompute")
     d = float(model.data_sensitivity)
     terms = _terms(released, model, Xnew)
     if len(terms) != len(released.releases):
