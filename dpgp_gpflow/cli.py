@@ -152,9 +152,18 @@ def sniff_decimal(path: Path, sep: str, lines: int = SNIFF_LINES) -> str:
                   for f in row]
     except (csv.Error, OSError):
         return "."
-    if any(comma.fullmatch(f) for f in fields) and not any(point.fullmatch(f) for f in fields):
+    commas = [f for f in fields if comma.fullmatch(f)]
+    if commas and not any(point.fullmatch(f) for f in fields):
+        if all(THOUSANDS_LIKE.fullmatch(f) for f in commas):  # 2,059: a decimal comma, or 2059 in thousands?
+            raise UsageError(f"{path}: numbers such as {commas[0]!r} may be written with a decimal comma or with a "
+                             "thousands separator: give --decimal ',' or --thousands ','")
         return ","
     return "."
+
+
+#: A number that reads the same shape with a decimal comma and with a thousands comma (``2,059``): a
+#: sample whose comma numbers all look like this leaves the decimal mark to ``--decimal``/``--thousands``.
+THOUSANDS_LIKE = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+")
 
 
 class Table(NamedTuple):
@@ -394,13 +403,17 @@ def _read(args, path: Path) -> Table:
     return read_table(path, *csv_format(args.sep, args.decimal, args.thousands))
 
 
-def _output(path: Path, force: bool) -> Path:
+def _output(path: Path, force: Optional[bool], *protected: Tuple[str, Optional[str]]) -> Path:
     """``path`` checked as a place to write a result, before anything is drawn or spent: not a folder, not
-    an existing file unless ``force``, in a folder that exists and that this user can write in."""
+    an existing file unless ``force``, never one of the ``protected`` ``(flag, path)`` files (the ledger, the
+    data, the inputs), in a folder that exists and that this user can write in."""
     if path.is_dir():
         raise UsageError(f"{path} is a folder: give a file name")
     if path.exists() and not force:
-        raise UsageError(f"{path} exists (use --force to overwrite)")
+        raise UsageError(f"{path} exists" + (" (use --force to overwrite)" if force is not None else ""))
+    for flag, other in protected:  # never overwrite the ledger or an input, --force or not
+        if other is not None and path.exists() and Path(other).exists() and os.path.samefile(path, other):
+            raise UsageError(f"{path} is the {flag} file: write the result elsewhere")
     folder = path.parent
     if not folder.is_dir():
         raise UsageError(f"{folder}: no such folder")
@@ -497,7 +510,8 @@ def _overflow(exc: Exception, reservation: Optional[Reservation] = None) -> Usag
     if drawn:
         return UsageError(f"{exc} ({hint}); charged for what was drawn before the refusal (the private selection): "
                           f"epsilon {sum(e.epsilon for e in drawn):.6g}, delta {sum(e.delta for e in drawn):.6g}")
-    return UsageError(f"{exc}; nothing was charged ({hint})")
+    said = "nothing was charged" in str(exc)  # library refusals may say it already
+    return UsageError(f"{exc} ({hint})" if said else f"{exc}; nothing was charged ({hint})")
 
 
 def _kernel_class(name: str) -> Any:
@@ -546,6 +560,11 @@ def _test_inputs(args, X: np.ndarray) -> Optional[np.ndarray]:
     return None
 
 
+#: A full release (``--at``/``--grid``) forms the k x n map of its k inputs and n rows (and more of that
+#: size): refused above this many entries (1 GiB of float64), before anything is read from the outputs.
+MAX_MAP_ENTRIES = 2**27
+
+
 # ---------------------------------------------------------------------------------------------
 # Commands
 
@@ -560,6 +579,10 @@ def _release_inputs(args, X: np.ndarray) -> Optional[np.ndarray]:
     Xnew = _test_inputs(args, X)
     if args.sparse is None and Xnew is None:
         raise UsageError("give --at TEST.csv or --grid N (or --sparse M to release a function usable anywhere)")
+    if Xnew is not None and Xnew.shape[0] * X.shape[0] > MAX_MAP_ENTRIES:  # public sizes only
+        raise UsageError(f"a full release at {Xnew.shape[0]} inputs from {X.shape[0]} rows forms a "
+                         f"{Xnew.shape[0]} x {X.shape[0]} map (over {MAX_MAP_ENTRIES:,} entries): release at fewer "
+                         "inputs, or release a function with --sparse M and predict anywhere for free")
     if args.sparse is not None and not (1 <= args.sparse <= X.shape[0]):
         raise UsageError(f"--sparse must be between 1 and the number of rows ({X.shape[0]}), got {args.sparse}")
     return Xnew
@@ -687,7 +710,8 @@ def cmd_release(args) -> int:
         kernel = _kernel(args, X.shape[1], [1.0])  # placeholders: the selection sets every grid parameter
         eps_select = share * epsilon
         eps_release = epsilon - eps_select  # the two together: the epsilon given (basic composition)
-    out = _output(Path(args.output), args.force)
+    out = _output(Path(args.output), args.force, ("--ledger", args.ledger), ("data", args.data),
+                  ("--at", args.at))
     accountant = _ledger(args)  # opened last: every check above has passed
     events = [gaussian_event(eps_release, delta, gaussian_multiplier(eps_release, delta))]
     if share is not None:
@@ -737,13 +761,17 @@ def cmd_predict(args) -> int:
     if not isinstance(released, PrivateFunction):
         raise UsageError(f"{args.release} holds values at fixed inputs, not a function: nothing to predict "
                          "(release with --sparse M to predict anywhere)")
-    names = list(card.get("columns") or [])
+    names = card.get("columns") or []
+    if not (isinstance(names, list) and all(isinstance(c, str) for c in names)
+            and (not names or len(names) == released.readout.input_dim)):
+        raise UsageError(f"{args.release}: its card's columns must be {released.readout.input_dim} column "
+                         f"name(s), got {names!r}")
     at = Path(args.at)
     inputs = _read(args, at)
     if not names:
         names = [c for c in inputs.frame.columns][: released.readout.input_dim]
     Xq = columns(inputs, names)
-    out = _output(Path(args.output), args.force)
+    out = _output(Path(args.output), args.force, ("release", args.release), ("--at", args.at))
     pred = released.predict(Xq)
     table = pd.DataFrame(Xq, columns=names)  # the inputs as read (numbers, whatever their CSV format)
     table["mean"], table["variance"], table["noise_std"] = pred.mean, pred.variance, pred.noise_std
@@ -827,7 +855,8 @@ def cmd_select(args) -> int:
             raise UsageError("-o needs --release-epsilon and --release-delta (the release's own budget)")
         release_budget = _privacy(args.release_epsilon, args.release_delta)
         Xnew = _release_inputs(args, X)
-        out = _output(Path(args.output), args.force)
+        out = _output(Path(args.output), args.force, ("--ledger", args.ledger), ("data", args.data),
+                      ("--at", args.at))
         events.append(gaussian_event(*release_budget, gaussian_multiplier(*release_budget)))
     elif any(v is not None for v in (args.release_epsilon, args.release_delta, args.at, args.grid, args.sparse)):
         raise UsageError("--release-epsilon, --release-delta, --at, --grid and --sparse release after the "
@@ -964,7 +993,7 @@ def cmd_show(args) -> int:
 def cmd_budget_init(args) -> int:
     from .accounting import PrivacyAccountant
 
-    path = _output(Path(args.file), force=False)
+    path = _output(Path(args.file), force=None)  # never over an existing file (no --force here)
     epsilon, delta = _privacy(args.epsilon, args.delta)
     if args.composition not in COMPOSITIONS:
         raise UsageError(f"--composition must be one of {COMPOSITIONS}")
@@ -1270,6 +1299,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except PermissionError as exc:  # e.g. a ledger or an output in a folder that cannot be written
         sys.stderr.write(f"dpgp: error: {exc.filename or ''}: permission denied\n")
         return 2
+    except BrokenPipeError:  # the reader went away (dpgp budget show ... | head): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 0
 
 
 def demo(argv: Optional[List[str]] = None) -> int:

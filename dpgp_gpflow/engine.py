@@ -173,9 +173,9 @@ def publish(
     noise multiplier is refused too (``ValueError``). Then it draws exact noise, re-colours with
     ``plan.noise_factor`` (any public factor: post-processing) and charges.
 
-    Privacy assumptions: those of :func:`noise_plan`; ``y_centred`` clipped and centred as in
-    :func:`~dpgp_gpflow.mechanisms.cloaking_release` (``|y_c,i| <= output_bound``), and one entry moves by at
-    most ``data_sensitivity`` between neighbours.
+    Privacy assumptions: those of :func:`noise_plan`; ``y_centred`` centred as in
+    :func:`~dpgp_gpflow.mechanisms.cloaking_release` (it is clipped here to ``|y_c,i| <= output_bound``, the
+    bound the plan's shift assumes), and one entry moves by at most ``data_sensitivity`` between neighbours.
     """
     request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed)
     validate_public_bounds(data_sensitivity, output_bound, y_bounds)  # before anything is reserved
@@ -185,7 +185,10 @@ def publish(
             raise ValueError(f"this plan was made for noise multiplier {float(plan.noise_multiplier)!r}, but "
                              f"(epsilon={epsilon}, delta={delta}, {calibration}) needs {multiplier!r}")
         certificate = cloaking.certificate_of(objective, plan.gap, plan.relative_gap, tol, plan.iterations, plan.support)
-        y_centred = tf.reshape(tf.convert_to_tensor(y_centred, dtype=tf.float64), [-1])
+        # clipped to the declared bound the plan's shift assumes (what every model's release does first):
+        # a caller's unclipped outputs are never trusted, and nothing about them is said
+        y_centred = tf.clip_by_value(tf.reshape(tf.convert_to_tensor(y_centred, dtype=tf.float64), [-1]),
+                                     -float(output_bound), float(output_bound))
         whitening = tf.convert_to_tensor(plan.whitening, tf.float64)
         if whitening.shape.rank != 2 or int(whitening.shape[1]) != int(y_centred.shape[0]):
             raise ValueError(f"the plan has {int(whitening.shape[-1])} columns but there are "

@@ -35,10 +35,11 @@ What is detected: accidents (a wrong file, a truncated or damaged one, a CSV, a 
 existing path is never (re)created, only a path that does not exist is), and edits through SQLite by
 someone without the means to recompute the chain: a changed epsilon, budget or status, a deleted,
 inserted or reordered row, a held row cancelled by hand, dropped triggers, deleted trailing rows
-(by SQLite's counter), and, within a process that already read the file, rows that disappear (an
-older copy put back). What is not: whoever can rewrite the file and recompute the chain (and the
-counter) consistently, since the chain has no secret key; a file deleted, or replaced by an older
-copy before a process opens it. Back the file up, or sign or store a hash of it elsewhere, against
+while SQLite's counter still remembers them, and, within a process that already read the file, rows
+that disappear (an older copy put back). What is not: whoever can rewrite the file and recompute the
+chain consistently, since the chain has no secret key; trailing rows deleted together with a rewind
+of SQLite's counter (``sqlite_sequence``) and the triggers put back, which leaves a shorter chain
+that is valid; a file deleted, or replaced by an older copy before a process opens it. Back the file up, or sign or store a hash of it elsewhere, against
 that. Files of the older format ``dpgp-ledger-1`` (no chain) are refused with a hint and left
 unchanged, not migrated: nothing in them could be verified.
 

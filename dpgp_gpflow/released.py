@@ -662,7 +662,11 @@ def _check_meaning(where: str, fields: Mapping[str, Any], a: Mapping[str, np.nda
         bounds = bounds[int(np.argmax(widths))]
     _checked(where, "data_sensitivity", validate_data_sensitivity, fields["data_sensitivity"],
              bounds if bounds is not None else (-math.inf, math.inf))
-    _checked(where, "sensitivity", _positive, "sensitivity", fields["sensitivity"])
+    sensitivity = _checked(where, "sensitivity", _positive, "sensitivity", fields["sensitivity"])
+    if mechanism == "cloaking" and sensitivity < fields["data_sensitivity"] * (1.0 - _RECOMPUTED_RTOL):
+        # the feasible noise covariance has max_i v_i^T M^-1 v_i = 1: Delta = d sqrt(1) (inflated), never less
+        raise ReleaseFileError(f"{where}.sensitivity {sensitivity!r} is below the data sensitivity "
+                               f"{fields['data_sensitivity']!r}: a cloaking release's sensitivity is at least d")
     multiplier = _checked(where, "noise_multiplier", _positive, "noise_multiplier", fields["noise_multiplier"])
     expected = _checked(where, "calibration", gaussian_multiplier, epsilon, delta, calibration)
     if not math.isclose(multiplier, expected, rel_tol=_RECOMPUTED_RTOL):

@@ -123,6 +123,7 @@ MEANINGLESS = [  # (honest file, edit, the error must match)
     ("cloaking", setter("data_sensitivity", -4.0), r"card\.releases\[0\]\.data_sensitivity: .*> 0"),
     ("cloaking", setter("sensitivity", NAN), r"card\.releases\[0\]\.sensitivity: sensitivity must be finite"),
     ("cloaking", setter("sensitivity", 0.0), r"card\.releases\[0\]\.sensitivity: sensitivity must be > 0"),
+    ("cloaking", setter("sensitivity", 0.5), r"card\.releases\[0\]\.sensitivity 0\.5 is below the data sensitivity"),
     ("cloaking", setter("noise_multiplier", -1.8), r"card\.releases\[0\]\.noise_multiplier: noise_multiplier must be > 0"),
     ("cloaking", setter("noise_multiplier", 18.0), r"card\.releases\[0\]\.noise_multiplier 18\.0 is not the analytic"),
     ("cloaking", halve_everything_but_the_multiplier, r"card\.releases\[0\]\.noise_multiplier .* is not the analytic "

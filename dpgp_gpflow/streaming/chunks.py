@@ -69,7 +69,7 @@ class LocalChunks(ChunkSource):
         if len(np.shape(X)) != 2 or np.shape(Y)[0] != np.shape(X)[0]:
             raise ValueError(f"X must be n x D and Y must have n rows, got {np.shape(X)} and {np.shape(Y)}")
         for name, arr in (("X", X), ("Y", Y)):  # dtypes only: the values are checked chunk by chunk where used
-            require_real_dtype(name, arr.dtype if hasattr(arr, "dtype") else np.asarray(arr[:0]).dtype)
+            require_real_dtype(name, arr.dtype if hasattr(arr, "dtype") else np.asarray(arr).dtype)  # a list: in memory
         self.X, self.Y = X, Y
         self.n, self.input_dim = int(np.shape(X)[0]), int(np.shape(X)[1])
         self.chunk_size = int(chunk_size)
