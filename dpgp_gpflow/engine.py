@@ -121,15 +121,15 @@ def noise_plan(
     first = tf.argmax(tf.cast(tf.equal(ranks, ranks[i]), tf.int32), output_type=tf.int32)  # rtol that first gave r
     basis = left[:, :ranks[i]]
     vectors = tf.linalg.matmul(basis, C, transpose_a=True)  # [r, n]: exact sensitivity vectors
-    factor, sensitivity, condition, gap, rel, iters, support, solved = noise_in_space(
+    noise = noise_in_space(
         vectors, singular[:ranks[i]], d, tf.constant(float(tol), tf.float64), tf.constant(int(max_iter)),
         tf.constant(int(working_set.DENSE_POINTS)), tf.constant(float(working_set.DUPLICATE_RTOL), tf.float64),
         objective=objective)
-    tf.debugging.assert_less_equal(condition, tf.constant(MAX_NOISE_CONDITION, tf.float64),
+    tf.debugging.assert_less_equal(noise.condition, tf.constant(MAX_NOISE_CONDITION, tf.float64),
                                    "the noise covariance is too ill-conditioned to be guaranteed; use a larger rtol")
-    delta_, whitening = whitening_terms(solved, sensitivity, s, d, b)
+    delta_, whitening = whitening_terms(noise.solved, noise.sensitivity, s, d, b)
     return GraphNoisePlan(
-        noise_factor=tf.linalg.matmul(basis, factor) * (s * delta_),
+        noise_factor=tf.linalg.matmul(basis, noise.factor) * (s * delta_),
         whitening=whitening,
         basis=basis,
         sensitivity=delta_,
@@ -137,10 +137,10 @@ def noise_plan(
         rank=ranks[i],
         rtol=rtols[first],
         bias_bound=bias_bound,
-        relative_gap=rel,
-        gap=gap,
-        iterations=iters,
-        support=support,
+        relative_gap=noise.relative_gap,
+        gap=noise.gap,
+        iterations=noise.iterations,
+        support=noise.support,
         shift=whitened_shift(whitening, d, b, s),
     )
 

@@ -63,10 +63,21 @@ class NoiseCovariance(NamedTuple):
         return self.eigenvectors * self.scales[None, :]
 
 
+class OptimiserTerms(NamedTuple):
+    """The compiled solve's outputs (tensors): the feasible covariance ``V diag(scales)^2 V^T`` and its certificate."""
+
+    eigenvectors: tf.Tensor  #: [r, r]
+    scales: tf.Tensor  #: [r]
+    weights: tf.Tensor  #: [n] the dual weights
+    gap: tf.Tensor  #: [] the duality gap
+    relative_gap: tf.Tensor  #: []
+    iterations: tf.Tensor  #: [] int32: Newton steps
+    support: tf.Tensor  #: [] int32: points carrying dual weight
+
+
 @check_shapes("vectors: [r, n]", "initial: [n]")
 def optimise_tensors(vectors, initial, tol, max_iter, dense_points, duplicate_rtol, objective):
-    """:func:`optimise_noise_covariance` on tensors: eigenvectors, scales, weights ([n]), gap, relative
-    gap, Newton steps, support. The columns are a :class:`~.working_set.DenseColumns`; the solve is
+    """:func:`optimise_noise_covariance` on tensors (:class:`OptimiserTerms`). The columns are a :class:`~.working_set.DenseColumns`; the solve is
     :func:`~.working_set.solve_noise` over one representative of each group of identical columns.
     A warm start (``initial`` not all zero) starts from the support of ``initial``; a cold one from
     the provider's start set. Graph-safe."""
@@ -83,8 +94,8 @@ def optimise_tensors(vectors, initial, tol, max_iter, dense_points, duplicate_rt
     solution = solve_noise(distinct, every, start, warm, objective, tol, max_iter)
     weights = tf.tensor_scatter_nd_update(tf.zeros_like(initial), solution.work.indices[:, None], solution.work.weights)
     support = tf.reduce_sum(tf.cast(weights > 1e-8 * tf.reduce_max(weights), tf.int32))
-    return (solution.eigenvectors, solution.scales, weights, solution.gap, solution.relative_gap,
-            solution.iterations, support)
+    return OptimiserTerms(solution.eigenvectors, solution.scales, weights, solution.gap, solution.relative_gap,
+                          solution.iterations, support)
 
 
 #: The compiled noise optimiser, one per objective: stable signatures (any shapes, no retracing).
@@ -125,11 +136,12 @@ def optimise_noise_covariance(
         initial = np.asarray(initial_weights, dtype=np.float64).reshape(-1)
         if initial.shape != (n,) or not np.all(np.isfinite(initial)) or np.any(initial < 0.0) or initial.max() <= 0.0:
             raise ValueError(f"initial_weights must be {n} finite non-negative numbers, not all zero")
-    V, scales, weights, gap, rel, iters, support = OPTIMISERS[objective](
+    out = OPTIMISERS[objective](
         vectors, tf.constant(initial), tf.constant(float(tol), tf.float64), tf.constant(int(max_iter), tf.int32),
         tf.constant(int(working_set.DENSE_POINTS), tf.int32),
         tf.constant(float(working_set.DUPLICATE_RTOL), tf.float64))
-    return NoiseCovariance(V, scales, weights, certificate_of(objective, gap, rel, tol, iters, support))
+    return NoiseCovariance(out.eigenvectors, out.scales, out.weights, certificate_of(
+        objective, out.gap, out.relative_gap, tol, out.iterations, out.support))
 
 
 def certificate_of(objective: str, gap, relative_gap, tol: float, iterations, support) -> OptimiserCertificate:

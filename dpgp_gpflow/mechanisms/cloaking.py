@@ -60,6 +60,7 @@ __all__ = [
     "NOISE_SOLVERS",
     "WHITENING_SLACK",
     "NoisePlan",
+    "NoiseTerms",
     "check_whitened_shift",
     "cloak",
     "cloaking_release",
@@ -86,27 +87,41 @@ class _Noise(NamedTuple):
     solved: tf.Tensor  #: [r, n] ``factor^{-1} vectors``: the whitened columns of ``basis^T C`` (not of ``C A``)
 
 
+class NoiseTerms(NamedTuple):
+    """The compiled noise stage's outputs (tensors, :func:`noise_in_space`)."""
+
+    factor: tf.Tensor  #: [r, r] the noise factor in basis coordinates (unit multiplier)
+    sensitivity: tf.Tensor  #: [] its Mahalanobis sensitivity (with the safety factors)
+    condition: tf.Tensor  #: [] its condition number
+    gap: tf.Tensor  #: [] the optimiser's duality gap
+    relative_gap: tf.Tensor  #: []
+    iterations: tf.Tensor  #: [] int32
+    support: tf.Tensor  #: [] int32
+    solved: tf.Tensor  #: [r, n] ``factor^{-1} vectors``: the whitened sensitivity vectors
+
+
 @check_shapes("vectors: [r, n]", "singular_values: [r]")
 def noise_in_space(vectors, singular_values, data_sensitivity, tol, max_iter, dense_points, duplicate_rtol,
                          objective):
-    """Optimised noise factor in basis coordinates (r x r), its Mahalanobis sensitivity (with the
-    safety factors), its condition number, the optimiser's certificate terms and the whitened
-    vectors ``factor^{-1} vectors`` (r x n, one solve for the sensitivity and the whitening); pure TensorFlow."""
+    """The :class:`NoiseTerms` of ``vectors``: the optimised noise factor in basis coordinates (r x r), its
+    Mahalanobis sensitivity (with the safety factors), its condition number, the optimiser's certificate
+    terms and the whitened vectors ``factor^{-1} vectors`` (r x n, one solve for the sensitivity and the
+    whitening); pure TensorFlow."""
     s = singular_values
     # entropy: optimise in whitened coordinates (invariant objective, best conditioned);
     # mse: the trace must be taken in the output coordinates, so only rescale by s_1.
     scale = (1.0 / s) if objective == "entropy" else tf.fill(tf.shape(s), 1.0 / s[0])  # [r]
     scaled = vectors * scale[:, None]  # [r, n]
-    V, scales, _, gap, rel, iters, support = optimise_tensors(
-        scaled, tf.zeros_like(scaled[0]), tol, max_iter, dense_points, duplicate_rtol, objective)
-    factor = V * scales[None, :]
+    solve = optimise_tensors(scaled, tf.zeros_like(scaled[0]), tol, max_iter, dense_points, duplicate_rtol, objective)
+    factor = solve.eigenvectors * solve.scales[None, :]
     sv = tf.linalg.svd(factor / scale[:, None], compute_uv=False)
     condition = sv[0] / sv[-1]
     # The sensitivity of the released r-vector against the factor actually used (scaled coordinates:
     # ||F^{-1} diag(scale) beta_i|| == ||(diag(1/scale) F)^{-1} beta_i||, so nothing is lost).
     solved, norm2 = mahalanobis_terms(factor, scaled)
     sensitivity = safe_sensitivity(data_sensitivity, norm2, condition)
-    return factor / scale[:, None], sensitivity, condition, gap, rel, iters, support, solved
+    return NoiseTerms(factor / scale[:, None], sensitivity, condition, solve.gap, solve.relative_gap,
+                      solve.iterations, solve.support, solved)
 
 
 #: The compiled noise stage of a release, one per objective (stable signatures: any r and n).
@@ -122,17 +137,19 @@ def _cloaking_noise(space: ColumnSpace, objective: str, d: float, tol: float, ma
     sensitivity are over the columns of ``basis^T C A``; ``solved`` stays ``F^{-1} basis^T C`` (what the
     exact sampler whitens the actual outputs with)."""
     vectors = neighbour_columns(space.vectors, neighbours)  # [r, N_c]: the sensitivity vectors
-    factor, sensitivity, condition, gap, rel, iters, support, solved = NOISE_SOLVERS[objective](
+    terms = NOISE_SOLVERS[objective](
         vectors, space.singular_values, tf.constant(float(d), tf.float64), tf.constant(float(tol), tf.float64),
         tf.constant(int(max_iter), tf.int32), tf.constant(int(working_set.DENSE_POINTS), tf.int32),
         tf.constant(float(working_set.DUPLICATE_RTOL), tf.float64))
-    condition, sensitivity = float(condition), float(sensitivity)
+    factor, solved = terms.factor, terms.solved
+    condition, sensitivity = float(terms.condition), float(terms.sensitivity)
     check_noise_condition(condition)
     if not math.isfinite(sensitivity):
         raise FloatingPointError("the sensitivity is not finite: the noise covariance is singular")
     if neighbours is not None:  # the whitening acts on the actual outputs: F^{-1} basis^T C
         solved = mahalanobis_terms(factor, space.vectors)[0]
-    return _Noise(factor, sensitivity, certificate_of(objective, gap, rel, tol, iters, support), solved)
+    certificate = certificate_of(objective, terms.gap, terms.relative_gap, tol, terms.iterations, terms.support)
+    return _Noise(factor, sensitivity, certificate, solved)
 
 
 def _unit_noise_factor(space: ColumnSpace, noise: _Noise) -> tf.Tensor:
