@@ -271,7 +271,7 @@ def _check_header(path: Path, header: Sequence[Any]) -> None:
                          "its own name")
 
 
-def check_column_names(x: Sequence[str], y: str, groups: Optional[str] = None) -> None:
+def check_column_names(x: Sequence[str], y: Sequence[str], groups: Optional[str] = None) -> None:
     """``UsageError`` when ``--x`` names a column twice or ``--y`` (the private output) is also an ``--x``
     column (a public input: it would go unnoised into the model's inputs, the k-means inducing inputs of
     ``--sparse`` and the release file) or the ``--groups`` column (public person identifiers). Checked
@@ -279,10 +279,14 @@ def check_column_names(x: Sequence[str], y: str, groups: Optional[str] = None) -
     repeated = sorted({c for c in x if list(x).count(c) > 1})
     if repeated:
         raise UsageError(f"--x names the column(s) {repeated} more than once")
-    if y in x:
-        raise UsageError(f"--y {y!r} is also an --x column: the private output cannot be a public input")
-    if groups is not None and groups == y:
-        raise UsageError(f"--groups {groups!r} is the --y column: the person identifiers must be public")
+    repeated = sorted({c for c in y if list(y).count(c) > 1})
+    if repeated:
+        raise UsageError(f"--y names the column(s) {repeated} more than once")
+    for c in y:
+        if c in x:
+            raise UsageError(f"--y {c!r} is also an --x column: the private output cannot be a public input")
+    if groups is not None and groups in y:
+        raise UsageError(f"--groups {groups!r} is a --y column: the person identifiers must be public")
 
 
 def person_groups(table: Table, name: Optional[str]) -> Optional[np.ndarray]:
@@ -462,15 +466,24 @@ def _privacy(epsilon: float, delta: float) -> Tuple[float, float]:
         raise UsageError(str(exc)) from None
 
 
-def _bounds(args) -> Tuple[float, float]:
-    try:
-        lo, hi = validate_bounds(tuple(args.bounds))
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"--bounds: {exc}") from None
-    if max(abs(lo), abs(hi)) > MAX_MAGNITUDE:  # (0, 1e308) released means of +-inf and a NaN noise std
-        raise UsageError(f"--bounds must lie within +-{MAX_MAGNITUDE:g} (the release would overflow), got "
-                         f"({lo:g}, {hi:g}): rescale the output")
-    return lo, hi
+def _bounds(args) -> Any:
+    """``--bounds``: one ``LO HI`` pair for every ``--y`` column, or one pair per column (in their order)."""
+    values, outputs = list(args.bounds), len(args.y)
+    if len(values) not in (2, 2 * outputs):
+        raise UsageError(f"--bounds takes LO HI for all outputs{'' if outputs == 1 else f' or one LO HI per --y column ({2 * outputs} numbers)'}, "
+                         f"got {len(values)} number(s)")
+    pairs = [tuple(values[i:i + 2]) for i in range(0, len(values), 2)]
+    checked = []
+    for pair in pairs:
+        try:
+            lo, hi = validate_bounds(pair)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"--bounds: {exc}") from None
+        if max(abs(lo), abs(hi)) > MAX_MAGNITUDE:  # (0, 1e308) released means of +-inf and a NaN noise std
+            raise UsageError(f"--bounds must lie within +-{MAX_MAGNITUDE:g} (the release would overflow), got "
+                             f"({lo:g}, {hi:g}): rescale the output")
+        checked.append((lo, hi))
+    return checked[0] if len(checked) == 1 else tuple(checked)
 
 
 def _positive(name: str, value: Optional[float]) -> Optional[float]:
@@ -696,7 +709,7 @@ def cmd_release(args) -> int:
     data = Path(args.data)
     table = _read(args, data)
     X = columns(table, args.x)
-    Y = columns(table, [args.y], private=True)
+    Y = columns(table, args.y, private=True)
     groups = person_groups(table, args.groups)
     Xnew = _release_inputs(args, X)
     if share is None:
@@ -719,7 +732,7 @@ def cmd_release(args) -> int:
     if accountant is not None:  # refuse an over-budget release before the model is even built
         accountant.check_events(events)
     model = _model(args, X, Y, bounds, kernel, args.noise if share is None else 1.0, groups=groups)
-    extras = _groups_card(args, groups)
+    extras = {**_groups_card(args, groups), **({"output_columns": list(args.y)} if len(args.y) > 1 else {})}
     note = ""
     # Held now (checked again, atomically); recorded once the release file is written; given back if not.
     with reserve(accountant, events) as reservation:
@@ -844,7 +857,7 @@ def cmd_select(args) -> int:
     data = Path(args.data)
     table = _read(args, data)
     X = columns(table, args.x)
-    Y = columns(table, [args.y], private=True)
+    Y = columns(table, args.y, private=True)
     groups = person_groups(table, args.groups)
     if not (2 <= args.folds <= X.shape[0]):
         raise UsageError(f"--folds must be between 2 and the number of rows, got {args.folds}")
@@ -954,21 +967,28 @@ def _stored_inputs(card: dict, k: int) -> Tuple[Optional[np.ndarray], str]:
 def _values_table(released, card: dict) -> List[str]:
     """A full release's values (mean, noise std) and, when the file stores them, their inputs: at most
     :data:`SHOW_ROWS` rows, then how many more."""
-    mean = np.asarray(released.mean, dtype=np.float64).reshape(-1)
-    noise_std = np.asarray(released.noise_std, dtype=np.float64).reshape(-1)
-    k = mean.size
+    mean = np.asarray(released.mean, dtype=np.float64)
+    noise_std = np.asarray(released.noise_std, dtype=np.float64)
+    mean, noise_std = (a.reshape(a.shape[0], -1) for a in (mean, noise_std))  # [k, P]: P = 1 unless several --y
+    k, outputs = mean.shape
     X, why = _stored_inputs(card, k)
     names: List[str] = []
     if X is not None:
         given = card.get("columns")
         names = ([str(c) for c in given] if isinstance(given, list) and len(given) == X.shape[1]
                  else [f"x{j + 1}" for j in range(X.shape[1])])
-    header = [*names, "mean", "noise_std"]
+    if outputs == 1:
+        header = [*names, "mean", "noise_std"]
+    else:
+        given = card.get("output_columns")
+        ys = [str(c) for c in given] if isinstance(given, list) and len(given) == outputs else \
+            [f"y{p + 1}" for p in range(outputs)]
+        header = [*names, *(f"mean_{c}" for c in ys), *(f"noise_std_{c}" for c in ys)]
     width = max(12, *(len(h) for h in header))
     lines = [f"released values ({k}{'; ' + why if why else ''}):",
              "  " + " ".join(f"{h:>{width}}" for h in header)]
     for i in range(min(k, SHOW_ROWS)):
-        row = [*(X[i] if X is not None else ()), mean[i], noise_std[i]]
+        row = [*(X[i] if X is not None else ()), *mean[i], *noise_std[i]]
         lines.append("  " + " ".join(f"{v:>{width}.6g}" for v in row))
     if k > SHOW_ROWS:
         lines.append(f"  ... and {k - SHOW_ROWS} more row(s)")
@@ -1133,13 +1153,16 @@ def _csv_options(p: argparse.ArgumentParser) -> None:
 def _data_options(p: argparse.ArgumentParser, variance_help: str, noise_help: str) -> None:
     p.add_argument("data", help="CSV or Parquet file with the inputs and the private output")
     p.add_argument("--x", nargs="+", required=True, metavar="COL", help="public input column(s)")
-    p.add_argument("--y", required=True, metavar="COL", help="the private output column")
+    p.add_argument("--y", nargs="+", required=True, metavar="COL",
+                   help="the private output column(s); several: one person's outputs per row, released together "
+                        "(docs/guides/multi_output.md)")
     p.add_argument("--groups", metavar="COL", default=None,
                    help="public column of person identifiers (numbers or text): rows with the same value belong to "
                         "one person, and the release protects all of a person's outputs together (repeated "
                         "visits; docs/guides/groups.md); default: one row per person")
-    p.add_argument("--bounds", nargs=2, type=float, required=True, metavar=("LO", "HI"),
-                   help="public bounds of the output (values outside are clipped)")
+    p.add_argument("--bounds", nargs="+", type=float, required=True, metavar="LO HI",
+                   help="public bounds of the output: LO HI, for every --y column, or one LO HI per --y column "
+                        "(values outside are clipped)")
     p.add_argument("--kernel", choices=sorted(KERNELS), default="se",
                    help="the GP kernel: se (squared exponential, the default), matern52 or matern32")
     p.add_argument("--variance", type=float, default=None, help=variance_help)  # never a unit default

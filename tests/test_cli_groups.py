@@ -75,7 +75,7 @@ def test_groups_column_refusals_are_one_line_and_spend_nothing(visits):
     ledger = _ledger(visits, "groups.sqlite")
     base = ["release", "visits.csv", "--x", "age", "--y", "height", "--bounds", *BOUNDS, *HYPER, "--at", "at.csv",
             "--epsilon", "1", "--delta", "0.01", "--ledger", ledger, "-o", "refused.json"]
-    _one_line(*_run([*base, "--groups", "height"], visits), "--groups 'height' is the --y column")
+    _one_line(*_run([*base, "--groups", "height"], visits), "--groups 'height' is a --y column")
     _one_line(*_run([*base, "--groups", "nobody"], visits), "no column 'nobody' for --groups")
     gap = pd.read_csv(visits / "visits.csv")
     gap.loc[3, "person"] = None
