@@ -114,10 +114,12 @@ def noise_plan(
         l1, largest = projection(i)
         return projection_bias(l1, largest, b, d, rounding)
 
-    rounding = bias_rounding(*projection(0), b)
+    l1_0, largest_0 = projection(0)  # candidate 0's terms, formed once: the rounding and the loop's start
+    rounding = bias_rounding(l1_0, largest_0, b)
 
     # the first candidate whose projection is harmless (the rank rule's one loop)
-    i, _, bias_bound = first_harmless(ratio_and_bias, tf.shape(rtols)[0], s)
+    i, _, bias_bound = first_harmless(ratio_and_bias, tf.shape(rtols)[0], s,
+                                      first=projection_bias(l1_0, largest_0, b, d, rounding))
     first = tf.argmax(tf.cast(tf.equal(ranks, ranks[i]), tf.int32), output_type=tf.int32)  # rtol that first gave r
     basis = left[:, :ranks[i]]
     vectors = tf.linalg.matmul(basis, C, transpose_a=True)  # [r, n]: exact sensitivity vectors

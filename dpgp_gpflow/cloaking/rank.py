@@ -72,14 +72,15 @@ def candidate_rtols(objective: str, rtol: Optional[float]) -> Tuple[float, ...]:
 
 
 def first_harmless(ratio_and_bias: Callable[[tf.Tensor], Tuple[tf.Tensor, tf.Tensor]], count,
-                   noise_multiplier) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+                   noise_multiplier, first: Optional[Tuple[tf.Tensor, tf.Tensor]] = None
+                   ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """The rank rule's loop: the first of ``count`` candidates (narrowest first) whose projection is
     harmless at ``noise_multiplier`` (:func:`projection_is_harmless`), else the widest; with its ratio
     and largest worst-case bias. ``ratio_and_bias(i)`` gives candidate ``i``'s :func:`projection_bias`
-    (each is asked for at most once). A ``tf.while_loop``: traced into the compiled engine's graph, a
-    Python loop when called eagerly."""
+    (each is asked for at most once; ``first``: candidate 0's, when the caller already has it). A
+    ``tf.while_loop``: traced into the compiled engine's graph, a Python loop when called eagerly."""
     last = tf.convert_to_tensor(count, tf.int32) - 1
     return tf.while_loop(
         lambda i, ratio, _: (i < last) & ~projection_is_harmless(ratio, noise_multiplier),
         lambda i, ratio, _: (i + 1, *ratio_and_bias(i + 1)),
-        (tf.constant(0), *ratio_and_bias(tf.constant(0))))
+        (tf.constant(0), *(ratio_and_bias(tf.constant(0)) if first is None else first)))
