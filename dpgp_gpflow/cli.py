@@ -470,8 +470,8 @@ def _bounds(args) -> Any:
     """``--bounds``: one ``LO HI`` pair for every ``--y`` column, or one pair per column (in their order)."""
     values, outputs = list(args.bounds), len(args.y)
     if len(values) not in (2, 2 * outputs):
-        raise UsageError(f"--bounds takes LO HI for all outputs{'' if outputs == 1 else f' or one LO HI per --y column ({2 * outputs} numbers)'}, "
-                         f"got {len(values)} number(s)")
+        per_column = "" if outputs == 1 else f" or one LO HI per --y column ({2 * outputs} numbers)"
+        raise UsageError(f"--bounds takes LO HI for all outputs{per_column}, got {len(values)} number(s)")
     pairs = [tuple(values[i:i + 2]) for i in range(0, len(values), 2)]
     checked = []
     for pair in pairs:

@@ -77,7 +77,8 @@ class OptimiserTerms(NamedTuple):
 
 @check_shapes("vectors: [r, n]", "initial: [n]")
 def optimise_tensors(vectors, initial, tol, max_iter, dense_points, duplicate_rtol, objective):
-    """:func:`optimise_noise_covariance` on tensors (:class:`OptimiserTerms`). The columns are a :class:`~.working_set.DenseColumns`; the solve is
+    """:func:`optimise_noise_covariance` on tensors (:class:`OptimiserTerms`). The columns are a
+    :class:`~.working_set.DenseColumns`; the solve is
     :func:`~.working_set.solve_noise` over one representative of each group of identical columns.
     A warm start (``initial`` not all zero) starts from the support of ``initial``; a cold one from
     the provider's start set. Graph-safe."""

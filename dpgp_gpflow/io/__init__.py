@@ -1,7 +1,8 @@
 """Release files: the file format (:mod:`.format`: one self-describing JSON document per released
 object, written by :meth:`dpgp_gpflow.released.Released.save`, checked for integrity and meaning) and
-loading (:mod:`.loading`: :func:`~dpgp_gpflow.io.loading.load` rebuilds the released object, :func:`~dpgp_gpflow.io.loading.read_card` reads its
-privacy card). docs/release_file.md describes the layout. Loading never executes anything from a file.
+loading (:mod:`.loading`: :func:`~dpgp_gpflow.io.loading.load` rebuilds the released object,
+:func:`~dpgp_gpflow.io.loading.read_card` reads its privacy card). docs/release_file.md describes the
+layout. Loading never executes anything from a file.
 """
 
 import importlib

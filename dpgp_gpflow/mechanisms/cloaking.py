@@ -247,8 +247,10 @@ def check_whitened_shift(mu: float, multiplier: float) -> None:
 class NoisePlan:
     """The noise a cloaking release of ``C`` would add, as a function of the noise multiplier,
     without drawing any: it orchestrates the rank rule of :func:`cloaking_release`, whose terms
-    (:func:`~dpgp_gpflow.cloaking.rank.bias_rounding`, :func:`~dpgp_gpflow.cloaking.rank.projection_bias`, :func:`~dpgp_gpflow.cloaking.rank.projection_is_harmless`) are shared with the
-    graph-mode plan (:func:`dpgp_gpflow.engine.noise_plan`) and the streamed release.
+    (:func:`~dpgp_gpflow.cloaking.rank.bias_rounding`, :func:`~dpgp_gpflow.cloaking.rank.projection_bias`,
+    :func:`~dpgp_gpflow.cloaking.rank.projection_is_harmless`) and its loop
+    (:func:`~dpgp_gpflow.cloaking.rank.first_harmless`) are shared with the graph-mode plan
+    (:func:`dpgp_gpflow.engine.noise_plan`) and the streamed release.
 
     ``rtol=None``: candidate ranks (:func:`candidate_rtols`) are tried in order, and the first whose
     projection is harmless is solved to ``tol``: for every prediction j, the exact worst-case bias
