@@ -249,16 +249,10 @@ def duality_gap(w: tf.Tensor, q: tf.Tensor, weights: tf.Tensor, objective: str):
     return gap, rel, qmax
 
 
-def _feasible_covariance_impl(vectors, weights, objective_is_entropy: bool):
-    """Eigenvectors and scales of the feasible covariance ``M = M(l) * max q``, the gap, relative gap.
-
-    ``M(l) = S`` (entropy) or ``S^{1/2}`` (mse); rescaled so that ``max_i v_i^T M^{-1} v_i = 1``.
-    """
-    objective = "entropy" if objective_is_entropy else "mse"
-    w, V, _, q = dual_terms(vectors, weights, objective)
-    gap, rel, qmax = duality_gap(w, q, weights, objective)
-    scales = tf.sqrt(w * qmax) if objective_is_entropy else tf.sqrt(tf.sqrt(w) * qmax)
-    return V, scales, gap, rel
+def feasible_scales(w: tf.Tensor, qmax: tf.Tensor, objective: str) -> tf.Tensor:
+    """The scales of the feasible covariance ``M = M(l) * max q`` from the eigenvalues ``w`` of ``S``:
+    ``M(l) = S`` (entropy) or ``S^{1/2}`` (mse), rescaled so that ``max_i v_i^T M^{-1} v_i = 1``."""
+    return tf.sqrt(w * qmax) if objective == "entropy" else tf.sqrt(tf.sqrt(w) * qmax)
 
 
 def barrier_newton(vectors, weights0, tol, max_iter, primal_dual, objective):

@@ -25,6 +25,7 @@ from .dual import (
     uniform_weight,
     dual_terms,
     duality_gap,
+    feasible_scales,
     inverse_scale,
 )
 
@@ -380,8 +381,7 @@ def _certify(columns: ColumnProvider, work: WorkingSet, objective: str, largest:
     if largest is None:
         largest = columns.violators(V, inverse_scale(w, objective), work.indices[:0], tf.constant(0)).largest
     gap, rel, qmax = duality_gap(w, largest[None], work.weights, objective)
-    scales = tf.sqrt(w * qmax) if objective == "entropy" else tf.sqrt(tf.sqrt(w) * qmax)
-    return V, scales, gap, rel
+    return V, feasible_scales(w, qmax, objective), gap, rel
 
 
 def solve_noise(distinct: ColumnProvider, every: ColumnProvider, start: WorkingSet, warm: tf.Tensor, objective: str,

@@ -180,10 +180,6 @@ def _cat(a, b):
     return tuple(np.concatenate([x, y], axis=-1) for x, y in zip(a, b))
 
 
-def _top_combine(k):
-    return lambda a, b: _top(_cat(a, b), k)
-
-
 def _excluded_mask(start: int, c: int, excluded: np.ndarray) -> np.ndarray:
     """Columns of the chunk that take part (not in the sorted ``excluded`` global indices)."""
     idx = np.arange(start, start + c)
