@@ -4,10 +4,13 @@
 :class:`~dpgp_gpflow.models.DPSGPR` or :class:`~dpgp_gpflow.models.DPSparseLaplaceGPC` (its ``release``) computed chunk by chunk (on one machine, or on a Dask cluster with
 :class:`~dpgp_gpflow.distributed.DaskChunks`); :func:`predict` predicts at many inputs in chunks;
 :func:`minibatch_kmeans_inducing_inputs` chooses inducing inputs by a k-means that streams.
+:func:`cloak_function` is :func:`release_function`'s body after validation and reservation: the streamed
+release under a caller's validated request and held reservation (as :func:`dpgp_gpflow.pipeline.cloak_outputs`
+is in memory), for callers composing several releases under one budget.
 """
 
 from .chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks
-from .release import minibatch_kmeans_inducing_inputs, predict, release_function, streamed_map
+from .release import cloak_function, minibatch_kmeans_inducing_inputs, predict, release_function, streamed_map
 from .solver import StreamedMap
 from .terms import ChunkTerms
 
@@ -17,6 +20,7 @@ __all__ = [
     "ChunkTerms",
     "LocalChunks",
     "StreamedMap",
+    "cloak_function",
     "minibatch_kmeans_inducing_inputs",
     "predict",
     "release_function",

@@ -25,12 +25,12 @@ import numpy as np
 import tensorflow as tf
 from sklearn.cluster import MiniBatchKMeans
 
-from ..accounting import PrivacyAccountant, reserve
+from ..accounting import PrivacyAccountant, Reservation, reserve
 from ..cloaking import DEFAULT_TOL, candidate_rtols, first_harmless
 from ..cloaking.rank import bias_rounding, projection_bias
 from ..contract import check_release_hyperparameters
 from ..pipeline import reference_coordinates
-from ..mechanisms import check_noise_condition, draw_and_spend, release_request, safe_sensitivity
+from ..mechanisms import ReleaseRequest, check_noise_condition, draw_and_spend, release_request, safe_sensitivity
 from ..neighbours import model_outputs, refuse_groups, relation
 from ..released import PrivateFunction, PrivatePrediction
 from ..validation import as_inputs, require_float64, validate_groups
@@ -47,7 +47,7 @@ from .solver import (
 )
 from .terms import ChunkTerms, Factors, add_summaries
 
-__all__ = ["minibatch_kmeans_inducing_inputs", "predict", "release_function", "streamed_map"]
+__all__ = ["cloak_function", "minibatch_kmeans_inducing_inputs", "predict", "release_function", "streamed_map"]
 
 
 def minibatch_kmeans_inducing_inputs(X: Any, num_inducing: int, *, seed: int = 0,
@@ -152,48 +152,82 @@ def release_function(
     """
     require_float64()
     request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed)  # once
-    epsilon, delta, multiplier, seed = request.epsilon, request.delta, request.multiplier, request.seed
     ChunkTerms.from_model(model)  # the supported models only, before anything else
     rows = _num_rows(model, source)
     ids = _streamed_groups(model, rows)  # refusals before anything is reserved
     if ids is not None:
         person_starts(ids, rows)  # each person's rows consecutive (else one line, nothing spent)
     check_release_hyperparameters(model, hyperparameters_public)
-    rtols = candidate_rtols(objective, rtol)
+    candidate_rtols(objective, rtol)  # a bad rtol is refused before anything is reserved
+    with reserve(accountant, [request.event()]) as reservation:  # the one reservation: cloak_function commits
+        return cloak_function(model, request, reservation, reference_inputs=reference_inputs, rtol=rtol, tol=tol,
+                              max_iter=max_iter, source=source, chunk_size=chunk_size, stats=stats)
+
+
+def cloak_function(
+    model: Any,
+    request: ReleaseRequest,
+    reservation: Reservation,
+    *,
+    reference_inputs: Any = None,
+    rtol: Optional[float] = None,
+    tol: float = DEFAULT_TOL,
+    max_iter: int = 2000,
+    source: Optional[ChunkSource] = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    stats: Optional[Dict[str, Any]] = None,
+) -> PrivateFunction:
+    """The streamed release of ``model``'s latent values under a validated ``request``
+    (:func:`~dpgp_gpflow.mechanisms.release_request`: its epsilon, delta, calibration, objective, multiplier
+    and seed are used as they are) and a held ``reservation`` (:func:`~dpgp_gpflow.accounting.reserve`),
+    into which it commits exactly one event, after the draw: the streamed counterpart of
+    :func:`dpgp_gpflow.pipeline.cloak_outputs`, and the body of :func:`release_function`.
+
+    For callers composing several streamed releases under one budget (e.g. one per class, each at its own
+    multiplier, all committed into one reservation). Neither validates the privacy parameters nor reserves
+    nor checks the leak guard (:func:`~dpgp_gpflow.contract.check_release_hyperparameters`): the caller does,
+    before reserving. It refuses, before any draw, what streaming does not support (a model without
+    ``chunk_terms()``, groups on a classifier, persons whose rows are not consecutive) and a noise that
+    cannot be guaranteed; a refusal before the draw commits nothing. Keywords as for
+    :func:`release_function`; returns ``model.function_type`` (default
+    :class:`~dpgp_gpflow.released.PrivateFunction`) of the release, the frozen readout and ``R``.
+    Privacy assumptions: see the module docstring.
+    """
+    epsilon, delta, multiplier, seed = request.epsilon, request.delta, request.multiplier, request.seed
+    objective = request.objective
+    if objective is None:
+        raise ValueError("a streamed cloaking release needs the request's objective ('mse' or 'entropy')")
+    rtols = candidate_rtols(objective, rtol)  # the tolerances the rank rule tries
     stats = {} if stats is None else stats
-    reservation = reserve(accountant, [request.event()])
-    try:
-        cmap = streamed_map(model, source, chunk_size=chunk_size, reference_inputs=reference_inputs)
-        # output_bound: set on the terms by streamed_map from the chunks' summaries
-        d, b = float(model.data_sensitivity), float(cmap.terms.output_bound)  # type: ignore[attr-defined]
-        space, bias_bound, coordinate_max = _choose_space(cmap, rtols, multiplier, d, b)
-        basis = space.basis.numpy()  # [m, r]
-        s = space.singular_values.numpy()
-        scale = 1.0 / s if objective == "entropy" else np.full(s.shape, 1.0 / s[0])
-        noise = optimise_noise_covariance(cmap, (basis * scale[None, :]).T, objective, tol=float(tol),
-                                          max_iter=int(max_iter), stats=stats,
-                                          rowmax=coordinate_max[:basis.shape[1]] * scale)
-        factor_s = noise.factor.numpy()  # [r, r] in scaled coordinates
-        factor_u = factor_s / scale[:, None]  # [r, r] in basis coordinates
-        sv = np.linalg.svd(factor_u, compute_uv=False)
-        condition = float(sv[0] / sv[-1])
-        check_noise_condition(condition)
-        qmax, w_largest, w_total = sensitivities(cmap, basis, factor_s, scale, factor_u)
-        if not math.isfinite(qmax):
-            raise FloatingPointError("the sensitivity is not finite: the noise covariance is singular")
-        noise_sensitivity = float(safe_sensitivity(d, qmax, condition))
-        # the outputs are read here, once, chunk by chunk (clipped first): z = W y
-        sensitivity, z = whitened_query(cmap, basis, factor_u, noise_sensitivity, (w_largest, w_total), multiplier,
-                                        d, b)
-        noise_factor = tf.linalg.matmul(space.basis, tf.constant(factor_u)) * (multiplier * sensitivity)  # [m, r]
-        m = int(basis.shape[0])
-        rel = draw_and_spend(  # the latents' offset is 0
-            z, noise_factor=noise_factor, offset=np.zeros(m), variance=np.zeros(m), sensitivity=sensitivity,
-            multiplier=multiplier, reservation=reservation, seed=seed, epsilon=epsilon, delta=delta,
-            data_sensitivity=d, calibration=request.calibration, objective=objective, certificate=noise.certificate,
-            rank=int(basis.shape[1]), rtol=space.rtol, bias_bound=bias_bound, y_bounds=tuple(model.y_bounds))
-    finally:
-        reservation.close()
+    cmap = streamed_map(model, source, chunk_size=chunk_size, reference_inputs=reference_inputs)
+    # output_bound: set on the terms by streamed_map from the chunks' summaries
+    d, b = float(model.data_sensitivity), float(cmap.terms.output_bound)  # type: ignore[attr-defined]
+    space, bias_bound, coordinate_max = _choose_space(cmap, rtols, multiplier, d, b)
+    basis = space.basis.numpy()  # [m, r]
+    s = space.singular_values.numpy()
+    scale = 1.0 / s if objective == "entropy" else np.full(s.shape, 1.0 / s[0])
+    noise = optimise_noise_covariance(cmap, (basis * scale[None, :]).T, objective, tol=float(tol),
+                                      max_iter=int(max_iter), stats=stats,
+                                      rowmax=coordinate_max[:basis.shape[1]] * scale)
+    factor_s = noise.factor.numpy()  # [r, r] in scaled coordinates
+    factor_u = factor_s / scale[:, None]  # [r, r] in basis coordinates
+    sv = np.linalg.svd(factor_u, compute_uv=False)
+    condition = float(sv[0] / sv[-1])
+    check_noise_condition(condition)
+    qmax, w_largest, w_total = sensitivities(cmap, basis, factor_s, scale, factor_u)
+    if not math.isfinite(qmax):
+        raise FloatingPointError("the sensitivity is not finite: the noise covariance is singular")
+    noise_sensitivity = float(safe_sensitivity(d, qmax, condition))
+    # the outputs are read here, once, chunk by chunk (clipped first): z = W y
+    sensitivity, z = whitened_query(cmap, basis, factor_u, noise_sensitivity, (w_largest, w_total), multiplier,
+                                    d, b)
+    noise_factor = tf.linalg.matmul(space.basis, tf.constant(factor_u)) * (multiplier * sensitivity)  # [m, r]
+    m = int(basis.shape[0])
+    rel = draw_and_spend(  # the latents' offset is 0
+        z, noise_factor=noise_factor, offset=np.zeros(m), variance=np.zeros(m), sensitivity=sensitivity,
+        multiplier=multiplier, reservation=reservation, seed=seed, epsilon=epsilon, delta=delta,
+        data_sensitivity=d, calibration=request.calibration, objective=objective, certificate=noise.certificate,
+        rank=int(basis.shape[1]), rtol=space.rtol, bias_bound=bias_bound, y_bounds=tuple(model.y_bounds))
     if cmap.persons is not None:  # record the relation protected, as the in-memory release does
         rel = dataclasses.replace(rel, neighbours=relation(model))
     function_type = getattr(model, "function_type", PrivateFunction)
