@@ -1,7 +1,10 @@
 """DP Laplace GP binary classification by cloaking Newton steps (JMLR section 4; docs/mechanisms.md#laplace-classification).
 
 Labels ``y in {-1, +1}`` are private; inputs, kernel hyperparameters and inducing inputs are public.
-Neighbouring datasets differ in one label, so one label moves by at most ``d = 2``.
+Neighbouring datasets differ in one label, so one label moves by at most ``d = 2``. With public
+``groups`` (persons, docs/guides/groups.md) they differ in all the labels of one person, each by up to
+``d``: every Newton step (and the sparse release) protects every corner of each person's box, through
+the one path every release takes (:func:`~dpgp_gpflow.pipeline.cloak_outputs` reads the model's groups).
 
 * :class:`DPLaplaceGPC` (full GP): a Newton step of the Laplace mode search from a *public* latent
   vector ``f`` is affine in the labels, ``f_new = C y + b`` with ``C = 1/2 (K^{-1} + W)^{-1}`` and
@@ -201,11 +204,16 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
     ``hyperparameters_public=True``. Kernel values given here that are not GPflow's defaults make it
     warn (:class:`~dpgp_gpflow.HyperparameterWarning`) unless the constructor's
     ``hyperparameters_public=True`` declares them chosen without the labels.
+
+    ``groups`` (public integers [N], default None): rows with the same value belong to one person, and
+    every Newton step protects all of a person's labels at once, each flipping (docs/guides/groups.md);
+    None: one row per person (the per-row release, unchanged).
     """
 
     def __init__(self, data: Any, kernel: gpflow.kernels.Kernel, *, max_iter: int = 100, tol: float = 1e-10,
-                 hyperparameters_public: bool = False) -> None:
+                 hyperparameters_public: bool = False, groups: Any = None) -> None:
         X, Y = _unpack(data)
+        self._hold_groups(groups, X.shape[0])
         super().__init__((X, Y), kernel, max_iter=max_iter, tol=tol)
         self._guard_construction(hyperparameters_public)  # the leak guard: values as given
 
@@ -237,7 +245,8 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
 
     def release_maps(self, releases: List[PrivateRelease]) -> List[tf.Tensor]:
         """The public cloaking matrix of each Newton step of a :meth:`release` (for an audit): the
-        first from ``f0 = 0``, step ``t + 1`` linearised at the released latents of step ``t``."""
+        first from ``f0 = 0``, step ``t + 1`` linearised at the released latents of step ``t``. The
+        neighbours they are audited over are the model's (its ``groups``, read by the audit)."""
         X, _ = self.data
         K = self.kernel(X)
         maps = [first_newton_step_cloaking(K)]
@@ -299,9 +308,10 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
         (:meth:`first_step`). For a caller that validated ``request`` and took ``reservation``: each step
         commits one event into ``reservation`` after its draw; nothing here validates or reserves.
 
-        Privacy: each step is a Gaussian mechanism whose whitened shift between neighbouring labels is
-        at most ``1 / request.multiplier`` (checked where it is drawn); step ``t + 1`` is linearised at the
-        released latents of step ``t`` (public). The caller composes the steps."""
+        Privacy: each step is a Gaussian mechanism whose whitened shift between neighbouring labels (with
+        ``groups``: over every corner of each person's box) is at most ``1 / request.multiplier`` (checked
+        where it is drawn); step ``t + 1`` is linearised at the released latents of step ``t`` (public).
+        The caller composes the steps."""
         X, _ = self.data
         K, C = first
         n = int(X.shape[0])
@@ -392,6 +402,8 @@ class DPSparseLaplaceGPC(_LabelContract, DaskRowsMixin, FactoredModelMixin, Lapl
     Privacy assumption: ``X``, ``Z`` and the kernel hyperparameters are public;
     ``hyperparameters_public=True`` declares the kernel values given here chosen without the labels
     (otherwise non-default values make releases warn, :class:`~dpgp_gpflow.HyperparameterWarning`).
+    ``groups`` (public integers [N]): persons, as for :class:`DPLaplaceGPC`; in-memory rows only (the
+    streamed release of a classifier refuses groups).
     """
 
     function_type = PrivateSparseClassifier
@@ -406,9 +418,14 @@ class DPSparseLaplaceGPC(_LabelContract, DaskRowsMixin, FactoredModelMixin, Lapl
         max_iter: int = 100,
         tol: float = 1e-10,
         hyperparameters_public: bool = False,
+        groups: Any = None,
     ) -> None:
         X, Y, dask_rows = _sparse_rows(data)
+        if dask_rows is not None and groups is not None:
+            raise NotImplementedError("groups= (person-level privacy) is not supported with Dask rows for a classifier "
+                                      "(its streamed release does not support groups); hold the rows in memory")
         Z = _inducing_inputs(inducing_variable, X)
+        self._hold_groups(groups, int(np.shape(X)[0]))
         if dask_rows is not None:
             X = np.zeros((0, Z.shape[1]))
         super().__init__((X, Y), kernel, max_iter=max_iter, tol=tol)
