@@ -13,12 +13,14 @@ from pathlib import Path
 import gpflow
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import dpgp_gpflow as dp
-from dpgp_gpflow.models import DPGPR, DPLaplaceGPC
+from dpgp_gpflow.models import DPGPR, DPGPRFITC, DPLaplaceGPC, DPSGPR
+from dpgp_gpflow.neighbours import MAX_CORNER_ROWS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import auditing  # noqa: E402
 from reference import k_se  # noqa: E402
 
 pytestmark = [pytest.mark.filterwarnings("ignore::dpgp_gpflow.exceptions.ReproducibleNoiseWarning"),
@@ -135,3 +137,111 @@ def test_a_two_step_classifier_passes_and_a_forged_second_step_fails(data):
     forged = type(released)([released.releases[0], low], released.readout)
     report = dp.audit(forged, clf)
     assert not report.passed and report.releases[1].mean_outside > 1e-6
+
+
+# ---------------------------------------------------------------------------------------------
+# Persons and several outputs (issue 28): a release that ignores them fails against the model that has them
+
+
+#: three outputs of widths 5, 10 and 20; persons of three consecutive rows of the sorted inputs
+OUT_BOUNDS = np.array([[2.0, 7.0], [0.0, 10.0], [-10.0, 10.0]])
+TRIPLES = np.repeat(np.arange(6), 3)
+
+
+@pytest.fixture(scope="module")
+def persons_data():
+    rng = np.random.default_rng(12)
+    X = np.sort(rng.uniform(0.0, 10.0, 18))[:, None]
+    lo, hi = OUT_BOUNDS[:, 0], OUT_BOUNDS[:, 1]
+    Y = (lo + hi) / 2 + 0.3 * (hi - lo) * np.sin(X + np.arange(3))
+    Xnew = np.linspace(0.0, 10.0, 7)[:, None]
+    C = np.linalg.solve(k_se(X, X, VAR, ELL) + NOISE * np.eye(len(X)), k_se(X, Xnew, VAR, ELL)).T
+    return X, Y, Xnew, C
+
+
+def outputs_model(X, Y, bounds, **kw):
+    return DPGPR((X, Y), gpflow.kernels.SquaredExponential(variance=VAR, lengthscales=ELL), y_bounds=bounds,
+                 noise_variance=NOISE, hyperparameters_public=True, **kw)
+
+
+def brute_force_mu(rel, C, widths, groups=None):
+    """NumPy: the largest ||F^+ v|| over every corner of every person's heterogeneous box (the stacked
+    release output by output, output p of each of the person's rows within [-d_p, d_p])."""
+    P, n = len(widths), C.shape[1]
+    scaled = np.kron(np.eye(P), C) * np.repeat(np.asarray(widths) / np.max(widths), n)[None, :]
+    rows = np.arange(n) if groups is None else np.asarray(groups)
+    shifts, _ = auditing.person_shifts(scaled, np.tile(rows, P), float(np.max(widths)))
+    return float(np.max(np.linalg.norm(auditing.whiten(rel.noise_factor, shifts), axis=1)))
+
+
+def test_a_release_of_rows_of_several_outputs_fails_against_the_persons(persons_data):
+    X, Y, Xnew, C = persons_data
+    bounds, widths = OUT_BOUNDS[:2], OUT_BOUNDS[:2, 1] - OUT_BOUNDS[:2, 0]
+    grouped = outputs_model(X, Y[:, :2], bounds, groups=TRIPLES)
+    assert dp.audit(grouped.release(Xnew, epsilon=1.0, delta=1e-3, seed=4), grouped, Xnew).passed
+    rows = outputs_model(X, Y[:, :2], bounds)
+    rel = rows.release(Xnew, epsilon=1.0, delta=1e-3, seed=4)  # each row its own person (P outputs)
+    assert dp.audit(rel, rows, Xnew).passed
+    report = dp.audit(rel, grouped, Xnew)
+    assert not report.passed and report.epsilon > 2.0
+    # the audit's mu: persons of 3 rows x 2 outputs = 6 entries > MAX_CORNER_ROWS, so its documented bound,
+    # at least the exact corner maximum and at most |G| = 6 times the per-entry one
+    assert 3 * 2 > MAX_CORNER_ROWS
+    exact = brute_force_mu(rel, C, widths, TRIPLES)
+    assert exact * (1 - 1e-9) <= report.releases[0].mu <= 6.0 * brute_force_mu(rel, C, widths) * (1 + 1e-9)
+    assert exact * rel.noise_multiplier > 1.5  # the exact corner alone is outside the claim
+
+
+def test_a_release_calibrated_on_the_first_outputs_bounds_fails_against_the_real_bounds(persons_data):
+    """Ignoring the heterogeneous bounds: every output calibrated with the first output's width (5)."""
+    X, Y, Xnew, C = persons_data
+    widths = OUT_BOUNDS[:, 1] - OUT_BOUNDS[:, 0]
+    narrow = outputs_model(X, Y, OUT_BOUNDS, data_sensitivity=[widths[0]] * 3)
+    rel = narrow.release(Xnew, epsilon=1.0, delta=1e-3, seed=4)
+    assert dp.audit(rel, narrow, Xnew).passed  # honest for what it claims
+    report = dp.audit(rel, outputs_model(X, Y, OUT_BOUNDS), Xnew)
+    assert not report.passed and report.epsilon > 2.0
+    # rows of 3 outputs: every corner, so the audit's mu is exact
+    assert report.releases[0].mu == pytest.approx(brute_force_mu(rel, C, widths), rel=1e-6)
+
+
+def test_a_release_for_smaller_persons_fails_against_the_real_ones(persons_data):
+    """Persons split in two (rows 3 i, 3 i + 1 and 3 i + 2 apart) against the real persons of three rows."""
+    X, Y, Xnew, C = persons_data
+    split = np.arange(18) // 3 * 2 + (np.arange(18) % 3 == 2)
+    made = outputs_model(X, Y[:, 1:2], OUT_BOUNDS[1], groups=split)
+    rel = made.release(Xnew, epsilon=1.0, delta=1e-3, seed=4)
+    assert dp.audit(rel, made, Xnew).passed
+    report = dp.audit(rel, outputs_model(X, Y[:, 1:2], OUT_BOUNDS[1], groups=TRIPLES), Xnew)
+    assert not report.passed and report.epsilon > 1.2
+    assert report.releases[0].mu == pytest.approx(brute_force_mu(rel, C, [10.0], TRIPLES), rel=1e-6)  # 3 rows: exact
+
+
+@pytest.mark.parametrize("cls", [DPSGPR, DPGPRFITC])
+def test_a_sparse_release_of_rows_fails_against_the_persons(persons_data, cls):
+    """The releases at Xnew (PrivateRelease; release_function is tests/test_groups.py's)."""
+    X, Y, Xnew, _ = persons_data
+
+    def sparse(**kw):
+        return cls((X, Y[:, 1:2]), gpflow.kernels.SquaredExponential(variance=VAR, lengthscales=ELL), X[::3].copy(),
+                   noise_variance=NOISE, y_bounds=tuple(OUT_BOUNDS[1]), hyperparameters_public=True, **kw)
+
+    grouped = sparse(groups=TRIPLES)
+    assert dp.audit(grouped.release(Xnew, epsilon=1.0, delta=1e-3, seed=4), grouped, Xnew).passed
+    per_row = sparse().release(Xnew, epsilon=1.0, delta=1e-3, seed=4)
+    report = dp.audit(per_row, grouped, Xnew)
+    assert not report.passed and report.epsilon > 2.0
+
+
+def test_a_release_of_rows_fails_against_persons_above_the_corner_limit(persons_data):
+    """Persons of 6 rows: the audit uses the documented bound |G| max ||F^+ c_i||; a per-row release fails it
+    and fails the exact corner maximum too (so the catch is not an artefact of the bound)."""
+    X, Y, Xnew, C = persons_data
+    sixes = np.repeat(np.arange(3), 6)
+    grouped = outputs_model(X, Y[:, 1:2], OUT_BOUNDS[1], groups=sixes)
+    assert dp.audit(grouped.release(Xnew, epsilon=1.0, delta=1e-3, seed=4), grouped, Xnew).passed
+    rel = outputs_model(X, Y[:, 1:2], OUT_BOUNDS[1]).release(Xnew, epsilon=1.0, delta=1e-3, seed=4)
+    report = dp.audit(rel, grouped, Xnew)
+    assert not report.passed
+    exact = brute_force_mu(rel, C, [10.0], sixes)
+    assert report.releases[0].mu >= exact * (1 - 1e-9) and exact * rel.noise_multiplier > 1.5
