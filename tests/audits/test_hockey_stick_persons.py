@@ -1,6 +1,7 @@
 """Audit B (the hockey-stick Monte Carlo) for releases that protect more than one output of one row:
-several outputs per row (``DPGPR`` with ``Y`` [N, P] on heterogeneous bounds, alone and with ``groups``)
-and several classes (the whole ``DPMulticlassLaplaceGPC`` release, every one-vs-rest step).
+several outputs per row (``DPGPR`` with ``Y`` [N, P] on heterogeneous bounds, alone and with ``groups``),
+persons on the binary classifier (``DPLaplaceGPC`` with ``groups``) and several classes (the whole
+``DPMulticlassLaplaceGPC`` release, every one-vs-rest step).
 
 Each test takes the worst neighbouring pair, found by brute force in NumPy from an independent cloaking
 matrix and the published noise factor(s): every corner of every row's (person's) box
@@ -16,8 +17,9 @@ the one on D moved by the shift) and estimates the hockey-stick divergence
 independent reference the interval must contain.
 
 A broken variant must fail the same test by a clear margin (lower end > 3 delta): each output released
-as its own person, a release calibrated on the first output's bounds for every output, a release that
-ignores the persons, and the multi-class release without the sqrt(2T) factor of its composition.
+as its own person, a release calibrated on the first output's bounds for every output, releases that
+ignore the persons (regression and classifier), and the multi-class release without the sqrt(2T)
+factor of its composition.
 Fixed seeds everywhere: the statistical tests are deterministic.
 """
 
@@ -43,7 +45,7 @@ from reference import k_se  # noqa: E402
 
 import dpgp_gpflow as dp  # noqa: E402
 import dpgp_gpflow.models.multiclass as multiclass_module  # noqa: E402
-from dpgp_gpflow.models import DPGPR, DPMulticlassLaplaceGPC  # noqa: E402
+from dpgp_gpflow.models import DPGPR, DPLaplaceGPC, DPMulticlassLaplaceGPC  # noqa: E402
 
 pytestmark = [pytest.mark.filterwarnings("ignore::dpgp_gpflow.exceptions.ReproducibleNoiseWarning"),
               pytest.mark.filterwarnings("ignore::dpgp_gpflow.exceptions.ClippingWarning")]
@@ -300,6 +302,52 @@ def measured_class_shift(X, labels, i, a, b):
     for x, y in zip(r0.releases, r1.releases):
         np.testing.assert_array_equal(x.noise_factor, y.noise_factor)
     return r0, np.concatenate([y.mean - x.mean for x, y in zip(r0.releases, r1.releases)])
+
+
+# ---------------------------------------------------------------------------------------------
+# Persons on the binary classifier (DPLaplaceGPC, groups=): one Newton step, a person's labels all flip
+
+#: persons of 1 to 4 rows, each person's rows near one centre (nearly parallel columns of C)
+CLASSIFIER_PERSONS = np.repeat(np.arange(8), [1, 2, 3, 4, 1, 2, 3, 4])
+
+
+def persons_classes_problem():
+    rng = np.random.default_rng(3)
+    centres = rng.uniform(0.0, 6.0, (8, 2))
+    X = centres[CLASSIFIER_PERSONS] + 0.25 * rng.uniform(-1.0, 1.0, (CLASSIFIER_PERSONS.size, 2))
+    y = np.where(np.sin(X[:, 0]) + 0.5 * X[:, 1] - 1.5 > 0, 1.0, -1.0)[:, None]
+    return X, y
+
+
+def binary_release(X, y, groups):
+    model = DPLaplaceGPC((X, y), gpflow.kernels.SquaredExponential(variance=C_VAR, lengthscales=C_ELL),
+                         hyperparameters_public=True, groups=groups)
+    return model.release(epsilon=EPS, delta=DELTA, seed=SEED).releases[0]
+
+
+@pytest.mark.parametrize("groups", [CLASSIFIER_PERSONS, None], ids=["persons", "per-row"])
+def test_a_grouped_binary_classifier_on_the_worst_persons_flip(groups):
+    """Step 1 releases ``P_F C y + noise`` (C at f = 0); a person's labels all flip (a corner ``2 s`` of the
+    box [-2, 2]^|G|). The release with the persons passes on the worst person's flip; the per-row release
+    of the same data fails it."""
+    X, y = persons_classes_problem()
+    C = newton_map(X, np.zeros(len(X)))
+    rel = binary_release(X, y, groups)
+    rows, signs, expected, _ = worst_corner(rel.noise_factor, C, np.array([D_LABEL]), CLASSIFIER_PERSONS)
+    assert rows.size > 1  # the worst neighbour is a person of several rows
+    base, flipped = corner_pair(y, np.array([[-1.0, 1.0]]), rows, signs)  # every label of the person flips
+    r0, r1 = binary_release(X, base, groups), binary_release(X, flipped, groups)
+    np.testing.assert_array_equal(r0.noise_factor, r1.noise_factor)
+    shift = r1.mean - r0.mean
+    np.testing.assert_allclose(shift, expected, rtol=1e-6, atol=1e-6 * np.abs(expected).max())
+    result = sampled_audit(r0, shift, seed=55)
+    assert_agrees_with_closed_form(result)
+    if groups is None:
+        assert_caught(result)
+        assert result.mu * r0.noise_multiplier > 1.5  # the person's rows add up
+    else:
+        assert result.passed, result
+        assert result.mu * r0.noise_multiplier == pytest.approx(1.0, abs=1e-6)  # tight: the worst corner
 
 
 @pytest.fixture
