@@ -2,7 +2,9 @@
 docs/guides/multiclass.md).
 
 Labels are integers ``0 .. K-1`` and private; inputs, kernel hyperparameters and inducing inputs are
-public. Neighbouring datasets differ in one person's label, moved from a class ``a`` to a class ``b``.
+public. Neighbouring datasets differ in one row's label, moved from a class ``a`` to a class ``b``; with
+public ``groups`` (persons, docs/guides/groups.md) in the labels of all of one person's rows, each row's
+label moved to any class (each row its own move).
 
 The model holds K binary problems on the same public ``X`` and kernel, ``y_a = +1`` where the label is
 ``a`` and ``-1`` elsewhere (the binary models' convention, d = 2): :class:`DPMulticlassLaplaceGPC` on
@@ -13,8 +15,12 @@ two problems, ``y_a`` and ``y_b``, each in one row by d; the other K - 2 problem
 Privacy (Gaussian DP): each binary release is T Gaussian mechanisms whose whitened shift is at most
 ``1 / s_step`` (checked where each is drawn, the exact sampler's rounding included), so a neighbour moves
 2T mechanisms by at most ``1 / s_step`` each and the rest not at all: together ``sqrt(2T) / s_step``-GDP.
-With ``s_step = sqrt(2T) s(epsilon, delta)`` (:func:`multiclass_step_request`; ``s`` the analytic
-calibration) that is ``1 / s``-GDP, i.e. (epsilon, delta)-DP. The release validates once
+With persons of up to g rows each binary problem protects a person's whole box (its labels' changes are
+in ``{-2, 0, 2}^g``), and a person's change touches at most ``m = min(K, 2g)`` problems (the classes its rows
+leave and join; :func:`classes_moved`): ``sqrt(m T) / s_step``-GDP. (``sqrt(2T)`` is not enough for
+persons: docs/mechanisms.md#several-classes.) With ``s_step = sqrt(m T) s(epsilon, delta)``
+(:func:`multiclass_step_request`; ``s`` the analytic calibration) that is ``1 / s``-GDP, i.e.
+(epsilon, delta)-DP. The release validates once
 (:func:`~dpgp_gpflow.mechanisms.release_request`), reserves ONE ledger event ``(epsilon, delta, "gaussian",
 mu = 1/s)`` and commits it once after all K x T draws; a refusal before the first draw charges nothing,
 one after some draws charges the whole event (what was drawn is charged). Only ``calibration="analytic"``.
@@ -24,7 +30,7 @@ from __future__ import annotations
 
 import math
 from numbers import Integral
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import gpflow
 import numpy as np
@@ -38,9 +44,10 @@ from ..calibration import analytic_gaussian_epsilon
 from ..cloaking import DEFAULT_TOL
 from ..contract import check_release_hyperparameters, dense_map, latent_terms_and_readout
 from ..mechanisms import ReleaseRequest, release_request
+from ..neighbours import relation
 from ..pipeline import cloak_outputs
 from ..released import PrivateClassifier, PrivateRelease, Released, probit_approximation
-from ..validation import as_inputs, require_float64, validate_public_terms
+from ..validation import as_inputs, require_float64, validate_groups, validate_public_terms
 from .dp_laplace import DPLaplaceGPC, DPSparseLaplaceGPC, PrivateSparseClassifier, check_steps
 from .sgpr_base import kmeans_inducing_inputs
 
@@ -49,7 +56,10 @@ __all__ = [
     "DPSparseMulticlassLaplaceGPC",
     "PrivateMulticlassClassifier",
     "StepDraws",
+    "class_relation",
     "class_seed",
+    "classes_moved",
+    "largest_person",
     "multiclass_step_multiplier",
     "multiclass_step_request",
     "one_vs_rest_labels",
@@ -90,22 +100,53 @@ def one_vs_rest_labels(labels: np.ndarray, num_classes: int) -> List[np.ndarray]
     return [np.where(labels == a, 1.0, -1.0)[:, None] for a in range(num_classes)]
 
 
-def multiclass_step_multiplier(multiplier: float, steps: int) -> float:
-    """Each Newton step's noise multiplier ``sqrt(2 T) s``: a label move changes 2 problems x T steps,
-    which compose (Gaussian DP) to ``sqrt(2T) / s_step = 1 / s``."""
-    return math.sqrt(2.0 * steps) * float(multiplier)
+def largest_person(groups: Optional[np.ndarray]) -> int:
+    """The largest number of rows of one person in the (validated, public) ``groups``; 1 for None (one row
+    per person)."""
+    if groups is None or not np.size(groups):
+        return 1
+    return int(np.unique(groups, return_counts=True)[1].max())
 
 
-def multiclass_step_request(request: ReleaseRequest, steps: int) -> ReleaseRequest:
+def classes_moved(num_classes: int, person_rows: int) -> int:
+    """``m = min(K, 2 g)``: the most one-vs-rest problems a neighbour changes, when a person has at most
+    ``g = person_rows`` rows and each row's label may move from its class to any other (a row changes the
+    problems of the class it leaves and of the class it joins; 2 for one row per person). Public."""
+    return min(int(num_classes), 2 * int(person_rows))
+
+
+def class_relation(person_rows: int) -> str:
+    """The neighbouring relation of a multi-class release for persons of at most ``person_rows`` rows, as its
+    card records it: the binary problems' relation (:func:`~dpgp_gpflow.neighbours.relation`: ``"row"`` or
+    ``"person (groups, up to g rows)"``) and that each label moves between classes."""
+    rows = None if int(person_rows) == 1 else np.zeros(int(person_rows), dtype=np.int64)
+    return f"{relation(_Persons(rows))}, labels moved between classes"
+
+
+class _Persons(NamedTuple):
+    """The public groups :func:`~dpgp_gpflow.neighbours.relation` reads (the one format of a relation)."""
+
+    groups: Optional[np.ndarray]
+
+
+def multiclass_step_multiplier(multiplier: float, steps: int, moved: int = 2) -> float:
+    """Each Newton step's noise multiplier ``sqrt(m T) s``: a neighbour changes at most ``m = moved`` problems
+    (:func:`classes_moved`; 2 for one row per person) x T steps, which compose (Gaussian DP) to
+    ``sqrt(m T) / s_step = 1 / s``."""
+    return math.sqrt(float(moved) * steps) * float(multiplier)
+
+
+def multiclass_step_request(request: ReleaseRequest, steps: int, moved: int = 2) -> ReleaseRequest:
     """The request of every Newton step of a multi-class release of the validated ``request``: multiplier
-    :func:`multiclass_step_multiplier`, and the step's own guarantee at ``request.delta``
-    (``epsilon = analytic_gaussian_epsilon(1 / s_step, delta)``, what each step records). Only the analytic
-    calibration (``NotImplementedError`` otherwise: its multiplier is not a Gaussian-DP parameter)."""
+    :func:`multiclass_step_multiplier` (``moved`` problems changed by a neighbour), and the step's own
+    guarantee at ``request.delta`` (``epsilon = analytic_gaussian_epsilon(1 / s_step, delta)``, what each
+    step records). Only the analytic calibration (``NotImplementedError`` otherwise: its multiplier is not
+    a Gaussian-DP parameter)."""
     if request.calibration != "analytic":
         raise NotImplementedError(
             "a multi-class release composes its Newton steps in Gaussian DP, which needs calibration='analytic' "
             f"(got {request.calibration!r}: the classical multiplier is not the exact mu of (epsilon, delta))")
-    multiplier = multiclass_step_multiplier(request.multiplier, steps)
+    multiplier = multiclass_step_multiplier(request.multiplier, steps, moved)
     return request._replace(epsilon=analytic_gaussian_epsilon(1.0 / multiplier, request.delta), multiplier=multiplier)
 
 
@@ -155,9 +196,10 @@ class PrivateMulticlassClassifier(Released):
     ``P (1 - P)``. Free to query. ``save`` is not supported yet (``NotImplementedError``)."""
 
     def __init__(self, classifiers: Sequence[PrivateClassifier], *, epsilon: float, delta: float, mu: float,
-                 steps: int) -> None:
+                 steps: int, person_rows: int = 1) -> None:
         self._classifiers = tuple(classifiers)
         self._epsilon, self._delta, self._mu, self._steps = float(epsilon), float(delta), float(mu), int(steps)
+        self._person_rows = int(person_rows)
 
     @property
     def classifiers(self) -> Tuple[PrivateClassifier, ...]:
@@ -173,6 +215,22 @@ class PrivateMulticlassClassifier(Released):
     def steps(self) -> int:
         """Newton steps per class."""
         return self._steps
+
+    @property
+    def person_rows(self) -> int:
+        """The most rows of one person it protects (the model's public ``groups``; 1: one row per person)."""
+        return self._person_rows
+
+    @property
+    def classes_moved(self) -> int:
+        """``m = min(K, 2 g)``: the most classes one neighbour changes (:func:`classes_moved`); each step was
+        released at multiplier ``sqrt(m T) s``."""
+        return classes_moved(self.num_classes, self._person_rows)
+
+    @property
+    def neighbours(self) -> str:
+        """The neighbouring relation it protects (:func:`class_relation`)."""
+        return class_relation(self._person_rows)
 
     @property
     def releases(self) -> Tuple[PrivateRelease, ...]:
@@ -203,9 +261,11 @@ class PrivateMulticlassClassifier(Released):
 
     def privacy_card(self) -> Dict[str, Any]:
         """:meth:`Released.privacy_card` with the composition: ``epsilon``, ``delta`` and ``mu`` of the whole
-        release (Gaussian DP over the 2T steps a label move changes), ``num_classes`` and ``steps``."""
+        release (Gaussian DP over the m T steps a neighbour changes), ``num_classes``, ``steps``, the relation
+        protected (``neighbours``), ``person_rows`` and ``classes_moved`` (m)."""
         card = super().privacy_card()
-        card.update(composition="gaussian-dp", mu=self._mu, num_classes=self.num_classes, steps=self._steps)
+        card.update(composition="gaussian-dp", mu=self._mu, num_classes=self.num_classes, steps=self._steps,
+                    neighbours=self.neighbours, person_rows=self._person_rows, classes_moved=self.classes_moved)
         return card
 
     def file_content(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
@@ -248,13 +308,32 @@ class _OneVsRest(BayesianModel, InternalDataTrainingLossMixin):
     leak guard) and the one release of all classes."""
 
     def __init__(self, X: np.ndarray, labels: np.ndarray, kernel: gpflow.kernels.Kernel, num_classes: int,
-                 make_problem: Callable[[np.ndarray], Any]) -> None:
+                 make_problem: Callable[[np.ndarray, Optional[np.ndarray]], Any], groups: Any = None) -> None:
         super().__init__()
         self.kernel = kernel
         self.num_classes = int(num_classes)
         self._X = X
         self._labels = labels
-        self.problems = tuple(make_problem(y) for y in one_vs_rest_labels(labels, self.num_classes))
+        ids = validate_groups(groups, int(X.shape[0]))
+        object.__setattr__(self, "_dp_groups", ids)
+        self.problems = tuple(make_problem(y, ids) for y in one_vs_rest_labels(labels, self.num_classes))
+
+    @property
+    def groups(self) -> Optional[np.ndarray]:
+        """Public person identifiers [N] (a copy; rows with the same value belong to one person), or None: one
+        row per person. Every problem holds the same; fixed at construction."""
+        groups = self.__dict__.get("_dp_groups")
+        return None if groups is None else groups.copy()
+
+    @property
+    def person_rows(self) -> int:
+        """The most rows of one person (public; 1 without groups)."""
+        return largest_person(self.__dict__.get("_dp_groups"))
+
+    @property
+    def classes_moved(self) -> int:
+        """``m = min(K, 2 g)``: the most problems one neighbour changes (:func:`classes_moved`)."""
+        return classes_moved(self.num_classes, self.person_rows)
 
     @property
     def data(self) -> Tuple[np.ndarray, np.ndarray]:
@@ -282,7 +361,7 @@ class _OneVsRest(BayesianModel, InternalDataTrainingLossMixin):
         """``(steps, request, step request)``: the one validation, then the leak guard of every problem."""
         steps = check_steps(steps)
         request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed)
-        step_request = multiclass_step_request(request, steps)
+        step_request = multiclass_step_request(request, steps, self.classes_moved)
         for problem in self.problems:
             check_release_hyperparameters(problem, hyperparameters_public)
         return steps, request, step_request
@@ -290,7 +369,8 @@ class _OneVsRest(BayesianModel, InternalDataTrainingLossMixin):
     def _release_classes(self, step_release: StepRelease, request: ReleaseRequest, step_request: ReleaseRequest,
                          steps: int, accountant: Optional[PrivacyAccountant]) -> PrivateMulticlassClassifier:
         """Reserve the one event, release every class (``step_release(problem, request, draws)``), commit."""
-        description = f"one-vs-rest Laplace release of {self.num_classes} classes x {steps} Newton step(s)"
+        description = (f"one-vs-rest Laplace release of {self.num_classes} classes x {steps} Newton step(s) "
+                       f"({class_relation(self.person_rows)})")
         with reserve(accountant, [request.event(description)]) as reservation:  # the one reservation
             draws = StepDraws(step_request.event())
             try:
@@ -303,7 +383,7 @@ class _OneVsRest(BayesianModel, InternalDataTrainingLossMixin):
                 raise
             reservation.commit(description)
         return PrivateMulticlassClassifier(classifiers, epsilon=request.epsilon, delta=request.delta,
-                                           mu=1.0 / request.multiplier, steps=steps)
+                                           mu=1.0 / request.multiplier, steps=steps, person_rows=self.person_rows)
 
 
 def _unpack(data: Any, num_classes: Any) -> Tuple[np.ndarray, np.ndarray]:
@@ -326,14 +406,19 @@ class DPMulticlassLaplaceGPC(_OneVsRest):
     returns. For two classes use :class:`~dpgp_gpflow.models.DPLaplaceGPC` (one problem, less noise).
 
     Privacy assumption: ``X`` and the kernel hyperparameters are public (leak guard as the binary model's);
-    neighbouring datasets differ in one label, moved from one class to another.
+    neighbouring datasets differ in one label, moved from one class to another. ``groups`` (public integers
+    [N], default None): rows with the same value belong to one person, and neighbours differ in the labels
+    of all of a person's rows, each moved to any class (docs/guides/multiclass.md#persons); every problem
+    protects the person's box and the steps are calibrated for the ``min(K, 2g)`` problems a person of g
+    rows can change.
     """
 
     def __init__(self, data: Any, kernel: gpflow.kernels.Kernel, *, num_classes: int, max_iter: int = 100,
-                 tol: float = 1e-10, hyperparameters_public: bool = False) -> None:
+                 tol: float = 1e-10, hyperparameters_public: bool = False, groups: Any = None) -> None:
         X, labels = _unpack(data, num_classes)
-        super().__init__(X, labels, kernel, int(num_classes), lambda y: DPLaplaceGPC(
-            (X, y), kernel, max_iter=max_iter, tol=tol, hyperparameters_public=hyperparameters_public))
+        super().__init__(X, labels, kernel, int(num_classes), lambda y, ids: DPLaplaceGPC(
+            (X, y), kernel, max_iter=max_iter, tol=tol, hyperparameters_public=hyperparameters_public, groups=ids),
+            groups)
 
     def release(self, *, epsilon: float, delta: float, steps: int = 1, objective: str = "mse",
                 calibration: str = "analytic", seed: Optional[int] = None,
@@ -341,8 +426,9 @@ class DPMulticlassLaplaceGPC(_OneVsRest):
                 rtol: Optional[float] = None, tol: float = DEFAULT_TOL) -> PrivateMulticlassClassifier:
         """Release ``steps`` cloaked Newton steps of each of the K problems; (epsilon, delta)-DP in total.
 
-        Each step of each class is released at noise multiplier ``sqrt(2 steps) s(epsilon, delta)``
-        (:func:`multiclass_step_request`) through :meth:`DPLaplaceGPC.release_steps` (class ``a`` at seed
+        Each step of each class is released at noise multiplier ``sqrt(m steps) s(epsilon, delta)``, ``m = 2``
+        (with ``groups``: ``min(K, 2g)``, :func:`classes_moved`; :func:`multiclass_step_request`) through
+        :meth:`DPLaplaceGPC.release_steps` (class ``a`` at seed
         :func:`class_seed`); one ledger event ``(epsilon, delta, mu = 1/s)`` is reserved before anything
         is computed and committed after the K x steps draws. Keywords as for :meth:`DPLaplaceGPC.release`;
         only ``calibration="analytic"``.
@@ -365,24 +451,27 @@ class DPSparseMulticlassLaplaceGPC(_OneVsRest):
     computed once for all classes). In-memory rows only. Its release is the first Newton step of the m SoR
     weights of every class (``steps=1``; ``reference_inputs`` is not offered).
 
-    Privacy assumption: ``X``, ``Z`` and the kernel hyperparameters are public.
+    Privacy assumption: ``X``, ``Z`` and the kernel hyperparameters are public; ``groups`` (persons) as for
+    :class:`DPMulticlassLaplaceGPC`.
     """
 
     def __init__(self, data: Any, kernel: gpflow.kernels.Kernel, inducing_variable: Any, *, num_classes: int,
-                 max_iter: int = 100, tol: float = 1e-10, hyperparameters_public: bool = False) -> None:
+                 max_iter: int = 100, tol: float = 1e-10, hyperparameters_public: bool = False,
+                 groups: Any = None) -> None:
         X, labels = _unpack(data, num_classes)
         if isinstance(inducing_variable, Integral) and not isinstance(inducing_variable, bool):
             inducing_variable = kmeans_inducing_inputs(X, int(inducing_variable))
-        super().__init__(X, labels, kernel, int(num_classes), lambda y: DPSparseLaplaceGPC(
+        super().__init__(X, labels, kernel, int(num_classes), lambda y, ids: DPSparseLaplaceGPC(
             (X, y), kernel, inducing_variable, max_iter=max_iter, tol=tol,
-            hyperparameters_public=hyperparameters_public))
+            hyperparameters_public=hyperparameters_public, groups=ids), groups)
 
     def release(self, *, epsilon: float, delta: float, steps: int = 1, objective: str = "mse",
                 calibration: str = "analytic", seed: Optional[int] = None,
                 accountant: Optional[PrivacyAccountant] = None, hyperparameters_public: bool = False,
                 rtol: Optional[float] = None, tol: float = DEFAULT_TOL) -> PrivateMulticlassClassifier:
         """Release the first Newton step ``w1 = C_w y_a`` of each class's m SoR weights; (epsilon, delta)-DP
-        in total, each at multiplier ``sqrt(2) s(epsilon, delta)`` (one ledger event, as
+        in total, each at multiplier ``sqrt(m) s(epsilon, delta)`` (``m = 2``, with groups ``min(K, 2g)``; one
+        ledger event, as
         :meth:`DPMulticlassLaplaceGPC.release`). ``steps=1`` only; only ``calibration="analytic"``."""
         if check_steps(steps) != 1:
             raise NotImplementedError("DPSparseMulticlassLaplaceGPC releases the first Newton step only (steps=1)")

@@ -26,7 +26,12 @@ from scipy import special
 
 import dpgp_gpflow as dp
 from dpgp_gpflow import PrivacyAccountant, ReproducibleNoiseWarning
-from dpgp_gpflow.models import DPLaplaceGPC, DPSparseLaplaceGPC
+from dpgp_gpflow.models import (
+    DPLaplaceGPC,
+    DPMulticlassLaplaceGPC,
+    DPSparseLaplaceGPC,
+    DPSparseMulticlassLaplaceGPC,
+)
 from dpgp_gpflow.streaming import release_function as streamed_release_function
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "audits"))
@@ -262,3 +267,165 @@ def test_selection_of_a_grouped_classifier_is_for_persons(problem):
         DPLaplaceGPC((X, y), kernel(), hyperparameters_public=True), grid, epsilon=1.0, seed=0)
     assert grouped.neighbours == "person (groups, up to 4 rows)" and per_row.neighbours == "row"
     assert grouped.sensitivity > 1.5 * per_row.sensitivity
+
+
+# ---------------------------------------------------------------------------------------------
+# Several classes: a person's rows each move to any class
+
+
+def reassignment_changes(g: int, K: int) -> np.ndarray:
+    """Every change of the K one-vs-rest label vectors on a person's g rows: for every old labels ``a`` and
+    new labels ``b`` in ``{0..K-1}^g`` (each row its own move, or none), ``delta[c] = 2 (1[b = c] - 1[a = c])``.
+    Returns [K^(2g), K, g]."""
+    pairs = np.array(np.meshgrid(*[np.arange(K)] * (2 * g), indexing="ij")).reshape(2 * g, -1).T  # [K^2g, 2g]
+    a, b = pairs[:, :g], pairs[:, g:]
+    classes = np.arange(K)[None, :, None]
+    return 2.0 * ((b[:, None, :] == classes).astype(float) - (a[:, None, :] == classes).astype(float))
+
+
+def largest_person_move(released, maps, groups) -> float:
+    """Brute force over every person and every reassignment of their labels (old and new classes of each
+    row): the norm of the stacked whitened shifts ``F^+ P C_G delta_c`` of every class's every step."""
+    K = released.num_classes
+    worst = 0.0
+    for person in np.unique(groups):
+        rows = np.flatnonzero(groups == person)
+        changes = reassignment_changes(rows.size, K)  # [R, K, g]
+        total = np.zeros(changes.shape[0])
+        for c, (classifier, class_maps) in enumerate(zip(released.classifiers, maps)):
+            for rel, C in zip(classifier.releases, class_maps):
+                shifts = changes[:, c, :] @ C[:, rows].T  # [R, k]: the shift of the projected release's input
+                total += np.sum(auditing.whiten(rel.noise_factor, shifts) ** 2, axis=1)
+        worst = max(worst, float(np.sqrt(total.max())))
+    return worst
+
+
+def s_reference(epsilon: float, delta: float) -> float:
+    """The smallest s with delta(eps; mu = 1/s) <= delta, solved from the Balle-Wang profile."""
+    from scipy import optimize
+
+    return optimize.brentq(lambda s: auditing.gaussian_delta(epsilon, 1.0 / s) - delta, 0.05, 100.0, xtol=1e-14)
+
+
+MULTI_SIZES = [1, 2, 3, 2, 1, 2, 3]  # 14 rows, persons of up to 3 rows: m = min(3, 6) = 3
+
+
+@pytest.fixture(scope="module")
+def multi_problem():
+    X, _, groups = persons_problem(MULTI_SIZES, seed=5)
+    labels = np.clip(np.floor(X[:, 0] / 2.0), 0, 2).astype(int)
+    return X, labels, groups
+
+
+@pytest.mark.parametrize("steps", [1, 2])
+def test_multiclass_every_reassignment_of_a_persons_labels_is_within_one_over_s(multi_problem, steps):
+    X, labels, groups = multi_problem
+    model = DPMulticlassLaplaceGPC((X, labels), kernel(), num_classes=3, hyperparameters_public=True, groups=groups)
+    assert model.classes_moved == 3 and all(np.array_equal(p.groups, groups) for p in model.problems)
+    released = model.release(epsilon=EPS, delta=DELTA, steps=steps)
+    s = s_reference(EPS, DELTA)
+    assert released.classes_moved == 3 and released.person_rows == 3
+    assert released.neighbours == "person (groups, up to 3 rows), labels moved between classes"
+    for rel in released.releases:  # each step at sqrt(m T) s, each protecting the person's box of its problem
+        assert rel.noise_multiplier == pytest.approx(np.sqrt(3 * steps) * s, rel=1e-9)
+        assert rel.neighbours == "person (groups, up to 3 rows)"
+    maps = [full_maps(X, c.releases) for c in released.classifiers]
+    worst = largest_person_move(released, maps, groups)
+    assert worst <= (1.0 + 1e-9) / s
+    # all of a person's rows leaving one class for another move two problems by their whole box: sqrt(2/m) / s
+    assert worst >= 0.99 * np.sqrt(2.0 / 3.0) / s
+    # the per-row multi-class release of the same data does not protect these persons
+    per_row = DPMulticlassLaplaceGPC((X, labels), kernel(), num_classes=3, hyperparameters_public=True).release(
+        epsilon=EPS, delta=DELTA, steps=steps)
+    assert per_row.classes_moved == 2
+    broken = largest_person_move(per_row, [full_maps(X, c.releases) for c in per_row.classifiers], groups)
+    assert broken > 1.5 / s
+
+
+def test_sparse_multiclass_every_reassignment_is_within_one_over_s(multi_problem):
+    X, labels, groups = multi_problem
+    Z = X[::2].copy()
+    model = DPSparseMulticlassLaplaceGPC((X, labels), kernel(), Z, num_classes=3, hyperparameters_public=True,
+                                         groups=groups)
+    released = model.release(epsilon=EPS, delta=DELTA)
+    s = s_reference(EPS, DELTA)
+    assert all(r.noise_multiplier == pytest.approx(np.sqrt(3.0) * s, rel=1e-9) for r in released.releases)
+    Cw = sor_map_np(X, Z)
+    worst = largest_person_move(released, [[Cw]] * 3, groups)
+    assert 0.5 / s <= worst <= (1.0 + 1e-9) / s
+    for c in range(3):  # every class's release protects the person's box of its own problem
+        assert dp.audit(released.classifiers[c], model.problems[c]).passed
+
+
+def test_multiclass_without_persons_is_bit_identical_to_before():
+    """The multi-class release with groups=None or one row per person: float.hex recorded at 59c4e24."""
+    X, _ = _record_problem()
+    labels = np.clip(np.floor(X[:, 0] / 2.0), 0, 2).astype(int)
+    before_full = [  # class 0 steps 1-2, class 1 steps 1-2, class 2 steps 1-2: mean[:3], noise_factor[0, 0]
+        ['-0x1.ced2013d69e96p-1', '-0x1.37d8227179f57p+0', '-0x1.4e159ec8647b7p-1', '-0x1.e95f732affec0p-1'],
+        ['0x1.004277fb300f5p-3', '-0x1.0ed6a4abef8e2p+0', '-0x1.6a0ef98050d05p+2', '0x1.fc66c8b530a3ap-1'],
+        ['0x1.ba20e4c7be4d0p+0', '-0x1.9aad5d29202a5p+1', '0x1.7f1e155cbc5e8p+0', '-0x1.e95f732affec0p-1'],
+        ['0x1.cf47caf48cab7p+1', '-0x1.21dddb0d94834p-2', '-0x1.2fb11ee5159b6p+0', '0x1.f63ffc7cd1bdcp-1'],
+        ['-0x1.3a7ab8833d987p-2', '-0x1.817af4caf03e4p-1', '0x1.086ba90821d0ap-3', '-0x1.e95f732affec0p-1'],
+        ['0x1.17d7148453d28p+0', '-0x1.de3a820aa17c5p+1', '-0x1.b7154d1b954dep+2', '0x1.08add57b3da0ap+0']]
+    before_sparse = [
+        ['0x1.c47beb4859af6p+0', '0x1.3c4b9fcc907f6p+1', '0x1.99dc42d77aa8cp+1', '-0x1.a1fe07863a7a5p-2'],
+        ['0x1.5626440e36ed6p+0', '-0x1.dd6e5f458b473p+1', '-0x1.c70c2fe7ab2a2p+1', '-0x1.a1fe07863a7a5p-2'],
+        ['-0x1.93462e20d2fd3p+0', '-0x1.750c39ce4d1bcp-3', '-0x1.60fb7bffc71aep+1', '-0x1.a1fe07863a7a5p-2']]
+
+    def hexes(released):
+        return [[float(v).hex() for v in r.mean[:3]] + [float(r.noise_factor[0, 0]).hex()] for r in released.releases]
+
+    for kw in ({}, {"groups": np.arange(len(X))}):
+        full = DPMulticlassLaplaceGPC((X, labels), kernel(), num_classes=3, hyperparameters_public=True, **kw)
+        assert hexes(full.release(epsilon=EPS, delta=DELTA, steps=2, seed=5)) == before_full
+        sparse = DPSparseMulticlassLaplaceGPC((X, labels), kernel(), X[::3], num_classes=3,
+                                              hyperparameters_public=True, **kw)
+        released = sparse.release(epsilon=EPS, delta=DELTA, seed=5)
+        assert hexes(released) == before_sparse and released.neighbours == "row, labels moved between classes"
+
+
+def test_multiclass_bad_groups_are_refused(multi_problem):
+    X, labels, groups = multi_problem
+    with pytest.raises(ValueError, match="groups"):
+        DPMulticlassLaplaceGPC((X, labels), kernel(), num_classes=3, groups=groups[1:])
+    with pytest.raises(ValueError, match="groups must be integers"):
+        DPSparseMulticlassLaplaceGPC((X, labels), kernel(), 4, num_classes=3, groups=np.r_[groups[1:], np.nan])
+
+
+# The factor: min(K, 2g), and why sqrt(2T) is not enough for persons (docs/mechanisms.md#several-classes)
+
+
+def moved_ratio(maps) -> float:
+    """Brute force over every reassignment of a g-row person's labels among K classes: the largest
+    ``sum_c ||M_c delta_c||^2`` (one step: the squared composed shift) over the largest squared box bound
+    ``max_c max_{delta in [-2, 2]^g} ||M_c delta||^2`` (the bound each class's step is calibrated to)."""
+    K, g = len(maps), maps[0].shape[1]
+    corners = 2.0 * np.array(np.meshgrid(*[[-1.0, 1.0]] * g, indexing="ij")).reshape(g, -1).T
+    box = max(float(np.max(np.sum((corners @ M.T) ** 2, axis=1))) for M in maps)
+    changes = reassignment_changes(g, K)
+    total = sum(np.sum((changes[:, c, :] @ maps[c].T) ** 2, axis=1) for c in range(K))
+    return float(total.max()) / box
+
+
+def test_the_classes_a_person_moves_bound_the_composition_and_can_be_reached():
+    """The proof's two claims, by brute force: with any maps per class (each class's step calibrated to its
+    own box), a person of g rows moves the composition by at most ``min(K, 2g)`` times one step's squared
+    bound; and maps exist that reach it (each class seeing one row only)."""
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        K, g = int(rng.integers(2, 5)), int(rng.integers(1, 4))
+        maps = [rng.standard_normal((3, g)) * rng.uniform(0.2, 2.0, g) for _ in range(K)]
+        assert moved_ratio(maps) <= min(K, 2 * g) * (1 + 1e-12)
+    w = np.array([[1.0], [0.0]])
+    reach = [np.hstack([w, 0 * w]), np.hstack([w, 0 * w]), np.hstack([0 * w, w]), np.hstack([0 * w, w])]  # K=4, g=2
+    assert moved_ratio(reach) == pytest.approx(4.0, rel=1e-12)  # = min(4, 2 * 2): rows 0 -> 1 and 2 -> 3
+
+
+def test_sqrt_2T_is_not_enough_for_persons_even_with_one_map_for_every_class():
+    """Three rows whose whitened columns are at 120 degrees, the same map for every class (the first Newton
+    step): moving the labels round the cycle 0 -> 1 -> 2 -> 0 gives a squared composed shift of 9/8 times
+    the 2 boxes that sqrt(2T) pays for."""
+    angles = np.deg2rad([90.0, 210.0, 330.0])
+    M = np.vstack([np.cos(angles), np.sin(angles)])  # [2, 3] unit columns at 120 degrees
+    assert moved_ratio([M, M, M]) == pytest.approx(2.0 * 9.0 / 8.0, rel=1e-12)

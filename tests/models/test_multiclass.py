@@ -220,7 +220,7 @@ def test_every_class_move_shifts_the_2T_changed_steps_by_at_most_one_over_s(prob
 
 
 def test_calibrating_each_problem_at_s_alone_fails_the_brute_force_check(problem, model, monkeypatch):
-    monkeypatch.setattr(multiclass_module, "multiclass_step_multiplier", lambda s, steps: s)  # the broken variant
+    monkeypatch.setattr(multiclass_module, "multiclass_step_multiplier", lambda s, steps, moved=2: s)  # the broken variant
     X, _, _ = problem
     released = model.release(epsilon=EPS, delta=DELTA)
     worst = largest_move(released, [full_maps(X, c) for c in released.classifiers])
