@@ -255,9 +255,9 @@ def classes_problem():
     return X, labels
 
 
-def classes_release(X, labels, steps=1, seed=SEED):
+def classes_release(X, labels, steps=1, seed=SEED, groups=None):
     model = DPMulticlassLaplaceGPC((X, labels), gpflow.kernels.SquaredExponential(variance=C_VAR, lengthscales=C_ELL),
-                                   num_classes=K_CLASSES, hyperparameters_public=True)
+                                   num_classes=K_CLASSES, hyperparameters_public=True, groups=groups)
     return model.release(epsilon=EPS, delta=DELTA, steps=steps, seed=seed)
 
 
@@ -267,38 +267,45 @@ def newton_map(X: np.ndarray, f: np.ndarray) -> np.ndarray:
     return 0.5 * np.linalg.inv(np.linalg.inv(k_se(X, X, C_VAR, C_ELL)) + np.diag(pi * (1.0 - pi)))
 
 
-def class_move_shifts(X: np.ndarray, released):
-    """Brute force over every row i and every move a -> b: the shift of the whole release (every release,
-    class by class, each step's map at the released latents of the step before: public) is
-    ``-d P c_i`` in class a's steps, ``+d P c_i`` in class b's and 0 elsewhere. Returns (mu, i, a, b,
-    shift) of the worst move and the joint noise factor ``diag(F_1, .., F_KT)``."""
-    per_step = []  # per class: [(P_F C, F)] over its steps
+def class_move_shifts(X: np.ndarray, released, persons=None):
+    """Brute force over every person (every row when ``persons`` is None) and every reassignment of their
+    labels: old classes ``a`` and new classes ``b`` in ``{0..K-1}^|G|``, each row its own move. Problem c's
+    labels move by ``d (1[b = c] - 1[a = c])`` on the person's rows, so the whole release (every release,
+    class by class, each step's map at the released latents of the step before: public) moves by
+    ``P_F C_G delta_c`` in class c's steps. Returns (mu, rows, a, b, shift) of the worst move and the joint
+    noise factor ``diag(F_1, .., F_KT)``."""
+    per_step = []  # per class: [P_F C] over its steps
+    factors = []
     for classifier in released.classifiers:
         fs = [np.zeros(len(X))] + [r.mean for r in classifier.releases[:-1]]
         steps = []
         for rel, f in zip(classifier.releases, fs):
             U, _, _ = noise_span(rel.noise_factor)
-            steps.append((U @ (U.T @ newton_map(X, f)), rel.noise_factor))
+            steps.append(U @ (U.T @ newton_map(X, f)))
+            factors.append(rel.noise_factor)
         per_step.append(steps)
-    F = scipy.linalg.block_diag(*[F_ for steps in per_step for _, F_ in steps])
+    F = scipy.linalg.block_diag(*factors)
+    persons = np.arange(len(X)) if persons is None else np.asarray(persons)
     best = None
-    for i, a, b in itertools.product(range(len(X)), range(K_CLASSES), range(K_CLASSES)):
-        if a == b:
-            continue
-        sign = {a: -1.0, b: 1.0}
-        shift = np.concatenate([sign.get(c, 0.0) * D_LABEL * PC[:, i] for c, steps in enumerate(per_step)
-                                for PC, _ in steps])
-        mu = float(np.linalg.norm(whiten(F, shift)))
-        if best is None or mu > best[0]:
-            best = (mu, i, a, b, shift)
+    for person in np.unique(persons):
+        rows = np.flatnonzero(persons == person)
+        moves = np.array(list(itertools.product(range(K_CLASSES), repeat=2 * rows.size)))  # [R, 2g]: a, b
+        a, b = moves[:, :rows.size], moves[:, rows.size:]
+        shifts = np.concatenate([
+            (D_LABEL * ((b == c).astype(float) - (a == c).astype(float))) @ PC[:, rows].T  # [R, k]
+            for c, steps in enumerate(per_step) for PC in steps], axis=1)
+        mus = np.linalg.norm(whiten(F, shifts), axis=1)
+        j = int(np.argmax(mus))
+        if best is None or mus[j] > best[0]:
+            best = (float(mus[j]), rows, a[j], b[j], shifts[j])
     return best, F
 
 
-def measured_class_shift(X, labels, i, a, b):
-    """Black box (one step): the whole release on D (row i labelled a) and on D' (labelled b), one seed."""
+def measured_class_shift(X, labels, rows, a, b, groups=None):
+    """Black box (one step): the whole release on D (the rows labelled a) and on D' (labelled b), one seed."""
     base, moved = labels.copy(), labels.copy()
-    base[i], moved[i] = a, b
-    r0, r1 = classes_release(X, base), classes_release(X, moved)
+    base[rows], moved[rows] = a, b
+    r0, r1 = classes_release(X, base, groups=groups), classes_release(X, moved, groups=groups)
     for x, y in zip(r0.releases, r1.releases):
         np.testing.assert_array_equal(x.noise_factor, y.noise_factor)
     return r0, np.concatenate([y.mean - x.mean for x, y in zip(r0.releases, r1.releases)])
@@ -363,10 +370,11 @@ def test_the_whole_multiclass_release_on_the_worst_label_move(request, broken):
     X, labels = classes_problem()
     released = classes_release(X, labels)
     s = analytic_multiplier(EPS, DELTA)
-    (mu, i, a, b, expected), F = class_move_shifts(X, released)
-    _, shift = measured_class_shift(X, labels, i, a, b)
+    (mu, rows, a, b, expected), F = class_move_shifts(X, released)
+    assert rows.size == 1 and a[0] != b[0]
+    _, shift = measured_class_shift(X, labels, rows, a, b)
     n = len(X)
-    for c in set(range(K_CLASSES)) - {a, b}:
+    for c in set(range(K_CLASSES)) - {a[0], b[0]}:
         assert np.all(shift[c * n:(c + 1) * n] == 0.0)  # the other problems' labels did not move
     np.testing.assert_allclose(shift, expected, rtol=1e-6, atol=1e-6 * np.abs(expected).max())
     # the whole release's claim, against the joint Gaussian of its K independent steps
@@ -425,3 +433,37 @@ def test_dp_audit_catches_the_multiclass_release_without_the_sqrt_2T_factor(with
         warnings.simplefilter("ignore")
         assert all(dp.audit(c, p).passed for c, p in zip(released.classifiers, model.problems))  # per class: honest
     assert not dp.audit(released, model).passed
+
+
+# ---------------------------------------------------------------------------------------------
+# Persons on the multi-class classifier: each of a person's rows moves to any class
+
+#: persons of 1 to 3 rows (K = 3: a person changes up to m = min(K, 2 g) = 3 problems)
+MULTICLASS_PERSONS = np.repeat(np.arange(7), [1, 2, 3, 2, 1, 2, 3])
+
+
+@pytest.mark.parametrize("groups", [MULTICLASS_PERSONS, None], ids=["persons", "per-row"])
+def test_a_grouped_multiclass_release_on_the_worst_reassignment_of_a_persons_labels(groups):
+    """The whole release (every class, one step, each at sqrt(m) s) on the worst person and reassignment of
+    their rows' labels, by brute force; the per-row release (sqrt(2) s, groups ignored) fails it."""
+    rng = np.random.default_rng(5)
+    centres = rng.uniform(0.0, 6.0, (7, 2))
+    X = centres[MULTICLASS_PERSONS] + 0.25 * rng.uniform(-1.0, 1.0, (MULTICLASS_PERSONS.size, 2))
+    labels = np.clip(np.floor(X[:, 0] / 2.0), 0, K_CLASSES - 1).astype(int)
+    released = classes_release(X, labels, groups=groups)
+    (mu, rows, a, b, expected), F = class_move_shifts(X, released, MULTICLASS_PERSONS)
+    assert rows.size > 1  # a person of several rows
+    _, shift = measured_class_shift(X, labels, rows, a, b, groups=groups)
+    np.testing.assert_allclose(shift, expected, rtol=1e-6, atol=1e-6 * np.abs(expected).max())
+    claim = SimpleNamespace(noise_factor=F, epsilon=released.epsilon, delta=released.delta)
+    result = sampled_audit(claim, shift, seed=57)
+    assert result.mu == pytest.approx(mu, rel=1e-9)
+    exact = assert_agrees_with_closed_form(result)
+    s = analytic_multiplier(EPS, DELTA)
+    if groups is None:
+        assert_caught(result)
+        assert mu * s > 1.5
+    else:
+        assert result.passed, result
+        assert exact <= DELTA * (1.0 + 1e-6)
+        assert math.sqrt(2.0 / 3.0) * 0.99 <= mu * s <= 1.0 + 1e-9  # m = 3 problems paid, at least 2 move fully
