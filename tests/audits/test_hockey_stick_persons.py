@@ -53,6 +53,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore::dpgp_gpflow.exceptions.Reprodu
 EPS, DELTA = 1.0, 0.01
 SEED = 1234  # the release seed shared by the two neighbouring releases (the same noise draw)
 N_DRAWS = 400_000  # releases per dataset: a binomial half-width of about 5.5e-4 at delta = 0.01
+N_BROKEN = 200_000  # for a broken variant, whose delta(eps) is several times delta
 FAIL_MARGIN = 3.0  # a broken variant's lower confidence end must exceed 3 delta
 
 # ---------------------------------------------------------------------------------------------
@@ -193,7 +194,7 @@ def test_each_output_released_as_its_own_person_fails(P):
     base, neighbour = corner_pair(Y, BOUNDS[:P], rows, signs)
     shift = np.concatenate([alone(neighbour, p).mean - alone(base, p).mean for p in range(P)])
     np.testing.assert_allclose(shift, expected, rtol=1e-6, atol=1e-6 * np.abs(expected).max())
-    result = sampled_audit(claim, shift, seed=45)
+    result = sampled_audit(claim, shift, seed=45, n=N_BROKEN)
     assert_caught(result)
     s = analytic_multiplier(EPS, DELTA)
     assert result.mu * s == pytest.approx(math.sqrt(P), rel=1e-3)  # every output of the row adds up
@@ -216,7 +217,7 @@ def test_a_release_calibrated_on_the_first_outputs_bounds_fails():
     r0 = broken(base)
     shift = stacked_mean(broken(neighbour)) - stacked_mean(r0)
     np.testing.assert_allclose(shift, expected, rtol=1e-6, atol=1e-6 * np.abs(expected).max())
-    result = sampled_audit(r0, shift, seed=47)
+    result = sampled_audit(r0, shift, seed=47, n=N_BROKEN)
     assert_caught(result)
     assert result.mu * r0.noise_multiplier > 2.0
     assert_agrees_with_closed_form(result)
@@ -234,7 +235,7 @@ def test_a_release_of_several_outputs_that_ignores_the_persons_fails():
     r0 = gpr_release(X, base, Xs, BOUNDS[:P])
     shift = stacked_mean(gpr_release(X, neighbour, Xs, BOUNDS[:P])) - stacked_mean(r0)
     np.testing.assert_allclose(shift, expected, rtol=1e-6, atol=1e-6 * np.abs(expected).max())
-    result = sampled_audit(r0, shift, seed=49)
+    result = sampled_audit(r0, shift, seed=49, n=N_BROKEN)
     assert_caught(result)
     assert result.mu * r0.noise_multiplier > 1.5  # the person's two rows add up
     assert_agrees_with_closed_form(result)
@@ -347,7 +348,7 @@ def test_a_grouped_binary_classifier_on_the_worst_persons_flip(groups):
     np.testing.assert_array_equal(r0.noise_factor, r1.noise_factor)
     shift = r1.mean - r0.mean
     np.testing.assert_allclose(shift, expected, rtol=1e-6, atol=1e-6 * np.abs(expected).max())
-    result = sampled_audit(r0, shift, seed=55)
+    result = sampled_audit(r0, shift, seed=55, n=N_DRAWS if groups is not None else N_BROKEN)
     assert_agrees_with_closed_form(result)
     if groups is None:
         assert_caught(result)
@@ -379,7 +380,7 @@ def test_the_whole_multiclass_release_on_the_worst_label_move(request, broken):
     np.testing.assert_allclose(shift, expected, rtol=1e-6, atol=1e-6 * np.abs(expected).max())
     # the whole release's claim, against the joint Gaussian of its K independent steps
     claim = SimpleNamespace(noise_factor=F, epsilon=released.epsilon, delta=released.delta)
-    draws = noise_draws(F, 51)
+    draws = noise_draws(F, 51, N_BROKEN if broken else N_DRAWS)
     result = sampled_audit(claim, shift, seed=51, draws=draws)
     assert result.mu == pytest.approx(mu, rel=1e-9)
     exact = assert_agrees_with_closed_form(result)
@@ -456,7 +457,7 @@ def test_a_grouped_multiclass_release_on_the_worst_reassignment_of_a_persons_lab
     _, shift = measured_class_shift(X, labels, rows, a, b, groups=groups)
     np.testing.assert_allclose(shift, expected, rtol=1e-6, atol=1e-6 * np.abs(expected).max())
     claim = SimpleNamespace(noise_factor=F, epsilon=released.epsilon, delta=released.delta)
-    result = sampled_audit(claim, shift, seed=57)
+    result = sampled_audit(claim, shift, seed=57, n=N_DRAWS if groups is not None else N_BROKEN)
     assert result.mu == pytest.approx(mu, rel=1e-9)
     exact = assert_agrees_with_closed_form(result)
     s = analytic_multiplier(EPS, DELTA)
