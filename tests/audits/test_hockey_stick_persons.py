@@ -5,14 +5,15 @@ persons on the binary classifier (``DPLaplaceGPC`` with ``groups``) and several 
 
 Each test takes the worst neighbouring pair, found by brute force in NumPy from an independent cloaking
 matrix and the published noise factor(s): every corner of every row's (person's) box
-``prod_p [-d_p, d_p]``, or every row and every label move ``a -> b``. It measures that pair's shift
-black-box (two releases with one explicit seed draw the same noise, so their difference is the shift)
-and checks it against the NumPy shift. Then it draws releases on both datasets from the published noise
+``prod_p [-d_p, d_p]``, or every row (person) and every move of its labels between classes. It
+measures that pair's shift black-box (two releases with one explicit seed draw the same noise, so
+their difference is the shift) and checks it against the NumPy shift. Then it draws releases on both datasets from the published noise
 factor with the package's own noise source (:func:`auditing.draw_release_noise`; the release on D' is
 the one on D moved by the shift) and estimates the hockey-stick divergence
 ``E_P[(1 - e^(eps - L))+]`` at the claimed epsilon, both ways, with exact binomial (Clopper-Pearson,
 99.9%) intervals: PASS iff the lower ends are <= delta (:func:`auditing.audit_hockey_stick`,
-``bound="binomial"``; at 400,000 draws and delta = 0.01 the tolerance is about 5.5e-4). The closed form
+``bound="binomial"``; at 400,000 draws and delta = 0.01 the tolerance is about 5.5e-4; the broken
+variants, whose divergence is several times delta, use 200,000). The closed form
 ``delta(eps) = gaussian_delta(eps, mu)``, mu the norm of the whitened shift (Gaussian DP), is the
 independent reference the interval must contain.
 
