@@ -32,6 +32,7 @@ back only on request (``diagnostics=True``) as a separate :class:`SelectionDiagn
 data owner, never to be published.
 """
 
+from .columns import OutputColumns
 from .cross_validation import CrossValidation, cross_validate, cv_folds, release_noise_std
 from .grid import default_grid
 from .mechanism import (
@@ -51,12 +52,14 @@ from .utility import (
     CLIP_FACTOR,
     UTILITIES,
     Fold,
+    cv_column_utility,
     cv_predictions,
     cv_sensitivity,
     cv_utility,
     expected_absolute,
     expected_clipped_square,
     expected_loss,
+    output_weight,
     person_influence,
     point_influence,
     point_sensitivities,
@@ -69,10 +72,12 @@ __all__ = [
     "DEFAULT_BETA",
     "Fold",
     "MECHANISMS",
+    "OutputColumns",
     "Selection",
     "SelectionDiagnostics",
     "UTILITIES",
     "cross_validate",
+    "cv_column_utility",
     "cv_folds",
     "cv_predictions",
     "cv_sensitivity",
@@ -86,6 +91,7 @@ __all__ = [
     "generalised_scores",
     "gumbel_max",
     "log_weights",
+    "output_weight",
     "permute_and_flip",
     "permute_and_flip_probabilities",
     "person_influence",

@@ -13,12 +13,22 @@ that of a release protecting persons: each fold's training rows get the neighbou
 (:func:`~dpgp_gpflow.neighbours.group_neighbours`, the corners of each person's box), whose columns
 ``C_f A`` replace those of ``C_f`` in the noise bound and the noise plan (docs/selection.md#groups).
 Privacy assumption: ``groups`` is public, fixed before the outputs are read.
+
+Several outputs per row (``DPGPR`` with ``Y`` [N, P]) and several classes (the one-vs-rest classifiers)
+are Q columns sharing each fold map (:mod:`~dpgp_gpflow.selection.columns`): the utility sums the
+columns' utilities, each in units of its own sensitivity
+(:func:`~dpgp_gpflow.selection.utility.cv_column_utility`), and a configuration's sensitivity is the
+number of columns one neighbour moves (P, or 2 for a label moving between classes) times the one-column
+sensitivity. The release noise the utility models is the stacked release of the P outputs under the
+entry-level neighbour map (:func:`~dpgp_gpflow.neighbours.model_neighbours`), or each class's own
+release at the multi-class step multiplier (docs/selection.md#several-outputs,
+docs/selection.md#several-classes).
 """
 
 from __future__ import annotations
 
 import weakref
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
@@ -26,32 +36,43 @@ from gpflow.utilities import deepcopy, multiple_assign, parameter_dict
 
 from ..calibration import gaussian_multiplier
 from ..cloaking import DEFAULT_TOL, noise_std_lower_bound
-from ..contract import PrivateModel, dense_map
+from ..contract import PrivateModel, dense_map, output_terms, unstacked
 from ..models.base import parameter_values
+from ..models.multiclass import multiclass_step_multiplier
 from ..progress import Progress
 from ..mechanisms import NoisePlan
-from ..neighbours import Neighbours, group_neighbours, neighbour_columns
+from ..neighbours import Neighbours, model_neighbours, neighbour_columns
 from ..validation import (
     as_float64,
     validate_calibration,
-    validate_data_sensitivity,
     validate_delta,
     validate_epsilon,
     validate_groups,
 )
-from .utility import Fold, cv_utility, loss_lipschitz, person_influence, published_sensitivity, validate_utility
+from .columns import (
+    OutputColumns,
+    check_selectable,
+    fold_model,
+    is_multiclass,
+    model_columns,
+    num_rows,
+    private_columns,
+    stack_noise,
+)
+from .utility import Fold, cv_column_utility, loss_lipschitz, person_influence, published_sensitivity, validate_utility
 
 __all__ = [
     "RELEASE_NOISE",
     "CrossValidation",
     "cross_validate",
+    "check_public",
     "cv_folds",
     "model_groups",
     "num_rows",
-    "refuse_several_outputs",
     "release_noise_std",
     "resolve_splits",
     "same_grid",
+    "stacked_map",
     "validate_grid",
     "validate_release_noise",
 ]
@@ -108,13 +129,34 @@ def release_noise_std(C, *, data_sensitivity: float, output_bound: float, epsilo
 
     ``C`` is k x n or a pair ``(A, B)``; the arguments mean what they mean for
     :func:`dpgp_gpflow.mechanisms.cloaking_release` (``neighbours``: the public neighbour map of persons,
-    None for one row per person), which would report the same ``noise_std``. Public: depends on ``C``,
+    None for one row per person), which would report the same ``noise_std``. For a model of P outputs
+    per row the release is the stacked one: pass ``dp.cloaking_matrix(model, Xnew)`` (``I_P kron C``),
+    ``data_sensitivity=model.data_sensitivity`` (the largest ``d_p``) and
+    ``neighbours=dpgp_gpflow.neighbours.model_neighbours(model, N * P)``; the result is stacked output by
+    output ([k P]; ``contract.unstacked(std, P)`` gives the release's [k, P]). Public: depends on ``C``,
     the public bound and the neighbour map only; charges nothing.
     """
     multiplier = gaussian_multiplier(validate_epsilon(epsilon), validate_delta(delta), validate_calibration(calibration))
     profile = _NoiseProfile(C, data_sensitivity=data_sensitivity, output_bound=output_bound, objective=objective,
                             rtol=rtol, tol=tol, max_iter=max_iter, neighbours=neighbours)
     return profile.std(multiplier)
+
+
+def stacked_map(map_: Any, num_outputs: int) -> Any:
+    """The map of the stacked release of ``num_outputs`` outputs sharing the fold map ``map_`` (a dense
+    ``C``, or a factored pair whose factors are stacked alike): ``I_P kron C``
+    (:func:`~dpgp_gpflow.contract.output_terms`, the one stacking convention); ``map_`` itself for
+    one output. Public."""
+    P = int(num_outputs)
+    if P == 1:
+        return map_
+
+    def one(M: Any) -> np.ndarray:
+        M = tf.convert_to_tensor(M, tf.float64)
+        k = int(M.shape[0])
+        return dense_map(output_terms(M, tf.zeros([k, 1], tf.float64), tf.zeros([k], tf.float64), P).map).numpy()
+
+    return tuple(one(t) for t in map_) if isinstance(map_, (tuple, list)) else one(map_)
 
 
 def cv_folds(n: int, folds: int = 5, seed: int = 0) -> List[Split]:
@@ -155,13 +197,11 @@ def _validate_splits(splits: Any, n: int) -> List[Split]:
     return out
 
 
-def refuse_several_outputs(model: Any, what: str) -> None:
-    """``NotImplementedError`` when ``model`` has several outputs per row (its optional public
-    ``num_outputs`` > 1): selection models one output per row (groups of rows are supported)."""
-    P = getattr(model, "num_outputs", 1)
-    if P != 1:
-        raise NotImplementedError(f"{what} does not support several outputs (Y with {P} columns) yet; choose the "
-                                  "hyperparameters a priori (docs/guides/multi_output.md)")
+def check_public(model: Any, declared: bool) -> None:
+    """The leak guard of ``model`` (of each class's problem for a multi-class model): ``PrivacyLeakError``
+    unless ``declared`` when its training objective ran or a parameter changed since it was recorded public."""
+    for target in (model.problems if is_multiclass(model) else (model,)):
+        target.check_hyperparameters_public(declared)
 
 
 def model_groups(model: Any) -> Optional[np.ndarray]:
@@ -170,10 +210,13 @@ def model_groups(model: Any) -> Optional[np.ndarray]:
     return validate_groups(getattr(model, "groups", None), num_rows(model))
 
 
-def num_rows(model: PrivateModel) -> int:
-    """The number of training rows of ``model``: public (neighbours differ in one output's value,
-    not in their number); only the shape of the outputs is read."""
-    return int(model.centred_outputs().shape[0])
+class _FoldRows(NamedTuple):
+    """The public description :func:`~dpgp_gpflow.neighbours.model_neighbours` reads of a model, for one
+    fold's training rows: their persons (None: one row each), P and the outputs' sensitivities."""
+
+    groups: Optional[np.ndarray]
+    num_outputs: int
+    output_sensitivities: Tuple[float, ...]
 
 
 def resolve_splits(folds: Union[int, Sequence[Split]], n: int, split_seed: int = 0) -> List[Split]:
@@ -215,10 +258,14 @@ def validate_grid(model, grid: Any) -> Tuple[Dict[str, Any], ...]:
     if not grid:
         raise ValueError("grid is empty")
     known = parameter_dict(model)
+    if is_multiclass(model):  # a parameter of one class's problem only would leave the others' maps behind
+        known = {k: v for k, v in known.items() if not k.startswith(".problems")}
     for config in grid:
         unknown = [k for k in config if k not in known]
         if unknown:
-            raise ValueError(f"unknown parameter path(s) {unknown}; the model's parameters are {sorted(known)}")
+            raise ValueError(f"unknown parameter path(s) {unknown}; the model's parameters are {sorted(known)}"
+                             + (" (a multi-class grid sets parameters every class shares)" if is_multiclass(model)
+                                else ""))
         for path, value in config.items():
             _check_value(path, known[path], value)
     return grid
@@ -234,7 +281,9 @@ class CrossValidation:
     """The public part of a CV over a grid (fold matrices, sensitivities) and, for the data owner,
     the private utilities. Build it with :func:`cross_validate`.
 
-    Public: ``grid``, ``splits``, ``groups`` (the persons, None: one row each), ``folds[i]`` (the :class:`Fold` list of configuration i),
+    Public: ``grid``, ``splits``, ``groups`` (the persons, None: one row each), ``columns`` (the
+    :class:`~dpgp_gpflow.selection.columns.OutputColumns`: one output, P outputs or K classes),
+    ``folds[i]`` (the :class:`Fold` list of configuration i),
     ``owners[i]`` (the configuration whose fold matrices configuration i uses: itself, or an
     earlier one with the same maps up to rounding, :data:`SHARE_RTOL`), ``influence`` and
     :meth:`sensitivities_of` (per configuration), ``published_sensitivities`` (JMLR eq. 13, NOT valid),
@@ -243,12 +292,17 @@ class CrossValidation:
     """
 
     def __init__(self, grid, splits, folds, release_matrices, output_bounds, y, d, n, owners=None,
-                 groups=None) -> None:
-        # y: the private centred outputs; folds: offsets 0, maps from y[train] to centred predictions
+                 groups=None, columns: Optional[OutputColumns] = None) -> None:
+        # y: the private centred outputs ([n], or [n, Q] columns); folds: offsets 0, maps from y[train] to
+        # centred predictions, one map for every column
         self.grid: Tuple[Dict[str, Any], ...] = grid
         self.splits: Tuple[Split, ...] = tuple(splits)
         self.folds: List[List[Fold]] = folds
         self.owners = np.arange(len(grid)) if owners is None else np.asarray(owners, dtype=np.int64)
+        #: public: the columns (their sensitivities, how many one neighbour moves, how they are released)
+        self.columns: OutputColumns = OutputColumns("outputs", (float(d),), 1, "row") if columns is None else columns
+        if columns is not None and float(d) != self.columns.data_sensitivity:
+            raise ValueError(f"d = {float(d)} is not the columns' largest sensitivity {self.columns.data_sensitivity}")
         self.data_sensitivity = float(d)
         self.n = int(n)
         #: [n] int64 public person identifiers, or None (one row per person)
@@ -256,11 +310,13 @@ class CrossValidation:
         self._fold_neighbours: Dict[int, Optional[Neighbours]] = {}
         self._release_matrices = release_matrices
         self._output_bounds = output_bounds
-        self._y = y  # private outputs (clipped), [n]
+        self._y = y  # private outputs (clipped), [n] or [n, Q]
         self._profiles: Dict[Tuple[str, int, int], _NoiseProfile] = {}
         self._largest: Dict[int, List[np.ndarray]] = {}
         self._model_state: Optional[Tuple[Any, Dict[str, np.ndarray]]] = None  # set by cross_validate
-        own = {int(o): (float(np.max(person_influence(folds[o], n, self.groups))), published_sensitivity(folds[o], d))
+        one = self.columns.num_columns == 1 and self.columns.moved == 1  # the JMLR formula is for one output
+        own = {int(o): (float(np.max(person_influence(folds[o], n, self.groups))),
+                        published_sensitivity(folds[o], d) if one else float("nan"))
                for o in set(self.owners)}
         #: [K] public: max over persons (rows without groups) of the bound on the total change of the CV
         #: residuals per unit change of each of their outputs
@@ -269,8 +325,10 @@ class CrossValidation:
 
     def sensitivities_of(self, utility: str = "absolute") -> np.ndarray:
         """[K] public: each configuration's sensitivity ``d * loss_lipschitz(utility, d) * influence``
-        (docs/selection.md#sensitivity)."""
-        return self.data_sensitivity * loss_lipschitz(utility, self.data_sensitivity) * self.influence
+        (docs/selection.md#sensitivity), times the number of columns one neighbour moves (P outputs, or 2
+        for a label moving between classes; docs/selection.md#several-outputs)."""
+        one = self.data_sensitivity * loss_lipschitz(utility, self.data_sensitivity) * self.influence
+        return one if self.columns.moved == 1 else self.columns.moved * one
 
     @property
     def sensitivities(self) -> np.ndarray:
@@ -278,12 +336,20 @@ class CrossValidation:
         return self.sensitivities_of("absolute")
 
     def fold_neighbours(self, fold: int) -> Optional[Neighbours]:
-        """The public neighbour map of fold ``fold``'s training rows: their persons' extreme changes
-        (:func:`~dpgp_gpflow.neighbours.group_neighbours` of ``groups[train]``), None without groups or
-        when each person has one training row there. The same for every configuration (the split's)."""
+        """The public neighbour map of the release of fold ``fold``'s predictions, over its training rows:
+        their persons' extreme changes (:func:`~dpgp_gpflow.neighbours.model_neighbours` of
+        ``groups[train]``), None without groups or when each person has one training row there. For P
+        outputs the map of the stacked release (every output of a person's rows, output p scaled by
+        ``d_p / d``); for classes None (each class is released on its own, per row). The same for every
+        configuration (the split's)."""
         if fold not in self._fold_neighbours:
             train = self.splits[fold][0]
-            self._fold_neighbours[fold] = None if self.groups is None else group_neighbours(self.groups[train], train.size)
+            if self.columns.kind == "classes":
+                self._fold_neighbours[fold] = None
+            else:
+                P = self.columns.num_columns
+                rows = _FoldRows(None if self.groups is None else self.groups[train], P, self.columns.sensitivities)
+                self._fold_neighbours[fold] = model_neighbours(rows, train.size * P)
         return self._fold_neighbours[fold]
 
     def computed_from(self, model: Any) -> bool:
@@ -300,9 +366,10 @@ class CrossValidation:
         return len(self.grid)
 
     def computed_for(self, y: Any) -> bool:
-        """PRIVATE check: whether this cross-validation was computed on the centred outputs ``y``."""
-        y = np.asarray(y, dtype=np.float64).reshape(-1)
-        return self.n == y.size and bool(np.array_equal(self._y, y))
+        """PRIVATE check: whether this cross-validation was computed on the centred outputs ``y`` ([n], or
+        [n, Q] columns: :func:`~dpgp_gpflow.selection.columns.private_columns`)."""
+        y = np.asarray(y, dtype=np.float64)
+        return y.shape == np.shape(self._y) and bool(np.array_equal(self._y, y))
 
     def noise_std(self, index: int, epsilon_release: Optional[float], delta_release: Optional[float], *,
                   objective: str = "mse", calibration: str = "analytic",
@@ -318,35 +385,54 @@ class CrossValidation:
         over the columns of ``C A`` (:meth:`fold_neighbours`; ``s d max_G sum_{i in G} |C_ji|`` for
         persons of at most four rows) and the plan gets ``neighbours=A``. Public either way: functions
         of ``C``, the bounds and the persons.
+
+        Several columns give [k, Q] per fold. P outputs: the stacked release of all P (its map
+        ``I_P kron C``, :func:`stacked_map`, under the stacked neighbour map of :meth:`fold_neighbours`:
+        ``s d_p max_i |C_ji|`` for output p without groups and P <= 4); classes: each class's own
+        release at the multi-class step multiplier ``sqrt(2) s`` (one step), the same for every class.
         """
         validate_release_noise(release_noise)
+        cols = self.columns
         if epsilon_release is None and delta_release is None:
-            return [np.zeros(f.test.size) for f in self.folds[index]]
+            return [self._per_column(np.zeros(f.test.size * (cols.num_columns if cols.stacked else 1)))
+                    for f in self.folds[index]]
         multiplier = gaussian_multiplier(validate_epsilon(epsilon_release), validate_delta(delta_release), calibration)
+        if cols.kind == "classes":  # each class on its own, at the step multiplier of a one-step multi-class release
+            multiplier = multiclass_step_multiplier(multiplier, 1)
         index = int(self.owners[index])
+        outputs = cols.num_columns if cols.stacked else 1
         if release_noise == "bound":
             if index not in self._largest:  # max_i |(C A)_ji| per fold: the bound at unit s d
                 self._largest[index] = [
-                    noise_std_lower_bound(m, 1.0, 1.0) if self.fold_neighbours(i) is None
-                    else noise_std_lower_bound(neighbour_columns(f.C, self.fold_neighbours(i)).numpy(), 1.0, 1.0)
+                    noise_std_lower_bound(m, 1.0, 1.0) if self.fold_neighbours(i) is None and outputs == 1
+                    else noise_std_lower_bound(neighbour_columns(stacked_map(f.C, outputs),
+                                                                 self.fold_neighbours(i)).numpy(), 1.0, 1.0)
                     for i, (m, f) in enumerate(zip(self._release_matrices[index], self.folds[index]))]
-            return [multiplier * self.data_sensitivity * largest for largest in self._largest[index]]
+            return [self._per_column(multiplier * self.data_sensitivity * largest) for largest in self._largest[index]]
         out = []
         for i, f in enumerate(self.folds[index]):
             key = (objective, index, i)
             if key not in self._profiles:
                 self._profiles[key] = _NoiseProfile(
-                    self._release_matrices[index][i], data_sensitivity=self.data_sensitivity,
+                    stacked_map(self._release_matrices[index][i], outputs), data_sensitivity=self.data_sensitivity,
                     output_bound=self._output_bounds[index][i], objective=objective,
                     neighbours=self.fold_neighbours(i))
-            out.append(self._profiles[key].std(multiplier))
+            out.append(self._per_column(self._profiles[key].std(multiplier)))
         return out
+
+    def _per_column(self, std: np.ndarray) -> np.ndarray:
+        """A release's noise std as the columns' [k, Q] (stacked P outputs unstacked; one class's std for
+        every class); [k] for one column."""
+        if self.columns.stacked:
+            return unstacked(std, self.columns.num_columns)
+        return stack_noise(std, self.columns.num_columns)
 
     def utilities(self, epsilon_release: Optional[float] = None, delta_release: Optional[float] = None, *,
                   objective: str = "mse", calibration: str = "analytic", indices: Optional[Sequence[int]] = None,
                   progress: bool = False, utility: str = "absolute", release_noise: str = "bound") -> np.ndarray:
         """PRIVATE: the expected CV utilities under ``utility`` (``nan`` for configurations not in
-        ``indices``; ``-inf`` for one whose release at that budget would be refused, absolute loss).
+        ``indices``; ``-inf`` for one whose release at that budget would be refused, absolute loss),
+        summed over the columns in units of each one's sensitivity (:func:`cv_column_utility`).
 
         Noise-std computations are cached, so calling again at other release budgets is cheap.
         """
@@ -363,7 +449,8 @@ class CrossValidation:
                 if owner not in done:
                     sig = self.noise_std(owner, epsilon_release, delta_release, objective=objective,
                                          calibration=calibration, release_noise=release_noise)
-                    done[owner] = cv_utility(self.folds[owner], self._y, self.data_sensitivity, sig, utility=utility)
+                    done[owner] = cv_column_utility(self.folds[owner], self._y, self.columns.sensitivities, sig,
+                                                    utility=utility)
                 u[i] = done[owner]
                 bar.update()
         finally:
@@ -419,8 +506,8 @@ def _fold(model: PrivateModel, train: np.ndarray, test: np.ndarray) -> Tuple[Fol
     return Fold(train, test, C, np.reshape(np.asarray(terms.offset, dtype=np.float64), [-1])), release_map
 
 
-def cross_validate(model: PrivateModel, grid: Sequence[Config], *, folds: Union[int, Sequence[Split]] = 5,
-                   split_seed: int = 0, d: Optional[float] = None, progress: bool = False,
+def cross_validate(model: Any, grid: Sequence[Config], *, folds: Union[int, Sequence[Split]] = 5,
+                   split_seed: int = 0, d: Any = None, progress: bool = False,
                    hyperparameters_public: bool = False) -> CrossValidation:
     """Fold matrices of ``model`` (any :class:`~dpgp_gpflow.contract.PrivateModel`) for every configuration of ``grid``.
 
@@ -440,19 +527,19 @@ def cross_validate(model: PrivateModel, grid: Sequence[Config], *, folds: Union[
     remembers the model and those values (:meth:`CrossValidation.computed_from`), so that
     :func:`select_hyperparameters` refuses it for another model or after they changed.
 
-    A model with public ``groups`` is cross-validated for persons (module docstring); several outputs
-    per row are refused (``NotImplementedError``).
+    A model with public ``groups`` is cross-validated for persons (module docstring). A ``DPGPR`` with
+    ``Y`` [N, P] is cross-validated on its P outputs together (``d``: one number or P), a
+    ``DPMulticlassLaplaceGPC`` / ``DPSparseMulticlassLaplaceGPC`` on its K one-vs-rest label columns (the
+    binary problem's fold maps; a grid sets parameters every class shares); module docstring.
     """
-    if not isinstance(model, PrivateModel):
-        raise TypeError(f"{type(model).__name__} does not meet the PrivateModel contract (see dpgp_gpflow.contract)")
-    refuse_several_outputs(model, "cross-validation")
+    check_selectable(model)
     # Parameters outside the grid are the model's own: its leak guard must pass (they shape every fold map).
-    model.check_hyperparameters_public(hyperparameters_public)
+    check_public(model, hyperparameters_public)
     grid = validate_grid(model, grid)
-    y = model.centred_outputs().numpy().astype(np.float64).reshape(-1)
-    n = y.size
-    lo, hi = model.y_bounds
-    d = model.data_sensitivity if d is None else validate_data_sensitivity(d, (lo, hi))
+    columns = model_columns(model, d)
+    y = private_columns(model)
+    n = int(y.shape[0])
+    d = columns.data_sensitivity
     splits = resolve_splits(folds, n, split_seed)
     probe_train, probe_test = _probe_split(splits)
     all_folds: List[List[Fold]] = []
@@ -465,6 +552,7 @@ def cross_validate(model: PrivateModel, grid: Sequence[Config], *, folds: Union[
         for i, config in enumerate(grid):
             work = deepcopy(model)  # every configuration starts from the model's own values
             multiple_assign(work, config)
+            work = fold_model(work)  # a multi-class model's maps: its first problem's (every class shares them)
             bound = float(work.output_bound)
             # the map on a small public sub-problem decides sharing before any full fold is computed
             probe = [_fold(work, probe_train, probe_test)[0]]
@@ -482,6 +570,6 @@ def cross_validate(model: PrivateModel, grid: Sequence[Config], *, folds: Union[
             bar.update()
     finally:
         bar.close()
-    cv = CrossValidation(grid, splits, all_folds, matrices, bounds, y, d, n, owners, model_groups(model))
+    cv = CrossValidation(grid, splits, all_folds, matrices, bounds, y, d, n, owners, model_groups(model), columns)
     cv._model_state = (weakref.ref(model), parameter_values(model))
     return cv

@@ -33,6 +33,7 @@ import gpflow
 import numpy as np
 
 from ..validation import as_float64
+from .columns import fold_model
 
 __all__ = ["CLASSIFIER_VARIANCES", "LENGTHSCALE_FACTORS", "NOISE_RATIOS", "SPACING_FLOOR", "default_grid"]
 
@@ -94,9 +95,14 @@ def default_grid(model) -> List[Dict[str, Any]]:
     ``.kernel.variance`` fixed at ``(output_bound / 2)^2``; classification (a Bernoulli likelihood):
     ``.kernel.lengthscales`` x ``.kernel.variance``.
 
+    Several outputs (``Y`` [N, P]) share the kernel and likelihood: the same rule, ``output_bound`` the
+    largest over the outputs (only ``s2 / v`` shapes the maps). A multi-class model: its binary problems'
+    grid (the kernel they share).
+
     ``TypeError`` for a kernel without lengthscales (not a single ``gpflow.kernels.Stationary``), a
     likelihood other than Gaussian or Bernoulli, or inputs that are not in memory; then give a grid.
     """
+    model = fold_model(model)  # a multi-class model's first problem: the same X and kernel as every class
     kernel = getattr(model, "kernel", None)
     if not isinstance(kernel, gpflow.kernels.Stationary):
         raise TypeError(f"default_grid needs a stationary kernel with lengthscales (SquaredExponential, Matern, ...), "

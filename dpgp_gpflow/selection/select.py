@@ -11,22 +11,20 @@ import numpy as np
 from gpflow.utilities import multiple_assign
 
 from ..accounting import PrivacyAccountant, PrivacyEvent, Reservation, reserve
-from ..contract import PrivateModel
 from ..validation import (
     validate_calibration,
-    validate_data_sensitivity,
     validate_delta,
     validate_epsilon,
     validate_objective,
     validate_seed,
 )
+from .columns import check_selectable, is_multiclass, model_columns, num_rows, private_columns
 from .cross_validation import (
     Config,
     CrossValidation,
     Split,
+    check_public,
     cross_validate,
-    num_rows,
-    refuse_several_outputs,
     resolve_splits,
     same_grid,
     validate_grid,
@@ -76,14 +74,19 @@ class Selection:
     utility: str = "absolute"  #: the CV loss, "absolute" or "squared"
     release_noise: str = "bound"  #: how the utility modelled the release's noise, "bound" or "optimised"
     beta: float = math.nan  #: the generalised exponential mechanism's beta (public; shapes utility only)
+    #: how far each column moves between neighbours: one output's ``d``, P outputs' ``d_p`` or K classes' 2
+    output_sensitivities: Tuple[float, ...] = ()
+    neighbours: str = "row"  #: the neighbouring relation the selection protects (as a release records it)
 
     def apply(self, model) -> None:
         """Assign the chosen configuration to ``model`` (``gpflow.utilities.multiple_assign``) and record
         those values as public for its leak guard (the choice is the DP output of the selection); the
-        model's other parameters stay as they were declared (or not)."""
+        model's other parameters stay as they were declared (or not). A multi-class model: for each class's
+        problem (they share the parameters the grid sets)."""
         multiple_assign(model, self.chosen)
-        if hasattr(model, "declare_hyperparameters_public"):
-            model.declare_hyperparameters_public(paths=list(self.chosen))
+        for target in (model.problems if is_multiclass(model) else (model,)):
+            if hasattr(target, "declare_hyperparameters_public"):
+                target.declare_hyperparameters_public(paths=list(self.chosen))
 
 
 @dataclass(frozen=True, eq=False)
@@ -110,7 +113,7 @@ def select_hyperparameters(
     *,
     epsilon: float,
     folds: Union[int, Sequence[Split]] = 5,
-    d: Optional[float] = None,
+    d: Any = None,
     threshold: Optional[float] = None,
     seed: Optional[int] = None,
     delta_release: Optional[float] = None,
@@ -138,7 +141,7 @@ def select_hyperparameters(
     ``None`` (default) takes :func:`~dpgp_gpflow.selection.default_grid` (built from public information only).
     ``folds``: the number of folds (a public split seeded by ``split_seed``) or a list of
     ``(train, test)`` index arrays. ``d``: how far one output may move (default the model's
-    ``data_sensitivity``).
+    ``data_sensitivity``; for P outputs one number or P, default ``output_sensitivities``).
 
     ``utility``: the CV loss, ``"absolute"`` (default: ``E|r + Z|``, sensitivity ``d`` per unit of
     influence, no clipping) or ``"squared"`` (the JMLR paper's ``E[clip(r + Z, -4d, 4d)^2]``,
@@ -183,7 +186,16 @@ def select_hyperparameters(
     **Persons.** A model with public ``groups`` (docs/guides/groups.md) is selected for persons: a
     neighbour moves all of one person's outputs, each by at most ``d``; each configuration's
     sensitivity is ``d L max_G sum_{i in G} influence_i`` and the release noise the utility models is
-    that of a release protecting persons (docs/selection.md#groups). Several outputs per row are refused (``NotImplementedError``).
+    that of a release protecting persons (docs/selection.md#groups).
+
+    **Several outputs** (``DPGPR`` with ``Y`` [N, P]; ``d`` one number or P). A neighbour moves all P outputs
+    of a row (of a person's rows), output p by at most ``d_p``; the utility sums each output's utility in
+    units of its own ``d_p`` (times ``d = max d_p``: a wide output does not dominate), its sensitivity is
+    ``P d L max_G sum_{i in G} influence_i``, and the release noise it models is the stacked release's
+    (docs/selection.md#several-outputs). **Several classes** (``DPMulticlassLaplaceGPC``,
+    ``DPSparseMulticlassLaplaceGPC``): the sum over the K classes of the one-vs-rest utility; a label moving
+    from one class to another moves two of them, sensitivity ``2 d L max_j influence_j`` (``d = 2``), and
+    each class's release noise is modelled at the multi-class step multiplier (docs/selection.md#several-classes).
     """
     epsilon = validate_epsilon(epsilon)
     seed = validate_seed(seed)
@@ -198,11 +210,9 @@ def select_hyperparameters(
         threshold = float(threshold)
         if not threshold > 0.0:
             raise ValueError(f"threshold must be > 0, got {threshold}")
-    if not isinstance(model, PrivateModel):
-        raise TypeError(f"{type(model).__name__} does not meet the PrivateModel contract (see dpgp_gpflow.contract)")
-    refuse_several_outputs(model, "hyperparameter selection")
+    check_selectable(model)
     # Parameters outside the grid are taken from the model: they must be public too (leak guard).
-    model.check_hyperparameters_public(hyperparameters_public)
+    check_public(model, hyperparameters_public)
     validate_mechanism(mechanism)
     validate_utility(utility)
     validate_release_noise(release_noise)
@@ -213,8 +223,7 @@ def select_hyperparameters(
     if cross_validation is None:
         splits = resolve_splits(folds, num_rows(model), split_seed)
         if d is not None:
-            lo, hi = model.y_bounds
-            d = validate_data_sensitivity(d, (lo, hi))
+            model_columns(model, d)  # checked here, before the budget is reserved
     elif not isinstance(cross_validation, CrossValidation):
         raise TypeError(f"cross_validation must be a CrossValidation, got {type(cross_validation).__name__}")
     elif not cross_validation.computed_from(model) or not same_grid(cross_validation.grid, checked_grid):
@@ -228,7 +237,7 @@ def select_hyperparameters(
                                 hyperparameters_public=hyperparameters_public)
         else:
             cv = cross_validation
-            if not cv.computed_for(model.centred_outputs().numpy().reshape(-1)):
+            if not cv.computed_for(private_columns(model)):
                 raise ValueError("cross_validation was computed for another data set")
         sens = cv.sensitivities_of(utility)  # public, per configuration
         kept = np.ones(len(cv), dtype=bool) if threshold is None else sens <= threshold
@@ -268,6 +277,8 @@ def select_hyperparameters(
         utility=utility,
         beta=beta,
         release_noise=release_noise,
+        output_sensitivities=cv.columns.sensitivities,
+        neighbours=cv.columns.neighbours,
     )
     if not diagnostics:
         return selection

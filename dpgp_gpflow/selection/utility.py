@@ -13,6 +13,15 @@ Lipschitz constant, :func:`point_influence`); with persons (public ``groups``: a
 of one person's outputs, each by at most ``d``) by at most ``d * L * sum_{i in G} influence_i``
 (:func:`person_influence`, the triangle inequality). The proofs, and why the published bound is not
 valid, are in ``docs/selection.md``.
+
+**Several columns** (several outputs per row, or one-vs-rest classes; :mod:`~dpgp_gpflow.selection.columns`):
+the utility is the sum over columns q of each column's utility in units of its own ``d_q``, times the
+same power of ``d = max_q d_q`` (:func:`output_weight`: ``d / d_q`` for the absolute loss, ``(d / d_q)^2``
+for the squared loss, clipped at ``4 d_q``), so that a wide output does not dominate
+(:func:`cv_column_utility`). Moving column q by at most ``d_q`` then moves its term by at most
+``d L(d) influence``, the same for every column; a neighbour moving ``m`` columns moves the utility by at
+most ``m d L(d) max_G sum_{i in G} influence_i`` (:func:`cv_sensitivity` with ``columns=m``;
+docs/selection.md#several-outputs).
 """
 
 from __future__ import annotations
@@ -30,10 +39,12 @@ __all__ = [
     "expected_absolute",
     "expected_loss",
     "loss_lipschitz",
+    "output_weight",
     "person_influence",
     "point_influence",
     "validate_utility",
     "cv_predictions",
+    "cv_column_utility",
     "cv_sensitivity",
     "cv_utility",
     "expected_clipped_square",
@@ -208,6 +219,37 @@ def cv_utility(folds: Sequence[Fold], y: Any, d: float, noise_std: Optional[Sequ
     return -total
 
 
+def output_weight(utility: str, d: float, d_q: float) -> float:
+    """The weight of column q's loss in the utility of several columns: ``(d / d_q)^a`` with ``a = 1`` for
+    ``"absolute"`` and ``a = 2`` for ``"squared"`` (its clip at ``4 d_q``), ``d = max_q d_q``. The weighted
+    loss is ``d^a`` times the loss of the residual measured in units of ``d_q`` (the same for an output and
+    its rescaling by a public factor, with its bounds), and it is ``L(d) d / d_q``-Lipschitz in the
+    residual. Exactly 1 for a column of sensitivity ``d``. Public."""
+    ratio = float(d) / float(d_q)
+    return ratio if validate_utility(utility) == "absolute" else ratio * ratio
+
+
+def cv_column_utility(folds: Sequence[Fold], Y: Any, sensitivities: Sequence[float],
+                      noise_std: Optional[Sequence[Any]] = None, *, utility: str = "absolute") -> float:
+    """``sum_q output_weight(utility, d, d_q) cv_utility(folds, Y[:, q], d_q, noise_std[:, q])`` over the Q
+    columns of ``Y`` ([n, Q], or [n] for one column) that share the fold maps, ``d = max_q d_q``
+    (``noise_std[f]``: [k_f, Q], or [k_f] for one column; None for no noise). One column of sensitivity
+    ``d``: :func:`cv_utility` itself, bit for bit. Reads the private ``Y``: the result is private."""
+    Y = np.asarray(Y, dtype=np.float64)
+    Y = Y[:, None] if Y.ndim == 1 else Y
+    d_cols = [float(v) for v in sensitivities]
+    if Y.ndim != 2 or Y.shape[1] != len(d_cols):
+        raise ValueError(f"Y must have one column per sensitivity ({len(d_cols)}), got shape {list(Y.shape)}")
+    d = max(d_cols)
+    total = 0.0
+    for q, d_q in enumerate(d_cols):
+        sig = None if noise_std is None else [np.asarray(s, dtype=np.float64) for s in noise_std]
+        if sig is not None and len(d_cols) > 1:
+            sig = [s if s.ndim == 0 else s[:, q] for s in sig]
+        total += output_weight(utility, d, d_q) * cv_utility(folds, Y[:, q], d_q, sig, utility=utility)
+    return total
+
+
 def point_influence(folds: Sequence[Fold], n: int) -> np.ndarray:
     """Per point j: ``sum_f ([j in train_f] ||C_f[:, j]||_1 + [j in test_f])``, the total change of
     the CV residuals, per unit change of ``y_j`` (docs/selection.md#sensitivity). Public."""
@@ -243,10 +285,14 @@ def point_sensitivities(folds: Sequence[Fold], n: int, d: float, *, utility: str
     return float(d) * loss_lipschitz(utility, d) * point_influence(folds, n)
 
 
-def cv_sensitivity(folds: Sequence[Fold], n: int, d: float, *, utility: str = "absolute", groups: Any = None) -> float:
+def cv_sensitivity(folds: Sequence[Fold], n: int, d: float, *, utility: str = "absolute", groups: Any = None,
+                   columns: int = 1) -> float:
     """The sensitivity of the CV utility: ``max_j`` of :func:`point_sensitivities`; with public ``groups``
-    (a neighbour moves all of one person's outputs) ``d * L * max_G`` of :func:`person_influence`."""
-    return float(d) * loss_lipschitz(utility, d) * float(np.max(person_influence(folds, n, groups)))
+    (a neighbour moves all of one person's outputs) ``d * L * max_G`` of :func:`person_influence`. With
+    ``columns = m > 1``, of :func:`cv_column_utility` when one neighbour moves m of its columns (each by at
+    most its own ``d_q``; ``d = max_q d_q``): m times that (docs/selection.md#several-outputs)."""
+    one = float(d) * loss_lipschitz(utility, d) * float(np.max(person_influence(folds, n, groups)))
+    return one if int(columns) == 1 else int(columns) * one
 
 
 def published_sensitivity(folds: Sequence[Fold], d: float) -> float:
