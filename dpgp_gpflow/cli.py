@@ -768,26 +768,35 @@ def cmd_release(args) -> int:
 def cmd_predict(args) -> int:
     import pandas as pd
 
+    from .models.multiclass import PrivateMulticlassClassifier
     from .released import PrivateFunction
 
     released, card = _load(Path(args.release))
-    if not isinstance(released, PrivateFunction):
+    if isinstance(released, PrivateMulticlassClassifier):  # several classes: a probability per class
+        dim = released.input_dim
+    elif isinstance(released, PrivateFunction):
+        dim = released.readout.input_dim
+    else:
         raise UsageError(f"{args.release} holds values at fixed inputs, not a function: nothing to predict "
                          "(release with --sparse M to predict anywhere)")
     names = card.get("columns") or []
     if not (isinstance(names, list) and all(isinstance(c, str) for c in names)
-            and (not names or len(names) == released.readout.input_dim)):
-        raise UsageError(f"{args.release}: its card's columns must be {released.readout.input_dim} column "
+            and (not names or len(names) == dim)):
+        raise UsageError(f"{args.release}: its card's columns must be {dim} column "
                          f"name(s), got {names!r}")
     at = Path(args.at)
     inputs = _read(args, at)
     if not names:
-        names = [c for c in inputs.frame.columns][: released.readout.input_dim]
+        names = [c for c in inputs.frame.columns][: dim]
     Xq = columns(inputs, names)
     out = _output(Path(args.output), args.force, ("release", args.release), ("--at", args.at))
-    pred = released.predict(Xq)
     table = pd.DataFrame(Xq, columns=names)  # the inputs as read (numbers, whatever their CSV format)
-    table["mean"], table["variance"], table["noise_std"] = pred.mean, pred.variance, pred.noise_std
+    if isinstance(released, PrivateMulticlassClassifier):
+        P = released.predict_y(Xq)[0].numpy()
+        table = table.assign(**{f"p_class_{c}": P[:, c] for c in range(P.shape[1])}, predicted_class=P.argmax(axis=1))
+    else:
+        pred = released.predict(Xq)
+        table["mean"], table["variance"], table["noise_std"] = pred.mean, pred.variance, pred.noise_std
     _write_then_charge(out, lambda tmp: table.to_csv(tmp, index=False), None)  # free: nothing to charge
     if not args.quiet:
         sys.stderr.write(f"wrote {out}: {len(table)} predictions (post-processing: no privacy cost)\n")

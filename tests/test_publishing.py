@@ -324,12 +324,8 @@ def test_every_released_class_and_readout_is_registered():
             yield from subclasses(sub)
 
     ours = {c for c in subclasses(Released) if c.__module__.startswith("dpgp_gpflow.")}
-    unregistered = {c for c in ours if c.__name__ not in publishing.RELEASED_KINDS}
-    # a class with no file form must refuse to write one (never a file that loads into something else)
-    for cls in unregistered:
-        with pytest.raises(NotImplementedError, match="save is not supported"):
-            cls.file_content(object.__new__(cls))
-    assert {c.__name__ for c in unregistered} <= {"PrivateMulticlassClassifier"}
+    assert "PrivateMulticlassClassifier" in {c.__name__ for c in ours}
+    assert not {c.__name__ for c in ours if c.__name__ not in publishing.RELEASED_KINDS}  # every one loads
     for cls in publishing.READOUT_KINDS.values():
         assert callable(cls.release_state) and callable(cls.from_release_state)
 

@@ -18,7 +18,14 @@ import pytest
 
 import dpgp_gpflow as dp
 from dpgp_gpflow.io import format as release_file, loading as publishing
-from dpgp_gpflow.models import DPGPR, DPGPRFITC, DPLaplaceGPC, DPSparseLaplaceGPC
+from dpgp_gpflow.models import (
+    DPGPR,
+    DPGPRFITC,
+    DPLaplaceGPC,
+    DPMulticlassLaplaceGPC,
+    DPSparseLaplaceGPC,
+    DPSparseMulticlassLaplaceGPC,
+)
 from dpgp_gpflow.io.format import ReleaseFileError
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpgp_gpflow.ReproducibleNoiseWarning")
@@ -39,6 +46,7 @@ def files(tmp_path_factory):
     X = rng.uniform(0.0, 6.0, (20, 1))
     Y = np.sin(X) + 0.2 * rng.standard_normal((20, 1))
     labels = np.where(np.sin(X) > 0, 1.0, -1.0)
+    classes = np.clip(np.floor(X[:, 0] / 2.0), 0, 2).astype(int)
     Xs, Z = np.linspace(0.0, 6.0, 5)[:, None], np.linspace(0.5, 5.5, 4)[:, None]
     gpr = DPGPR((X, Y), se(), y_bounds=(LO, HI), noise_variance=0.1, hyperparameters_public=True)
     cloaking = gpr.release(Xs, epsilon=1.0, delta=1e-3, seed=1)
@@ -55,6 +63,13 @@ def files(tmp_path_factory):
             epsilon=1.0, delta=1e-3, steps=2, seed=4),
         "sparse-classifier": DPSparseLaplaceGPC((X, labels), se(), Z, hyperparameters_public=True).release(
             epsilon=1.0, delta=1e-3, seed=5),
+        # three classes, two Newton steps, persons of two rows (m = min(3, 4) = 3): six releases
+        "multiclass": DPMulticlassLaplaceGPC((X, classes), se(), num_classes=3, hyperparameters_public=True,
+                                             groups=np.arange(20) // 2).release(epsilon=1.0, delta=1e-3, steps=2,
+                                                                               seed=6),
+        "sparse-multiclass": DPSparseMulticlassLaplaceGPC((X, classes), se(), Z, num_classes=3,
+                                                          hyperparameters_public=True).release(epsilon=1.0, delta=1e-3,
+                                                                                               seed=7),
     }
     folder = tmp_path_factory.mktemp("honest")
     return {name: obj.save(folder / f"{name}.json") for name, obj in objects.items()}
@@ -111,6 +126,37 @@ def halve_everything_but_the_multiplier(raw):  # a smaller epsilon claimed for t
     entry(raw)["epsilon"] = raw["card"]["epsilon"] = 0.5
 
 
+def card_set(**fields):
+    """Set fields of the card itself (a multi-class file's whole guarantee)."""
+    return lambda raw: raw["card"].update(fields)
+
+
+def every_release(field, value):
+    def edit(raw):
+        for e in raw["card"]["releases"]:
+            e[field] = value
+    return edit
+
+
+def both(*edits):
+    def edit(raw):
+        for e in edits:
+            e(raw)
+    return edit
+
+
+def smaller_claim_with_its_mu(raw):  # epsilon 0.5 with the mu that goes with it: the steps' noise is too small
+    from dpgp_gpflow.calibration import gaussian_multiplier
+
+    raw["card"].update(epsilon=0.5, mu=1.0 / gaussian_multiplier(0.5, 1e-3, "analytic"))
+
+
+def duplicated_pool_array(raw):  # class 1 reads X from a copy of the shared array: not what the object writes
+    j = raw["content"]["classes"][1]["readout_arrays"]["X"]
+    raw["arrays"]["readout/99"] = raw["arrays"][f"readout/{j}"]
+    raw["content"]["classes"][1]["readout_arrays"]["X"] = 99
+
+
 NAN, INF = {"$float": "nan"}, {"$float": "inf"}
 
 MEANINGLESS = [  # (honest file, edit, the error must match)
@@ -154,6 +200,38 @@ MEANINGLESS = [  # (honest file, edit, the error must match)
     ("function", lambda raw: put(raw, "releases/0/noise_std", 2.0 * array(raw, "releases/0/noise_std")),
      r"card\.releases\[0\]: noise_std is not the row norms"),
     ("sparse-classifier", setter("noise_multiplier", 1.0), r"card\.releases\[0\]\.noise_multiplier 1\.0 is not"),
+    # several classes: the whole guarantee is recomputed from epsilon, delta, num_classes, steps, person_rows
+    ("multiclass", card_set(mu=0.1), r"card\.mu 0\.1 is not 1 / s\(epsilon, delta\)"),
+    ("multiclass", card_set(epsilon=0.5), r"card\.mu .* is not 1 / s\(epsilon, delta\)"),
+    ("multiclass", smaller_claim_with_its_mu, r"card\.releases\[0\]\.noise_multiplier .* is not sqrt\(3 x 2\)"),
+    ("multiclass", card_set(delta=0.5), r"card\.mu .* is not 1 / s"),
+    ("multiclass", card_set(composition="basic"), r"card\.composition must be 'gaussian-dp'"),
+    ("multiclass", card_set(num_classes=4), r"card\.releases must be a list of num_classes x steps = 8"),
+    ("multiclass", card_set(steps=1), r"card\.releases must be a list of num_classes x steps = 3"),
+    ("multiclass", card_set(num_classes=True), r"card\.num_classes must be an integer >= 2"),
+    ("multiclass", card_set(classes_moved=2), r"card\.classes_moved 2 is not min\(num_classes, 2 person_rows\) = 3"),
+    ("multiclass", card_set(person_rows=1, classes_moved=2, neighbours="row, labels moved between classes"),
+     r"card\.releases\[0\]\.noise_multiplier .* is not sqrt\(2 x 2\)"),  # a per-row claim: the noise says persons
+    ("multiclass", card_set(neighbours="row"), r"card\.neighbours 'row' is not"),
+    ("multiclass", both(card_set(person_rows=5, neighbours="person (groups, up to 5 rows), labels moved between "
+                                                              "classes")),
+     r"card\.releases\[0\]\.neighbours 'person \(groups, up to 2 rows\)' is not 'person \(groups, up to 5 rows\)'"),
+    ("multiclass", setter("delta", 0.5, i=4, total=False), r"card\.releases\[4\]\.noise_multiplier"),
+    ("multiclass", card_set(clip_to_bounds=True), r"card\.clip_to_bounds must be false"),
+    ("multiclass", card_set(reproducible=False), r"card\.reproducible False is not that of the releases"),
+    ("multiclass", every_release("calibration", "classical"), r"card\.releases\[0\]\.noise_multiplier .* is not the "
+                                                              r"classical"),
+    ("sparse-multiclass", setter("noise_multiplier", 1.0, total=False), r"card\.releases\[0\]\.noise_multiplier 1\.0"),
+    ("sparse-multiclass", lambda raw: raw["card"]["releases"].pop(), r"card\.releases must be a list of num_classes x"),
+    ("multiclass", lambda raw: raw["content"]["classes"].pop(), r"content\.classes must be a list of 3 classes"),
+    ("multiclass", lambda raw: raw["content"]["classes"][2].update(kind="PrivateSparseClassifier"),
+     r"content\.classes\[2\]\.kind must be one of"),
+    ("multiclass", lambda raw: raw["content"]["classes"][1]["readout_arrays"].update(X=42),
+     r"content\.classes\[1\]\.readout_arrays: the file has no array\(s\) \['readout/42'\]"),
+    ("multiclass", duplicated_pool_array, r"unknown array\(s\) \['readout/99'\]"),  # stored once, or refused
+    ("multiclass", lambda raw: put(raw, "readout/17", np.ones(3)), r"unknown array\(s\) \['readout/17'\]"),
+    ("sparse-multiclass", lambda raw: raw["content"]["classes"][0].update(coordinates=True),
+     r"content\.classes\[0\]: the file has no array 'classes/0/coordinates'"),
     # nothing unknown is carried
     ("cloaking", lambda raw: put(raw, "releases/0/outputs", np.ones(20)), r"arrays: unknown array\(s\) "
                                                                           r"\['releases/0/outputs'\]"),
@@ -179,7 +257,8 @@ def test_a_consistent_forgery_without_meaning_is_refused(files, tmp_path, name, 
 
 
 @pytest.mark.parametrize("name", ["cloaking", "cloaking-clipped", "classical", "standard", "function",
-                                  "function-clipped", "laplace-2-steps", "sparse-classifier"])
+                                  "function-clipped", "laplace-2-steps", "sparse-classifier", "multiclass",
+                                  "sparse-multiclass"])
 def test_honest_files_of_every_kind_still_load(files, tmp_path, name):
     loaded = dp.load(files[name])
     card = publishing.read_card(files[name])

@@ -19,16 +19,19 @@ its class to ``_READOUT_CLASSES``: one line.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, Type, Union
+from typing import Any, Callable, Dict, Mapping, Type, Union
+
+import numpy as np
 
 from ..models.dp_laplace import PrivateLaplaceClassifier, PrivateSparseClassifier
 from ..models.laplace import LaplaceReadout, SoRReadout
 from ..models.fitc import FITCReadout
+from ..models.multiclass import PrivateMulticlassClassifier, multiclass_releases_of_document
 from ..models.sgpr import SGPRReadout
 from .format import ReleaseDocument, ReleaseFileError, ReleaseFileKindError, as_read_back, read
 from ..released import PrivateClassifier, PrivateFunction, Released, releases_of_document, release_from_document
 
-__all__ = ["READOUT_KINDS", "RELEASED_KINDS", "load", "read_card"]  # the file's errors: dpgp_gpflow.io
+__all__ = ["READOUT_KINDS", "RELEASED_KINDS", "load", "read_card", "readout_of"]  # the file's errors: dpgp_gpflow.io
 
 #: The readouts a release file may hold; each has ``release_state`` and ``from_release_state``.
 _READOUT_CLASSES = (
@@ -51,28 +54,45 @@ def _load_function(cls: Type[PrivateFunction]) -> Callable[[ReleaseDocument], Re
     return load_function
 
 
+def _load_multiclass(document: ReleaseDocument) -> Released:
+    return PrivateMulticlassClassifier.from_release_document(document, readout_of)
+
+
 #: Object kind (its class name, as written in the file) -> loader of a verified document.
 RELEASED_KINDS: Dict[str, Callable[[ReleaseDocument], Released]] = {
     "PrivateRelease": release_from_document,
     **{cls.__name__: _load_function(cls) for cls in _FUNCTION_CLASSES},
+    PrivateMulticlassClassifier.__name__: _load_multiclass,
+}
+
+#: Object kind -> the check of its card and releases for meaning (:func:`read_card`); the others' releases
+#: compose by basic composition (:func:`~dpgp_gpflow.released.releases_of_document`).
+_CARD_CHECKS: Dict[str, Callable[[ReleaseDocument], Any]] = {
+    PrivateMulticlassClassifier.__name__: multiclass_releases_of_document,
 }
 
 
-def _readout(document: ReleaseDocument) -> Any:
-    spec = document.content.get("readout")
+def readout_of(spec: Any, arrays: Mapping[str, np.ndarray], where: str) -> Any:
+    """The readout of a file's ``{"kind", "state"}`` specification at ``where`` (e.g. ``content.readout``) with
+    its arrays (names as the readout's ``release_state`` gives them): only the classes of
+    :data:`READOUT_KINDS`, rebuilt by their ``from_release_state``; ``ReleaseFileError`` naming ``where``."""
     if not isinstance(spec, dict) or set(spec) != {"kind", "state"} or not isinstance(spec["state"], dict):
-        raise ReleaseFileError("content.readout must be an object with kind and state")
+        raise ReleaseFileError(f"{where} must be an object with kind and state")
     kind = spec["kind"]
     if kind not in READOUT_KINDS:
         raise ReleaseFileKindError(
             f"unknown readout kind {kind!r}: this dpgp_gpflow loads {sorted(READOUT_KINDS)} (a newer version may "
             "know it)")
-    prefix = "readout/"
-    arrays = {name[len(prefix):]: a for name, a in document.arrays.items() if name.startswith(prefix)}
     try:
         return READOUT_KINDS[kind].from_release_state(spec["state"], arrays)
     except ReleaseFileError as exc:
-        raise type(exc)(f"content.readout: {exc}") from None
+        raise type(exc)(f"{where}: {exc}") from None
+
+
+def _readout(document: ReleaseDocument) -> Any:
+    prefix = "readout/"
+    arrays = {name[len(prefix):]: a for name, a in document.arrays.items() if name.startswith(prefix)}
+    return readout_of(document.content.get("readout"), arrays, "content.readout")
 
 
 def _difference(found: Any, expected: Any, where: str) -> Any:
@@ -135,7 +155,7 @@ def read_card(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
     :func:`load` checks them, without building the object (no readout, no kernel)."""
     document = read(path)
     try:
-        releases_of_document(document)
+        _CARD_CHECKS.get(document.kind, releases_of_document)(document)
     except ReleaseFileError as exc:
         raise type(exc)(f"{path}: {exc}") from None
     return document.card

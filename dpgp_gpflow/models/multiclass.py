@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import math
 from numbers import Integral
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+import hashlib
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Type
 
 import gpflow
 import numpy as np
@@ -40,15 +41,22 @@ from gpflow.base import MeanAndVariance
 from gpflow.models import BayesianModel, InternalDataTrainingLossMixin
 
 from ..accounting import PrivacyAccountant, PrivacyEvent, Reservation, reserve
-from ..calibration import analytic_gaussian_epsilon
+from ..calibration import analytic_gaussian_epsilon, gaussian_multiplier
 from ..cloaking import DEFAULT_TOL
 from ..contract import check_release_hyperparameters, dense_map, latent_terms_and_readout
 from ..mechanisms import ReleaseRequest, release_request
 from ..neighbours import relation
 from ..pipeline import cloak_outputs
-from ..released import PrivateClassifier, PrivateRelease, Released, probit_approximation
-from ..validation import as_inputs, require_float64, validate_groups, validate_public_terms
-from .dp_laplace import DPLaplaceGPC, DPSparseLaplaceGPC, PrivateSparseClassifier, check_steps
+from ..io.format import ReleaseDocument, ReleaseFileError, take_arrays
+from ..released import PrivateClassifier, PrivateFunction, PrivateRelease, Released, probit_approximation
+from ..validation import as_inputs, require_float64, validate_delta, validate_epsilon, validate_groups, validate_public_terms
+from .dp_laplace import (
+    DPLaplaceGPC,
+    DPSparseLaplaceGPC,
+    PrivateLaplaceClassifier,
+    PrivateSparseClassifier,
+    check_steps,
+)
 from .sgpr_base import kmeans_inducing_inputs
 
 __all__ = [
@@ -60,6 +68,7 @@ __all__ = [
     "class_seed",
     "classes_moved",
     "largest_person",
+    "multiclass_releases_of_document",
     "multiclass_step_multiplier",
     "multiclass_step_request",
     "one_vs_rest_labels",
@@ -115,12 +124,16 @@ def classes_moved(num_classes: int, person_rows: int) -> int:
     return min(int(num_classes), 2 * int(person_rows))
 
 
+def _rows_relation(person_rows: int) -> str:
+    """The relation each binary problem's release records for persons of at most ``person_rows`` rows
+    (:func:`~dpgp_gpflow.neighbours.relation`: ``"row"`` or ``"person (groups, up to g rows)"``)."""
+    return relation(_Persons(None if int(person_rows) == 1 else np.zeros(int(person_rows), dtype=np.int64)))
+
+
 def class_relation(person_rows: int) -> str:
     """The neighbouring relation of a multi-class release for persons of at most ``person_rows`` rows, as its
-    card records it: the binary problems' relation (:func:`~dpgp_gpflow.neighbours.relation`: ``"row"`` or
-    ``"person (groups, up to g rows)"``) and that each label moves between classes."""
-    rows = None if int(person_rows) == 1 else np.zeros(int(person_rows), dtype=np.int64)
-    return f"{relation(_Persons(rows))}, labels moved between classes"
+    card records it: the binary problems' relation and that each label moves between classes."""
+    return f"{_rows_relation(person_rows)}, labels moved between classes"
 
 
 class _Persons(NamedTuple):
@@ -193,7 +206,9 @@ class PrivateMulticlassClassifier(Released):
 
     ``predict_f`` gives [k, K] latent means and variances (each with its DP noise variance propagated);
     ``predict_y`` the class probabilities [k, K] (:func:`one_vs_rest_probabilities`, rows sum to 1) and
-    ``P (1 - P)``. Free to query. ``save`` is not supported yet (``NotImplementedError``)."""
+    ``P (1 - P)``. Free to query. ``save`` writes one release file (docs/release_file.md#several-classes)
+    whose card states the whole guarantee; :func:`dpgp_gpflow.load` reads it back and recomputes that
+    guarantee from the steps (:func:`multiclass_releases_of_document`)."""
 
     def __init__(self, classifiers: Sequence[PrivateClassifier], *, epsilon: float, delta: float, mu: float,
                  steps: int, person_rows: int = 1) -> None:
@@ -268,14 +283,93 @@ class PrivateMulticlassClassifier(Released):
                     neighbours=self.neighbours, person_rows=self._person_rows, classes_moved=self.classes_moved)
         return card
 
-    def file_content(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
-        raise NotImplementedError("a PrivateMulticlassClassifier has no release-file form yet (one file holds one "
-                                  "readout): save is not supported; keep the object, or publish its classifiers' "
-                                  "predictions")
+    @property
+    def input_dim(self) -> int:
+        """The number of input columns it predicts at (public)."""
+        return int(self._classifiers[0].readout.input_dim)
 
-    def save(self, path: Any, *, inputs: Any = None, **card_extras: Any) -> Any:
-        """Not supported yet: ``NotImplementedError`` (a release file holds one readout, this holds K)."""
-        return self.file_content()
+    def file_content(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+        """Every release under ``releases/<i>/`` (class by class), and per class its classifier's kind, readout
+        (``kind``, ``state``) and coordinates flag (``content.classes``), each readout's arrays by index into a
+        pool ``readout/<j>`` in which identical arrays are stored once (every class shares ``X`` and, for one
+        step or the sparse variant, every factor): docs/release_file.md#several-classes."""
+        content, arrays = super().file_content()
+        pool: Dict[Tuple[str, Tuple[int, ...], str], int] = {}
+        classes = []
+        for a, classifier in enumerate(self._classifiers):
+            kind = type(classifier).__name__
+            if _CLASS_KINDS.get(kind) is not type(classifier):
+                raise NotImplementedError(f"cannot save a multi-class release of {kind}s: a release file holds "
+                                          f"{sorted(_CLASS_KINDS)}")
+            own, own_arrays = classifier.file_content()
+            refs = {}
+            for name in sorted(own_arrays):
+                if not name.startswith("readout/"):
+                    continue
+                value = np.ascontiguousarray(own_arrays[name])
+                key = (value.dtype.str, value.shape, hashlib.sha256(value.tobytes()).hexdigest())
+                if key not in pool:
+                    pool[key] = len(pool)
+                    arrays[f"readout/{pool[key]}"] = value
+                refs[name[len("readout/"):]] = pool[key]
+            if own["coordinates"]:
+                arrays[f"classes/{a}/coordinates"] = own_arrays["coordinates"]
+            classes.append({"kind": kind, "readout": own["readout"], "coordinates": own["coordinates"],
+                            "readout_arrays": refs})
+        return {**content, "classes": classes}, arrays
+
+    @classmethod
+    def from_release_document(cls, document: ReleaseDocument,
+                              readout: Callable[[Any, Mapping[str, np.ndarray], str], Any]) -> "PrivateMulticlassClassifier":
+        """The object of a verified release file (:func:`dpgp_gpflow.io.format.read`): its card and releases
+        checked by :func:`multiclass_releases_of_document`, then each class's classifier rebuilt from its
+        releases and its readout (``readout(spec, arrays, where)``: :func:`dpgp_gpflow.io.loading.load` picks
+        the readout class). ``ReleaseFileError`` naming the field otherwise."""
+        releases, guarantee = multiclass_releases_of_document(document)
+        K, steps = guarantee.num_classes, guarantee.steps
+        entries = document.content.get("classes")
+        if not isinstance(entries, list) or len(entries) != K:
+            raise ReleaseFileError(f"content.classes must be a list of {K} classes")
+        classifiers: List[PrivateClassifier] = []
+        for a, entry in enumerate(entries):
+            where = f"content.classes[{a}]"
+            if not isinstance(entry, dict) or set(entry) != {"kind", "readout", "coordinates", "readout_arrays"}:
+                raise ReleaseFileError(f"{where} must be an object with kind, readout, coordinates and readout_arrays")
+            kind, refs, flag = entry["kind"], entry["readout_arrays"], entry["coordinates"]
+            if kind not in _CLASS_KINDS or (kind == "PrivateSparseClassifier" and steps != 1):
+                raise ReleaseFileError(f"{where}.kind must be one of {sorted(_CLASS_KINDS)} (sparse: one step), "
+                                       f"got {kind!r}")
+            if kind != entries[0].get("kind"):
+                raise ReleaseFileError(f"{where}.kind {kind!r} is not the first class's")
+            if not isinstance(flag, bool):
+                raise ReleaseFileError(f"{where}.coordinates must be true or false")
+            if not (isinstance(refs, dict) and all(isinstance(j, int) and not isinstance(j, bool) for j in refs.values())):
+                raise ReleaseFileError(f"{where}.readout_arrays must map array names to integers")
+            missing = sorted(f"readout/{j}" for j in refs.values() if f"readout/{j}" not in document.arrays)
+            if missing:
+                raise ReleaseFileError(f"{where}.readout_arrays: the file has no array(s) {missing}")
+            own = releases[a * steps:(a + 1) * steps]
+            m = own[-1].mean.shape[0]
+            coordinates = None
+            if flag:
+                coordinates = take_arrays(where, document.arrays, {f"classes/{a}/coordinates": 2})[
+                    f"classes/{a}/coordinates"]
+                if coordinates.shape != (m, m):
+                    raise ReleaseFileError(f"{where}: coordinates must be [{m}, {m}], got {list(coordinates.shape)}")
+            rebuilt = readout(entry["readout"], {name: document.arrays[f"readout/{j}"] for name, j in refs.items()},
+                              f"{where}.readout")
+            probe = rebuilt.readout(tf.zeros([1, int(rebuilt.input_dim)], dtype=tf.float64))
+            if tuple(probe.shape) != (1, m):
+                raise ReleaseFileError(f"{where}: the readout maps {int(probe.shape[1])} latent values, the release "
+                                       f"has {m}")
+            if a and int(rebuilt.input_dim) != classifiers[0].readout.input_dim:
+                raise ReleaseFileError(f"{where}: the readout takes {int(rebuilt.input_dim)} input columns, class 0's "
+                                       f"{classifiers[0].readout.input_dim}")
+            classifier = _CLASS_KINDS[kind].__new__(_CLASS_KINDS[kind])
+            PrivateFunction.__init__(classifier, own[-1], rebuilt, coordinates, releases=own)  # as the constructors
+            classifiers.append(classifier)
+        return cls(classifiers, epsilon=guarantee.epsilon, delta=guarantee.delta, mu=guarantee.mu, steps=steps,
+                   person_rows=guarantee.person_rows)
 
     @check_shapes("return[0]: [N, K]", "return[1]: [N, K]")
     def predict_f(self, Xnew: Any) -> MeanAndVariance:
@@ -293,6 +387,83 @@ class PrivateMulticlassClassifier(Released):
     def predict_class(self, Xnew: Any) -> np.ndarray:
         """The most probable class [k] (int64)."""
         return np.argmax(self.predict_y(Xnew)[0].numpy(), axis=1).astype(np.int64)
+
+
+#: The classifier of each class a multi-class release file holds, by kind (its class name).
+_CLASS_KINDS: Dict[str, Type[PrivateClassifier]] = {cls.__name__: cls for cls in (PrivateLaplaceClassifier, PrivateSparseClassifier)}
+
+
+class MulticlassGuarantee(NamedTuple):
+    """The whole guarantee of a multi-class release file, as checked by :func:`multiclass_releases_of_document`."""
+
+    epsilon: float
+    delta: float
+    mu: float  #: ``1 / s(epsilon, delta)``, recomputed
+    num_classes: int
+    steps: int
+    person_rows: int
+
+
+#: Relative tolerance of the recomputed multipliers and ``mu`` against the recorded ones.
+_RECOMPUTED_RTOL = 1e-9
+
+
+def _card_int(card: Mapping[str, Any], name: str, least: int) -> int:
+    value = card.get(name)
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= least):
+        raise ReleaseFileError(f"card.{name} must be an integer >= {least}, got {value!r}")
+    return value
+
+
+def multiclass_releases_of_document(document: ReleaseDocument) -> Tuple[Tuple[PrivateRelease, ...], MulticlassGuarantee]:
+    """Every release of a verified ``PrivateMulticlassClassifier`` file, each checked for meaning
+    (:meth:`~dpgp_gpflow.released.PrivateRelease.from_release_card`), and the whole guarantee recomputed from
+    the card's ``epsilon``, ``delta``, ``num_classes`` K, ``steps`` T and ``person_rows`` g, never read:
+    ``mu = 1 / s(epsilon, delta)`` (analytic), ``classes_moved = min(K, 2g)``, the relation, and every
+    release a cloaking step at ``delta`` with multiplier ``sqrt(m T) s`` and the problems' relation; so the
+    K T steps compose to ``mu`` (docs/mechanisms.md#several-classes). ``ReleaseFileError`` naming the field."""
+    card = document.card
+    if card.get("composition") != "gaussian-dp":
+        raise ReleaseFileError(f"card.composition must be 'gaussian-dp', got {card.get('composition')!r}")
+    K, steps, g = _card_int(card, "num_classes", 2), _card_int(card, "steps", 1), _card_int(card, "person_rows", 1)
+    entries = card.get("releases")
+    if not isinstance(entries, list) or len(entries) != K * steps:
+        raise ReleaseFileError(f"card.releases must be a list of num_classes x steps = {K * steps} releases")
+    releases = tuple(PrivateRelease.from_release_card(e, document.arrays, f"releases/{i}/") for i, e in enumerate(entries))
+    try:
+        epsilon, delta = validate_epsilon(card.get("epsilon")), validate_delta(card.get("delta"))
+        s = gaussian_multiplier(epsilon, delta, "analytic")
+    except (TypeError, ValueError) as exc:
+        raise ReleaseFileError(f"card.epsilon / card.delta: {exc}") from None
+    mu = card.get("mu")
+    if not (isinstance(mu, float) and math.isclose(mu, 1.0 / s, rel_tol=_RECOMPUTED_RTOL)):
+        raise ReleaseFileError(f"card.mu {mu!r} is not 1 / s(epsilon, delta) = {1.0 / s!r} (analytic)")
+    moved = classes_moved(K, g)
+    if card.get("classes_moved") != moved:
+        raise ReleaseFileError(f"card.classes_moved {card.get('classes_moved')!r} is not min(num_classes, 2 person_rows) "
+                               f"= {moved}")
+    if card.get("neighbours") != class_relation(g):
+        raise ReleaseFileError(f"card.neighbours {card.get('neighbours')!r} is not {class_relation(g)!r} (person_rows {g})")
+    step = multiclass_step_multiplier(s, steps, moved)
+    for i, r in enumerate(releases):
+        where = f"card.releases[{i}]"
+        if (r.mechanism, r.calibration) != ("cloaking", "analytic"):
+            raise ReleaseFileError(f"{where}: a multi-class step is an analytic cloaking release, got {r.mechanism!r} "
+                                   f"and {r.calibration!r}")
+        if r.delta != delta:
+            raise ReleaseFileError(f"{where}.delta {r.delta!r} is not the release's delta {delta!r}")
+        if not math.isclose(r.noise_multiplier, step, rel_tol=_RECOMPUTED_RTOL):
+            raise ReleaseFileError(f"{where}.noise_multiplier {r.noise_multiplier!r} is not sqrt({moved} x {steps}) "
+                                   f"s(epsilon, delta) = {step!r}")
+        if r.neighbours != _rows_relation(g):
+            raise ReleaseFileError(f"{where}.neighbours {r.neighbours!r} is not {_rows_relation(g)!r}")
+    reproducible = any(r.reproducible for r in releases)
+    if card.get("reproducible") is not reproducible:
+        raise ReleaseFileError(f"card.reproducible {card.get('reproducible')!r} is not that of the releases "
+                               f"({reproducible!r})")
+    if card.get("clip_to_bounds", False) is not False:
+        raise ReleaseFileError("card.clip_to_bounds must be false: a classifier's latents are never clipped")
+    return releases, MulticlassGuarantee(epsilon, delta, mu, K, steps, g)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -307,10 +307,63 @@ def test_non_private_predictions_are_the_normalised_binary_ones(problem, model):
     np.testing.assert_allclose(P, p / p.sum(axis=1, keepdims=True), rtol=1e-8)
 
 
-def test_save_is_refused_clearly(releases, tmp_path):
-    with pytest.raises(NotImplementedError, match="save is not supported"):
-        releases[1].save(tmp_path / "multiclass.json")
-    assert not (tmp_path / "multiclass.json").exists()
+@pytest.mark.parametrize("steps", [1, 2])
+def test_a_release_file_round_trips_with_the_whole_guarantee(problem, releases, tmp_path, steps):
+    """save / dp.load: the loaded object predicts the same class probabilities from the file alone; the card
+    states the whole guarantee; identical public arrays (X, and for one step every factor) are stored once."""
+    X, _, Xnew = problem
+    released = releases[steps]
+    path = released.save(tmp_path / "multiclass.json", inputs=X)
+    loaded = dp.load(path)
+    assert isinstance(loaded, PrivateMulticlassClassifier) and loaded.num_classes == K_CLASSES
+    np.testing.assert_array_equal(loaded.predict_y(Xnew)[0].numpy(), released.predict_y(Xnew)[0].numpy())
+    np.testing.assert_array_equal(loaded.predict_f(Xnew)[1].numpy(), released.predict_f(Xnew)[1].numpy())
+    card = dp.io.read_card(path)
+    assert (card["epsilon"], card["delta"], card["num_classes"], card["steps"]) == (EPS, DELTA, K_CLASSES, steps)
+    assert card["mu"] == pytest.approx(1.0 / s_reference(EPS, DELTA), rel=1e-9) and card["composition"] == "gaussian-dp"
+    assert card["neighbours"] == "row, labels moved between classes" and card["classes_moved"] == 2
+    assert len(card["releases"]) == K_CLASSES * steps and loaded.privacy_card()["mu"] == card["mu"]
+    pool = [name for name in dp.io.format.read(path).arrays if name.startswith("readout/")]
+    # one step: X, W, Lk, LB shared by every class; two: X and Lk shared, W and LB per class
+    assert len(pool) == (4 if steps == 1 else 2 + 2 * K_CLASSES)
+    for mine, theirs in zip(loaded.classifiers, released.classifiers):
+        assert type(mine) is type(theirs) and len(mine.releases) == steps
+        np.testing.assert_array_equal(mine.W_diag, theirs.W_diag)
+
+
+def test_the_sparse_release_file_round_trips(problem, sparse_model, tmp_path):
+    _, _, Xnew = problem
+    released = quiet(sparse_model.release, epsilon=EPS, delta=DELTA, seed=7)
+    loaded = dp.load(released.save(tmp_path / "sparse.json"))
+    np.testing.assert_array_equal(loaded.predict_y(Xnew)[0].numpy(), released.predict_y(Xnew)[0].numpy())
+    assert loaded.reproducible and [type(c).__name__ for c in loaded.classifiers] == ["PrivateSparseClassifier"] * 3
+    pool = [name for name in dp.io.format.read(tmp_path / "sparse.json").arrays if name.startswith("readout/")]
+    assert len(pool) == 3  # Z, Lmm, La: the same for every class
+
+
+def test_dpgp_show_and_predict_read_a_multiclass_file(problem, releases, tmp_path, capsys):
+    import contextlib
+
+    import pandas as pd
+
+    from dpgp_gpflow.cli import main
+
+    _, _, Xnew = problem
+    released = releases[1]
+    released.save(tmp_path / "classes.json")
+    pd.DataFrame(Xnew, columns=["a", "b"]).to_csv(tmp_path / "at.csv", index=False)
+    with contextlib.chdir(tmp_path), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["show", "classes.json"]) == 0
+        out = capsys.readouterr().out
+        assert "PrivateMulticlassClassifier(" in out and "num_classes: 3" in out and "classes_moved: 2" in out
+        assert f"mu: {released.mu}" in out and "neighbours: row, labels moved between classes" in out
+        assert main(["predict", "classes.json", "--at", "at.csv", "-o", "p.csv", "--quiet"]) == 0
+    table = pd.read_csv(tmp_path / "p.csv")
+    P = released.predict_y(Xnew)[0].numpy()
+    assert list(table.columns) == ["a", "b", "p_class_0", "p_class_1", "p_class_2", "predicted_class"]
+    np.testing.assert_allclose(table[["p_class_0", "p_class_1", "p_class_2"]].to_numpy(), P, rtol=1e-12)
+    np.testing.assert_array_equal(table["predicted_class"].to_numpy(), np.argmax(P, axis=1))
 
 
 # ---------------------------------------------------------------------------------------------
