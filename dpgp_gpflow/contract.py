@@ -35,6 +35,8 @@ __all__ = [
     "cloaking_matrix",
     "dense_map",
     "latent_terms_and_readout",
+    "output_map",
+    "output_offset",
     "output_terms",
     "readout_and_variance",
     "stacked",
@@ -77,7 +79,9 @@ class PublicReadout(Protocol):
         """The public posterior variance at ``Xnew`` [k] (without the DP noise)."""
 
     # Optional: ``readout_and_variance(Xnew)``, both at once where they share work
-    # (:func:`readout_and_variance`).
+    # (:func:`readout_and_variance`); ``num_outputs`` (P, default 1): a readout of P outputs sharing one
+    # readout ``a(x)`` maps the latents stacked output by output, ``readout(Xnew)`` being ``I_P kron a(Xnew)``
+    # [kP, mP], ``offset`` and ``variance`` [kP] stacked alike (:func:`output_map`, :func:`stacked`).
 
 
 def readout_and_variance(readout: PublicReadout, Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
@@ -191,18 +195,38 @@ def unstacked(values: Any, num_outputs: int) -> np.ndarray:
     return values.reshape(int(num_outputs), -1).T.copy()
 
 
+@check_shapes("C: [K, N]", "return: [KP, NP]")
+def output_map(C: tf.Tensor, num_outputs: int) -> tf.Tensor:
+    """``I_P kron C`` (kP x NP): the map of ``P = num_outputs`` outputs sharing ``C``, rows and columns
+    stacked output by output (:func:`stacked`); ``C`` itself for P = 1. Public."""
+    if num_outputs == 1:
+        return C
+    P = int(num_outputs)
+    k, n = tf.shape(C)[0], tf.shape(C)[1]  # also traced with an unknown number of rows (a SavedModel)
+    return tf.reshape(tf.einsum("pq,kn->pkqn", tf.eye(P, dtype=C.dtype), C), [P * k, P * n])
+
+
+@check_shapes("offset: [K, Q]", "return: [KP]")
+def output_offset(offset: tf.Tensor, num_outputs: int) -> tf.Tensor:
+    """The offset [k, 1] (every output's) or [k, P] of ``P = num_outputs`` outputs stacked output by output
+    (:func:`stacked`): [kP]; ``offset[:, 0]`` for P = 1. Public."""
+    if num_outputs == 1:
+        return offset[:, 0]
+    return stacked(tf.broadcast_to(offset, [tf.shape(offset)[0], int(num_outputs)]))
+
+
 @check_shapes("C: [K, N]", "offset: [K, Q]", "variance: [K]")
-def output_terms(C: tf.Tensor, offset: tf.Tensor, variance: tf.Tensor, num_outputs: int) -> ReleaseTerms:
+def output_terms(C: tf.Tensor, offset: tf.Tensor, variance: Optional[tf.Tensor], num_outputs: int) -> ReleaseTerms:
     """The release terms of ``P = num_outputs`` outputs sharing one map ``C`` (a shared kernel and
-    likelihood): ``offset`` [k, 1] or [k, P], ``variance`` [k]. P = 1: ``(C, offset[:, 0], variance)``;
-    P > 1: the stacked release ``(I_P kron C) vec(Y_c)``, i.e. the block-diagonal map (kP x NP), the
-    offset stacked and the variance repeated per output (:func:`stacked`). Public."""
+    likelihood): ``offset`` [k, 1] or [k, P], ``variance`` [k] (or None: none reported). P = 1:
+    ``(C, offset[:, 0], variance)``; P > 1: the stacked release ``(I_P kron C) vec(Y_c)``, i.e. the
+    block-diagonal map (kP x NP, :func:`output_map`), the offset stacked and the variance repeated per
+    output (:func:`stacked`). Public."""
     if num_outputs == 1:
         return ReleaseTerms(C, offset[:, 0], variance)
     P = int(num_outputs)
-    k, n = int(C.shape[0]), int(C.shape[1])
-    blocks = tf.reshape(tf.einsum("pq,kn->pkqn", tf.eye(P, dtype=C.dtype), C), [P * k, P * n])
-    return ReleaseTerms(blocks, stacked(tf.broadcast_to(offset, [k, P])), tf.tile(variance, [P]))
+    stacked_variance = None if variance is None else tf.tile(variance, [P])
+    return ReleaseTerms(output_map(C, P), output_offset(offset, P), stacked_variance)
 
 
 @check_shapes("return: [M, N]")

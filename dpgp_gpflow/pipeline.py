@@ -243,12 +243,11 @@ def release_function(
     there), so ``objective="mse"`` minimises the expected squared error of the predictions at the
     reference inputs; ``"entropy"`` is the same either way (invariant to invertible maps). Privacy
     assumptions as for :func:`release`; the readout is a frozen copy of public pieces, so training
-    the model afterwards does not change what was published.
+    the model afterwards does not change what was published. A model of P > 1 outputs per row releases
+    its latents stacked output by output (its latent map and readout stacked alike: ``mean`` [m, P],
+    ``noise_factor`` [mP, r]).
     """
     _contract(model, FactoredPrivateModel)
-    if model_outputs(model) > 1:
-        raise NotImplementedError("release_function does not support several outputs (Y [N, P]) yet: use "
-                                  "model.release(Xnew, ...)")
     request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed)
     check_release_hyperparameters(model, hyperparameters_public)
     # the public terms, checked finite before any budget is reserved (a refusal draws and spends nothing)

@@ -308,7 +308,8 @@ class PrivateRelease(Released):
 
 
 class PrivatePrediction(NamedTuple):
-    """DP predictions from a :class:`PrivateFunction` (all safe to publish), each of shape [k]."""
+    """DP predictions from a :class:`PrivateFunction` (all safe to publish), each of shape [k] ([k, P] for a
+    function of P outputs)."""
 
     mean: np.ndarray
     variance: np.ndarray
@@ -323,8 +324,11 @@ class PrivateFunction(Released):
     ``u~ = R^{-1} v~`` and the DP noise ``A(Xnew) R^{-1} F`` (both mapped back once, here). Free
     to query: post-processing of the release and of public pieces only.
 
+    Several outputs (a sparse model of ``Y`` [N, P]): ``release.mean`` holds the [m, P] latents, read
+    stacked output by output by a readout of ``num_outputs`` P (``I_P kron a(x)``); predictions are [k, P].
+
     ``clip_to_bounds=True`` (or :meth:`clipped`) clips every predicted mean to the release's public
-    ``y_bounds`` (post-processing, free; recorded in the privacy card); the reported ``noise_std``
+    ``y_bounds`` (per output; post-processing, free; recorded in the privacy card); the reported ``noise_std``
     is still the std of the Gaussian noise before clipping. Not for classifiers (their latent values
     are not bounded by the labels' bounds).
     """
@@ -344,9 +348,14 @@ class PrivateFunction(Released):
         self.release = release
         self._releases = releases
         self._readout = readout
+        P = release.num_outputs  # P outputs: latents [m, P] read stacked (readout I_P kron a, [kP, mP])
+        if int(getattr(readout, "num_outputs", 1)) != P:
+            raise ValueError(f"the release holds latents of {P} output(s), the readout reads "
+                             f"{int(getattr(readout, 'num_outputs', 1))}")
+        self._outputs = P
         #: ``R`` (upper triangular, public) with ``release`` of ``R u``; None when ``u`` itself was released
         self.coordinates = None if coordinates is None else tf.constant(coordinates)
-        latent = tf.constant(release.mean[:, None])  # [M, 1]
+        latent = tf.constant(release.mean[:, None] if P == 1 else stacked(release.mean).numpy()[:, None])  # [M, 1]
         noise = tf.constant(release.noise_factor)  # [M, r]
         if coordinates is not None:  # u~ = R^{-1} v~: public post-processing
             latent = tf.linalg.triangular_solve(coordinates, latent, lower=False)
@@ -407,28 +416,33 @@ class PrivateFunction(Released):
         return tf.constant(as_inputs("Xnew", Xnew, self._readout.input_dim))
 
     def _terms(self, Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """``(DP mean [k, 1], public variance [k, 1], DP noise std [k])``."""
-        A, variance = readout_and_variance(self._readout, Xnew)  # [k, M], [k]
+        """``(DP mean [k, 1], public variance [k, 1], DP noise std [k, 1])`` ([k, P] each for P outputs)."""
+        A, variance = readout_and_variance(self._readout, Xnew)  # [k, M], [k] (P outputs: [kP, mP], [kP])
         mean = self._readout.offset(Xnew)[:, None] + tf.linalg.matmul(A, self._latent)
-        if self._clip_to_bounds:  # post-processing of the DP mean
-            lo, hi = cast(Tuple[float, float], self.release.y_bounds)  # clipping is refused without bounds
-            mean = tf.clip_by_value(mean, tf.constant(lo, mean.dtype), tf.constant(hi, mean.dtype))
         noise_std = row_norms(tf.linalg.matmul(A, self._latent_noise))  # [k]: no underflow far from the data
-        return mean, variance[:, None], noise_std
+        P = self._outputs  # stacked output by output: [kP] -> [k, P] ([k, 1] for one output)
+        mean, variance, noise_std = (tf.transpose(tf.reshape(t, [P, -1])) for t in (mean, variance, noise_std))
+        if self._clip_to_bounds:  # post-processing of the DP mean (per output)
+            lo, hi = bound_columns(self.release.y_bounds)  # clipping is refused without bounds
+            mean = tf.clip_by_value(mean, tf.constant(lo, mean.dtype), tf.constant(hi, mean.dtype))
+        return mean, variance, noise_std
 
     def dp_noise_variance(self, Xnew: Any) -> tf.Tensor:
-        """Variance [k, 1] of the DP noise propagated to the prediction at ``Xnew`` (public)."""
-        return tf.square(self._terms(self._inputs(Xnew))[2])[:, None]
+        """Variance [k, 1] ([k, P]) of the DP noise propagated to the prediction at ``Xnew`` (public)."""
+        return tf.square(self._terms(self._inputs(Xnew))[2])
 
     def predict(self, Xnew: Any) -> PrivatePrediction:
-        """DP mean (clipped if ``clip_to_bounds``), public posterior variance and DP noise std at ``Xnew``, each [k]."""
-        mean, var, noise_std = self._terms(self._inputs(Xnew))
-        return PrivatePrediction(mean=mean.numpy()[:, 0], variance=var.numpy()[:, 0], noise_std=noise_std.numpy())
+        """DP mean (clipped if ``clip_to_bounds``), public posterior variance and DP noise std at ``Xnew``,
+        each [k] ([k, P] for P outputs)."""
+        mean, var, noise_std = (t.numpy() for t in self._terms(self._inputs(Xnew)))
+        if self._outputs == 1:
+            mean, var, noise_std = mean[:, 0], var[:, 0], noise_std[:, 0]
+        return PrivatePrediction(mean=mean, variance=var, noise_std=noise_std)
 
     def predict_f(self, Xnew: Any) -> MeanAndVariance:
-        """DP mean [k, 1] and variance [k, 1]: the public posterior variance plus the DP noise variance."""
+        """DP mean [k, 1] ([k, P]) and variance: the public posterior variance plus the DP noise variance."""
         mean, var, noise_std = self._terms(self._inputs(Xnew))
-        return mean, var + tf.square(noise_std)[:, None]
+        return mean, var + tf.square(noise_std)
 
     # -- publishing -----------------------------------------------------------------------------
 
@@ -457,7 +471,8 @@ class PrivateFunction(Released):
         already rebuilt (:func:`dpgp_gpflow.io.loading.load` picks the readout class). Sets the same
         state as the constructor; a subclass keeping state of its own must override this."""
         releases = releases_of_document(document)
-        m = releases[-1].mean.shape[0]
+        P = releases[-1].num_outputs
+        m = releases[-1].mean.shape[0] * P  # the latents, stacked output by output
         coordinates = None
         flag = document.content.get("coordinates")
         if not isinstance(flag, bool):
@@ -467,8 +482,9 @@ class PrivateFunction(Released):
             if coordinates.shape != (m, m):
                 raise ReleaseFileError(f"coordinates must be [{m}, {m}], got {list(coordinates.shape)}")
         probe = readout.readout(tf.zeros([1, int(readout.input_dim)], dtype=tf.float64))
-        if tuple(probe.shape) != (1, m):
-            raise ReleaseFileError(f"the readout maps {int(probe.shape[1])} latent values, the release has {m}")
+        if tuple(probe.shape) != (P, m) or int(getattr(readout, "num_outputs", 1)) != P:
+            raise ReleaseFileError(f"the readout maps {int(probe.shape[1])} latent values of "
+                                   f"{int(getattr(readout, 'num_outputs', 1))} output(s), the release has {m} of {P}")
         function = cls.__new__(cls)
         PrivateFunction.__init__(function, releases[-1], readout, coordinates, releases=releases)
         if _clip_flag(document.card):
@@ -480,13 +496,16 @@ class PrivateFunction(Released):
 
     def _serving_outputs(self, Xnew: tf.Tensor) -> Dict[str, tf.Tensor]:
         mean, var, noise_std = self._terms(Xnew)
-        return {"mean": mean[:, 0], "variance": var[:, 0], "noise_std": noise_std}
+        if self._outputs == 1:
+            return {"mean": mean[:, 0], "variance": var[:, 0], "noise_std": noise_std[:, 0]}
+        return {"mean": mean, "variance": var, "noise_std": noise_std}
 
     def export_saved_model(self, path: Union[str, "os.PathLike[str]"]) -> Path:
         """Write a TensorFlow SavedModel at ``path`` (a folder) that plain TensorFlow serves without
         dpgp_gpflow or GPflow installed (``docs/release_file.md#savedmodel-export``).
 
-        Signature ``serving_default``: input ``X`` float64 [None, D]; outputs (each [None]) ``mean``,
+        Signature ``serving_default``: input ``X`` float64 [None, D]; outputs (each [None]; [None, P] for a
+        function of P outputs) ``mean``,
         ``variance`` (public posterior variance) and ``noise_std`` (DP noise std) as :meth:`predict`,
         or for a :class:`PrivateClassifier` ``probability`` (of class +1), ``latent_mean`` and
         ``latent_variance`` (DP noise included) as :meth:`PrivateClassifier.predict_y` / ``predict_f``.
@@ -549,7 +568,7 @@ class PrivateClassifier(PrivateFunction):
 
     def _serving_outputs(self, Xnew: tf.Tensor) -> Dict[str, tf.Tensor]:
         mean, var, noise_std = self._terms(Xnew)
-        latent_var = var + tf.square(noise_std)[:, None]
+        latent_var = var + tf.square(noise_std)
         p = probit_approximation(mean, latent_var)
         return {"probability": p[:, 0], "latent_mean": mean[:, 0], "latent_variance": latent_var[:, 0]}
 

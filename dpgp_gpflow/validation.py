@@ -246,7 +246,7 @@ def as_outputs(name: str, Y: Any, num_data: int, *, several: bool = False) -> np
     Y = as_float64(name, Y)
     if Y.ndim == 2 and Y.shape[1] > 1 and not several:
         raise NotImplementedError(f"{name} has {Y.shape[1]} columns: several outputs per row are released by "
-                                  "DPGPR only (docs/guides/multi_output.md)")
+                                  "DPGPR, DPSGPR and DPGPRFITC only (docs/guides/multi_output.md)")
     if Y.ndim != 2 or Y.shape[1] < 1:
         raise ValueError(f"{name} must have shape [N, 1] (one output){' or [N, P] (P outputs)' if several else ''}, "
                          f"got shape {Y.shape}")

@@ -32,9 +32,8 @@ import auditing  # noqa: E402
 import dpgp_gpflow as dp  # noqa: E402
 from dpgp_gpflow.io import format as release_file  # noqa: E402
 from dpgp_gpflow.io.format import ReleaseFileError  # noqa: E402
-from dpgp_gpflow.models import DPGPR, DPGPRFITC, DPSGPR  # noqa: E402
+from dpgp_gpflow.models import DPGPR  # noqa: E402
 from dpgp_gpflow.neighbours import model_neighbours  # noqa: E402
-from dpgp_gpflow.selection import cross_validate, select_hyperparameters  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpgp_gpflow.exceptions.ReproducibleNoiseWarning")
 
@@ -333,14 +332,7 @@ def test_what_does_not_support_several_outputs_refuses_them():
     m = model(X, Y, BOUNDS[:2])
     with pytest.raises(NotImplementedError, match="standard mechanism does not support several outputs"):
         m.release(Xs, epsilon=EPS, delta=DELTA, mechanism="standard")
-    with pytest.raises(NotImplementedError, match="several outputs"):
-        select_hyperparameters(m, [{".kernel.lengthscales": 1.0}, {".kernel.lengthscales": 2.0}], epsilon=1.0)
-    with pytest.raises(NotImplementedError, match="several outputs"):
-        cross_validate(m, [{".kernel.lengthscales": 1.0}])
-    Z = X[::4]
-    for cls in (DPSGPR, DPGPRFITC):
-        with pytest.raises(NotImplementedError, match="several outputs per row are released by DPGPR only"):
-            cls((X, Y), kernel(), Z, noise_variance=NOISE, y_bounds=(-50.0, 50.0))
+    # selection and cross-validation accept several outputs (tests/test_selection_multi_output.py)
     with pytest.raises(ValueError, match=r"\[N, 1\]"):  # labels: one column
         dp.models.DPLaplaceGPC((X, np.sign(Y)), kernel())
     assert m.num_outputs == 2  # the refusals spent nothing and changed nothing

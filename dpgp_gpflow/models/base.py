@@ -24,7 +24,15 @@ import numpy as np
 import tensorflow as tf
 
 from .. import pipeline
-from ..contract import PublicReadout, ReleaseTerms, dense_map, latent_terms_and_readout, readout_and_variance, stacked
+from ..contract import (
+    PublicReadout,
+    ReleaseTerms,
+    dense_map,
+    latent_terms_and_readout,
+    output_terms,
+    readout_and_variance,
+    stacked,
+)
 from ..exceptions import HyperparameterWarning, PrivacyLeakError
 from ..pipeline import reference_coordinates
 from ..released import PrivateFunction, PrivateRelease
@@ -104,8 +112,10 @@ def split_dask_rows(data: Any) -> Tuple[Any, Any, Optional[Tuple[Any, Any]]]:
 
 def prepare_sparse_data(data: Any, inducing_variable: Any, y_bounds: Any, data_sensitivity: Optional[float],
                         noise_variance: Any = None):
-    """:func:`prepare_private_data` for the sparse regression models, whose rows may also be Dask arrays,
-    and their public inducing inputs; returns ``(data, Z, bounds, d, dask_rows)``.
+    """:func:`prepare_private_data` (several outputs: ``Y`` [N, P], ``y_bounds`` a pair or [P, 2],
+    ``data_sensitivity`` one number or P) for the sparse regression models, whose rows may also be Dask
+    arrays, and their public inducing inputs; returns ``(data, Z, bounds, d, dask_rows)``, ``d`` the tuple
+    of the P per-output sensitivities.
 
     In memory: ``data`` is the validated, clipped ``(X, Y)`` and ``dask_rows`` None. Dask arrays
     (:func:`~dpgp_gpflow.validation.as_dask_rows`): ``dask_rows = (X, Y)`` stays on the cluster (its
@@ -115,12 +125,14 @@ def prepare_sparse_data(data: Any, inducing_variable: Any, y_bounds: Any, data_s
     X, Y, rows = split_dask_rows(data)
     if rows is not None:
         validate_noise_variance(noise_variance)
-        bounds = validate_bounds(y_bounds)
-        d = validate_data_sensitivity(data_sensitivity, bounds)
+        P = int(rows[1].shape[1])
+        bounds = validate_output_bounds(y_bounds, P)
+        d = validate_output_sensitivities(data_sensitivity, bounds, P)
         dim = int(rows[0].shape[1])
-        data = (np.zeros((0, dim)), np.zeros((0, 1)))
+        data = (np.zeros((0, dim)), np.zeros((0, P)))
     else:
-        X, Y, bounds, d = prepare_private_data((X, Y), y_bounds, data_sensitivity, noise_variance)
+        X, Y, bounds, d = prepare_private_data((X, Y), y_bounds, data_sensitivity, noise_variance,
+                                               several_outputs=True)
         dim, data = X.shape[1], (X, Y)
     return data, inducing_inputs(inducing_variable, dim), bounds, d, rows
 
@@ -133,10 +145,11 @@ def inducing_inputs(inducing_variable: Any, dim: int) -> np.ndarray:
     return as_inputs("inducing_variable", inducing_variable, dim)
 
 
-def centred_latent_terms(B: tf.Tensor) -> ReleaseTerms:
+def centred_latent_terms(B: tf.Tensor, num_outputs: int = 1) -> ReleaseTerms:
     """The latent release terms of a sparse model: the map ``B`` (m x n) of the centred outputs to its m
-    latent values, offset 0 (public)."""
-    return ReleaseTerms(B, tf.zeros([int(B.shape[0])], dtype=B.dtype))
+    latent values, offset 0 (public). ``num_outputs`` P > 1: the stacked latents of P outputs sharing
+    ``B``, map ``I_P kron B`` (:func:`~dpgp_gpflow.contract.output_terms`)."""
+    return output_terms(B, tf.zeros([int(B.shape[0]), 1], dtype=B.dtype), None, num_outputs)
 
 
 def public_constant_mean(bounds: Any) -> gpflow.functions.Constant:

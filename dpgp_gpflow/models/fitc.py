@@ -76,9 +76,9 @@ class FITCReadout(SparseReadout):
                    Xnew: tf.Tensor) -> tf.Tensor:
         return fitc_readout(kernel, Z, L, Xnew)
 
-    def readout_and_variance(self, Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-        """:meth:`readout` and :meth:`variance` from one solve with ``L_uu``."""
-        A = self.readout(Xnew)  # [K, M]
+    def single_readout_and_variance(self, Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+        """One output's readout and variance from one solve with ``L_uu``."""
+        A = fitc_readout(self._kernel, self._Z, self._L, Xnew)  # [K, M]
         iA = linalg.triangular_solve(self._LB, tf.transpose(A))
         return A, self._kernel(Xnew, full_cov=False) - tf.reduce_sum(tf.square(A), 1) + tf.reduce_sum(tf.square(iA), 0)
 
@@ -121,6 +121,8 @@ class DPGPRFITC(DPSGPRBase, gpflow.models.GPRFITC):
     they are made non-trainable. ``release(Xnew, ...)`` is as for :class:`~dpgp_gpflow.models.DPGPR`
     with the optimiser working in m dimensions; :meth:`release_function` releases the inducing values
     once so that predictions anywhere are free (:class:`~dpgp_gpflow.models.sgpr_base.DPSGPRBase`).
+    ``Y`` may be [N, P] (P outputs per row, one kernel and noise variance, per-output bounds:
+    docs/guides/multi_output.md#sparse-models).
 
     Privacy assumption: ``X``, ``Z``, kernel hyperparameters and noise variance are public.
     ``hyperparameters_public=True`` declares the values given here chosen without ``Y``; otherwise

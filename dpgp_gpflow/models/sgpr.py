@@ -98,8 +98,8 @@ class SGPRReadout(SparseReadout):
                    Xnew: tf.Tensor) -> tf.Tensor:
         return sgpr_readout(kernel, Z, L, LB, Xnew)
 
-    def readout_and_variance(self, Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-        """:meth:`readout` and :meth:`variance` from the same two solves."""
+    def single_readout_and_variance(self, Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+        """One output's readout and variance from the same two solves."""
         return sgpr_readout_and_variance(self._kernel, self._Z, self._L, self._LB, Xnew)
 
 
@@ -143,7 +143,8 @@ class DPSGPR(DPSGPRBase, gpflow.models.SGPR):
     ``X``); they are made non-trainable. ``release(Xnew, ...)`` is as for
     :class:`~dpgp_gpflow.models.DPGPR` with the optimiser working in m dimensions;
     :meth:`release_function` releases the m latent values once so that predictions anywhere are free
-    (:class:`~dpgp_gpflow.models.sgpr_base.DPSGPRBase`).
+    (:class:`~dpgp_gpflow.models.sgpr_base.DPSGPRBase`). ``Y`` may be [N, P] (P outputs per row, one
+    kernel and noise variance, per-output bounds: docs/guides/multi_output.md#sparse-models).
 
     Privacy assumption: ``X``, ``Z``, kernel hyperparameters and noise variance are public.
     ``hyperparameters_public=True`` declares the values given here chosen without ``Y``; otherwise

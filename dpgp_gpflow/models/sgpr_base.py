@@ -10,6 +10,9 @@ through the m latent values ``B (y - m(X))``, so one private release of them mak
 the same maths by row chunks (:attr:`DPSGPRBase.chunk_terms_type`); the constructor, the public
 bounds, the contract methods and the streamed release's terms are written here once.
 
+Several outputs per row (``Y`` [N, P], one ``B`` for all) release the stacked latents ``(I_P kron B)
+vec(Y_c)`` (:func:`~dpgp_gpflow.contract.output_terms`); the readout reads them stacked alike.
+
 Privacy assumption: ``X``, the inducing inputs ``Z``, the kernel hyperparameters and the noise
 variance are public; the outputs are clipped to public bounds at construction and at every use.
 """
@@ -24,8 +27,9 @@ import numpy as np
 import tensorflow as tf
 from sklearn.cluster import KMeans
 
-from ..contract import ReleaseTerms
+from ..contract import ReleaseTerms, output_map, output_offset, output_terms
 from ..io.format import (
+    ReleaseFileError,
     kernel_from_spec,
     kernel_spec,
     mean_function_from_spec,
@@ -65,21 +69,27 @@ class SparseReadout(abc.ABC):
     mean and the posterior variance, from frozen copies of the kernel and mean function and constants
     for ``Z``, ``L`` and ``L_B`` (all public), so that training the model later changes nothing here.
 
-    A subclass gives :meth:`readout_at` and :meth:`readout_and_variance`, and the names of ``L`` and
-    ``L_B`` in a release file (:attr:`factor_names`, ``docs/release_file.md#readouts``).
+    ``num_outputs`` (P, default 1): a model of P outputs sharing the kernel reads its mP latents stacked
+    output by output: :meth:`readout` is ``I_P kron a(x)`` [kP, mP], :meth:`offset` and :meth:`variance`
+    [kP] stacked alike (:func:`~dpgp_gpflow.contract.output_terms`, the one convention).
+
+    A subclass gives :meth:`readout_at` and :meth:`single_readout_and_variance` (one output's), and the
+    names of ``L`` and ``L_B`` in a release file (:attr:`factor_names`, ``docs/release_file.md#readouts``).
     """
 
     #: the names of ``L`` and ``L_B`` among a release file's arrays
     factor_names: Tuple[str, str] = ("L", "LB")
 
     def __init__(self, kernel: gpflow.kernels.Kernel, mean_function: gpflow.functions.MeanFunction,
-                 Z: tf.Tensor, terms: SparseTerms) -> None:
+                 Z: tf.Tensor, terms: SparseTerms, num_outputs: int = 1) -> None:
         self._kernel = gpflow.utilities.freeze(kernel)
         self._mean_function = gpflow.utilities.freeze(mean_function)
         self._Z = tf.constant(Z)
         self._L = tf.constant(terms.L)
         self._LB = tf.constant(terms.LB)
         self.input_dim = int(self._Z.shape[1])
+        #: P: the number of outputs read from the stacked latents (public)
+        self.num_outputs = int(num_outputs)
 
     @staticmethod
     @abc.abstractmethod
@@ -87,37 +97,59 @@ class SparseReadout(abc.ABC):
                    Xnew: tf.Tensor) -> tf.Tensor:
         """The readout ``a(Xnew)`` [K, M] of the model with these factors (public)."""
 
+    @abc.abstractmethod
+    def single_readout_and_variance(self, Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+        """One output's readout ``a(Xnew)`` [K, M] and the posterior variance of f at ``Xnew`` [K] (public)."""
+
     def readout(self, Xnew: tf.Tensor) -> tf.Tensor:
-        return self.readout_at(self._kernel, self._Z, self._L, self._LB, Xnew)
+        """``a(Xnew)`` [K, M] (P outputs: ``I_P kron a(Xnew)`` [KP, MP])."""
+        return output_map(self.readout_at(self._kernel, self._Z, self._L, self._LB, Xnew), self.num_outputs)
 
     def offset(self, Xnew: tf.Tensor) -> tf.Tensor:
-        return self._mean_function(Xnew)[:, 0]
+        """The prior mean at ``Xnew`` [K] (P outputs: [KP], stacked)."""
+        return output_offset(self._mean_function(Xnew), self.num_outputs)
 
     def variance(self, Xnew: tf.Tensor) -> tf.Tensor:
         return self.readout_and_variance(Xnew)[1]
 
-    @abc.abstractmethod
     def readout_and_variance(self, Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-        """:meth:`readout` and the posterior variance of f at ``Xnew`` (public)."""
+        """:meth:`readout` and :meth:`variance` from the same solves."""
+        A, variance = self.single_readout_and_variance(Xnew)
+        if self.num_outputs == 1:
+            return A, variance
+        terms = output_terms(A, tf.zeros_like(A[:, :1]), variance, self.num_outputs)
+        return terms.map, terms.variance
 
     def release_state(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
         """``(content, arrays)`` of a release file (``docs/release_file.md#readouts``): the kernel and mean
-        function as specifications, ``Z``, ``L`` and ``L_B`` as arrays. All public; no outputs.
+        function as specifications (and ``outputs``: P, for P > 1 outputs), ``Z``, ``L`` and ``L_B`` as
+        arrays. All public; no outputs.
 
         ``NotImplementedError`` when the kernel or mean function is not one a release file holds.
         """
         content = {"input_dim": self.input_dim, "kernel": kernel_spec(self._kernel),
                    "mean_function": mean_function_spec(self._mean_function)}
+        if self.num_outputs > 1:
+            content["outputs"] = self.num_outputs
         L_name, LB_name = self.factor_names
         return content, {"Z": self._Z.numpy(), L_name: self._L.numpy(), LB_name: self._LB.numpy()}
 
     @classmethod
     def from_release_state(cls, content: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> "SparseReadout":
-        """The readout of :meth:`release_state`'s ``(content, arrays)``, with exactly the saved values."""
+        """The readout of :meth:`release_state`'s ``(content, arrays)``, with exactly the saved values;
+        ``ReleaseFileError`` for a malformed ``outputs`` or a mean function of another number of outputs."""
         L_name, LB_name = cls.factor_names
         a = take_factors(cls.__name__, content, arrays, "Z", (L_name, LB_name))
-        return cls(kernel_from_spec(content.get("kernel")), mean_function_from_spec(content.get("mean_function")),
-                   a["Z"], SparseTerms(a[L_name], a[LB_name], None))
+        P = content.get("outputs", 1)
+        if "outputs" in content and not (isinstance(P, int) and not isinstance(P, bool) and P >= 2):
+            raise ReleaseFileError(f"{cls.__name__}: outputs must be an integer >= 2 (absent for one output), "
+                                   f"got {P!r}")
+        readout = cls(kernel_from_spec(content.get("kernel")), mean_function_from_spec(content.get("mean_function")),
+                      a["Z"], SparseTerms(a[L_name], a[LB_name], None), P)
+        columns = int(readout._mean_function(tf.zeros([1, readout.input_dim], tf.float64)).shape[-1])
+        if columns not in (1, P):
+            raise ReleaseFileError(f"{cls.__name__}: the mean function gives {columns} outputs, the readout {P}")
+        return readout
 
 
 class DPSGPRBase(DaskRowsMixin, FactoredModelMixin):
@@ -140,6 +172,13 @@ class DPSGPRBase(DaskRowsMixin, FactoredModelMixin):
     those that are not GPflow's defaults make releases warn (:class:`~dpgp_gpflow.HyperparameterWarning`).
     ``groups`` (public integers [N], default None): rows with the same value belong to one person, whose
     outputs releases protect together (docs/guides/groups.md); not with Dask rows (streaming refuses groups).
+
+    Several outputs (docs/guides/multi_output.md#sparse-models), as for :class:`~dpgp_gpflow.models.DPGPR`:
+    ``Y`` [N, P] with one kernel and noise variance for all, ``y_bounds`` a pair or [P, 2] (clipped and
+    centred per output), ``data_sensitivity`` one number or P; a row's P outputs (with ``groups``: a
+    person's) are protected together. Each output's latents are ``B y_p`` with the one ``B``: the latent
+    map is ``I_P kron B`` and the readout ``I_P kron a(x)`` (stacked output by output), so ``release``
+    gives [k, P] means and ``release_function`` the [m, P] latents, whose function predicts [k, P].
     """
 
     #: the frozen public readout of the latent values (:meth:`public_readout`)
@@ -172,6 +211,7 @@ class DPSGPRBase(DaskRowsMixin, FactoredModelMixin):
         if dask_rows is not None and groups is not None:
             raise NotImplementedError("groups= (person-level privacy) is not supported with Dask rows yet (the "
                                       "streamed release does not support groups); hold the rows in memory")
+        self._hold_outputs(int(data[1].shape[1]))
         self._hold_groups(groups, int(data[0].shape[0]))
         model_made = [".inducing_variable"]  # public by assumption (from X only): not warned about
         if mean_function is None:
@@ -199,21 +239,28 @@ class DPSGPRBase(DaskRowsMixin, FactoredModelMixin):
     def latent_terms_and_readout(self) -> Tuple[ReleaseTerms, SparseReadout]:
         """:meth:`latent_terms` and :meth:`public_readout` from one computation of the factors."""
         terms = self._terms()
-        return centred_latent_terms(terms.B), self._readout(terms)
+        return self._latent(terms), self._readout(terms)
 
     def latent_terms(self) -> ReleaseTerms:
-        """``B`` (m x n): the latent values ``B y_c`` of the centred outputs; offset 0 (public)."""
-        return centred_latent_terms(self._terms().B)
+        """``B`` (m x n): the latent values ``B y_c`` of the centred outputs; offset 0 (public). P > 1
+        outputs: ``I_P kron B`` (mP x nP), the latents stacked output by output
+        (:func:`~dpgp_gpflow.contract.output_terms`)."""
+        return self._latent(self._terms())
 
     def public_readout(self) -> SparseReadout:
-        """A frozen :attr:`readout_type` of the current (public) kernel, mean, ``Z`` and factors."""
+        """A frozen :attr:`readout_type` of the current (public) kernel, mean, ``Z`` and factors (and the
+        number of outputs it reads)."""
         return self._readout(self._terms())
 
+    def _latent(self, terms: SparseTerms) -> ReleaseTerms:
+        return centred_latent_terms(terms.B, self.num_outputs)
+
     def _readout(self, terms: SparseTerms) -> SparseReadout:
-        return self.readout_type(self.kernel, self.mean_function, self.inducing_variable.Z, terms)
+        return self.readout_type(self.kernel, self.mean_function, self.inducing_variable.Z, terms, self.num_outputs)
 
     def split_terms(self, train: Any, test: Any) -> ReleaseTerms:
-        """``(a(X_test), B(X_train))`` with this model's inducing inputs and hyperparameters (centred: offset 0)."""
+        """``(a(X_test), B(X_train))`` with this model's inducing inputs and hyperparameters (centred: offset 0);
+        one output's map, which the P outputs share (as for ``DPGPR``)."""
         Xtr, Xte = self._split_inputs(train, test)
         Z = self.inducing_variable.Z
         terms = self.sparse_terms(Xtr)
