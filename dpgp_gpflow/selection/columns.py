@@ -12,9 +12,11 @@ docs/selection.md#several-classes).
   map (:func:`~dpgp_gpflow.neighbours.model_neighbours`).
 * **Several classes** (``DPMulticlassLaplaceGPC``, ``DPSparseMulticlassLaplaceGPC``): Q = K one-vs-rest label
   columns (``+1`` for the class, ``-1`` elsewhere; ``d = 2`` each), every class sharing the binary problem's
-  first-step map. A label moving from class a to class b moves columns a and b of one row, by 2 each, and
-  no other: a neighbour moves 2 columns. Each class is released on its own at the multi-class step
-  multiplier ``sqrt(2) s`` (:func:`~dpgp_gpflow.models.multiclass.multiclass_step_multiplier`, one step).
+  first-step map. A label moving from class a to class b moves columns a and b of its row, by 2 each, and
+  no other: each row of the neighbour (one row, or with ``groups`` each of one person's rows) moves 2
+  columns. Each class is released on its own, protecting the person's rows (with ``groups``), at the
+  multi-class step multiplier ``sqrt(m) s`` of one step, ``m = min(K, 2 g)`` the classes a person of up to g
+  rows changes (:func:`~dpgp_gpflow.models.multiclass.multiclass_step_multiplier`, ``classes_moved``).
 
 Privacy assumption: the number of columns, the bounds and the sensitivities are public (fixed without the
 outputs); only :func:`private_columns` reads the outputs.
@@ -27,7 +29,7 @@ from typing import Any, NamedTuple, Tuple
 import numpy as np
 
 from ..contract import PrivateModel, unstacked
-from ..models.multiclass import DPMulticlassLaplaceGPC, DPSparseMulticlassLaplaceGPC
+from ..models.multiclass import DPMulticlassLaplaceGPC, DPSparseMulticlassLaplaceGPC, class_relation
 from ..neighbours import model_outputs, relation
 from ..validation import validate_data_sensitivity, validate_output_sensitivities
 
@@ -53,8 +55,11 @@ class OutputColumns(NamedTuple):
 
     kind: str  #: ``"outputs"`` or ``"classes"``
     sensitivities: Tuple[float, ...]  #: [Q] how far column q moves between neighbours (``d_q``)
-    moved: int  #: how many columns one neighbour moves: P (a row's outputs), 2 (a label between classes), 1
-    neighbours: str  #: the relation, as a release records it (``neighbours.relation``) or a label move
+    moved: int  #: how many columns each row of a neighbour moves: P (a row's outputs), 2 (a label between classes), 1
+    neighbours: str  #: the relation, as a release records it (``neighbours.relation``, ``class_relation``)
+    #: classes: how many classes' releases one neighbour changes, ``m`` of the step multiplier ``sqrt(m) s``
+    #: (the model's ``classes_moved``); 1 otherwise (one release of every column)
+    release_moved: int = 1
 
     @property
     def num_columns(self) -> int:
@@ -102,8 +107,8 @@ def model_columns(model: Any, d: Any = None) -> OutputColumns:
         bounds = problem.y_bounds
         d_label = problem.data_sensitivity if d is None else validate_data_sensitivity(d, bounds)
         K = int(model.num_classes)
-        return OutputColumns("classes", (float(d_label),) * K, 2,
-                             f"label (moves between two of {K} classes)")
+        return OutputColumns("classes", (float(d_label),) * K, 2, class_relation(model.person_rows),
+                             int(model.classes_moved))
     P = model_outputs(model)
     if P == 1:
         if d is None:

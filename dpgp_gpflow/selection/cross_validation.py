@@ -340,16 +340,14 @@ class CrossValidation:
         their persons' extreme changes (:func:`~dpgp_gpflow.neighbours.model_neighbours` of
         ``groups[train]``), None without groups or when each person has one training row there. For P
         outputs the map of the stacked release (every output of a person's rows, output p scaled by
-        ``d_p / d``); for classes None (each class is released on its own, per row). The same for every
-        configuration (the split's)."""
+        ``d_p / d``); for classes each class's own (its release protects the person's rows). The same for
+        every configuration (the split's)."""
         if fold not in self._fold_neighbours:
             train = self.splits[fold][0]
-            if self.columns.kind == "classes":
-                self._fold_neighbours[fold] = None
-            else:
-                P = self.columns.num_columns
-                rows = _FoldRows(None if self.groups is None else self.groups[train], P, self.columns.sensitivities)
-                self._fold_neighbours[fold] = model_neighbours(rows, train.size * P)
+            P = self.columns.num_columns if self.columns.stacked else 1
+            d = self.columns.sensitivities if self.columns.stacked else (self.data_sensitivity,)
+            rows = _FoldRows(None if self.groups is None else self.groups[train], P, d)
+            self._fold_neighbours[fold] = model_neighbours(rows, train.size * P)
         return self._fold_neighbours[fold]
 
     def computed_from(self, model: Any) -> bool:
@@ -389,7 +387,8 @@ class CrossValidation:
         Several columns give [k, Q] per fold. P outputs: the stacked release of all P (its map
         ``I_P kron C``, :func:`stacked_map`, under the stacked neighbour map of :meth:`fold_neighbours`:
         ``s d_p max_i |C_ji|`` for output p without groups and P <= 4); classes: each class's own
-        release at the multi-class step multiplier ``sqrt(2) s`` (one step), the same for every class.
+        release at the multi-class step multiplier ``sqrt(m) s`` of one step (m = 2 without groups), the
+        same for every class.
         """
         validate_release_noise(release_noise)
         cols = self.columns
@@ -398,7 +397,7 @@ class CrossValidation:
                     for f in self.folds[index]]
         multiplier = gaussian_multiplier(validate_epsilon(epsilon_release), validate_delta(delta_release), calibration)
         if cols.kind == "classes":  # each class on its own, at the step multiplier of a one-step multi-class release
-            multiplier = multiclass_step_multiplier(multiplier, 1)
+            multiplier = multiclass_step_multiplier(multiplier, 1, cols.release_moved)
         index = int(self.owners[index])
         outputs = cols.num_columns if cols.stacked else 1
         if release_noise == "bound":
