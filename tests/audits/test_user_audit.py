@@ -13,6 +13,7 @@ from pathlib import Path
 import gpflow
 import numpy as np
 import pytest
+import scipy.linalg
 
 import dpgp_gpflow as dp
 from dpgp_gpflow.models import DPGPR, DPGPRFITC, DPLaplaceGPC, DPSGPR
@@ -245,3 +246,34 @@ def test_a_release_of_rows_fails_against_persons_above_the_corner_limit(persons_
     assert not report.passed
     exact = brute_force_mu(rel, C, [10.0], sixes)
     assert report.releases[0].mu >= exact * (1 - 1e-9) and exact * rel.noise_multiplier > 1.5
+
+
+@pytest.mark.parametrize("cls", [DPSGPR, DPGPRFITC])
+def test_sparse_releases_of_several_outputs_that_ignore_them_fail(persons_data, cls):
+    """P = 2 outputs (widths 10 and 20) on the sparse models: each output released alone (its own person),
+    every output calibrated on the first output's width, and a release of rows against persons of 3 rows
+    (at Xnew and as a function) all fail against the model that has them; the honest releases pass."""
+    X, Y, Xnew, _ = persons_data
+    bounds = OUT_BOUNDS[1:]
+
+    def sparse(Y_, b, **kw):
+        return cls((X, Y_), gpflow.kernels.SquaredExponential(variance=VAR, lengthscales=ELL), X[::3].copy(),
+                   noise_variance=NOISE, y_bounds=b, hyperparameters_public=True, **kw)
+
+    options = dict(epsilon=1.0, delta=1e-3, seed=4)
+    m = sparse(Y[:, 1:], bounds)
+    rel = m.release(Xnew, **options)
+    assert dp.audit(rel, m, Xnew).passed and dp.audit(m.release_function(**options), m).passed
+    alone = [sparse(Y[:, p:p + 1], tuple(bounds[p - 1])).release(Xnew, **options) for p in (1, 2)]
+    joined = dataclasses.replace(rel, mean=np.stack([r.mean for r in alone], axis=1),
+                                 noise_factor=scipy.linalg.block_diag(*[r.noise_factor for r in alone]),
+                                 noise_std=np.stack([r.noise_std for r in alone], axis=1))
+    assert not dp.audit(joined, m, Xnew).passed
+    narrow = sparse(Y[:, 1:], bounds, data_sensitivity=[10.0, 10.0])
+    assert dp.audit(narrow.release(Xnew, **options), narrow, Xnew).passed
+    assert not dp.audit(narrow.release(Xnew, **options), m, Xnew).passed
+    grouped = sparse(Y[:, 1:], bounds, groups=TRIPLES)
+    assert dp.audit(grouped.release(Xnew, **options), grouped, Xnew).passed
+    report = dp.audit(rel, grouped, Xnew)
+    assert not report.passed and report.epsilon > 2.0
+    assert not dp.audit(m.release_function(**options), grouped).passed
