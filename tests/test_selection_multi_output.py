@@ -24,7 +24,7 @@ from scipy import optimize, stats
 
 import dpgp_gpflow as dp
 from dpgp_gpflow import PrivacyAccountant
-from dpgp_gpflow.models import DPGPR, DPLaplaceGPC
+from dpgp_gpflow.models import DPGPR, DPGPRFITC, DPLaplaceGPC, DPSGPR
 from dpgp_gpflow.neighbours import model_neighbours
 from dpgp_gpflow.selection import (
     Fold,
@@ -450,6 +450,49 @@ def test_select_hyperparameters_for_three_outputs_end_to_end():
         warnings.simplefilter("ignore", dp.ReproducibleNoiseWarning)
         rel = model.release(X[:4], epsilon=1.0, delta=0.01, seed=0)
     assert rel.mean.shape == (4, 3)
+
+
+@pytest.mark.parametrize("cls, reference", [(DPGPRFITC, gpflow.models.GPRFITC), (DPSGPR, gpflow.models.SGPR)])
+def test_sparse_models_of_several_outputs_select_on_the_shared_map(cls, reference):
+    """DPGPRFITC / DPSGPR with Y [N, 2]: each fold's map predicts every output as GPflow's own model does (one
+    model per output, centred by its midpoint), the utility is the weighted sum over outputs (NumPy, noise
+    included), the sensitivity P d max influence, and the optimised noise is the fold's own sparse release's."""
+    X, Y, _ = outputs_data(15, 2, seed=7)
+    Z = X[::4].copy()
+    d_p = BOUNDS[:2, 1] - BOUNDS[:2, 0]
+    mid = BOUNDS[:2].mean(axis=1)
+    grid = [{".kernel.lengthscales": 0.5}, {".kernel.lengthscales": 2.0}]
+    model = cls((X, Y), gpflow.kernels.SquaredExponential(), Z, y_bounds=BOUNDS[:2], noise_variance=0.1,
+                hyperparameters_public=True)
+    sel, diag = select_hyperparameters(model, grid, epsilon=1.0, folds=3, seed=0, diagnostics=True,
+                                       epsilon_release=1.0, delta_release=0.01,
+                                       accountant=PrivacyAccountant(epsilon=5.0, delta=0.5))
+    cv = cross_validate(model, grid, folds=3)
+    utilities = []
+    for i, config in enumerate(grid):
+        noise = cv.noise_std(i, 1.0, 0.01)
+        total = 0.0
+        for f, (tr, te) in enumerate(cv.splits):
+            fold = cv.folds[i][f]
+            for p in range(2):
+                gp = reference((X[tr], Y[tr, p:p + 1] - mid[p]), gpflow.kernels.SquaredExponential(
+                    lengthscales=config[".kernel.lengthscales"]), Z, noise_variance=0.1)
+                pred = gp.predict_f(X[te])[0].numpy()[:, 0] + mid[p]
+                np.testing.assert_allclose(mid[p] + fold.C @ (Y[tr, p] - mid[p]), pred, rtol=1e-7, atol=1e-7)
+                a, sig = pred - Y[te, p], noise[f][:, p]
+                total += d_p.max() / d_p[p] * np.sum(a * (1 - 2 * stats.norm.cdf(-a / sig)) + 2 * sig * stats.norm.pdf(a / sig))
+        utilities.append(-total)
+        influence = reference_influence([f.C for f in cv.folds[i]], cv.splits, len(X))
+        assert sel.config_sensitivities[i] == pytest.approx(2 * d_p.max() * influence.max(), rel=1e-12)
+        tr, te = cv.splits[0]
+        fold_model = cls((X[tr], Y[tr]), gpflow.kernels.SquaredExponential(lengthscales=config[".kernel.lengthscales"]),
+                         Z, y_bounds=BOUNDS[:2], noise_variance=0.1, hyperparameters_public=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rel = fold_model.release(X[te], epsilon=1.0, delta=0.01, seed=0)
+        np.testing.assert_allclose(cv.noise_std(i, 1.0, 0.01, release_noise="optimised")[0], rel.noise_std, rtol=1e-6)
+    np.testing.assert_allclose(diag.utilities, utilities, rtol=1e-7)
+    assert sel.neighbours == "row (2 outputs)"
 
 
 def test_bad_output_sensitivities_are_refused_before_the_budget_is_reserved():

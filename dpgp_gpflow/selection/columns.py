@@ -4,8 +4,8 @@ docs/selection.md#several-classes).
 
 * **One output** (``DPGPR``, ``DPSGPR``, ``DPGPRFITC``, the binary Laplace classifiers): Q = 1; a neighbour
   moves it (one row, or with ``groups`` each row of one person).
-* **Several outputs** (``DPGPR`` with ``Y`` [N, P]): Q = P columns; one kernel and likelihood give every
-  output the same fold map ``C_f``. A neighbour moves all P columns of a row (with ``groups``: of each of
+* **Several outputs** (``Y`` [N, P]: ``DPGPR``, ``DPSGPR``, ``DPGPRFITC``): Q = P columns; one kernel and
+  likelihood (and inducing inputs) give every output the same fold map ``C_f`` (``split_terms``). A neighbour moves all P columns of a row (with ``groups``: of each of
   one person's rows), column p by at most ``d_p``. Each column's loss is measured in units of its own
   ``d_p`` (:func:`~dpgp_gpflow.selection.utility.output_weight`), so a wide output does not dominate. The
   release the utility models is the stacked one, ``(I_P kron C_f) vec(Y)``, under the entry-level neighbour

@@ -14,7 +14,7 @@ that of a release protecting persons: each fold's training rows get the neighbou
 ``C_f A`` replace those of ``C_f`` in the noise bound and the noise plan (docs/selection.md#groups).
 Privacy assumption: ``groups`` is public, fixed before the outputs are read.
 
-Several outputs per row (``DPGPR`` with ``Y`` [N, P]) and several classes (the one-vs-rest classifiers)
+Several outputs per row (``Y`` [N, P]: ``DPGPR``, ``DPSGPR``, ``DPGPRFITC``) and several classes (the one-vs-rest classifiers)
 are Q columns sharing each fold map (:mod:`~dpgp_gpflow.selection.columns`): the utility sums the
 columns' utilities, each in units of its own sensitivity
 (:func:`~dpgp_gpflow.selection.utility.cv_column_utility`), and a configuration's sensitivity is the
@@ -526,8 +526,8 @@ def cross_validate(model: Any, grid: Sequence[Config], *, folds: Union[int, Sequ
     remembers the model and those values (:meth:`CrossValidation.computed_from`), so that
     :func:`select_hyperparameters` refuses it for another model or after they changed.
 
-    A model with public ``groups`` is cross-validated for persons (module docstring). A ``DPGPR`` with
-    ``Y`` [N, P] is cross-validated on its P outputs together (``d``: one number or P), a
+    A model with public ``groups`` is cross-validated for persons (module docstring). A model with
+    ``Y`` [N, P] (``DPGPR``, ``DPSGPR``, ``DPGPRFITC``: one map for every output) is cross-validated on its P outputs together (``d``: one number or P), a
     ``DPMulticlassLaplaceGPC`` / ``DPSparseMulticlassLaplaceGPC`` on its K one-vs-rest label columns (the
     binary problem's fold maps; a grid sets parameters every class shares); module docstring.
     """

@@ -188,7 +188,7 @@ def select_hyperparameters(
     sensitivity is ``d L max_G sum_{i in G} influence_i`` and the release noise the utility models is
     that of a release protecting persons (docs/selection.md#groups).
 
-    **Several outputs** (``DPGPR`` with ``Y`` [N, P]; ``d`` one number or P). A neighbour moves all P outputs
+    **Several outputs** (``DPGPR``, ``DPSGPR``, ``DPGPRFITC`` with ``Y`` [N, P]; ``d`` one number or P). A neighbour moves all P outputs
     of a row (of a person's rows), output p by at most ``d_p``; the utility sums each output's utility in
     units of its own ``d_p`` (times ``d = max d_p``: a wide output does not dominate), its sensitivity is
     ``P d L max_G sum_{i in G} influence_i``, and the release noise it models is the stacked release's
