@@ -20,6 +20,13 @@ and public offset, and the model's data sensitivity ``d`` (never the release's o
    For a model of P > 1 outputs per row (``DPGPR`` with ``Y`` [N, P]) ``C`` is the stacked map, the
    release's [k, P] mean is stacked output by output, and a row's P outputs (output p within
    ``[-d_p, d_p]``) are one person's (docs/guides/multi_output.md).
+4. for an object whose claim composes its releases in Gaussian DP (several classes:
+   :class:`~dpgp_gpflow.models.PrivateMulticlassClassifier`), audits every part's releases against its own
+   model (:meth:`~dpgp_gpflow.released.Released.audit_parts`: each class's steps against that class's
+   problem) and recomputes the whole's ``mu`` from the steps' audited ``mu``
+   (:meth:`~dpgp_gpflow.released.Released.audited_mu`: a neighbour changes at most
+   ``min(K, 2g)`` classes, g the model's largest person; docs/mechanisms.md#several-classes); the whole's
+   epsilon at its delta must not exceed its claim.
 
 What it cannot establish: it sees one published vector, not the noise that was drawn. A release whose
 mean is ``offset + P C y`` with no noise at all (or noise smaller than ``F`` says, or noise from a
@@ -205,19 +212,28 @@ def audit(released: Released, model: PrivateModel, Xnew: Optional[Any] = None) -
     A model's public ``groups`` (persons) are read from the model and every person's box is audited.
     ``Xnew``: the inputs of a :class:`~dpgp_gpflow.released.PrivateRelease`. ``ValueError`` for a malformed
     release (noise factor without columns, not finite or of the wrong shape). It cannot see the noise that
-    was actually drawn (module docstring)."""
+    was actually drawn (module docstring).
+
+    An object whose releases compose in Gaussian DP (a :class:`~dpgp_gpflow.models.PrivateMulticlassClassifier`
+    and its one-vs-rest model) is audited part by part (every class's steps against that class's problem)
+    and as a whole: ``epsilon`` is then the whole's, from the ``mu`` its releases' audited ``mu`` compose to
+    (:meth:`~dpgp_gpflow.released.Released.audited_mu`), at its ``delta``, and ``passed`` when it is within
+    the claim and every released mean lies in the span its noise covers."""
     if not isinstance(released, Released):
         raise TypeError(f"expected a released object, got {type(released).__name__}")
-    if getattr(released, "classifiers", None) is not None:  # several classes: one binary classifier per class
-        raise NotImplementedError(
-            f"audit a {type(released).__name__} one class at a time: dp.audit(released.classifiers[c], "
-            "model.problems[c]) per class; its (epsilon, delta) holds for all classes together by Gaussian-DP "
-            "composition (docs/mechanisms.md#several-classes), which this audit does not recompute")
-    d = float(model.data_sensitivity)
-    terms = _terms(released, model, Xnew)
-    if len(terms) != len(released.releases):
-        raise ValueError(f"the model gives {len(terms)} maps for {len(released.releases)} releases")
-    reports = tuple(audit_release(r, C, data_sensitivity=d, offset=b, neighbours=model_neighbours(model, C.shape[1]))
-                    for r, (C, b) in zip(released.releases, terms))
-    return AuditReport(reports, math.fsum(r.epsilon for r in reports), math.fsum(r.delta for r in reports),
-                       all(r.passed for r in reports))
+    reports: List[ReleaseAudit] = []
+    for part, part_model in released.audit_parts(model):
+        d = float(part_model.data_sensitivity)
+        terms = _terms(part, part_model, Xnew)
+        if len(terms) != len(part.releases):
+            raise ValueError(f"the model gives {len(terms)} maps for {len(part.releases)} releases")
+        reports += [audit_release(r, C, data_sensitivity=d, offset=b,
+                                  neighbours=model_neighbours(part_model, C.shape[1]))
+                    for r, (C, b) in zip(part.releases, terms)]
+    mu = released.audited_mu(model, [r.mu for r in reports])
+    if mu is None:  # basic composition: each release against its own claim
+        return AuditReport(tuple(reports), math.fsum(r.epsilon for r in reports), math.fsum(r.delta for r in reports),
+                           all(r.passed for r in reports))
+    epsilon = float(analytic_gaussian_epsilon(mu, released.delta))
+    passed = epsilon <= released.epsilon * (1.0 + AUDIT_RTOL) and all(r.mean_outside <= MEAN_SPAN_RTOL for r in reports)
+    return AuditReport(tuple(reports), epsilon, float(released.delta), bool(passed))

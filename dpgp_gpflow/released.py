@@ -94,6 +94,20 @@ class Released:
         @property
         def clip_to_bounds(self) -> bool: ...
 
+    # -- the audit (dpgp_gpflow.privacy_audit.audit) --------------------------------------------------
+
+    def audit_parts(self, model: Any) -> Tuple[Tuple["Released", Any], ...]:
+        """The pairs ``(released object, model)`` whose releases :func:`dpgp_gpflow.privacy_audit.audit`
+        recomputes one by one against that model's public maps: this object and ``model``. An object made of
+        several models' releases (several classes) pairs each part with its model."""
+        return ((self, model),)
+
+    def audited_mu(self, model: Any, mus: Sequence[float]) -> Optional[float]:
+        """The Gaussian-DP parameter of the whole from its releases' audited ``mus`` (in the order of
+        :meth:`audit_parts`), for an object whose claim composes them in Gaussian DP; None (the default) when
+        they compose by basic composition, each release audited against its own claim."""
+        return None
+
     # -- the privacy card and the release file (docs/release_file.md) --------------------------------
 
     def privacy_card(self) -> Dict[str, Any]:

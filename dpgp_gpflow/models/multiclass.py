@@ -283,6 +283,25 @@ class PrivateMulticlassClassifier(Released):
                     neighbours=self.neighbours, person_rows=self._person_rows, classes_moved=self.classes_moved)
         return card
 
+    def audit_parts(self, model: Any) -> Tuple[Tuple[Released, Any], ...]:
+        """``(classifiers[c], model.problems[c])`` for every class c: what :func:`dpgp_gpflow.privacy_audit.audit`
+        recomputes step by step. ``ValueError`` unless ``model`` is a one-vs-rest model of as many classes."""
+        problems = getattr(model, "problems", None) if isinstance(model, _OneVsRest) else None
+        if problems is None or len(problems) != self.num_classes:
+            raise ValueError(f"audit a release of {self.num_classes} classes against the one-vs-rest model it was "
+                             f"made with (a DPMulticlassLaplaceGPC or DPSparseMulticlassLaplaceGPC of "
+                             f"{self.num_classes} classes), got a {type(model).__name__}")
+        return tuple(zip(self._classifiers, problems))
+
+    def audited_mu(self, model: Any, mus: Sequence[float]) -> Optional[float]:
+        """The whole's Gaussian-DP parameter from every step's audited ``mu`` (class by class, as
+        :meth:`audit_parts`): a neighbour changes at most ``m`` classes (:func:`classes_moved` of the *model's*
+        public groups, never this object's record), all of their steps, so ``mu^2`` is at most the sum of the
+        ``m`` largest per-class sums ``sum_t mu_{c,t}^2`` (docs/mechanisms.md#several-classes)."""
+        per_class = np.sum(np.square(np.asarray(mus, dtype=np.float64).reshape(self.num_classes, -1)), axis=1)
+        moved = classes_moved(self.num_classes, model.person_rows)
+        return float(np.sqrt(np.sum(np.sort(per_class)[::-1][:moved])))
+
     @property
     def input_dim(self) -> int:
         """The number of input columns it predicts at (public)."""

@@ -429,3 +429,35 @@ def test_sqrt_2T_is_not_enough_for_persons_even_with_one_map_for_every_class():
     angles = np.deg2rad([90.0, 210.0, 330.0])
     M = np.vstack([np.cos(angles), np.sin(angles)])  # [2, 3] unit columns at 120 degrees
     assert moved_ratio([M, M, M]) == pytest.approx(2.0 * 9.0 / 8.0, rel=1e-12)
+
+
+# dp.audit of the whole multi-class release, for persons
+
+
+def test_dp_audit_of_a_grouped_multiclass_release_and_its_broken_variants(multi_problem, monkeypatch):
+    """The whole's audit reads the model's groups (m = min(3, 2 * 3) = 3): the grouped release passes; the
+    per-row release (each step protecting one row, sqrt(2T)) fails it, and so does a grouped release whose
+    steps protect every person's box but are calibrated for 2 classes moved (sqrt(2T) s: ~ sqrt(3/2) / s)."""
+    import math
+
+    import dpgp_gpflow.models.multiclass as multiclass_module
+
+    X, labels, groups = multi_problem
+
+    def model(**kw):
+        return DPMulticlassLaplaceGPC((X, labels), kernel(), num_classes=3, hyperparameters_public=True, **kw)
+
+    grouped = model(groups=groups)
+    released = grouped.release(epsilon=EPS, delta=DELTA, steps=2)
+    report = dp.audit(released, grouped)
+    assert report.passed and report.epsilon <= EPS * (1 + 1e-6)
+    per_row = model().release(epsilon=EPS, delta=DELTA, steps=2)
+    assert dp.audit(per_row, model()).passed
+    caught = dp.audit(per_row, grouped)
+    assert not caught.passed and caught.epsilon > 2.0 * EPS
+    monkeypatch.setattr(multiclass_module, "multiclass_step_multiplier",
+                        lambda s, steps, moved=2: math.sqrt(2.0 * steps) * s)  # the broken variant
+    two_moved = grouped.release(epsilon=EPS, delta=DELTA, steps=2)
+    assert all(rel.neighbours == "person (groups, up to 3 rows)" for rel in two_moved.releases)
+    report = dp.audit(two_moved, grouped)
+    assert not report.passed and report.epsilon > 1.1 * EPS

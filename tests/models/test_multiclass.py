@@ -421,12 +421,60 @@ def test_a_trained_model_is_refused_unless_declared_public(problem, draws):
     assert acc.ledger == () and draws == []
 
 
-def test_the_whole_classifier_is_audited_one_class_at_a_time(model, releases):
-    """dp.audit of the whole multi-class release refuses in one clear line (it would recompute each binary
-    problem's claim, not the joint Gaussian-DP one); per class it runs and passes (each class's steps are
-    within their own claim)."""
-    released = releases[1]
-    with pytest.raises(NotImplementedError, match="one class at a time"):
-        dp.audit(released, model)
-    for c in range(len(released.classifiers)):
+def epsilon_reference(mu: float, delta: float) -> float:
+    """The epsilon with delta(eps; mu) = delta, solved from the Balle-Wang profile."""
+    return optimize.brentq(lambda e: auditing.gaussian_delta(e, mu) - delta, 1e-6, 100.0, xtol=1e-14)
+
+
+def whole_mu_reference(released: PrivateMulticlassClassifier, maps: list, moved: int) -> float:
+    """NumPy: each step's mu ``d max_i ||F^+ c_i||`` over the rows, squared and summed per class; a neighbour
+    changes at most ``moved`` classes, so the whole's mu^2 is the sum of the ``moved`` largest per-class sums."""
+    per_class = []
+    for classifier, class_maps in zip(released.classifiers, maps):
+        per_class.append(sum(float(np.max(np.sum(auditing.whiten(rel.noise_factor, (D * C).T) ** 2, axis=1)))
+                             for rel, C in zip(classifier.releases, class_maps)))
+    return float(np.sqrt(np.sum(np.sort(per_class)[::-1][:moved])))
+
+
+@pytest.mark.parametrize("steps", [1, 2])
+def test_dp_audit_recomputes_the_whole_guarantee(problem, model, releases, steps):
+    """dp.audit of the whole release: every class's steps against that class's problem, and the whole's epsilon
+    from the composed mu, against a NumPy recomputation; within the claim and close to it (the bound is what
+    the calibration spends)."""
+    X, _, _ = problem
+    released = releases[steps]
+    report = dp.audit(released, model)
+    assert report.passed and len(report.releases) == K_CLASSES * steps
+    expected = epsilon_reference(whole_mu_reference(released, [full_maps(X, c) for c in released.classifiers], 2),
+                                 DELTA)
+    assert report.epsilon == pytest.approx(expected, rel=1e-6) and report.delta == DELTA
+    assert 0.9 * EPS <= report.epsilon <= EPS * (1 + 1e-6)
+    for c in range(K_CLASSES):  # each class alone against its own steps' claims, as before
         assert dp.audit(released.classifiers[c], model.problems[c]).passed
+
+
+def test_dp_audit_of_the_sparse_whole(problem, sparse_model):
+    X, _, _ = problem
+    released = quiet(sparse_model.release, epsilon=EPS, delta=DELTA, seed=3)
+    report = dp.audit(released, sparse_model)
+    expected = epsilon_reference(whole_mu_reference(released, [[sparse_map(X, X[::3])]] * K_CLASSES, 2), DELTA)
+    assert report.passed and report.epsilon == pytest.approx(expected, rel=1e-6)
+
+
+def test_dp_audit_catches_a_whole_release_calibrated_per_problem(problem, model, monkeypatch):
+    """The broken variant (each step at s, as if one problem moved) fails the whole's audit (~ sqrt(2) / s),
+    while each class alone still passes its own (smaller) claim."""
+    monkeypatch.setattr(multiclass_module, "multiclass_step_multiplier", lambda s, steps, moved=2: s)
+    released = model.release(epsilon=EPS, delta=DELTA)
+    report = dp.audit(released, model)
+    assert not report.passed and report.epsilon > 1.5 * EPS
+    assert all(dp.audit(c, p).passed for c, p in zip(released.classifiers, model.problems))
+
+
+def test_dp_audit_refuses_a_model_of_other_classes(problem, releases):
+    X, labels, _ = problem
+    released = releases[1]
+    with pytest.raises(ValueError, match="one-vs-rest model it was made with"):
+        dp.audit(released, DPLaplaceGPC((X, np.where(labels == 0, 1.0, -1.0)[:, None]), kernel()))
+    with pytest.raises(ValueError, match="of 3 classes"):
+        dp.audit(released, DPMulticlassLaplaceGPC((X, labels), kernel(), num_classes=4))
