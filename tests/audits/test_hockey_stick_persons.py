@@ -422,19 +422,28 @@ def test_two_newton_steps_along_the_released_path(request, broken):
         assert 0.9 <= mu * s <= 1.0 + 1e-9
 
 
-@pytest.mark.xfail(raises=NotImplementedError, strict=True,
-                   reason="dp.audit refuses a whole multi-class release (audits one class at a time, each against "
-                          "its own per-step claim), so it cannot catch a release calibrated without the sqrt(2T) "
-                          "factor; the joint Gaussian-DP mu over the 2T changed steps is not recomputed")
-def test_dp_audit_catches_the_multiclass_release_without_the_sqrt_2T_factor(without_the_sqrt_2T_factor):
+@pytest.mark.parametrize("broken", [False, True], ids=["release", "without-sqrt-2T"])
+def test_dp_audit_of_the_whole_multiclass_release_against_the_brute_force(request, broken):
+    """dp.audit of the whole release (since e98c405; it refused before): its epsilon is at least the one of
+    the NumPy brute force over every row and move (here equal: one step, every class the same map and
+    factor). Without the sqrt(2T) factor every class passes alone but the whole fails."""
+    if broken:
+        request.getfixturevalue("without_the_sqrt_2T_factor")
     X, labels = classes_problem()
     model = DPMulticlassLaplaceGPC((X, labels), gpflow.kernels.SquaredExponential(variance=C_VAR, lengthscales=C_ELL),
                                    num_classes=K_CLASSES, hyperparameters_public=True)
     released = model.release(epsilon=EPS, delta=DELTA, seed=SEED)
+    (mu, *_), _ = class_move_shifts(X, released)
+    exact = optimize.brentq(lambda e: gaussian_delta(e, mu) - DELTA, 0.0, 20.0, xtol=1e-12)  # epsilon at delta
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert all(dp.audit(c, p).passed for c, p in zip(released.classifiers, model.problems))  # per class: honest
-    assert not dp.audit(released, model).passed
+        assert all(dp.audit(c, p).passed for c, p in zip(released.classifiers, model.problems))  # per class
+        report = dp.audit(released, model)
+    assert report.epsilon == pytest.approx(exact, rel=1e-5)
+    if broken:
+        assert not report.passed and report.epsilon > 1.5 * EPS
+    else:
+        assert report.passed and report.epsilon <= EPS * (1 + 1e-6)
 
 
 # ---------------------------------------------------------------------------------------------
