@@ -14,7 +14,8 @@ format), and a CSV row must have as many fields as the header, or the command st
 naming the column and the row.
 
 Privacy model (``docs/privacy_model.md``): the ``--x`` columns are public, the ``--y`` column is
-private and clipped to ``--bounds``; hyperparameters given on the command line are public (chosen
+private and clipped to ``--bounds`` (several ``--y`` columns: one person's outputs per row, released
+together, each clipped to its own bounds); hyperparameters given on the command line are public (chosen
 without the outputs), or chosen privately by ``dpgp select`` (from the default grid, unless
 ``--grid-lengthscale`` or both ``--variance`` and ``--noise`` replace part of it). ``dpgp release`` without
 ``--lengthscale``, ``--variance`` and ``--noise`` chooses them privately from the public default grid
@@ -796,7 +797,12 @@ def cmd_predict(args) -> int:
         table = table.assign(**{f"p_class_{c}": P[:, c] for c in range(P.shape[1])}, predicted_class=P.argmax(axis=1))
     else:
         pred = released.predict(Xq)
-        table["mean"], table["variance"], table["noise_std"] = pred.mean, pred.variance, pred.noise_std
+        values = {"mean": pred.mean, "variance": pred.variance, "noise_std": pred.noise_std}
+        if np.ndim(pred.mean) == 2 and np.shape(pred.mean)[1] > 1:  # several --y: one column of each per output
+            ys = _output_names(card, int(np.shape(pred.mean)[1]))
+            table = table.assign(**{f"{k}_{c}": np.asarray(v)[:, p] for k, v in values.items() for p, c in enumerate(ys)})
+        else:
+            table = table.assign(**{k: np.reshape(v, -1) for k, v in values.items()})
     _write_then_charge(out, lambda tmp: table.to_csv(tmp, index=False), None)  # free: nothing to charge
     if not args.quiet:
         sys.stderr.write(f"wrote {out}: {len(table)} predictions (post-processing: no privacy cost)\n")
@@ -973,6 +979,15 @@ def _stored_inputs(card: dict, k: int) -> Tuple[Optional[np.ndarray], str]:
     return X, ""
 
 
+def _output_names(card: dict, outputs: int) -> List[str]:
+    """The names of a release's ``outputs`` output columns: the card's ``output_columns`` (the ``--y`` columns)
+    when they are that many strings, else ``y1``, ``y2``, ..."""
+    given = card.get("output_columns")
+    if isinstance(given, list) and len(given) == outputs and all(isinstance(c, str) for c in given):
+        return list(given)
+    return [f"y{p + 1}" for p in range(outputs)]
+
+
 def _values_table(released, card: dict) -> List[str]:
     """A full release's values (mean, noise std) and, when the file stores them, their inputs: at most
     :data:`SHOW_ROWS` rows, then how many more."""
@@ -989,9 +1004,7 @@ def _values_table(released, card: dict) -> List[str]:
     if outputs == 1:
         header = [*names, "mean", "noise_std"]
     else:
-        given = card.get("output_columns")
-        ys = [str(c) for c in given] if isinstance(given, list) and len(given) == outputs else \
-            [f"y{p + 1}" for p in range(outputs)]
+        ys = _output_names(card, outputs)
         header = [*names, *(f"mean_{c}" for c in ys), *(f"noise_std_{c}" for c in ys)]
     width = max(12, *(len(h) for h in header))
     lines = [f"released values ({k}{'; ' + why if why else ''}):",
@@ -1108,6 +1121,9 @@ EXAMPLES = {
   # a function usable anywhere (then: dpgp predict kung-fn.json --at NEW.csv -o pred.csv):
   dpgp release Howell1.csv --x age weight --y height --bounds 60 160 --epsilon 1 --delta 0.01 --sparse 20 \\
        -o kung-fn.json
+  # two private columns released together (a row's outputs are one person), hyperparameters selected privately:
+  dpgp release Howell1.csv --x age --y height weight --bounds 60 160 0 70 --epsilon 1 --delta 0.01 --grid 50 \\
+       -o kung-hw.json
   # a spreadsheet's CSV: ';' and decimal commas are guessed; thousands separators (1.234,5) are accepted
   # only when given, and the marks can be given when the guess cannot tell:
   dpgp release kung-de.csv --x age --y height --bounds 60 160 --epsilon 1 --delta 0.01 --grid 50 \\
@@ -1198,7 +1214,7 @@ def _release_options(p: argparse.ArgumentParser, required_output: bool) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="dpgp", description="Differentially private Gaussian-process releases (dpgp_gpflow "
-                     f"{__version__}). Inputs are public; the output column is private.", **_examples("dpgp"))
+                     f"{__version__}). Inputs are public; the output column(s) are private.", **_examples("dpgp"))
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser,
                                 help="the command to run (dpgp COMMAND --help for its options)")
 
@@ -1229,7 +1245,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CSV or Parquet file of inputs to predict at (the release's --x column names)")
     _csv_options(p)
     p.add_argument("-o", "--output", required=True, metavar="PRED.csv",
-                   help="CSV file to write: the inputs with mean, variance and noise_std columns")
+                   help="CSV file to write: the inputs with mean, variance and noise_std columns (a function of "
+                        "several --y columns: mean_COL, variance_COL and noise_std_COL for each)")
     p.add_argument("--force", action="store_true", help="overwrite PRED.csv")
     _common(p)
     p.set_defaults(run=cmd_predict)
