@@ -9,7 +9,8 @@ label moved to any class (each row its own move).
 The model holds K binary problems on the same public ``X`` and kernel, ``y_a = +1`` where the label is
 ``a`` and ``-1`` elsewhere (the binary models' convention, d = 2): :class:`DPMulticlassLaplaceGPC` on
 :class:`~dpgp_gpflow.models.DPLaplaceGPC` (T cloaked Newton steps each), :class:`DPSparseMulticlassLaplaceGPC`
-on :class:`~dpgp_gpflow.models.DPSparseLaplaceGPC` (SoR, one step). A label move ``a -> b`` changes exactly
+on :class:`~dpgp_gpflow.models.DPSparseLaplaceGPC` (SoR, one step; also from streamed rows,
+:meth:`DPSparseMulticlassLaplaceGPC.release_streamed`). A label move ``a -> b`` changes exactly
 two problems, ``y_a`` and ``y_b``, each in one row by d; the other K - 2 problems are identical.
 
 Privacy (Gaussian DP): each binary release is T Gaussian mechanisms whose whitened shift is at most
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import math
 from numbers import Integral
+import dataclasses
 import hashlib
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Type
 
@@ -42,14 +44,25 @@ from gpflow.models import BayesianModel, InternalDataTrainingLossMixin
 
 from ..accounting import PrivacyAccountant, PrivacyEvent, Reservation, reserve
 from ..calibration import analytic_gaussian_epsilon, gaussian_multiplier
-from ..cloaking import DEFAULT_TOL
+from ..cloaking import DEFAULT_TOL, candidate_rtols
 from ..contract import check_release_hyperparameters, dense_map, latent_terms_and_readout
 from ..mechanisms import ReleaseRequest, release_request
 from ..neighbours import relation
 from ..pipeline import cloak_outputs
 from ..io.format import ReleaseDocument, ReleaseFileError, take_arrays
 from ..released import PrivateClassifier, PrivateFunction, PrivateRelease, Released, probit_approximation
-from ..validation import as_inputs, require_float64, validate_delta, validate_epsilon, validate_groups, validate_public_terms
+from ..streaming import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks, cloak_function
+from ..streaming.dask_chunks import DaskChunks
+from ..validation import (
+    as_inputs,
+    is_dask_array,
+    require_float64,
+    validate_delta,
+    validate_epsilon,
+    validate_groups,
+    validate_public_terms,
+)
+from .base import split_dask_rows
 from .dp_laplace import (
     DPLaplaceGPC,
     DPSparseLaplaceGPC,
@@ -62,6 +75,7 @@ from .sgpr_base import kmeans_inducing_inputs
 __all__ = [
     "DPMulticlassLaplaceGPC",
     "DPSparseMulticlassLaplaceGPC",
+    "OneVsRestChunks",
     "PrivateMulticlassClassifier",
     "StepDraws",
     "class_relation",
@@ -104,8 +118,12 @@ def validate_class_labels(labels: Any, num_classes: Any, num_data: int) -> np.nd
     return arr.astype(np.int64)
 
 
-def one_vs_rest_labels(labels: np.ndarray, num_classes: int) -> List[np.ndarray]:
-    """The K binary label columns [N, 1]: ``+1`` where the label is ``a``, ``-1`` elsewhere."""
+def one_vs_rest_labels(labels: Any, num_classes: int) -> List[Any]:
+    """The K binary label columns [N, 1]: ``+1`` where the label is ``a``, ``-1`` elsewhere (``labels`` [N], or
+    a Dask array [N, 1] / [N], whose columns stay lazy Dask arrays)."""
+    if is_dask_array(labels):
+        flat = labels.reshape((-1,))
+        return [2.0 * (flat == a).astype(np.float64)[:, None] - 1.0 for a in range(num_classes)]
     return [np.where(labels == a, 1.0, -1.0)[:, None] for a in range(num_classes)]
 
 
@@ -486,10 +504,67 @@ def multiclass_releases_of_document(document: ReleaseDocument) -> Tuple[Tuple[Pr
 
 
 # ---------------------------------------------------------------------------------------------
+# Streamed rows.
+
+
+def _check_chunk_labels(labels: np.ndarray, num_classes: int) -> None:
+    """``ValueError`` unless every label of a chunk is an integer in ``0 .. num_classes - 1`` (no statistic of
+    the private labels in the message)."""
+    if not np.all(np.isfinite(labels) & (labels == np.round(labels)) & (labels >= 0) & (labels < num_classes)):
+        raise ValueError(f"labels must be integers 0..{num_classes - 1} (num_classes={num_classes}): a label outside "
+                         "that range was read from the rows")
+
+
+def _one_vs_rest_chunk(X: np.ndarray, Y: np.ndarray, start: int, fn: Callable[..., Any], label: int,
+                       num_classes: int, *args: Any) -> Any:
+    """``fn`` on a chunk with its integer labels as class ``label``'s binary labels (+1 for ``label``, -1 else),
+    the labels checked first (:func:`_check_chunk_labels`)."""
+    _check_chunk_labels(Y, num_classes)
+    return fn(X, np.where(Y == label, 1.0, -1.0), start, *args)
+
+
+def _labels_checked(X: np.ndarray, Y: np.ndarray, start: int, num_classes: int) -> bool:
+    _check_chunk_labels(Y, num_classes)
+    return True
+
+
+def _both(a: bool, b: bool) -> bool:
+    return a and b
+
+
+class OneVsRestChunks(ChunkSource):
+    """A chunk source of integer labels ``0 .. K-1`` (``source``, e.g. ``LocalChunks(X, labels)`` or
+    ``DaskChunks(X, labels)``) seen as class ``label``'s one-vs-rest problem: every function mapped over
+    its chunks gets the labels as ``+1`` (the class) / ``-1`` (the rest), each chunk's labels checked on the
+    way (``ValueError``); functions of the inputs alone run on ``source`` as they are. The same rows and
+    chunks as ``source``. Privacy: a public per-chunk relabelling of the private labels, inside the streamed
+    release's own passes (:mod:`dpgp_gpflow.streaming`)."""
+
+    def __init__(self, source: ChunkSource, label: int, num_classes: int) -> None:
+        self.source, self.label, self.num_classes = source, int(label), int(num_classes)
+        self.n, self.input_dim = source.n, source.input_dim
+
+    def map_reduce(self, fn: Callable[..., Any], combine: Callable[[Any, Any], Any], *args: Any) -> Any:
+        return self.source.map_reduce(_one_vs_rest_chunk, combine, fn, self.label, self.num_classes, *args)
+
+    def map_inputs(self, fn: Callable[..., Any], combine: Callable[[Any, Any], Any], *args: Any) -> Any:
+        return self.source.map_inputs(fn, combine, *args)
+
+    def every(self, step: int) -> "OneVsRestChunks":
+        return OneVsRestChunks(self.source.every(step), self.label, self.num_classes)
+
+    def chunk_bounds(self) -> List[Tuple[int, int]]:
+        return self.source.chunk_bounds()
+
+    def between_persons(self, starts: np.ndarray) -> "OneVsRestChunks":
+        return OneVsRestChunks(self.source.between_persons(starts), self.label, self.num_classes)
+
+
+# ---------------------------------------------------------------------------------------------
 # The models.
 
 
-StepRelease = Callable[[Any, ReleaseRequest, Reservation], PrivateClassifier]
+StepRelease = Callable[[int, Any, ReleaseRequest, Reservation], PrivateClassifier]
 
 
 class _OneVsRest(BayesianModel, InternalDataTrainingLossMixin):
@@ -558,14 +633,15 @@ class _OneVsRest(BayesianModel, InternalDataTrainingLossMixin):
 
     def _release_classes(self, step_release: StepRelease, request: ReleaseRequest, step_request: ReleaseRequest,
                          steps: int, accountant: Optional[PrivacyAccountant]) -> PrivateMulticlassClassifier:
-        """Reserve the one event, release every class (``step_release(problem, request, draws)``), commit."""
+        """Reserve the one event, release every class (``step_release(class, problem, request, draws)``), commit."""
         description = (f"one-vs-rest Laplace release of {self.num_classes} classes x {steps} Newton step(s) "
                        f"({class_relation(self.person_rows)})")
         with reserve(accountant, [request.event(description)]) as reservation:  # the one reservation
             draws = StepDraws(step_request.event())
             try:
-                classifiers = [step_release(problem, step_request._replace(seed=class_seed(request.seed,
-                                                                                           self.num_classes, a)), draws)
+                classifiers = [step_release(a, problem, step_request._replace(seed=class_seed(request.seed,
+                                                                                              self.num_classes, a)),
+                                            draws)
                                for a, problem in enumerate(self.problems)]
             except BaseException:
                 if draws.drawn:  # what was drawn is charged: the whole event bounds any part of it
@@ -628,7 +704,7 @@ class DPMulticlassLaplaceGPC(_OneVsRest):
         # step 1's public terms, the same for every class, checked finite before anything is reserved
         first = self.problems[0].first_step()
         return self._release_classes(
-            lambda problem, req, draws: problem.release_steps(req, draws, steps, first, rtol=rtol, tol=tol),
+            lambda a, problem, req, draws: problem.release_steps(req, draws, steps, first, rtol=rtol, tol=tol),
             request, step_request, steps, accountant)
 
 
@@ -638,22 +714,39 @@ class DPSparseMulticlassLaplaceGPC(_OneVsRest):
     ``DPSparseMulticlassLaplaceGPC((X, labels), kernel, inducing_variable, num_classes=K)``: as
     :class:`DPMulticlassLaplaceGPC` with ``problems[a]`` a :class:`~dpgp_gpflow.models.DPSparseLaplaceGPC`;
     ``inducing_variable`` an array [M, D], ``InducingPoints`` or an integer m (k-means on ``X``, seed 0,
-    computed once for all classes). In-memory rows only. Its release is the first Newton step of the m SoR
-    weights of every class (``steps=1``; ``reference_inputs`` is not offered).
+    computed once for all classes). Its release is the first Newton step of the m SoR weights of every
+    class (``steps=1``; ``reference_inputs`` is not offered): :meth:`release` in memory, or
+    :meth:`release_streamed` over row chunks (a chunk source of ``(X, labels)``, or the model's own rows,
+    which may then be Dask arrays: ``X`` [N, D] and ``labels`` [N] or [N, 1], with the inducing inputs given
+    as an array).
 
     Privacy assumption: ``X``, ``Z`` and the kernel hyperparameters are public; ``groups`` (persons) as for
-    :class:`DPMulticlassLaplaceGPC`.
+    :class:`DPMulticlassLaplaceGPC` (in memory only).
     """
 
     def __init__(self, data: Any, kernel: gpflow.kernels.Kernel, inducing_variable: Any, *, num_classes: int,
                  max_iter: int = 100, tol: float = 1e-10, hyperparameters_public: bool = False,
                  groups: Any = None) -> None:
-        X, labels = _unpack(data, num_classes)
-        if isinstance(inducing_variable, Integral) and not isinstance(inducing_variable, bool):
-            inducing_variable = kmeans_inducing_inputs(X, int(inducing_variable))
+        X, labels, dask_rows = split_dask_rows(data)
+        if dask_rows is None:
+            X, labels = _unpack(data, num_classes)
+            if isinstance(inducing_variable, Integral) and not isinstance(inducing_variable, bool):
+                inducing_variable = kmeans_inducing_inputs(X, int(inducing_variable))
+        else:  # the labels stay on the cluster: checked chunk by chunk where they are read (release_streamed)
+            validate_class_labels(np.zeros(0, np.int64), num_classes, 0)  # num_classes alone
+            if groups is not None:
+                raise NotImplementedError("groups= (person-level privacy) is not supported with Dask rows for a "
+                                          "classifier (its streamed release does not support groups); hold the rows "
+                                          "in memory")
+        object.__setattr__(self, "_dp_dask_rows", dask_rows)
         super().__init__(X, labels, kernel, int(num_classes), lambda y, ids: DPSparseLaplaceGPC(
             (X, y), kernel, inducing_variable, max_iter=max_iter, tol=tol,
             hyperparameters_public=hyperparameters_public, groups=ids), groups)
+
+    @property
+    def dask_rows(self) -> Optional[Tuple[Any, Any]]:
+        """The ``(X, labels)`` Dask arrays the model was built from (labels [N, 1]), or None in memory."""
+        return self.__dict__.get("_dp_dask_rows")
 
     def release(self, *, epsilon: float, delta: float, steps: int = 1, objective: str = "mse",
                 calibration: str = "analytic", seed: Optional[int] = None,
@@ -665,6 +758,9 @@ class DPSparseMulticlassLaplaceGPC(_OneVsRest):
         :meth:`DPMulticlassLaplaceGPC.release`). ``steps=1`` only; only ``calibration="analytic"``."""
         if check_steps(steps) != 1:
             raise NotImplementedError("DPSparseMulticlassLaplaceGPC releases the first Newton step only (steps=1)")
+        if self.dask_rows is not None:
+            raise TypeError("this DPSparseMulticlassLaplaceGPC's rows are Dask arrays and stay on the cluster: release "
+                            "it with model.release_streamed(epsilon=..., delta=...)")
         steps, request, step_request = self._request(epsilon, delta, steps, calibration, objective, seed,
                                                      hyperparameters_public)
         # the public latent terms and readout, the same for every class, checked finite before anything is reserved
@@ -675,8 +771,59 @@ class DPSparseMulticlassLaplaceGPC(_OneVsRest):
         covariance = tf.convert_to_tensor(latent.variance, tf.float64)  # [m, m]: the weights' public covariance
         variance = tf.linalg.diag_part(covariance) if covariance.shape.rank == 2 else covariance
 
-        def one_class(problem: Any, req: ReleaseRequest, draws: Reservation) -> PrivateClassifier:
+        def one_class(a: int, problem: Any, req: ReleaseRequest, draws: Reservation) -> PrivateClassifier:
             rel = cloak_outputs(problem, req, draws, B, latent.offset, variance, rtol=rtol, tol=tol)
             return PrivateSparseClassifier(rel, readout)
 
         return self._release_classes(one_class, request, step_request, steps, accountant)
+
+    def release_streamed(self, *, epsilon: float, delta: float, objective: str = "mse", calibration: str = "analytic",
+                         seed: Optional[int] = None, accountant: Optional[PrivacyAccountant] = None,
+                         hyperparameters_public: bool = False, rtol: Optional[float] = None, tol: float = DEFAULT_TOL,
+                         max_iter: int = 2000, source: Optional[ChunkSource] = None,
+                         chunk_size: int = DEFAULT_CHUNK_SIZE) -> PrivateMulticlassClassifier:
+        """:meth:`release` streamed over row chunks, without the m x n map: each class's first Newton step is
+        :func:`dpgp_gpflow.streaming.cloak_function` of its problem over :class:`OneVsRestChunks` of the rows,
+        at the same multiplier ``sqrt(2) s(epsilon, delta)``, all under one reservation and one ledger event
+        (as :meth:`release`).
+
+        ``source``: a :class:`~dpgp_gpflow.streaming.ChunkSource` of ``(X, labels)`` with integer labels
+        ``0 .. K-1`` (e.g. ``LocalChunks(X, labels)`` over memory maps, or ``DaskChunks(X, labels)``); default:
+        the model's Dask rows, or its rows in chunks of ``chunk_size``. Every label is read and checked
+        (``ValueError``, no statistic of the labels) before anything is reserved; ``groups`` are refused
+        (``NotImplementedError``), as is the classical calibration. Keywords as for
+        :func:`dpgp_gpflow.streaming.release_function` (``max_iter``, ``chunk_size``). With the same seed each
+        class equals the in-memory release up to floating-point summation order and the signs of the noise's
+        eigenvectors (docs/guides/scaling.md). Privacy assumptions as for :meth:`release`; the chunking is public."""
+        if self.groups is not None:
+            raise NotImplementedError("the streamed release of several classes does not support groups= (person-level "
+                                      "privacy) yet: release in memory with model.release (docs/guides/multiclass.md)")
+        steps, request, step_request = self._request(epsilon, delta, 1, calibration, objective, seed,
+                                                     hyperparameters_public)
+        candidate_rtols(objective, rtol)  # a bad rtol is refused before anything is reserved
+        rows = self._streamed_rows(source, chunk_size)
+        dim = int(self.problems[0].inducing_variable.Z.shape[1])
+        if rows.input_dim != dim:
+            raise ValueError(f"the chunks have {rows.input_dim} input columns, the model {dim}")
+        rows.map_reduce(_labels_checked, _both, self.num_classes)  # every label, before anything is reserved
+
+        def one_class(a: int, problem: Any, req: ReleaseRequest, draws: Reservation) -> PrivateClassifier:
+            function = cloak_function(problem, req, draws, source=OneVsRestChunks(rows, a, self.num_classes),
+                                      rtol=rtol, tol=tol, max_iter=max_iter, chunk_size=chunk_size)
+            # recorded as the in-memory release records it (the streamed one records persons only)
+            rel = dataclasses.replace(function.release, neighbours=relation(problem))
+            return PrivateSparseClassifier(rel, function.readout, function.coordinates)
+
+        return self._release_classes(one_class, request, step_request, steps, accountant)
+
+    def _streamed_rows(self, source: Optional[ChunkSource], chunk_size: int) -> ChunkSource:
+        """``source``, else the model's Dask rows (:class:`~dpgp_gpflow.distributed.DaskChunks`, on the active
+        Dask client's cluster if any) or its in-memory rows in chunks of ``chunk_size``."""
+        if source is not None:
+            if not isinstance(source, ChunkSource):
+                raise TypeError(f"source must be a dpgp_gpflow.streaming.ChunkSource, got {type(source).__name__}")
+            return source
+        if self.dask_rows is not None:
+            return DaskChunks(*self.dask_rows)
+        X, labels = self.data
+        return LocalChunks(X, labels, chunk_size)
