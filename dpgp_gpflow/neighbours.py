@@ -53,6 +53,7 @@ __all__ = [
     "model_neighbours",
     "model_outputs",
     "neighbour_columns",
+    "output_neighbours",
     "refuse_groups",
     "relation",
 ]
@@ -183,13 +184,22 @@ def model_neighbours(model: Any, num_data: int) -> Optional[Neighbours]:
         return group_neighbours(groups, num_data)
     if int(num_data) % P:
         raise ValueError(f"{int(num_data)} released entries are not {P} outputs of whole rows")
-    n = int(num_data) // P
-    ids = validate_groups(groups, n)
-    ids = np.arange(n, dtype=np.int64) if ids is None else ids
     d = np.asarray(model.output_sensitivities, dtype=np.float64).reshape(-1)
     if d.shape != (P,):
         raise ValueError(f"the model has {P} outputs but {d.size} output sensitivities")
-    return group_neighbours(np.tile(ids, P), num_data, np.repeat(d / d.max(), n))
+    return output_neighbours(groups, int(num_data) // P, d)
+
+
+def output_neighbours(groups: Any, num_rows: int, sensitivities: Any) -> Optional[Neighbours]:
+    """The neighbour map of the ``num_rows P`` stacked entries of P outputs per row (entry ``p num_rows + i``
+    is row i's output p; P = the number of ``sensitivities``, output p's ``d_p``): a person holds every
+    output of each of their rows (``groups``; None: each row its own person), entry (i, p) scaled by
+    ``d_p / max_q d_q`` (module docstring). Public."""
+    d = np.asarray(sensitivities, dtype=np.float64).reshape(-1)
+    n = int(num_rows)
+    ids = validate_groups(groups, n)
+    ids = np.arange(n, dtype=np.int64) if ids is None else ids
+    return group_neighbours(np.tile(ids, d.size), n * d.size, np.repeat(d / d.max(), n))
 
 
 def relation(model: Any) -> str:

@@ -55,6 +55,7 @@ __all__ = [
     "StandardTerms",
     "SupportsStandardMechanism",
     "reference_coordinates",
+    "shaped",
     "release",
     "release_function",
 ]
@@ -101,14 +102,14 @@ def _contract(model: Any, protocol: type = PrivateModel) -> None:
 
 def _bounds(model: PrivateModel) -> Optional[Tuple[float, float]]:
     """The model's bounds for the mechanism's record: its pair, or None for one pair per output
-    (:func:`_shaped` records those; the model validated each output's sensitivity against its own)."""
+    (:func:`shaped` records those; the model validated each output's sensitivity against its own)."""
     if per_output(model.y_bounds):
         return None
     lo, hi = model.y_bounds
     return float(lo), float(hi)
 
 
-def _shaped(model: Any, rel: PrivateRelease) -> PrivateRelease:
+def shaped(model: Any, rel: PrivateRelease) -> PrivateRelease:
     """``rel`` recording the neighbouring relation it protects (:func:`~dpgp_gpflow.neighbours.relation`)
     and, for a model of P > 1 outputs per row, shaped as the user reads it: ``mean``, ``variance`` and
     ``noise_std`` [k, P] (unstacked, :func:`~dpgp_gpflow.contract.unstacked`), ``noise_factor`` [kP, r]
@@ -140,10 +141,10 @@ def cloak_outputs(model: PrivateModel, request: ReleaseRequest, reservation: Res
     optional public ``groups`` (persons) are read here, the one place every cloaking release of a model
     passes (:func:`~dpgp_gpflow.neighbours.model_neighbours`): the release protects every person's outputs.
     A model of P > 1 outputs per row releases them stacked (``C`` the stacked map), each row's P outputs one
-    person's; the release leaves shaped [k, P] (:func:`_shaped`)."""
+    person's; the release leaves shaped [k, P] (:func:`shaped`)."""
     y_centred = model.centred_outputs()
     neighbours = model_neighbours(model, int(tf.size(y_centred)))
-    return _marked(model, _shaped(model, cloak(request, reservation, C, y_centred, offset, variance,
+    return _marked(model, shaped(model, cloak(request, reservation, C, y_centred, offset, variance,
                                                data_sensitivity=model.data_sensitivity,
                                                output_bound=model.output_bound, y_bounds=_bounds(model),
                                                neighbours=neighbours, **options)))

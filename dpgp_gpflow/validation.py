@@ -221,11 +221,11 @@ def is_dask_array(value: Any) -> bool:
     return module is not None and isinstance(value, module.Array)
 
 
-def as_dask_rows(X: Any, Y: Any) -> Tuple[Any, Any]:
-    """Public inputs [N, D] and private outputs [N, 1] (or [N]) held as Dask arrays, rows chunked:
-    shapes and dtypes are checked here; the values are checked chunk by chunk where they are used
-    (non-finite inputs make the release refuse; non-finite outputs raise on the worker that reads
-    them). ``Y`` is returned as [N, 1]. Both must be Dask arrays."""
+def as_dask_rows(X: Any, Y: Any, *, several: bool = False) -> Tuple[Any, Any]:
+    """Public inputs [N, D] and private outputs [N, 1] (or [N]; ``several``: [N, P]) held as Dask arrays,
+    rows chunked: shapes and dtypes are checked here; the values are checked chunk by chunk where they
+    are used (non-finite inputs make the release refuse; non-finite outputs raise on the worker that reads
+    them). ``Y`` is returned as [N, 1] ([N, P]). Both must be Dask arrays."""
     if not (is_dask_array(X) and is_dask_array(Y)):
         raise TypeError("give the inputs and the outputs both as dask arrays (or both in memory), got "
                         f"{type(X).__name__} and {type(Y).__name__}")
@@ -233,11 +233,12 @@ def as_dask_rows(X: Any, Y: Any) -> Tuple[Any, Any]:
         require_real_dtype(name, arr.dtype)
     if X.ndim != 2 or X.shape[0] == 0:
         raise ValueError(f"X must have shape [N, D] with N >= 1, got shape {X.shape}")
-    if not (Y.ndim == 1 or (Y.ndim == 2 and Y.shape[1] == 1)):
-        raise ValueError(f"Y must have shape [N, 1] (one output), got shape {Y.shape}")
+    if not (Y.ndim == 1 or (Y.ndim == 2 and (Y.shape[1] == 1 or (several and Y.shape[1] >= 1)))):
+        raise ValueError(f"Y must have shape [N, 1] (one output){' or [N, P]' if several else ''}, got shape "
+                         f"{Y.shape}")
     if Y.shape[0] != X.shape[0]:
         raise ValueError(f"Y has {Y.shape[0]} rows but the inputs have {X.shape[0]}")
-    return X, Y.reshape((-1, 1))
+    return X, Y.reshape((-1, 1)) if Y.ndim == 1 else Y
 
 
 def as_outputs(name: str, Y: Any, num_data: int, *, several: bool = False) -> np.ndarray:

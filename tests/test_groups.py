@@ -341,12 +341,18 @@ def test_what_does_not_support_groups_refuses_them(problem):
     assert accountant.spent == (0.0, 0.0)
 
 
-def test_groups_with_dask_rows_are_refused(problem):
+def test_groups_with_dask_rows_are_an_in_memory_array(problem):
+    """Dask rows take groups as public in-memory ids beside them (tests/streaming/test_streaming_outputs.py
+    releases them); groups given as a Dask array are refused."""
     da = pytest.importorskip("dask.array")
     X, Y, groups, *_ = problem
-    with pytest.raises(NotImplementedError, match="Dask"):
-        DPSGPR((da.from_array(X), da.from_array(Y)), gpflow.kernels.SquaredExponential(), X[:4], noise_variance=NOISE,
-               y_bounds=(LO, HI), groups=groups)
+    dask_rows = (da.from_array(X), da.from_array(Y))
+    model = DPSGPR(dask_rows, gpflow.kernels.SquaredExponential(), X[:4], noise_variance=NOISE, y_bounds=(LO, HI),
+                   groups=groups)
+    np.testing.assert_array_equal(model.groups, groups)
+    with pytest.raises(TypeError, match="in-memory array"):
+        DPSGPR(dask_rows, gpflow.kernels.SquaredExponential(), X[:4], noise_variance=NOISE, y_bounds=(LO, HI),
+               groups=da.from_array(groups))
 
 
 def test_groups_are_public_and_fixed(problem):

@@ -95,17 +95,18 @@ def prepare_private_data(data: Any, y_bounds: Any, data_sensitivity: Any, noise_
     return X, clip_outputs(Y, output_bounds), output_bounds, sensitivities
 
 
-def split_dask_rows(data: Any) -> Tuple[Any, Any, Optional[Tuple[Any, Any]]]:
+def split_dask_rows(data: Any, several_outputs: bool = False) -> Tuple[Any, Any, Optional[Tuple[Any, Any]]]:
     """``(X, Y, dask_rows)`` of the pair ``data``: when either is a Dask array, both must be, and
-    ``dask_rows`` is the checked pair (:func:`~dpgp_gpflow.validation.as_dask_rows`; ``X, Y`` are it);
-    otherwise ``dask_rows`` is None and ``X, Y`` are as given (the caller validates them)."""
+    ``dask_rows`` is the checked pair (:func:`~dpgp_gpflow.validation.as_dask_rows`, ``Y`` [N, P] allowed
+    with ``several_outputs``; ``X, Y`` are it); otherwise ``dask_rows`` is None and ``X, Y`` are as given
+    (the caller validates them)."""
     try:
         X, Y = data
     except (TypeError, ValueError) as exc:
         raise TypeError("data must be a pair (X, Y)") from exc
     if is_dask_array(X) or is_dask_array(Y):
         require_float64()
-        rows = as_dask_rows(X, Y)
+        rows = as_dask_rows(X, Y, several=several_outputs)
         return rows[0], rows[1], rows
     return X, Y, None
 
@@ -122,7 +123,7 @@ def prepare_sparse_data(data: Any, inducing_variable: Any, y_bounds: Any, data_s
     outputs are clipped chunk by chunk where they are read) and ``data`` is an empty ``[0, D]``,
     ``[0, 1]`` placeholder for GPflow's constructor that :class:`DaskRowsMixin` never lets anything read.
     """
-    X, Y, rows = split_dask_rows(data)
+    X, Y, rows = split_dask_rows(data, several_outputs=True)
     if rows is not None:
         validate_noise_variance(noise_variance)
         P = int(rows[1].shape[1])

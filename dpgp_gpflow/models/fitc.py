@@ -110,7 +110,8 @@ class FITCChunkTerms(ChunkTerms):
         return tf.linalg.matmul(M, V) / self.nu(X, V)
 
     def readout(self, factors: Factors) -> PublicReadout:
-        return FITCReadout(self._kernel, self._mean_function, tf.constant(self.Z), SparseTerms(factors.L, factors.LB, None))
+        return FITCReadout(self._kernel, self._mean_function, tf.constant(self.Z), SparseTerms(factors.L, factors.LB, None),
+                           self.num_outputs)
 
 
 class DPGPRFITC(DPSGPRBase, gpflow.models.GPRFITC):

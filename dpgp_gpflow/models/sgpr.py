@@ -132,7 +132,8 @@ class SGPRChunkTerms(ChunkTerms):
         return tf.linalg.matmul(M, self.kuf(X), transpose_a=True) / self.noise_variance
 
     def readout(self, factors: Factors) -> SGPRReadout:
-        return SGPRReadout(self._kernel, self._mean_function, tf.constant(self.Z), SparseTerms(factors.L, factors.LB, None))
+        return SGPRReadout(self._kernel, self._mean_function, tf.constant(self.Z), SparseTerms(factors.L, factors.LB, None),
+                           self.num_outputs)
 
 
 class DPSGPR(DPSGPRBase, gpflow.models.SGPR):

@@ -37,7 +37,7 @@ from ..io.format import (
     take_factors,
 )
 from ..streaming.terms import ChunkTerms
-from ..validation import as_inputs
+from ..validation import as_inputs, is_dask_array
 from .base import DaskRowsMixin, FactoredModelMixin, centred_latent_terms, prepare_sparse_data, public_constant_mean
 
 __all__ = ["DPSGPRBase", "SparseReadout", "SparseTerms", "kmeans_inducing_inputs"]
@@ -171,7 +171,8 @@ class DPSGPRBase(DaskRowsMixin, FactoredModelMixin):
     ``hyperparameters_public=True`` declares the values given here chosen without ``Y``; otherwise
     those that are not GPflow's defaults make releases warn (:class:`~dpgp_gpflow.HyperparameterWarning`).
     ``groups`` (public integers [N], default None): rows with the same value belong to one person, whose
-    outputs releases protect together (docs/guides/groups.md); not with Dask rows (streaming refuses groups).
+    outputs releases protect together (docs/guides/groups.md); with Dask rows an in-memory array beside them
+    (the streamed release cuts its chunks between persons, whose rows must be consecutive).
 
     Several outputs (docs/guides/multi_output.md#sparse-models), as for :class:`~dpgp_gpflow.models.DPGPR`:
     ``Y`` [N, P] with one kernel and noise variance for all, ``y_bounds`` a pair or [P, 2] (clipped and
@@ -208,11 +209,11 @@ class DPSGPRBase(DaskRowsMixin, FactoredModelMixin):
             raise TypeError("y_bounds=(lo, hi), public bounds on the outputs, is required")
         data, Z, bounds, d, dask_rows = prepare_sparse_data(data, inducing_variable, y_bounds, data_sensitivity,
                                                             noise_variance)
-        if dask_rows is not None and groups is not None:
-            raise NotImplementedError("groups= (person-level privacy) is not supported with Dask rows yet (the "
-                                      "streamed release does not support groups); hold the rows in memory")
+        if dask_rows is not None and is_dask_array(groups):
+            raise TypeError("with Dask rows, give groups= as an in-memory array of the N public person ids "
+                            "(e.g. groups.compute()): the streamed release cuts its chunks between persons from it")
         self._hold_outputs(int(data[1].shape[1]))
-        self._hold_groups(groups, int(data[0].shape[0]))
+        self._hold_groups(groups, int(data[0].shape[0]) if dask_rows is None else int(dask_rows[0].shape[0]))
         model_made = [".inducing_variable"]  # public by assumption (from X only): not warned about
         if mean_function is None:
             mean_function = public_constant_mean(bounds)
@@ -277,4 +278,4 @@ class DPSGPRBase(DaskRowsMixin, FactoredModelMixin):
         if variance.size != 1:
             raise NotImplementedError("streaming releases need one noise variance for all points")
         return self.chunk_terms_type(self.kernel, self.mean_function, self.inducing_variable.Z.numpy(), float(variance),
-                                     self.y_bounds, gpflow.config.default_jitter())
+                                     self.y_bounds, gpflow.config.default_jitter(), self.num_outputs)

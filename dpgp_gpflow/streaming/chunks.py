@@ -1,6 +1,6 @@
 """Where the rows of a sparse model's data live, and how per-chunk work is mapped over them.
 
-A *chunk source* holds the public inputs ``X`` (n x D) and the private outputs ``Y`` (n x 1) split
+A *chunk source* holds the public inputs ``X`` (n x D) and the private outputs ``Y`` (n x 1, or n x P) split
 into row chunks, and runs a function on every chunk, reducing the results with an associative
 ``combine``. :class:`LocalChunks` runs the chunks one after the other in this process (numpy arrays,
 or anything sliceable by rows, e.g. a ``numpy.memmap``); :mod:`dpgp_gpflow.distributed` provides the
@@ -34,7 +34,8 @@ class ChunkSource:
     input_dim: int
 
     def map_reduce(self, fn: Callable[..., Any], combine: Callable[[Any, Any], Any], *args: Any) -> Any:
-        """``combine`` over chunks of ``fn(X_chunk, Y_chunk, start, *args)`` (``Y_chunk`` PRIVATE)."""
+        """``combine`` over chunks of ``fn(X_chunk, Y_chunk, start, *args)`` (``Y_chunk`` PRIVATE: [c] for one
+        output, [c, P] for P outputs per row, :func:`chunk_outputs`)."""
         raise NotImplementedError
 
     def map_inputs(self, fn: Callable[..., Any], combine: Callable[[Any, Any], Any], *args: Any) -> Any:
@@ -57,7 +58,8 @@ class ChunkSource:
 
 
 class LocalChunks(ChunkSource):
-    """The rows of ``X`` (n x D) and ``Y`` (n x 1 or n) in chunks of ``chunk_size``, processed here in turn.
+    """The rows of ``X`` (n x D) and ``Y`` (n x 1 or n; n x P for P outputs per row) in chunks of
+    ``chunk_size``, processed here in turn.
 
     ``X`` and ``Y`` are not copied: any row-sliceable array works (a memory map streams from disk).
     """
@@ -102,10 +104,15 @@ class LocalChunks(ChunkSource):
         result = None
         for start, stop in self.bounds():
             X = np.asarray(self.X[start:stop], dtype=np.float64)
-            Y = np.asarray(self.Y[start:stop], dtype=np.float64).reshape(-1)
-            part = fn(X, Y, start, *args)
+            part = fn(X, chunk_outputs(self.Y[start:stop]), start, *args)
             result = part if result is None else combine(result, part)
         return result
+
+
+def chunk_outputs(Y: Any) -> np.ndarray:
+    """A chunk's outputs as float64: [c] for one output per row (a column or a vector), [c, P] for P > 1."""
+    Y = np.asarray(Y, dtype=np.float64)
+    return Y.reshape(-1) if Y.ndim < 2 or Y.shape[1] == 1 else Y
 
 
 def tree_combine(parts: List[Any], combine: Callable[[Any, Any], Any]) -> Any:

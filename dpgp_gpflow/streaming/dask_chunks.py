@@ -20,7 +20,7 @@ from typing import Any, Callable, List, Optional, Tuple
 import numpy as np
 
 from ..validation import as_dask_rows
-from .chunks import ChunkSource, person_bounds, tree_combine
+from .chunks import ChunkSource, chunk_outputs, person_bounds, tree_combine
 
 try:  # Dask is an optional extra: without it this module imports, and DaskChunks says how to install it
     import dask
@@ -32,11 +32,12 @@ __all__ = ["DaskChunks"]
 
 
 def _on_block(fn: Callable[..., Any], X: np.ndarray, Y: np.ndarray, start: int, *args: Any) -> Any:
-    return fn(np.asarray(X, dtype=np.float64), np.asarray(Y, dtype=np.float64).reshape(-1), start, *args)
+    return fn(np.asarray(X, dtype=np.float64), chunk_outputs(Y), start, *args)
 
 
 class DaskChunks(ChunkSource):
-    """The rows of a ``dask.array`` ``X`` (n x D) and ``Y`` (n or n x 1), chunked along rows.
+    """The rows of a ``dask.array`` ``X`` (n x D) and ``Y`` (n or n x 1; n x P for P outputs per row),
+    chunked along rows.
 
     ``X`` is rechunked to whole rows (one chunk across its columns) and ``Y`` to ``X``'s row chunks.
     ``client``: a ``dask.distributed.Client`` to run on (default: the active one, if any).
@@ -45,9 +46,9 @@ class DaskChunks(ChunkSource):
     def __init__(self, X: Any, Y: Any, client: Optional[Any] = None) -> None:
         if da is None:
             raise ImportError('DaskChunks needs Dask: pip install "dpgp_gpflow[dask]"')
-        X, Y = as_dask_rows(da.asarray(X), da.asarray(Y))
+        X, Y = as_dask_rows(da.asarray(X), da.asarray(Y), several=True)
         self.X = X.rechunk({1: -1})
-        self.Y = Y.reshape((-1, 1)).rechunk((self.X.chunks[0], 1))
+        self.Y = Y.rechunk((self.X.chunks[0], -1))  # [n, P]: a chunk's rows hold all their outputs
         self.n, self.input_dim = int(X.shape[0]), int(X.shape[1])
         self.client = client
         self.starts = np.concatenate([[0], np.cumsum(self.X.chunks[0])[:-1]]).astype(int)

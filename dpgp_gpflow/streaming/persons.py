@@ -8,6 +8,11 @@ up to ``MAX_CORNER_ROWS`` rows, else the ``|G| e_i`` bound), and ``A`` is block 
 chunks. Its columns are numbered chunk after chunk (the *global corner-column indices*); the columns
 of ``M A`` for a chunk's ``M = T C[:, chunk]`` are the optimiser's columns there.
 
+Several outputs per row (``Y`` [N, P]): a chunk's columns are its rows' entries stacked output by output,
+a person holds every output of each of their rows (every row its own person without ``groups``), and the
+chunk's block of ``A`` is :func:`~dpgp_gpflow.neighbours.output_neighbours` of its rows (entry (i, p)
+scaled by ``d_p / max_q d_q``), the in-memory rule of :func:`~dpgp_gpflow.neighbours.model_neighbours`.
+
 Privacy assumption: ``groups`` is public (which rows belong to one person), fixed without the outputs;
 so is the chunking cut from it.
 """
@@ -19,19 +24,23 @@ from typing import Any, List, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from ..neighbours import Neighbours, group_neighbours, neighbour_columns
+from ..neighbours import Neighbours, group_neighbours, neighbour_columns, output_neighbours
 
 __all__ = ["ChunkPersons", "person_columns"]
 
 
 class ChunkPersons:
     """The persons' neighbour map over the chunks ``bounds`` (each ending where a person starts) of
-    ``ids`` ([n] public person identifiers, each person's rows consecutive). Public."""
+    ``ids`` ([n] public person identifiers, each person's rows consecutive). ``sensitivities``: for P > 1
+    outputs per row, the P public ``d_p`` (None: one output). Public."""
 
     #: passed once to the Dask graph (``dask.delayed``), not copied into every task
     shared_on_dask = True
 
-    def __init__(self, ids: np.ndarray, bounds: List[Tuple[int, int]]) -> None:
+    def __init__(self, ids: np.ndarray, bounds: List[Tuple[int, int]], sensitivities: Any = None) -> None:
+        self.sensitivities = None if sensitivities is None else np.asarray(sensitivities, dtype=np.float64).reshape(-1)
+        #: P: the entries of each row (its outputs)
+        self.outputs = 1 if self.sensitivities is None else int(self.sensitivities.size)
         self.ids = np.asarray(ids, dtype=np.int64)
         self.starts = np.array([a for a, _ in bounds], dtype=np.int64)
         counts = [self.count_in(a, b) for a, b in bounds]  # a loop over chunks
@@ -40,13 +49,16 @@ class ChunkPersons:
         self.count = int(self.offsets[-1])
 
     def block(self, start: int, stop: int) -> Optional[Neighbours]:
-        """The chunk's block of ``A`` (rows ``[start, stop)``; None: one row per person there, ``A = I``)."""
-        return group_neighbours(self.ids[start:stop], stop - start)
+        """The chunk's block of ``A`` (rows ``[start, stop)``, their entries stacked output by output; None:
+        one row per person there and one output, ``A = I``)."""
+        if self.sensitivities is None:
+            return group_neighbours(self.ids[start:stop], stop - start)
+        return output_neighbours(self.ids[start:stop], stop - start, self.sensitivities)
 
     def count_in(self, start: int, stop: int) -> int:
         """The number of corner columns of rows ``[start, stop)`` (whole persons)."""
         block = self.block(start, stop)
-        return stop - start if block is None else block.count
+        return (stop - start) * self.outputs if block is None else block.count
 
     def offset(self, start: int) -> int:
         """The global index of the first corner column of the chunk starting at row ``start``."""
@@ -56,9 +68,9 @@ class ChunkPersons:
         return int(self.offsets[i])
 
     def columns(self, M: Any, start: int) -> Tuple[tf.Tensor, int]:
-        """``M A_chunk`` ([r, c_A]: the chunk's corner columns of ``M`` [r, c], the chunk's columns) and
-        the global index of its first column."""
-        c = int(M.shape[1])
+        """``M A_chunk`` ([r, c_A]: the chunk's corner columns of ``M`` [r, c P], the columns of the chunk's
+        c rows' entries) and the global index of its first column."""
+        c = int(M.shape[1]) // self.outputs
         return neighbour_columns(M, self.block(start, start + c)), self.offset(start)
 
 

@@ -17,7 +17,6 @@ neighbours. The chunking is public. The noise is drawn once, here, from :mod:`dp
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any, Dict, Optional
 
@@ -29,9 +28,9 @@ from ..accounting import PrivacyAccountant, Reservation, reserve
 from ..cloaking import DEFAULT_TOL, candidate_rtols, first_harmless
 from ..cloaking.rank import bias_rounding, projection_bias
 from ..contract import check_release_hyperparameters
-from ..pipeline import reference_coordinates
+from ..pipeline import reference_coordinates, shaped
 from ..mechanisms import ReleaseRequest, check_noise_condition, draw_and_spend, release_request, safe_sensitivity
-from ..neighbours import model_outputs, refuse_groups, relation
+from ..neighbours import model_outputs, refuse_groups
 from ..released import PrivateFunction, PrivatePrediction
 from ..validation import as_inputs, require_float64, validate_groups
 from .chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks, person_starts
@@ -84,7 +83,8 @@ def streamed_map(model: Any, source: Optional[ChunkSource] = None, *, chunk_size
     the in-memory release), ``False`` for the latents themselves, or public inputs.
     With the model's public ``groups`` (persons; each person's rows consecutive, else ``ValueError``)
     the chunks are recut to end where a person starts, and the map carries the persons' neighbour map
-    (:class:`~dpgp_gpflow.streaming.persons.ChunkPersons`). Public.
+    (:class:`~dpgp_gpflow.streaming.persons.ChunkPersons`); so does a model of P > 1 outputs per row, whose
+    rows (or persons) hold P entries each. Public.
     """
     terms = ChunkTerms.from_model(model)
     if source is None and model.dask_rows is not None:
@@ -98,7 +98,12 @@ def streamed_map(model: Any, source: Optional[ChunkSource] = None, *, chunk_size
     ids = _streamed_groups(model, source.n)
     if ids is not None:  # public: the chunks are recut between persons from the groups alone
         source = source.between_persons(person_starts(ids, source.n))
-        persons = ChunkPersons(ids, source.chunk_bounds())
+    P = model_outputs(model)
+    if P != terms.num_outputs:
+        raise ValueError(f"the model has {P} outputs per row, its chunk terms {terms.num_outputs}")
+    if ids is not None or P > 1:  # a row of P outputs: a person of P entries
+        persons = ChunkPersons(np.arange(source.n) if ids is None else ids, source.chunk_bounds(),
+                               model.output_sensitivities if P > 1 else None)
     L = terms.kuu_cholesky()
     sums = source.map_inputs(_summary_chunk, add_summaries, terms, L)
     training = reference_inputs is None and bool(getattr(model, "reference_training_inputs", True))
@@ -112,10 +117,8 @@ def streamed_map(model: Any, source: Optional[ChunkSource] = None, *, chunk_size
 
 def _streamed_groups(model: Any, n: int):
     """The model's public person identifiers ([n]) for a streamed release, or None (one row per person).
-    Refuses (``NotImplementedError``) what streaming does not support: several outputs per row, and
-    groups on a classifier."""
-    if model_outputs(model) > 1 or (getattr(model, "groups", None) is not None
-                                    and getattr(model, "classifier_latent", False)):
+    Refuses (``NotImplementedError``) what streaming does not support: groups on a classifier."""
+    if getattr(model, "groups", None) is not None and getattr(model, "classifier_latent", False):
         refuse_groups(model, "the streamed release")
     return validate_groups(getattr(model, "groups", None), n)
 
@@ -222,14 +225,14 @@ def cloak_function(
     sensitivity, z = whitened_query(cmap, basis, factor_u, noise_sensitivity, (w_largest, w_total), multiplier,
                                     d, b)
     noise_factor = tf.linalg.matmul(space.basis, tf.constant(factor_u)) * (multiplier * sensitivity)  # [m, r]
-    m = int(basis.shape[0])
+    m = int(basis.shape[0])  # P outputs: the m P latents, stacked output by output
     rel = draw_and_spend(  # the latents' offset is 0
         z, noise_factor=noise_factor, offset=np.zeros(m), variance=np.zeros(m), sensitivity=sensitivity,
         multiplier=multiplier, reservation=reservation, seed=seed, epsilon=epsilon, delta=delta,
         data_sensitivity=d, calibration=request.calibration, objective=objective, certificate=noise.certificate,
         rank=int(basis.shape[1]), rtol=space.rtol, bias_bound=bias_bound, y_bounds=tuple(model.y_bounds))
-    if cmap.persons is not None:  # record the relation protected, as the in-memory release does
-        rel = dataclasses.replace(rel, neighbours=relation(model))
+    if cmap.persons is not None:  # the relation protected, shaped [m, P] for P outputs, as in memory
+        rel = shaped(model, rel)
     function_type = getattr(model, "function_type", PrivateFunction)
     return function_type(rel, cmap.terms.readout(cmap.factors), cmap.factors.R)
 

@@ -89,6 +89,11 @@ class StreamedMap(NamedTuple):
         """The number of the optimiser's columns: ``n`` rows, or the persons' ``N_c`` corner columns."""
         return self.source.n if self.persons is None else self.persons.count
 
+    @property
+    def num_entries(self) -> int:
+        """The number of released outputs: ``n P`` (the length of the stacked ``y``)."""
+        return self.source.n * int(self.terms.num_outputs)
+
 
 def _columns(X: np.ndarray, terms: ChunkTerms, factors: Factors, T: Optional[np.ndarray] = None) -> tf.Tensor:
     if T is None:
@@ -419,7 +424,7 @@ def whitened_query(cmap: StreamedMap, basis: np.ndarray, factor_u: np.ndarray, n
     refused if it exceeds ``1 / (s K)``. With persons (``cmap.persons``) its first term is
     ``d max_j ||W A_j||`` over the corner columns; the rounding term stays over the n rows.
     """
-    n, r = cmap.source.n, int(basis.shape[1])
+    n, r = cmap.num_entries, int(basis.shape[1])
     d, b = float(data_sensitivity), float(output_bound)
 
     def shift_bound(largest: float, total: float) -> float:

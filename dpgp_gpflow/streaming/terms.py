@@ -19,6 +19,10 @@ Gram at the training inputs, hence ``R``, follows), the output bound, the clippi
 subclass gives its ``inner``, its readout's Gram, its columns ``B[:, chunk]`` and ``T B[:, chunk]``,
 and its readout (``docs/mechanisms.md#sparse-regression``).
 
+Several outputs per row (``Y`` [N, P], one ``B`` for all, :attr:`ChunkTerms.num_outputs`): a chunk's
+columns of the stacked map ``I_P kron (R B)`` are ``I_P kron (R B[:, chunk])`` (the chunk's rows of output
+1, then of output 2, ...), and its centred outputs are stacked the same way.
+
 Privacy assumption: the kernel, ``Z``, the noise variance, the prior mean and the bounds are public;
 the outputs enter only :meth:`ChunkTerms.centred_outputs`, which checks them
 (:meth:`ChunkTerms.check_outputs`) and clips them to the public bounds before anything else is
@@ -37,9 +41,9 @@ import tensorflow as tf
 from check_shapes import check_shapes
 
 from .. import linalg
-from ..contract import PublicReadout
+from ..contract import PublicReadout, output_map
 from ..io.format import kernel_from_spec, kernel_spec, mean_function_from_spec, mean_function_spec
-from ..validation import clip_outputs
+from ..validation import bound_columns, clip_outputs, validate_output_bounds
 
 __all__ = ["ChunkTerms", "Factors", "add_summaries", "reference_from_gram"]
 
@@ -67,13 +71,18 @@ def reference_from_gram(G: tf.Tensor) -> tf.Tensor:
 
 class ChunkTerms(abc.ABC):
     """Public per-chunk maths of a sparse model (see the module docstring); a model's ``chunk_terms()``
-    builds its subclass."""
+    builds its subclass. ``y_bounds``: a pair, or for ``num_outputs`` P > 1 outputs per row a pair for all
+    or one per output."""
+
+    #: P: the number of outputs per row, stacked output by output within each chunk (public)
+    num_outputs: int = 1
 
     def __init__(self, kernel: Any, mean_function: Any, Z: np.ndarray, noise_variance: float,
-                 y_bounds: Tuple[float, float], jitter: float) -> None:
+                 y_bounds: Any, jitter: float, num_outputs: int = 1) -> None:
         self.Z = np.asarray(Z, dtype=np.float64)
         self.noise_variance = float(noise_variance)
-        self.y_bounds = (float(y_bounds[0]), float(y_bounds[1]))
+        self.num_outputs = int(num_outputs)
+        self.y_bounds = validate_output_bounds(y_bounds, self.num_outputs)
         self.jitter = float(jitter)
         self._kernel = gpflow.utilities.freeze(kernel)
         self._mean_function = gpflow.utilities.freeze(mean_function)
@@ -123,8 +132,8 @@ class ChunkTerms(abc.ABC):
         """The chunk's m x m sums (public: inputs only) and its output bound (see module docstring)."""
         V = self.projected(X, L)  # [M, c]
         inner = self.inner(X, V)
-        mean = self._mean_function(tf.constant(X))[:, 0].numpy()
-        lo, hi = self.y_bounds
+        mean = self._mean_function(tf.constant(X)).numpy()  # [c, 1] or [c, P]
+        lo, hi = bound_columns(self.y_bounds)  # per output: [P]
         bound = float(np.max(np.maximum(hi - mean, mean - lo))) if mean.size else 0.0
         return {"inner": inner.numpy(), "gram": tf.linalg.matmul(V, V, transpose_b=True).numpy(),
                 "output_bound": np.array(bound)}
@@ -135,21 +144,27 @@ class ChunkTerms(abc.ABC):
         eye = tf.eye(self.m, dtype=tf.float64)
         LB = tf.linalg.cholesky(eye + tf.constant(sums["inner"]))
         R = reference_from_gram(self.readout_gram(LB, tf.constant(sums["gram"]))) if reference else None
-        return Factors(L, LB, R)
+        return Factors(L, LB, None if R is None else output_map(R, self.num_outputs))
 
-    @check_shapes("X: [c, D]", "return: [M, c]")
+    @check_shapes("X: [c, D]", "return: [Mp, cp]")
     def columns(self, X: np.ndarray, factors: Factors) -> tf.Tensor:
-        """``R B[:, chunk]`` (or ``B[:, chunk]`` without ``R``): the released map's columns (public)."""
-        B = self.latent_columns(X, factors)
+        """``R B[:, chunk]`` (or ``B[:, chunk]`` without ``R``): the released map's columns (public). P > 1
+        outputs: ``R (I_P kron B[:, chunk])`` [mP, cP], ``R`` the stacked ``I_P kron R_1``."""
+        B = output_map(self.latent_columns(X, factors), self.num_outputs)
         return B if factors.R is None else tf.linalg.matmul(factors.R, B)
 
-    @check_shapes("X: [c, D]", "T: [r, M]", "return: [r, c]")
+    @check_shapes("X: [c, D]", "T: [r, Mp]", "return: [r, cp]")
     def transformed_columns(self, X: np.ndarray, factors: Factors, T: np.ndarray) -> tf.Tensor:
-        """``T C[:, chunk]`` for a public ``T`` (r x m): :meth:`latent_product` of ``T R`` (public)."""
+        """``T C[:, chunk]`` for a public ``T`` (r x m): :meth:`latent_product` of ``T R`` (public); P > 1
+        outputs (``T`` r x mP): one :meth:`latent_product` per output's block of ``T R``, side by side."""
         left = tf.constant(T)
         if factors.R is not None:
-            left = tf.linalg.matmul(left, factors.R)  # [r, M]
-        return self.latent_product(X, factors, left)
+            left = tf.linalg.matmul(left, factors.R)  # [r, M] (P outputs: [r, M P])
+        if self.num_outputs == 1:
+            return self.latent_product(X, factors, left)
+        m = self.m
+        return tf.concat([self.latent_product(X, factors, left[:, p * m:(p + 1) * m]) for p in range(self.num_outputs)],
+                         axis=1)
 
     def check_outputs(self, Y: np.ndarray) -> None:
         """PRIVATE: refuse outputs the model cannot hold, without any statistic of them in the error
@@ -157,12 +172,15 @@ class ChunkTerms(abc.ABC):
 
     def centred_outputs(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
         """PRIVATE: the chunk's outputs (checked by :meth:`check_outputs`) clipped to the public bounds,
-        minus the public prior mean [c]."""
+        minus the public prior mean [c] (P outputs: ``Y`` [c, P], each clipped to its bounds, stacked output
+        by output [c P])."""
         self.check_outputs(Y)
         if not np.all(np.isfinite(Y)):
             raise ValueError("the private outputs are not all finite")
-        clipped = clip_outputs(np.asarray(Y, dtype=np.float64).reshape(-1, 1), self.y_bounds)
-        return (clipped - self._mean_function(tf.constant(X)).numpy()).reshape(-1)
+        clipped = clip_outputs(np.asarray(Y, dtype=np.float64).reshape(int(np.shape(X)[0]), -1), self.y_bounds)
+        if clipped.shape[1] != self.num_outputs:
+            raise ValueError(f"the chunk has {clipped.shape[1]} output(s) per row, the model {self.num_outputs}")
+        return (clipped - self._mean_function(tf.constant(X)).numpy()).T.reshape(-1)
 
     # -- the model's own maths -------------------------------------------------------------------
     @abc.abstractmethod

@@ -74,8 +74,9 @@ def test_dask_rows_are_validated_at_construction():
         DPSGPR((X, np.zeros((10, 1))), kernel, Z, noise_variance=0.1, y_bounds=(-1, 1))
     with pytest.raises(ValueError, match="rows but the inputs have"):
         DPSGPR((X, da.zeros((9, 1), chunks=5)), kernel, Z, noise_variance=0.1, y_bounds=(-1, 1))
-    with pytest.raises(ValueError, match="one output"):
-        DPSGPR((X, da.zeros((10, 2), chunks=5)), kernel, Z, noise_variance=0.1, y_bounds=(-1, 1))
+    with pytest.raises(ValueError, match=r"one output\) or \[N, P\]"):  # [N, P]: several outputs per row
+        DPSGPR((X, da.zeros((10, 2, 1), chunks=5)), kernel, Z, noise_variance=0.1, y_bounds=(-1, 1))
+    assert DPSGPR((X, da.zeros((10, 2), chunks=5)), kernel, Z, noise_variance=0.1, y_bounds=(-1, 1)).num_outputs == 2
     with pytest.raises(TypeError, match="real numbers"):
         DPSGPR((X, da.zeros((10, 1), chunks=5, dtype=bool)), kernel, Z, noise_variance=0.1, y_bounds=(-1, 1))
     with pytest.raises(ValueError, match="2 columns like the training inputs"):
