@@ -30,7 +30,7 @@ from ..cloaking.rank import bias_rounding, projection_bias
 from ..contract import check_release_hyperparameters
 from ..pipeline import reference_coordinates, shaped
 from ..mechanisms import ReleaseRequest, check_noise_condition, draw_and_spend, release_request, safe_sensitivity
-from ..neighbours import model_outputs, refuse_groups
+from ..neighbours import model_outputs
 from ..released import PrivateFunction, PrivatePrediction
 from ..validation import as_inputs, require_float64, validate_groups
 from .chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks, person_starts
@@ -116,10 +116,8 @@ def streamed_map(model: Any, source: Optional[ChunkSource] = None, *, chunk_size
 
 
 def _streamed_groups(model: Any, n: int):
-    """The model's public person identifiers ([n]) for a streamed release, or None (one row per person).
-    Refuses (``NotImplementedError``) what streaming does not support: groups on a classifier."""
-    if getattr(model, "groups", None) is not None and getattr(model, "classifier_latent", False):
-        refuse_groups(model, "the streamed release")
+    """The model's public person identifiers ([n]) for a streamed release (a regression model's or a sparse
+    classifier's), or None (one row per person)."""
     return validate_groups(getattr(model, "groups", None), n)
 
 
@@ -190,7 +188,7 @@ def cloak_function(
     multiplier, all committed into one reservation). Neither validates the privacy parameters nor reserves
     nor checks the leak guard (:func:`~dpgp_gpflow.contract.check_release_hyperparameters`): the caller does,
     before reserving. It refuses, before any draw, what streaming does not support (a model without
-    ``chunk_terms()``, groups on a classifier, persons whose rows are not consecutive) and a noise that
+    ``chunk_terms()``, persons whose rows are not consecutive) and a noise that
     cannot be guaranteed; a refusal before the draw commits nothing. Keywords as for
     :func:`release_function`; returns ``model.function_type`` (default
     :class:`~dpgp_gpflow.released.PrivateFunction`) of the release, the frozen readout and ``R``.

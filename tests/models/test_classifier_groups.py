@@ -234,11 +234,13 @@ def test_bad_groups_are_refused_when_the_model_is_built(problem):
         np.testing.assert_array_equal(cls((X, y), kernel(), *extra, groups=groups.astype(float)).groups, groups)
 
 
-def test_streamed_and_dask_classifiers_refuse_groups(problem, draws):
+def test_streamed_classifiers_need_consecutive_persons_and_dask_classifiers_refuse_groups(problem, draws):
+    """The streamed release of a grouped classifier (tests/streaming/test_streaming_groups.py) needs each
+    person's rows consecutive: these are shuffled, refused before anything is spent."""
     X, y, groups = problem
     model = DPSparseLaplaceGPC((X, y), kernel(), X[::3], hyperparameters_public=True, groups=groups)
     accountant = PrivacyAccountant(epsilon=10.0, delta=0.5)
-    with pytest.raises(NotImplementedError, match="groups"):
+    with pytest.raises(ValueError, match="consecutive"):
         streamed_release_function(model, epsilon=EPS, delta=DELTA, accountant=accountant)
     assert accountant.spent == (0.0, 0.0) and accountant.held == (0.0, 0.0) and draws == []
     da = pytest.importorskip("dask.array")

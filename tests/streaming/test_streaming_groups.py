@@ -1,5 +1,6 @@
 """Streamed releases with groups= (persons) equal the in-memory grouped releases (same seed), locally and on
-Dask; groups=None is unchanged; persons whose rows are not consecutive are refused."""
+Dask, for the sparse regression models and the sparse classifier; groups=None is unchanged; persons whose rows
+are not consecutive are refused."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import dpgp_gpflow as dp
 from dpgp_gpflow import sampling, streaming
 from dpgp_gpflow.accounting import PrivacyAccountant
-from dpgp_gpflow.models import DPGPRFITC, DPSGPR
+from dpgp_gpflow.models import DPGPRFITC, DPSGPR, DPSparseLaplaceGPC, PrivateSparseClassifier
 from dpgp_gpflow.neighbours import MAX_CORNER_ROWS, group_neighbours
 from dpgp_gpflow.streaming import LocalChunks
 from dpgp_gpflow.streaming.chunks import person_bounds, person_starts
@@ -80,6 +81,33 @@ def test_streamed_grouped_release_equals_the_in_memory_grouped_release(cls, obje
     per_row = streaming.release_function(_model(cls, 600, 16, None), epsilon=1.0, delta=1e-3, seed=3,
                                          objective=objective, chunk_size=97)
     assert np.all(f_str.release.noise_std > 2.0 * per_row.release.noise_std)
+    assert dp.audit(f_str, model).passed and not dp.audit(per_row, model).passed  # the audit reads the groups
+
+
+def _classifier(n, m, groups, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0, 10, (n, 1))
+    Y = np.where(np.sin(X) + 0.5 * rng.standard_normal((n, 1)) > 0.0, 1.0, -1.0)
+    return DPSparseLaplaceGPC((X, Y), gpflow.kernels.SquaredExponential(lengthscales=1.0), np.linspace(0, 10, m)[:, None],
+                              groups=groups)
+
+
+@pytest.mark.parametrize("reference", [None, "training"])
+def test_the_streamed_grouped_classifier_equals_the_in_memory_one(reference):
+    """DPSparseLaplaceGPC with groups= (a person's labels all flip, d = 2 each): the streamed release of its
+    first Newton step's SoR weights is the in-memory release (persons of up to 6 rows: corners and the bound)."""
+    model = _classifier(600, 12, _persons(600, seed=6))
+    ref = None if reference is None else model.data[0].numpy()
+    f_mem = model.release(epsilon=1.0, delta=1e-3, seed=3, reference_inputs=ref)
+    f_str = streaming.release_function(model, epsilon=1.0, delta=1e-3, seed=3, reference_inputs=ref, chunk_size=97)
+    assert isinstance(f_str, PrivateSparseClassifier) and f_str.release.classifier_latent
+    _same_release(f_mem.release, f_str.release)
+    assert f_str.release.neighbours == "person (groups, up to 6 rows)"
+    Xq = np.linspace(-1, 11, 30)[:, None]
+    # the latent variance with the DP noise (the draws themselves may differ: eigenvector signs)
+    np.testing.assert_allclose(f_str.predict_f(Xq)[1].numpy(), f_mem.predict_f(Xq)[1].numpy(), rtol=1e-6)
+    per_row = streaming.release_function(_classifier(600, 12, None), epsilon=1.0, delta=1e-3, seed=3,
+                                         reference_inputs=ref, chunk_size=97)
     assert dp.audit(f_str, model).passed and not dp.audit(per_row, model).passed  # the audit reads the groups
 
 
