@@ -293,10 +293,6 @@ def _cv_map(X, tr, te, lengthscale):
                                  k_se(X[tr], X[te], lengthscale=lengthscale)).T
 
 
-@pytest.mark.xfail(strict=True, reason="privacy hole by a parameter: select_hyperparameters accepts d < 2 for a "
-                   "classifier (multi-class and binary) and records the relation 'labels moved between classes', "
-                   "but a label move changes two one-vs-rest columns by 2 each: the utility moves by more than "
-                   "the sensitivity used, so the selection is not epsilon-DP for the relation it records")
 def test_multiclass_selection_with_a_smaller_d_still_covers_every_label_move():
     """A selection of a DPMulticlassLaplaceGPC with d=1: either refused (labels move by exactly 2), or every
     config's sensitivity bounds the NumPy change of the CV utility over every label moved to every other class.

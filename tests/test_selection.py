@@ -721,6 +721,31 @@ def test_select_hyperparameters_for_a_classifier(labels):
         cross_validate(model, grid, folds=4, d=3.0)
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+def test_classifier_selection_refuses_a_d_that_does_not_cover_a_label_flip(labels, sparse):
+    """A label flip moves a +-1 label by 2: a classifier's selection with any other d is refused before the
+    budget is reserved (no cancelled hold), d=2 (or None) accepted. A d = 0.5 selection would compute every
+    sensitivity 4x too small, while recording the relation of label moves (a privacy hole)."""
+    from dpgp_gpflow.models import DPLaplaceGPC, DPSparseLaplaceGPC
+
+    X, y = labels
+    kernel = gpflow.kernels.SquaredExponential()
+    model = (DPSparseLaplaceGPC((X, y[:, None]), kernel, X[::4]) if sparse
+             else DPLaplaceGPC((X, y[:, None]), kernel))
+    grid = [{".kernel.lengthscales": ls} for ls in (0.5, 2.0)]
+    acc = PrivacyAccountant(epsilon=2.0, delta=1e-3)
+    for d in (0.5, 1.0, 1.999):
+        with pytest.raises(ValueError, match="label flip.*leave d unset"):
+            select_hyperparameters(model, grid, epsilon=1.0, d=d, folds=3, seed=0, accountant=acc)
+        with pytest.raises(ValueError, match="label flip"):
+            cross_validate(model, grid, folds=3, d=d)
+    assert acc.spent == (0.0, 0.0) and acc.history() == []  # nothing reserved, not even a cancelled hold
+    default, two = cross_validate(model, grid, folds=3, split_seed=1), cross_validate(model, grid, folds=3,
+                                                                                       split_seed=1, d=2)
+    assert default.data_sensitivity == two.data_sensitivity == 2.0
+    np.testing.assert_array_equal(default.sensitivities, two.sensitivities)
+
+
 # ---------------------------------------------------------------------------------------------
 # Found by the fuzz suite (tests/fuzz): bad grids are refused before any budget is reserved (the
 # accountant's history stays empty) and before any draw; each configuration starts from the model.

@@ -39,7 +39,9 @@ __all__ = [
     "check_selectable",
     "column",
     "fold_model",
+    "is_classifier",
     "is_multiclass",
+    "label_sensitivity",
     "model_columns",
     "num_rows",
     "private_columns",
@@ -97,21 +99,40 @@ def fold_model(model: Any) -> Any:
     return model.problems[0] if is_multiclass(model) else model
 
 
+def is_classifier(model: Any) -> bool:
+    """Whether ``model`` is a Laplace classifier (binary, or several classes): its labels ``+1`` / ``-1``
+    move by exactly its fixed ``data_sensitivity`` (2) between neighbours (a label flip)."""
+    return getattr(fold_model(model), "classifier_latent", False) is True
+
+
+def label_sensitivity(model: Any, d: Any) -> float:
+    """A classifier's label change: its fixed ``data_sensitivity`` (2); ``d`` must be None or that value.
+
+    A smaller ``d`` would not cover a label flip (``-1`` to ``+1`` moves a label by 2) while the selection
+    records the relation of label moves: ``ValueError`` before anything is reserved."""
+    fixed = float(fold_model(model).data_sensitivity)
+    if d is not None and validate_data_sensitivity(d, fold_model(model).y_bounds) != fixed:
+        raise ValueError(f"d = {float(d)} for {type(model).__name__}: a classifier's labels move by exactly "
+                         f"{fixed:g} between neighbours (a label flip from -1 to +1), so d is fixed; leave d unset "
+                         "(None)")
+    return fixed
+
+
 def model_columns(model: Any, d: Any = None) -> OutputColumns:
     """The public :class:`OutputColumns` of ``model``. ``d``: how far each output may move (None: the
     model's own sensitivities), validated against the bounds: one number, or for P outputs one number or
-    P numbers (``ValueError`` / ``TypeError`` otherwise). Classes: every column has the labels' ``d``
-    (default 2), a neighbour moves two. Reads no outputs."""
+    P numbers (``ValueError`` / ``TypeError`` otherwise). Classifiers (binary or several classes): ``d`` is
+    fixed at the labels' 2 (:func:`label_sensitivity`: None or 2, any other value refused); classes: a
+    neighbour moves two columns. Reads no outputs."""
     if is_multiclass(model):
-        problem = fold_model(model)
-        bounds = problem.y_bounds
-        d_label = problem.data_sensitivity if d is None else validate_data_sensitivity(d, bounds)
         K = int(model.num_classes)
-        return OutputColumns("classes", (float(d_label),) * K, 2, class_relation(model.person_rows),
+        return OutputColumns("classes", (label_sensitivity(model, d),) * K, 2, class_relation(model.person_rows),
                              int(model.classes_moved))
     P = model_outputs(model)
     if P == 1:
-        if d is None:
+        if is_classifier(model):
+            sensitivity = label_sensitivity(model, d)
+        elif d is None:
             sensitivity = model.data_sensitivity
         else:
             lo, hi = model.y_bounds

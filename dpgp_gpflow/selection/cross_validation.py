@@ -529,7 +529,8 @@ def cross_validate(model: Any, grid: Sequence[Config], *, folds: Union[int, Sequ
     A model with public ``groups`` is cross-validated for persons (module docstring). A model with
     ``Y`` [N, P] (``DPGPR``, ``DPSGPR``, ``DPGPRFITC``: one map for every output) is cross-validated on its P outputs together (``d``: one number or P), a
     ``DPMulticlassLaplaceGPC`` / ``DPSparseMulticlassLaplaceGPC`` on its K one-vs-rest label columns (the
-    binary problem's fold maps; a grid sets parameters every class shares); module docstring.
+    binary problem's fold maps; a grid sets parameters every class shares); module docstring. A classifier's
+    ``d`` is fixed at 2 (a label flip): None or 2, any other value refused (``ValueError``).
     """
     check_selectable(model)
     # Parameters outside the grid are the model's own: its leak guard must pass (they shape every fold map).

@@ -141,7 +141,8 @@ def select_hyperparameters(
     ``None`` (default) takes :func:`~dpgp_gpflow.selection.default_grid` (built from public information only).
     ``folds``: the number of folds (a public split seeded by ``split_seed``) or a list of
     ``(train, test)`` index arrays. ``d``: how far one output may move (default the model's
-    ``data_sensitivity``; for P outputs one number or P, default ``output_sensitivities``).
+    ``data_sensitivity``; for P outputs one number or P, default ``output_sensitivities``; a classifier's is
+    fixed at 2, a label flip, and any other ``d`` is refused with ``ValueError``).
 
     ``utility``: the CV loss, ``"absolute"`` (default: ``E|r + Z|``, sensitivity ``d`` per unit of
     influence, no clipping) or ``"squared"`` (the JMLR paper's ``E[clip(r + Z, -4d, 4d)^2]``,
