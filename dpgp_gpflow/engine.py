@@ -27,6 +27,7 @@ from . import cloaking
 from .accounting import PrivacyAccountant, Reservation, reserve
 from .cloaking import DEFAULT_TOL, candidate_rtols, first_harmless, projection_terms, working_set
 from .cloaking.rank import bias_rounding, projection_bias
+from .mechanisms.request import validate_tol
 from .mechanisms.rounding import MAX_NOISE_CONDITION
 from .mechanisms import (
     noise_in_space,
@@ -37,7 +38,6 @@ from .mechanisms import (
     whitening_terms,
 )
 from .released import PrivateRelease
-from .validation import validate_objective
 
 __all__ = ["GraphNoisePlan", "noise_plan", "publish"]
 
@@ -83,7 +83,8 @@ def noise_plan(
     Graph-safe: call it eagerly or inside a ``tf.function`` (``C`` may have unknown dimensions there);
     nothing leaves the graph. ``noise_multiplier`` comes from
     :func:`dpgp_gpflow.calibration.gaussian_multiplier` (epsilon, delta, calibration), computed on the
-    host; ``objective``, ``rtol``, ``tol`` and ``max_iter`` are Python values (they shape the graph).
+    host; ``objective``, ``rtol``, ``tol`` and ``max_iter`` are Python values (they shape the graph; a bad
+    ``rtol`` or a ``tol`` not finite and > 0 is refused, as by every release).
     Same rank rule, optimiser and sensitivity as :func:`dpgp_gpflow.mechanisms.cloaking_release` for a
     dense ``C`` (:func:`~dpgp_gpflow.cloaking.singular_pairs`; the eager path may use a randomised SVD on large matrices). A plan
     that cannot be guaranteed (a noise factor too ill-conditioned, a whitened shift too large) raises
@@ -95,8 +96,8 @@ def noise_plan(
     if groups is not None:
         raise NotImplementedError("the compiled engine does not support groups= (person-level privacy) yet; "
                                   "use model.release or model.release_function")
-    validate_objective(objective)
-    candidates = candidate_rtols(objective, rtol)
+    candidates = candidate_rtols(objective, rtol)  # the objective, then rtol
+    tol = validate_tol(tol)
     rtols = tf.constant(candidates, tf.float64)
     f64 = lambda x: tf.convert_to_tensor(x, tf.float64)  # noqa: E731  (never via float32)
     s, d, b = f64(noise_multiplier), f64(data_sensitivity), f64(output_bound)
@@ -179,7 +180,7 @@ def publish(
     :func:`~dpgp_gpflow.mechanisms.cloaking_release` (it is clipped here to ``|y_c,i| <= output_bound``, the
     bound the plan's shift assumes), and one entry moves by at most ``data_sensitivity`` between neighbours.
     """
-    request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed)
+    request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed, tol=tol)
     validate_public_bounds(data_sensitivity, output_bound, y_bounds)  # before anything is reserved
     epsilon, delta, multiplier = request.epsilon, request.delta, request.multiplier
     with reserve(accountant, [request.event()]) as reservation:

@@ -186,7 +186,8 @@ def release(
                                   "use mechanism='cloaking'")
     if mechanism == "standard" and not isinstance(model, SupportsStandardMechanism):
         raise NotImplementedError(f"{type(model).__name__} has no standard (Hall et al.) mechanism")
-    request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed)
+    request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed,
+                              rtol=rtol, tol=tol)  # rtol and tol too: all refused before anything is reserved
     Xnew = tf.constant(as_inputs("Xnew", Xnew, int(model.input_dim)))
     check_release_hyperparameters(model, hyperparameters_public)
     # the public terms, checked finite before any budget is reserved (a refusal draws and spends nothing)
@@ -249,7 +250,8 @@ def release_function(
     ``noise_factor`` [mP, r]).
     """
     _contract(model, FactoredPrivateModel)
-    request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed)
+    request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed,
+                              rtol=rtol, tol=tol)  # rtol and tol too: all refused before anything is reserved
     check_release_hyperparameters(model, hyperparameters_public)
     # the public terms, checked finite before any budget is reserved (a refusal draws and spends nothing)
     latent, readout = latent_terms_and_readout(model)

@@ -96,6 +96,28 @@ def test_publish_draws_and_spends_once_and_refuses_a_plan_for_another_budget():
     assert rel.rank == int(plan.rank)
 
 
+def test_a_meaningless_rtol_or_tol_is_refused_by_the_plan_and_by_publish():
+    """noise_plan takes rtol and tol as Python values: a bad one is refused as every release refuses it;
+    publish refuses a tol that is not a finite number > 0 before anything is reserved."""
+    C, y = problem(n=12, k=5)
+    s = gaussian_multiplier(EPS, DELTA, "analytic")
+    for options in (dict(rtol=-1.0), dict(rtol=1.0, objective="entropy"), dict(rtol=float("nan")),
+                    dict(tol=float("nan")), dict(tol=-1.0), dict(tol=None)):
+        key = "rtol" if "rtol" in options else "tol"
+        with pytest.raises((ValueError, TypeError), match=rf"^{key}[ =]"):
+            engine.noise_plan(tf.constant(C), noise_multiplier=s, data_sensitivity=4.0, output_bound=2.0, **options)
+    plan = engine.noise_plan(tf.constant(C), noise_multiplier=s, data_sensitivity=4.0, output_bound=2.0)
+    acc = dp.PrivacyAccountant(epsilon=5.0, delta=0.5)
+    for tol in (float("nan"), -1.0, 0.0, float("inf"), None):
+        with pytest.raises((ValueError, TypeError), match="^tol "):
+            engine.publish(plan, y, np.zeros(len(C)), np.zeros(len(C)), epsilon=EPS, delta=DELTA,
+                           data_sensitivity=4.0, output_bound=2.0, tol=tol, accountant=acc, seed=1)
+    assert acc.history() == [] and acc.spent == (0.0, 0.0)
+    rel = engine.publish(plan, y, np.zeros(len(C)), np.zeros(len(C)), epsilon=EPS, delta=DELTA,
+                         data_sensitivity=4.0, output_bound=2.0, tol=1e-4, accountant=acc, seed=1)
+    assert rel.certificate.tol == 1e-4 and acc.spent[0] == pytest.approx(EPS)
+
+
 def _true_epsilon(W, d):
     """Independent numpy: the epsilon at DELTA of a Gaussian release of ``W y`` (unit noise, one output moved
     by ``d``): the analytic Gaussian mechanism at shift ``d max_i ||w_i||`` (no rounding terms)."""

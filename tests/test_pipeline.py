@@ -307,3 +307,46 @@ def test_one_validation_and_one_reservation_per_release(toy, monkeypatch, how):
         release()
     assert dict(counts) == {name: 1 for name in (*COUNTED, "held")}
     assert len(acc.ledger) == 1 and acc.spent == pytest.approx((1.0, 1e-3))
+
+
+# Every cloaking release path, called with extra options: an invalid rtol or tol is refused by the one
+# validation (mechanisms.release_request) before anything is reserved.
+PUBLIC = dict(hyperparameters_public=True)
+OPTION_PATHS = {
+    "cloaking": lambda t, **o: DPGPR((t[0], t[1]), se(), y_bounds=(LO, HI), noise_variance=0.1, **PUBLIC)
+    .release(t[3], epsilon=1.0, delta=1e-3, **o),
+    "fitc-function": lambda t, **o: DPGPRFITC((t[0], t[1]), se(), t[4], noise_variance=0.1, y_bounds=(LO, HI),
+                                              **PUBLIC).release_function(epsilon=1.0, delta=1e-3, **o),
+    "fitc-streamed": lambda t, **o: dp.streaming.release_function(
+        DPGPRFITC((t[0], t[1]), se(), t[4], noise_variance=0.1, y_bounds=(LO, HI), **PUBLIC), epsilon=1.0,
+        delta=1e-3, **o),
+    "laplace-2-steps": lambda t, **o: DPLaplaceGPC((t[0], t[2]), se(), **PUBLIC).release(epsilon=1.0, delta=1e-3,
+                                                                                         steps=2, **o),
+    "sparse-classifier": lambda t, **o: DPSparseLaplaceGPC((t[0], t[2]), se(), t[4], **PUBLIC).release(
+        epsilon=1.0, delta=1e-3, **o),
+    "sparse-classifier-streamed": lambda t, **o: dp.streaming.release_function(
+        DPSparseLaplaceGPC((t[0], t[2]), se(), t[4], **PUBLIC), epsilon=1.0, delta=1e-3, **o),
+    "cloaking_release": lambda t, **o: dp.mechanisms.cloaking_release(
+        tf.constant(np.eye(3)), tf.constant(np.array([0.5, -0.5, 1.0])), tf.zeros(3, tf.float64),
+        tf.zeros(3, tf.float64), data_sensitivity=1.0, output_bound=1.0, epsilon=1.0, delta=1e-3, **o),
+}
+BAD_OPTIONS = [dict(rtol=-1.0), dict(rtol=-1.0, objective="entropy"), dict(rtol=float("nan"), objective="entropy"),
+               dict(rtol=1.0, objective="entropy"), dict(rtol=True), dict(tol=float("nan")), dict(tol=-1.0),
+               dict(tol=0.0), dict(tol=float("inf")), dict(tol=None), dict(tol="1e-3")]
+
+
+@pytest.mark.parametrize("entry", sorted(OPTION_PATHS))
+def test_a_meaningless_rtol_or_tol_is_refused_before_anything_is_reserved(toy, entry, draws):
+    """rtol outside [0, 1) (or below the mse floor, or not a real number) and a tol that is not a finite
+    number > 0: refused naming the option, with nothing drawn, held, cancelled or spent. A valid rtol and
+    tol release, their tol in the certificate."""
+    acc = dp.PrivacyAccountant(epsilon=50.0, delta=0.5)
+    for options in BAD_OPTIONS:
+        key = "rtol" if "rtol" in options else "tol"
+        with pytest.raises((ValueError, TypeError), match=rf"^{key}[ =]"):
+            OPTION_PATHS[entry](toy, accountant=acc, seed=1, **options)
+    assert draws == [] and acc.history() == [] and acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
+    released = OPTION_PATHS[entry](toy, accountant=acc, seed=1, rtol=1e-3, tol=1e-5)
+    rel = getattr(released, "release", released)
+    rel = rel[-1] if isinstance(rel, (list, tuple)) else rel
+    assert rel.certificate.tol == 1e-5 and len(acc.history()) >= 1 and acc.spent[0] == pytest.approx(1.0)

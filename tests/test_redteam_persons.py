@@ -326,10 +326,6 @@ def test_multiclass_selection_with_a_smaller_d_still_covers_every_label_move():
         assert worst <= sel.config_sensitivities[i] * (1 + 1e-12), (config, worst, sel.config_sensitivities[i])
 
 
-@pytest.mark.xfail(strict=True, reason="bad error: an invalid rtol on the multi-class (and binary) Laplace "
-                   "release is refused only after the budget is reserved (the ledger keeps a 'cancelled' entry); "
-                   "the common rule is one clear error before anything is reserved (the streamed multi-class "
-                   "path in progress already calls candidate_rtols first)")
 @pytest.mark.parametrize("sparse", [False, True])
 def test_multiclass_bad_rtol_is_refused_before_anything_is_reserved(sparse):
     X, labels = class_data(9, 3, seed=2)
@@ -343,10 +339,6 @@ def test_multiclass_bad_rtol_is_refused_before_anything_is_reserved(sparse):
     assert accountant.history() == []  # nothing reserved, not even a cancelled hold
 
 
-@pytest.mark.xfail(strict=True, reason="bad error: tol (the optimiser's certificate tolerance) is never "
-                   "validated: tol=nan or tol=-1 releases (and charges) with a certificate whose tol is nan / "
-                   "negative and converged=False; same on DPGPR / DPLaplaceGPC. Privacy is unaffected "
-                   "(the sensitivity is recomputed from the noise drawn)")
 def test_multiclass_release_refuses_a_meaningless_tol():
     X, labels = class_data(9, 3, seed=2)
     model = DPMulticlassLaplaceGPC((X, labels), gpflow.kernels.SquaredExponential(), num_classes=3,

@@ -15,7 +15,7 @@ from typing import Callable, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from ..validation import validate_objective
+from ..validation import check_real, validate_objective
 
 #: Candidate relative singular-value tolerances tried (in order) when ``rtol`` is chosen automatically.
 AUTO_RTOLS = (1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10)
@@ -58,12 +58,22 @@ def projection_is_harmless(ratio, noise_multiplier):
     return ratio <= BIAS_FRACTION * noise_multiplier
 
 
+def validate_rtol(rtol: object) -> float:
+    """A relative singular-value tolerance: a real number in [0, 1) (``TypeError`` / ``ValueError``)."""
+    rtol = check_real("rtol", rtol)
+    if not 0.0 <= rtol < 1.0:
+        raise ValueError(f"rtol must be in [0, 1), got {rtol}")
+    return rtol
+
+
 def candidate_rtols(objective: str, rtol: Optional[float]) -> Tuple[float, ...]:
-    """The singular-value tolerances a cloaking release tries, in order (one if ``rtol`` is given)."""
+    """The singular-value tolerances a cloaking release tries, in order (one if ``rtol`` is given, checked
+    by :func:`validate_rtol` and, for ``"mse"``, at least :data:`MIN_MSE_RTOL`)."""
     validate_objective(objective)
     if rtol is None:
         return tuple(t for t in AUTO_RTOLS if objective == "entropy" or t >= MIN_MSE_RTOL)
-    if objective == "mse" and float(rtol) < MIN_MSE_RTOL:
+    rtol = validate_rtol(rtol)
+    if objective == "mse" and rtol < MIN_MSE_RTOL:
         raise ValueError(
             f"rtol={rtol} is below {MIN_MSE_RTOL} for objective='mse' (its optimiser cannot resolve "
             "directions that small in float64); use a larger rtol or objective='entropy'"

@@ -18,6 +18,7 @@ from check_shapes import check_shapes
 
 from ..neighbours import Neighbours, neighbour_columns
 from .dual import MATRIX_SPEC
+from .rank import validate_rtol
 
 
 class ColumnSpace(NamedTuple):
@@ -60,10 +61,7 @@ def column_spaces(C, rtols) -> Iterator[ColumnSpace]:
     matrix, or an SVD); matrices whose smaller side exceeds ``RANDOMISED_SVD_MIN`` get a randomised
     SVD (:func:`_leading_singular_triplets`). ``residual`` is then a bound, not the singular value.
     """
-    rtols = tuple(float(t) for t in rtols)
-    for rtol in rtols:
-        if not 0.0 <= rtol < 1.0:
-            raise ValueError(f"rtol must be in [0, 1), got {rtol}")
+    rtols = tuple(validate_rtol(t) for t in rtols)
     if isinstance(C, (tuple, list)):
         A, B = (tf.convert_to_tensor(x, dtype=tf.float64) for x in C)
         Q, R = tf.linalg.qr(A)  # Q: [k, m'], R: [m', m]

@@ -366,7 +366,8 @@ def cloaking_release(
     ``neighbours``: the public neighbour map of persons (:func:`dpgp_gpflow.neighbours.group_neighbours`;
     None: neighbours differ in one output), whose every extreme change the release protects.
     """
-    request = release_request(epsilon, delta, calibration=calibration, objective=objective, sampler=sampler, seed=seed)
+    request = release_request(epsilon, delta, calibration=calibration, objective=objective, sampler=sampler, seed=seed,
+                              rtol=rtol, tol=tol)
     validate_public_bounds(data_sensitivity, output_bound, y_bounds)
     with reserve(accountant, [request.event()]) as reservation:
         return cloak(request, reservation, C, y_centred, offset, variance, data_sensitivity=data_sensitivity,

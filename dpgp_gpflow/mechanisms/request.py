@@ -2,7 +2,7 @@
 
 The pipeline (:mod:`dpgp_gpflow.pipeline`) or a public wrapper builds one :class:`ReleaseRequest`
 (:func:`release_request`: the only place a release validates epsilon, delta, calibration, objective,
-sampler and seed, and computes its noise multiplier) and takes one reservation
+``rtol``, ``tol``, sampler and seed, and computes its noise multiplier) and takes one reservation
 (:func:`~dpgp_gpflow.accounting.reserve`) before anything is computed; the mechanisms
 (:mod:`.cloaking`, :mod:`.standard`) receive both, neither validate nor reserve, and commit the one
 event after the draw. :func:`validate_public_bounds` checks the declared public bounds a mechanism
@@ -19,17 +19,20 @@ import numpy as np
 
 from ..accounting import PrivacyEvent, Reservation, reserve
 from ..calibration import gaussian_multiplier
+from ..cloaking.optimiser import DEFAULT_TOL
+from ..cloaking.rank import candidate_rtols
 from ..sampling import validate_sampler
 from ..validation import (
+    check_real,
     validate_calibration,
     validate_data_sensitivity,
     validate_delta,
     validate_epsilon,
-    validate_objective,
     validate_seed,
 )
 
-__all__ = ["ReleaseRequest", "gaussian_event", "release_request", "reserve_gaussian", "validate_public_bounds"]
+__all__ = ["ReleaseRequest", "gaussian_event", "release_request", "reserve_gaussian", "validate_public_bounds",
+           "validate_tol"]
 
 
 class ReleaseRequest(NamedTuple):
@@ -52,17 +55,31 @@ class ReleaseRequest(NamedTuple):
 
 
 def release_request(epsilon: Any, delta: Any, *, calibration: Any = "analytic", objective: Optional[str] = "mse",
-                    sampler: Any = "exact", seed: Any = None) -> ReleaseRequest:
-    """Validate a Gaussian release's parameters (in this order: objective unless None, sampler, seed,
-    epsilon, delta, calibration) and compute its noise multiplier: the only place a release does either."""
+                    sampler: Any = "exact", seed: Any = None, rtol: Optional[float] = None,
+                    tol: Any = DEFAULT_TOL) -> ReleaseRequest:
+    """Validate a Gaussian release's parameters (in this order: objective and the cloaking ``rtol`` unless
+    the objective is None (:func:`~dpgp_gpflow.cloaking.rank.candidate_rtols`), sampler, seed, epsilon,
+    delta, calibration, the optimiser's ``tol`` (:func:`validate_tol`)) and compute its noise multiplier:
+    the only place a release does either, before anything is reserved."""
     if objective is not None:
-        validate_objective(objective)
+        candidate_rtols(objective, rtol)  # the objective, then rtol (None: the automatic candidates)
     validate_sampler(sampler)
     seed = validate_seed(seed)
     epsilon, delta = validate_epsilon(epsilon), validate_delta(delta)
     calibration = validate_calibration(calibration)
+    validate_tol(tol)
     return ReleaseRequest(epsilon, delta, calibration, objective, gaussian_multiplier(epsilon, delta, calibration),
                           sampler, seed)
+
+
+def validate_tol(tol: Any) -> float:
+    """The cloaking optimiser's tolerance (its certificate's duality gap): a finite number > 0
+    (``TypeError`` / ``ValueError`` otherwise). Public: it shapes no privacy guarantee, only the noise's
+    optimality."""
+    tol = check_real("tol", tol)
+    if not tol > 0.0:
+        raise ValueError(f"tol must be finite and > 0 (the optimiser's duality-gap tolerance), got {tol}")
+    return tol
 
 
 def reserve_gaussian(epsilon, delta, calibration, accountant) -> Tuple[float, float, float, Reservation]:

@@ -284,7 +284,7 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
         """
         steps = check_steps(steps)
         request = _step_request(release_request(epsilon, delta, calibration=calibration, objective=objective,
-                                                seed=seed), steps)
+                                                seed=seed, rtol=rtol, tol=tol), steps)
         check_release_hyperparameters(self, hyperparameters_public)
         # step 1's public terms, checked finite before any budget is reserved (a refusal draws and spends nothing)
         first = self.first_step()

@@ -44,7 +44,7 @@ from gpflow.models import BayesianModel, InternalDataTrainingLossMixin
 
 from ..accounting import PrivacyAccountant, PrivacyEvent, Reservation, reserve
 from ..calibration import analytic_gaussian_epsilon, gaussian_multiplier
-from ..cloaking import DEFAULT_TOL, candidate_rtols
+from ..cloaking import DEFAULT_TOL
 from ..contract import check_release_hyperparameters, dense_map, latent_terms_and_readout
 from ..mechanisms import ReleaseRequest, release_request
 from ..neighbours import relation
@@ -622,10 +622,12 @@ class _OneVsRest(BayesianModel, InternalDataTrainingLossMixin):
         return P, P * (1.0 - P)
 
     def _request(self, epsilon: Any, delta: Any, steps: Any, calibration: Any, objective: Any, seed: Any,
-                 hyperparameters_public: bool) -> Tuple[int, ReleaseRequest, ReleaseRequest]:
-        """``(steps, request, step request)``: the one validation, then the leak guard of every problem."""
+                 hyperparameters_public: bool, rtol: Any, tol: Any) -> Tuple[int, ReleaseRequest, ReleaseRequest]:
+        """``(steps, request, step request)``: the one validation (``rtol`` and ``tol`` included), then the
+        leak guard of every problem."""
         steps = check_steps(steps)
-        request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed)
+        request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed,
+                                  rtol=rtol, tol=tol)
         step_request = multiclass_step_request(request, steps, self.classes_moved)
         for problem in self.problems:
             check_release_hyperparameters(problem, hyperparameters_public)
@@ -700,7 +702,7 @@ class DPMulticlassLaplaceGPC(_OneVsRest):
         only ``calibration="analytic"``.
         """
         steps, request, step_request = self._request(epsilon, delta, steps, calibration, objective, seed,
-                                                     hyperparameters_public)
+                                                     hyperparameters_public, rtol, tol)
         # step 1's public terms, the same for every class, checked finite before anything is reserved
         first = self.problems[0].first_step()
         return self._release_classes(
@@ -762,7 +764,7 @@ class DPSparseMulticlassLaplaceGPC(_OneVsRest):
             raise TypeError("this DPSparseMulticlassLaplaceGPC's rows are Dask arrays and stay on the cluster: release "
                             "it with model.release_streamed(epsilon=..., delta=...)")
         steps, request, step_request = self._request(epsilon, delta, steps, calibration, objective, seed,
-                                                     hyperparameters_public)
+                                                     hyperparameters_public, rtol, tol)
         # the public latent terms and readout, the same for every class, checked finite before anything is reserved
         latent, readout = latent_terms_and_readout(self.problems[0])
         B = dense_map(latent.map)  # [m, n]
@@ -799,8 +801,7 @@ class DPSparseMulticlassLaplaceGPC(_OneVsRest):
             raise NotImplementedError("the streamed release of several classes does not support groups= (person-level "
                                       "privacy) yet: release in memory with model.release (docs/guides/multiclass.md)")
         steps, request, step_request = self._request(epsilon, delta, 1, calibration, objective, seed,
-                                                     hyperparameters_public)
-        candidate_rtols(objective, rtol)  # a bad rtol is refused before anything is reserved
+                                                     hyperparameters_public, rtol, tol)
         rows = self._streamed_rows(source, chunk_size)
         dim = int(self.problems[0].inducing_variable.Z.shape[1])
         if rows.input_dim != dim:

@@ -152,14 +152,14 @@ def release_function(
     the mean before noise agree; see ``docs/guides/scaling.md``). Privacy assumptions: see the module docstring.
     """
     require_float64()
-    request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed)  # once
+    request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed,
+                              rtol=rtol, tol=tol)  # once, rtol and tol included, before anything is reserved
     ChunkTerms.from_model(model)  # the supported models only, before anything else
     rows = _num_rows(model, source)
     ids = _streamed_groups(model, rows)  # refusals before anything is reserved
     if ids is not None:
         person_starts(ids, rows)  # each person's rows consecutive (else one line, nothing spent)
     check_release_hyperparameters(model, hyperparameters_public)
-    candidate_rtols(objective, rtol)  # a bad rtol is refused before anything is reserved
     with reserve(accountant, [request.event()]) as reservation:  # the one reservation: cloak_function commits
         return cloak_function(model, request, reservation, reference_inputs=reference_inputs, rtol=rtol, tol=tol,
                               max_iter=max_iter, source=source, chunk_size=chunk_size, stats=stats)

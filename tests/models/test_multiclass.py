@@ -178,6 +178,21 @@ def test_classical_calibration_is_refused_before_anything_is_reserved(model, dra
     assert acc.ledger == () and acc.held == (0.0, 0.0) and draws == []
 
 
+@pytest.mark.parametrize("how", ["full", "sparse", "streamed"])
+def test_a_meaningless_rtol_or_tol_is_refused_before_anything_is_reserved(model, sparse_model, draws, how):
+    """The one validation of every release (mechanisms.release_request): rtol outside [0, 1) or below the
+    mse floor, tol not a finite number > 0; refused naming the option, nothing drawn, held or cancelled."""
+    release = {"full": model.release, "sparse": sparse_model.release, "streamed": sparse_model.release_streamed}[how]
+    acc = PrivacyAccountant(epsilon=30.0, delta=0.5)
+    for options in (dict(rtol=-1.0), dict(rtol=-1.0, objective="entropy"), dict(rtol=float("nan")),
+                    dict(rtol=1.5, objective="entropy"), dict(tol=float("nan")), dict(tol=-1.0), dict(tol=0.0),
+                    dict(tol=None)):
+        key = "rtol" if "rtol" in options else "tol"
+        with pytest.raises((ValueError, TypeError), match=rf"^{key}[ =]"):
+            release(epsilon=EPS, delta=DELTA, accountant=acc, seed=1, **options)
+    assert acc.history() == [] and acc.held == (0.0, 0.0) and draws == []
+
+
 def _raising_publish(monkeypatch, at_call: int):
     original, calls = cloaking_module.publish_cloaking, []
 
