@@ -6,7 +6,7 @@ squared-exponential kernel, the first Newton step ``C = 1/2 K (I + K/4)^{-1}``, 
 one-vs-rest CV utility. What the package publishes (noise factors, sensitivities, choices) is checked
 against them over *every* neighbour of the stated relation.
 
-Tests marked ``xfail(strict=True)`` show a problem found at HEAD (see each reason); they fail today and
+Tests marked ``xfail(strict=True)`` show a problem found at HEAD (see each reason); they fail until fixed and
 must be un-marked by whoever fixes the code.
 """
 
@@ -280,7 +280,7 @@ def test_integer_valued_float_and_column_groups_are_the_integer_persons():
 
 
 # ---------------------------------------------------------------------------------------------
-# Findings (xfail strict: each fails at HEAD)
+# Findings (xfail strict at 35544bb; fixed in 149c7dc (classifier d) and 2e825be (rtol, tol))
 
 
 def _one_vs_rest(labels, K):
