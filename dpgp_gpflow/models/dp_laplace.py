@@ -402,8 +402,8 @@ class DPSparseLaplaceGPC(_LabelContract, DaskRowsMixin, FactoredModelMixin, Lapl
     Privacy assumption: ``X``, ``Z`` and the kernel hyperparameters are public;
     ``hyperparameters_public=True`` declares the kernel values given here chosen without the labels
     (otherwise non-default values make releases warn, :class:`~dpgp_gpflow.HyperparameterWarning`).
-    ``groups`` (public integers [N]): persons, as for :class:`DPLaplaceGPC`; in-memory rows only (the
-    streamed release of a classifier refuses groups).
+    ``groups`` (public integers [N]): persons, as for :class:`DPLaplaceGPC`; with Dask rows an in-memory
+    array beside them (the streamed release cuts its chunks between persons, whose rows must be consecutive).
     """
 
     function_type = PrivateSparseClassifier
@@ -421,9 +421,9 @@ class DPSparseLaplaceGPC(_LabelContract, DaskRowsMixin, FactoredModelMixin, Lapl
         groups: Any = None,
     ) -> None:
         X, Y, dask_rows = _sparse_rows(data)
-        if dask_rows is not None and groups is not None:
-            raise NotImplementedError("groups= (person-level privacy) is not supported with Dask rows for a classifier "
-                                      "(its streamed release does not support groups); hold the rows in memory")
+        if dask_rows is not None and is_dask_array(groups):
+            raise TypeError("with Dask rows, give groups= as an in-memory array of the N public person ids "
+                            "(e.g. groups.compute()): the streamed release cuts its chunks between persons from it")
         Z = _inducing_inputs(inducing_variable, X)
         self._hold_groups(groups, int(np.shape(X)[0]))
         if dask_rows is not None:

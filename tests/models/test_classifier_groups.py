@@ -234,9 +234,10 @@ def test_bad_groups_are_refused_when_the_model_is_built(problem):
         np.testing.assert_array_equal(cls((X, y), kernel(), *extra, groups=groups.astype(float)).groups, groups)
 
 
-def test_streamed_classifiers_need_consecutive_persons_and_dask_classifiers_refuse_groups(problem, draws):
+def test_streamed_classifiers_need_consecutive_persons_and_dask_classifiers_take_in_memory_groups(problem, draws):
     """The streamed release of a grouped classifier (tests/streaming/test_streaming_groups.py) needs each
-    person's rows consecutive: these are shuffled, refused before anything is spent."""
+    person's rows consecutive: these are shuffled, refused before anything is spent. Built from Dask rows, the
+    classifiers take groups as an in-memory array beside them; a Dask array of ids is refused."""
     X, y, groups = problem
     model = DPSparseLaplaceGPC((X, y), kernel(), X[::3], hyperparameters_public=True, groups=groups)
     accountant = PrivacyAccountant(epsilon=10.0, delta=0.5)
@@ -244,8 +245,16 @@ def test_streamed_classifiers_need_consecutive_persons_and_dask_classifiers_refu
         streamed_release_function(model, epsilon=EPS, delta=DELTA, accountant=accountant)
     assert accountant.spent == (0.0, 0.0) and accountant.held == (0.0, 0.0) and draws == []
     da = pytest.importorskip("dask.array")
-    with pytest.raises(NotImplementedError, match="Dask rows"):
-        DPSparseLaplaceGPC((da.from_array(X), da.from_array(y)), kernel(), X[::3], groups=groups)
+    Xd, yd = da.from_array(X), da.from_array(y)
+    np.testing.assert_array_equal(DPSparseLaplaceGPC((Xd, yd), kernel(), X[::3], groups=groups).groups, groups)
+    with pytest.raises(TypeError, match="in-memory array"):
+        DPSparseLaplaceGPC((Xd, yd), kernel(), X[::3], groups=da.from_array(groups))
+    with pytest.raises(ValueError, match="groups"):
+        DPSparseLaplaceGPC((Xd, yd), kernel(), X[::3], groups=groups[:-1])
+    with pytest.raises(ValueError, match="consecutive"):  # the shuffled persons, streamed from the Dask rows
+        streamed_release_function(DPSparseLaplaceGPC((Xd, yd), kernel(), X[::3], hyperparameters_public=True,
+                                                     groups=groups), epsilon=EPS, delta=DELTA, accountant=accountant)
+    assert accountant.spent == (0.0, 0.0) and accountant.held == (0.0, 0.0) and draws == []
 
 
 def test_groups_are_public_fixed_and_copied(problem):

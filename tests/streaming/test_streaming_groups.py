@@ -173,3 +173,31 @@ def test_many_corner_columns_start_cold_over_all_of_them_and_pass_the_audit(monk
     assert "coarse" not in stats and stats["distinct"] > 600
     _same_release(f_mem.release, f_str.release)
     assert dp.audit(f_str, model).passed
+
+
+def test_a_classifier_built_from_dask_rows_with_groups_streams_the_in_memory_grouped_release():
+    """DPSparseLaplaceGPC((X_dask, Y_dask), ..., groups=ids) takes the persons as an in-memory array beside the
+    Dask rows (a Dask array of ids is refused before anything else); its streamed release (chunks recut between
+    persons) equals the in-memory grouped release, and dp.audit of the grouped model catches the per-row one."""
+    da = pytest.importorskip("dask.array")
+    model = _classifier(400, 10, _persons(400, seed=7, largest=5))
+    X, Y = (t.numpy() for t in model.data)
+    Z = model.inducing_variable.Z.numpy()
+    Xd, Yd = da.from_array(X, chunks=(90, 1)), da.from_array(Y, chunks=(90, 1))
+
+    def dask_model(groups):
+        return DPSparseLaplaceGPC((Xd, Yd), gpflow.kernels.SquaredExponential(lengthscales=1.0), Z, groups=groups)
+
+    with pytest.raises(TypeError, match="in-memory array"):
+        dask_model(da.from_array(model.groups, chunks=90))
+    dmodel = dask_model(model.groups)
+    np.testing.assert_array_equal(dmodel.groups, model.groups)
+    accountant = PrivacyAccountant(epsilon=5.0, delta=1e-2)
+    f_dask = streaming.release_function(dmodel, epsilon=1.0, delta=1e-3, seed=3, accountant=accountant)
+    assert len(accountant.ledger) == 1 and isinstance(f_dask, PrivateSparseClassifier)
+    f_mem = model.release(epsilon=1.0, delta=1e-3, seed=3)
+    _same_release(f_mem.release, f_dask.release)
+    largest = np.unique(model.groups, return_counts=True)[1].max()
+    assert largest > 1 and f_dask.release.neighbours == f"person (groups, up to {largest} rows)"
+    per_row = streaming.release_function(dask_model(None), epsilon=1.0, delta=1e-3, seed=3)
+    assert dp.audit(f_dask, model).passed and not dp.audit(per_row, model).passed  # the audit reads the groups
