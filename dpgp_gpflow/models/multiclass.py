@@ -52,6 +52,7 @@ from ..pipeline import cloak_outputs
 from ..io.format import ReleaseDocument, ReleaseFileError, take_arrays
 from ..released import PrivateClassifier, PrivateFunction, PrivateRelease, Released, probit_approximation
 from ..streaming import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks, cloak_function
+from ..streaming.chunks import person_starts
 from ..streaming.dask_chunks import DaskChunks
 from ..validation import (
     as_inputs,
@@ -723,7 +724,8 @@ class DPSparseMulticlassLaplaceGPC(_OneVsRest):
     as an array).
 
     Privacy assumption: ``X``, ``Z`` and the kernel hyperparameters are public; ``groups`` (persons) as for
-    :class:`DPMulticlassLaplaceGPC` (in memory only).
+    :class:`DPMulticlassLaplaceGPC` (with Dask rows an in-memory array beside them; the streamed release cuts
+    its chunks between persons, whose rows must be consecutive).
     """
 
     def __init__(self, data: Any, kernel: gpflow.kernels.Kernel, inducing_variable: Any, *, num_classes: int,
@@ -736,10 +738,9 @@ class DPSparseMulticlassLaplaceGPC(_OneVsRest):
                 inducing_variable = kmeans_inducing_inputs(X, int(inducing_variable))
         else:  # the labels stay on the cluster: checked chunk by chunk where they are read (release_streamed)
             validate_class_labels(np.zeros(0, np.int64), num_classes, 0)  # num_classes alone
-            if groups is not None:
-                raise NotImplementedError("groups= (person-level privacy) is not supported with Dask rows for a "
-                                          "classifier (its streamed release does not support groups); hold the rows "
-                                          "in memory")
+            if is_dask_array(groups):
+                raise TypeError("with Dask rows, give groups= as an in-memory array of the N public person ids "
+                                "(e.g. groups.compute()): the streamed release cuts its chunks between persons from it")
         object.__setattr__(self, "_dp_dask_rows", dask_rows)
         super().__init__(X, labels, kernel, int(num_classes), lambda y, ids: DPSparseLaplaceGPC(
             (X, y), kernel, inducing_variable, max_iter=max_iter, tol=tol,
@@ -786,20 +787,19 @@ class DPSparseMulticlassLaplaceGPC(_OneVsRest):
                          chunk_size: int = DEFAULT_CHUNK_SIZE) -> PrivateMulticlassClassifier:
         """:meth:`release` streamed over row chunks, without the m x n map: each class's first Newton step is
         :func:`dpgp_gpflow.streaming.cloak_function` of its problem over :class:`OneVsRestChunks` of the rows,
-        at the same multiplier ``sqrt(2) s(epsilon, delta)``, all under one reservation and one ledger event
-        (as :meth:`release`).
+        at the same multiplier ``sqrt(m) s(epsilon, delta)`` (``m = 2``, with groups ``min(K, 2g)``), all under
+        one reservation and one ledger event (as :meth:`release`).
 
         ``source``: a :class:`~dpgp_gpflow.streaming.ChunkSource` of ``(X, labels)`` with integer labels
         ``0 .. K-1`` (e.g. ``LocalChunks(X, labels)`` over memory maps, or ``DaskChunks(X, labels)``); default:
         the model's Dask rows, or its rows in chunks of ``chunk_size``. Every label is read and checked
-        (``ValueError``, no statistic of the labels) before anything is reserved; ``groups`` are refused
-        (``NotImplementedError``), as is the classical calibration. Keywords as for
+        (``ValueError``, no statistic of the labels) before anything is reserved. With ``groups`` (persons) each
+        person's rows must be consecutive in the source's row order (else ``ValueError``, nothing reserved):
+        every class's chunks are recut between persons and protect each person's box, as in memory. The
+        classical calibration is refused (``NotImplementedError``). Keywords as for
         :func:`dpgp_gpflow.streaming.release_function` (``max_iter``, ``chunk_size``). With the same seed each
         class equals the in-memory release up to floating-point summation order and the signs of the noise's
         eigenvectors (docs/guides/scaling.md). Privacy assumptions as for :meth:`release`; the chunking is public."""
-        if self.groups is not None:
-            raise NotImplementedError("the streamed release of several classes does not support groups= (person-level "
-                                      "privacy) yet: release in memory with model.release (docs/guides/multiclass.md)")
         steps, request, step_request = self._request(epsilon, delta, 1, calibration, objective, seed,
                                                      hyperparameters_public, rtol, tol)
         rows = self._streamed_rows(source, chunk_size)
@@ -807,6 +807,8 @@ class DPSparseMulticlassLaplaceGPC(_OneVsRest):
         if rows.input_dim != dim:
             raise ValueError(f"the chunks have {rows.input_dim} input columns, the model {dim}")
         rows.map_reduce(_labels_checked, _both, self.num_classes)  # every label, before anything is reserved
+        if self.groups is not None:  # public: each person's rows consecutive (else one line), nothing reserved
+            person_starts(self.groups, rows.n)
 
         def one_class(a: int, problem: Any, req: ReleaseRequest, draws: Reservation) -> PrivateClassifier:
             function = cloak_function(problem, req, draws, source=OneVsRestChunks(rows, a, self.num_classes),

@@ -16,6 +16,7 @@ import pytest
 import dpgp_gpflow as dp
 import dpgp_gpflow.models.multiclass as multiclass_module
 from dpgp_gpflow import PrivacyAccountant, sampling
+from dpgp_gpflow.calibration import gaussian_multiplier
 from dpgp_gpflow.models import DPSparseMulticlassLaplaceGPC
 from dpgp_gpflow.streaming import LocalChunks
 
@@ -36,6 +37,20 @@ def rows():
     X = rng.uniform(0.0, 6.0, (n, 2))
     labels = np.clip(np.floor(X[:, 0] / 2.0 + 0.3 * rng.standard_normal(n)), 0, K_CLASSES - 1).astype(np.int64)
     return X, labels, rng.uniform(0.0, 6.0, (10, 2))
+
+
+def _persons(n, largest=3, seed=5):
+    """Consecutive persons of 1..largest rows."""
+    sizes = np.random.default_rng(seed).integers(1, largest + 1, n)
+    return np.repeat(np.arange(n) * 3 + 1, sizes)[:n]
+
+
+@pytest.fixture(scope="module")
+def grouped(rows):
+    """The model of ``rows`` with persons of up to 3 rows: m = min(K, 2 g) = 3 classes moved."""
+    X, labels, Z = rows
+    return DPSparseMulticlassLaplaceGPC((X, labels), kernel(), Z, num_classes=K_CLASSES, hyperparameters_public=True,
+                                        groups=_persons(len(X)))
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +95,9 @@ def test_a_model_of_dask_rows_releases_streamed_on_dask(rows, model):
     Xd, Ld = da.from_array(X, chunks=(100, 2)), da.from_array(labels, chunks=100)
     with pytest.raises(TypeError, match="minibatch_kmeans_inducing_inputs"):
         DPSparseMulticlassLaplaceGPC((Xd, Ld), kernel(), 10, num_classes=K_CLASSES)
-    with pytest.raises(NotImplementedError, match="Dask rows"):
-        DPSparseMulticlassLaplaceGPC((Xd, Ld), kernel(), Z, num_classes=K_CLASSES, groups=np.arange(len(X)))
+    with pytest.raises(TypeError, match="in-memory array"):
+        DPSparseMulticlassLaplaceGPC((Xd, Ld), kernel(), Z, num_classes=K_CLASSES,
+                                     groups=da.from_array(np.arange(len(X)), chunks=100))
     dmodel = DPSparseMulticlassLaplaceGPC((Xd, Ld), kernel(), Z, num_classes=K_CLASSES, hyperparameters_public=True)
     with pytest.raises(TypeError, match="release_streamed"):
         dmodel.release(epsilon=EPS, delta=DELTA)
@@ -104,10 +120,14 @@ def test_a_bad_label_in_the_rows_is_refused_before_anything_is_reserved(rows, mo
 def test_what_the_streamed_release_does_not_support_is_refused_before_anything_is_reserved(rows, model, draws):
     X, labels, Z = rows
     acc = PrivacyAccountant(epsilon=2.0, delta=1e-2)
+    shuffled = _persons(len(X))
+    shuffled[[10, 200]] = shuffled[[200, 10]]  # two persons' rows no longer consecutive
     grouped = DPSparseMulticlassLaplaceGPC((X, labels), kernel(), Z, num_classes=K_CLASSES,
-                                           hyperparameters_public=True, groups=np.arange(len(X)) // 2)
-    with pytest.raises(NotImplementedError, match="groups"):
+                                           hyperparameters_public=True, groups=shuffled)
+    with pytest.raises(ValueError, match="consecutive"):
         grouped.release_streamed(epsilon=EPS, delta=DELTA, accountant=acc)
+    with pytest.raises(ValueError, match="groups"):  # the source's rows are not the groups' rows
+        grouped.release_streamed(epsilon=EPS, delta=DELTA, source=LocalChunks(X[:-1], labels[:-1]), accountant=acc)
     with pytest.raises(NotImplementedError, match="analytic"):
         model.release_streamed(epsilon=EPS, delta=DELTA, calibration="classical", accountant=acc)
     with pytest.raises(ValueError, match="input columns"):
@@ -131,3 +151,44 @@ def test_a_failure_after_a_draw_charges_the_whole_event_once(model, monkeypatch,
     with pytest.raises(FloatingPointError, match="midway"):
         model.release_streamed(epsilon=EPS, delta=DELTA, accountant=acc)
     assert len(draws) == 1 and acc.spent == (EPS, DELTA) and len(acc.ledger) == 1 and acc.held == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("chunks", ["default", "local-70"])
+def test_the_grouped_streamed_release_equals_the_in_memory_grouped_release(rows, model, grouped, chunks, tmp_path):
+    """With groups= (persons of up to 3 rows, K = 3) the streamed release recuts its chunks between persons; each
+    class's step is at sqrt(m) s with m = min(K, 2 g) = 3 and equals the in-memory grouped release class by class;
+    one ledger event; the whole audit against the grouped model passes and catches the per-row streamed release."""
+    X, labels, _ = rows
+    source = None if chunks == "default" else LocalChunks(X, labels, 70)
+    acc = PrivacyAccountant(epsilon=2.0, delta=1e-2, composition="gdp")
+    streamed = grouped.release_streamed(epsilon=EPS, delta=DELTA, seed=4, source=source, chunk_size=110,
+                                        accountant=acc)
+    s = gaussian_multiplier(EPS, DELTA, "analytic")
+    (event,) = acc.ledger  # one event for the whole release
+    assert (event.epsilon, event.delta) == (EPS, DELTA) and event.mu == pytest.approx(1.0 / s, rel=1e-12)
+    assert (streamed.person_rows, streamed.classes_moved) == (3, 3)
+    for rel in streamed.releases:
+        assert rel.noise_multiplier == pytest.approx(np.sqrt(3.0) * s, rel=1e-12)
+        assert rel.neighbours == "person (groups, up to 3 rows)"
+    assert_same_release(grouped.release(epsilon=EPS, delta=DELTA, seed=4), streamed, 4, rtol=1e-6)
+    report = dp.audit(streamed, grouped)
+    assert report.passed and report.epsilon <= EPS * (1 + 1e-6)
+    per_row = model.release_streamed(epsilon=EPS, delta=DELTA, seed=4, source=source, chunk_size=110)
+    assert dp.audit(per_row, model).passed
+    caught = dp.audit(per_row, grouped)  # the audit reads the model's groups, never the release's
+    assert not caught.passed and caught.epsilon > 1.5 * EPS
+    loaded = dp.load(streamed.save(tmp_path / "grouped.json"))
+    assert loaded.person_rows == 3
+    np.testing.assert_array_equal(loaded.predict_y(X[:5])[0].numpy(), streamed.predict_y(X[:5])[0].numpy())
+
+
+def test_a_model_of_dask_rows_with_groups_streams_the_in_memory_grouped_release(rows, grouped):
+    da = pytest.importorskip("dask.array")
+    X, labels, Z = rows
+    Xd, Ld = da.from_array(X, chunks=(100, 2)), da.from_array(labels, chunks=100)
+    dmodel = DPSparseMulticlassLaplaceGPC((Xd, Ld), kernel(), Z, num_classes=K_CLASSES, hyperparameters_public=True,
+                                          groups=grouped.groups)
+    assert dmodel.classes_moved == 3
+    on_dask = dmodel.release_streamed(epsilon=EPS, delta=DELTA, seed=4)
+    assert_same_release(grouped.release(epsilon=EPS, delta=DELTA, seed=4), on_dask, 4, rtol=1e-6)
+    assert dp.audit(on_dask, grouped).passed
