@@ -18,7 +18,6 @@ import sqlite3
 import time
 from pathlib import Path
 
-import gpflow
 import numpy as np
 import pytest
 
@@ -28,8 +27,9 @@ from dpgp_gpflow.calibration import gaussian_multiplier
 from dpgp_gpflow.composition import PrivacyEvent
 from dpgp_gpflow.exceptions import LedgerError
 from dpgp_gpflow.ledger import _TRIGGERS, COLUMNS, LOG_COLUMNS, SQLiteLedger, _statements
-from dpgp_gpflow.models import DPGPR
-from dpgp_gpflow.mechanisms import gaussian_event
+
+# No TensorFlow at import (gpflow, the models and the mechanisms are imported by the tests that use
+# them): the race's workers import this module, and the ledger needs none of it.
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpgp_gpflow.ReproducibleNoiseWarning")
 
@@ -38,8 +38,8 @@ ONE = PrivacyEvent(1.0, 0.01, "gaussian", 0.5, "")
 
 
 def _context():
-    """Fresh worker processes (not forks of this one): a fork server that imports the package once,
-    so that eight workers do not each pay TensorFlow's import."""
+    """Fresh worker processes (not forks of this one): a fork server that imports this module (the
+    ledger and the accountant, no TensorFlow) once, so that eight workers do not each pay for it."""
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["dpgp_gpflow", __name__])  # the workers below live here
     return ctx
@@ -198,7 +198,10 @@ def test_history_is_append_only_held_then_committed_or_cancelled(tmp_path):
 
 
 def test_a_model_release_is_on_disk_before_it_is_returned(tmp_path, monkeypatch):
+    import gpflow
+
     import dpgp_gpflow.mechanisms.cloaking as release_module
+    from dpgp_gpflow.models import DPGPR
 
     path = tmp_path / "budget.sqlite"
     acc = PrivacyAccountant(epsilon=1.0, delta=0.01, ledger=path)
@@ -227,6 +230,8 @@ def test_a_model_release_is_on_disk_before_it_is_returned(tmp_path, monkeypatch)
 
 def _gaussian_releases(acc: PrivacyAccountant, count: int, epsilon: float = 1.0, delta: float = 1e-3) -> int:
     """Gaussian releases at (epsilon, delta) until ``count`` or the first refusal; how many were made."""
+    from dpgp_gpflow.mechanisms import gaussian_event
+
     event = gaussian_event(epsilon, delta, gaussian_multiplier(epsilon, delta, "analytic"))
     done = 0
     for _ in range(count):
