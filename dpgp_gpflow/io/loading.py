@@ -26,7 +26,8 @@ import numpy as np
 from ..models.dp_laplace import PrivateLaplaceClassifier, PrivateSparseClassifier
 from ..models.laplace import LaplaceReadout, SoRReadout
 from ..models.fitc import FITCReadout
-from ..models.multiclass import PrivateMulticlassClassifier, multiclass_releases_of_document
+from ..models.multiclass_classifier import PrivateMulticlassClassifier
+from ..models.multiclass_file import multiclass_releases_of_document
 from ..models.sgpr import SGPRReadout
 from .format import ReleaseDocument, ReleaseFileError, ReleaseFileKindError, as_read_back, read
 from ..released import PrivateClassifier, PrivateFunction, Released, releases_of_document, release_from_document

@@ -1,0 +1,239 @@
+"""The released classifier of several classes, one-vs-rest: :class:`PrivateMulticlassClassifier`.
+
+K released one-vs-rest classifiers (one per class) made by :mod:`dpgp_gpflow.models.multiclass`'s models,
+(epsilon, delta)-DP together by Gaussian-DP composition of their steps (docs/mechanisms.md#several-classes):
+predictions (post-processing, free to query), the whole's privacy card, its audit against the model
+(:meth:`PrivateMulticlassClassifier.audit_parts`, :meth:`PrivateMulticlassClassifier.audited_mu`) and its
+release file (written here; its guarantee checked on reading by
+:func:`~dpgp_gpflow.models.multiclass_file.multiclass_releases_of_document`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type
+
+import numpy as np
+import tensorflow as tf
+from check_shapes import check_shapes
+from gpflow.base import MeanAndVariance
+
+from ..io.format import ReleaseDocument, ReleaseFileError, take_arrays
+from ..released import PrivateClassifier, PrivateFunction, PrivateRelease, Released
+from .dp_laplace import PrivateLaplaceClassifier, PrivateSparseClassifier
+from .multiclass_file import multiclass_releases_of_document
+from .one_vs_rest import OneVsRestModel, class_relation, classes_moved, one_vs_rest_probabilities
+
+__all__ = ["PrivateMulticlassClassifier"]
+
+
+class PrivateMulticlassClassifier(Released):
+    """K released one-vs-rest classifiers (one :class:`~dpgp_gpflow.released.PrivateClassifier` per class);
+    (epsilon, delta)-DP together by Gaussian-DP composition (module docstring), not by summing the steps'.
+
+    ``predict_f`` gives [k, K] latent means and variances (each with its DP noise variance propagated);
+    ``predict_y`` the class probabilities [k, K] (:func:`one_vs_rest_probabilities`, rows sum to 1) and
+    ``P (1 - P)``. Free to query. ``save`` writes one release file (docs/release_file.md#several-classes)
+    whose card states the whole guarantee; :func:`dpgp_gpflow.load` reads it back and recomputes that
+    guarantee from the steps (:func:`multiclass_releases_of_document`)."""
+
+    def __init__(self, classifiers: Sequence[PrivateClassifier], *, epsilon: float, delta: float, mu: float,
+                 steps: int, person_rows: int = 1) -> None:
+        self._classifiers = tuple(classifiers)
+        self._epsilon, self._delta, self._mu, self._steps = float(epsilon), float(delta), float(mu), int(steps)
+        self._person_rows = int(person_rows)
+
+    @property
+    def classifiers(self) -> Tuple[PrivateClassifier, ...]:
+        """The K one-vs-rest classifiers (class ``a``: label ``a`` against the rest). Each one's own
+        ``epsilon`` is that class's releases alone under basic composition; the whole is :attr:`epsilon`."""
+        return self._classifiers
+
+    @property
+    def num_classes(self) -> int:
+        return len(self._classifiers)
+
+    @property
+    def steps(self) -> int:
+        """Newton steps per class."""
+        return self._steps
+
+    @property
+    def person_rows(self) -> int:
+        """The most rows of one person it protects (the model's public ``groups``; 1: one row per person)."""
+        return self._person_rows
+
+    @property
+    def classes_moved(self) -> int:
+        """``m = min(K, 2 g)``: the most classes one neighbour changes (:func:`classes_moved`); each step was
+        released at multiplier ``sqrt(m T) s``."""
+        return classes_moved(self.num_classes, self._person_rows)
+
+    @property
+    def neighbours(self) -> str:
+        """The neighbouring relation it protects (:func:`class_relation`)."""
+        return class_relation(self._person_rows)
+
+    @property
+    def releases(self) -> Tuple[PrivateRelease, ...]:
+        """Every release, class by class (class 0's T steps, then class 1's, ...)."""
+        return tuple(r for c in self._classifiers for r in c.releases)
+
+    @property
+    def epsilon(self) -> float:
+        """The epsilon of the whole release (Gaussian-DP composition of its steps)."""
+        return self._epsilon
+
+    @property
+    def delta(self) -> float:
+        return self._delta
+
+    @property
+    def mu(self) -> float:
+        """Gaussian-DP parameter of the whole release, ``1 / s(epsilon, delta)`` (its ledger event's ``mu``)."""
+        return self._mu
+
+    @property
+    def reproducible(self) -> bool:
+        return any(c.reproducible for c in self._classifiers)
+
+    @property
+    def clip_to_bounds(self) -> bool:
+        return False
+
+    def privacy_card(self) -> Dict[str, Any]:
+        """:meth:`Released.privacy_card` with the composition: ``epsilon``, ``delta`` and ``mu`` of the whole
+        release (Gaussian DP over the m T steps a neighbour changes), ``num_classes``, ``steps``, the relation
+        protected (``neighbours``), ``person_rows`` and ``classes_moved`` (m)."""
+        card = super().privacy_card()
+        card.update(composition="gaussian-dp", mu=self._mu, num_classes=self.num_classes, steps=self._steps,
+                    neighbours=self.neighbours, person_rows=self._person_rows, classes_moved=self.classes_moved)
+        return card
+
+    def audit_parts(self, model: Any) -> Tuple[Tuple[Released, Any], ...]:
+        """``(classifiers[c], model.problems[c])`` for every class c: what :func:`dpgp_gpflow.privacy_audit.audit`
+        recomputes step by step. ``ValueError`` unless ``model`` is a one-vs-rest model of as many classes."""
+        problems = getattr(model, "problems", None) if isinstance(model, OneVsRestModel) else None
+        if problems is None or len(problems) != self.num_classes:
+            raise ValueError(f"audit a release of {self.num_classes} classes against the one-vs-rest model it was "
+                             f"made with (a DPMulticlassLaplaceGPC or DPSparseMulticlassLaplaceGPC of "
+                             f"{self.num_classes} classes), got a {type(model).__name__}")
+        return tuple(zip(self._classifiers, problems))
+
+    def audited_mu(self, model: Any, mus: Sequence[float]) -> Optional[float]:
+        """The whole's Gaussian-DP parameter from every step's audited ``mu`` (class by class, as
+        :meth:`audit_parts`): a neighbour changes at most ``m`` classes (:func:`classes_moved` of the *model's*
+        public groups, never this object's record), all of their steps, so ``mu^2`` is at most the sum of the
+        ``m`` largest per-class sums ``sum_t mu_{c,t}^2`` (docs/mechanisms.md#several-classes)."""
+        per_class = np.sum(np.square(np.asarray(mus, dtype=np.float64).reshape(self.num_classes, -1)), axis=1)
+        moved = classes_moved(self.num_classes, model.person_rows)
+        return float(np.sqrt(np.sum(np.sort(per_class)[::-1][:moved])))
+
+    @property
+    def input_dim(self) -> int:
+        """The number of input columns it predicts at (public)."""
+        return int(self._classifiers[0].readout.input_dim)
+
+    def file_content(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+        """Every release under ``releases/<i>/`` (class by class), and per class its classifier's kind, readout
+        (``kind``, ``state``) and coordinates flag (``content.classes``), each readout's arrays by index into a
+        pool ``readout/<j>`` in which identical arrays are stored once (every class shares ``X`` and, for one
+        step or the sparse variant, every factor): docs/release_file.md#several-classes."""
+        content, arrays = super().file_content()
+        pool: Dict[Tuple[str, Tuple[int, ...], str], int] = {}
+        classes = []
+        for a, classifier in enumerate(self._classifiers):
+            kind = type(classifier).__name__
+            if _CLASS_KINDS.get(kind) is not type(classifier):
+                raise NotImplementedError(f"cannot save a multi-class release of {kind}s: a release file holds "
+                                          f"{sorted(_CLASS_KINDS)}")
+            own, own_arrays = classifier.file_content()
+            refs = {}
+            for name in sorted(own_arrays):
+                if not name.startswith("readout/"):
+                    continue
+                value = np.ascontiguousarray(own_arrays[name])
+                key = (value.dtype.str, value.shape, hashlib.sha256(value.tobytes()).hexdigest())
+                if key not in pool:
+                    pool[key] = len(pool)
+                    arrays[f"readout/{pool[key]}"] = value
+                refs[name[len("readout/"):]] = pool[key]
+            if own["coordinates"]:
+                arrays[f"classes/{a}/coordinates"] = own_arrays["coordinates"]
+            classes.append({"kind": kind, "readout": own["readout"], "coordinates": own["coordinates"],
+                            "readout_arrays": refs})
+        return {**content, "classes": classes}, arrays
+
+    @classmethod
+    def from_release_document(cls, document: ReleaseDocument,
+                              readout: Callable[[Any, Mapping[str, np.ndarray], str], Any]) -> "PrivateMulticlassClassifier":
+        """The object of a verified release file (:func:`dpgp_gpflow.io.format.read`): its card and releases
+        checked by :func:`multiclass_releases_of_document`, then each class's classifier rebuilt from its
+        releases and its readout (``readout(spec, arrays, where)``: :func:`dpgp_gpflow.io.loading.load` picks
+        the readout class). ``ReleaseFileError`` naming the field otherwise."""
+        releases, guarantee = multiclass_releases_of_document(document)
+        K, steps = guarantee.num_classes, guarantee.steps
+        entries = document.content.get("classes")
+        if not isinstance(entries, list) or len(entries) != K:
+            raise ReleaseFileError(f"content.classes must be a list of {K} classes")
+        classifiers: List[PrivateClassifier] = []
+        for a, entry in enumerate(entries):
+            where = f"content.classes[{a}]"
+            if not isinstance(entry, dict) or set(entry) != {"kind", "readout", "coordinates", "readout_arrays"}:
+                raise ReleaseFileError(f"{where} must be an object with kind, readout, coordinates and readout_arrays")
+            kind, refs, flag = entry["kind"], entry["readout_arrays"], entry["coordinates"]
+            if kind not in _CLASS_KINDS or (kind == "PrivateSparseClassifier" and steps != 1):
+                raise ReleaseFileError(f"{where}.kind must be one of {sorted(_CLASS_KINDS)} (sparse: one step), "
+                                       f"got {kind!r}")
+            if kind != entries[0].get("kind"):
+                raise ReleaseFileError(f"{where}.kind {kind!r} is not the first class's")
+            if not isinstance(flag, bool):
+                raise ReleaseFileError(f"{where}.coordinates must be true or false")
+            if not (isinstance(refs, dict) and all(isinstance(j, int) and not isinstance(j, bool) for j in refs.values())):
+                raise ReleaseFileError(f"{where}.readout_arrays must map array names to integers")
+            missing = sorted(f"readout/{j}" for j in refs.values() if f"readout/{j}" not in document.arrays)
+            if missing:
+                raise ReleaseFileError(f"{where}.readout_arrays: the file has no array(s) {missing}")
+            own = releases[a * steps:(a + 1) * steps]
+            m = own[-1].mean.shape[0]
+            coordinates = None
+            if flag:
+                coordinates = take_arrays(where, document.arrays, {f"classes/{a}/coordinates": 2})[
+                    f"classes/{a}/coordinates"]
+                if coordinates.shape != (m, m):
+                    raise ReleaseFileError(f"{where}: coordinates must be [{m}, {m}], got {list(coordinates.shape)}")
+            rebuilt = readout(entry["readout"], {name: document.arrays[f"readout/{j}"] for name, j in refs.items()},
+                              f"{where}.readout")
+            probe = rebuilt.readout(tf.zeros([1, int(rebuilt.input_dim)], dtype=tf.float64))
+            if tuple(probe.shape) != (1, m):
+                raise ReleaseFileError(f"{where}: the readout maps {int(probe.shape[1])} latent values, the release "
+                                       f"has {m}")
+            if a and int(rebuilt.input_dim) != classifiers[0].readout.input_dim:
+                raise ReleaseFileError(f"{where}: the readout takes {int(rebuilt.input_dim)} input columns, class 0's "
+                                       f"{classifiers[0].readout.input_dim}")
+            classifier = _CLASS_KINDS[kind].__new__(_CLASS_KINDS[kind])
+            PrivateFunction.__init__(classifier, own[-1], rebuilt, coordinates, releases=own)  # as the constructors
+            classifiers.append(classifier)
+        return cls(classifiers, epsilon=guarantee.epsilon, delta=guarantee.delta, mu=guarantee.mu, steps=steps,
+                   person_rows=guarantee.person_rows)
+
+    @check_shapes("return[0]: [N, K]", "return[1]: [N, K]")
+    def predict_f(self, Xnew: Any) -> MeanAndVariance:
+        """DP latent means [k, K] and variances [k, K]: each class's public Laplace variance plus the DP noise
+        variance propagated to ``Xnew`` (as :meth:`PrivateClassifier.predict_f`)."""
+        pairs = [c.predict_f(Xnew) for c in self._classifiers]
+        return tf.concat([m for m, _ in pairs], axis=1), tf.concat([v for _, v in pairs], axis=1)
+
+    @check_shapes("return[0]: [N, K]", "return[1]: [N, K]")
+    def predict_y(self, Xnew: Any) -> MeanAndVariance:
+        """Class probabilities [k, K] (:func:`one_vs_rest_probabilities`) and ``P (1 - P)``."""
+        P = one_vs_rest_probabilities(*self.predict_f(Xnew))
+        return P, P * (1.0 - P)
+
+    def predict_class(self, Xnew: Any) -> np.ndarray:
+        """The most probable class [k] (int64)."""
+        return np.argmax(self.predict_y(Xnew)[0].numpy(), axis=1).astype(np.int64)
+
+
+#: The classifier of each class a multi-class release file holds, by kind (its class name).
+_CLASS_KINDS: Dict[str, Type[PrivateClassifier]] = {cls.__name__: cls for cls in (PrivateLaplaceClassifier, PrivateSparseClassifier)}
