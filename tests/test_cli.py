@@ -1,4 +1,6 @@
-"""The ``dpgp`` command line end to end, through subprocesses, on CSVs written here."""
+"""The ``dpgp`` command line end to end on CSVs written here: in this process (``_run``), and in a fresh
+process (``dpgp``, ``dpgp_many``: one TensorFlow start-up each) where the process itself is tested (exit codes
+through the entry point, nothing but one line on stderr)."""
 
 from __future__ import annotations
 
@@ -42,24 +44,25 @@ import contextlib, io, json, sys
 import dpgp_gpflow.cli
 results = []
 for argv in json.loads(sys.argv[1]):
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
         try:
             code = dpgp_gpflow.cli.main(argv)
         except SystemExit as exc:
             code = exc.code
-    results.append([code, err.getvalue()])
+    results.append([code, err.getvalue(), out.getvalue()])
 print(json.dumps(results))
 """
 
 
-def dpgp_many(argvs, cwd: Path) -> list:
+def dpgp_many(argvs, cwd: Path, stdout: bool = False) -> list:
     """Run ``dpgp`` once per argument list, all in one fresh process (one TensorFlow start-up);
-    returns ``[exit code, stderr]`` per run."""
+    returns ``[exit code, stderr]`` per run (``[exit code, stderr, stdout]`` with ``stdout=True``)."""
     proc = subprocess.run([sys.executable, "-c", _MANY, json.dumps(argvs)], cwd=cwd, env=ENV, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    return results if stdout else [r[:2] for r in results]
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +84,10 @@ RELEASE = ["--x", "age", "weight", "--y", "height", "--bounds", "60", "180", "--
 
 @pytest.mark.slow
 def test_budget_release_show_predict_end_to_end(work):
-    r = dpgp("budget", "init", "ledger.sqlite", "--epsilon", "2", "--delta", "0.02", cwd=work)
-    assert r.returncode == 0, r.stderr
+    # the first release in a fresh process (the console script's start-up: exit code, stderr clean of
+    # TensorFlow's log lines and tracebacks); the other steps in this process
+    code, _, stderr = _run_out(["budget", "init", "ledger.sqlite", "--epsilon", "2", "--delta", "0.02"], work)
+    assert code == 0, stderr
     r = dpgp("release", "data.csv", *RELEASE, "--epsilon", "1", "--delta", "0.01", "--at", "test.csv",
              "--ledger", "ledger.sqlite", "-o", "at.json", "--quiet", cwd=work)
     assert r.returncode == 0, r.stderr
@@ -90,25 +95,25 @@ def test_budget_release_show_predict_end_to_end(work):
     loaded = dp.load(work / "at.json")
     assert isinstance(loaded, dp.PrivateRelease) and loaded.mean.shape == (3,)
     assert loaded.epsilon == 1.0 and loaded.delta == 0.01 and loaded.y_bounds == (60.0, 180.0)
-    r = dpgp("show", "at.json", cwd=work)
-    assert r.returncode == 0 and "epsilon" in r.stdout and "cloaking" in r.stdout, r.stderr
+    code, stdout, stderr = _run_out(["show", "at.json"], work)
+    assert code == 0 and "epsilon" in stdout and "cloaking" in stdout, stderr
     # a sparse release: a function, then predictions anywhere at no privacy cost
-    r = dpgp("release", "data.parquet", *RELEASE, "--epsilon", "1", "--delta", "0.01", "--sparse", "8",
-             "--ledger", "ledger.sqlite", "-o", "fn.json", "--quiet", cwd=work)
-    assert r.returncode == 0, r.stderr
-    r = dpgp("predict", "fn.json", "--at", "test.csv", "-o", "pred.csv", "--quiet", cwd=work)
-    assert r.returncode == 0, r.stderr
+    code, _, stderr = _run_out(["release", "data.parquet", *RELEASE, "--epsilon", "1", "--delta", "0.01", "--sparse",
+                                "8", "--ledger", "ledger.sqlite", "-o", "fn.json", "--quiet"], work)
+    assert code == 0, stderr
+    code, _, stderr = _run_out(["predict", "fn.json", "--at", "test.csv", "-o", "pred.csv", "--quiet"], work)
+    assert code == 0, stderr
     pred = pd.read_csv(work / "pred.csv")
     assert list(pred.columns) == ["age", "weight", "mean", "variance", "noise_std"] and len(pred) == 3
     expected = dp.load(work / "fn.json").predict(pred[["age", "weight"]].to_numpy())
     np.testing.assert_allclose(pred["mean"], expected.mean, rtol=1e-10)
     # the ledger: both releases charged, nothing left
-    r = dpgp("budget", "show", "ledger.sqlite", cwd=work)
-    assert r.returncode == 0 and "remaining (basic): epsilon=0," in r.stdout, r.stdout + r.stderr
-    r = dpgp("release", "data.csv", *RELEASE, "--epsilon", "0.5", "--delta", "0.001", "--at", "test.csv",
-             "--ledger", "ledger.sqlite", "-o", "over.json", cwd=work)
-    assert r.returncode == 2 and not (work / "over.json").exists()
-    assert len(r.stderr.strip().splitlines()) == 1 and "budget" in r.stderr
+    code, stdout, stderr = _run_out(["budget", "show", "ledger.sqlite"], work)
+    assert code == 0 and "remaining (basic): epsilon=0," in stdout, stdout + stderr
+    code, _, stderr = _run_out(["release", "data.csv", *RELEASE, "--epsilon", "0.5", "--delta", "0.001", "--at",
+                                "test.csv", "--ledger", "ledger.sqlite", "-o", "over.json"], work)
+    assert code == 2 and not (work / "over.json").exists()
+    assert len(stderr.strip().splitlines()) == 1 and "budget" in stderr
 
 
 BAD_INPUTS = [
@@ -153,7 +158,7 @@ def test_bad_input_exits_2_with_one_line_and_spends_nothing(work):
     pd.DataFrame({"age": [1.0, 2.0], "height": [100.0, np.nan]}).to_csv(work / "nan.csv", index=False)
     pd.DataFrame({"label": ["a", "b"], "height": [100.0, 110.0]}).to_csv(work / "text.csv", index=False)
     (work / "exists.json").write_text("{}")
-    assert dpgp("budget", "init", "over.sqlite", "--epsilon", "0.5", "--delta", "0.001", cwd=work).returncode == 0
+    assert _run(["budget", "init", "over.sqlite", "--epsilon", "0.5", "--delta", "0.001"], work)[0] == 0
     results = dpgp_many([_release_argv(bad) for bad, _ in BAD_INPUTS], cwd=work)
     for (bad, message), (code, stderr) in zip(BAD_INPUTS, results):
         assert code == 2, (bad, stderr)
@@ -166,22 +171,23 @@ def test_bad_input_exits_2_with_one_line_and_spends_nothing(work):
 
 @pytest.mark.slow
 def test_select_chooses_from_the_grid_and_charges_the_ledger(work):
-    assert dpgp("budget", "init", "sel.sqlite", "--epsilon", "1", "--delta", "0", cwd=work).returncode != 0  # delta 0
-    assert dpgp("budget", "init", "sel.sqlite", "--epsilon", "1", "--delta", "1e-6", cwd=work).returncode == 0
-    r = dpgp("select", "data.csv", "--x", "age", "--y", "height", "--bounds", "60", "180", "--variance", "100",
-             "--noise", "10", "--grid-lengthscale", "2", "20", "200", "--epsilon", "0.5", "--folds", "3",
-             "--ledger", "sel.sqlite", "--quiet", cwd=work)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert _run(["budget", "init", "sel.sqlite", "--epsilon", "1", "--delta", "0"], work)[0] != 0  # delta 0
+    assert _run(["budget", "init", "sel.sqlite", "--epsilon", "1", "--delta", "1e-6"], work)[0] == 0
+    code, stdout, stderr = _run_out(["select", "data.csv", "--x", "age", "--y", "height", "--bounds", "60", "180",
+                                     "--variance", "100", "--noise", "10", "--grid-lengthscale", "2", "20", "200",
+                                     "--epsilon", "0.5", "--folds", "3", "--ledger", "sel.sqlite", "--quiet"], work)
+    assert code == 0, stderr
+    out = json.loads(stdout.strip().splitlines()[-1])
     assert out["lengthscale"] in (2.0, 20.0, 200.0) and out["epsilon"] == 0.5
     assert out["mechanism"] == "generalised_exponential"  # select_hyperparameters' default
     assert (out["kernel_variance"], out["noise_variance"], out["grid"]) == (100.0, 10.0, "given")
     assert dp.PrivacyAccountant.open(work / "sel.sqlite").spent[0] == pytest.approx(0.5)
-    r = dpgp("select", "data.csv", "--x", "age", "--y", "height", "--bounds", "60", "180", "--variance", "100",
-             "--noise", "10", "--grid-lengthscale", "2", "20", "200", "--epsilon", "0.5", "--folds", "3",
-             "--ledger", "sel.sqlite", "--mechanism", "permute_and_flip", "--quiet", cwd=work)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    code, stdout, stderr = _run_out(["select", "data.csv", "--x", "age", "--y", "height", "--bounds", "60", "180",
+                                     "--variance", "100", "--noise", "10", "--grid-lengthscale", "2", "20", "200",
+                                     "--epsilon", "0.5", "--folds", "3", "--ledger", "sel.sqlite", "--mechanism",
+                                     "permute_and_flip", "--quiet"], work)
+    assert code == 0, stderr
+    out = json.loads(stdout.strip().splitlines()[-1])
     assert out["lengthscale"] in (2.0, 20.0, 200.0) and out["mechanism"] == "permute_and_flip"
     ledger = dp.PrivacyAccountant.open(work / "sel.sqlite")
     assert ledger.spent[0] == pytest.approx(1.0) and "permute-and-flip" in ledger.ledger[-1].description
@@ -189,10 +195,13 @@ def test_select_chooses_from_the_grid_and_charges_the_ledger(work):
 
 @pytest.mark.slow
 def test_help_and_usage_errors(work):
-    r = dpgp("--help", cwd=work)
-    assert r.returncode == 0 and "release" in r.stdout and "budget" in r.stdout
-    for code, stderr in dpgp_many([["release"], ["demo", "--epsilon", "0"], ["budget", "show", "none.sqlite"],
-                                   ["predict", "nofile.json", "--at", "test.csv", "-o", "p.csv"]], cwd=work):
+    (code, _, stdout), *errors = dpgp_many([["--help"], ["release"], ["demo", "--epsilon", "0"],
+                                            ["budget", "show", "none.sqlite"],
+                                            ["predict", "nofile.json", "--at", "test.csv", "-o", "p.csv"]],
+                                           cwd=work, stdout=True)
+    assert code == 0 and "release" in stdout and "budget" in stdout
+    assert len(errors) == 4
+    for code, stderr, _ in errors:
         assert code == 2 and len(stderr.strip().splitlines()) == 1 and stderr.startswith("dpgp: error:"), stderr
 
 
@@ -202,12 +211,12 @@ def test_help_and_usage_errors(work):
 
 @pytest.mark.slow
 def test_release_without_hyperparameters_selects_them_with_a_share_and_clips(work):
-    assert dpgp("budget", "init", "share.sqlite", "--epsilon", "1", "--delta", "0.01", cwd=work).returncode == 0
-    r = dpgp("release", "data.csv", "--x", "age", "weight", "--y", "height", "--bounds", "60", "180", "--epsilon", "1",
-             "--delta", "0.01", "--selection-share", "0.25", "--grid", "6", "--ledger", "share.sqlite",
-             "-o", "sel.json", cwd=work)
-    assert r.returncode == 0, r.stderr
-    assert "selected privately from the default grid" in r.stderr and "0.25 of epsilon" in r.stderr
+    assert _run(["budget", "init", "share.sqlite", "--epsilon", "1", "--delta", "0.01"], work)[0] == 0
+    code, stderr = _run(["release", "data.csv", "--x", "age", "weight", "--y", "height", "--bounds", "60", "180",
+                         "--epsilon", "1", "--delta", "0.01", "--selection-share", "0.25", "--grid", "6", "--ledger",
+                         "share.sqlite", "-o", "sel.json"], work)
+    assert code == 0, stderr
+    assert "selected privately from the default grid" in stderr and "0.25 of epsilon" in stderr
     ledger = dp.PrivacyAccountant.open(work / "share.sqlite")
     assert [e.epsilon for e in ledger.ledger] == pytest.approx([0.25, 0.75])  # selection, then release
     assert ledger.spent == pytest.approx((1.0, 0.01))  # the epsilon given, no more
@@ -220,9 +229,9 @@ def test_release_without_hyperparameters_selects_them_with_a_share_and_clips(wor
     assert sel["grid"] == "default" and 20 <= sel["configurations"] <= 60
     assert len(hyp["lengthscales"]) == 2 and hyp["kernel_variance"] == pytest.approx(30.0 ** 2)  # ((180-60)/2/2)^2
     # --no-clip: the card says so (given hyperparameters: no selection, nothing in the card about one)
-    r = dpgp("release", "data.csv", *RELEASE, "--epsilon", "1", "--delta", "0.01", "--grid", "6", "--no-clip",
-             "-o", "noclip.json", "--quiet", cwd=work)
-    assert r.returncode == 0, r.stderr
+    code, stderr = _run(["release", "data.csv", *RELEASE, "--epsilon", "1", "--delta", "0.01", "--grid", "6",
+                         "--no-clip", "-o", "noclip.json", "--quiet"], work)
+    assert code == 0, stderr
     card = read_card(work / "noclip.json")
     assert card["clip_to_bounds"] is False and "selection" not in card
     assert card["hyperparameters"] == {"lengthscales": [20.0, 30.0], "kernel_variance": 100.0, "noise_variance": 10.0}
@@ -245,10 +254,10 @@ def test_kung_release_from_the_semicolon_csv_is_sensible(tmp_path):
         pytest.skip("Howell1.csv is absent: the papers' data folder ../shared/data (or $DPGP_SHARED_DATA) is not there")
     frame = pd.read_csv(data / "Howell1.csv", sep=";")
     frame[["age"]].to_csv(tmp_path / "ages.csv", index=False)
-    r = dpgp("release", data / "Howell1.csv", "--x", "age", "--y", "height", "--bounds", "60", "160", "--epsilon", "1",
-             "--delta", "0.01", "--at", "ages.csv", "-o", "kung.json", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    assert "selected privately" in r.stderr
+    code, stderr = _run(["release", data / "Howell1.csv", "--x", "age", "--y", "height", "--bounds", "60", "160",
+                         "--epsilon", "1", "--delta", "0.01", "--at", "ages.csv", "-o", "kung.json"], tmp_path)
+    assert code == 0, stderr
+    assert "selected privately" in stderr
     released = dp.load(tmp_path / "kung.json")
     assert released.clip_to_bounds and np.all((released.mean >= 60.0) & (released.mean <= 160.0))
     assert np.all(np.isfinite(released.noise_std)) and np.all(released.noise_std > 0.0)
@@ -307,7 +316,7 @@ def test_select_without_values_chooses_all_three_from_the_default_grid(work):
 
 @pytest.mark.slow
 def test_select_then_release_uses_the_chosen_values(work):
-    assert dpgp("budget", "init", "selrel.sqlite", "--epsilon", "2", "--delta", "0.01", cwd=work).returncode == 0
+    assert _run(["budget", "init", "selrel.sqlite", "--epsilon", "2", "--delta", "0.01"], work)[0] == 0
     out = _stdout_json([*SELECT, "--ledger", "selrel.sqlite", "--release-epsilon", "1", "--release-delta", "0.01",
                         "--at", "test.csv", "-o", "selrel.json"], work)
     card = read_card(work / "selrel.json")
@@ -331,7 +340,7 @@ SELECT_BAD = [
 
 @pytest.mark.slow
 def test_select_refusals_are_one_line_and_spend_nothing(work):
-    assert dpgp("budget", "init", "selbad.sqlite", "--epsilon", "0.1", "--delta", "0.01", cwd=work).returncode == 0
+    assert _run(["budget", "init", "selbad.sqlite", "--epsilon", "0.1", "--delta", "0.01"], work)[0] == 0
     argvs = [[*SELECT, *bad, "--ledger", "selbad.sqlite"] for bad, _ in SELECT_BAD]
     argvs.append([*SELECT, "--ledger", "selbad.sqlite"])  # over budget (0.5 > 0.1)
     for (bad, message), (code, stderr) in zip(SELECT_BAD + [([], "budget")], dpgp_many(argvs, cwd=work)):
@@ -359,16 +368,25 @@ SPARSE = ["--bounds", "60", "180", "--lengthscale", "20", "--variance", "100", "
           "--delta", "0.01", "--quiet"]
 
 
-def _run(argv: list, work: Path) -> Tuple[int, str]:
-    """``dpgp argv`` in this process, in ``work``: (exit code, stderr)."""
+def _run(argv: list, work: Path, stdout: io.StringIO | None = None) -> Tuple[int, str]:
+    """``dpgp argv`` in this process, in ``work``, warnings ignored (as ``PYTHONWARNINGS=ignore`` in
+    ``dpgp``'s fresh process): (exit code, stderr); its stdout into ``stdout`` if given."""
     err = io.StringIO()
-    with warnings.catch_warnings(), contextlib.redirect_stderr(err), contextlib.chdir(work):
+    with warnings.catch_warnings(), contextlib.redirect_stderr(err), contextlib.chdir(work), \
+            (contextlib.redirect_stdout(stdout) if stdout is not None else contextlib.nullcontext()):
         warnings.simplefilter("ignore")
         try:
             code = main([str(a) for a in argv])
         except SystemExit as exc:
             code = exc.code
     return code, err.getvalue()
+
+
+def _run_out(argv: list, work: Path) -> Tuple[int, str, str]:
+    """:func:`_run` with its stdout: (exit code, stdout, stderr)."""
+    out = io.StringIO()
+    code, stderr = _run(argv, work, out)
+    return code, out.getvalue(), stderr
 
 
 def _one_line(code: int, stderr: str, message: str) -> None:
