@@ -152,15 +152,37 @@ def _release_argv(bad: list) -> list:
             "-o", options["--output"], "--quiet"]
 
 
-@pytest.mark.slow
-def test_bad_input_exits_2_with_one_line_and_spends_nothing(work):
+HELP_AND_USAGE = [["--help"], ["release"], ["demo", "--epsilon", "0"], ["budget", "show", "none.sqlite"],
+                  ["predict", "nofile.json", "--at", "test.csv", "-o", "p.csv"]]
+
+
+@pytest.fixture(scope="module")
+def fresh_process(work) -> dict:
+    """The command lines of the three tests below (help and usage errors, bad release input, select's
+    refusals) run in ONE fresh process of the console script's entry point (one TensorFlow start-up, not
+    three): ``{test: [[exit code, stderr, stdout], ...]}``, each test's runs in its order."""
     pd.DataFrame({"age": [], "height": []}).to_csv(work / "empty.csv", index=False)
     pd.DataFrame({"age": [1.0, 2.0], "height": [100.0, np.nan]}).to_csv(work / "nan.csv", index=False)
     pd.DataFrame({"label": ["a", "b"], "height": [100.0, 110.0]}).to_csv(work / "text.csv", index=False)
     (work / "exists.json").write_text("{}")
     assert _run(["budget", "init", "over.sqlite", "--epsilon", "0.5", "--delta", "0.001"], work)[0] == 0
-    results = dpgp_many([_release_argv(bad) for bad, _ in BAD_INPUTS], cwd=work)
-    for (bad, message), (code, stderr) in zip(BAD_INPUTS, results):
+    assert _run(["budget", "init", "selbad.sqlite", "--epsilon", "0.1", "--delta", "0.01"], work)[0] == 0
+    select = [[*SELECT, *bad, "--ledger", "selbad.sqlite"] for bad, _ in SELECT_BAD]
+    select.append([*SELECT, "--ledger", "selbad.sqlite"])  # over budget (0.5 > 0.1)
+    groups = {"help": HELP_AND_USAGE, "bad": [_release_argv(bad) for bad, _ in BAD_INPUTS], "select": select}
+    results = dpgp_many([argv for argvs in groups.values() for argv in argvs], cwd=work, stdout=True)
+    assert len(results) == sum(len(argvs) for argvs in groups.values())
+    out, start = {}, 0
+    for name, argvs in groups.items():
+        out[name], start = results[start: start + len(argvs)], start + len(argvs)
+    return out
+
+
+@pytest.mark.slow
+def test_bad_input_exits_2_with_one_line_and_spends_nothing(work, fresh_process):
+    results = fresh_process["bad"]
+    assert len(results) == len(BAD_INPUTS)
+    for (bad, message), (code, stderr, _) in zip(BAD_INPUTS, results):
         assert code == 2, (bad, stderr)
         lines = stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("dpgp: error:") and message in lines[0], (bad, stderr)
@@ -194,11 +216,8 @@ def test_select_chooses_from_the_grid_and_charges_the_ledger(work):
 
 
 @pytest.mark.slow
-def test_help_and_usage_errors(work):
-    (code, _, stdout), *errors = dpgp_many([["--help"], ["release"], ["demo", "--epsilon", "0"],
-                                            ["budget", "show", "none.sqlite"],
-                                            ["predict", "nofile.json", "--at", "test.csv", "-o", "p.csv"]],
-                                           cwd=work, stdout=True)
+def test_help_and_usage_errors(fresh_process):
+    (code, _, stdout), *errors = fresh_process["help"]
     assert code == 0 and "release" in stdout and "budget" in stdout
     assert len(errors) == 4
     for code, stderr, _ in errors:
@@ -339,11 +358,10 @@ SELECT_BAD = [
 
 
 @pytest.mark.slow
-def test_select_refusals_are_one_line_and_spend_nothing(work):
-    assert _run(["budget", "init", "selbad.sqlite", "--epsilon", "0.1", "--delta", "0.01"], work)[0] == 0
-    argvs = [[*SELECT, *bad, "--ledger", "selbad.sqlite"] for bad, _ in SELECT_BAD]
-    argvs.append([*SELECT, "--ledger", "selbad.sqlite"])  # over budget (0.5 > 0.1)
-    for (bad, message), (code, stderr) in zip(SELECT_BAD + [([], "budget")], dpgp_many(argvs, cwd=work)):
+def test_select_refusals_are_one_line_and_spend_nothing(work, fresh_process):
+    results = fresh_process["select"]
+    assert len(results) == len(SELECT_BAD) + 1
+    for (bad, message), (code, stderr, _) in zip(SELECT_BAD + [([], "budget")], results):
         lines = stderr.strip().splitlines()
         assert code == 2 and len(lines) == 1 and lines[0].startswith("dpgp: error:") and message in lines[0], (bad, stderr)
     assert dp.PrivacyAccountant.open(work / "selbad.sqlite").ledger == ()
