@@ -21,7 +21,7 @@ import numpy as np
 
 from ..validation import require_real_dtype, validate_groups
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "ChunkSource", "LocalChunks", "person_bounds", "person_starts"]
+__all__ = ["DEFAULT_CHUNK_SIZE", "ChunkSource", "LocalChunks", "output_columns", "person_bounds", "person_starts"]
 
 #: Rows per chunk when none is given: an m x chunk block of B for m = 200 is 32 MB.
 DEFAULT_CHUNK_SIZE = 20_000
@@ -113,6 +113,16 @@ def chunk_outputs(Y: Any) -> np.ndarray:
     """A chunk's outputs as float64: [c] for one output per row (a column or a vector), [c, P] for P > 1."""
     Y = np.asarray(Y, dtype=np.float64)
     return Y.reshape(-1) if Y.ndim < 2 or Y.shape[1] == 1 else Y
+
+
+def output_columns(shape: Tuple[int, ...]) -> int:
+    """The number of output columns of outputs of ``shape`` (public: a shape): 1 for [n], P for [n, P];
+    ``ValueError`` for any other number of dimensions. The one rule for a source's and a chunk's outputs."""
+    if len(shape) == 1:
+        return 1
+    if len(shape) == 2:
+        return int(shape[1])
+    raise ValueError(f"the outputs must have shape [n] or [n, P] (P outputs per row), got shape {list(shape)}")
 
 
 def tree_combine(parts: List[Any], combine: Callable[[Any, Any], Any]) -> Any:

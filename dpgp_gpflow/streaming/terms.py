@@ -44,6 +44,7 @@ from .. import linalg
 from ..contract import PublicReadout, output_map
 from ..io.format import kernel_from_spec, kernel_spec, mean_function_from_spec, mean_function_spec
 from ..validation import bound_columns, clip_outputs, validate_output_bounds
+from .chunks import output_columns
 
 __all__ = ["ChunkTerms", "Factors", "add_summaries", "reference_from_gram"]
 
@@ -173,13 +174,17 @@ class ChunkTerms(abc.ABC):
     def centred_outputs(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
         """PRIVATE: the chunk's outputs (checked by :meth:`check_outputs`) clipped to the public bounds,
         minus the public prior mean [c] (P outputs: ``Y`` [c, P], each clipped to its bounds, stacked output
-        by output [c P])."""
+        by output [c P]). ``Y`` must hold exactly the model's P columns ([c] or [c, 1] for one output), else
+        ``ValueError`` (its shape is public): never broadcast against the per-output bounds."""
+        Y = np.asarray(Y, dtype=np.float64)
+        rows, columns = int(np.shape(X)[0]), output_columns(Y.shape)  # exactly: never broadcast to the bounds
+        if Y.shape[0] != rows or columns != self.num_outputs:
+            raise ValueError(f"the chunk has outputs of shape {list(Y.shape)} for {rows} rows: {columns} output "
+                             f"column(s) per row, the model {self.num_outputs}")
         self.check_outputs(Y)
         if not np.all(np.isfinite(Y)):
             raise ValueError("the private outputs are not all finite")
-        clipped = clip_outputs(np.asarray(Y, dtype=np.float64).reshape(int(np.shape(X)[0]), -1), self.y_bounds)
-        if clipped.shape[1] != self.num_outputs:
-            raise ValueError(f"the chunk has {clipped.shape[1]} output(s) per row, the model {self.num_outputs}")
+        clipped = clip_outputs(Y.reshape(rows, self.num_outputs), self.y_bounds)
         return (clipped - self._mean_function(tf.constant(X)).numpy()).T.reshape(-1)
 
     # -- the model's own maths -------------------------------------------------------------------

@@ -137,6 +137,22 @@ def test_the_chunks_columns_are_the_stacked_reference_map():
         np.testing.assert_allclose(y, (np.clip(Y[:40], BOUNDS[:2, 0], BOUNDS[:2, 1]) - mid).T.reshape(-1))
 
 
+def test_a_chunk_of_another_number_of_output_columns_is_refused_where_it_is_read():
+    """The chunk's outputs must hold exactly the model's P columns: one column (or a vector) for P = 2, or three,
+    is refused (never broadcast against the per-output bounds); one output takes [c] and [c, 1] alike."""
+    X, Y = _rows(30, 2, seed=3)
+    terms = _model(DPSGPR, X, Y, m=5).chunk_terms()
+    for bad in (Y[:10, :1], Y[:10, 0], np.c_[Y[:10], Y[:10, 0]], Y[:9]):
+        with pytest.raises(ValueError, match="output column"):
+            terms.centred_outputs(X[:10], bad)
+    one = _model(DPSGPR, X, Y[:, :1], m=5).chunk_terms()
+    want = np.clip(Y[:10, 0], BOUNDS[0, 0], BOUNDS[0, 1]) - BOUNDS[0].mean()  # NumPy, the one output's bounds
+    for good in (Y[:10, :1], Y[:10, 0]):
+        np.testing.assert_allclose(one.centred_outputs(X[:10], good), want, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="output column"):
+        one.centred_outputs(X[:10], Y[:10])
+
+
 @pytest.mark.parametrize("cls", [DPGPRFITC, DPSGPR])
 def test_several_outputs_of_persons_stream_as_in_memory(cls):
     X, Y = _rows(300, 2, seed=5)
