@@ -18,14 +18,17 @@ the plan never sees ``y``. docs/guides/compiled_engine.md has the details and a 
 
 from __future__ import annotations
 
+import dataclasses
+import types
 from typing import Any, NamedTuple, Optional, Tuple, Union
 
+import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
 from . import cloaking
 from .accounting import PrivacyAccountant, Reservation, reserve
-from .cloaking import DEFAULT_TOL, candidate_rtols, first_harmless, projection_terms, working_set
+from .cloaking import DEFAULT_TOL, candidate_rtols, first_harmless, mahalanobis_terms, projection_terms, working_set
 from .cloaking.rank import bias_rounding, projection_bias
 from .mechanisms.request import validate_tol
 from .mechanisms.rounding import MAX_NOISE_CONDITION
@@ -37,6 +40,7 @@ from .mechanisms import (
     whitened_shift,
     whitening_terms,
 )
+from .neighbours import Neighbours, group_neighbours, neighbour_columns, relation
 from .released import PrivateRelease
 
 __all__ = ["GraphNoisePlan", "noise_plan", "publish"]
@@ -63,6 +67,22 @@ class GraphNoisePlan(NamedTuple):
     iterations: tf.Tensor  #: [] int32: Newton steps
     support: tf.Tensor  #: [] int32: training points carrying dual weight
     shift: tf.Tensor  #: [] the whitened query's L2 shift recomputed from ``whitening`` (must be <= 1/(s K))
+    #: [] int32: N_c, the extreme changes the plan protects (the neighbour map's columns; n per row)
+    neighbour_count: tf.Tensor
+
+
+def _neighbours(groups: Any, n: Optional[int]) -> Optional[Neighbours]:
+    """The public neighbour map of ``groups`` (host ids, [n]) for ``n`` columns (None: ``groups``' own length,
+    checked against the graph's ``C`` when it runs); None per row. Built once, on the host."""
+    if groups is None:
+        return None
+    if tf.is_tensor(groups):
+        value = tf.get_static_value(groups)
+        if value is None:
+            raise TypeError("groups must be public person ids known when the graph is built (a NumPy array or "
+                            "an eager tensor), not a symbolic tensor")
+        groups = value
+    return group_neighbours(groups, np.shape(groups)[0] if n is None else n)
 
 
 @check_shapes("C: [k, n]")
@@ -86,29 +106,38 @@ def noise_plan(
     host; ``objective``, ``rtol``, ``tol`` and ``max_iter`` are Python values (they shape the graph; a bad
     ``rtol`` or a ``tol`` not finite and > 0 is refused, as by every release).
     Same rank rule, optimiser and sensitivity as :func:`dpgp_gpflow.mechanisms.cloaking_release` for a
-    dense ``C`` (:func:`~dpgp_gpflow.cloaking.singular_pairs`; the eager path may use a randomised SVD on large matrices). A plan
-    that cannot be guaranteed (a noise factor too ill-conditioned, a whitened shift too large) raises
-    ``tf.errors.InvalidArgumentError`` when it runs.
+    dense ``C`` (:func:`~dpgp_gpflow.cloaking.singular_pairs`; the eager path may use a randomised SVD on
+    large matrices). A plan that cannot be guaranteed (a noise factor too ill-conditioned, a whitened shift
+    too large) raises ``tf.errors.InvalidArgumentError`` when it runs.
 
-    Privacy assumption: ``C`` depends only on public data; ``y`` never enters. Per row only: ``groups``
-    (person-level privacy) is refused.
+    ``groups`` (public person ids [n] for the columns of ``C``, a host array; None: one row per person):
+    the release protects persons (docs/guides/groups.md). The neighbour map ``A``
+    (:func:`~dpgp_gpflow.neighbours.group_neighbours`) is built once on the host, a constant in the graph,
+    and the plan is the eager path's (:class:`~dpgp_gpflow.mechanisms.NoisePlan` with ``neighbours=A``): the
+    optimiser's constraints, the sensitivity, the rank rule's noise floor and the whitened shift are over
+    the columns of ``C A``; the whitening still acts on the outputs themselves. Publish it with the same
+    ``groups`` (:func:`publish` rechecks them).
+
+    Privacy assumption: ``C`` and ``groups`` depend only on public data; ``y`` never enters.
     """
-    if groups is not None:
-        raise NotImplementedError("the compiled engine does not support groups= (person-level privacy) yet; "
-                                  "use model.release or model.release_function")
     candidates = candidate_rtols(objective, rtol)  # the objective, then rtol
     tol = validate_tol(tol)
     rtols = tf.constant(candidates, tf.float64)
     f64 = lambda x: tf.convert_to_tensor(x, tf.float64)  # noqa: E731  (never via float32)
     s, d, b = f64(noise_multiplier), f64(data_sensitivity), f64(output_bound)
     C = tf.convert_to_tensor(C, tf.float64)
+    neighbours = _neighbours(groups, C.shape[1])
+    if neighbours is not None:  # the map is a constant of n rows: C's columns are checked when the graph runs
+        C = tf.ensure_shape(C, [None, neighbours.size])
     singular, left, _ = cloaking.singular_pairs(C, min(candidates))
     tf.debugging.assert_positive(singular[0], "the cloaking matrix is zero: nothing to release privately")
     ranks = tf.reduce_sum(tf.cast(singular[None, :] > rtols[:, None] * singular[0], tf.int32), axis=1)
 
     def projection(i) -> Tuple[tf.Tensor, tf.Tensor]:  # ||C_j - P_j||_1 and max_i |P_ji| of candidate i
         basis = left[:, :ranks[i]]
-        l1, largest = projection_terms(C, basis, tf.linalg.matmul(basis, C, transpose_a=True))
+        vectors = tf.linalg.matmul(basis, C, transpose_a=True)
+        l1, largest = projection_terms(C, basis, vectors,
+                                       None if neighbours is None else neighbour_columns(vectors, neighbours))
         return l1, largest
 
     def ratio_and_bias(i) -> Tuple[tf.Tensor, tf.Tensor]:
@@ -124,13 +153,17 @@ def noise_plan(
     first = tf.argmax(tf.cast(tf.equal(ranks, ranks[i]), tf.int32), output_type=tf.int32)  # rtol that first gave r
     basis = left[:, :ranks[i]]
     vectors = tf.linalg.matmul(basis, C, transpose_a=True)  # [r, n]: exact sensitivity vectors
-    noise = noise_in_space(
-        vectors, singular[:ranks[i]], d, tf.constant(float(tol), tf.float64), tf.constant(int(max_iter)),
+    noise = noise_in_space(  # the constraints: the columns of vectors A (vectors itself per row)
+        neighbour_columns(vectors, neighbours), singular[:ranks[i]], d, tf.constant(float(tol), tf.float64),
+        tf.constant(int(max_iter)),
         tf.constant(int(working_set.DENSE_POINTS)), tf.constant(float(working_set.DUPLICATE_RTOL), tf.float64),
         objective=objective)
     tf.debugging.assert_less_equal(noise.condition, tf.constant(MAX_NOISE_CONDITION, tf.float64),
                                    "the noise covariance is too ill-conditioned to be guaranteed; use a larger rtol")
-    delta_, whitening = whitening_terms(noise.solved, noise.sensitivity, s, d, b)
+    # the whitening acts on the outputs themselves: F^{-1} basis^T C (as the eager path's _cloaking_noise)
+    solved = noise.solved if neighbours is None else \
+        tf.ensure_shape(mahalanobis_terms(noise.factor, vectors)[0], [None, neighbours.size])
+    delta_, whitening = whitening_terms(solved, noise.sensitivity, s, d, b, neighbours)
     return GraphNoisePlan(
         noise_factor=tf.linalg.matmul(basis, noise.factor) * (s * delta_),
         whitening=whitening,
@@ -144,7 +177,8 @@ def noise_plan(
         gap=noise.gap,
         iterations=noise.iterations,
         support=noise.support,
-        shift=whitened_shift(whitening, d, b, s),
+        shift=whitened_shift(whitening, d, b, s, neighbours),
+        neighbour_count=tf.shape(C)[1] if neighbours is None else tf.constant(neighbours.count, tf.int32),
     )
 
 
@@ -164,6 +198,7 @@ def publish(
     seed: Optional[int] = None,
     accountant: Union[PrivacyAccountant, Reservation, None] = None,
     y_bounds: Optional[tuple] = None,
+    groups: Any = None,
 ) -> PrivateRelease:
     """Release ``offset + C y_centred`` with the noise of ``plan`` (eager; the host's part).
 
@@ -173,15 +208,28 @@ def publish(
     the whitened query's L2 shift from ``plan.whitening`` itself and the declared ``data_sensitivity``,
     and refuses (``FloatingPointError``; nothing drawn, nothing charged) a plan made for a smaller data
     sensitivity or with a modified whitening (``plan.shift`` is never read). A plan made for another
-    noise multiplier is refused too (``ValueError``). Then it draws exact noise, re-colours with
+    noise multiplier is refused too (``ValueError``). ``groups`` (public person ids [n], as given to
+    :func:`noise_plan`; None: one row per person) are the persons the release protects and records: their
+    neighbour map is built here and the shift is recomputed over every extreme change of one of *these*
+    persons, whatever the plan was made for (too large: ``FloatingPointError``). A plan whose number of
+    extreme changes (``plan.neighbour_count``) is not theirs (a per-row plan published with groups, a grouped
+    plan without them or with others) is refused first (``ValueError``), before anything is reserved, so a
+    forgotten ``groups`` never silently turns a grouped plan into a per-row release. Then it draws exact noise, re-colours with
     ``plan.noise_factor`` (any public factor: post-processing) and charges.
 
     Privacy assumptions: those of :func:`noise_plan`; ``y_centred`` centred as in
     :func:`~dpgp_gpflow.mechanisms.cloaking_release` (it is clipped here to ``|y_c,i| <= output_bound``, the
-    bound the plan's shift assumes), and one entry moves by at most ``data_sensitivity`` between neighbours.
+    bound the plan's shift assumes), and one entry (with ``groups``: each entry of one person) moves by at
+    most ``data_sensitivity`` between neighbours; ``groups`` is public.
     """
     request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed, tol=tol)
     validate_public_bounds(data_sensitivity, output_bound, y_bounds)  # before anything is reserved
+    n = int(tf.convert_to_tensor(plan.whitening).shape[-1])
+    neighbours = _neighbours(groups, n)
+    count = n if neighbours is None else neighbours.count
+    if int(plan.neighbour_count) != count:
+        raise ValueError(f"this plan protects {int(plan.neighbour_count)} extreme changes but the groups given to "
+                         f"publish have {count}: publish with the groups= the plan was made with")
     epsilon, delta, multiplier = request.epsilon, request.delta, request.multiplier
     with reserve(accountant, [request.event()]) as reservation:
         if float(plan.noise_multiplier) != multiplier:
@@ -198,10 +246,13 @@ def publish(
                              f"{int(y_centred.shape[0])} outputs")
         if int(plan.rank) != int(whitening.shape[0]):
             raise ValueError(f"the plan's rank {int(plan.rank)} does not match its whitening matrix {whitening.shape}")
-        return publish_cloaking(
+        release = publish_cloaking(
             noise_factor=tf.convert_to_tensor(plan.noise_factor, tf.float64), whitening=whitening,
             y_centred=y_centred, offset=offset, variance=variance, sensitivity=float(plan.sensitivity),
             multiplier=multiplier, output_bound=output_bound, reservation=reservation, seed=request.seed,
             epsilon=epsilon, delta=delta, data_sensitivity=data_sensitivity, calibration=request.calibration,
             objective=objective, certificate=certificate, rank=int(plan.rank), rtol=float(plan.rtol),
-            bias_bound=float(plan.bias_bound), y_bounds=y_bounds)
+            bias_bound=float(plan.bias_bound), y_bounds=y_bounds, neighbours=neighbours)
+        if groups is None:
+            return release
+        return dataclasses.replace(release, neighbours=relation(types.SimpleNamespace(groups=groups)))

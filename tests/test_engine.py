@@ -2,6 +2,7 @@
 path, runs inside a user's tf.function without retracing, on a chosen (logical) device, with no
 Python (NumPy) op in its graph; publish() checks the plan against the budget it spends."""
 
+import itertools
 import subprocess
 import sys
 import textwrap
@@ -15,6 +16,7 @@ from dpgp_gpflow import engine
 from dpgp_gpflow.calibration import analytic_gaussian_epsilon, gaussian_multiplier
 from dpgp_gpflow.sampling import DISCRETE_GAUSSIAN_FACTOR
 from dpgp_gpflow.mechanisms import cloaking_release
+from dpgp_gpflow.neighbours import group_neighbours
 
 from reference import k_se
 
@@ -275,3 +277,148 @@ def test_repeated_releases_of_new_shapes_do_not_retrace_the_compiled_stages():
     for seed, (n, k) in enumerate([(45, 12), (64, 9), (50, 30)], start=1):
         one(n, k, seed)
     assert [f.experimental_get_tracing_count() for f in stages] == before
+
+
+# --- persons (groups=): the compiled plan is the eager grouped plan, and publish rechecks the persons ---
+
+#: engine.noise_plan(problem(30, 6, seed=11)) per row (d = 4, b = 2, analytic (1, 1e-3)): sensitivity and the
+#: noise factor's row norms, recorded at commit 914ad33 (before noise_plan took groups=): groups=None unchanged.
+PER_ROW_BEFORE = {
+    "mse": (4.000000043748737, [8.694270123174833, 1.58207239312391, 3.37131399074149, 1.8100559962836367,
+                                2.7343584284322806, 7.86118956960697]),
+    "entropy": (4.000000043748765, [8.796976847007082, 1.5543747435813653, 3.3784073899047846, 1.8415559098312044,
+                                    2.5908086636444576, 8.355855817341187]),
+}
+
+
+@pytest.mark.parametrize("objective", ["mse", "entropy"])
+def test_a_per_row_plan_is_unchanged_by_groups_support(objective):
+    C, _ = problem(n=30, k=6, seed=11)
+    s = gaussian_multiplier(EPS, DELTA, "analytic")
+    plan = engine.noise_plan(tf.constant(C), noise_multiplier=s, data_sensitivity=4.0, output_bound=2.0,
+                             objective=objective)
+    sensitivity, norms = PER_ROW_BEFORE[objective]
+    assert float(plan.sensitivity) == sensitivity
+    assert np.linalg.norm(plan.noise_factor.numpy(), axis=1).tolist() == norms
+    assert int(plan.neighbour_count) == 30
+
+
+def persons_problem(n=40, k=12, seed=2, sizes=(1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 2, 3, 4)):
+    """Persons of up to 6 rows (corners up to 4 rows, the |G| e_i bound above) whose rows are neighbours in X
+    (nearly parallel columns of C: a person moves the release much more than one row)."""
+    assert sum(sizes) == n
+    rng = np.random.default_rng(seed)
+    X = np.sort(rng.uniform(0, 10, (n, 1)), axis=0)
+    Xnew = np.linspace(-1, 11, k)[:, None]
+    K = k_se(X, X, variance=4.0, lengthscale=1.5)
+    C = np.linalg.solve(K + 0.5 * np.eye(n), k_se(X, Xnew, variance=4.0, lengthscale=1.5)).T  # [k, n]
+    y = np.clip(np.sin(X[:, 0]) + 0.3 * rng.standard_normal(n), -2.0, 2.0)
+    return C, y, np.repeat(np.arange(len(sizes)), sizes)
+
+
+def _grouped_plan(C, groups, objective="mse", compiled=False):
+    s = gaussian_multiplier(EPS, DELTA, "analytic")
+    make = lambda C: engine.noise_plan(C, noise_multiplier=s, data_sensitivity=4.0, output_bound=2.0,  # noqa: E731
+                                       objective=objective, groups=groups)
+    if compiled:  # inside a user's tf.function, C of unknown shape
+        make = tf.function(make, input_signature=[tf.TensorSpec([None, None], tf.float64)], autograph=False)
+    return make(tf.constant(C))
+
+
+_PLANS: dict = {}
+
+
+def plans(objective="mse", compiled=False):
+    """The persons problem, its grouped plan (made once per objective and mode) and its per-row plan."""
+    key = (objective, compiled)
+    if key not in _PLANS:
+        C, y, groups = persons_problem()
+        per_row = engine.noise_plan(tf.constant(C), noise_multiplier=gaussian_multiplier(EPS, DELTA, "analytic"),
+                                    data_sensitivity=4.0, output_bound=2.0, objective=objective)
+        _PLANS[key] = (C, y, groups, _grouped_plan(C, groups, objective, compiled), per_row)
+    return _PLANS[key]
+
+
+def _corner_shift(W, groups, d):
+    """Independent numpy brute force: the largest ``d ||W_G s||`` over every person G and every sign vector
+    ``s`` in {-1, +1}^|G| (every corner of the person's box; the norm is convex in the change)."""
+    worst = 0.0
+    for person in np.unique(groups):
+        columns = W[:, groups == person]
+        signs = np.array(list(itertools.product([-1.0, 1.0], repeat=columns.shape[1])))  # [2^|G|, |G|]
+        worst = max(worst, d * float(np.linalg.norm(columns @ signs.T, axis=0).max()))
+    return worst
+
+
+@pytest.mark.parametrize("objective, compiled", [("mse", False), ("entropy", True)],
+                         ids=["mse-eager", "entropy-tf.function"])
+def test_the_grouped_graph_plan_equals_the_eager_grouped_release(objective, compiled):
+    """Same rank, rtol, bias bound, sensitivity and noise as cloaking_release with the same neighbour map."""
+    C, y, groups, plan, per_row = plans(objective, compiled)
+    rel = cloaking_release(tf.constant(C), tf.constant(y), np.zeros(len(C)), np.zeros(len(C)), data_sensitivity=4.0,
+                           output_bound=2.0, epsilon=EPS, delta=DELTA, objective=objective, seed=1,
+                           neighbours=group_neighbours(groups, len(y)))
+    assert int(plan.rank) == rel.rank and float(plan.rtol) == rel.rtol
+    assert int(plan.neighbour_count) == 1 + 2 + 4 + 8 + 5 + 6 + 1 + 2 + 4 + 8 + 2 + 4 + 8  # corners, or |G| columns
+    np.testing.assert_allclose(float(plan.sensitivity), rel.sensitivity, rtol=1e-8)
+    np.testing.assert_allclose(float(plan.bias_bound), rel.bias_bound, rtol=1e-8)
+    np.testing.assert_allclose(np.linalg.norm(plan.noise_factor.numpy(), axis=1), rel.noise_std, rtol=1e-8)
+    total = lambda plan: np.linalg.norm(plan.noise_factor.numpy())  # noqa: E731  (sqrt of the noise's trace)
+    assert total(plan) > 1.5 * total(per_row)  # persons need more noise than rows
+
+
+def test_a_grouped_plan_refuses_ids_that_are_not_for_the_columns_of_c():
+    C, _, groups = persons_problem()
+    with pytest.raises(ValueError, match="groups"):
+        _grouped_plan(C[:, :-1], groups)  # eager: C's shape is known, the ids are checked against it
+    s = gaussian_multiplier(EPS, DELTA, "analytic")
+    symbolic = tf.function(lambda C, g: engine.noise_plan(C, noise_multiplier=s, data_sensitivity=4.0,
+                                                          output_bound=2.0, groups=g), autograph=False)
+    with pytest.raises(TypeError, match="groups"):  # the map is built on the host, once: ids must be known
+        symbolic(tf.constant(C), tf.constant(groups))
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "tf.function"])
+def test_a_grouped_release_moves_by_at_most_one_over_s_at_every_corner_of_every_person(compiled):
+    """Brute force in numpy over every corner of every person's box: the whitened query the release used has
+    shift <= 1/(s K); the per-row plan's whitening fails the same brute force (the check can fail)."""
+    C, y, groups, plan, per_row = plans("mse" if not compiled else "entropy", compiled)
+    s = gaussian_multiplier(EPS, DELTA, "analytic")
+    objective = "entropy" if compiled else "mse"
+    with dp.PrivacyAccountant(epsilon=5.0, delta=0.1) as budget:
+        rel = _publish(plan, y, groups=groups, seed=4, objective=objective)
+        assert len(budget.ledger) == 1 and budget.spent[0] == pytest.approx(EPS)
+    assert rel.neighbours == "person (groups, up to 6 rows)"
+    W, N, B = plan.whitening.numpy(), plan.noise_factor.numpy(), plan.basis.numpy()
+    xi = np.random.default_rng(4).standard_normal(int(plan.rank))
+    np.testing.assert_allclose(rel.mean, N @ (W @ y + xi), rtol=1e-9, atol=1e-9)  # W is the query it whitened
+    np.testing.assert_allclose(N @ W, B @ (B.T @ C), rtol=1e-6, atol=1e-9 * np.abs(C).max())  # of C's projection
+    assert _corner_shift(W, groups, 4.0) * DISCRETE_GAUSSIAN_FACTOR <= 1.0 / s
+    assert _corner_shift(per_row.whitening.numpy(), groups, 4.0) > 1.5 / s
+
+
+def test_publish_refuses_a_plan_made_for_other_persons_and_charges_nothing():
+    """publish recomputes the shift from C's whitening and the groups it is given, never trusting the plan: a
+    per-row plan published for persons is refused (ValueError: its count of extreme changes; with that count
+    forged, FloatingPointError from the recomputed shift); a grouped plan published without its groups, or with
+    groups of another neighbour map, or a wrong number of ids: ValueError. Nothing is charged."""
+    C, y, groups, grouped, per_row = plans()
+    s = gaussian_multiplier(EPS, DELTA, "analytic")
+    pairs = np.arange(40) // 2  # 20 persons of 2 rows: 40 extreme changes (the plan's persons: 55)
+    with dp.PrivacyAccountant(epsilon=100.0, delta=0.5) as budget:
+        with pytest.raises(FloatingPointError, match="cannot be guaranteed"):
+            _publish(per_row._replace(neighbour_count=grouped.neighbour_count), y, groups=groups)
+        for plan, ids in ((per_row, groups), (grouped, None), (grouped, pairs), (per_row, groups[:-1]),
+                          (grouped, groups[1:])):
+            with pytest.raises(ValueError, match="groups"):
+                _publish(plan, y, groups=ids)
+        assert budget.spent == (0.0, 0.0) and budget.ledger == () and budget.held == (0.0, 0.0)
+        # other persons of the same sizes (the same count): the shift recomputed for them is too large (the
+        # brute force over their corners agrees), refused
+        shuffled = np.random.default_rng(0).permutation(groups)
+        assert _corner_shift(grouped.whitening.numpy(), shuffled, 4.0) * DISCRETE_GAUSSIAN_FACTOR > 1.0 / s
+        with pytest.raises(FloatingPointError, match="cannot be guaranteed"):
+            _publish(grouped, y, groups=shuffled)
+        assert budget.spent == (0.0, 0.0) and budget.ledger == () and budget.held == (0.0, 0.0)
+        _publish(grouped, y, groups=groups)  # the plan's own persons publish
+        assert len(budget.ledger) == 1

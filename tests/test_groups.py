@@ -328,8 +328,7 @@ def test_what_does_not_support_groups_refuses_them(problem):
         model.release(Xs, epsilon=EPS, delta=DELTA, mechanism="standard", accountant=accountant)
     assert accountant.spent == (0.0, 0.0)
     # selection and cross-validation accept groups (tests/test_selection_groups.py)
-    with pytest.raises(NotImplementedError, match="compiled engine"):
-        engine.noise_plan(tf.constant(C), noise_multiplier=1.0, data_sensitivity=D, output_bound=5.0, groups=groups)
+    # the compiled engine accepts groups (tests/test_engine.py)
     sparse = DPGPRFITC((X, Y), gpflow.kernels.SquaredExponential(), X[:4], noise_variance=NOISE, y_bounds=(LO, HI),
                        groups=groups, hyperparameters_public=True)
     from dpgp_gpflow.streaming import release_function as streamed_release_function
