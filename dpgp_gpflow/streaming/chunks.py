@@ -21,7 +21,8 @@ import numpy as np
 
 from ..validation import require_real_dtype, validate_groups
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "ChunkSource", "LocalChunks", "output_columns", "person_bounds", "person_starts"]
+__all__ = ["DEFAULT_CHUNK_SIZE", "ChunkSource", "LocalChunks", "check_source_shape", "output_columns", "person_bounds",
+           "person_starts"]
 
 #: Rows per chunk when none is given: an m x chunk block of B for m = 200 is 32 MB.
 DEFAULT_CHUNK_SIZE = 20_000
@@ -32,6 +33,8 @@ class ChunkSource:
 
     n: int
     input_dim: int
+    #: the outputs' columns per row (:func:`output_columns`: 1 for [n], P for [n, P]); public
+    num_outputs: int
 
     def map_reduce(self, fn: Callable[..., Any], combine: Callable[[Any, Any], Any], *args: Any) -> Any:
         """``combine`` over chunks of ``fn(X_chunk, Y_chunk, start, *args)`` (``Y_chunk`` PRIVATE: [c] for one
@@ -74,6 +77,7 @@ class LocalChunks(ChunkSource):
             require_real_dtype(name, arr.dtype if hasattr(arr, "dtype") else np.asarray(arr).dtype)  # a list: in memory
         self.X, self.Y = X, Y
         self.n, self.input_dim = int(np.shape(X)[0]), int(np.shape(X)[1])
+        self.num_outputs = output_columns(np.shape(Y))
         self.chunk_size = int(chunk_size)
         #: explicit ``(start, stop)`` chunks covering the rows in order (:meth:`between_persons`), or None
         self._bounds = None if bounds is None else [(int(a), int(b)) for a, b in bounds]
@@ -123,6 +127,17 @@ def output_columns(shape: Tuple[int, ...]) -> int:
     if len(shape) == 2:
         return int(shape[1])
     raise ValueError(f"the outputs must have shape [n] or [n, P] (P outputs per row), got shape {list(shape)}")
+
+
+def check_source_shape(source: ChunkSource, input_dim: int, num_outputs: int, outputs: str = "output") -> None:
+    """``ValueError`` (one line) unless ``source`` has the model's ``input_dim`` input columns and
+    ``num_outputs`` columns of ``outputs`` per row: the one check of a source against a model, before anything
+    is reserved (public: shapes)."""
+    if int(source.input_dim) != int(input_dim):
+        raise ValueError(f"the chunks have {source.input_dim} input columns, the model {int(input_dim)}")
+    if int(source.num_outputs) != int(num_outputs):
+        raise ValueError(f"the chunks have {source.num_outputs} {outputs} column(s) per row, the model takes "
+                         f"{int(num_outputs)}")
 
 
 def tree_combine(parts: List[Any], combine: Callable[[Any, Any], Any]) -> Any:

@@ -50,6 +50,7 @@ class DaskChunks(ChunkSource):
         self.X = X.rechunk({1: -1})
         self.Y = Y.rechunk((self.X.chunks[0], -1))  # [n, P]: a chunk's rows hold all their outputs
         self.n, self.input_dim = int(X.shape[0]), int(X.shape[1])
+        self.num_outputs = int(self.Y.shape[1])
         self.client = client
         self.starts = np.concatenate([[0], np.cumsum(self.X.chunks[0])[:-1]]).astype(int)
 

@@ -62,7 +62,7 @@ class OneVsRestChunks(ChunkSource):
 
     def __init__(self, source: ChunkSource, label: int, num_classes: int) -> None:
         self.source, self.label, self.num_classes = source, int(label), int(num_classes)
-        self.n, self.input_dim = source.n, source.input_dim
+        self.n, self.input_dim, self.num_outputs = source.n, source.input_dim, source.num_outputs
 
     def map_reduce(self, fn: Callable[..., Any], combine: Callable[[Any, Any], Any], *args: Any) -> Any:
         return self.source.map_reduce(_one_vs_rest_chunk, combine, fn, self.label, self.num_classes, *args)

@@ -33,7 +33,7 @@ from ..mechanisms import ReleaseRequest, check_noise_condition, draw_and_spend, 
 from ..neighbours import model_outputs
 from ..released import PrivateFunction, PrivatePrediction
 from ..validation import as_inputs, require_float64, validate_groups
-from .chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks, person_starts
+from .chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks, check_source_shape, person_starts
 from .dask_chunks import DaskChunks
 from .persons import ChunkPersons
 from .solver import (
@@ -78,7 +78,8 @@ def streamed_map(model: Any, source: Optional[ChunkSource] = None, *, chunk_size
     """The released map of ``model.release_function`` (``R B``, or ``B``) as a :class:`StreamedMap`.
 
     ``source``: where the rows live (default: the model's Dask rows in their own chunks, on the active
-    Dask client's cluster if any; or ``model.data`` in chunks of ``chunk_size``).
+    Dask client's cluster if any; or ``model.data`` in chunks of ``chunk_size``); a source of other input
+    columns or outputs per row than the model's: ``ValueError``.
     ``reference_inputs``: None for the training inputs when ``model.reference_training_inputs`` (as
     the in-memory release), ``False`` for the latents themselves, or public inputs.
     With the model's public ``groups`` (persons; each person's rows consecutive, else ``ValueError``)
@@ -87,13 +88,7 @@ def streamed_map(model: Any, source: Optional[ChunkSource] = None, *, chunk_size
     rows (or persons) hold P entries each. Public.
     """
     terms = ChunkTerms.from_model(model)
-    if source is None and model.dask_rows is not None:
-        source = DaskChunks(*model.dask_rows)  # on the active Dask client's cluster, if any
-    elif source is None:
-        X, Y = model.data
-        source = LocalChunks(X.numpy(), Y.numpy(), chunk_size)
-    if source.input_dim != terms.Z.shape[1]:
-        raise ValueError(f"the chunks have {source.input_dim} input columns, the model {terms.Z.shape[1]}")
+    source = _model_source(model, terms, source, chunk_size)
     persons = None
     ids = _streamed_groups(model, source.n)
     if ids is not None:  # public: the chunks are recut between persons from the groups alone
@@ -113,6 +108,19 @@ def streamed_map(model: Any, source: Optional[ChunkSource] = None, *, chunk_size
         factors = Factors(factors.L, factors.LB, reference_coordinates(terms.readout(factors).readout(Xref)))
     object.__setattr__(terms, "output_bound", float(sums["output_bound"]))
     return StreamedMap(source, terms, factors, persons)
+
+
+def _model_source(model: Any, terms: ChunkTerms, source: Optional[ChunkSource], chunk_size: int) -> ChunkSource:
+    """``source`` (checked against the model's input columns and outputs per row,
+    :func:`~dpgp_gpflow.streaming.chunks.check_source_shape`), else the model's Dask rows (on the active Dask
+    client's cluster, if any) or its in-memory rows in chunks of ``chunk_size``. Public."""
+    if source is None and getattr(model, "dask_rows", None) is not None:
+        source = DaskChunks(*model.dask_rows)
+    elif source is None:
+        X, Y = model.data
+        source = LocalChunks(X.numpy(), Y.numpy(), chunk_size)
+    check_source_shape(source, int(terms.Z.shape[1]), terms.num_outputs)
+    return source
 
 
 def _streamed_groups(model: Any, n: int):
@@ -154,11 +162,11 @@ def release_function(
     require_float64()
     request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed,
                               rtol=rtol, tol=tol)  # once, rtol and tol included, before anything is reserved
-    ChunkTerms.from_model(model)  # the supported models only, before anything else
-    rows = _num_rows(model, source)
-    ids = _streamed_groups(model, rows)  # refusals before anything is reserved
+    terms = ChunkTerms.from_model(model)  # the supported models only, before anything else
+    source = _model_source(model, terms, source, chunk_size)  # its shape against the model's, nothing reserved
+    ids = _streamed_groups(model, source.n)  # refusals before anything is reserved
     if ids is not None:
-        person_starts(ids, rows)  # each person's rows consecutive (else one line, nothing spent)
+        person_starts(ids, source.n)  # each person's rows consecutive (else one line, nothing spent)
     check_release_hyperparameters(model, hyperparameters_public)
     with reserve(accountant, [request.event()]) as reservation:  # the one reservation: cloak_function commits
         return cloak_function(model, request, reservation, reference_inputs=reference_inputs, rtol=rtol, tol=tol,
@@ -233,15 +241,6 @@ def cloak_function(
         rel = shaped(model, rel)
     function_type = getattr(model, "function_type", PrivateFunction)
     return function_type(rel, cmap.terms.readout(cmap.factors), cmap.factors.R)
-
-
-def _num_rows(model: Any, source: Optional[ChunkSource]) -> int:
-    """The number of training rows (the source's, the model's Dask rows' or its data's)."""
-    if source is not None:
-        return int(source.n)
-    if getattr(model, "dask_rows", None) is not None:
-        return int(model.dask_rows[0].shape[0])
-    return int(model.data[0].shape[0])
 
 
 def _choose_space(cmap: StreamedMap, rtols, multiplier: float, d: float, b: float):

@@ -225,3 +225,28 @@ def test_a_model_built_from_dask_rows_takes_in_memory_groups_and_releases_as_in_
         streaming.release_function(_dask_model(DPSGPR, X, Y, 64, groups=scattered), epsilon=1.0, delta=1e-3,
                                    accountant=accountant)
     assert accountant.spent == (0.0, 0.0) and accountant.held == (0.0, 0.0)
+
+
+def test_every_source_knows_its_output_columns_and_one_of_another_shape_is_refused_before_reserving():
+    """LocalChunks, DaskChunks and OneVsRestChunks carry the outputs' columns per row ([n] and [n, 1]: 1); a source
+    of other output or input columns than the model's is refused by streaming.release_function with nothing
+    reserved (no ledger entry), in memory and on Dask; Y of three dimensions is refused when the source is built."""
+    da = pytest.importorskip("dask.array")
+    from dpgp_gpflow.distributed import DaskChunks
+
+    X, Y = _rows(30, 3, seed=8)
+    for Ys, P in ((Y[:, 0], 1), (Y[:, :1], 1), (Y[:, :2], 2), (Y, 3)):
+        assert LocalChunks(X, Ys, 7).num_outputs == P
+        assert DaskChunks(da.from_array(X, chunks=(7, 1)), da.from_array(Ys, chunks=7)).num_outputs == P
+        assert streaming.OneVsRestChunks(LocalChunks(X, Ys, 7), 0, 3).num_outputs == P
+    with pytest.raises(ValueError, match=r"\[n\] or \[n, P\]"):
+        LocalChunks(X, Y[:, :, None], 7)
+    model = _model(DPSGPR, X, Y[:, :2], m=5)
+    accountant = PrivacyAccountant(epsilon=10.0, delta=0.5)
+    sources = [LocalChunks(X, Y[:, :1], 7), LocalChunks(X, Y, 7), LocalChunks(np.c_[X, X], Y[:, :2], 7),
+               DaskChunks(da.from_array(X, chunks=(7, 1)), da.from_array(Y[:, 0], chunks=7))]
+    for source, match in zip(sources, ["1 output column", "3 output column", "2 input columns", "1 output column"]):
+        with pytest.raises(ValueError, match=match):
+            streaming.release_function(model, epsilon=1.0, delta=1e-3, seed=1, accountant=accountant,
+                                       hyperparameters_public=True, source=source)
+    assert accountant.history() == [] and accountant.held == (0.0, 0.0)
