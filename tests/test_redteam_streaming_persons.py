@@ -173,12 +173,6 @@ def test_each_output_of_a_late_chunk_is_clipped_to_its_own_bounds():
 # Chunk sources against the model: rows, outputs, input columns
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING (medium): a source of ONE output column for a P = 2 model is released and charged. "
-    "ChunkTerms.centred_outputs clips Y [c, 1] against the [P] per-output bounds; np.clip broadcasts it to "
-    "[c, P] (the one column copied into every output, each clipped to its own bounds), so the check "
-    "'clipped.shape[1] != num_outputs' never fires: a release of data the model does not describe, its "
-    "budget spent (a release that cannot be what was asked must raise, never degrade silently)"))
 def test_a_source_of_fewer_output_columns_than_the_model_is_refused_before_anything_is_reserved():
     X, Y = _rows(20)
     accountant = PrivacyAccountant(epsilon=10.0, delta=0.5)
@@ -189,12 +183,6 @@ def test_a_source_of_fewer_output_columns_than_the_model_is_refused_before_anyth
     assert accountant.history() == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING (low): a source whose shape does not fit the model (3 output columns for P = 2; 2 input columns for "
-    "D = 1) is refused only inside the reservation (streaming.release_function reserves, then cloak_function -> "
-    "streamed_map / centred_outputs refuse): a 'cancelled' ledger entry each time, and for the outputs NumPy's "
-    "'operands could not be broadcast' instead of a clear message. Both shapes are public and known before "
-    "reserving (DPSparseMulticlassLaplaceGPC.release_streamed checks the input columns before reserving)"))
 @pytest.mark.parametrize("bad", ["outputs", "inputs"])
 def test_a_source_of_another_shape_is_refused_before_anything_is_reserved(bad):
     X, Y = _rows(20)
@@ -250,16 +238,11 @@ def test_a_bad_label_in_the_last_chunk_is_refused_before_anything_is_reserved(ba
     assert accountant.history() == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING (low): DPSparseMulticlassLaplaceGPC.release_streamed with a source of labels [N, 2] (every entry a "
-    "valid class) passes check_class_labels (values only) and is refused only inside the reservation by "
-    "ChunkTerms.centred_outputs ('the chunk has 2 output(s) per row'): a 'cancelled' ledger entry; the shape is "
-    "public and could be refused with the labels' check"))
 def test_a_multiclass_source_of_two_label_columns_is_refused_before_anything_is_reserved():
     X, labels = _class_rows(24)
     model = _multiclass(X, labels)
     accountant = PrivacyAccountant(epsilon=10.0, delta=0.5)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="2 label column"):
         quiet(model.release_streamed, epsilon=EPS, delta=DELTA, seed=1, accountant=accountant,
               source=LocalChunks(X, np.c_[labels, labels], 5))
     assert accountant.history() == []

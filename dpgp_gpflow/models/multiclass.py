@@ -55,7 +55,7 @@ from ..neighbours import relation
 from ..pipeline import cloak_outputs
 from ..released import PrivateClassifier
 from ..streaming import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks, cloak_function
-from ..streaming.chunks import person_starts
+from ..streaming.chunks import check_source_shape, person_starts
 from ..streaming.dask_chunks import DaskChunks
 from ..streaming.one_vs_rest_chunks import OneVsRestChunks, check_class_labels
 from ..validation import as_inputs, is_dask_array, require_float64, validate_groups, validate_public_terms
@@ -370,9 +370,8 @@ class DPSparseMulticlassLaplaceGPC(_OneVsRest):
         steps, request, step_request = self._request(epsilon, delta, 1, calibration, objective, seed,
                                                      hyperparameters_public, rtol, tol)
         rows = self._streamed_rows(source, chunk_size)
-        dim = int(self.problems[0].inducing_variable.Z.shape[1])
-        if rows.input_dim != dim:
-            raise ValueError(f"the chunks have {rows.input_dim} input columns, the model {dim}")
+        # public shapes: the model's input columns and one column of labels, before anything is reserved
+        check_source_shape(rows, int(self.problems[0].inducing_variable.Z.shape[1]), 1, outputs="label")
         check_class_labels(rows, self.num_classes)  # every label, before anything is reserved
         if self.groups is not None:  # public: each person's rows consecutive (else one line), nothing reserved
             person_starts(self.groups, rows.n)
