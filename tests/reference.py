@@ -213,3 +213,18 @@ def assert_first_rank_that_holds(C: np.ndarray, release, output_bound: float, d:
     assert rank_rule_holds(C, release.rank, output_bound, d, release.noise_multiplier)
     for r in ranks[: ranks.index(release.rank)]:
         assert not rank_rule_holds(C, r, output_bound, d, release.noise_multiplier)
+
+
+# ---------------------------------------------------------------------------------------------
+# Selection (docs/selection.md#sensitivity)
+
+
+def reference_influence(maps, splits, n):
+    """Per row: sum over folds of ``||C_f[:, j]||_1`` where j trains and 1 where it is tested (loops)."""
+    out = np.zeros(n)
+    for C, (tr, te) in zip(maps, splits):
+        for col, j in enumerate(tr):
+            out[j] += np.abs(C[:, col]).sum()
+        for j in te:
+            out[j] += 1.0
+    return out

@@ -13,12 +13,10 @@ release's shift ``P_F (I kron C) delta`` measured against its published noise fa
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import warnings
 from functools import partial
 from pathlib import Path
-from types import SimpleNamespace
 
 import gpflow
 import numpy as np
@@ -30,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "audits"))
 import auditing  # noqa: E402
 
 import dpgp_gpflow as dp  # noqa: E402
+from forgery import forged  # noqa: E402
 from dpgp_gpflow.io import format as release_file  # noqa: E402
 from dpgp_gpflow.io.format import ReleaseFileError  # noqa: E402
 from dpgp_gpflow.models import DPGPR  # noqa: E402
@@ -342,15 +341,6 @@ def test_what_does_not_support_several_outputs_refuses_them():
 # The release file
 
 
-def _forge(path, tmp_path, edit):
-    raw = json.loads(path.read_text())
-    edit(raw)
-    raw["sha256"] = release_file.document_sha256(raw)
-    out = tmp_path / "forged.json"
-    out.write_text(json.dumps(raw))
-    return out
-
-
 def _card(raw):
     return raw["card"]["releases"][0]
 
@@ -426,7 +416,7 @@ def _array(name, change):
 def test_forged_files_of_several_outputs_are_refused(saved, tmp_path, edit, match):
     _, path, _, _ = saved
     with pytest.raises(ReleaseFileError, match=match):
-        dp.load(_forge(path, tmp_path, edit))
+        dp.load(forged(path, tmp_path, edit))
 
 
 def test_the_card_records_the_neighbouring_relation(saved):

@@ -13,7 +13,6 @@ must be un-marked by whoever fixes the code.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import warnings
 
@@ -23,8 +22,8 @@ import pytest
 from scipy import optimize, stats
 
 import dpgp_gpflow as dp
+from forgery import forged
 from dpgp_gpflow import PrivacyAccountant
-from dpgp_gpflow.io import format as release_file
 from dpgp_gpflow.models import (
     DPLaplaceGPC,
     DPMulticlassLaplaceGPC,
@@ -186,15 +185,6 @@ def test_per_row_steps_fail_the_five_row_person(sparse):
 # A forged multi-class file: a claim for persons on steps made per row
 
 
-def _document_edit(path, tmp_path, edit):
-    raw = json.loads(path.read_text())
-    edit(raw)
-    raw["sha256"] = release_file.document_sha256(raw)
-    out = tmp_path / "forged.json"
-    out.write_text(json.dumps(raw))
-    return out
-
-
 def test_forged_person_claim_loads_but_the_audit_against_the_persons_refuses_it(tmp_path):
     """A per-row release of 3 classes (steps at sqrt(2) s(1, delta)) re-labelled, consistently, as protecting
     persons of 2 rows at a larger epsilon' with sqrt(3) s(eps') = sqrt(2) s(1): card epsilon/mu/person_rows/
@@ -217,7 +207,7 @@ def test_forged_person_claim_loads_but_the_audit_against_the_persons_refuses_it(
         for entry in raw["card"]["releases"]:
             entry["neighbours"] = "person (groups, up to 2 rows)"
 
-    loaded = dp.load(_document_edit(path, tmp_path, edit))
+    loaded = dp.load(forged(path, tmp_path, edit))
     assert loaded.person_rows == 2 and loaded.epsilon == pytest.approx(eps_forged)
     grouped = DPMulticlassLaplaceGPC((X, labels), kernel(), num_classes=K, hyperparameters_public=True, groups=groups)
     report = dp.audit(loaded, grouped)

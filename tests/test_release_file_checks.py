@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import dpgp_gpflow as dp
+from forgery import forged
 from dpgp_gpflow.io import format as release_file, loading as publishing
 from dpgp_gpflow.models import (
     DPGPR,
@@ -73,16 +74,6 @@ def files(tmp_path_factory):
     }
     folder = tmp_path_factory.mktemp("honest")
     return {name: obj.save(folder / f"{name}.json") for name, obj in objects.items()}
-
-
-def forged(source, tmp_path, edit):
-    """``source`` edited by ``edit(raw)`` and its hash recomputed as the format does: a consistent file."""
-    raw = json.loads(source.read_text())
-    edit(raw)
-    raw["sha256"] = release_file.document_sha256(raw)
-    path = tmp_path / "forged.json"
-    path.write_text(json.dumps(raw, indent=1))
-    return path
 
 
 def array(raw, name):

@@ -11,14 +11,12 @@ person's outputs at a bound: all ``2^|G|`` of them) and random points inside it.
 from __future__ import annotations
 
 import itertools
-import math
-import warnings
 from functools import partial
 
 import gpflow
 import numpy as np
 import pytest
-from reference import analytic_delta, gpr_reference, k_se
+from reference import analytic_delta, gpr_reference, k_se, reference_influence
 from scipy import optimize, stats
 
 from dpgp_gpflow import PrivacyAccountant
@@ -27,7 +25,6 @@ from dpgp_gpflow.selection import (
     Fold,
     cross_validate,
     cv_sensitivity,
-    cv_utility,
     person_influence,
     select_hyperparameters,
     selection_probabilities,
@@ -96,17 +93,6 @@ def person_neighbours(y, groups, interior=2, seed=0):
             y2 = y.copy()
             y2[rows] = v
             yield person, y2
-
-
-def reference_influence(maps, splits, n):
-    """Per row: sum over folds of ||C_f[:, j]||_1 where j trains and 1 where it is tested (loops)."""
-    out = np.zeros(n)
-    for C, (tr, te) in zip(maps, splits):
-        for col, j in enumerate(tr):
-            out[j] += np.abs(C[:, col]).sum()
-        for j in te:
-            out[j] += 1.0
-    return out
 
 
 def reference_multiplier(epsilon, delta):

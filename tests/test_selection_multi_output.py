@@ -19,7 +19,7 @@ from functools import partial
 import gpflow
 import numpy as np
 import pytest
-from reference import analytic_delta, gpr_reference, k_se
+from reference import analytic_delta, gpr_reference, k_se, reference_influence
 from scipy import optimize, stats
 
 import dpgp_gpflow as dp
@@ -92,16 +92,6 @@ def reference_utility(maps, splits, Y, bounds, d_p, noise=None, utility="absolut
                 s = noise[f][:, p]  # E|a + Z| = a (1 - 2 Phi(-a / s)) + 2 s phi(a / s)
                 total += d / d_p[p] * np.sum(a * (1.0 - 2.0 * stats.norm.cdf(-a / s)) + 2.0 * s * stats.norm.pdf(a / s))
     return -total
-
-
-def reference_influence(maps, splits, n):
-    out = np.zeros(n)
-    for C, (tr, te) in zip(maps, splits):
-        for col, j in enumerate(tr):
-            out[j] += np.abs(C[:, col]).sum()
-        for j in te:
-            out[j] += 1.0
-    return out
 
 
 def neighbours_of(Y, bounds, groups=None, interior=2, seed=0):

@@ -20,7 +20,7 @@ import warnings
 import gpflow
 import numpy as np
 import pytest
-from reference import analytic_delta, k_se
+from reference import analytic_delta, k_se, reference_influence
 from scipy import optimize, stats
 
 import dpgp_gpflow as dp
@@ -97,16 +97,6 @@ def reference_utility(maps, splits, labels, K, noise=None, utility="absolute"):
                 s = noise[f][:, a]
                 total += np.sum(r * (1.0 - 2.0 * stats.norm.cdf(-r / s)) + 2.0 * s * stats.norm.pdf(r / s))
     return -total
-
-
-def reference_influence(maps, splits, n):
-    out = np.zeros(n)
-    for C, (tr, te) in zip(maps, splits):
-        for col, j in enumerate(tr):
-            out[j] += np.abs(C[:, col]).sum()
-        for j in te:
-            out[j] += 1.0
-    return out
 
 
 def label_neighbours(labels, K, groups=None):

@@ -43,8 +43,8 @@ from sparse_cases import (  # noqa: E402
 )
 
 import dpgp_gpflow as dp  # noqa: E402
+from forgery import forged  # noqa: E402
 from dpgp_gpflow import streaming  # noqa: E402
-from dpgp_gpflow.io import format as release_file  # noqa: E402
 from dpgp_gpflow.io.format import ReleaseFileError  # noqa: E402
 from dpgp_gpflow.models import kmeans_inducing_inputs  # noqa: E402
 
@@ -250,15 +250,6 @@ def test_the_function_predicts_each_output_from_its_own_latents(variant):
     np.testing.assert_allclose(chunked.mean, pred.mean, rtol=1e-12, atol=1e-13 * np.abs(pred.mean).max())
 
 
-def _forge(path, tmp_path, edit):
-    raw = json.loads(path.read_text())
-    edit(raw)
-    raw["sha256"] = release_file.document_sha256(raw)
-    out = tmp_path / "forged.json"
-    out.write_text(json.dumps(raw))
-    return out
-
-
 def _readout_state(key, value):
     def edit(raw):
         raw["content"]["readout"]["state"][key] = value
@@ -322,7 +313,7 @@ def test_a_function_of_several_outputs_exports_a_savedmodel_of_its_predictions(s
 def test_forged_readouts_of_several_outputs_are_refused(saved, tmp_path, edit, match):
     _, path, _ = saved
     with pytest.raises(ReleaseFileError, match=match):
-        dp.load(_forge(path, tmp_path, edit))
+        dp.load(forged(path, tmp_path, edit))
 
 
 def test_a_readout_without_outputs_is_refused_for_latents_of_several(saved, tmp_path):
@@ -332,9 +323,9 @@ def test_a_readout_without_outputs_is_refused_for_latents_of_several(saved, tmp_
         del raw["content"]["readout"]["state"]["outputs"]
 
     with pytest.raises(ReleaseFileError, match=r"the mean function gives 2 outputs, the readout 1"):
-        dp.load(_forge(path, tmp_path, drop))
+        dp.load(forged(path, tmp_path, drop))
     with pytest.raises(ReleaseFileError, match=r"latent values of 1 output\(s\), the release has 10 of 2"):
-        dp.load(_forge(path, tmp_path, _both(drop, _readout_state("mean_function", {"class": "Constant", "c": [0.5]}))))
+        dp.load(forged(path, tmp_path, _both(drop, _readout_state("mean_function", {"class": "Constant", "c": [0.5]}))))
 
 
 # ---------------------------------------------------------------------------------------------
