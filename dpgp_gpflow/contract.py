@@ -235,8 +235,8 @@ def cloaking_matrix(model: Any, Xnew: Any) -> tf.Tensor:
     predictions move when one centred output moves (for the classifiers, the latent mean at ``Xnew``
     after the first Newton step from zero). Public.
 
-    For a model of P > 1 outputs per row (``DPGPR`` with ``Y`` [N, P]) it is the stacked map
-    ``I_P kron C`` (kP x NP): rows and columns output by output (all k predictions of output 1, then
+    For a model of P > 1 outputs per row (``DPGPR``, ``DPSGPR`` or ``DPGPRFITC`` with ``Y`` [N, P]) it is
+    the stacked map ``I_P kron C`` (kP x NP): rows and columns output by output (all k predictions of output 1, then
     output 2, ...; all N rows of output 1, then output 2, ...), so ``mean = offset + C vec(Y_c)`` with
     the release's [k, P] mean and ``Y_c`` [N, P] stacked the same way (:func:`stacked`).
     """
