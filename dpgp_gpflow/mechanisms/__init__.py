@@ -27,7 +27,7 @@ from .cloaking import (
     whitening_terms,
 )
 from .request import ReleaseRequest, gaussian_event, release_request, reserve_gaussian, validate_public_bounds
-from .rounding import check_noise_condition, safe_sensitivity
+from .rounding import check_noise_condition, condition_number, safe_sensitivity
 from .standard import standard_release
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "check_whitened_shift",
     "cloak",
     "cloaking_release",
+    "condition_number",
     "draw_and_spend",
     "gaussian_event",
     "noise_in_space",

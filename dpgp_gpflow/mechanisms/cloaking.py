@@ -54,7 +54,7 @@ from ..sampling import (
     grid_loss,
 )
 from .request import ReleaseRequest, release_request, validate_public_bounds
-from .rounding import SENSITIVITY_SAFETY, check_noise_condition, safe_sensitivity
+from .rounding import SENSITIVITY_SAFETY, check_noise_condition, condition_number, safe_sensitivity
 
 __all__ = [
     "NOISE_SOLVERS",
@@ -114,8 +114,7 @@ def noise_in_space(vectors, singular_values, data_sensitivity, tol, max_iter, de
     scaled = vectors * scale[:, None]  # [r, n]
     solve = optimise_tensors(scaled, tf.zeros_like(scaled[0]), tol, max_iter, dense_points, duplicate_rtol, objective)
     factor = solve.eigenvectors * solve.scales[None, :]
-    sv = tf.linalg.svd(factor / scale[:, None], compute_uv=False)
-    condition = sv[0] / sv[-1]
+    condition = condition_number(factor / scale[:, None])
     # The sensitivity of the released r-vector against the factor actually used (scaled coordinates:
     # ||F^{-1} diag(scale) beta_i|| == ||(diag(1/scale) F)^{-1} beta_i||, so nothing is lost).
     solved, norm2 = mahalanobis_terms(factor, scaled)

@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 __all__ = ["MAX_NOISE_CONDITION", "ROUNDING_SAFETY", "SENSITIVITY_SAFETY", "check_noise_condition",
-           "safe_sensitivity"]
+           "condition_number", "safe_sensitivity"]
 
 #: Multiplies every sensitivity, to absorb floating-point rounding in its computation.
 SENSITIVITY_SAFETY = 1.0 + 1e-8
@@ -23,6 +23,14 @@ MAX_NOISE_CONDITION = 1e11
 
 _CONDITION_MESSAGE = ("the noise covariance's condition number exceeds {:.0e}: float64 rounding could then "
                       "leak along its weakest directions, so this release cannot be guaranteed; use a larger rtol")
+
+
+def condition_number(factor):
+    """The 2-norm condition number ``sigma_max / sigma_min`` of a square noise factor (a noise covariance's
+    factor, or the standard mechanism's prior Cholesky factor): the one computation behind every
+    :func:`safe_sensitivity` and :func:`check_noise_condition`. Graph-safe; ``inf`` for a singular factor."""
+    sv = tf.linalg.svd(tf.convert_to_tensor(factor, tf.float64), compute_uv=False)
+    return sv[0] / sv[-1]
 
 
 def safe_sensitivity(data_sensitivity, norm2, condition):

@@ -22,7 +22,7 @@ from ..released import PrivateRelease
 from ..sampling import gaussian_grid_factor
 from ..validation import require_finite
 from .request import ReleaseRequest, release_request
-from .rounding import ROUNDING_SAFETY, SENSITIVITY_SAFETY
+from .rounding import condition_number, safe_sensitivity
 
 __all__ = ["standard", "standard_release"]
 
@@ -73,8 +73,7 @@ def standard(request: ReleaseRequest, reservation: Reservation, mean: Any, varia
     description = f"standard (Hall et al.) release of {k} values"
     jitter = 1e-10 * float(tf.reduce_max(tf.linalg.diag_part(prior_cov))) + 1e-300
     chol = tf.linalg.cholesky(prior_cov + jitter * tf.eye(k, dtype=tf.float64))  # [k, k]
-    sv = tf.linalg.svd(chol, compute_uv=False)
-    sensitivity = float(sensitivity) * (SENSITIVITY_SAFETY + ROUNDING_SAFETY * float(sv[0] / sv[-1]))
+    sensitivity = float(safe_sensitivity(float(sensitivity), 1.0, condition_number(chol)))
     if not (math.isfinite(sensitivity) and bool(tf.reduce_all(tf.math.is_finite(chol)))):
         # public (prior covariance and sensitivity only): refused before anything is drawn
         raise FloatingPointError("the standard mechanism's noise scale is not finite (a singular or overflowing "

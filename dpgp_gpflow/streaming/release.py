@@ -29,7 +29,8 @@ from ..cloaking import DEFAULT_TOL, candidate_rtols, first_harmless
 from ..cloaking.rank import bias_rounding, projection_bias
 from ..contract import check_release_hyperparameters
 from ..pipeline import reference_coordinates, shaped
-from ..mechanisms import ReleaseRequest, check_noise_condition, draw_and_spend, release_request, safe_sensitivity
+from ..mechanisms import (ReleaseRequest, check_noise_condition, condition_number, draw_and_spend, release_request,
+                          safe_sensitivity)
 from ..neighbours import model_outputs
 from ..released import PrivateFunction, PrivatePrediction
 from ..validation import as_inputs, require_float64, validate_groups
@@ -220,8 +221,7 @@ def cloak_function(
                                       rowmax=coordinate_max[:basis.shape[1]] * scale)
     factor_s = noise.factor.numpy()  # [r, r] in scaled coordinates
     factor_u = factor_s / scale[:, None]  # [r, r] in basis coordinates
-    sv = np.linalg.svd(factor_u, compute_uv=False)
-    condition = float(sv[0] / sv[-1])
+    condition = float(condition_number(factor_u))
     check_noise_condition(condition)
     qmax, w_largest, w_total = sensitivities(cmap, basis, factor_s, scale, factor_u)
     if not math.isfinite(qmax):
