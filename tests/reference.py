@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 # ---------------------------------------------------------------------------------------------
 # Calibration (DESIGN 3)
@@ -228,3 +228,13 @@ def reference_influence(maps, splits, n):
         for j in te:
             out[j] += 1.0
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Laplace classification (docs/mechanisms.md#laplace-classification)
+
+
+def newton_map_np(K: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """``C = 1/2 (K^{-1} + W)^{-1}``, ``W = pi (1 - pi)`` at the public ``f`` (``f = 0``: step 1)."""
+    pi = special.expit(f)
+    return 0.5 * np.linalg.inv(np.linalg.inv(K) + np.diag(pi * (1.0 - pi)))

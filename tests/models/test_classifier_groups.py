@@ -21,8 +21,7 @@ from pathlib import Path
 import gpflow
 import numpy as np
 import pytest
-from reference import k_se, range_projector
-from scipy import special
+from reference import k_se, newton_map_np, range_projector
 
 import dpgp_gpflow as dp
 from dpgp_gpflow import PrivacyAccountant, ReproducibleNoiseWarning
@@ -51,12 +50,6 @@ def kernel():
 
 def K_np(A, B=None):
     return k_se(A, A if B is None else B, variance=VAR, lengthscale=LS)
-
-
-def newton_map_np(K: np.ndarray, f: np.ndarray) -> np.ndarray:
-    """``C = 1/2 (K^{-1} + W)^{-1}``, ``W = pi (1 - pi)`` at the public ``f`` (``f = 0``: step 1)."""
-    pi = special.expit(f)
-    return 0.5 * np.linalg.inv(np.linalg.inv(K) + np.diag(pi * (1.0 - pi)))
 
 
 def sor_map_np(X: np.ndarray, Z: np.ndarray) -> np.ndarray:
