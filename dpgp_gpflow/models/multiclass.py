@@ -54,9 +54,8 @@ from ..mechanisms import ReleaseRequest, release_request
 from ..neighbours import relation
 from ..pipeline import cloak_outputs
 from ..released import PrivateClassifier
-from ..streaming import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks, cloak_function
+from ..streaming import DEFAULT_CHUNK_SIZE, ChunkSource, cloak_function, rows_source
 from ..streaming.chunks import check_source_shape, person_starts
-from ..streaming.dask_chunks import DaskChunks
 from ..streaming.one_vs_rest_chunks import OneVsRestChunks, check_class_labels
 from ..validation import as_inputs, is_dask_array, require_float64, validate_groups, validate_public_terms
 from .base import split_dask_rows
@@ -369,7 +368,7 @@ class DPSparseMulticlassLaplaceGPC(_OneVsRest):
         eigenvectors (docs/guides/scaling.md). Privacy assumptions as for :meth:`release`; the chunking is public."""
         steps, request, step_request = self._request(epsilon, delta, 1, calibration, objective, seed,
                                                      hyperparameters_public, rtol, tol)
-        rows = self._streamed_rows(source, chunk_size)
+        rows = rows_source(self, source, chunk_size)
         # public shapes: the model's input columns and one column of labels, before anything is reserved
         check_source_shape(rows, int(self.problems[0].inducing_variable.Z.shape[1]), 1, outputs="label")
         check_class_labels(rows, self.num_classes)  # every label, before anything is reserved
@@ -384,15 +383,3 @@ class DPSparseMulticlassLaplaceGPC(_OneVsRest):
             return PrivateSparseClassifier(rel, function.readout, function.coordinates)
 
         return self._release_classes(one_class, request, step_request, steps, accountant)
-
-    def _streamed_rows(self, source: Optional[ChunkSource], chunk_size: int) -> ChunkSource:
-        """``source``, else the model's Dask rows (:class:`~dpgp_gpflow.distributed.DaskChunks`, on the active
-        Dask client's cluster if any) or its in-memory rows in chunks of ``chunk_size``."""
-        if source is not None:
-            if not isinstance(source, ChunkSource):
-                raise TypeError(f"source must be a dpgp_gpflow.streaming.ChunkSource, got {type(source).__name__}")
-            return source
-        if self.dask_rows is not None:
-            return DaskChunks(*self.dask_rows)
-        X, labels = self.data
-        return LocalChunks(X, labels, chunk_size)

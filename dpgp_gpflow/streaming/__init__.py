@@ -12,7 +12,8 @@ is in memory), for callers composing several releases under one budget.
 
 from .chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks
 from .one_vs_rest_chunks import OneVsRestChunks
-from .release import cloak_function, minibatch_kmeans_inducing_inputs, predict, release_function, streamed_map
+from .release import (cloak_function, minibatch_kmeans_inducing_inputs, predict, release_function, rows_source,
+                      streamed_map)
 from .solver import StreamedMap
 from .terms import ChunkTerms
 
@@ -27,5 +28,6 @@ __all__ = [
     "minibatch_kmeans_inducing_inputs",
     "predict",
     "release_function",
+    "rows_source",
     "streamed_map",
 ]

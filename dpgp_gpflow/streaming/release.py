@@ -111,15 +111,24 @@ def streamed_map(model: Any, source: Optional[ChunkSource] = None, *, chunk_size
     return StreamedMap(source, terms, factors, persons)
 
 
+def rows_source(model: Any, source: Optional[ChunkSource] = None, chunk_size: int = DEFAULT_CHUNK_SIZE) -> ChunkSource:
+    """Where a streamed release reads ``model``'s rows: ``source`` (a :class:`ChunkSource`, else ``TypeError``),
+    else the model's Dask rows (on the active Dask client's cluster, if any) or its in-memory ``data`` in
+    chunks of ``chunk_size``. Public."""
+    if source is not None:
+        if not isinstance(source, ChunkSource):
+            raise TypeError(f"source must be a dpgp_gpflow.streaming.ChunkSource, got {type(source).__name__}")
+        return source
+    if getattr(model, "dask_rows", None) is not None:
+        return DaskChunks(*model.dask_rows)
+    X, Y = model.data
+    return LocalChunks(np.asarray(X), np.asarray(Y), chunk_size)
+
+
 def _model_source(model: Any, terms: ChunkTerms, source: Optional[ChunkSource], chunk_size: int) -> ChunkSource:
-    """``source`` (checked against the model's input columns and outputs per row,
-    :func:`~dpgp_gpflow.streaming.chunks.check_source_shape`), else the model's Dask rows (on the active Dask
-    client's cluster, if any) or its in-memory rows in chunks of ``chunk_size``. Public."""
-    if source is None and getattr(model, "dask_rows", None) is not None:
-        source = DaskChunks(*model.dask_rows)
-    elif source is None:
-        X, Y = model.data
-        source = LocalChunks(X.numpy(), Y.numpy(), chunk_size)
+    """:func:`rows_source`, checked against the model's input columns and outputs per row
+    (:func:`~dpgp_gpflow.streaming.chunks.check_source_shape`). Public."""
+    source = rows_source(model, source, chunk_size)
     check_source_shape(source, int(terms.Z.shape[1]), terms.num_outputs)
     return source
 
