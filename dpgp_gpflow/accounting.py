@@ -293,6 +293,11 @@ class Reservation:
     def accountants(self) -> Tuple[PrivacyAccountant, ...]:
         return tuple(acc for acc, _ in self._held)
 
+    @property
+    def uncommitted(self) -> int:
+        """The number of held events not committed yet (shared with a borrowed view's owner)."""
+        return len(self._events)
+
     def commit(self, description: str = "") -> PrivacyEvent:
         """Record the next held event (with ``description``) in every accountant; returns it."""
         if not self._events:

@@ -1,0 +1,72 @@
+"""A measurement: one release described once, and the one routine that runs it.
+
+A :class:`Measurement` is a frozen description of a release: its validated request
+(:func:`~dpgp_gpflow.mechanisms.release_request`), the public neighbour relation it protects, the public
+checks that must pass before any budget is held (the leak guard, the terms' finiteness, the shape of a
+source), its privacy map (the ledger events it charges, computed from the request, never handed in from
+outside) and the mechanism that reads the private data, draws the noise and commits the events.
+:func:`measure` runs it in the one order every release keeps (docs/privacy_model.md#invariants):
+checks -> reserve -> mechanism (draw, then commit) -> result. A mechanism that returns without
+committing every event it reserved is a defect: :func:`measure` raises rather than publish a result
+that was not charged.
+
+Privacy assumption: the checks and the privacy map read only public values; the mechanism is the only
+part that reads the private data, and it does so inside the reservation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generic, Optional, Sequence, Tuple, TypeVar
+
+from .accounting import PrivacyEvent, Reservation, reserve
+from .mechanisms.request import ReleaseRequest
+
+__all__ = ["Measurement", "measure"]
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Measurement(Generic[R]):
+    """One release: what it charges, what it protects, what must hold first and what draws it.
+
+    ``mechanism(reservation)`` reads the private data, draws and commits every event of
+    :meth:`privacy_map` into ``reservation`` (after its draw), then returns the released object.
+    ``checks`` run in order before anything is reserved and raise to refuse. ``events`` overrides the
+    default privacy map (the request's one Gaussian event) for a multi-step release; it must be computed
+    from public parameters by the caller (a composition rule of :mod:`dpgp_gpflow.composition`).
+    """
+
+    request: ReleaseRequest
+    relation: str  #: the public neighbour relation protected, as the release card states it
+    mechanism: Callable[[Reservation], R]
+    checks: Tuple[Callable[[], Any], ...] = ()
+    events: Optional[Tuple[PrivacyEvent, ...]] = None
+    description: str = field(default="")
+
+    def privacy_map(self) -> Tuple[PrivacyEvent, ...]:
+        """The ledger events this release charges (default: the request's one Gaussian event)."""
+        if self.events is not None:
+            return tuple(self.events)
+        return (self.request.event(self.description),)
+
+
+def measure(measurement: Measurement[R], accountant: Any = None) -> R:
+    """Run ``measurement``: its public checks, then one reservation of its privacy map in ``accountant``
+    (a :class:`~dpgp_gpflow.accounting.PrivacyAccountant`, a caller's
+    :class:`~dpgp_gpflow.accounting.Reservation` to commit into, or None: every enclosing accountant),
+    then its mechanism. Whatever the mechanism did not commit is given back when it raises; a mechanism
+    that returns with events still held raises ``RuntimeError`` (the result is not returned: a release is
+    never published uncharged)."""
+    for check in measurement.checks:
+        check()
+    events: Sequence[PrivacyEvent] = measurement.privacy_map()
+    with reserve(accountant, events) as reservation:
+        before = reservation.uncommitted
+        result = measurement.mechanism(reservation)
+        owned = not isinstance(accountant, Reservation)
+        if owned and reservation.uncommitted:
+            raise RuntimeError(f"the mechanism returned with {reservation.uncommitted} of {before} reserved "
+                               "event(s) uncommitted: the result is not published (a release is never uncharged)")
+        return result

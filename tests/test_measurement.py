@@ -1,0 +1,69 @@
+"""The one routine that runs a release (dpgp_gpflow.measurement): order, refusals, and no release uncharged."""
+
+import pytest
+
+import dpgp_gpflow as dp
+from dpgp_gpflow.mechanisms import release_request
+from dpgp_gpflow.measurement import Measurement, measure
+
+
+def _request():
+    return release_request(1.0, 1e-3, objective=None)
+
+
+def test_checks_run_before_anything_is_reserved():
+    order = []
+
+    def refuse():
+        order.append("check")
+        raise ValueError("refused")
+
+    def mechanism(reservation):  # pragma: no cover - must not run
+        order.append("mechanism")
+
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+    with pytest.raises(ValueError, match="refused"):
+        measure(Measurement(_request(), "row", mechanism, checks=(refuse,)), acc)
+    assert order == ["check"]
+    assert acc.history() == [] and acc.held == (0.0, 0.0)
+
+
+def test_the_mechanism_runs_inside_one_reservation_and_its_commit_is_charged():
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+    seen = {}
+
+    def mechanism(reservation):
+        seen["held"] = acc.held
+        reservation.commit("drawn")
+        return "result"
+
+    assert measure(Measurement(_request(), "row", mechanism), acc) == "result"
+    assert seen["held"][0] == pytest.approx(1.0)
+    assert acc.spent[0] == pytest.approx(1.0) and acc.held == (0.0, 0.0)
+    assert [e["description"] for e in acc.history()] == ["drawn"]
+
+
+def test_a_mechanism_that_fails_charges_nothing():
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+
+    def mechanism(reservation):
+        raise FloatingPointError("no draw")
+
+    with pytest.raises(FloatingPointError):
+        measure(Measurement(_request(), "row", mechanism), acc)
+    assert acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
+
+
+def test_a_mechanism_that_returns_uncharged_is_refused():
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+    with pytest.raises(RuntimeError, match="uncommitted"):
+        measure(Measurement(_request(), "row", lambda reservation: "published?"), acc)
+    assert acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
+
+
+def test_over_budget_is_refused_before_the_mechanism():
+    acc = dp.PrivacyAccountant(epsilon=0.5, delta=1e-2)
+    ran = []
+    with pytest.raises(dp.BudgetExceededError):
+        measure(Measurement(_request(), "row", lambda r: ran.append(1)), acc)
+    assert ran == [] and acc.spent == (0.0, 0.0)
