@@ -50,6 +50,7 @@ __all__ = [
     "SAMPLERS",
     "SMOOTHING_STD",
     "add_laplace",
+    "add_whitened_noise",
     "discrete_gaussian_delta_bound",
     "float_laplace",
     "float_standard_normal",
@@ -322,6 +323,21 @@ def grid_sum(values: Any, noise: Any, exponent: int = GRID_EXPONENT) -> np.ndarr
         return total.astype(np.float64) * 2.0**exponent
     step = Fraction(2) ** exponent
     return np.array([float(int(a) * step + Fraction(float(b))) for a, b in zip(m, noise)], dtype=np.float64)
+
+
+def add_whitened_noise(z: Any, seed: Optional[int] = None) -> Tuple[np.ndarray, bool]:
+    """``z + xi`` with ``xi`` one :func:`standard_normal` draw of ``z``'s size, and whether it is reproducible:
+    the one step of every exact Gaussian release that touches its private query (the cloaking mechanism,
+    the standard mechanism, the whole-row statistics).
+
+    ``z`` is the whitened query: noise std 1, its L2 shift between neighbours at most ``1 / s`` of the
+    release's multiplier ``s`` after inflating its sensitivity by :func:`gaussian_grid_factor`. Exact
+    (``seed=None``): ``z`` rounded to the grid and the grid noise added exactly (:func:`grid_sum`), so the
+    result depends on ``z`` only through its grid point. Seeded: ``z + xi`` in floating point.
+    """
+    z = np.asarray(z, dtype=np.float64).reshape(-1)
+    xi, reproducible = standard_normal(z.size, seed)
+    return (z + xi if reproducible else grid_sum(z, xi)), reproducible
 
 
 def gaussian_grid_factor(multiplier: float, dimension: int) -> float:

@@ -144,7 +144,8 @@ def _cloaking_noise(space: ColumnSpace, objective: str, d: float, tol: float, ma
     condition, sensitivity = float(terms.condition), float(terms.sensitivity)
     check_noise_condition(condition)
     if not math.isfinite(sensitivity):
-        raise FloatingPointError("the sensitivity is not finite: the noise covariance is singular")
+        raise FloatingPointError("the sensitivity is not finite: the noise covariance is singular, or the data "
+                                 "sensitivity times its Mahalanobis norm overflows float64")
     if neighbours is not None:  # the whitening acts on the actual outputs: F^{-1} basis^T C
         solved = mahalanobis_terms(factor, space.vectors)[0]
     certificate = certificate_of(objective, terms.gap, terms.relative_gap, tol, terms.iterations, terms.support)
@@ -234,13 +235,24 @@ def _whitening_matrix(space: ColumnSpace, noise: _Noise, multiplier: float, data
     return float(sensitivity), W
 
 
-def check_whitened_shift(mu: float, multiplier: float) -> None:
-    """Refuse (``FloatingPointError``) a whitened query whose L2 shift ``mu`` exceeds ``1 / (s K)``."""
-    if not (math.isfinite(mu) and mu * DISCRETE_GAUSSIAN_FACTOR <= 1.0 / multiplier):
-        raise FloatingPointError(f"the whitened query's sensitivity {mu:.6g} exceeds 1/(multiplier K) = "
-                                 f"{1.0 / (multiplier * DISCRETE_GAUSSIAN_FACTOR):.6g} (a plan made for another "
-                                 "data sensitivity or budget, or a modified whitening matrix?); this release "
-                                 "cannot be guaranteed: nothing was drawn or charged")
+def check_whitened_shift(mu: float, multiplier: float, rank: Optional[int] = None) -> None:
+    """Refuse (``FloatingPointError``) a whitened query whose L2 shift ``mu`` exceeds ``1 / (s K)``, naming
+    the cause: a multiplier too large for the exact sampler's grid in ``rank`` dimensions (when given), a
+    shift that is not finite (the noise scale under- or overflows float64), or another plan's whitening."""
+    if math.isfinite(mu) and mu * DISCRETE_GAUSSIAN_FACTOR <= 1.0 / multiplier:
+        return
+    if rank is not None and not grid_loss(multiplier, math.sqrt(rank)) <= MAX_GRID_LOSS:
+        raise FloatingPointError(f"the noise multiplier {multiplier:.3g} is too large for the exact sampler's grid "
+                                 f"in {rank} dimensions (epsilon or delta too small for this release); it cannot be "
+                                 "guaranteed: nothing was drawn or charged")
+    if not math.isfinite(mu):
+        raise FloatingPointError("the whitened query's sensitivity is not finite: the noise scale (multiplier times "
+                                 "sensitivity) under- or overflows float64 (a data sensitivity, bound or multiplier at "
+                                 "the edge of float64's range: rescale the outputs); nothing was drawn or charged")
+    raise FloatingPointError(f"the whitened query's sensitivity {mu:.6g} exceeds 1/(multiplier K) = "
+                             f"{1.0 / (multiplier * DISCRETE_GAUSSIAN_FACTOR):.6g} (a plan made for another data "
+                             "sensitivity or budget, or a modified whitening matrix?); this release cannot be "
+                             "guaranteed: nothing was drawn or charged")
 
 
 class NoisePlan:
@@ -452,7 +464,7 @@ def publish_cloaking(*, noise_factor: tf.Tensor, whitening: tf.Tensor, y_centred
     d_, b_, s_ = (tf.constant(x, tf.float64) for x in (d, b, float(multiplier)))
     mu = float(_whitened_shift(whitening, d_, b_, s_) if neighbours is None
                else whitened_shift(whitening, d_, b_, s_, neighbours))
-    check_whitened_shift(mu, multiplier)  # refused here: nothing drawn, nothing charged
+    check_whitened_shift(mu, multiplier, int(whitening.shape[0]))  # refused here: nothing drawn, nothing charged
     record["data_sensitivity"] = d
     return draw_and_spend(tf.linalg.matvec(whitening, y_centred).numpy(), noise_factor=noise_factor, offset=offset,
                           variance=variance, sensitivity=sensitivity, multiplier=multiplier, reservation=reservation,
@@ -462,15 +474,13 @@ def publish_cloaking(*, noise_factor: tf.Tensor, whitening: tf.Tensor, y_centred
 def draw_and_spend(z: np.ndarray, *, noise_factor: tf.Tensor, offset: Any, variance: Any, sensitivity: float,
                    multiplier: float, reservation: Reservation, seed: Optional[int], **record: Any) -> PrivateRelease:
     """The draw and the spend of every exact cloaking release (in memory, compiled or streamed): exact grid
-    noise added to the whitened query ``z`` (:func:`dpgp_gpflow.sampling.standard_normal`,
-    :func:`~dpgp_gpflow.sampling.grid_sum`), re-coloured (``offset + noise_factor z``: post-processing),
-    the event committed into ``reservation`` and the :class:`PrivateRelease` built.
+    noise added to the whitened query ``z`` (:func:`dpgp_gpflow.sampling.add_whitened_noise`), re-coloured
+    (``offset + noise_factor z``: post-processing), the event committed into ``reservation`` and the :class:`PrivateRelease` built.
 
     Privacy assumption: the caller has checked ``z``'s L2 shift against ``1 / (s K)``
     (:func:`check_whitened_shift`) for the multiplier being charged; ``noise_factor`` is public.
     """
-    xi, reproducible = sampling.standard_normal(int(np.size(z)), seed)
-    z = z + xi if reproducible else sampling.grid_sum(z, xi)
+    z, reproducible = sampling.add_whitened_noise(z, seed)
     released = tf.reshape(tf.cast(offset, tf.float64), [-1]) + tf.linalg.matvec(noise_factor, tf.constant(z))
     reservation.commit(_description(record["objective"], int(noise_factor.shape[0])))
     return _cloaking_record(released, noise_factor, variance, sensitivity, multiplier, reproducible, **record)
@@ -480,7 +490,7 @@ def _cloaking_record(released, noise_factor, variance, sensitivity, multiplier, 
     record["data_sensitivity"] = float(record["data_sensitivity"])
     return PrivateRelease(
         mean=released.numpy(),
-        variance=np.reshape(np.asarray(variance, dtype=np.float64), [-1]),
+        variance=np.maximum(np.reshape(np.asarray(variance, dtype=np.float64), [-1]), 0.0),  # rounding: never < 0
         noise_std=row_norms(noise_factor).numpy(),
         noise_factor=noise_factor.numpy(),
         sensitivity=float(sensitivity),

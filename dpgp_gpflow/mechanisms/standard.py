@@ -88,13 +88,12 @@ def standard(request: ReleaseRequest, reservation: Reservation, mean: Any, varia
         sensitivity = sensitivity * gaussian_grid_factor(multiplier, k)
         noise_factor = chol * (multiplier * sensitivity)
         z = tf.linalg.triangular_solve(chol, mean[:, None], lower=True)[:, 0] / (multiplier * sensitivity)
-        xi, reproducible = sampling.standard_normal(k, seed)
-        z = z.numpy() + xi if reproducible else sampling.grid_sum(z.numpy(), xi)
+        z, reproducible = sampling.add_whitened_noise(z.numpy(), seed)
         released = tf.linalg.matvec(noise_factor, tf.constant(z))
     reservation.commit(description)
     return PrivateRelease(
         mean=released.numpy(),
-        variance=np.reshape(np.asarray(variance, dtype=np.float64), [-1]),
+        variance=np.maximum(np.reshape(np.asarray(variance, dtype=np.float64), [-1]), 0.0),  # rounding: never < 0
         noise_std=row_norms(noise_factor).numpy(),
         noise_factor=noise_factor.numpy(),
         epsilon=request.epsilon,
