@@ -11,10 +11,22 @@ privacy cost):
 * :mod:`.predictors` -- :func:`predict_bin_value` (simple binning), :func:`fit_gp_on_bins` (a GP on
   the bin centres) and :func:`fit_integral_gp` / :func:`predict_integral_gp` (a GP on the bin
   integrals with :class:`~dpgp_gpflow.kernels.GridIntegralSE`).
+* :mod:`.dpsgd_svgp` -- :class:`DPSGDSVGP`: the peer of the whole-row release (issue 36), GPflow's SVGP on
+  public inducing inputs whose variational parameters are trained by DP-SGD (per-row clipped gradients,
+  Gaussian noise, Poisson minibatches), whole rows private under replace-one, accounted with
+  ``dp_accounting``'s privacy loss distributions (:func:`dpsgd_noise_multiplier`).
 """
 
 from ..kernels import GridIntegralSE
 from .bins import Bins, make_bins
+from .dpsgd_svgp import (
+    DPSGDSVGP,
+    DPSGDSVGPRelease,
+    clip_per_example,
+    dpsgd_epsilon,
+    dpsgd_noise_multiplier,
+    per_example_gradients,
+)
 from .mechanism import BinRelease, bin_means_nonprivate, release_bin_means
 from .predictors import (
     NOISE_FLOOR,
@@ -30,13 +42,19 @@ __all__ = [
     "BinNoiseVariance",
     "BinRelease",
     "Bins",
+    "DPSGDSVGP",
+    "DPSGDSVGPRelease",
     "GridIntegralSE",
     "IntegralGPR",
     "NOISE_FLOOR",
     "bin_means_nonprivate",
+    "clip_per_example",
+    "dpsgd_epsilon",
+    "dpsgd_noise_multiplier",
     "fit_gp_on_bins",
     "fit_integral_gp",
     "make_bins",
+    "per_example_gradients",
     "predict_bin_value",
     "predict_integral_gp",
     "release_bin_means",
