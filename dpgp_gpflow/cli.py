@@ -24,9 +24,11 @@ epsilon given; the release gets the rest, so the total charged is the epsilon gi
 composition). Released means are clipped to ``--bounds`` (post-processing, free; ``--no-clip``
 turns it off); the privacy card records both.
 
-Start-up: :func:`main` parses the arguments before anything imports TensorFlow (``dpgp --help`` and
-usage errors answer at once), then imports TensorFlow with its start-up log silenced; the commands
-import the library's modules that need TensorFlow, GPflow or pandas when they run.
+Start-up (issue 34): a command imports TensorFlow only once every check that needs no model has passed
+(arguments, files, columns, the output, the ledger's existence), with its start-up log silenced
+(:func:`~dpgp_gpflow.__main__.import_tensorflow_quietly`); ``dpgp budget init|show``, ``--help`` and every
+such refusal never import it (``tests/test_cli_startup.py``; times in ``benchmarks/cli_startup.py``).
+``dpgp show`` and ``dpgp predict`` read the file as :func:`~dpgp_gpflow.io.loading.load` does, which needs it.
 """
 
 from __future__ import annotations
@@ -46,13 +48,12 @@ from typing import TYPE_CHECKING, Any, Callable, List, NamedTuple, NoReturn, Opt
 
 import numpy as np
 
-# Only modules that start without TensorFlow, GPflow or pandas here (tests/test_entry_point.py
-# checks); the rest is imported by the functions that use it.
+# Only light modules here (no TensorFlow, GPflow, pandas, SciPy or dp_accounting: tests/test_entry_point.py and
+# tests/test_cli_startup.py check); the rest is imported by the functions that use it, TensorFlow only once
+# every check that needs no model has passed (import_tensorflow_quietly).
 from . import __version__
 from .__main__ import import_tensorflow_quietly, run_demo
-from .calibration import gaussian_multiplier
 from .exceptions import BudgetExceededError, LedgerError, PrivacyLeakError
-from .progress import Progress
 from .validation import OBJECTIVES, validate_bounds, validate_delta, validate_epsilon
 
 if TYPE_CHECKING:
@@ -67,6 +68,9 @@ __all__ = ["demo", "main"]
 
 #: The share of ``dpgp release``'s epsilon spent on selecting the hyperparameters when none are given.
 DEFAULT_SELECTION_SHARE = 0.2
+#: The smallest ``--selection-share`` other than 0: below it the selection has almost no budget (and at
+#: 1e-320 its arithmetic underflows); give public hyperparameters instead.
+MIN_SELECTION_SHARE = 1e-3
 #: Folds of the selection's cross-validation (fewer when there are fewer rows).
 SELECTION_FOLDS = 5
 
@@ -92,7 +96,17 @@ class UsageError(Exception):
     """Bad input: reported as one line, exit code 2, before anything is drawn or spent."""
 
 
+#: What the parser reads as a negative number, not an option: ``-1``, ``-0.5``, ``-.5``, ``-1e-3``, ``-1E+2``, ``-inf``,
+#: ``-nan`` (argparse's own rule misses scientific notation: ``--bounds -1e-3 10`` was "expected at least one
+#: argument"). No option of ``dpgp`` looks like one.
+NEGATIVE_NUMBER = re.compile(r"^-(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf|infinity|nan)$", re.IGNORECASE)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = NEGATIVE_NUMBER  # argparse's hook (Python 3.10 to 3.13)
+
     def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse prints the usage too)
         sys.stderr.write(f"dpgp: error: {message} (see {self.prog} --help)\n")
         raise SystemExit(2)
@@ -200,7 +214,7 @@ def csv_format(sep: Optional[str], decimal: Optional[str], thousands: Optional[s
 
 
 def read_table(path: Path, sep: Optional[str] = None, decimal: Optional[str] = None,
-               thousands: Optional[str] = None) -> Table:
+               thousands: Optional[str] = None, expect: Sequence[str] = ()) -> Table:
     """A CSV or Parquet file (by extension) as a :class:`Table`; ``UsageError`` (one line) if it cannot be
     read, is empty, names a column twice or, for a CSV file, has a row with more or fewer fields than
     its header (an unquoted thousands separator or decimal comma, a stray separator).
@@ -209,12 +223,15 @@ def read_table(path: Path, sep: Optional[str] = None, decimal: Optional[str] = N
     :func:`sniff_separator`), fields quoted with ``"``; ``decimal`` the decimal mark (default: with
     ``thousands`` ``","`` or ``"."`` the other mark, else :func:`sniff_decimal`); ``thousands`` a thousands
     separator to accept between groups of three digits (default: none, and numbers written with one are
-    refused). Parquet columns are read as stored; ``sep``, ``decimal`` and ``thousands`` are ignored."""
-    import pandas as pd
+    refused). Parquet columns are read as stored; ``sep``, ``decimal`` and ``thousands`` are ignored.
 
+    ``expect``: column names that must be in the table (:func:`columns` checks them again), checked in a CSV
+    file as soon as its rows are read, before pandas is imported (a wrong column name is refused at once)."""
     if not path.is_file():
         raise UsageError(f"{path}: no such file")
     if path.suffix.lower() in (".parquet", ".pq"):
+        import pandas as pd
+
         try:
             frame = pd.read_parquet(path)
         except Exception as exc:  # pyarrow and pandas raise many kinds; all mean "cannot read this table"
@@ -255,12 +272,22 @@ def read_table(path: Path, sep: Optional[str] = None, decimal: Optional[str] = N
         raise UsageError(f"{path}: cannot read it as CSV ({_one_line(exc)})") from None
     if header is None or not records:
         raise UsageError(f"{path}: the table is empty")
+    _check_present(path, expect, header)
+    import pandas as pd
+
     frame = pd.DataFrame({name: pd.Series([r[j] for r in records], dtype=object) for j, name in enumerate(header)})
     return Table(path, frame, np.asarray(lines), "line", decimal, thousands)
 
 
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
+
+
+def _check_present(path: Path, names: Sequence[str], header: Sequence[Any]) -> None:
+    """``UsageError`` naming the columns of ``names`` that a table with this ``header`` does not have."""
+    missing = [c for c in names if c not in header]
+    if missing:
+        raise UsageError(f"{path}: no column(s) {missing}; the table has {list(header)}")
 
 
 def _check_header(path: Path, header: Sequence[Any]) -> None:
@@ -391,9 +418,7 @@ def columns(table: Table, names: Sequence[str], *, private: bool = False) -> np.
     cell becomes a number (:func:`_column_values`; ``UsageError`` naming the column and row otherwise).
 
     For the private column the message never describes its values (no counts, no examples)."""
-    missing = [c for c in names if c not in table.frame.columns]
-    if missing:
-        raise UsageError(f"{table.path}: no column(s) {missing}; the table has {list(table.frame.columns)}")
+    _check_present(table.path, names, list(table.frame.columns))
     arr = np.stack([_column_values(table, c, private) for c in names], axis=1)
     if not private:  # public: its values may be named; the private column is clipped to --bounds instead
         for c, column in zip(names, arr.T):
@@ -403,9 +428,10 @@ def columns(table: Table, names: Sequence[str], *, private: bool = False) -> np.
     return arr
 
 
-def _read(args, path: Path) -> Table:
-    """``path`` read with the command's ``--sep``, ``--decimal`` and ``--thousands``."""
-    return read_table(path, *csv_format(args.sep, args.decimal, args.thousands))
+def _read(args, path: Path, expect: Sequence[str] = ()) -> Table:
+    """``path`` read with the command's ``--sep``, ``--decimal`` and ``--thousands``; the ``expect`` columns
+    checked as soon as the header is read (:func:`read_table`)."""
+    return read_table(path, *csv_format(args.sep, args.decimal, args.thousands), expect=expect)
 
 
 def _output(path: Path, force: Optional[bool], *protected: Tuple[str, Optional[str]]) -> Path:
@@ -493,14 +519,30 @@ def _positive(name: str, value: Optional[float]) -> Optional[float]:
     if value is not None and not (1.0 / MAX_MAGNITUDE <= value <= MAX_MAGNITUDE):
         raise UsageError(f"{name} must be between {1.0 / MAX_MAGNITUDE:g} and {MAX_MAGNITUDE:g} (the release "
                          f"would overflow), got {value:g}")
-    if value is not None and name == "--noise":
-        from .validation import validate_noise_variance
-
-        try:
-            validate_noise_variance(value)  # GPflow's lower bound on a likelihood variance
-        except (TypeError, ValueError) as exc:
-            raise UsageError(f"--noise: {exc}") from None
     return value
+
+
+def _noise_variance(value: Optional[float]) -> None:
+    """``--noise`` against GPflow's lower bound on a likelihood variance
+    (:func:`~dpgp_gpflow.validation.validate_noise_variance` reads GPflow's configuration: checked once
+    TensorFlow is imported, before the model is built)."""
+    from .validation import validate_noise_variance
+
+    try:
+        validate_noise_variance(value)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"--noise: {exc}") from None
+
+
+def _multiplier(epsilon: float, delta: float) -> float:
+    """The Gaussian noise multiplier of a release at (``epsilon``, ``delta``), computed before anything is read
+    or reserved; the library's refusal (e.g. a noise scale that overflows) as one line."""
+    from .calibration import gaussian_multiplier
+
+    try:
+        return gaussian_multiplier(epsilon, delta)
+    except (TypeError, ValueError, ArithmeticError) as exc:
+        raise UsageError(_one_line(exc)) from None
 
 
 def _seed(args) -> None:
@@ -524,25 +566,37 @@ def _overflow(exc: Exception, reservation: Optional[Reservation] = None) -> Usag
     if drawn:
         return UsageError(f"{exc} ({hint}); charged for what was drawn before the refusal (the private selection): "
                           f"epsilon {sum(e.epsilon for e in drawn):.6g}, delta {sum(e.delta for e in drawn):.6g}")
-    said = "nothing was charged" in str(exc)  # library refusals may say it already
-    return UsageError(f"{exc} ({hint})" if said else f"{exc}; nothing was charged ({hint})")
+    message = _one_line(exc)
+    if "nothing was reserved" in message:  # refused before reserving: the library's line says why
+        return UsageError(message)
+    said = "nothing was charged" in message  # library refusals may say it already
+    return UsageError(f"{message} ({hint})" if said else f"{message}; nothing was charged ({hint})")
 
 
 def _kernel_class(name: str) -> Any:
-    """The GPflow kernel class of ``--kernel name``."""
+    """The GPflow kernel class of ``--kernel name`` (TensorFlow imported quietly first)."""
+    import_tensorflow_quietly()
     import gpflow
 
     return getattr(gpflow.kernels, KERNELS[name])
 
 
-def _kernel(args, dim: int, lengthscales: Optional[Sequence[float]] = None) -> gpflow.kernels.Kernel:
-    ls = list(args.lengthscale if lengthscales is None else lengthscales)
-    if args.variance is None:  # placeholders the private selection replaces (one lengthscale per column)
-        return _kernel_class(args.kernel)(lengthscales=ls[0] if dim == 1 else np.full(dim, ls[0], dtype=np.float64))
+def _lengthscales(args, dim: int) -> List[float]:
+    """``--lengthscale`` checked (no TensorFlow): one value, or one per ``--x`` column, each within range."""
+    ls = list(args.lengthscale)
     if len(ls) not in (1, dim):
         raise UsageError(f"--lengthscale takes one value or one per --x column ({dim}), got {len(ls)}")
     for v in ls:
         _positive("--lengthscale", v)
+    return ls
+
+
+def _kernel(args, dim: int, lengthscales: Sequence[float]) -> gpflow.kernels.Kernel:
+    """The ``--kernel`` with ``lengthscales`` (checked by :func:`_lengthscales`) and ``--variance``; without
+    ``--variance``, placeholders the private selection replaces (one lengthscale per column)."""
+    ls = list(lengthscales)
+    if args.variance is None:
+        return _kernel_class(args.kernel)(lengthscales=ls[0] if dim == 1 else np.full(dim, ls[0], dtype=np.float64))
     return _kernel_class(args.kernel)(lengthscales=ls[0] if len(ls) == 1 else np.asarray(ls, dtype=np.float64),
                                       variance=_positive("--variance", args.variance))
 
@@ -563,7 +617,7 @@ def _test_inputs(args, X: np.ndarray) -> Optional[np.ndarray]:
         raise UsageError("give --at or --grid, not both")
     if args.at is not None:
         path = Path(args.at)
-        return columns(_read(args, path), args.x)
+        return columns(_read(args, path, args.x), args.x)
     if args.grid is not None:
         if not (1 <= args.grid <= 10_000):
             raise UsageError(f"--grid must be between 1 and 10000 points per axis, got {args.grid}")
@@ -607,6 +661,7 @@ def _model(args, X: np.ndarray, Y: np.ndarray, bounds: Tuple[float, float], kern
     """The private model (``DPGPR``, or ``DPGPRFITC`` with ``--sparse M`` k-means inducing inputs);
     ``public``: the values given are public (given on the command line), declared so; ``groups``: the
     ``--groups`` person codes (releases then protect all of a person's rows)."""
+    import_tensorflow_quietly()
     from .models import DPGPR, DPGPRFITC, kmeans_inducing_inputs
 
     if args.sparse is None:
@@ -639,6 +694,8 @@ def _release(args, data: Path, model, Xnew: Optional[np.ndarray], epsilon: float
     recorded), clip to the bounds unless ``--no-clip``, write ``out`` (:func:`_write_then_charge`: the
     spend is recorded once the file is written, before it is renamed into place). The model's
     hyperparameters are public: given on the command line or selected privately."""
+    from .progress import Progress
+
     steps = Progress(2, not args.quiet and sys.stderr.isatty(), "release")  # no bar in logs and pipes
     model.declare_hyperparameters_public()
     try:
@@ -686,20 +743,30 @@ def _selection_share(args, given: List[str]) -> float:
         missing = [n for n in ("--lengthscale", "--variance", "--noise") if n not in given]
         raise UsageError(f"{', '.join(given)} given without {', '.join(missing)}: give all three (public, chosen "
                          "without the outputs) or none (selected privately from the default grid)")
-    share = args.selection_share
+    share = args.selection_share  # 0 or in [MIN_SELECTION_SHARE, 1): selection_share_value
     if share == 0.0:
         raise UsageError("no hyperparameters: give --lengthscale, --variance and --noise (public, chosen without the "
-                         "outputs), or --selection-share S in (0, 1) to select them privately from the default grid")
-    if not (math.isfinite(share) and 0.0 < share < 1.0):
-        raise UsageError(f"--selection-share must be in (0, 1) (0: no selection), got {share}")
+                         f"outputs), or --selection-share S in [{MIN_SELECTION_SHARE:g}, 1) to select them privately "
+                         "from the default grid")
+    return share
+
+
+def selection_share_value(text: str) -> float:
+    """``--selection-share`` as argparse reads it: 0 (no selection) or a share in [:data:`MIN_SELECTION_SHARE`, 1)
+    of ``--epsilon``; anything else is refused at parsing, before any file is read."""
+    try:
+        share = float(text)
+    except ValueError:
+        share = math.nan
+    if not (share == 0.0 or MIN_SELECTION_SHARE <= share < 1.0):  # NaN and text fail too
+        raise argparse.ArgumentTypeError(
+            f"must be 0 (no selection) or a share of --epsilon in [{MIN_SELECTION_SHARE:g}, 1), got {text!r} (below "
+            f"{MIN_SELECTION_SHARE:g} the selection has almost no budget: give --lengthscale, --variance and --noise "
+            "instead)")
     return share
 
 
 def cmd_release(args) -> int:
-    from .accounting import PrivacyEvent, reserve
-    from .mechanisms import gaussian_event
-    from .selection import default_grid, select_hyperparameters
-
     check_column_names(args.x, args.y, args.groups)  # before anything is read
     _seed(args)
     epsilon, delta = _privacy(args.epsilon, args.delta)
@@ -708,7 +775,7 @@ def cmd_release(args) -> int:
                             ("--noise", args.noise)) if v is not None]
     share = None if len(given) == 3 else _selection_share(args, given)
     data = Path(args.data)
-    table = _read(args, data)
+    table = _read(args, data, [*args.x, *args.y])
     X = columns(table, args.x)
     Y = columns(table, args.y, private=True)
     groups = person_groups(table, args.groups)
@@ -716,36 +783,45 @@ def cmd_release(args) -> int:
     if share is None:
         _positive("--noise", args.noise)
         _positive("--variance", args.variance)
-        kernel = _kernel(args, X.shape[1])
+        lengthscales = _lengthscales(args, X.shape[1])
         eps_select, eps_release = 0.0, epsilon
     else:
         if X.shape[0] < 2:
             raise UsageError("selecting the hyperparameters needs at least 2 rows")
-        kernel = _kernel(args, X.shape[1], [1.0])  # placeholders: the selection sets every grid parameter
+        lengthscales = [1.0]  # placeholders: the selection sets every grid parameter
         eps_select = share * epsilon
         eps_release = epsilon - eps_select  # the two together: the epsilon given (basic composition)
+    multiplier = _multiplier(eps_release, delta)
     out = _output(Path(args.output), args.force, ("--ledger", args.ledger), ("data", args.data),
                   ("--at", args.at))
     accountant = _ledger(args)  # opened last: every check above has passed
-    events = [gaussian_event(eps_release, delta, gaussian_multiplier(eps_release, delta))]
+    import_tensorflow_quietly()  # every check that needs no model has run
+    from .accounting import PrivacyEvent, reserve
+    from .mechanisms import gaussian_event
+    from .selection import select_hyperparameters
+
+    _noise_variance(args.noise)
+    kernel = _kernel(args, X.shape[1], lengthscales)
+    events = [gaussian_event(eps_release, delta, multiplier)]
     if share is not None:
         events.insert(0, PrivacyEvent(eps_select, 0.0, "pure", None, "dpgp release: hyperparameter selection"))
     if accountant is not None:  # refuse an over-budget release before the model is even built
         accountant.check_events(events)
     model = _model(args, X, Y, bounds, kernel, args.noise if share is None else 1.0, groups=groups)
+    grid = None if share is None else _default_grid(model, "give --lengthscale, --variance and --noise (public, "
+                                                           "chosen without the outputs)")
     extras = {**_groups_card(args, groups), **({"output_columns": list(args.y)} if len(args.y) > 1 else {})}
     note = ""
     # Held now (checked again, atomically); recorded once the release file is written; given back if not.
     with reserve(accountant, events) as reservation:
-        if share is not None:
-            grid = default_grid(model)  # public: inputs, bounds, kernel type only
+        if share is not None and grid is not None:
             folds = min(SELECTION_FOLDS, X.shape[0])
             try:
                 selection = cast("Selection", select_hyperparameters(  # a Selection: no diagnostics=True
                     model, grid, epsilon=eps_select, folds=folds, accountant=reservation.deferred(), seed=args.seed,
                     epsilon_release=eps_release, delta_release=delta, objective=args.objective,
                     progress=not args.quiet and sys.stderr.isatty()))
-            except (ValueError, OverflowError) as exc:
+            except (ValueError, ArithmeticError) as exc:
                 raise _overflow(exc) from None
             selection.apply(model)
             extras["selection"] = {"grid": "default", "configurations": len(grid), "folds": folds, "share": share,
@@ -759,7 +835,7 @@ def cmd_release(args) -> int:
                     f"{chosen['kernel_variance']:.4g}, noise variance {chosen['noise_variance']:.4g}\n")
         try:
             released = _release(args, data, model, Xnew, eps_release, delta, reservation, out, **extras)
-        except (ValueError, OverflowError) as exc:  # after a selection, its choice may be why: charged
+        except (ValueError, ArithmeticError) as exc:  # after a selection, its choice may be why: charged
             raise _overflow(exc, None if share is None else reservation) from None
     if not args.quiet:  # the choice is shown once it is charged (with the release, in its file)
         sys.stderr.write(f"{note}wrote {out}: {released!r}\n")
@@ -769,10 +845,15 @@ def cmd_release(args) -> int:
 def cmd_predict(args) -> int:
     import pandas as pd
 
+    if not Path(args.release).is_file():  # the checks that need no model first, then TensorFlow
+        raise UsageError(f"{args.release}: no such file")
+    at = Path(args.at)
+    inputs = _read(args, at)
+    out = _output(Path(args.output), args.force, ("release", args.release), ("--at", args.at))
+    released, card = _load(Path(args.release))
     from .models.multiclass import PrivateMulticlassClassifier
     from .released import PrivateFunction
 
-    released, card = _load(Path(args.release))
     if isinstance(released, PrivateMulticlassClassifier):  # several classes: a probability per class
         dim = released.input_dim
     elif isinstance(released, PrivateFunction):
@@ -785,12 +866,9 @@ def cmd_predict(args) -> int:
             and (not names or len(names) == dim)):
         raise UsageError(f"{args.release}: its card's columns must be {dim} column "
                          f"name(s), got {names!r}")
-    at = Path(args.at)
-    inputs = _read(args, at)
     if not names:
         names = [c for c in inputs.frame.columns][: dim]
     Xq = columns(inputs, names)
-    out = _output(Path(args.output), args.force, ("release", args.release), ("--at", args.at))
     table = pd.DataFrame(Xq, columns=names)  # the inputs as read (numbers, whatever their CSV format)
     if isinstance(released, PrivateMulticlassClassifier):
         P = released.predict_y(Xq)[0].numpy()
@@ -826,16 +904,24 @@ def _distinct(values: Sequence) -> list:
     return out
 
 
+def _default_grid(model, instead: str) -> List[dict]:
+    """The public default grid of ``model`` (:func:`~dpgp_gpflow.selection.default_grid`: inputs, bounds and
+    kernel type only), built before anything is reserved; ``UsageError`` naming what to give ``instead`` when
+    it cannot be built (e.g. every ``--x`` column is constant)."""
+    from .selection import default_grid
+
+    try:
+        return default_grid(model)
+    except (TypeError, ValueError, ArithmeticError) as exc:
+        raise UsageError(f"cannot build the default grid ({_one_line(exc)}): {instead}") from None
+
+
 def _select_grid(args, model) -> List[dict]:
     """``dpgp select``'s grid: ``--grid-lengthscale`` (else the default grid's lengthscales) combined with
     ``--variance``/``--noise`` (else the default grid's kernel/noise variance pairs). Public: the
     default grid reads the inputs, the bounds and the kernel's type only."""
-    from .selection import default_grid
-
-    try:
-        default = default_grid(model)
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"the default grid: {exc}") from None
+    default = ([] if args.grid_lengthscale is not None and args.variance is not None  # all given: not needed
+               else _default_grid(model, "give --grid-lengthscale and both --variance and --noise"))
     if args.grid_lengthscale is not None:
         lengthscales = [float(v) for v in args.grid_lengthscale]
     else:
@@ -848,10 +934,6 @@ def _select_grid(args, model) -> List[dict]:
 
 
 def cmd_select(args) -> int:
-    from .accounting import PrivacyEvent, reserve
-    from .mechanisms import gaussian_event
-    from .selection import select_hyperparameters
-
     check_column_names(args.x, args.y, args.groups)  # before anything is read
     _seed(args)
     epsilon = _privacy_epsilon(args.epsilon)
@@ -870,25 +952,33 @@ def cmd_select(args) -> int:
         if public_variances and len(args.grid_lengthscale) < 2:
             raise UsageError("--grid-lengthscale with --variance and --noise needs at least two values to choose from")
     data = Path(args.data)
-    table = _read(args, data)
+    table = _read(args, data, [*args.x, *args.y])
     X = columns(table, args.x)
     Y = columns(table, args.y, private=True)
     groups = person_groups(table, args.groups)
     if not (2 <= args.folds <= X.shape[0]):
         raise UsageError(f"--folds must be between 2 and the number of rows, got {args.folds}")
-    events = [PrivacyEvent(epsilon, 0.0, "pure", None, "dpgp select")]
-    out = release_budget = None
+    out = release_budget = multiplier = None
     if args.output is not None:  # then release with the chosen values: check it all first
         if args.release_epsilon is None or args.release_delta is None:
             raise UsageError("-o needs --release-epsilon and --release-delta (the release's own budget)")
         release_budget = _privacy(args.release_epsilon, args.release_delta)
+        multiplier = _multiplier(*release_budget)
         Xnew = _release_inputs(args, X)
         out = _output(Path(args.output), args.force, ("--ledger", args.ledger), ("data", args.data),
                       ("--at", args.at))
-        events.append(gaussian_event(*release_budget, gaussian_multiplier(*release_budget)))
     elif any(v is not None for v in (args.release_epsilon, args.release_delta, args.at, args.grid, args.sparse)):
         raise UsageError("--release-epsilon, --release-delta, --at, --grid and --sparse release after the "
                          "selection: give -o OUT.json too")
+    import_tensorflow_quietly()  # every check that needs no model has run
+    from .accounting import PrivacyEvent, reserve
+    from .mechanisms import gaussian_event
+    from .selection import select_hyperparameters
+
+    _noise_variance(args.noise)
+    events = [PrivacyEvent(epsilon, 0.0, "pure", None, "dpgp select")]
+    if release_budget is not None and multiplier is not None:  # set together above
+        events.append(gaussian_event(*release_budget, multiplier))
     # One lengthscale shared by the columns with --grid-lengthscale, one per column from the default grid.
     # Every value not given on the command line is a placeholder that the grid sets.
     dim = X.shape[1]
@@ -911,7 +1001,7 @@ def cmd_select(args) -> int:
                 model, grid, epsilon=epsilon, folds=args.folds,
                 accountant=reservation if out is None else reservation.deferred(), seed=args.seed,
                 progress=not args.quiet and sys.stderr.isatty(), mechanism=args.mechanism, **release_options))
-        except (ValueError, OverflowError) as exc:
+        except (ValueError, ArithmeticError) as exc:
             raise _overflow(exc) from None
         selection.apply(model)
         chosen = _hyperparameters(model)
@@ -924,7 +1014,7 @@ def cmd_select(args) -> int:
             try:
                 released = _release(args, data, model, Xnew, *release_budget, reservation, out, selection=record,
                                     **_groups_card(args, groups))
-            except (ValueError, OverflowError) as exc:  # the selection's choice may be why: charged
+            except (ValueError, ArithmeticError) as exc:  # the selection's choice may be why: charged
                 raise _overflow(exc, reservation) from None
             result["release"] = str(out)
             if not args.quiet:
@@ -1018,9 +1108,9 @@ def _values_table(released, card: dict) -> List[str]:
 
 
 def cmd_show(args) -> int:
+    released, card = _load(Path(args.release))
     from .released import PrivateRelease
 
-    released, card = _load(Path(args.release))
     print(f"{args.release}: {released!r}")
     shown = dict(card)
     if isinstance(shown.get("release_inputs"), list):  # printed in the table below, not as one long line
@@ -1071,6 +1161,7 @@ def cmd_demo(args) -> int:
     for name, value in (("--split-seed", args.split_seed), ("--seed", args.seed)):
         if value is not None and value < 0:
             raise UsageError(f"{name} must be >= 0, got {value}")
+    import_tensorflow_quietly()
     run_demo(epsilon, delta, Path(args.output), args.split_seed, args.seed)
     return 0
 
@@ -1083,11 +1174,13 @@ def _privacy_epsilon(value: float) -> float:
 
 
 def _load(path: Path) -> Tuple[Released, dict]:
-    """The released object in a release file and its privacy card (as written, with the extras)."""
-    from .io.loading import load, read_card
-
+    """The released object in a release file and its privacy card (as written, with the extras): read and
+    checked by :func:`~dpgp_gpflow.io.loading.load` (TensorFlow imported quietly first)."""
     if not path.is_file():
         raise UsageError(f"{path}: no such file")
+    import_tensorflow_quietly()
+    from .io.loading import load, read_card
+
     try:
         return load(path), read_card(path)
     except (ValueError, KeyError, TypeError, OSError) as exc:
@@ -1232,9 +1325,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the release's delta, in (0, 1) (the chance that the epsilon guarantee fails)")
     p.add_argument("--lengthscale", type=float, nargs="+", default=None, metavar="L",
                    help="one lengthscale, or one per --x column (public; with --variance and --noise)")
-    p.add_argument("--selection-share", type=float, default=DEFAULT_SELECTION_SHARE, metavar="S",
+    p.add_argument("--selection-share", type=selection_share_value, default=DEFAULT_SELECTION_SHARE, metavar="S",
                    help="without --lengthscale/--variance/--noise: the share of --epsilon spent on selecting them "
-                        f"privately (pure epsilon-DP; default {DEFAULT_SELECTION_SHARE:g}); 0 refuses instead")
+                        f"privately (pure epsilon-DP; in [{MIN_SELECTION_SHARE:g}, 1), default "
+                        f"{DEFAULT_SELECTION_SHARE:g}); 0 refuses instead")
     _release_options(p, required_output=True)
     _common(p)
     p.set_defaults(run=cmd_release)
@@ -1327,14 +1421,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Run ``dpgp`` (the console script) with ``argv`` (default: the command line); returns the exit code
     (2 for bad input, with one line on stderr).
 
-    The arguments are parsed before TensorFlow is imported, so ``--help`` and usage errors answer at
-    once; then TensorFlow is imported with its start-up log silenced
-    (:func:`~dpgp_gpflow.__main__.import_tensorflow_quietly`). While the command runs, the package's
-    warnings print as one line each (:func:`_warning_line`); the previous ``warnings.showwarning`` is
-    restored when it returns.
+    The command imports TensorFlow (quietly) only when it needs a model or a release file, after every
+    other check (module docstring). While it runs, the package's warnings print as one line each
+    (:func:`_warning_line`); the previous ``warnings.showwarning`` is restored when it returns. A library
+    refusal that escapes a command (``ValueError``, ``ArithmeticError``) is one line too, exit code 2.
     """
     args = build_parser().parse_args(argv)
-    import_tensorflow_quietly()
     try:
         with warnings.catch_warnings():  # restores the filters and warnings.showwarning when done
             warnings.showwarning = _warning_line(warnings.showwarning)
@@ -1347,6 +1439,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     except PermissionError as exc:  # e.g. a ledger or an output in a folder that cannot be written
         sys.stderr.write(f"dpgp: error: {exc.filename or ''}: permission denied\n")
+        return 2
+    except (ValueError, ArithmeticError) as exc:  # a library refusal not turned into a UsageError where it was
+        # raised (e.g. a noise scale that overflows): one line too. A reservation is given back when its block
+        # is left by an exception, and only a written result is charged.
+        sys.stderr.write(f"dpgp: error: {_one_line(exc)}\n")
         return 2
     except BrokenPipeError:  # the reader went away (dpgp budget show ... | head): nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
