@@ -34,6 +34,7 @@ SCRIPTS = {
     "multiclass_mnist": "benchmarks/multiclass_mnist.py",
     "groups": "benchmarks/groups.py",
     "multi_output": "benchmarks/multi_output.py",
+    "whole_rows_vs_dpsgd": "benchmarks/whole_rows_vs_dpsgd.py",
 }
 
 HEADER = """# Benchmark results
