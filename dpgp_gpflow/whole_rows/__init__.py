@@ -1,0 +1,47 @@
+"""Whole rows private: releases that protect each row's inputs and outputs together (docs/guides/whole_rows.md).
+
+With public inducing inputs ``Z`` (built from a public box, never from the private inputs), a sparse GP
+depends on the data only through sums over rows of whitened Nystrom features: ``S = sum phi phi^T``,
+``b = sum phi y_c``, ``q = sum y_c^2``. These are released once with Gaussian noise calibrated to a whole row
+(its input anywhere in the box, its output anywhere in the bounds); everything after (regularisation, the
+posterior, predictions anywhere, the kernel and noise variances) is post-processing (docs/whole_rows.md).
+
+One concept per module:
+
+* :mod:`.features`: the whitened features and the public bound on ``k(x, x)`` that bounds them;
+* :mod:`.design`: the public box, inducing inputs from it (grid, low-discrepancy design), the refusal of
+  inducing inputs computed from the data;
+* :mod:`.statistics`: the sums, in one pass over row chunks (in memory or a Dask reduction);
+* :mod:`.sensitivity`: the replace-one bounds, the split of a unit sensitivity, the released vector;
+* :mod:`.mechanism`: the Gaussian mechanism on that vector, as a :class:`~dpgp_gpflow.measurement.Measurement`;
+* :mod:`.posterior`: regularisation of the released ``S``, the weights' posterior, predictions with the DP
+  noise propagated;
+* :mod:`.variances`: kernel and noise variances fitted on the released statistics (SGPR's bound);
+* :mod:`.released`: :class:`WholeRowsRelease`, what a release returns;
+* :mod:`.release`: :func:`release_rows` and :func:`release_model` (``DPSGPR(..., private_inputs=True)``).
+"""
+
+from .design import inducing_design, inducing_grid, validate_box
+from .features import FeatureMap, kernel_bound, whitened_features
+from .mechanism import RELATION
+from .release import release_model, release_rows
+from .released import WholeRowsRelease
+from .sensitivity import DEFAULT_SHARES
+from .statistics import RowStatistics, Statistics, sufficient_statistics
+
+__all__ = [
+    "DEFAULT_SHARES",
+    "FeatureMap",
+    "RELATION",
+    "RowStatistics",
+    "Statistics",
+    "WholeRowsRelease",
+    "inducing_design",
+    "inducing_grid",
+    "kernel_bound",
+    "release_model",
+    "release_rows",
+    "sufficient_statistics",
+    "validate_box",
+    "whitened_features",
+]

@@ -1,0 +1,137 @@
+"""Where a whole-row release's public pieces come from: the input box and inducing inputs built from it alone.
+
+When the inputs are private, nothing may be computed from them before the release: not the inducing inputs
+(k-means on private ``X`` would publish cluster centres of the private inputs through every prediction), not
+the box. The box ``x_bounds`` ([D, 2], one ``(lo, hi)`` per input column) is declared by the data owner from
+public knowledge, as the outputs' bounds are; :func:`inducing_grid` and :func:`inducing_design` build
+inducing inputs from a box alone.
+
+Inducing inputs computed from data are remembered by value (:func:`mark_data_derived`, called by
+:func:`~dpgp_gpflow.models.kmeans_inducing_inputs`), so that a whole-row model refuses them
+(:func:`check_public_inducing_inputs`) however they were wrapped (array, ``InducingPoints``).
+
+Privacy assumption: the box and everything here are public; nothing reads the private rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from numbers import Real
+from typing import Any, Optional, Sequence, Set, Union
+
+import numpy as np
+from scipy.stats import qmc
+
+__all__ = [
+    "DESIGNS",
+    "check_public_inducing_inputs",
+    "clip_to_box",
+    "inducing_design",
+    "inducing_grid",
+    "is_data_derived",
+    "mark_data_derived",
+    "validate_box",
+]
+
+#: The low-discrepancy designs :func:`inducing_design` offers (scipy.stats.qmc).
+DESIGNS = ("halton", "sobol")
+
+_DATA_DERIVED: Set[str] = set()
+
+
+def validate_box(x_bounds: Any, input_dim: Optional[int] = None) -> np.ndarray:
+    """The public input box as a float64 array [D, 2] (row j: ``(lo_j, hi_j)``, finite, ``lo_j < hi_j``).
+
+    ``x_bounds``: one pair per input column ([D, 2]); for one input column a single pair ``(lo, hi)`` too.
+    ``input_dim``: the number of input columns it must have. ``TypeError`` / ``ValueError`` (one line)."""
+    if x_bounds is None:
+        raise TypeError("x_bounds=[(lo_1, hi_1), ...], a public box holding every input (one pair per input "
+                        "column, declared without looking at the private inputs), is required when the inputs are "
+                        "private")
+    try:
+        raw = np.asarray(x_bounds, dtype=object)
+    except ValueError:
+        raw = np.empty(0, dtype=object)
+    if raw.shape == (2,):
+        raw = raw.reshape(1, 2)  # (lo, hi) for one input column
+    if raw.ndim != 2 or raw.shape[1] != 2 or raw.shape[0] < 1:
+        raise ValueError(f"x_bounds must hold one (lo, hi) pair per input column ([D, 2]), got {x_bounds!r}")
+    for v in raw.reshape(-1):
+        if isinstance(v, bool) or not isinstance(v, (Real, np.floating, np.integer)):
+            raise TypeError(f"x_bounds must hold real numbers, got {x_bounds!r}")
+    box = raw.astype(np.float64)
+    if not np.all(np.isfinite(box)):
+        raise ValueError(f"x_bounds must be finite, got {box.tolist()}")
+    if not np.all(box[:, 0] < box[:, 1]):
+        raise ValueError(f"x_bounds must have lo < hi in every input column, got {box.tolist()}")
+    if not np.all(np.isfinite(box[:, 1] - box[:, 0])):
+        raise ValueError(f"x_bounds {box.tolist()} overflow float64: hi - lo must be finite")
+    if input_dim is not None and box.shape[0] != int(input_dim):
+        raise ValueError(f"x_bounds has {box.shape[0]} (lo, hi) pair(s), the inputs have {int(input_dim)} column(s)")
+    return box
+
+
+def clip_to_box(X: np.ndarray, box: np.ndarray) -> np.ndarray:
+    """``X`` [N, D] clipped to the box [D, 2], column by column (a new array)."""
+    return np.clip(X, box[:, 0], box[:, 1])
+
+
+def inducing_grid(x_bounds: Any, num: Union[int, Sequence[int]]) -> np.ndarray:
+    """An even grid over the box: ``num`` points per input column (one number for all, or one per column),
+    ends included (``numpy.linspace`` on each ``(lo, hi)``), [prod(num), D], the first column varying slowest.
+    Public: from the box alone."""
+    box = validate_box(x_bounds)
+    D = box.shape[0]
+    counts = [num] * D if isinstance(num, (int, np.integer)) else list(num)
+    if len(counts) != D or not all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) and c >= 1
+                                   for c in counts):
+        raise ValueError(f"num must be a positive integer or one per input column ({D}), got {num!r}")
+    axes = [np.linspace(lo, hi, int(c)) if c > 1 else np.array([(lo + hi) / 2.0]) for (lo, hi), c in zip(box, counts)]
+    mesh = np.meshgrid(*axes, indexing="ij")
+    return np.stack([g.reshape(-1) for g in mesh], axis=1)
+
+
+def inducing_design(x_bounds: Any, num: int, *, kind: str = "halton", seed: int = 0) -> np.ndarray:
+    """``num`` points of a scrambled low-discrepancy design (``kind``: "halton" or "sobol", scipy.stats.qmc) over
+    the box, [num, D], from a fixed public ``seed``. Public: from the box and the seed alone (never the data)."""
+    box = validate_box(x_bounds)
+    if kind not in DESIGNS:
+        raise ValueError(f"kind must be one of {DESIGNS}, got {kind!r}")
+    if not (isinstance(num, (int, np.integer)) and not isinstance(num, bool) and num >= 1):
+        raise ValueError(f"num must be a positive integer, got {num!r}")
+    if not (isinstance(seed, (int, np.integer)) and not isinstance(seed, bool)):
+        raise TypeError(f"seed must be an integer (public), got {seed!r}")
+    D = box.shape[0]
+    if kind == "sobol":
+        sampler = qmc.Sobol(d=D, scramble=True, seed=int(seed))
+        unit = sampler.random_base2(int(math.ceil(math.log2(num))))[: int(num)] if num > 1 else sampler.random(1)
+    else:
+        unit = qmc.Halton(d=D, scramble=True, seed=int(seed)).random(int(num))
+    return np.asarray(qmc.scale(unit, box[:, 0], box[:, 1]), dtype=np.float64)
+
+
+def _digest(Z: Any) -> str:
+    values = np.ascontiguousarray(np.asarray(Z, dtype=np.float64))
+    return hashlib.sha256(repr(values.shape).encode() + values.tobytes()).hexdigest()
+
+
+def mark_data_derived(Z: Any) -> None:
+    """Remember ``Z`` (by the SHA-256 of its float64 values) as computed from inputs, for
+    :func:`check_public_inducing_inputs`. Called by every helper that computes inducing inputs from data."""
+    _DATA_DERIVED.add(_digest(Z))
+
+
+def is_data_derived(Z: Any) -> bool:
+    """True when ``Z`` has exactly the values of inducing inputs a data helper computed in this process."""
+    return _digest(Z) in _DATA_DERIVED
+
+
+def check_public_inducing_inputs(Z: Any) -> None:
+    """``ValueError`` (one line) when ``Z`` was computed from the (now private) inputs by a helper of this
+    package (k-means): with private inputs, inducing inputs must come from the public box alone."""
+    if is_data_derived(Z):
+        raise ValueError(
+            "these inducing inputs were computed from the inputs (k-means), which are private here: every "
+            "prediction would publish them; build them from the public box instead "
+            "(dpgp_gpflow.whole_rows.inducing_grid(x_bounds, num) or inducing_design(x_bounds, num))")

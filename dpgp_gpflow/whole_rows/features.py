@@ -1,0 +1,142 @@
+"""Whitened Nystrom features of public inducing inputs, and the public bound that makes them safe to sum.
+
+With public inducing inputs ``Z`` [M, D] and ``L L^T = K_ZZ / k_max + jitter I``, the features of an input
+``x`` are
+
+    phi(x) = L^{-1} k(Z, x) / k_max      [M],
+
+the whitened features of the kernel scaled to ``k / k_max`` ("unit scale"; ``k_max`` the public bound on
+``k(x, x)``, :func:`kernel_bound`). Their norm is at most 1 for every ``x``: ``||phi(x)||^2 =
+k_Z(x)^T (K_ZZ + k_max jitter I)^{-1} k_Z(x) / k_max <= k_Z(x)^T K_ZZ^+ k_Z(x) / k_max <= k(x, x) / k_max
+<= 1`` (the Schur complement of the joint Gram matrix of ``(Z, x)`` is >= 0, and jitter only lowers the
+quadratic form; docs/whole_rows.md#features). :func:`whitened_features` also rescales any row whose computed
+norm exceeds 1 back onto the unit sphere, so the bound the release charges for holds for the numbers actually
+summed, whatever the rounding. The sensitivity of the whole-row statistics rests on that bound alone.
+
+Releasing at unit scale makes the kernel's variance post-processing: the features of ``sigma_f^2 k / k_max``
+are ``sigma_f phi`` (docs/whole_rows.md#variances-as-post-processing).
+
+Privacy assumption: the kernel's parameters other than its overall scale, ``Z`` and the jitter are public
+(never computed from the private rows); the inputs ``X`` may be private: only sums over rows of these features
+leave :mod:`dpgp_gpflow.whole_rows.statistics`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import gpflow
+import numpy as np
+import tensorflow as tf
+from check_shapes import check_shapes
+
+from .. import linalg
+from ..io.format import kernel_from_spec, kernel_spec
+
+__all__ = ["FeatureMap", "inducing_cholesky", "kernel_bound", "whitened_features"]
+
+
+def kernel_bound(kernel: gpflow.kernels.Kernel) -> float:
+    """The public bound ``k_max >= k(x, x)`` over every input (so over any box): a stationary kernel's
+    ``variance`` (``k(x, x)`` is that everywhere), a ``Constant`` kernel's, and for ``Sum`` / ``Product`` of
+    such kernels the sum / product of their bounds. Any other kernel is refused with one line naming it
+    (``NotImplementedError``): its ``k(x, x)`` varies with ``x`` and needs a bound over the box that this
+    release does not compute yet. Public: reads the kernel's parameters only."""
+    if isinstance(kernel, gpflow.kernels.Sum):
+        return float(sum(kernel_bound(k) for k in kernel.kernels))
+    if isinstance(kernel, gpflow.kernels.Product):
+        return float(np.prod([kernel_bound(k) for k in kernel.kernels]))
+    if isinstance(kernel, (gpflow.kernels.Stationary, gpflow.kernels.Constant)):
+        variance = float(np.asarray(kernel.variance.numpy(), dtype=np.float64))
+        if not (np.isfinite(variance) and variance > 0.0):
+            raise ValueError(f"the kernel's variance must be finite and > 0, got {variance}")
+        return variance
+    raise NotImplementedError(
+        f"whole-row privacy needs a public bound on k(x, x), and {type(kernel).__module__}.{type(kernel).__qualname__} "
+        "has none here: use a stationary kernel (SquaredExponential, Matern12/32/52, RationalQuadratic, Exponential, "
+        "Cosine), Constant, or a Sum / Product of them")
+
+
+@check_shapes("Z: [M, D]", "return: [M, M]")
+def inducing_cholesky(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, k_max: float, jitter: float) -> tf.Tensor:
+    """``L`` with ``L L^T = K_ZZ / k_max + jitter I`` (public: ``Z``, the kernel and ``jitter`` are)."""
+    Z = tf.convert_to_tensor(Z, dtype=tf.float64)
+    M = tf.shape(Z)[0]
+    Kzz = kernel(Z) / k_max  # [M, M]
+    return tf.linalg.cholesky(Kzz + jitter * tf.eye(M, dtype=tf.float64))
+
+
+@check_shapes("X: [N, D]", "Z: [M, D]", "L: [M, M]", "return: [N, M]")
+def whitened_features(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, X: tf.Tensor,
+                      k_max: float) -> tf.Tensor:
+    """``phi(X)`` [N, M]: row i is ``L^{-1} k(Z, x_i) / k_max``, rescaled onto the unit sphere if its computed
+    norm exceeds 1 (a no-op in exact arithmetic: the norm is at most ``sqrt(k(x, x) / k_max) <= 1``).
+    Each row depends on its own input only. Memory O(N M): callers pass a chunk of rows."""
+    X = tf.convert_to_tensor(X, dtype=tf.float64)
+    kzx = kernel(Z, X) / k_max  # [M, N]
+    phi = tf.transpose(linalg.triangular_solve(L, kzx, lower=True))  # [N, M]
+    norms = tf.norm(phi, axis=1, keepdims=True)  # [N, 1]
+    return phi / tf.maximum(norms, tf.constant(1.0, tf.float64))
+
+
+class FeatureMap:
+    """The public pieces of :func:`whitened_features`: a frozen copy of the kernel, ``Z`` [M, D], ``k_max`` and
+    the jitter, with ``L`` computed once. It pickles through the kernel's release-file specification
+    (:func:`~dpgp_gpflow.io.format.kernel_spec`), so Dask workers rebuild exactly the same public map.
+
+    ``k_max`` (default :func:`kernel_bound`) must bound ``k(x, x)``; a larger public value is safe (smaller
+    features), a smaller one is clipped by the unit-norm rescaling and changes the model, never the privacy.
+    """
+
+    def __init__(self, kernel: gpflow.kernels.Kernel, Z: Any, *, jitter: Optional[float] = None,
+                 k_max: Optional[float] = None) -> None:
+        self.Z = np.array(Z, dtype=np.float64, copy=True)
+        if self.Z.ndim != 2 or self.Z.shape[0] < 1 or not np.all(np.isfinite(self.Z)):
+            raise ValueError(f"Z must be a finite [M, D] array with M >= 1, got shape {self.Z.shape}")
+        self.kernel = gpflow.utilities.freeze(kernel)
+        self.k_max = kernel_bound(kernel) if k_max is None else float(k_max)
+        if not (np.isfinite(self.k_max) and self.k_max > 0.0):
+            raise ValueError(f"k_max must be finite and > 0, got {self.k_max}")
+        self.jitter = float(gpflow.config.default_jitter() if jitter is None else jitter)
+        if not (np.isfinite(self.jitter) and self.jitter >= 0.0):
+            raise ValueError(f"jitter must be finite and >= 0, got {self.jitter}")
+        self.L = inducing_cholesky(self.kernel, tf.constant(self.Z), self.k_max, self.jitter)
+        if not bool(tf.reduce_all(tf.math.is_finite(self.L))):
+            raise FloatingPointError("the inducing inputs' kernel matrix has no Cholesky factor (repeated inducing "
+                                     "inputs?): increase the jitter or choose other inducing inputs")
+
+    @property
+    def m(self) -> int:
+        """M: the number of inducing inputs (public)."""
+        return int(self.Z.shape[0])
+
+    @property
+    def input_dim(self) -> int:
+        """D: the number of input columns (public)."""
+        return int(self.Z.shape[1])
+
+    def __call__(self, X: Any) -> tf.Tensor:
+        """:func:`whitened_features` of ``X`` [N, D] -> [N, M]."""
+        return whitened_features(self.kernel, tf.constant(self.Z), self.L, tf.convert_to_tensor(X, tf.float64),
+                                 self.k_max)
+
+    def unit_variance(self, X: Any) -> tf.Tensor:
+        """``k(x, x) / k_max`` at ``X`` [N] (1 for a stationary kernel; public)."""
+        return self.kernel(tf.convert_to_tensor(X, tf.float64), full_cov=False) / self.k_max
+
+    def check_portable(self) -> None:
+        """``NotImplementedError`` unless the kernel has a release-file specification (needed to send this map
+        to Dask workers); public, called before anything is reserved."""
+        kernel_spec(self.kernel)
+
+    # -- pickling (Dask workers): the kernel travels as its specification -------------------------------
+    def __getstate__(self) -> Dict[str, Any]:
+        return {"kernel_spec": kernel_spec(self.kernel), "Z": self.Z, "k_max": self.k_max, "jitter": self.jitter,
+                "L": self.L.numpy()}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.Z = np.asarray(state["Z"], dtype=np.float64)
+        self.kernel = kernel_from_spec(state["kernel_spec"])
+        self.k_max = float(state["k_max"])
+        self.jitter = float(state["jitter"])
+        self.L = tf.constant(state["L"])  # the client's factor itself: every worker sums the same features

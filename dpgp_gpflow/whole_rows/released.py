@@ -1,0 +1,223 @@
+"""What a whole-row release hands back: :class:`WholeRowsRelease`, the released statistics and the sparse GP
+they define, queryable anywhere.
+
+It holds the noised statistics exactly as released (:attr:`WholeRowsRelease.statistics`) with the std of
+each entry's noise (:attr:`WholeRowsRelease.statistics_noise_std`), so that anyone can recompute every
+prediction from them, and the public pieces (the unit-scale kernel, ``Z``, the box, the bounds, the
+variances given or fitted on the statistics). Predictions are post-processing
+(:mod:`dpgp_gpflow.whole_rows.posterior`): free, anywhere.
+
+Privacy assumption: nothing here holds the private rows or anything computed from them except the released
+statistics; every other piece is public.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from ..released import PrivatePrediction, Released
+from ..validation import as_inputs, check_real
+from .features import FeatureMap
+from .mechanism import RELATION, NoisedStatistics
+from .posterior import (
+    FLOOR_SCALE,
+    SPECTRAL_FAILURE,
+    WeightPosterior,
+    predictive_terms,
+    regularised_statistic,
+    spectral_noise_bound,
+    weight_posterior,
+)
+from .variances import fit_variances
+
+__all__ = ["VARIANCES", "WholeRowsRelease"]
+
+#: How a release sets the kernel variance and the noise variance: the values given, or fitted on the
+#: released statistics (:func:`~dpgp_gpflow.whole_rows.variances.fit_variances`).
+VARIANCES = ("given", "fit")
+
+
+class WholeRowsRelease(Released):
+    """A DP release of the whole-row statistics ``(S, b, q)`` and the sparse GP they define.
+
+    ``predict_f(Xnew)`` gives the mean and variance [k, 1] (NumPy) anywhere: the mean ``c + phi(x)^T u`` (clipped
+    to ``y_bounds`` when :attr:`clip_to_bounds`), the variance SGPR's plus the first-order variance the DP noise
+    adds to the mean (:func:`~dpgp_gpflow.whole_rows.posterior.predictive_terms`). ``statistics`` and
+    ``statistics_noise_std`` are what was released (unit kernel scale, outputs centred at the bounds' midpoint;
+    ``S`` symmetric, released through its upper triangle). Built by
+    :func:`~dpgp_gpflow.whole_rows.release.release_rows` (or ``DPSGPR(..., private_inputs=True).release_function``).
+    """
+
+    def __init__(self, noised: NoisedStatistics, features: FeatureMap, *, x_bounds: np.ndarray,
+                 y_bounds: Tuple[float, float], epsilon: float, delta: float, calibration: str,
+                 kernel_variance: Optional[float], noise_variance: Optional[float], variances: str = "given",
+                 clip_to_bounds: bool = True) -> None:
+        if variances not in VARIANCES:
+            raise ValueError(f"variances must be one of {VARIANCES}, got {variances!r}")
+        if not isinstance(clip_to_bounds, bool):
+            raise TypeError(f"clip_to_bounds must be True or False, got {clip_to_bounds!r}")
+        self._statistics = {k: np.array(v, dtype=np.float64, copy=True) for k, v in noised.statistics.items()}
+        self._noise_std = {k: np.array(v, dtype=np.float64, copy=True) for k, v in noised.noise_std.items()}
+        self.features = features
+        self.num_data = int(noised.num_data)
+        self._epsilon, self._delta, self.calibration = float(epsilon), float(delta), str(calibration)
+        self.noise_multiplier = float(noised.multiplier)
+        self.sensitivity = float(noised.sensitivity)
+        self.shares = tuple(noised.shares)
+        self._reproducible = bool(noised.reproducible)
+        self.x_bounds = np.array(x_bounds, dtype=np.float64, copy=True)
+        self.y_bounds = (float(y_bounds[0]), float(y_bounds[1]))
+        self._clip_to_bounds = clip_to_bounds
+        #: the std of an off-diagonal entry's noise of ``S`` (the diagonal's is sqrt(2) times it; public)
+        self.offdiag_std = float(self._noise_std["S"][0, 0]) / math.sqrt(2.0)
+        #: the spectral bound tau of the noise of ``S`` and the eigenvalue floor ``FLOOR_SCALE * tau`` (public)
+        self.spectral_bound = spectral_noise_bound(self.offdiag_std, features.m, SPECTRAL_FAILURE)
+        self.floor = FLOOR_SCALE * self.spectral_bound
+        self._S_hat = regularised_statistic(tf.constant(self._statistics["S"]), self.floor)
+        self.variances = variances
+        if variances == "fit":
+            kernel_variance, noise_variance = self._fitted()
+        self._set_variances(kernel_variance, noise_variance)
+
+    # -- what was released ----------------------------------------------------------------------------
+    @property
+    def statistics(self) -> Dict[str, np.ndarray]:
+        """The released (noised) statistics at unit kernel scale: ``S`` [M, M] (symmetric), ``b`` [M], ``q`` []
+        (copies)."""
+        return {k: v.copy() for k, v in self._statistics.items()}
+
+    @property
+    def statistics_noise_std(self) -> Dict[str, np.ndarray]:
+        """The std of the Gaussian noise of each entry of :attr:`statistics`, same keys and shapes (copies)."""
+        return {k: v.copy() for k, v in self._noise_std.items()}
+
+    @property
+    def epsilon(self) -> float:
+        """The release's epsilon."""
+        return self._epsilon
+
+    @property
+    def delta(self) -> float:
+        """The release's delta."""
+        return self._delta
+
+    @property
+    def reproducible(self) -> bool:
+        """True when the noise came from an explicit seed (not private against its holder)."""
+        return self._reproducible
+
+    @property
+    def clip_to_bounds(self) -> bool:
+        """Predicted means are clipped to ``y_bounds`` (post-processing; :meth:`unclipped` for the raw ones)."""
+        return self._clip_to_bounds
+
+    @property
+    def releases(self) -> Tuple[Any, ...]:
+        """No :class:`~dpgp_gpflow.released.PrivateRelease` parts: one release of statistics (:meth:`privacy_card`)."""
+        return ()
+
+    @property
+    def midpoint(self) -> float:
+        """``c``: the outputs were centred at the bounds' midpoint (the prior mean)."""
+        return 0.5 * (self.y_bounds[0] + self.y_bounds[1])
+
+    # -- the variances (post-processing) --------------------------------------------------------------
+    def _fitted(self) -> Tuple[float, float]:
+        return fit_variances(self._S_hat, self._statistics["b"], float(self._statistics["q"]),
+                             float(np.trace(self._statistics["S"])), self.num_data, self._b_std,
+                             self.y_bounds[1] - self.y_bounds[0])
+
+    @property
+    def _b_std(self) -> float:
+        return float(self._noise_std["b"][0])
+
+    def _set_variances(self, kernel_variance: Any, noise_variance: Any) -> None:
+        kernel_variance = check_real("kernel_variance", kernel_variance)
+        noise_variance = check_real("noise_variance", noise_variance)
+        if not (kernel_variance > 0.0 and noise_variance > 0.0):
+            raise ValueError(f"kernel_variance and noise_variance must be > 0, got {kernel_variance}, {noise_variance}")
+        self.kernel_variance, self.noise_variance = kernel_variance, noise_variance
+        self.posterior: WeightPosterior = weight_posterior(
+            self._S_hat, tf.constant(self._statistics["b"]), kernel_variance=kernel_variance,
+            noise_variance=noise_variance, b_std=self._b_std, offdiag_std=self.offdiag_std)
+
+    def with_variances(self, kernel_variance: Optional[float] = None,
+                       noise_variance: Optional[float] = None) -> "WholeRowsRelease":
+        """This release with another kernel variance and / or noise variance (public values; post-processing)."""
+        other = copy.copy(self)
+        other.variances = "given"
+        other._set_variances(self.kernel_variance if kernel_variance is None else kernel_variance,
+                             self.noise_variance if noise_variance is None else noise_variance)
+        return other
+
+    def fitted(self) -> "WholeRowsRelease":
+        """This release with both variances fitted on the released statistics (SGPR's bound; post-processing)."""
+        other = copy.copy(self)
+        other.variances = "fit"
+        other._set_variances(*self._fitted())
+        return other
+
+    def clipped(self) -> "WholeRowsRelease":
+        """Predicted means clipped to ``y_bounds`` (post-processing, the default)."""
+        other = copy.copy(self)
+        other._clip_to_bounds = True
+        return other
+
+    def unclipped(self) -> "WholeRowsRelease":
+        """Raw predicted means (may lie outside ``y_bounds``; as private)."""
+        other = copy.copy(self)
+        other._clip_to_bounds = False
+        return other
+
+    # -- predictions ---------------------------------------------------------------------------------
+    def _terms(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        X = tf.constant(as_inputs("Xnew", Xnew, self.features.input_dim))
+        mean, model, noise = predictive_terms(self.posterior, self.features(X), self.features.unit_variance(X))
+        mean = mean.numpy() + self.midpoint
+        if self.clip_to_bounds:
+            mean = np.clip(mean, *self.y_bounds)
+        return mean[:, None], model.numpy()[:, None], noise.numpy()[:, None]
+
+    def predict_f(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray]:
+        """DP mean and variance of f at ``Xnew`` [k, D], each [k, 1] NumPy: the model's variance plus the DP
+        noise's (first order)."""
+        mean, model, noise = self._terms(Xnew)
+        return mean, model + noise
+
+    def predict_y(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray]:
+        """As :meth:`predict_f` with the noise variance added (a new observation's variance)."""
+        mean, variance = self.predict_f(Xnew)
+        return mean, variance + self.noise_variance
+
+    def predict(self, Xnew: Any) -> PrivatePrediction:
+        """DP mean, the model's posterior variance and the DP noise std at ``Xnew``, each [k]."""
+        mean, model, noise = self._terms(Xnew)
+        return PrivatePrediction(mean=mean[:, 0], variance=model[:, 0], noise_std=np.sqrt(noise[:, 0]))
+
+    # -- card, repr, files ---------------------------------------------------------------------------
+    def privacy_card(self) -> Dict[str, Any]:
+        """The guarantee and what was released, as plain values: relation ``"row (inputs and outputs)"``,
+        epsilon, delta, the box, the bounds, n, M, the sensitivity, multiplier and shares."""
+        return {"epsilon": self.epsilon, "delta": self.delta, "reproducible": self.reproducible,
+                "clip_to_bounds": self.clip_to_bounds, "neighbours": RELATION,
+                "mechanism": "gaussian (whole-row statistics)", "calibration": self.calibration,
+                "noise_multiplier": self.noise_multiplier, "sensitivity": self.sensitivity,
+                "shares": list(self.shares), "x_bounds": self.x_bounds.tolist(), "y_bounds": list(self.y_bounds),
+                "num_data": self.num_data, "num_inducing": self.features.m,
+                "variances": self.variances, "kernel_variance": self.kernel_variance,
+                "noise_variance": self.noise_variance}
+
+    def file_content(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+        raise NotImplementedError("release files of whole-row releases are not written yet")
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(mechanism='whole-row statistics', epsilon={self.epsilon:.6g}, "
+                f"delta={self.delta:.6g}, m={self.features.m}, n={self.num_data}, bounds={self.y_bounds}, "
+                f"x_bounds={self.x_bounds.tolist()}, neighbours={RELATION!r}"
+                + (", clip_to_bounds=True" if self.clip_to_bounds else "")
+                + (", reproducible=True)" if self.reproducible else ")"))

@@ -1,0 +1,188 @@
+"""The sensitivity of the whole-row statistics, and the one vector they are released as.
+
+Neighbours differ in one whole row: ``(x, y)`` replaced by any ``(x', y')`` with ``x'`` in the public box and
+``y'`` in the bounds (``|y_c| <= d / 2``). With unit-scale features (``||phi(x)|| <= 1`` for every ``x``,
+:mod:`dpgp_gpflow.whole_rows.features`) the parts move by at most (docs/whole_rows.md#sensitivity)
+
+    ||phi phi^T - phi' phi'^T||_F <= sqrt(2),   ||phi y_c - phi' y_c'|| <= d,   |y_c^2 - y_c'^2| <= d^2 / 4
+
+(the first: ``||u u^T - v v^T||_F^2 = |u|^4 + |v|^4 - 2 (u.v)^2 <= 2``). Each part is scaled so that its
+bound is its public share ``w_part`` of a unit total, with ``w_S^2 + w_b^2 + w_q^2 = 1`` (:data:`DEFAULT_SHARES`),
+and the three are released as one vector (:func:`pack`) whose L2 shift between neighbours is then at most
+``sqrt(w_S^2 + w_b^2 + w_q^2) = 1``; the three bounds are not reached by the same neighbours, and
+:func:`joint_bound` gives the smaller exact bound of the sum of squares that the release uses.
+``S`` is symmetric: it enters through its upper triangle with the off-diagonal entries multiplied by
+``sqrt(2)``, so that the vector's L2 norm of ``S``'s part is ``S``'s Frobenius norm. :func:`rounding_factor`
+inflates the sensitivity for the floating-point error of the sums.
+
+Privacy assumption: public quantities only (the bounds' width, the shares, the shapes and the chunking).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, NamedTuple, Tuple
+
+import numpy as np
+import tensorflow as tf
+from check_shapes import check_shapes
+
+from ..mechanisms.rounding import SENSITIVITY_SAFETY
+
+__all__ = [
+    "DEFAULT_SHARES",
+    "MAX_ROUNDING_SLACK",
+    "PARTS",
+    "Scales",
+    "entry_noise_std",
+    "joint_bound",
+    "pack",
+    "part_bounds",
+    "rounding_factor",
+    "statistic_dimension",
+    "statistic_scales",
+    "unpack",
+    "validate_shares",
+]
+
+#: Squared shares ``(w_S^2, w_b^2, w_q^2)`` of the unit total sensitivity: most to ``b`` (the predictions read
+#: it directly), less to ``S`` (regularised after the release, docs/whole_rows.md#regularisation), little to
+#: ``q`` (only the fit of the noise variance reads it). Chosen on synthetic data and the !Kung protocol
+#: (docs/whole_rows.md#the-split); any public split is private.
+DEFAULT_SHARES = (0.30, 0.68, 0.02)
+#: Names of the parts, in the order of the released vector.
+PARTS = ("S", "b", "q")
+#: A release whose floating-point slack (:func:`rounding_factor`) would exceed this is refused.
+MAX_ROUNDING_SLACK = 0.01
+
+_UNIT_ROUNDOFF = 2.0**-53
+
+
+class Scales(NamedTuple):
+    """The public multipliers that bring each part to its share of a unit sensitivity."""
+
+    S: float  #: ``w_S / sqrt(2)`` (on the diagonal; off-diagonal entries also get sqrt(2))
+    b: float  #: ``w_b / d``
+    q: float  #: ``w_q / (d^2 / 4)``
+
+
+def validate_shares(shares: Any) -> Tuple[float, float, float]:
+    """Three finite positive relative shares of ``(S, b, q)``, returned normalised to squares summing to 1
+    (``(w_S^2, w_b^2, w_q^2)``); ``ValueError`` / ``TypeError`` otherwise. Public."""
+    try:
+        values = [float(v) for v in shares]
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"shares must be three numbers (S, b, q), got {shares!r}") from exc
+    if len(values) != 3 or any(isinstance(v, bool) for v in shares):
+        raise TypeError(f"shares must be three numbers (S, b, q), got {shares!r}")
+    if not all(math.isfinite(v) and v > 0.0 for v in values):
+        raise ValueError(f"shares must be finite and > 0 (each part is released), got {shares!r}")
+    total = math.fsum(values)
+    return tuple(v / total for v in values)  # type: ignore[return-value]
+
+
+def part_bounds(d: float) -> Tuple[float, float, float]:
+    """The replace-one bounds of ``(S, b, q)`` at unit scale for outputs of width ``d``: ``(sqrt(2), d, d^2/4)``."""
+    return math.sqrt(2.0), float(d), float(d) ** 2 / 4.0
+
+
+def statistic_scales(d: float, shares: Any) -> Scales:
+    """The multipliers ``w_part / bound_part`` (``shares``: :func:`validate_shares`)."""
+    squares = validate_shares(shares)
+    bounds = part_bounds(d)
+    return Scales(*(math.sqrt(w2) / bound for w2, bound in zip(squares, bounds)))
+
+
+def joint_bound(shares: Any) -> float:
+    """``J <= 1``: the largest squared L2 shift of the packed vector (:func:`pack`) between whole-row neighbours,
+
+        J = max(w_S^2 + w_b^2 / 4,  g + w_b^2 / 2) + w_q^2,
+        g = w_S^2 + w_b^4 / (16 w_S^2) if w_b^2 <= 4 w_S^2 else w_b^2 / 2
+
+    (``shares`` normalised, :func:`validate_shares`). Derivation (docs/whole_rows.md#sensitivity): with
+    features ``u, v`` (norms <= 1, ``c = u.v``) and outputs ``t d / 2, t' d / 2`` (``|t|, |t'| <= 1``) the squared
+    shift is ``w_S^2 / 2 (|u|^4 + |v|^4 - 2 c^2) + w_b^2 / 4 (|u|^2 t^2 + |v|^2 t'^2 - 2 c t t') + w_q^2 (t^2 -
+    t'^2)^2``: non-decreasing in ``|u|^2`` and ``|v|^2`` at fixed ``c``, so largest at unit norms; its maximum over
+    ``c`` is ``g(|t t'|) + w_b^2 / 4 (t^2 + t'^2)`` with ``g(p) = max_|c|<=1 (w_S^2 (1 - c^2) + w_b^2 c p / 2)``,
+    non-decreasing in ``t^2`` when ``t^2 >= t'^2`` (so ``t^2 = 1``); with ``x = |t'|``, ``g(x) + w_b^2 / 4 (1 + x^2)``
+    is convex in ``x`` (maximal at ``x = 0`` or 1) and ``w_q^2 (1 - x^2)^2 <= w_q^2``. Public."""
+    w_S2, w_b2, w_q2 = validate_shares(shares)
+    g = w_S2 + w_b2**2 / (16.0 * w_S2) if w_b2 <= 4.0 * w_S2 else w_b2 / 2.0
+    return min(1.0, max(w_S2 + w_b2 / 4.0, g + w_b2 / 2.0) + w_q2)
+
+
+def statistic_dimension(m: int) -> int:
+    """The length of the released vector for M inducing inputs: ``M (M + 1) / 2 + M + 1``."""
+    m = int(m)
+    return m * (m + 1) // 2 + m + 1
+
+
+def _upper(m: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row and column indices of the upper triangle (diagonal included, row by row) and their weights
+    (1 on the diagonal, sqrt(2) off it)."""
+    rows, cols = np.triu_indices(int(m))
+    return rows, cols, np.where(rows == cols, 1.0, math.sqrt(2.0))
+
+
+@check_shapes("S: [M, M]", "b: [M]", "return: [K]")
+def pack(S: tf.Tensor, b: tf.Tensor, q: Any, scales: Scales) -> tf.Tensor:
+    """The released vector ``[a_S w * triu(S), a_b b, a_q q]`` (``w``: 1 on the diagonal, sqrt(2) off it):
+    its L2 shift between whole-row neighbours is at most 1 (before rounding, :func:`rounding_factor`)."""
+    S = tf.convert_to_tensor(S, tf.float64)
+    m = int(S.shape[0])
+    rows, cols, weights = _upper(m)
+    upper = tf.gather_nd(S, np.stack([rows, cols], axis=1)) * (scales.S * weights)
+    return tf.concat([upper, tf.convert_to_tensor(b, tf.float64) * scales.b,
+                      tf.reshape(tf.convert_to_tensor(q, tf.float64) * scales.q, [1])], axis=0)
+
+
+def unpack(v: Any, scales: Scales, m: int) -> Dict[str, np.ndarray]:
+    """``{"S": [M, M] symmetric, "b": [M], "q": []}`` of a packed vector (the inverse of :func:`pack`;
+    post-processing when ``v`` is the released vector)."""
+    v = np.asarray(v, dtype=np.float64).reshape(-1)
+    m = int(m)
+    if v.size != statistic_dimension(m):
+        raise ValueError(f"a packed vector for M = {m} has {statistic_dimension(m)} entries, got {v.size}")
+    rows, cols, weights = _upper(m)
+    k = rows.size
+    S = np.zeros((m, m))
+    S[rows, cols] = v[:k] / (scales.S * weights)
+    S[cols, rows] = S[rows, cols]
+    return {"S": S, "b": v[k:k + m] / scales.b, "q": np.asarray(v[-1] / scales.q)}
+
+
+def entry_noise_std(noise_std: float, scales: Scales, m: int) -> Dict[str, np.ndarray]:
+    """The std of the noise of every entry of :func:`unpack`'s statistics when each entry of the packed
+    vector gets noise of std ``noise_std``: ``S`` [M, M] (``noise_std / a_S`` on the diagonal,
+    ``noise_std / (sqrt(2) a_S)`` off it; the symmetric noise has the Gaussian orthogonal ensemble's shape),
+    ``b`` [M] (``noise_std / a_b``), ``q`` [] (``noise_std / a_q``)."""
+    std = float(noise_std)
+    m = int(m)
+    S = np.full((m, m), std / (scales.S * math.sqrt(2.0)))
+    np.fill_diagonal(S, std / scales.S)
+    return {"S": S, "b": np.full(m, std / scales.b), "q": np.asarray(std / scales.q)}
+
+
+def rounding_factor(num_rows: int, chunk_rows: int, num_chunks: int, m: int) -> float:
+    """Factor (>= 1) on the unit sensitivity for the floating-point error of the computed sums.
+
+    Each entry of the packed vector is a sum over rows of terms of magnitude at most 1 (``|a_S sqrt(2) phi_j
+    phi_k| <= w_S``, ``|a_b phi_j y_c| <= w_b / 2``, ``|a_q y_c^2| <= w_q``); a chunk's sum of ``c`` terms
+    (any order, products included) errs by at most ``gamma_{c+1}`` times the sum of their magnitudes
+    (Higham 2002, eq. 3.5), adding the chunks' sums (any order) by ``gamma_{chunks}`` more, and scaling by a
+    few roundings: at most ``t = (c + chunks + 8) u n / (1 - (c + chunks + 8) u)`` per entry, ``sqrt(K) t``
+    in L2 over the ``K`` entries, twice that between two datasets' computations. The features' unit-norm
+    rescaling leaves a norm of at most ``1 + (M + 4) u``. So the computed vectors of neighbours differ by at
+    most ``(1 + (M + 4) u)^2 + 2 sqrt(K) t``, times :data:`~dpgp_gpflow.mechanisms.rounding.SENSITIVITY_SAFETY`.
+    ``FloatingPointError`` when the slack exceeds :data:`MAX_ROUNDING_SLACK` (use smaller chunks). Public."""
+    n, c, chunks, m = int(num_rows), int(chunk_rows), int(num_chunks), int(m)
+    steps = (c + chunks + 8) * _UNIT_ROUNDOFF
+    if not steps < 0.5:
+        raise FloatingPointError(f"chunks of {c} rows are too long for a float64 sum")
+    per_entry = steps * n / (1.0 - steps)
+    slack = 2.0 * math.sqrt(statistic_dimension(m)) * per_entry
+    if not slack <= MAX_ROUNDING_SLACK:
+        raise FloatingPointError(
+            f"summing {n} rows in chunks of {c} could err by {slack:.2g} of the sensitivity in float64, more than the "
+            f"{MAX_ROUNDING_SLACK} this release covers: use smaller chunks (chunk_size=) or a chunked source")
+    return ((1.0 + (m + 4) * _UNIT_ROUNDOFF) ** 2 + slack) * SENSITIVITY_SAFETY

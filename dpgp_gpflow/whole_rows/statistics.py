@@ -1,0 +1,130 @@
+"""The whole-row sufficient statistics: sums over rows, in one pass over row chunks.
+
+For rows ``(x_i, y_i)`` with ``x_i`` clipped to the public box, ``y_i`` clipped to the public bounds
+``(lo, hi)`` and centred at their midpoint ``c`` (``y_c = y - c``, ``|y_c| <= d / 2``, ``d = hi - lo``), and
+the unit-scale whitened features ``phi`` of :mod:`dpgp_gpflow.whole_rows.features`:
+
+    S = sum_i phi(x_i) phi(x_i)^T   [M, M],   b = sum_i phi(x_i) y_c,i   [M],   q = sum_i y_c,i^2.
+
+Everything a sparse GP (Titsias' SGPR / DTC) needs of the data is in ``(S, b, q, n)``
+(docs/whole_rows.md#the-statistics). :func:`sufficient_statistics` computes them from any
+:class:`~dpgp_gpflow.streaming.ChunkSource` (:class:`~dpgp_gpflow.streaming.LocalChunks` in this process, a
+:class:`~dpgp_gpflow.distributed.DaskChunks` reduction on a cluster): each chunk returns its own sums, the
+sums are added (associative), and no more than one chunk's features [c, M] exist at a time on a worker.
+
+Privacy assumption: the box, the bounds, ``Z`` and the kernel are public; the inputs and outputs are private
+and enter only here. What leaves is the sums (released only with noise, by
+:mod:`dpgp_gpflow.whole_rows.mechanism`) and, for the data owner, how many rows were clipped (a count, as
+for the outputs of every release).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Dict, NamedTuple, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from ..exceptions import ClippingWarning
+from ..streaming.chunks import ChunkSource
+from ..validation import validate_bounds
+from .design import validate_box
+from .features import FeatureMap
+
+__all__ = ["RowStatistics", "Statistics", "add_statistics", "clip_private_inputs", "sufficient_statistics"]
+
+
+def clip_private_inputs(X: np.ndarray, box: np.ndarray, clip_inputs: bool = True) -> Tuple[np.ndarray, int]:
+    """``(X clipped to the box, number of rows with an input outside it)`` for private inputs [N, D]; with
+    ``clip_inputs=False`` a row outside is refused (``ValueError``, one line, no count). The one rule for
+    private inputs, at construction and chunk by chunk."""
+    outside = int(np.sum(np.any((X < box[:, 0]) | (X > box[:, 1]), axis=1)))
+    if outside and not clip_inputs:
+        raise ValueError("some private inputs lie outside the public box x_bounds and clipping is off "
+                         "(clip_inputs=False): nothing was released")
+    return np.clip(X, box[:, 0], box[:, 1]), outside
+
+
+class Statistics(NamedTuple):
+    """The sums over rows (PRIVATE until released with noise) and the public row count."""
+
+    S: np.ndarray  #: [M, M] sum of phi phi^T
+    b: np.ndarray  #: [M] sum of phi y_c
+    q: float  #: sum of y_c^2
+    n: int  #: the number of rows (public under replace-one neighbours)
+    clipped_inputs: int  #: rows with an input outside the box (a count for the data owner)
+    clipped_outputs: int  #: outputs outside the bounds (a count for the data owner)
+
+
+def add_statistics(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
+    """Two chunks' sums added (every entry is a sum)."""
+    return {key: a[key] + b[key] for key in a}
+
+
+class RowStatistics:
+    """The per-chunk function of :func:`sufficient_statistics`: the public feature map, box and bounds, and
+    whether inputs outside the box are clipped (``clip_inputs``) or refused. Picklable (Dask workers)."""
+
+    #: sent once to a Dask cluster (:class:`~dpgp_gpflow.distributed.DaskChunks` wraps it in dask.delayed)
+    shared_on_dask = True
+
+    def __init__(self, features: FeatureMap, x_bounds: Any, y_bounds: Any, *, clip_inputs: bool = True) -> None:
+        if not isinstance(features, FeatureMap):
+            raise TypeError(f"features must be a FeatureMap, got {type(features).__name__}")
+        self.features = features
+        self.box = validate_box(x_bounds, features.input_dim)
+        self.y_bounds = validate_bounds(y_bounds)
+        if not isinstance(clip_inputs, (bool, np.bool_)):
+            raise TypeError(f"clip_inputs must be True or False, got {clip_inputs!r}")
+        self.clip_inputs = bool(clip_inputs)
+
+    @property
+    def midpoint(self) -> float:
+        """``c``: the outputs are centred at the bounds' midpoint (public)."""
+        lo, hi = self.y_bounds
+        return 0.5 * (lo + hi)
+
+    def __call__(self, X: np.ndarray, Y: np.ndarray, start: int) -> Dict[str, Any]:
+        """The sums of one chunk: ``X`` [c, D] public shape, PRIVATE values; ``Y`` [c] PRIVATE."""
+        X = np.asarray(X, dtype=np.float64)
+        Y = np.asarray(Y, dtype=np.float64)
+        if Y.ndim == 2 and Y.shape[1] == 1:
+            Y = Y[:, 0]
+        if X.ndim != 2 or X.shape[1] != self.features.input_dim or Y.ndim != 1 or Y.shape[0] != X.shape[0]:
+            raise ValueError(f"a chunk must hold [c, {self.features.input_dim}] inputs and c outputs (one per row), "
+                             f"got {list(X.shape)} and {list(Y.shape)}")
+        if not (np.all(np.isfinite(X)) and np.all(np.isfinite(Y))):  # no count: a statistic of private values
+            raise ValueError("the private rows are not all finite (nan or inf in the inputs or outputs)")
+        X, outside_x = clip_private_inputs(X, self.box, self.clip_inputs)
+        lo, hi = self.y_bounds
+        outside_y = int(np.sum((Y < lo) | (Y > hi)))
+        yc = tf.constant(np.clip(Y, lo, hi) - self.midpoint)  # [c], |y_c| <= d / 2
+        phi = self.features(X)  # [c, M], each row of norm <= 1
+        return {
+            "S": tf.linalg.matmul(phi, phi, transpose_a=True).numpy(),  # [M, M]
+            "b": tf.linalg.matvec(phi, yc, transpose_a=True).numpy(),  # [M]
+            "q": float(tf.reduce_sum(tf.square(yc))),
+            "n": int(X.shape[0]),
+            "clipped_inputs": outside_x,
+            "clipped_outputs": outside_y,
+        }
+
+
+def sufficient_statistics(source: ChunkSource, rows: RowStatistics) -> Statistics:
+    """``(S, b, q)`` of every row of ``source`` in one pass (``source.map_reduce``: chunk by chunk here, or a
+    Dask reduction on the workers that hold the rows), with the clipped counts; a ``ClippingWarning`` with the
+    counts (never values) when rows were clipped. PRIVATE result: release it only through
+    :func:`~dpgp_gpflow.whole_rows.mechanism.release_statistics`."""
+    if not isinstance(source, ChunkSource):
+        raise TypeError(f"source must be a dpgp_gpflow.streaming.ChunkSource, got {type(source).__name__}")
+    total = source.map_reduce(rows, add_statistics)
+    if total is None or int(total["n"]) != int(source.n):
+        raise ValueError(f"the chunks held {0 if total is None else int(total['n'])} rows, the source says {source.n}")
+    if total["clipped_inputs"] or total["clipped_outputs"]:
+        warnings.warn(f"{total['clipped_inputs']} of {source.n} private rows had inputs outside the public box and "
+                      f"{total['clipped_outputs']} outputs lay outside the public bounds {rows.y_bounds}: clipped",
+                      ClippingWarning, stacklevel=3)
+    S = np.asarray(total["S"], dtype=np.float64)
+    return Statistics(0.5 * (S + S.T), np.asarray(total["b"], dtype=np.float64), float(total["q"]), int(total["n"]),
+                      int(total["clipped_inputs"]), int(total["clipped_outputs"]))
