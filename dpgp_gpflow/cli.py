@@ -1193,51 +1193,52 @@ def _load(path: Path) -> Tuple[Released, dict]:
 
 
 #: The "Examples:" epilog of ``dpgp --help`` and of each command's help (real commands: Howell1.csv is the
-#: !Kung census file, semicolon-separated; its separator is sniffed).
+#: !Kung census file, semicolon-separated; its separator is sniffed). Bounds that hold any height (40-200 cm),
+#: a delta far below 1/n.
 EXAMPLES = {
     "dpgp": """\
-  dpgp budget init budget.sqlite --epsilon 2 --delta 1e-3
-  dpgp release Howell1.csv --x age --y height --bounds 60 160 --epsilon 1 --delta 0.01 --grid 50 \\
+  dpgp budget init budget.sqlite --epsilon 2 --delta 1e-5
+  dpgp release Howell1.csv --x age --y height --bounds 40 200 --epsilon 1 --delta 1e-6 --grid 50 \\
        --ledger budget.sqlite -o kung.json
   dpgp show kung.json
-  dpgp release Howell1.csv --x age --y height --bounds 60 160 --epsilon 1 --delta 0.01 --sparse 20 \\
+  dpgp release Howell1.csv --x age --y height --bounds 40 200 --epsilon 1 --delta 1e-6 --sparse 20 \\
        --ledger budget.sqlite -o kung-fn.json
   dpgp predict kung-fn.json --at ages.csv -o pred.csv
   dpgp budget show budget.sqlite
   dpgp COMMAND --help   (every option of a command)""",
     "release": """\
   # hyperparameters selected privately (0.2 of epsilon), then released on a 50-point grid of ages:
-  dpgp release Howell1.csv --x age --y height --bounds 60 160 --epsilon 1 --delta 0.01 --grid 50 -o kung.json
+  dpgp release Howell1.csv --x age --y height --bounds 40 200 --epsilon 1 --delta 1e-6 --grid 50 -o kung.json
   # public hyperparameters (chosen without the heights), released at the ages in test.csv:
-  dpgp release Howell1.csv --x age --y height --bounds 60 160 --epsilon 1 --delta 0.01 --at test.csv \\
+  dpgp release Howell1.csv --x age --y height --bounds 40 200 --epsilon 1 --delta 1e-6 --at test.csv \\
        --lengthscale 10 --variance 400 --noise 50 --ledger budget.sqlite -o kung.json
   # a function usable anywhere (then: dpgp predict kung-fn.json --at NEW.csv -o pred.csv):
-  dpgp release Howell1.csv --x age weight --y height --bounds 60 160 --epsilon 1 --delta 0.01 --sparse 20 \\
+  dpgp release Howell1.csv --x age weight --y height --bounds 40 200 --epsilon 1 --delta 1e-6 --sparse 20 \\
        -o kung-fn.json
   # two private columns released together (a row's outputs are one person), hyperparameters selected privately:
-  dpgp release Howell1.csv --x age --y height weight --bounds 60 160 0 70 --epsilon 1 --delta 0.01 --grid 50 \\
+  dpgp release Howell1.csv --x age --y height weight --bounds 40 200 0 150 --epsilon 1 --delta 1e-6 --grid 50 \\
        -o kung-hw.json
   # a spreadsheet's CSV: ';' and decimal commas are guessed; thousands separators (1.234,5) are accepted
   # only when given, and the marks can be given when the guess cannot tell:
-  dpgp release kung-de.csv --x age --y height --bounds 60 160 --epsilon 1 --delta 0.01 --grid 50 \\
+  dpgp release kung-de.csv --x age --y height --bounds 40 200 --epsilon 1 --delta 1e-6 --grid 50 \\
        --sep ";" --decimal , --thousands . -o kung.json""",
     "predict": """\
   dpgp predict kung-fn.json --at ages.csv -o pred.csv
   dpgp predict kung-fn.json --at ages.csv --sep ";" -o pred.csv --force""",
     "select": """\
   # choose lengthscale, kernel variance and noise variance privately; print them as JSON:
-  dpgp select Howell1.csv --x age --y height --bounds 60 160 --epsilon 0.5 --ledger budget.sqlite
+  dpgp select Howell1.csv --x age --y height --bounds 40 200 --epsilon 0.5 --ledger budget.sqlite
   # choose among given lengthscales, then release with the choice:
-  dpgp select Howell1.csv --x age --y height --bounds 60 160 --epsilon 0.5 --grid-lengthscale 5 10 20 \\
-       --variance 400 --noise 50 --release-epsilon 1 --release-delta 0.01 --grid 50 -o kung.json""",
+  dpgp select Howell1.csv --x age --y height --bounds 40 200 --epsilon 0.5 --grid-lengthscale 5 10 20 \\
+       --variance 400 --noise 50 --release-epsilon 1 --release-delta 1e-6 --grid 50 -o kung.json""",
     "show": """\
   dpgp show kung.json""",
     "budget": """\
-  dpgp budget init budget.sqlite --epsilon 2 --delta 1e-3
+  dpgp budget init budget.sqlite --epsilon 2 --delta 1e-5
   dpgp budget show budget.sqlite""",
     "budget init": """\
-  dpgp budget init budget.sqlite --epsilon 2 --delta 1e-3
-  dpgp budget init budget.sqlite --epsilon 4 --delta 1e-3 --composition pld""",
+  dpgp budget init budget.sqlite --epsilon 2 --delta 1e-5
+  dpgp budget init budget.sqlite --epsilon 4 --delta 1e-5 --composition pld""",
     "budget show": """\
   dpgp budget show budget.sqlite""",
     "demo": """\

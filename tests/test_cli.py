@@ -732,3 +732,38 @@ def test_show_prints_a_full_releases_values_at_their_stored_inputs(work, capsys)
     out = capsys.readouterr().out
     assert "released values (3; the file does not store the inputs (only their hash))" in out
     assert any(line.split() == ["mean", "noise_std"] for line in out.splitlines())
+
+
+@pytest.mark.slow
+def test_the_readme_command_lines_run_as_written_and_say_what_is_true(tmp_path):
+    """README's command-line block, each line through the entry point (in this process) on the !Kung file,
+    then the two commands its text names; and what the text says of the data: bounds 40-200 cm hold every
+    height, 60-160 cm would clip 106 of the 544 (19%), the release's delta is far below 1/n and it spends
+    part of the budget."""
+    import re
+    import shlex
+    import shutil
+
+    data = shared_data_dir()
+    if data is None:
+        pytest.skip("README's example reads Howell1.csv: ../shared/data is absent (set DPGP_SHARED_DATA)")
+    shutil.copy(data / "Howell1.csv", tmp_path / "Howell1.csv")
+    pd.DataFrame({"age": [1.0, 10.0, 30.0, 70.0]}).to_csv(tmp_path / "new.csv", index=False)
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"## The command line\n.*?```bash\n(.*?)```", readme, re.S).group(1)
+    commands = [shlex.split(line, comments=True) for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+    assert len(commands) >= 3 and all(c[0] == "dpgp" for c in commands), commands
+    for argv in [*commands, ["dpgp", "show", "kung.json"], ["dpgp", "budget", "show", "budget.sqlite"]]:
+        code, stderr = _run(argv[1:], tmp_path)
+        assert code == 0, (argv, stderr)
+    flat = " ".join(readme.split())
+    assert "`dpgp show` prints" in flat and "`dpgp budget show` what was spent" in flat
+    heights = pd.read_csv(tmp_path / "Howell1.csv", sep=";")["height"].to_numpy()
+    assert heights.size == 544 and 40.0 <= heights.min() and heights.max() <= 200.0
+    clipped = np.count_nonzero((heights < 60.0) | (heights > 160.0))
+    assert clipped == 106 and round(100 * clipped / heights.size) == 19 and "60-160 clips 19%" in flat
+    ledger = dp.PrivacyAccountant.open(tmp_path / "budget.sqlite")
+    (budget_eps, budget_delta), (spent_eps, spent_delta) = (ledger.epsilon, ledger.delta), ledger.spent
+    assert spent_delta * heights.size < 1e-3 and spent_eps < budget_eps and spent_delta < budget_delta
+    pred = pd.read_csv(tmp_path / "pred.csv")
+    assert len(pred) == 4 and np.all((pred["mean"] >= 40.0) & (pred["mean"] <= 200.0))
