@@ -195,7 +195,8 @@ def test_a_source_of_another_shape_is_refused_before_anything_is_reserved(bad):
 
 
 def test_a_source_of_other_rows_than_the_groups_is_refused_before_anything_is_reserved():
-    """Groups of n rows, a source of n - 1 or n + 1 rows: refused (the groups' length), nothing held."""
+    """Groups of n rows, a source of n - 1 or n + 1 rows carrying their own ids: refused (the groups' length),
+    nothing held."""
     n = 20
     X, Y = _rows(n)
     groups = np.repeat(np.arange(10), 2)
@@ -203,9 +204,9 @@ def test_a_source_of_other_rows_than_the_groups_is_refused_before_anything_is_re
     accountant = PrivacyAccountant(epsilon=10.0, delta=0.5)
     for rows in (n - 1, n + 1):
         Xs, Ys = _rows(rows)
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=f"has {rows} rows but the model's groups {n}"):
             quiet(streaming.release_function, model, epsilon=EPS, delta=DELTA, seed=1, accountant=accountant,
-                  source=LocalChunks(Xs, Ys, 7))
+                  source=LocalChunks(Xs, Ys, 7, groups=np.arange(rows) // 2))
     assert accountant.history() == []
 
 
@@ -234,7 +235,7 @@ def test_a_bad_label_in_the_last_chunk_is_refused_before_anything_is_reserved(ba
     accountant = PrivacyAccountant(epsilon=10.0, delta=0.5)
     with pytest.raises(ValueError, match="labels must be integers 0..2"):
         quiet(model.release_streamed, epsilon=EPS, delta=DELTA, seed=1, accountant=accountant,
-              source=LocalChunks(X, source_labels, 5))
+              source=LocalChunks(X, source_labels, 5, groups=model.groups))  # the source carries its rows' ids
     assert accountant.history() == []
 
 

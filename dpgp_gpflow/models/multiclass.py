@@ -55,7 +55,7 @@ from ..neighbours import relation
 from ..pipeline import cloak_outputs
 from ..released import PrivateClassifier
 from ..streaming import DEFAULT_CHUNK_SIZE, ChunkSource, cloak_function, rows_source
-from ..streaming.chunks import check_source_shape, person_starts
+from ..streaming.chunks import check_source_shape, source_persons
 from ..streaming.one_vs_rest_chunks import OneVsRestChunks, check_class_labels
 from ..validation import as_inputs, is_dask_array, require_float64, validate_groups, validate_public_terms
 from .base import split_dask_rows
@@ -291,7 +291,7 @@ class DPSparseMulticlassLaplaceGPC(_OneVsRest):
 
     Privacy assumption: ``X``, ``Z`` and the kernel hyperparameters are public; ``groups`` (persons) as for
     :class:`DPMulticlassLaplaceGPC` (with Dask rows an in-memory array beside them; the streamed release cuts
-    its chunks between persons, whose rows must be consecutive).
+    its chunks between persons, whose rows must be consecutive; a given source carries its rows' ids).
     """
 
     def __init__(self, data: Any, kernel: gpflow.kernels.Kernel, inducing_variable: Any, *, num_classes: int,
@@ -359,9 +359,12 @@ class DPSparseMulticlassLaplaceGPC(_OneVsRest):
         ``source``: a :class:`~dpgp_gpflow.streaming.ChunkSource` of ``(X, labels)`` with integer labels
         ``0 .. K-1`` (e.g. ``LocalChunks(X, labels)`` over memory maps, or ``DaskChunks(X, labels)``); default:
         the model's Dask rows, or its rows in chunks of ``chunk_size``. Every label is read and checked
-        (``ValueError``, no statistic of the labels) before anything is reserved. With ``groups`` (persons) each
-        person's rows must be consecutive in the source's row order (else ``ValueError``, nothing reserved):
-        every class's chunks are recut between persons and protect each person's box, as in memory. The
+        (``ValueError``, no statistic of the labels) before anything is reserved. With ``groups`` (persons) the
+        source must carry the person ids of its own rows (``LocalChunks(X, labels, groups=ids)``; the model's
+        own rows carry its groups), the model's row for row, and each person's rows must be consecutive in the
+        source's row order (else ``ValueError``, nothing reserved;
+        :func:`~dpgp_gpflow.streaming.chunks.source_persons`): every class's chunks are recut between persons
+        and protect each person's box, as in memory. The
         classical calibration is refused (``NotImplementedError``). Keywords as for
         :func:`dpgp_gpflow.streaming.release_function` (``max_iter``, ``chunk_size``). With the same seed each
         class equals the in-memory release up to floating-point summation order and the signs of the noise's
@@ -371,9 +374,10 @@ class DPSparseMulticlassLaplaceGPC(_OneVsRest):
         rows = rows_source(self, source, chunk_size)
         # public shapes: the model's input columns and one column of labels, before anything is reserved
         check_source_shape(rows, int(self.problems[0].inducing_variable.Z.shape[1]), 1, outputs="label")
+        # public: the persons are the source's own ids, the model's row for row, each person's rows consecutive
+        # (else one line), nothing reserved
+        source_persons(rows, self.groups)
         check_class_labels(rows, self.num_classes)  # every label, before anything is reserved
-        if self.groups is not None:  # public: each person's rows consecutive (else one line), nothing reserved
-            person_starts(self.groups, rows.n)
 
         def one_class(a: int, problem: Any, req: ReleaseRequest, draws: Reservation) -> PrivateClassifier:
             function = cloak_function(problem, req, draws, source=OneVsRestChunks(rows, a, self.num_classes),

@@ -4,7 +4,9 @@ A *chunk source* holds the public inputs ``X`` (n x D) and the private outputs `
 into row chunks, and runs a function on every chunk, reducing the results with an associative
 ``combine``. :class:`LocalChunks` runs the chunks one after the other in this process (numpy arrays,
 or anything sliceable by rows, e.g. a ``numpy.memmap``); :mod:`dpgp_gpflow.distributed` provides the
-Dask source, which runs the same functions on the workers that hold the chunks.
+Dask source, which runs the same functions on the workers that hold the chunks. A source may carry the
+public person ids of its own rows (``groups=``): a streamed release with persons takes them from there,
+checked against the model's (:func:`source_persons`), never from the source's row order.
 
 Privacy assumption: the functions mapped over chunks are those of :mod:`dpgp_gpflow.streaming.terms`
 and :mod:`dpgp_gpflow.streaming.solver`; they return public-shape summaries (m x m sums, per-point
@@ -15,14 +17,14 @@ never over data points.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Tuple, cast
 
 import numpy as np
 
 from ..validation import require_real_dtype, validate_groups
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "ChunkSource", "LocalChunks", "check_source_shape", "output_columns", "person_bounds",
-           "person_starts"]
+           "person_starts", "source_persons"]
 
 #: Rows per chunk when none is given: an m x chunk block of B for m = 200 is 32 MB.
 DEFAULT_CHUNK_SIZE = 20_000
@@ -35,6 +37,9 @@ class ChunkSource:
     input_dim: int
     #: the outputs' columns per row (:func:`output_columns`: 1 for [n], P for [n, P]); public
     num_outputs: int
+    #: the public person ids of the source's own rows ([n] int64, :func:`~dpgp_gpflow.validation.validate_groups`),
+    #: or None: the source says nothing of persons (a release with persons then refuses, :func:`source_persons`)
+    groups: Optional[np.ndarray] = None
 
     def map_reduce(self, fn: Callable[..., Any], combine: Callable[[Any, Any], Any], *args: Any) -> Any:
         """``combine`` over chunks of ``fn(X_chunk, Y_chunk, start, *args)`` (``Y_chunk`` PRIVATE: [c] for one
@@ -65,10 +70,12 @@ class LocalChunks(ChunkSource):
     ``chunk_size``, processed here in turn.
 
     ``X`` and ``Y`` are not copied: any row-sliceable array works (a memory map streams from disk).
+    ``groups``: the public person ids of these rows ([n] integers, in memory; None: no persons), which a
+    release with persons needs (:func:`source_persons`).
     """
 
     def __init__(self, X: Any, Y: Any, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                 bounds: Optional[List[Tuple[int, int]]] = None) -> None:
+                 bounds: Optional[List[Tuple[int, int]]] = None, *, groups: Any = None) -> None:
         if not (isinstance(chunk_size, (int, np.integer)) and chunk_size >= 1):
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         if len(np.shape(X)) != 2 or np.shape(Y)[0] != np.shape(X)[0]:
@@ -78,6 +85,7 @@ class LocalChunks(ChunkSource):
         self.X, self.Y = X, Y
         self.n, self.input_dim = int(np.shape(X)[0]), int(np.shape(X)[1])
         self.num_outputs = output_columns(np.shape(Y))
+        self.groups = validate_groups(groups, self.n)
         self.chunk_size = int(chunk_size)
         #: explicit ``(start, stop)`` chunks covering the rows in order (:meth:`between_persons`), or None
         self._bounds = None if bounds is None else [(int(a), int(b)) for a, b in bounds]
@@ -88,7 +96,8 @@ class LocalChunks(ChunkSource):
     def every(self, step: int) -> "LocalChunks":
         if self._bounds is not None:
             raise NotImplementedError("a subsample of chunks cut between persons is not defined")
-        return type(self)(self.X[::step], self.Y[::step], self.chunk_size)
+        return type(self)(self.X[::step], self.Y[::step], self.chunk_size,
+                          groups=None if self.groups is None else self.groups[::step])
 
     def bounds(self) -> Iterator[Tuple[int, int]]:
         """``(start, stop)`` of every chunk, in order."""
@@ -102,7 +111,7 @@ class LocalChunks(ChunkSource):
         return list(self.bounds())
 
     def between_persons(self, starts: np.ndarray) -> "LocalChunks":
-        return type(self)(self.X, self.Y, self.chunk_size, person_bounds(starts, self.chunk_size))
+        return type(self)(self.X, self.Y, self.chunk_size, person_bounds(starts, self.chunk_size), groups=self.groups)
 
     def map_reduce(self, fn: Callable[..., Any], combine: Callable[[Any, Any], Any], *args: Any) -> Any:
         result = None
@@ -165,6 +174,39 @@ def person_starts(groups: Any, num_data: int) -> np.ndarray:
         raise ValueError(f"a streamed release needs each person's rows consecutive, but person {ids[row]} "
                          f"appears again at row {row}: sort the rows by groups first")
     return np.r_[starts, n].astype(np.int64)
+
+
+def source_persons(source: ChunkSource, groups: Any) -> Optional[np.ndarray]:
+    """The persons of a streamed release of a model with public ``groups`` (its declared person ids, or None)
+    over ``source``: the ids the source carries of its own rows ([n] int64, each person's rows consecutive in
+    the source's row order), or None for one row per person. The one rule: the persons are never inferred from
+    the source's row order. ``ValueError`` (one line), before anything is reserved, when the model has groups
+    and the source carries none (pass ``groups=`` to the source), when the source carries ids and the model
+    none, when the source's ids are not the model's row for row, or when a person's rows are not consecutive
+    (:func:`person_starts`). Public: the ids are public."""
+    carried = getattr(source, "groups", None)
+    if groups is None and carried is None:
+        return None
+    if carried is None:
+        raise ValueError("the model has groups (persons) but the chunk source carries no person ids of its rows: "
+                         "pass groups= to the source with the ids of its own rows, e.g. LocalChunks(X, Y, groups=ids)"
+                         " or DaskChunks(X, Y, groups=ids)")
+    if groups is None:
+        raise ValueError("the chunk source carries person ids (groups=) but the model has none: build the model "
+                         "with the same groups= to protect persons, or drop groups= from the source")
+    declared = cast(np.ndarray, validate_groups(groups, int(np.shape(groups)[0])))  # not None: given
+    carried = cast(np.ndarray, validate_groups(carried, int(source.n)))
+    if declared.size != carried.size:
+        raise ValueError(f"the chunk source has {carried.size} rows but the model's groups {declared.size}: "
+                         "the source must hold the model's rows")
+    differ = np.flatnonzero(declared != carried)
+    if differ.size:
+        row = int(differ[0])
+        raise ValueError(f"the chunk source's person ids differ from the model's groups at row {row} (source "
+                         f"{carried[row]}, model {declared[row]}): the source must hold the model's rows in the "
+                         "model's order, each with its own id")
+    person_starts(carried, int(source.n))
+    return carried
 
 
 def person_bounds(starts: np.ndarray, chunk_size: int) -> List[Tuple[int, int]]:

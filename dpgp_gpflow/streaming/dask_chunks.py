@@ -19,7 +19,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 
-from ..validation import as_dask_rows
+from ..validation import as_dask_rows, is_dask_array, validate_groups
 from .chunks import ChunkSource, chunk_outputs, person_bounds, tree_combine
 
 try:  # Dask is an optional extra: without it this module imports, and DaskChunks says how to install it
@@ -41,9 +41,12 @@ class DaskChunks(ChunkSource):
 
     ``X`` is rechunked to whole rows (one chunk across its columns) and ``Y`` to ``X``'s row chunks.
     ``client``: a ``dask.distributed.Client`` to run on (default: the active one, if any).
+    ``groups``: the public person ids of these rows ([n] integers, an in-memory or a Dask array, read once
+    here; None: no persons), which a release with persons needs
+    (:func:`~dpgp_gpflow.streaming.chunks.source_persons`).
     """
 
-    def __init__(self, X: Any, Y: Any, client: Optional[Any] = None) -> None:
+    def __init__(self, X: Any, Y: Any, client: Optional[Any] = None, *, groups: Any = None) -> None:
         if da is None:
             raise ImportError('DaskChunks needs Dask: pip install "dpgp_gpflow[dask]"')
         X, Y = as_dask_rows(da.asarray(X), da.asarray(Y), several=True)
@@ -51,11 +54,13 @@ class DaskChunks(ChunkSource):
         self.Y = Y.rechunk((self.X.chunks[0], -1))  # [n, P]: a chunk's rows hold all their outputs
         self.n, self.input_dim = int(X.shape[0]), int(X.shape[1])
         self.num_outputs = int(self.Y.shape[1])
+        self.groups = validate_groups(groups.compute() if is_dask_array(groups) else groups, self.n)  # public
         self.client = client
         self.starts = np.concatenate([[0], np.cumsum(self.X.chunks[0])[:-1]]).astype(int)
 
     def every(self, step: int) -> "DaskChunks":
-        return DaskChunks(self.X[::step], self.Y[::step], client=self.client)
+        return DaskChunks(self.X[::step], self.Y[::step], client=self.client,
+                          groups=None if self.groups is None else self.groups[::step])
 
     def chunk_bounds(self) -> List[Tuple[int, int]]:
         return [(int(s), int(s + c)) for s, c in zip(self.starts, self.X.chunks[0])]
@@ -67,7 +72,8 @@ class DaskChunks(ChunkSource):
         if bounds == self.chunk_bounds():
             return self
         sizes = tuple(b - a for a, b in bounds)
-        return DaskChunks(self.X.rechunk({0: sizes}), self.Y.rechunk({0: sizes}), client=self.client)
+        return DaskChunks(self.X.rechunk({0: sizes}), self.Y.rechunk({0: sizes}), client=self.client,
+                          groups=self.groups)
 
     def map_reduce(self, fn: Callable[..., Any], combine: Callable[[Any, Any], Any], *args: Any) -> Any:
         xs, ys = self.X.to_delayed().ravel(), self.Y.to_delayed().ravel()

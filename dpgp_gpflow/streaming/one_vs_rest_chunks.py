@@ -56,13 +56,14 @@ class OneVsRestChunks(ChunkSource):
     """A chunk source of integer labels ``0 .. K-1`` (``source``, e.g. ``LocalChunks(X, labels)`` or
     ``DaskChunks(X, labels)``) seen as class ``label``'s one-vs-rest problem: every function mapped over
     its chunks gets the labels as ``+1`` (the class) / ``-1`` (the rest), each chunk's labels checked on the
-    way (``ValueError``); functions of the inputs alone run on ``source`` as they are. The same rows and
-    chunks as ``source``. Privacy: a public per-chunk relabelling of the private labels, inside the streamed
-    release's own passes (:mod:`dpgp_gpflow.streaming`)."""
+    way (``ValueError``); functions of the inputs alone run on ``source`` as they are. The same rows, chunks
+    and person ids (``groups``) as ``source``. Privacy: a public per-chunk relabelling of the private labels,
+    inside the streamed release's own passes (:mod:`dpgp_gpflow.streaming`)."""
 
     def __init__(self, source: ChunkSource, label: int, num_classes: int) -> None:
         self.source, self.label, self.num_classes = source, int(label), int(num_classes)
         self.n, self.input_dim, self.num_outputs = source.n, source.input_dim, source.num_outputs
+        self.groups = getattr(source, "groups", None)
 
     def map_reduce(self, fn: Callable[..., Any], combine: Callable[[Any, Any], Any], *args: Any) -> Any:
         return self.source.map_reduce(_one_vs_rest_chunk, combine, fn, self.label, self.num_classes, *args)

@@ -12,7 +12,9 @@ or a Dask array).
 Privacy assumption: as for :func:`dpgp_gpflow.pipeline.release_function`: the inputs, ``Z``, the
 kernel, the noise variance and the prior mean are public; each output lies in ``y_bounds`` (clipped
 per chunk before anything is computed from it) and moves by at most ``data_sensitivity`` between
-neighbours. The chunking is public. The noise is drawn once, here, from :mod:`dpgp_gpflow.sampling`.
+neighbours. The chunking is public. With persons (the model's ``groups``) the persons are the ids the source
+carries of its own rows, checked against the model's (:func:`~dpgp_gpflow.streaming.chunks.source_persons`),
+never the source's row order. The noise is drawn once, here, from :mod:`dpgp_gpflow.sampling`.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ from ..mechanisms import (ReleaseRequest, check_noise_condition, condition_numbe
                           safe_sensitivity)
 from ..neighbours import model_outputs
 from ..released import PrivateFunction, PrivatePrediction
-from ..validation import as_inputs, require_float64, validate_groups
-from .chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks, check_source_shape, person_starts
+from ..validation import as_inputs, require_float64
+from .chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks, check_source_shape, person_starts, source_persons
 from .dask_chunks import DaskChunks
 from .persons import ChunkPersons
 from .solver import (
@@ -79,19 +81,21 @@ def streamed_map(model: Any, source: Optional[ChunkSource] = None, *, chunk_size
     """The released map of ``model.release_function`` (``R B``, or ``B``) as a :class:`StreamedMap`.
 
     ``source``: where the rows live (default: the model's Dask rows in their own chunks, on the active
-    Dask client's cluster if any; or ``model.data`` in chunks of ``chunk_size``); a source of other input
-    columns or outputs per row than the model's: ``ValueError``.
+    Dask client's cluster if any; or ``model.data`` in chunks of ``chunk_size``; either carrying the model's
+    ``groups``); a source of other input columns or outputs per row than the model's: ``ValueError``.
     ``reference_inputs``: None for the training inputs when ``model.reference_training_inputs`` (as
     the in-memory release), ``False`` for the latents themselves, or public inputs.
-    With the model's public ``groups`` (persons; each person's rows consecutive, else ``ValueError``)
-    the chunks are recut to end where a person starts, and the map carries the persons' neighbour map
+    With the model's public ``groups`` (persons) the persons are the ids the source carries of its own rows
+    (:func:`~dpgp_gpflow.streaming.chunks.source_persons`: the model's row for row, each person's rows
+    consecutive, else ``ValueError``); the chunks are recut to end where a person starts, and the map carries
+    the persons' neighbour map
     (:class:`~dpgp_gpflow.streaming.persons.ChunkPersons`); so does a model of P > 1 outputs per row, whose
     rows (or persons) hold P entries each. Public.
     """
     terms = ChunkTerms.from_model(model)
     source = _model_source(model, terms, source, chunk_size)
     persons = None
-    ids = _streamed_groups(model, source.n)
+    ids = source_persons(source, getattr(model, "groups", None))  # the source's own ids, never its order
     if ids is not None:  # public: the chunks are recut between persons from the groups alone
         source = source.between_persons(person_starts(ids, source.n))
     P = model_outputs(model)
@@ -114,15 +118,16 @@ def streamed_map(model: Any, source: Optional[ChunkSource] = None, *, chunk_size
 def rows_source(model: Any, source: Optional[ChunkSource] = None, chunk_size: int = DEFAULT_CHUNK_SIZE) -> ChunkSource:
     """Where a streamed release reads ``model``'s rows: ``source`` (a :class:`ChunkSource`, else ``TypeError``),
     else the model's Dask rows (on the active Dask client's cluster, if any) or its in-memory ``data`` in
-    chunks of ``chunk_size``. Public."""
+    chunks of ``chunk_size``, carrying the model's ``groups`` (its own rows' person ids). Public."""
     if source is not None:
         if not isinstance(source, ChunkSource):
             raise TypeError(f"source must be a dpgp_gpflow.streaming.ChunkSource, got {type(source).__name__}")
         return source
+    groups = getattr(model, "groups", None)
     if getattr(model, "dask_rows", None) is not None:
-        return DaskChunks(*model.dask_rows)
+        return DaskChunks(*model.dask_rows, groups=groups)
     X, Y = model.data
-    return LocalChunks(np.asarray(X), np.asarray(Y), chunk_size)
+    return LocalChunks(np.asarray(X), np.asarray(Y), chunk_size, groups=groups)
 
 
 def _model_source(model: Any, terms: ChunkTerms, source: Optional[ChunkSource], chunk_size: int) -> ChunkSource:
@@ -131,12 +136,6 @@ def _model_source(model: Any, terms: ChunkTerms, source: Optional[ChunkSource], 
     source = rows_source(model, source, chunk_size)
     check_source_shape(source, int(terms.Z.shape[1]), terms.num_outputs)
     return source
-
-
-def _streamed_groups(model: Any, n: int):
-    """The model's public person identifiers ([n]) for a streamed release (a regression model's or a sparse
-    classifier's), or None (one row per person)."""
-    return validate_groups(getattr(model, "groups", None), n)
 
 
 def release_function(
@@ -162,8 +161,9 @@ def release_function(
 
     Same arguments and result as :func:`dpgp_gpflow.pipeline.release_function` (``reference_inputs``:
     see :func:`streamed_map`), plus ``source`` (a :class:`~dpgp_gpflow.streaming.chunks.ChunkSource`,
-    e.g. :class:`~dpgp_gpflow.distributed.DaskChunks`; default: the model's rows, see :func:`streamed_map`),
-    ``chunk_size`` and
+    e.g. :class:`~dpgp_gpflow.distributed.DaskChunks`; default: the model's rows, see :func:`streamed_map`;
+    for a model with ``groups`` the source must carry the person ids of its own rows, ``groups=``, the model's
+    row for row, else ``ValueError`` before anything is reserved), ``chunk_size`` and
     ``stats`` (a dict receiving the optimiser's rounds, distinct columns and whether its start was
     exact). With the same seed the result equals the in-memory release up to floating-point summation
     order and the sign convention of the noise's eigenvectors (the noise covariance, the noise std and
@@ -174,9 +174,9 @@ def release_function(
                               rtol=rtol, tol=tol)  # once, rtol and tol included, before anything is reserved
     terms = ChunkTerms.from_model(model)  # the supported models only, before anything else
     source = _model_source(model, terms, source, chunk_size)  # its shape against the model's, nothing reserved
-    ids = _streamed_groups(model, source.n)  # refusals before anything is reserved
-    if ids is not None:
-        person_starts(ids, source.n)  # each person's rows consecutive (else one line, nothing spent)
+    # the persons: the source's own ids, the model's row for row, each person's rows consecutive (else one line),
+    # before anything is reserved
+    source_persons(source, getattr(model, "groups", None))
     check_release_hyperparameters(model, hyperparameters_public)
     with reserve(accountant, [request.event()]) as reservation:  # the one reservation: cloak_function commits
         return cloak_function(model, request, reservation, reference_inputs=reference_inputs, rtol=rtol, tol=tol,
@@ -206,7 +206,8 @@ def cloak_function(
     multiplier, all committed into one reservation). Neither validates the privacy parameters nor reserves
     nor checks the leak guard (:func:`~dpgp_gpflow.contract.check_release_hyperparameters`): the caller does,
     before reserving. It refuses, before any draw, what streaming does not support (a model without
-    ``chunk_terms()``, persons whose rows are not consecutive) and a noise that
+    ``chunk_terms()``, persons whose rows are not consecutive, a ``source`` that does not carry the model's
+    person ids, :func:`~dpgp_gpflow.streaming.chunks.source_persons`) and a noise that
     cannot be guaranteed; a refusal before the draw commits nothing. Keywords as for
     :func:`release_function`; returns ``model.function_type`` (default
     :class:`~dpgp_gpflow.released.PrivateFunction`) of the release, the frozen readout and ``R``.

@@ -126,8 +126,11 @@ def test_what_the_streamed_release_does_not_support_is_refused_before_anything_i
                                            hyperparameters_public=True, groups=shuffled)
     with pytest.raises(ValueError, match="consecutive"):
         grouped.release_streamed(epsilon=EPS, delta=DELTA, accountant=acc)
-    with pytest.raises(ValueError, match="groups"):  # the source's rows are not the groups' rows
-        grouped.release_streamed(epsilon=EPS, delta=DELTA, source=LocalChunks(X[:-1], labels[:-1]), accountant=acc)
+    with pytest.raises(ValueError, match="has 299 rows but the model's groups 300"):  # not the groups' rows
+        grouped.release_streamed(epsilon=EPS, delta=DELTA, accountant=acc,
+                                 source=LocalChunks(X[:-1], labels[:-1], groups=shuffled[:-1]))
+    with pytest.raises(ValueError, match="pass groups= to the source"):  # a source that does not say whose rows
+        grouped.release_streamed(epsilon=EPS, delta=DELTA, source=LocalChunks(X, labels), accountant=acc)
     with pytest.raises(NotImplementedError, match="analytic"):
         model.release_streamed(epsilon=EPS, delta=DELTA, calibration="classical", accountant=acc)
     with pytest.raises(ValueError, match="input columns"):
@@ -159,7 +162,8 @@ def test_the_grouped_streamed_release_equals_the_in_memory_grouped_release(rows,
     class's step is at sqrt(m) s with m = min(K, 2 g) = 3 and equals the in-memory grouped release class by class;
     one ledger event; the whole audit against the grouped model passes and catches the per-row streamed release."""
     X, labels, _ = rows
-    source = None if chunks == "default" else LocalChunks(X, labels, 70)
+    # a given source carries the person ids of its rows (the model's own rows carry its groups)
+    source = None if chunks == "default" else LocalChunks(X, labels, 70, groups=grouped.groups)
     acc = PrivacyAccountant(epsilon=2.0, delta=1e-2, composition="gdp")
     streamed = grouped.release_streamed(epsilon=EPS, delta=DELTA, seed=4, source=source, chunk_size=110,
                                         accountant=acc)
@@ -173,7 +177,8 @@ def test_the_grouped_streamed_release_equals_the_in_memory_grouped_release(rows,
     assert_same_release(grouped.release(epsilon=EPS, delta=DELTA, seed=4), streamed, 4, rtol=1e-6)
     report = dp.audit(streamed, grouped)
     assert report.passed and report.epsilon <= EPS * (1 + 1e-6)
-    per_row = model.release_streamed(epsilon=EPS, delta=DELTA, seed=4, source=source, chunk_size=110)
+    per_row = model.release_streamed(epsilon=EPS, delta=DELTA, seed=4, chunk_size=110,
+                                     source=None if source is None else LocalChunks(X, labels, 70))
     assert dp.audit(per_row, model).passed
     caught = dp.audit(per_row, grouped)  # the audit reads the model's groups, never the release's
     assert not caught.passed and caught.epsilon > 1.5 * EPS

@@ -137,8 +137,13 @@ def test_a_given_local_source_is_recut_between_persons():
     model = _model(DPGPRFITC, 400, 12, ids)
     X, Y = (t.numpy() for t in model.data)
     f_mem = model.release_function(epsilon=1.0, delta=1e-3, seed=3)
-    f_str = streaming.release_function(model, epsilon=1.0, delta=1e-3, seed=3, source=LocalChunks(X, Y, 33))
+    f_str = streaming.release_function(model, epsilon=1.0, delta=1e-3, seed=3,
+                                       source=LocalChunks(X, Y, 33, groups=ids))  # the source carries its rows' ids
     _same_release(f_mem.release, f_str.release)
+    accountant = PrivacyAccountant(epsilon=5.0, delta=1e-2)
+    with pytest.raises(ValueError, match="pass groups= to the source"):  # a source without them: refused
+        streaming.release_function(model, epsilon=1.0, delta=1e-3, source=LocalChunks(X, Y, 33), accountant=accountant)
+    assert accountant.history() == [] and accountant.held == (0.0, 0.0)
 
 
 @pytest.mark.slow
@@ -153,7 +158,9 @@ def test_the_dask_release_with_groups_equals_the_in_memory_grouped_release(cls):
     f_mem = model.release_function(epsilon=1.0, delta=1e-3, seed=3)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
             distributed.Client(cluster) as client:
-        source = DaskChunks(da.from_array(X, chunks=(150, 1)), da.from_array(Y, chunks=(150, 1)), client=client)
+        ids = da.from_array(model.groups, chunks=150)  # the rows' own ids, here as a Dask array
+        source = DaskChunks(da.from_array(X, chunks=(150, 1)), da.from_array(Y, chunks=(150, 1)), client=client,
+                            groups=ids)
         recut = source.between_persons(person_starts(model.groups, 800))
         assert all(model.groups[b - 1] != model.groups[b] for _, b in recut.chunk_bounds()[:-1])
         f_str = streaming.release_function(model, epsilon=1.0, delta=1e-3, seed=3, source=source)

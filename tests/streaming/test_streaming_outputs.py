@@ -158,7 +158,8 @@ def test_several_outputs_of_persons_stream_as_in_memory(cls):
     X, Y = _rows(300, 2, seed=5)
     model = _model(cls, X, Y, m=10, groups=_persons(300))
     f_mem = model.release_function(epsilon=1.0, delta=1e-3, seed=3, tol=TOL)
-    f_str = streaming.release_function(model, epsilon=1.0, delta=1e-3, seed=3, source=LocalChunks(X, Y, 37), tol=TOL)
+    f_str = streaming.release_function(model, epsilon=1.0, delta=1e-3, seed=3, tol=TOL,
+                                       source=LocalChunks(X, Y, 37, groups=model.groups))  # the rows' own ids
     assert f_str.release.neighbours == "person (groups, up to 3 rows of 2 outputs)"
     _same_release(f_mem.release, f_str.release)
     assert dp.audit(f_str, model).passed
