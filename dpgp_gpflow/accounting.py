@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from .composition import COMPOSITIONS, PrivacyEvent, composed_epsilon
 from .exceptions import BudgetExceededError
 from .ledger import LedgerStore, LedgerTransaction, MemoryLedger, SQLiteLedger
+from .tally import EventTally
 from .validation import check_real, validate_budget_delta, validate_epsilon
 
 __all__ = [
@@ -193,8 +194,7 @@ class PrivacyAccountant:
             self._check(tx, events)
 
     def _check(self, tx: LedgerTransaction, events: Sequence[PrivacyEvent]) -> None:
-        committed, held = tx.events()
-        _check_budget([*committed, *held], list(events), self._epsilon, self._delta, self._composition)
+        _check_budget(tx.tally(), list(events), self._epsilon, self._delta, self._composition)
 
     def spend(
         self,
@@ -248,19 +248,19 @@ class PrivacyAccountant:
         )
 
 
-def _check_budget(committed: List[PrivacyEvent], events: List[PrivacyEvent], epsilon: float, delta: float,
+def _check_budget(spent: EventTally, events: List[PrivacyEvent], epsilon: float, delta: float,
                   composition: str) -> None:
-    """Raise :class:`BudgetExceededError` unless ``committed + events`` fit ``(epsilon, delta)``."""
+    """Raise :class:`BudgetExceededError` unless the events ``spent`` counts (committed and held) and
+    ``events`` fit ``(epsilon, delta)`` (composed as the whole list would be: :mod:`dpgp_gpflow.tally`)."""
     if composition != "basic":
-        eps_total = composed_epsilon([*committed, *events], delta, composition)
+        eps_total = spent.epsilon(delta, composition, events)
         if eps_total > epsilon * (1.0 + _BUDGET_RTOL):
             raise BudgetExceededError(
                 f"{_describe(events)} would bring the spend to epsilon={eps_total:.6g} at delta={delta} under "
                 f"{composition} composition, over the budget epsilon={epsilon}"
             )
         return
-    eps_total = math.fsum(e.epsilon for e in [*committed, *events])
-    delta_total = math.fsum(e.delta for e in [*committed, *events])
+    eps_total, delta_total = spent.basic(events)
     if eps_total > epsilon * (1.0 + _BUDGET_RTOL) or delta_total > delta * (1.0 + _BUDGET_RTOL):
         raise BudgetExceededError(
             f"{_describe(events)} would bring the spend to (epsilon={eps_total:.6g}, delta={delta_total:.6g}), "

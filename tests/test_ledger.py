@@ -216,7 +216,8 @@ def test_a_model_release_is_on_disk_before_it_is_returned(tmp_path, monkeypatch)
     monkeypatch.setattr(release_module, "PrivateRelease", spy)
     rng = np.random.default_rng(0)
     X = rng.uniform(0.0, 3.0, (6, 1))
-    model = DPGPR((X, np.sin(X)), gpflow.kernels.SquaredExponential(), y_bounds=(-1.0, 1.0), noise_variance=0.1)
+    model = DPGPR((X, np.sin(X)), gpflow.kernels.SquaredExponential(), y_bounds=(-1.0, 1.0), noise_variance=0.1,
+                  hyperparameters_public=True)
     model.release(X[:3], epsilon=1.0, delta=0.01, accountant=acc)
     assert seen == [(1, (0.0, 0.0))]
     with pytest.raises(BudgetExceededError):
@@ -638,3 +639,256 @@ def test_values_sqlite_would_store_differently_still_verify(tmp_path):
         r.commit(7)
     assert SQLiteLedger.open(path).verify() == 3
     assert [(r["delta"], r["description"]) for r in PrivacyAccountant.open(path).history()] == [(0.0, "5"), (0.0, "7")]
+
+
+# ---------------------------------------------------------------------------------------------
+# Incremental verification (issue 34 item 7): a transaction reads what changed since this process verified
+# the file, and still finds every edit the chain and the triggers can show
+
+
+def _counting(monkeypatch):
+    """Counts of full replays (_load) and of rows checked (_State.apply) from now on."""
+    import dpgp_gpflow.ledger as ledger_module
+
+    counts = {"replays": 0, "rows": 0}
+    load, apply = ledger_module._load, ledger_module._State.apply
+
+    def counted_load(*args, **kwargs):
+        counts["replays"] += 1
+        return load(*args, **kwargs)
+
+    def counted_apply(self, row):
+        counts["rows"] += 1
+        return apply(self, row)
+
+    monkeypatch.setattr(ledger_module, "_load", counted_load)
+    monkeypatch.setattr(ledger_module._State, "apply", counted_apply)
+    return counts
+
+
+def test_a_transaction_checks_only_the_rows_written_since(tmp_path, monkeypatch):
+    path = tmp_path / "budget.sqlite"
+    writer = SQLiteLedger.create_or_open(path, (1e6, 0.5, "basic"))
+    small = PrivacyEvent(1.0, 1e-5, "gaussian", 0.5, "")
+    with writer.transaction() as tx:
+        for _ in range(200):
+            tx.commit(tx.hold([small], "bulk"), small)
+    acc, other = PrivacyAccountant.open(path), PrivacyAccountant.open(path)
+    counts = _counting(monkeypatch)
+    acc.spend(1.0, 1e-5)
+    assert counts == {"replays": 0, "rows": 1}  # its own row only (was: the 400 rows replayed and re-hashed)
+    other.spend(1.0, 1e-5)
+    other.spend(1.0, 1e-5)
+    counts.update(replays=0, rows=0)
+    with reserve(acc, [small]) as r:  # first reads the other process's two rows, then writes its hold and commit
+        r.commit("after the other")
+    assert counts == {"replays": 0, "rows": 4}
+    assert len(acc.ledger) == 204 and acc.spent == pytest.approx((204.0, 204e-5))
+    assert SQLiteLedger.open(path).verify() == 405 and counts["replays"] == 2  # open and verify replay it all
+
+
+def test_a_failed_transaction_leaves_nothing_behind_in_the_verified_state(tmp_path):
+    """Rows written in a transaction that rolls back were applied to the state: the next transaction replays."""
+    path = tmp_path / "budget.sqlite"
+    acc = PrivacyAccountant(epsilon=3.0, delta=0.03, ledger=path)
+    with pytest.raises(RuntimeError, match="after the hold"):
+        with acc._store.transaction() as tx:
+            tx.hold([ONE], None)
+            raise RuntimeError("after the hold")
+    assert acc.held == (0.0, 0.0) and acc.history() == [] and acc.remaining == pytest.approx((3.0, 0.03))
+    acc.spend(1.0, 0.01)
+    assert SQLiteLedger.open(path).verify() == 1
+
+
+def _rows_edited_after_verification(path: Path, edit) -> None:
+    """The tamperer's way through SQLite: drop the triggers, edit, put the same triggers back (the schema then
+    reads exactly as before)."""
+    con = sqlite3.connect(path, isolation_level=None)
+    try:
+        for name in TRIGGERS:
+            con.execute(f"DROP TRIGGER {name}")
+        edit(con)
+        for sql in _statements(_TRIGGERS):
+            con.execute(sql)
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("what, match", [
+    ("UPDATE dpgp_events SET epsilon = 0.0 WHERE id = 1", "row 1 \\('hold'\\) was changed after it was written"),
+    ("UPDATE dpgp_events SET op = 'cancel' WHERE id = 2", "row 2 \\('cancel'\\) was changed after it was written"),
+    ("DELETE FROM dpgp_events WHERE id = 2", "row 2 is missing"),
+])
+def test_an_early_row_edited_after_this_process_verified_it_is_found_at_its_next_transaction(tmp_path, what, match):
+    path = _used_ledger(tmp_path)
+    acc = PrivacyAccountant.open(path)
+    acc.spend(0.1)  # verified (rows 1-4), and a transaction since
+    _rows_edited_after_verification(path, lambda con: con.execute(what))
+    _refused(path, match, acc)
+
+
+def _edit_in_another_process(path: str, ready: str) -> None:
+    con = sqlite3.connect(path, isolation_level=None)
+    for name in TRIGGERS:
+        con.execute(f"DROP TRIGGER {name}")
+    con.execute("UPDATE dpgp_events SET epsilon = 0.0 WHERE id = 1")
+    for sql in _statements(_TRIGGERS):
+        con.execute(sql)
+    con.close()
+    Path(ready).write_text("edited")
+
+
+def test_an_edit_by_another_process_is_found_by_this_one(tmp_path):
+    path, ready = _used_ledger(tmp_path), tmp_path / "edited"
+    acc = PrivacyAccountant.open(path)
+    acc.spend(0.1)
+    proc = multiprocessing.get_context("spawn").Process(target=_edit_in_another_process, args=(str(path), str(ready)))
+    proc.start()
+    proc.join(60)
+    assert proc.exitcode == 0 and ready.exists()
+    _refused(path, "row 1 \\('hold'\\) was changed after it was written", acc)
+
+
+def test_a_chain_rewritten_after_this_process_verified_it_is_found(tmp_path):
+    """A consistent rewrite (every hash recomputed, budget untouched) is believed by a fresh open (the documented
+    limit) but not by a process that verified the old chain: the hash at its verified length changed."""
+    from dpgp_gpflow.ledger import _digest
+
+    path = _used_ledger(tmp_path)
+    acc = PrivacyAccountant.open(path)
+
+    def rewrite(con):
+        con.execute("UPDATE dpgp_events SET epsilon = 0.0 WHERE id = 1")
+        prev = con.execute("SELECT value FROM dpgp_meta WHERE key = 'hash'").fetchone()[0]
+        for row in [dict(zip(LOG_COLUMNS, r)) for r in con.execute("SELECT * FROM dpgp_events ORDER BY id")]:
+            digest = _digest(prev, [row[c] for c in LOG_COLUMNS[:-2]])
+            con.execute("UPDATE dpgp_events SET prev = ?, hash = ? WHERE id = ?", (prev, digest, row["id"]))
+            prev = digest
+
+    _rows_edited_after_verification(path, rewrite)
+    with pytest.raises(LedgerError, match="row 3 was removed or rewritten since this process read it"):
+        acc.spend(0.1)
+    assert PrivacyAccountant.open(path).spent == (0.0, 0.01)  # what a fresh process believes
+
+
+def test_a_verified_row_changed_beneath_sqlite_is_found_by_every_open_not_by_the_process_that_verified_it(tmp_path):
+    """The documented limit of incremental checks: bytes changed without SQLite's schema noticing (here
+    incremental blob I/O: 'commit' -> 'cancel', no trigger fires). The process that verified row 2 keeps counting
+    it as verified (its checks stay right); every open and verify() replays the file and refuses it."""
+    path = _used_ledger(tmp_path)
+    acc = PrivacyAccountant.open(path)
+    con = sqlite3.connect(path)
+    try:
+        with con.blobopen("dpgp_events", "op", 2) as blob:
+            assert blob.read() == b"commit"
+            blob.seek(0)
+            blob.write(b"cancel")
+        con.commit()
+    finally:
+        con.close()
+    assert acc.spent == (1.0, 0.01) and acc.remaining == pytest.approx((1.0, 0.01))  # as verified
+    acc.spend(0.5)
+    assert acc.remaining == pytest.approx((0.5, 0.01))
+    with pytest.raises(LedgerError, match="row 2 \\('cancel'\\) was changed after it was written"):
+        acc._store.verify()
+    with pytest.raises(LedgerError, match="row 2 \\('cancel'\\) was changed after it was written"):
+        PrivacyAccountant.open(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Composition over many events: the tally gives what recomposing the whole list gives
+
+
+def test_the_tally_composes_bit_for_bit_as_the_whole_list():
+    """Random ledgers of Gaussian, pure and approximate events, held ones cancelled on the way: the tally's basic,
+    GDP and PLD epsilons (with candidates) equal composition's over the explicit list, exactly; and the sums
+    equal math.fsum's."""
+    import math
+
+    from dpgp_gpflow.composition import composed_epsilon
+    from dpgp_gpflow.tally import EventTally
+
+    rng = np.random.default_rng(7)
+    for trial in range(30):
+        tally, kept = EventTally(), []
+        for _ in range(int(rng.integers(1, 60))):
+            kind = rng.choice(["gaussian", "pure", "approximate"], p=[0.6, 0.2, 0.2])
+            eps = float(rng.choice([0.1, 1.0 / 3.0, 1e-3, float(rng.uniform(0.01, 2))]))
+            event = PrivacyEvent(eps, 0.0 if kind == "pure" else float(rng.choice([1e-9, 1e-5 / 3.0])), str(kind),
+                                 float(rng.uniform(0.01, 1.5)) if kind == "gaussian" else None)
+            tally.add(event)
+            kept.append(event)
+            if kept and rng.uniform() < 0.3:  # a cancelled hold
+                gone = kept.pop(int(rng.integers(len(kept))))
+                tally.remove(gone)
+        candidates = [PrivacyEvent(0.5, 1e-6, "gaussian", 0.3)] if trial % 2 else [PrivacyEvent(0.2, 0.0, "pure")]
+        everything = [*kept, *candidates]
+        assert tally.basic(candidates) == (math.fsum(e.epsilon for e in everything),
+                                           math.fsum(e.delta for e in everything))
+        for method in ("basic", "gdp") + (("pld",) if trial < 3 else ()):
+            for delta in (1e-3, 1e-8):
+                assert tally.epsilon(delta, method, candidates) == composed_epsilon(everything, delta, method)
+        assert len(tally) == len(kept)
+    with pytest.raises(KeyError):
+        EventTally().remove(ONE)
+    with pytest.raises(ValueError, match="finite mu"):
+        EventTally([PrivacyEvent(1.0, 0.01, "gaussian", None)])
+
+
+# ---------------------------------------------------------------------------------------------
+# A ledger SQLite cannot write (issue 34 item 5): LedgerError in one line, nothing spent
+
+
+def _immutable(path: Path, on: bool) -> bool:
+    """chattr +i / -i: read-only even for root (the tests run as root, where chmod stops nothing)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("chattr") is None:
+        return False
+    return subprocess.run(["chattr", "+i" if on else "-i", str(path)], capture_output=True).returncode == 0
+
+
+def test_a_read_only_ledger_file_is_refused_with_one_line(tmp_path):
+    """The file made immutable by the OS (chattr +i, which binds root too): reading still works, every write is
+    refused with LedgerError naming the cause, and the file is unchanged."""
+    path = _used_ledger(tmp_path)
+    acc = PrivacyAccountant.open(path)
+    if not _immutable(path, True):
+        pytest.skip("chattr +i is not available here (needs ext2/3/4 or similar and CAP_LINUX_IMMUTABLE)")
+    try:
+        before = path.read_bytes()
+        assert acc.remaining == pytest.approx((1.0, 0.01)) and PrivacyAccountant.open(path).spent == (1.0, 0.01)
+        for write in (lambda: acc.spend(0.1), lambda: reserve(acc, [ONE]),
+                      lambda: PrivacyAccountant.open(path).spend(0.1)):
+            with pytest.raises(LedgerError, match="the privacy ledger is not writable \\(SQLite: attempt to write a "
+                                                  "readonly database\\); nothing was spent") as info:
+                write()
+            assert "\n" not in str(info.value) and str(path) in str(info.value)
+        assert path.read_bytes() == before
+    finally:
+        assert _immutable(path, False)
+    acc.spend(0.1)  # writable again: the same accountant goes on
+    assert acc.spent == pytest.approx((1.1, 0.01))
+
+
+def test_a_read_only_connection_is_refused_with_one_line(tmp_path, monkeypatch):
+    """Where chattr is not available: SQLite's own read-only mode (the ledger's connections opened with
+    ?mode=ro instead of ?mode=rw), so the error is SQLite's real one, not a simulated exception."""
+    import dpgp_gpflow.ledger as ledger_module
+
+    path = _used_ledger(tmp_path)
+    acc = PrivacyAccountant.open(path)
+    connect = sqlite3.connect
+
+    def read_only(database, *args, **kwargs):
+        return connect(database.replace("?mode=rw", "?mode=ro"), *args, **kwargs)
+
+    monkeypatch.setattr(ledger_module.sqlite3, "connect", read_only)
+    before = path.read_bytes()
+    assert acc.held == (1.0, 0.01)
+    with pytest.raises(LedgerError, match="not writable \\(SQLite: attempt to write a readonly database\\)") as info:
+        acc.spend(0.1)
+    assert "\n" not in str(info.value)
+    monkeypatch.undo()
+    assert path.read_bytes() == before and PrivacyAccountant.open(path).spent == (1.0, 0.01)
