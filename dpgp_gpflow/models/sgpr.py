@@ -14,7 +14,8 @@ predictions at *any* inputs private by post-processing, exactly as for
 
 from __future__ import annotations
 
-from typing import Any, Tuple
+import warnings
+from typing import Any, Optional, Tuple
 
 import gpflow
 import numpy as np
@@ -22,8 +23,13 @@ import tensorflow as tf
 from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.covariances import Kuf, Kuu
 
-from .. import linalg
+from .. import linalg, whole_rows
+from ..exceptions import ClippingWarning, PrivacyLeakError
 from ..streaming.terms import ChunkTerms, Factors
+from ..validation import as_inputs, is_dask_array
+from ..whole_rows.design import check_public_inducing_inputs, validate_box
+from ..whole_rows.statistics import clip_private_inputs
+from .base import inducing_inputs
 from .sgpr_base import DPSGPRBase, SparseReadout, SparseTerms
 
 __all__ = [
@@ -136,6 +142,34 @@ class SGPRChunkTerms(ChunkTerms):
                            self.num_outputs)
 
 
+def _private_input_data(data: Any, kernel: Any, inducing_variable: Any, x_bounds: Any, clip_inputs: Any,
+                        groups: Any) -> Tuple[Any, np.ndarray]:
+    """``((X clipped to the box, Y), box)`` for a model whose inputs are private (Dask rows: as given, clipped
+    chunk by chunk where they are read). Refuses, in one line each: no box, a box of another width, a kernel
+    without a public bound on ``k(x, x)``, inducing inputs computed from the inputs (k-means), persons, inputs
+    outside the box with ``clip_inputs=False``; warns with the count of rows clipped."""
+    if not isinstance(clip_inputs, bool):
+        raise TypeError(f"clip_inputs must be True or False, got {clip_inputs!r}")
+    if groups is not None:
+        raise NotImplementedError("private_inputs=True protects one row; persons (groups=) are not supported yet")
+    try:
+        X, Y = data
+    except (TypeError, ValueError) as exc:
+        raise TypeError("data must be a pair (X, Y)") from exc
+    if not is_dask_array(X):
+        X = as_inputs("X", X)
+    dim = int(X.shape[1]) if len(X.shape) == 2 else None
+    box = validate_box(x_bounds, dim)
+    whole_rows.kernel_bound(kernel)
+    check_public_inducing_inputs(inducing_inputs(inducing_variable, box.shape[0]))
+    if not is_dask_array(X):
+        X, outside = clip_private_inputs(X, box, clip_inputs)
+        if outside:
+            warnings.warn(f"{outside} of {X.shape[0]} private rows had inputs outside the public box {box.tolist()} "
+                          "and were clipped to it", ClippingWarning, stacklevel=3)
+    return (X, Y), box
+
+
 class DPSGPR(DPSGPRBase, gpflow.models.SGPR):
     """GPflow's ``SGPR`` (Titsias' variational sparse GP) with public output bounds and DP releases.
 
@@ -151,10 +185,101 @@ class DPSGPR(DPSGPRBase, gpflow.models.SGPR):
     ``hyperparameters_public=True`` declares the values given here chosen without ``Y``; otherwise
     those that are not GPflow's defaults make releases warn (:class:`~dpgp_gpflow.HyperparameterWarning`). The
     training objective (``elbo``, and ``upper_bound``) reads the outputs: running it arms the leak guard.
+
+    ``private_inputs=True`` (docs/guides/whole_rows.md): the inputs are private too. ``x_bounds=[(lo_1, hi_1),
+    ...]``, a public box holding the inputs, is then required (inputs outside are clipped to it with a count
+    warning, or refused with ``clip_inputs=False``); ``Z`` must be public, from the box alone
+    (:func:`~dpgp_gpflow.whole_rows.inducing_grid`; k-means on the private inputs is refused); the kernel needs
+    a public bound on ``k(x, x)`` (stationary kernels). :meth:`release_function` then releases the whole-row
+    statistics once (:func:`~dpgp_gpflow.whole_rows.release_model`) and returns a
+    :class:`~dpgp_gpflow.whole_rows.WholeRowsRelease`; every release that treats the inputs as public
+    (``release``, the streamed and compiled releases, selection) refuses.
     """
 
     readout_type = SGPRReadout
     chunk_terms_type = SGPRChunkTerms
+
+    def __init__(self, data: Any, kernel: gpflow.kernels.Kernel, inducing_variable: Any,
+                 noise_variance: Optional[float] = None, y_bounds: Any = None, *, x_bounds: Any = None,
+                 private_inputs: bool = False, clip_inputs: bool = True, **options: Any) -> None:
+        if not isinstance(private_inputs, bool):
+            raise TypeError(f"private_inputs must be True or False, got {private_inputs!r}")
+        box = None
+        if private_inputs:
+            data, box = _private_input_data(data, kernel, inducing_variable, x_bounds, clip_inputs,
+                                            options.get("groups"))
+        elif x_bounds is not None:
+            raise ValueError("x_bounds is the public box of private inputs: give it with private_inputs=True")
+        super().__init__(data, kernel, inducing_variable, noise_variance, y_bounds, **options)
+        if private_inputs and self.num_outputs != 1:
+            raise NotImplementedError("private_inputs=True takes one output per row for now (Y [N, 1])")
+        object.__setattr__(self, "_dp_x_bounds", box)
+        object.__setattr__(self, "_dp_clip_inputs", bool(clip_inputs))
+        object.__setattr__(self, "_dp_noise_variance_given", noise_variance is not None)
+
+    # -- whole rows private (private_inputs=True) -----------------------------------------------
+    @property
+    def private_inputs(self) -> bool:
+        """True when the inputs are private too: releases protect whole rows (fixed at construction)."""
+        return self.__dict__.get("_dp_x_bounds") is not None
+
+    @property
+    def x_bounds(self) -> Optional[np.ndarray]:
+        """The public box of the private inputs [D, 2] (a copy), or None when the inputs are public."""
+        box = self.__dict__.get("_dp_x_bounds")
+        return None if box is None else box.copy()
+
+    @property
+    def clip_inputs(self) -> bool:
+        """Private inputs outside the box are clipped to it (True) or refused."""
+        return bool(self.__dict__.get("_dp_clip_inputs", True))
+
+    @property
+    def noise_variance_given(self) -> bool:
+        """True when ``noise_variance`` was given at construction (a whole-row release then uses the model's
+        variances; otherwise it fits them on the released statistics)."""
+        return bool(self.__dict__.get("_dp_noise_variance_given", False))
+
+    def release_function(self, **options: Any) -> Any:
+        """As :meth:`~dpgp_gpflow.models.base.FactoredModelMixin.release_function`; with ``private_inputs=True``
+        the whole-row release (:func:`~dpgp_gpflow.whole_rows.release_model`: ``epsilon``, ``delta``, ``seed``,
+        ``accountant``, ``hyperparameters_public``, ``source``, ``chunk_size``, ``shares``, ``variances``)."""
+        if self.private_inputs:
+            return whole_rows.release_model(self, **options)
+        return super().release_function(**options)
+
+    def _public_inputs_only(self) -> None:
+        """``PrivacyLeakError`` for a model of private inputs: every release path that treats the inputs as
+        public reads its terms or outputs through the methods below, before anything is reserved."""
+        if self.private_inputs:
+            raise PrivacyLeakError(
+                "this DPSGPR was built with private_inputs=True: a release that treats the inputs as public would "
+                "leak them; release the whole rows with model.release_function(epsilon=..., delta=...) and predict "
+                "from what it returns")
+
+    def release_terms(self, Xnew: tf.Tensor) -> Any:
+        self._public_inputs_only()
+        return super().release_terms(Xnew)
+
+    def latent_terms(self) -> Any:
+        self._public_inputs_only()
+        return super().latent_terms()
+
+    def latent_terms_and_readout(self) -> Any:
+        self._public_inputs_only()
+        return super().latent_terms_and_readout()
+
+    def split_terms(self, train: Any, test: Any) -> Any:
+        self._public_inputs_only()
+        return super().split_terms(train, test)
+
+    def chunk_terms(self) -> ChunkTerms:
+        self._public_inputs_only()
+        return super().chunk_terms()
+
+    def centred_outputs(self) -> tf.Tensor:
+        self._public_inputs_only()
+        return super().centred_outputs()
 
     # -- the leak guard: every objective that reads the outputs marks the model --------------
     @inherit_check_shapes

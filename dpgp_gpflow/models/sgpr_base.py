@@ -38,6 +38,7 @@ from ..io.format import (
 )
 from ..streaming.terms import ChunkTerms
 from ..validation import as_inputs, is_dask_array
+from ..whole_rows.design import mark_data_derived
 from .base import DaskRowsMixin, FactoredModelMixin, centred_latent_terms, prepare_sparse_data, public_constant_mean
 
 __all__ = ["DPSGPRBase", "SparseReadout", "SparseTerms", "kmeans_inducing_inputs"]
@@ -46,13 +47,18 @@ __all__ = ["DPSGPRBase", "SparseReadout", "SparseTerms", "kmeans_inducing_inputs
 def kmeans_inducing_inputs(X: Any, num_inducing: int, *, seed: int = 0) -> np.ndarray:
     """Inducing inputs by k-means (scikit-learn, seeded) on the public inputs only.
 
-    Privacy assumption: ``X`` is public; the outputs are never used (using them would leak).
+    Privacy assumption: ``X`` is public; the outputs are never used (using them would leak). A model whose
+    inputs are private (``DPSGPR(..., private_inputs=True)``) refuses these centres: they are remembered as
+    computed from data (:func:`~dpgp_gpflow.whole_rows.design.mark_data_derived`), since every prediction would
+    publish them (docs/guides/whole_rows.md#inducing-inputs).
     """
     X = as_inputs("X", X)
     if not (isinstance(num_inducing, (int, np.integer)) and 1 <= num_inducing <= X.shape[0]):
         raise ValueError(f"num_inducing must be an integer in [1, {X.shape[0]}], got {num_inducing!r}")
     km = KMeans(n_clusters=int(num_inducing), random_state=seed, n_init=10).fit(X)
-    return np.asarray(km.cluster_centers_, dtype=np.float64)
+    centres = np.asarray(km.cluster_centers_, dtype=np.float64)
+    mark_data_derived(centres)
+    return centres
 
 
 class SparseTerms(NamedTuple):

@@ -36,6 +36,8 @@ def sgpr_bound(S_hat: tf.Tensor, b: tf.Tensor, q: tf.Tensor, trace: tf.Tensor, n
     """The collapsed SGPR bound (module docstring) at unit-scale statistics ``S_hat`` (regularised), ``b``,
     ``q`` and ``trace`` (``tr S~``, the released diagonal's sum), ``n`` rows, and ``b``'s noise std ``b_std``."""
     S_hat = tf.convert_to_tensor(S_hat, tf.float64)
+    q, trace, kernel_variance, noise_variance = (tf.cast(v, tf.float64) for v in (q, trace, kernel_variance,
+                                                                                  noise_variance))
     M = tf.shape(S_hat)[0]
     m = tf.cast(M, tf.float64)
     n = tf.cast(n, tf.float64)
