@@ -329,3 +329,26 @@ def _class_seed(seed, c):
     from dpgp_gpflow.models.multiclass import class_seed
 
     return class_seed(seed, K_CLASSES, c)
+
+
+@pytest.mark.parametrize("where", ["local", "dask"])
+@pytest.mark.parametrize("kind", ["regression", "multiclass"])
+def test_a_source_in_another_order_carrying_the_models_ids_is_refused(rows, where, kind):
+    """The naive fix of the attack: the scattered rows given the model's ids (``groups=model.groups``), which then
+    pass the ids' row-for-row check but name the wrong rows. The model holds its public inputs, so the source's
+    inputs are checked against them row for row: refused in one line, nothing reserved. (Accepted, the noise would
+    not cover the real persons: test_the_order_the_release_used_to_trust_leaves_the_real_persons_uncovered.)"""
+    X, Y, labels, perm = rows
+    accountant = PrivacyAccountant(epsilon=10.0, delta=0.5)
+    if kind == "regression":
+        source = _source(where, X[perm], Y[perm], IDS)
+        release = lambda: streaming.release_function(_fitc(X, Y, IDS), epsilon=EPS, delta=DELTA, seed=1,  # noqa: E731
+                                                     accountant=accountant, source=source)
+    else:
+        source = _source(where, X[perm], labels[perm], IDS)
+        release = lambda: _multiclass(X, labels, IDS).release_streamed(epsilon=EPS, delta=DELTA, seed=1,  # noqa: E731
+                                                                       accountant=accountant, source=source)
+    first = int(np.flatnonzero(np.any(X[perm] != X, axis=1))[0])
+    with pytest.raises(ValueError, match=rf"inputs differ from the model's at row {first}\b"):
+        quiet(release)
+    _nothing_spent(accountant)

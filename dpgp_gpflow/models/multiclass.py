@@ -55,6 +55,7 @@ from ..neighbours import relation
 from ..pipeline import cloak_outputs
 from ..released import PrivateClassifier
 from ..streaming import DEFAULT_CHUNK_SIZE, ChunkSource, cloak_function, rows_source
+from ..streaming.release import model_inputs
 from ..streaming.chunks import check_source_shape, source_persons
 from ..streaming.one_vs_rest_chunks import OneVsRestChunks, check_class_labels
 from ..validation import as_inputs, is_dask_array, require_float64, validate_groups, validate_public_terms
@@ -376,7 +377,7 @@ class DPSparseMulticlassLaplaceGPC(_OneVsRest):
         check_source_shape(rows, int(self.problems[0].inducing_variable.Z.shape[1]), 1, outputs="label")
         # public: the persons are the source's own ids, the model's row for row, each person's rows consecutive
         # (else one line), nothing reserved
-        source_persons(rows, self.groups)
+        source_persons(rows, self.groups, model_inputs(self))
         check_class_labels(rows, self.num_classes)  # every label, before anything is reserved
 
         def one_class(a: int, problem: Any, req: ReleaseRequest, draws: Reservation) -> PrivateClassifier:

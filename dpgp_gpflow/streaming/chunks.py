@@ -17,6 +17,8 @@ never over data points.
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, Callable, Iterator, List, Optional, Tuple, cast
 
 import numpy as np
@@ -176,14 +178,24 @@ def person_starts(groups: Any, num_data: int) -> np.ndarray:
     return np.r_[starts, n].astype(np.int64)
 
 
-def source_persons(source: ChunkSource, groups: Any) -> Optional[np.ndarray]:
+def _first_other_row(X: Any, start: int, inputs: np.ndarray) -> float:
+    """The first row of a chunk whose public inputs differ from ``inputs[start:start + c]`` (``inf``: none)."""
+    X = np.asarray(X, dtype=np.float64).reshape(len(X), -1)
+    other = np.flatnonzero(np.any(X != inputs[start:start + len(X)], axis=1))
+    return float(start + other[0]) if other.size else math.inf
+
+
+def source_persons(source: ChunkSource, groups: Any, inputs: Any = None) -> Optional[np.ndarray]:
     """The persons of a streamed release of a model with public ``groups`` (its declared person ids, or None)
     over ``source``: the ids the source carries of its own rows ([n] int64, each person's rows consecutive in
     the source's row order), or None for one row per person. The one rule: the persons are never inferred from
     the source's row order. ``ValueError`` (one line), before anything is reserved, when the model has groups
     and the source carries none (pass ``groups=`` to the source), when the source carries ids and the model
     none, when the source's ids are not the model's row for row, or when a person's rows are not consecutive
-    (:func:`person_starts`). Public: the ids are public."""
+    (:func:`person_starts`). ``inputs``: the model's public inputs when it holds them in memory ([n, D]); the
+    source's inputs must then be the model's row for row too (one pass over the source's public inputs), so a
+    source of the model's rows in another order carrying the model's ids is refused. Public: ids and inputs
+    are public."""
     carried = getattr(source, "groups", None)
     if groups is None and carried is None:
         return None
@@ -206,6 +218,12 @@ def source_persons(source: ChunkSource, groups: Any) -> Optional[np.ndarray]:
                          f"{carried[row]}, model {declared[row]}): the source must hold the model's rows in the "
                          "model's order, each with its own id")
     person_starts(carried, int(source.n))
+    if inputs is not None:
+        inputs = np.asarray(inputs, dtype=np.float64).reshape(int(source.n), -1)
+        row = source.map_inputs(_first_other_row, min, inputs)
+        if math.isfinite(row):
+            raise ValueError(f"the chunk source's inputs differ from the model's at row {int(row)}: with persons the "
+                             "source must hold the model's rows in the model's order (its ids name its own rows)")
     return carried
 
 

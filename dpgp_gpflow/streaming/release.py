@@ -95,7 +95,8 @@ def streamed_map(model: Any, source: Optional[ChunkSource] = None, *, chunk_size
     terms = ChunkTerms.from_model(model)
     source = _model_source(model, terms, source, chunk_size)
     persons = None
-    ids = source_persons(source, getattr(model, "groups", None))  # the source's own ids, never its order
+    # the source's own ids, never its order; its inputs the model's row for row where the model holds them
+    ids = source_persons(source, getattr(model, "groups", None), model_inputs(model))
     if ids is not None:  # public: the chunks are recut between persons from the groups alone
         source = source.between_persons(person_starts(ids, source.n))
     P = model_outputs(model)
@@ -128,6 +129,14 @@ def rows_source(model: Any, source: Optional[ChunkSource] = None, chunk_size: in
         return DaskChunks(*model.dask_rows, groups=groups)
     X, Y = model.data
     return LocalChunks(np.asarray(X), np.asarray(Y), chunk_size, groups=groups)
+
+
+def model_inputs(model: Any) -> Optional[np.ndarray]:
+    """``model``'s public inputs [n, D] when it holds them in memory (None for a model built from Dask rows),
+    which a streamed release with persons checks its source against (:func:`~.chunks.source_persons`)."""
+    if getattr(model, "dask_rows", None) is not None:
+        return None
+    return np.asarray(model.data[0], dtype=np.float64)
 
 
 def _model_source(model: Any, terms: ChunkTerms, source: Optional[ChunkSource], chunk_size: int) -> ChunkSource:
@@ -176,7 +185,7 @@ def release_function(
     source = _model_source(model, terms, source, chunk_size)  # its shape against the model's, nothing reserved
     # the persons: the source's own ids, the model's row for row, each person's rows consecutive (else one line),
     # before anything is reserved
-    source_persons(source, getattr(model, "groups", None))
+    source_persons(source, getattr(model, "groups", None), model_inputs(model))
     check_release_hyperparameters(model, hyperparameters_public)
     with reserve(accountant, [request.event()]) as reservation:  # the one reservation: cloak_function commits
         return cloak_function(model, request, reservation, reference_inputs=reference_inputs, rtol=rtol, tol=tol,
