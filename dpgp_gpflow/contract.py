@@ -25,6 +25,8 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
+from .validation import validate_hyperparameter_magnitudes
+
 __all__ = [
     "FactoredPrivateModel",
     "PrivateModel",
@@ -167,6 +169,8 @@ def check_release_hyperparameters(model: PrivateModel, declared: bool) -> None:
     warn = getattr(model, "warn_undeclared_hyperparameters", None)
     if not declared and warn is not None:
         warn()
+    # and their magnitudes: beyond +-MAX_MAGNITUDE (or a positive scale below its reciprocal) the release overflows
+    validate_hyperparameter_magnitudes(model)
 
 
 def dense_map(map_: ReleaseMap) -> tf.Tensor:

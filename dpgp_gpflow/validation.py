@@ -22,6 +22,7 @@ __all__ = [
     "Calibration",
     "MECHANISMS",
     "MIN_DATA_SENSITIVITY",
+    "MAX_MAGNITUDE",
     "MAX_SEED",
     "MIN_DELTA",
     "OBJECTIVES",
@@ -33,10 +34,14 @@ __all__ = [
     "as_outputs",
     "bound_columns",
     "bounds_array",
+    "check_count",
+    "check_magnitude",
+    "check_parameter_magnitude",
     "clip_outputs",
     "clip_private_outputs",
     "is_dask_array",
     "per_output",
+    "refuse_booleans",
     "require_float64",
     "validate_bounds",
     "validate_calibration",
@@ -44,6 +49,7 @@ __all__ = [
     "validate_delta",
     "validate_epsilon",
     "validate_groups",
+    "validate_hyperparameter_magnitudes",
     "validate_noise_variance",
     "validate_objective",
     "validate_output_bounds",
@@ -64,6 +70,46 @@ Objective = Literal["mse", "entropy"]
 OBJECTIVES: Tuple[str, ...] = ("mse", "entropy")
 
 
+#: The largest magnitude of a public number a release computes with (a bound, a public input, a
+#: hyperparameter, the noise multiplier), and 1 / the smallest positive scale (a data sensitivity, a
+#: lengthscale, a variance): beyond it the release's squares, sums and whitening (1 / the noise scale)
+#: could overflow float64 to inf or NaN, so such a value is refused before anything is reserved (rescale
+#: the data instead). The command line applies the same constant.
+MAX_MAGNITUDE = 1e100
+
+
+def refuse_booleans(name: str, value: Any) -> None:
+    """``TypeError`` when ``value`` is a boolean, a boolean array or a (nested) list or tuple holding one:
+    wherever a number is expected, NumPy would read ``True`` as 1 (``[True, 5]`` as ``[1.0, 5.0]``). The one
+    rule every numeric input of the package passes (scalars also through :func:`check_real`)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, (bool, np.bool_)) or (isinstance(v, np.ndarray) and v.dtype == bool):
+            raise TypeError(f"{name} must hold real numbers, got a boolean (True / False would be read as 1 / 0)")
+        if isinstance(v, np.ndarray) and v.dtype == object:
+            stack.extend(v.ravel().tolist())
+        elif isinstance(v, (list, tuple)):
+            kinds = set(map(type, v))
+            if bool in kinds or np.bool_ in kinds:
+                stack.append(True)
+            else:
+                stack.extend(x for x in v if isinstance(x, (list, tuple, np.ndarray)))
+
+
+def check_magnitude(name: str, values: Any, *, positive: bool = False) -> None:
+    """``ValueError`` naming ``name`` (public values only) unless every value lies within
+    ``+-MAX_MAGNITUDE`` and, for a positive scale (``positive``), is at least ``1 / MAX_MAGNITUDE``: the
+    range in which a release's arithmetic cannot overflow (:data:`MAX_MAGNITUDE`)."""
+    arr = np.abs(np.asarray(values, dtype=np.float64))
+    if arr.size and np.max(arr) > MAX_MAGNITUDE:
+        raise ValueError(f"{name} has values beyond +-{MAX_MAGNITUDE:g} (largest {np.max(arr):.6g}), which would "
+                         "overflow the release's arithmetic: rescale it")
+    if positive and arr.size and np.min(arr) < 1.0 / MAX_MAGNITUDE:
+        raise ValueError(f"{name} has values below {1.0 / MAX_MAGNITUDE:g} (smallest {np.min(arr):.6g}), which would "
+                         "overflow the release's arithmetic (its reciprocal is beyond float64's reach): rescale it")
+
+
 def check_real(name: str, value: object) -> float:
     """``value`` as a finite float; ``TypeError`` for non-reals (bools included), ``ValueError`` for inf/nan.
     A 0-d real array (e.g. a GPflow parameter's ``.numpy()``) counts as its value."""
@@ -75,6 +121,16 @@ def check_real(name: str, value: object) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
     return value
+
+
+def check_count(name: str, value: object, least: int = 1) -> int:
+    """``value`` as an int of at least ``least``; ``TypeError`` for non-integers (booleans included: ``True``
+    is not a count of 1), ``ValueError`` below ``least``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {value!r} of type {type(value).__name__}")
+    if int(value) < least:
+        raise ValueError(f"{name} must be an integer >= {least}, got {value}")
+    return int(value)
 
 
 #: Smallest delta accepted: float64's smallest normal number. Below it the analytic Gaussian profile
@@ -140,7 +196,44 @@ def validate_noise_variance(noise_variance: object) -> Optional[float]:
     if not value > lower:
         raise ValueError(f"noise_variance must be > {lower} (GPflow's lower bound on a likelihood variance), "
                          f"got {value}")
+    check_magnitude("noise_variance", value)
     return value
+
+
+def _positive_parameter(parameter: Any) -> bool:
+    """True when a GPflow parameter's transform maps onto the positive numbers (GPflow's ``positive()``:
+    lengthscales, variances), read from the transform itself (probed far below its range)."""
+    transform = getattr(parameter, "transform", None)
+    if transform is None:
+        return False
+    try:
+        return bool(np.all(np.asarray(transform.forward(np.full(parameter.shape, -1e3))) >= 0.0))
+    except Exception:  # noqa: BLE001 (a transform that is not elementwise: no positivity to read)
+        return False
+
+
+def validate_hyperparameter_magnitudes(model: Any) -> None:
+    """``ValueError`` naming the parameter (public values only) unless every parameter of a GPflow
+    ``model`` (kernel, likelihood, mean function, inducing inputs) lies within ``+-MAX_MAGNITUDE`` and every
+    positive one (a lengthscale, a variance) is at least ``1 / MAX_MAGNITUDE`` (:func:`check_magnitude`):
+    beyond, the release's arithmetic overflows. Called before every release reserves anything
+    (:func:`dpgp_gpflow.contract.check_release_hyperparameters`); a model that is not a GPflow module is
+    skipped (its public terms are still checked finite)."""
+    import gpflow  # here, not at the top: the command line imports this module before TensorFlow
+
+    if not isinstance(model, gpflow.base.Module):
+        return
+    for path, parameter in gpflow.utilities.parameter_dict(model).items():
+        if not isinstance(parameter, gpflow.Parameter):  # a variable may hold data (private outputs): never read
+            continue
+        check_parameter_magnitude(f"the hyperparameter {path}", parameter, parameter.numpy())
+
+
+def check_parameter_magnitude(name: str, parameter: Any, values: Any) -> None:
+    """:func:`check_magnitude` of ``values`` for a GPflow ``parameter`` (its value, or a value about to be
+    assigned, e.g. a selection grid's): positive scales (a transform onto the positive numbers: GPflow's
+    ``positive()``) also at least ``1 / MAX_MAGNITUDE``. The one rule of every hyperparameter's range."""
+    check_magnitude(name, values, positive=_positive_parameter(parameter))
 
 
 def validate_objective(objective: object) -> str:
@@ -183,7 +276,9 @@ def validate_public_terms(what: str, C: Any, offset: Any, output_bound: float, *
 
 def as_float64(name: str, value: Any) -> np.ndarray:
     """``value`` as a float64 array. Integer and float32 arrays are converted (float32 -> float64 is
-    exact); anything non-numeric raises ``TypeError``."""
+    exact); anything non-numeric (booleans included, also inside a list: :func:`refuse_booleans`) raises
+    ``TypeError``."""
+    refuse_booleans(name, value)
     try:
         arr = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
     except Exception as exc:  # pragma: no cover - defensive
@@ -201,7 +296,8 @@ def require_real_dtype(name: str, dtype: Any) -> None:
 
 
 def as_inputs(name: str, X: Any, input_dim: Optional[int] = None) -> np.ndarray:
-    """Public inputs as a finite float64 array of shape [N, D] with N >= 1."""
+    """Public inputs as a finite float64 array of shape [N, D] with N >= 1, every value within
+    ``+-MAX_MAGNITUDE`` (:func:`check_magnitude`)."""
     X = as_float64(name, X)
     if X.ndim != 2:
         raise ValueError(f"{name} must have shape [N, D], got shape {X.shape}")
@@ -211,6 +307,7 @@ def as_inputs(name: str, X: Any, input_dim: Optional[int] = None) -> np.ndarray:
         raise ValueError(f"{name} must have {input_dim} columns like the training inputs, got shape {X.shape}")
     if not np.all(np.isfinite(X)):
         raise ValueError(f"{name} contains {int(np.sum(~np.isfinite(X)))} non-finite values")
+    check_magnitude(name, X)
     return X
 
 
@@ -259,7 +356,7 @@ def as_outputs(name: str, Y: Any, num_data: int, *, several: bool = False) -> np
 
 
 def validate_bounds(y_bounds: Any) -> Tuple[float, float]:
-    """Public output bounds ``(lo, hi)`` with finite lo < hi."""
+    """Public output bounds ``(lo, hi)`` with finite lo < hi, both within ``+-MAX_MAGNITUDE``."""
     try:
         lo, hi = y_bounds
     except (TypeError, ValueError) as exc:
@@ -276,6 +373,9 @@ def validate_bounds(y_bounds: Any) -> Tuple[float, float]:
         # the width (the default data sensitivity) and the midpoint (the default prior mean) must
         # be representable, or the noise scale / prior mean would be inf
         raise ValueError(f"y_bounds {(lo, hi)} overflow float64: hi - lo and lo + hi must be finite")
+    if max(abs(lo), abs(hi)) > MAX_MAGNITUDE:  # (0, 1e308): released means of +-inf and a NaN noise std
+        raise ValueError(f"y_bounds must lie within +-{MAX_MAGNITUDE:g} (the release's arithmetic would overflow "
+                         f"float64), got {(lo, hi)}: rescale the outputs")
     return lo, hi
 
 
@@ -340,6 +440,10 @@ def validate_groups(groups: Any, num_data: int) -> Optional[np.ndarray]:
         values = np.asarray(groups)
     except Exception as exc:  # noqa: BLE001 (ragged or otherwise not an array)
         raise ValueError(f"groups must be an integer array with one person identifier per row: {exc}") from None
+    try:
+        refuse_booleans("groups", groups)  # [True, 5] would read as [1, 5]
+    except TypeError:
+        raise ValueError("groups must be an integer array (one person identifier per row), got booleans") from None
     if values.ndim == 2 and values.shape[1] == 1:
         values = values[:, 0]
     if values.ndim != 1 or values.shape[0] != int(num_data):
@@ -361,20 +465,22 @@ def validate_groups(groups: Any, num_data: int) -> Optional[np.ndarray]:
     raise ValueError(f"groups must be an integer array (one person identifier per row), got dtype {values.dtype}")
 
 
-#: Smallest data sensitivity accepted: float64's smallest normal number. A subnormal ``d`` (e.g. the
-#: width of the bounds ``(0, 5e-324)``) makes the noise underflow to exactly zero while the released
-#: mean can still move, so such a release could not be private.
-MIN_DATA_SENSITIVITY = float(np.finfo(np.float64).tiny)
+#: Smallest data sensitivity accepted: ``1 / MAX_MAGNITUDE``. Below it the release's whitening (one over
+#: the noise scale) overflows float64 (the bounds ``(-1e-300, 1e-300)``), and a subnormal ``d`` (the width
+#: of ``(0, 5e-324)``) would make the noise underflow to exactly zero while the released mean can still
+#: move: such a release could not be guaranteed.
+MIN_DATA_SENSITIVITY = 1.0 / MAX_MAGNITUDE
 
 
 def validate_data_sensitivity(d: Any, bounds: Tuple[float, float]) -> float:
     """Public data sensitivity ``d`` in (0, hi - lo]; ``None`` means ``hi - lo``. Either must be finite
-    and at least :data:`MIN_DATA_SENSITIVITY` (no subnormal sensitivity: the noise would underflow)."""
+    and at least :data:`MIN_DATA_SENSITIVITY` (smaller: the noise scale's reciprocal overflows float64)."""
     width = bounds[1] - bounds[0]
     if d is None:
         if not (math.isfinite(width) and width >= MIN_DATA_SENSITIVITY):
             raise ValueError(f"the width {width} of y_bounds {tuple(bounds)} must be finite and at least "
-                             f"{MIN_DATA_SENSITIVITY} (a subnormal sensitivity underflows the noise to zero)")
+                             f"{MIN_DATA_SENSITIVITY:g}: a smaller data sensitivity makes the release's whitening "
+                             "(1 / the noise scale) overflow float64; rescale the outputs")
         return width
     if isinstance(d, bool) or not isinstance(d, (Real, np.floating, np.integer)):
         raise TypeError(f"data_sensitivity must be a real number, got {d!r}")
@@ -382,8 +488,8 @@ def validate_data_sensitivity(d: Any, bounds: Tuple[float, float]) -> float:
     if not (math.isfinite(d) and d > 0.0):
         raise ValueError(f"data_sensitivity must be finite and > 0, got {d}")
     if d < MIN_DATA_SENSITIVITY:
-        raise ValueError(f"data_sensitivity {d} is subnormal (below {MIN_DATA_SENSITIVITY}): the noise would "
-                         "underflow to zero")
+        raise ValueError(f"data_sensitivity {d} is below {MIN_DATA_SENSITIVITY:g}: the release's whitening (1 / the "
+                         "noise scale) would overflow float64 (or the noise underflow to zero); rescale the outputs")
     if d > width:
         raise ValueError(f"data_sensitivity {d} exceeds the width of the bounds {width}: use y_bounds instead")
     return d
@@ -393,6 +499,7 @@ def validate_output_sensitivities(d: Any, bounds: Any, num_outputs: int = 1) -> 
     """Public data sensitivity ``d_p`` of each of ``num_outputs`` outputs (:func:`validate_data_sensitivity`
     against output p's bounds): ``d`` None (each output's width), one number for all, or [P] numbers."""
     pairs = bounds_array(bounds, num_outputs)
+    refuse_booleans("data_sensitivity", d)
     if d is None or np.ndim(d) == 0:
         values = [d] * len(pairs)
     else:

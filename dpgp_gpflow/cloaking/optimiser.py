@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
-from ..validation import validate_objective
+from ..validation import check_count, check_real, validate_objective
 from . import working_set
 from .dual import COUNT_SPEC, MATRIX_SPEC, REAL_SPEC, VECTOR_SPEC, compile_per_objective
 from .working_set import DenseColumns, WorkingSet, distinct_columns, cold_start, solve_noise
@@ -124,10 +124,9 @@ def optimise_noise_covariance(
     Privacy assumption: none here; callers must recompute the sensitivity from the returned ``M``.
     """
     validate_objective(objective)
-    if not (isinstance(tol, (int, float)) and tol > 0.0):
+    if not check_real("tol", tol) > 0.0:
         raise ValueError(f"tol must be > 0, got {tol!r}")
-    if not (isinstance(max_iter, int) and max_iter >= 1):
-        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
+    max_iter = check_count("max_iter", max_iter)
     vectors = tf.convert_to_tensor(vectors, dtype=tf.float64)
     r, n = int(vectors.shape[0]), int(vectors.shape[1])
     if r == 0 or n == 0:

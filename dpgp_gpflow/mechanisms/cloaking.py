@@ -53,6 +53,7 @@ from ..sampling import (
     grid_factor_of_loss,
     grid_loss,
 )
+from ..validation import check_count, check_real
 from .request import ReleaseRequest, release_request, validate_public_bounds
 from .rounding import SENSITIVITY_SAFETY, check_noise_condition, condition_number, safe_sensitivity
 
@@ -294,7 +295,7 @@ class NoisePlan:
         self._spaces: List[ColumnSpace] = list(column_spaces(C, rtols))  # nested views of one factorisation
         self._candidates: List[list] = []  # per candidate rank: [space, bias bound, bias ratio, noise]
         self._objective, self._d = objective, float(data_sensitivity)
-        self._tol, self._max_iter = float(tol), int(max_iter)
+        self._tol, self._max_iter = check_real("tol", tol), check_count("max_iter", max_iter)
         self._output_bound = float(output_bound)
         self._rounding: Optional[tf.Tensor] = None
         #: what the plan was built for (a release that reuses it must ask for exactly this)
@@ -380,6 +381,7 @@ def cloaking_release(
     request = release_request(epsilon, delta, calibration=calibration, objective=objective, sampler=sampler, seed=seed,
                               rtol=rtol, tol=tol)
     validate_public_bounds(data_sensitivity, output_bound, y_bounds)
+    check_count("max_iter", max_iter)  # before reserving
     with reserve(accountant, [request.event()]) as reservation:
         return cloak(request, reservation, C, y_centred, offset, variance, data_sensitivity=data_sensitivity,
                      output_bound=output_bound, rtol=rtol, tol=tol, max_iter=max_iter, y_bounds=y_bounds,
@@ -400,7 +402,7 @@ def cloak(request: ReleaseRequest, reservation: Reservation, C: Any, y_centred: 
     n = int(y_centred.shape[0])
     settings: Dict[str, Any] = dict(data_sensitivity=float(data_sensitivity), output_bound=float(output_bound),
                                     objective=objective, rtol=None if rtol is None else float(rtol), tol=float(tol),
-                                    max_iter=int(max_iter), neighbours=neighbours)
+                                    max_iter=check_count("max_iter", max_iter), neighbours=neighbours)
     if isinstance(C, NoisePlan):
         plan = C
         if plan.settings != settings:

@@ -12,18 +12,18 @@ charges for. Privacy assumption: none of these read the private outputs.
 from __future__ import annotations
 
 import math
-from numbers import Real
 from typing import Any, NamedTuple, Optional, Tuple
-
-import numpy as np
 
 from ..accounting import PrivacyEvent, Reservation, reserve
 from ..calibration import gaussian_multiplier
 from ..cloaking.optimiser import DEFAULT_TOL
 from ..cloaking.rank import candidate_rtols
-from ..sampling import validate_sampler
+from ..sampling import MAX_GRID_LOSS, grid_loss, validate_sampler
 from ..validation import (
+    MAX_MAGNITUDE,
+    check_magnitude,
     check_real,
+    validate_bounds,
     validate_calibration,
     validate_data_sensitivity,
     validate_delta,
@@ -31,8 +31,8 @@ from ..validation import (
     validate_seed,
 )
 
-__all__ = ["ReleaseRequest", "gaussian_event", "release_request", "reserve_gaussian", "validate_public_bounds",
-           "validate_tol"]
+__all__ = ["ReleaseRequest", "check_multiplier", "gaussian_event", "release_request", "reserve_gaussian",
+           "validate_public_bounds", "validate_tol"]
 
 
 class ReleaseRequest(NamedTuple):
@@ -68,8 +68,26 @@ def release_request(epsilon: Any, delta: Any, *, calibration: Any = "analytic", 
     epsilon, delta = validate_epsilon(epsilon), validate_delta(delta)
     calibration = validate_calibration(calibration)
     validate_tol(tol)
-    return ReleaseRequest(epsilon, delta, calibration, objective, gaussian_multiplier(epsilon, delta, calibration),
-                          sampler, seed)
+    multiplier = gaussian_multiplier(epsilon, delta, calibration)
+    check_multiplier(multiplier, epsilon, delta, calibration, sampler)
+    return ReleaseRequest(epsilon, delta, calibration, objective, multiplier, sampler, seed)
+
+
+def check_multiplier(multiplier: float, epsilon: float, delta: float, calibration: str, sampler: str) -> None:
+    """``ValueError`` (before anything is reserved) when the noise multiplier ``s`` of (epsilon, delta) is
+    beyond what a release can compute with: outside ``[1 / MAX_MAGNITUDE, MAX_MAGNITUDE]`` (the noise scale
+    or the whitening ``1 / (s Delta)`` would over- or underflow float64), or, for the exact sampler, too large
+    for its grid even in one dimension (:func:`~dpgp_gpflow.sampling.grid_loss` above ``MAX_GRID_LOSS``: the
+    grid's rounding would use more than the budget). Public: the privacy parameters only."""
+    what = f"epsilon={epsilon:g} and delta={delta:g} need the noise multiplier s = {multiplier:.3g} ({calibration})"
+    if not (math.isfinite(multiplier) and 1.0 / MAX_MAGNITUDE <= multiplier <= MAX_MAGNITUDE):
+        raise ValueError(f"{what}, outside [{1.0 / MAX_MAGNITUDE:g}, {MAX_MAGNITUDE:g}]: the noise scale would "
+                         "over- or underflow float64; choose a less extreme epsilon or delta (nothing was reserved)")
+    if sampler == "exact" and not grid_loss(multiplier, 1.0) <= MAX_GRID_LOSS:
+        largest = MAX_GRID_LOSS / grid_loss(1.0, 1.0)
+        raise ValueError(f"{what}, beyond the largest the exact sampler's grid resolves ({largest:.3g} for a release "
+                         "of rank 1, less for more directions): the noise scale is too large for float64's "
+                         "precision; give a larger epsilon or delta (nothing was reserved)")
 
 
 def validate_tol(tol: Any) -> float:
@@ -97,15 +115,14 @@ def gaussian_event(epsilon: float, delta: float, multiplier: float, description:
 
 def validate_public_bounds(data_sensitivity: Any, output_bound: Any,
                            y_bounds: Optional[Tuple[float, float]] = None) -> Tuple[float, float]:
-    """The declared data sensitivity ``d`` (finite, > 0, at most the width of ``y_bounds`` when given:
-    :func:`~dpgp_gpflow.validation.validate_data_sensitivity`) and the bound ``b`` on ``|y_c|`` (finite, >= 0)."""
-    bounds = (-math.inf, math.inf) if y_bounds is None else tuple(float(v) for v in y_bounds)
-    if len(bounds) != 2 or not bounds[0] < bounds[1]:
-        raise ValueError(f"y_bounds must be (lo, hi) with lo < hi, got {y_bounds!r}")
+    """The declared data sensitivity ``d`` (finite, at least ``MIN_DATA_SENSITIVITY``, at most the width of
+    ``y_bounds`` when given: :func:`~dpgp_gpflow.validation.validate_data_sensitivity`; the bounds themselves as
+    :func:`~dpgp_gpflow.validation.validate_bounds` checks a model's) and the bound ``b`` on ``|y_c|`` (finite,
+    >= 0, within ``MAX_MAGNITUDE``: the release's arithmetic cannot overflow)."""
+    bounds = (-math.inf, math.inf) if y_bounds is None else validate_bounds(y_bounds)
     d = validate_data_sensitivity(data_sensitivity, bounds)
-    if isinstance(output_bound, bool) or not isinstance(output_bound, (Real, np.floating, np.integer)):
-        raise TypeError(f"output_bound must be a real number, got {output_bound!r}")
-    b = float(output_bound)
-    if not (math.isfinite(b) and b >= 0.0):
+    b = check_real("output_bound", output_bound)
+    if not b >= 0.0:
         raise ValueError(f"output_bound must be finite and >= 0, got {b}")
+    check_magnitude("output_bound", b)
     return d, b

@@ -44,6 +44,7 @@ from ..mechanisms import NoisePlan
 from ..neighbours import Neighbours, model_neighbours, neighbour_columns
 from ..validation import (
     as_float64,
+    check_parameter_magnitude,
     validate_calibration,
     validate_delta,
     validate_epsilon,
@@ -242,6 +243,7 @@ def _check_value(path: str, param: Any, value: Any) -> None:
     if not ok:
         raise ValueError(f"the grid value {value!r} for {path} is outside the parameter's constraint "
                          f"({param.transform.name if param.transform is not None else 'finite'})")
+    check_parameter_magnitude(f"the grid value for {path}", param, arr)  # the releases' range: no overflow
 
 
 def validate_grid(model, grid: Any) -> Tuple[Dict[str, Any], ...]:

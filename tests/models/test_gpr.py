@@ -452,12 +452,13 @@ def _fuzz_model(kernel):
     return DPGPR((X, Y), kernel, y_bounds=(LO, HI), noise_variance=NOISE, hyperparameters_public=True)
 
 
-@pytest.mark.parametrize("x", [1e154, 1e200, -1e300])
-def test_standard_mechanism_refuses_non_finite_prior_covariance(draws, x):
-    model = _fuzz_model(gpflow.kernels.SquaredExponential())
+@pytest.mark.parametrize("x, lengthscale", [(1e100, 1e-60), (-1e100, 1e-60), (1e80, 1e-80)])
+def test_standard_mechanism_refuses_non_finite_prior_covariance(draws, x, lengthscale):
+    # inputs and lengthscales within dpgp_gpflow.validation.MAX_MAGNITUDE whose ratio still overflows the kernel
+    model = _fuzz_model(gpflow.kernels.SquaredExponential(lengthscales=lengthscale))
     Xnew = np.array([[x], [1.0]])
     prior = model.standard_terms(tf.constant(Xnew)).prior_covariance.numpy()
-    assert not np.all(np.isfinite(prior))  # (x - x)^2 overflows: inf - inf
+    assert not np.all(np.isfinite(prior))  # (x / l)^2 overflows: inf - inf
     acc = dpgp_gpflow.PrivacyAccountant(epsilon=10.0, delta=0.5)
     with pytest.raises(ValueError, match="not finite"):
         model.release(Xnew, epsilon=EPS, delta=DELTA, mechanism="standard", accountant=acc)
@@ -475,9 +476,9 @@ def test_standard_release_refuses_non_finite_prior_covariance_before_drawing(dra
 
 @pytest.mark.parametrize("mechanism", ["cloaking", "standard"])
 def test_release_refuses_overflowing_cloaking_terms(draws, mechanism):
-    """A linear kernel at |x| = 1e306: the cloaking map (and the released mean it bounds) overflow."""
-    model = _fuzz_model(gpflow.kernels.Linear(variance=1.0))
-    Xnew = np.array([[1e306], [1.0]])
+    """A product of two linear kernels at |x| = 1e100 (the largest input accepted): k(x, x) = x^4 overflows."""
+    model = _fuzz_model(gpflow.kernels.Linear(variance=1.0) * gpflow.kernels.Linear(variance=1.0))
+    Xnew = np.array([[1e100], [1.0]])
     acc = dpgp_gpflow.PrivacyAccountant(epsilon=10.0, delta=0.5)
     with pytest.raises(ValueError, match="not finite"):
         model.release(Xnew, epsilon=EPS, delta=DELTA, mechanism=mechanism, accountant=acc)
@@ -485,8 +486,9 @@ def test_release_refuses_overflowing_cloaking_terms(draws, mechanism):
 
 
 def test_huge_inputs_with_finite_terms_still_release(draws):
-    """The squared exponential vanishes far away: finite cloaking terms, so the release goes ahead."""
+    """The squared exponential vanishes far away: finite cloaking terms at |x| = 1e100 (the largest input
+    accepted: dpgp_gpflow.validation.MAX_MAGNITUDE), so the release goes ahead."""
     model = _fuzz_model(gpflow.kernels.SquaredExponential())
-    rel = model.release(np.array([[1e300], [1.0]]), epsilon=EPS, delta=DELTA)
+    rel = model.release(np.array([[1e100], [1.0]]), epsilon=EPS, delta=DELTA)
     assert np.all(np.isfinite(rel.mean)) and rel.mean[0] == pytest.approx(MID)  # the prior mean, exactly public
     assert len(draws) == 1
