@@ -19,6 +19,7 @@ the plan never sees ``y``. docs/guides/compiled_engine.md has the details and a 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 from typing import Any, NamedTuple, Optional, Tuple, Union
 
@@ -42,8 +43,9 @@ from .mechanisms import (
 )
 from .neighbours import Neighbours, group_neighbours, neighbour_columns, relation
 from .released import PrivateRelease
+from .validation import check_count
 
-__all__ = ["GraphNoisePlan", "noise_plan", "publish"]
+__all__ = ["GraphNoisePlan", "noise_plan", "publish", "whitened_sensitivity"]
 
 
 class GraphNoisePlan(NamedTuple):
@@ -155,7 +157,7 @@ def noise_plan(
     vectors = tf.linalg.matmul(basis, C, transpose_a=True)  # [r, n]: exact sensitivity vectors
     noise = noise_in_space(  # the constraints: the columns of vectors A (vectors itself per row)
         neighbour_columns(vectors, neighbours), singular[:ranks[i]], d, tf.constant(float(tol), tf.float64),
-        tf.constant(int(max_iter)),
+        tf.constant(check_count("max_iter", max_iter)),
         tf.constant(int(working_set.DENSE_POINTS)), tf.constant(float(working_set.DUPLICATE_RTOL), tf.float64),
         objective=objective)
     tf.debugging.assert_less_equal(noise.condition, tf.constant(MAX_NOISE_CONDITION, tf.float64),
@@ -207,11 +209,13 @@ def publish(
     and :func:`dpgp_gpflow.mechanisms.publish_cloaking` (the same code as every cloaking release) recomputes
     the whitened query's L2 shift from ``plan.whitening`` itself and the declared ``data_sensitivity``,
     and refuses (``FloatingPointError``; nothing drawn, nothing charged) a plan made for a smaller data
-    sensitivity or with a modified whitening (``plan.shift`` is never read). A plan made for another
+    sensitivity or with a modified whitening (``plan.shift`` is never read); the sensitivity it records is
+    recomputed from ``plan.whitening`` (:func:`whitened_sensitivity`; ``plan.sensitivity`` is never read). A plan made for another
     noise multiplier is refused too (``ValueError``). ``groups`` (public person ids [n], as given to
     :func:`noise_plan`; None: one row per person) are the persons the release protects and records: their
     neighbour map is built here and the shift is recomputed over every extreme change of one of *these*
-    persons, whatever the plan was made for (too large: ``FloatingPointError``). A plan whose number of
+    persons, whatever the plan was made for (too large: ``FloatingPointError``); the release records the relation
+    as a model's release does (``"row"`` without ``groups``). A plan whose number of
     extreme changes (``plan.neighbour_count``) is not theirs (a per-row plan published with groups, a grouped
     plan without them or with others) is refused first (``ValueError``), before anything is reserved, so a
     forgotten ``groups`` never silently turns a grouped plan into a per-row release. Then it draws exact noise, re-colours with
@@ -248,11 +252,24 @@ def publish(
             raise ValueError(f"the plan's rank {int(plan.rank)} does not match its whitening matrix {whitening.shape}")
         release = publish_cloaking(
             noise_factor=tf.convert_to_tensor(plan.noise_factor, tf.float64), whitening=whitening,
-            y_centred=y_centred, offset=offset, variance=variance, sensitivity=float(plan.sensitivity),
+            y_centred=y_centred, offset=offset, variance=variance,
+            sensitivity=whitened_sensitivity(whitening, multiplier, neighbours),  # recomputed: plan.sensitivity unread
             multiplier=multiplier, output_bound=output_bound, reservation=reservation, seed=request.seed,
             epsilon=epsilon, delta=delta, data_sensitivity=data_sensitivity, calibration=request.calibration,
             objective=objective, certificate=certificate, rank=int(plan.rank), rtol=float(plan.rtol),
             bias_bound=float(plan.bias_bound), y_bounds=y_bounds, neighbours=neighbours)
-        if groups is None:
-            return release
+        # the relation it protects, recorded as every model's release records it ("row" per row)
         return dataclasses.replace(release, neighbours=relation(types.SimpleNamespace(groups=groups)))
+
+
+def whitened_sensitivity(whitening: Any, multiplier: float, neighbours: Optional[Neighbours] = None) -> float:
+    """The Mahalanobis sensitivity ``Delta`` a published whitening matrix ``W`` [r, n] implies, recomputed from
+    ``W`` itself (never read from a plan): ``W = F^{-1} V / (s Delta)`` with the noise factor ``F`` scaled so
+    that its worst extreme change has unit Mahalanobis norm (the optimiser's convention: the eager release's
+    sensitivity, to rounding), so ``Delta = 1 / (s max_j ||W a_j||)`` over the neighbour map's columns ``a_j``
+    (``W``'s own without ``neighbours``). At least ``d K`` whenever the whitened shift passed its check."""
+    largest = float(tf.reduce_max(tf.norm(neighbour_columns(tf.convert_to_tensor(whitening, tf.float64), neighbours),
+                                          axis=0)))
+    if not (math.isfinite(largest) and largest > 0.0):
+        raise ValueError(f"the whitening matrix's largest column norm is {largest}: not a plan of any release")
+    return 1.0 / (float(multiplier) * largest)

@@ -35,6 +35,7 @@ so are the per-output bounds and data sensitivities.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -54,8 +55,10 @@ __all__ = [
     "model_outputs",
     "neighbour_columns",
     "output_neighbours",
+    "check_relation",
     "refuse_groups",
     "relation",
+    "relation_of",
 ]
 
 #: Persons with at most this many rows get every corner of their box (``2^(|G|-1)`` columns, exact);
@@ -206,14 +209,29 @@ def relation(model: Any) -> str:
     """The neighbouring relation a model's releases protect, as a release records it
     (``PrivateRelease.neighbours``, the card's ``neighbours``): ``"row"`` (one output of one row),
     ``"row (P outputs)"`` (all outputs of one row) or ``"person (groups, up to G rows[ of P outputs])"``."""
-    P = model_outputs(model)
-    of = f" of {P} outputs" if P > 1 else ""
     groups = getattr(model, "groups", None)
     ids = None if groups is None else validate_groups(groups, np.size(groups))
     largest = 1 if ids is None or not ids.size else int(np.unique(ids, return_counts=True)[1].max())
-    if largest > 1:
-        return f"person (groups, up to {largest} rows{of})"
+    return relation_of(model_outputs(model), largest)
+
+
+def relation_of(num_outputs: int, person_rows: int) -> str:
+    """The one format of a recorded relation: ``"row"``, ``"row (P outputs)"`` or ``"person (groups, up to G
+    rows[ of P outputs])"`` for ``num_outputs`` P and persons of at most ``person_rows`` G rows (1: a row)."""
+    P, G = int(num_outputs), int(person_rows)
+    if G > 1:
+        return f"person (groups, up to {G} rows{f' of {P} outputs' if P > 1 else ''})"
     return f"row ({P} outputs)" if P > 1 else "row"
+
+
+def check_relation(text: Any, num_outputs: int) -> str:
+    """``text`` if it is a relation a release of ``num_outputs`` outputs per row records (:func:`relation_of`
+    for some person size G >= 1), else ``ValueError``: how a release file's ``neighbours`` is read back."""
+    match = re.fullmatch(r"person \(groups, up to (\d{1,18}) rows.*", text) if isinstance(text, str) else None
+    if not (isinstance(text, str) and text == relation_of(num_outputs, int(match.group(1)) if match else 1)):
+        raise ValueError(f"{text!r} is not a neighbouring relation of a release of {int(num_outputs)} output(s) per "
+                         f"row ({relation_of(num_outputs, 1)!r} or {relation_of(num_outputs, 2)!r} with G >= 2 rows)")
+    return text
 
 
 def refuse_groups(model: Any, what: str) -> None:

@@ -44,6 +44,7 @@ from .io.format import (
     write_card,
 )
 from .calibration import gaussian_multiplier
+from .neighbours import check_relation
 from .validation import (
     MECHANISMS,
     Bounds,
@@ -65,6 +66,7 @@ __all__ = [
     "PrivatePrediction",
     "PrivateRelease",
     "Released",
+    "check_reproducible",
     "probit_approximation",
     "release_from_document",
     "releases_of_document",
@@ -305,8 +307,8 @@ class PrivateRelease(Released):
         fields["y_bounds"] = _card_bounds(card.get("y_bounds"), P, where)
         fields["certificate"] = _certificate(card.get("certificate", "missing"), where)
         neighbours = card.get("neighbours")
-        if neighbours is not None and not isinstance(neighbours, str):
-            raise ReleaseFileError(f"{where}.neighbours must be a string, got {neighbours!r}")
+        if neighbours is not None:  # a relation a release of P outputs records (None: not recorded)
+            _checked(where, "neighbours", check_relation, neighbours, P)
         fields["neighbours"] = neighbours
         ndim = 1 if P == 1 else 2
         a: Dict[str, Any] = take_arrays("PrivateRelease", arrays, {"mean": ndim, "variance": ndim, "noise_std": ndim,
@@ -710,6 +712,8 @@ def _check_meaning(where: str, fields: Mapping[str, Any], a: Mapping[str, np.nda
     bias = _checked(where, "bias_bound", check_real, "bias_bound", fields["bias_bound"])
     if bias < 0.0:
         raise ReleaseFileError(f"{where}.bias_bound must be >= 0, got {bias}")
+    if np.any(a["variance"] < 0.0):  # a posterior variance: the mechanisms publish it clamped at 0
+        raise ReleaseFileError(f"{where}: variance has negative values (a posterior variance is >= 0)")
     factor = a["noise_factor"]
     if factor.shape[1] < 1 or not np.any(factor):
         raise ReleaseFileError(f"{where}: noise_factor {list(factor.shape)} has no non-zero column: no noise")
@@ -739,11 +743,24 @@ def releases_of_document(document: ReleaseDocument) -> Tuple[PrivateRelease, ...
                         ("delta", math.fsum(r.delta for r in releases))):
         if document.card.get(name) != total:
             raise ReleaseFileError(f"card.{name} {document.card.get(name)!r} is not the total of the releases ({total!r})")
-    reproducible = any(r.reproducible for r in releases)
-    if document.card.get("reproducible") is not reproducible:
-        raise ReleaseFileError(f"card.reproducible {document.card.get('reproducible')!r} is not that of the releases "
-                               f"({reproducible!r})")
+    check_reproducible(document.card, releases)
     return releases
+
+
+def check_reproducible(card: Mapping[str, Any], releases: Sequence[PrivateRelease]) -> None:
+    """``ReleaseFileError`` unless every release of one file has the card's ``reproducible``: one object's
+    releases are seeded together or not at all (one ``seed`` seeds every step and class), so a release
+    flipped to false beside a seeded one is a forgery."""
+    flags = {r.reproducible for r in releases}
+    reproducible = any(flags)
+    if len(flags) > 1:
+        first = next(i for i, r in enumerate(releases) if r.reproducible != releases[0].reproducible)
+        raise ReleaseFileError(f"card.releases[{first}].reproducible {releases[first].reproducible!r} is not that of "
+                               f"card.releases[0] ({releases[0].reproducible!r}): one seed makes every release of a "
+                               "file reproducible")
+    if card.get("reproducible") is not reproducible:
+        raise ReleaseFileError(f"card.reproducible {card.get('reproducible')!r} is not that of the releases "
+                               f"({reproducible!r})")
 
 
 def release_from_document(document: ReleaseDocument) -> PrivateRelease:

@@ -58,6 +58,8 @@ import gpflow
 import numpy as np
 import tensorflow as tf
 
+from ..validation import check_magnitude, refuse_booleans
+
 __all__ = [
     "ARRAY_DTYPES",
     "FORMAT",
@@ -324,6 +326,25 @@ def _check_depth(document: Any) -> None:
         stack.extend((v, depth + 1) for v in children if isinstance(v, (dict, list)))
 
 
+#: Bytes read at a time beyond the size a file had when it was opened (it may grow while it is read).
+_READ_CHUNK = 2**20
+
+
+def _read_at_most(f: Any, size: int) -> bytes:
+    """What the open file ``f`` holds, read up to ``MAX_FILE_BYTES + 1`` bytes: its ``size`` (as it was when
+    opened) and one byte more in one read, then, only if it grew, chunks of :data:`_READ_CHUNK` bytes. Never
+    allocates more than the file holds (``f.read(n)`` reserves ``n`` bytes whatever the file's size)."""
+    chunks = [f.read(min(size, MAX_FILE_BYTES) + 1)]
+    read = len(chunks[0])
+    while read > size and read <= MAX_FILE_BYTES:  # the file grew since it was opened: the rest by chunks
+        chunk = f.read(min(_READ_CHUNK, MAX_FILE_BYTES + 1 - read))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        read += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
 def read(path: Union[str, os.PathLike]) -> ReleaseDocument:
     """Read and verify a release file: size, JSON (no duplicate keys, bounded depth), format, version,
     SHA-256, then the arrays.
@@ -335,7 +356,7 @@ def read(path: Union[str, os.PathLike]) -> ReleaseDocument:
     """
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        raw = f.read(MAX_FILE_BYTES + 1) if size <= MAX_FILE_BYTES else b""
+        raw = _read_at_most(f, size) if size <= MAX_FILE_BYTES else b""
     if size > MAX_FILE_BYTES or len(raw) > MAX_FILE_BYTES:
         raise ReleaseFileError(f"{path}: a release file may hold at most {MAX_FILE_BYTES} bytes, this one "
                                f"{max(size, len(raw))}")
@@ -351,7 +372,7 @@ def read(path: Union[str, os.PathLike]) -> ReleaseDocument:
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise ReleaseFileError(f"{path}: not a dpgp_gpflow release file (no \"format\": {FORMAT!r})")
     version = document.get("format_version")
-    if version != FORMAT_VERSION or isinstance(version, bool):
+    if type(version) is not int or version != FORMAT_VERSION:  # the integer 1: not 1.0, not true
         raise ReleaseFileVersionError(
             f"{path}: release file format version {version!r} is not supported; this dpgp_gpflow reads "
             f"version {FORMAT_VERSION} only")
@@ -483,34 +504,72 @@ def _check_kernel_size(spec: Any) -> None:
 
 def _parameter(cls_name: str, name: str, value: Any) -> np.ndarray:
     try:
+        refuse_booleans(name, value)
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise ReleaseFileError(f"kernel {cls_name}: parameter {name} must be a number or a list of numbers") from exc
     if arr.ndim > 1 or arr.size == 0 or not np.all(np.isfinite(arr)) or not np.all(arr > 0):
         raise ReleaseFileError(f"kernel {cls_name}: parameter {name} must be positive and finite, a scalar or a vector")
+    try:  # the releases' own rule for a positive scale: no subnormal (1e-320) or overflowing value
+        check_magnitude(f"kernel {cls_name}: parameter {name}", arr, positive=True)
+    except ValueError as exc:
+        raise ReleaseFileError(str(exc)) from None
     return arr
 
 
 def _active_dims(cls_name: str, spec: Any) -> Any:
     if spec is None:
         return None
-    if isinstance(spec, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in spec):
+    if isinstance(spec, list) and spec and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                               for d in spec):
         return spec
     if isinstance(spec, dict) and set(spec) == {"start", "stop", "step"} and all(
-            v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in spec.values()):
+            v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in spec.values()) and spec["step"] != 0:
         return slice(spec["start"], spec["stop"], spec["step"])
     raise ReleaseFileError(f"kernel {cls_name}: invalid active_dims {spec!r}")
 
 
-def kernel_from_spec(spec: Any) -> gpflow.kernels.Kernel:
+def _check_dimensions(cls_name: str, active_dims: Any, arrays: Mapping[str, np.ndarray], input_dim: int) -> None:
+    """``ReleaseFileError`` unless a kernel's ``active_dims`` name columns of the file's ``input_dim`` inputs
+    (at least one) and its ``lengthscales`` are one number or one per active column."""
+    if isinstance(active_dims, list):
+        beyond = sorted({d for d in active_dims if d >= input_dim})
+        if beyond:
+            raise ReleaseFileError(f"kernel {cls_name}: active_dims {beyond} are beyond the file's {input_dim} input "
+                                   "column(s)")
+        count = len(active_dims)
+    else:
+        count = len(range(input_dim) if active_dims is None else range(input_dim)[active_dims])
+        if count == 0:
+            raise ReleaseFileError(f"kernel {cls_name}: active_dims select none of the file's {input_dim} input column(s)")
+    lengthscales = arrays.get("lengthscales")
+    if lengthscales is not None and lengthscales.size not in (1, count):
+        raise ReleaseFileError(f"kernel {cls_name}: {lengthscales.size} lengthscales for {count} active input column(s)")
+
+
+def kernel_from_spec(spec: Any, input_dim: Optional[int] = None) -> gpflow.kernels.Kernel:
     """The frozen kernel (constants, no variables) of a :func:`kernel_spec`, with exactly the saved values;
     ``ReleaseFileError`` for a malformed specification or one over :data:`MAX_KERNEL_TERMS` kernels
-    (checked before any is built)."""
+    (checked before any is built), a parameter that is not positive, finite and within the releases' range
+    (:func:`~dpgp_gpflow.validation.check_magnitude`: no subnormal lengthscale) and, with the file's
+    ``input_dim``, ``active_dims`` or lengthscales that do not fit its inputs, or a kernel that cannot be
+    evaluated on them to finite values (so that predicting never meets TensorFlow's errors)."""
     _check_kernel_size(spec)
-    return _kernel_from_spec(spec)
+    kernel = _kernel_from_spec(spec, input_dim)
+    if input_dim is not None:
+        points = tf.constant(np.stack([np.zeros(int(input_dim)), np.ones(int(input_dim))]))  # [2, D]
+        try:
+            values = kernel(points).numpy()
+        except (tf.errors.InvalidArgumentError, ValueError, TypeError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ReleaseFileError(f"kernel: cannot be evaluated on the file's {input_dim} input column(s) "
+                                   f"({first})") from None
+        if values.shape != (2, 2) or not np.all(np.isfinite(values)):
+            raise ReleaseFileError(f"kernel: does not give finite [2, 2] values on the file's {input_dim} input column(s)")
+    return kernel
 
 
-def _kernel_from_spec(spec: Any) -> gpflow.kernels.Kernel:
+def _kernel_from_spec(spec: Any, input_dim: Optional[int] = None) -> gpflow.kernels.Kernel:
     if not isinstance(spec, dict) or not isinstance(spec.get("class"), str):
         raise ReleaseFileError("a kernel specification must be an object with a \"class\"")
     name = spec["class"]
@@ -518,7 +577,7 @@ def _kernel_from_spec(spec: Any) -> gpflow.kernels.Kernel:
         parts = spec.get("kernels")
         if set(spec) != {"class", "kernels"} or not isinstance(parts, list) or not parts:
             raise ReleaseFileError(f"kernel {name}: needs exactly a non-empty list \"kernels\"")
-        return _COMBINATIONS[name]([_kernel_from_spec(p) for p in parts])
+        return _COMBINATIONS[name]([_kernel_from_spec(p, input_dim) for p in parts])
     if name not in KERNEL_CLASSES:
         raise ReleaseFileKindError(f"unknown kernel class {name!r}; a release file holds {sorted(KERNEL_CLASSES)}, "
                                    "Sum and Product")
@@ -527,7 +586,10 @@ def _kernel_from_spec(spec: Any) -> gpflow.kernels.Kernel:
     if set(spec) != {"class", "active_dims", "parameters"} or not isinstance(values, dict) or set(values) != set(params):
         raise ReleaseFileError(f"kernel {name}: needs class, active_dims and parameters {list(params)}")
     arrays = {p: _parameter(name, p, values[p]) for p in params}
-    kernel = gpflow.utilities.freeze(cls(active_dims=_active_dims(name, spec["active_dims"]), **arrays))
+    active_dims = _active_dims(name, spec["active_dims"])
+    if input_dim is not None:
+        _check_dimensions(name, active_dims, arrays, int(input_dim))
+    kernel = gpflow.utilities.freeze(cls(active_dims=active_dims, **arrays))
     for p, arr in arrays.items():  # exactly the saved values (no round trip through a transform)
         setattr(kernel, p, tf.constant(arr))
     return kernel
@@ -564,6 +626,10 @@ def mean_function_from_spec(spec: Any) -> gpflow.functions.MeanFunction:
         raise ReleaseFileError("mean function Constant: c must be a list of numbers") from exc
     if c.ndim > 1 or c.size == 0 or not np.all(np.isfinite(c)):
         raise ReleaseFileError("mean function Constant: c must be a finite number or a non-empty list of them")
+    try:  # the releases' own range for a public value
+        check_magnitude("mean function Constant: c", c)
+    except ValueError as exc:
+        raise ReleaseFileError(str(exc)) from None
     mean = gpflow.utilities.freeze(gpflow.functions.Constant(c))
     mean.c = tf.constant(c)
     return mean

@@ -59,6 +59,7 @@ __all__ = [
     "FactoredModelMixin",
     "LeakGuardMixin",
     "PrivateModelMixin",
+    "check_mean_function",
     "prepare_private_data",
     "prepare_sparse_data",
     "split_dask_rows",
@@ -68,10 +69,30 @@ __all__ = [
 ]
 
 
+def check_mean_function(mean_function: Any, input_dim: int, num_outputs: int) -> None:
+    """``ValueError`` (one line, at construction) unless a user's public prior mean (None: the model's own)
+    evaluates at an input of ``input_dim`` columns to one column (one mean for every output) or
+    ``num_outputs`` columns (one per output): anything else would broadcast against the outputs later."""
+    if mean_function is None:
+        return
+    try:
+        columns = mean_function(tf.zeros([1, int(input_dim)], tf.float64))
+    except (tf.errors.InvalidArgumentError, ValueError, TypeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"the mean function cannot be evaluated at an input of {int(input_dim)} column(s): "
+                         f"{first}") from None
+    shape = tuple(columns.shape)
+    if len(shape) != 2 or shape[0] != 1 or shape[1] not in (1, int(num_outputs)):
+        allowed = "1" if int(num_outputs) == 1 else f"1 (one mean for every output) or {int(num_outputs)} (one per output)"
+        raise ValueError(f"the mean function gives {shape[-1] if shape else 0} column(s) per input; a model of "
+                         f"{int(num_outputs)} output(s) per row takes {allowed}")
+
+
 def prepare_private_data(data: Any, y_bounds: Any, data_sensitivity: Any, noise_variance: Any = None, *,
-                         several_outputs: bool = False):
+                         several_outputs: bool = False, mean_function: Any = None):
     """Validate ``(X, Y)`` (and ``noise_variance``: ``validate_noise_variance``, ``TypeError`` /
-    ``ValueError``), clip ``Y`` to the public bounds; returns ``(X, Y, bounds, d)``.
+    ``ValueError``; a user's ``mean_function``: :func:`check_mean_function`), clip ``Y`` to the public bounds;
+    returns ``(X, Y, bounds, d)``.
 
     ``several_outputs``: ``Y`` may be [N, P]; ``y_bounds`` a pair or [P, 2]
     (:func:`~dpgp_gpflow.validation.validate_output_bounds`) and ``d`` the tuple of the P per-output
@@ -85,6 +106,7 @@ def prepare_private_data(data: Any, y_bounds: Any, data_sensitivity: Any, noise_
         raise TypeError("data must be a pair (X, Y)") from exc
     X = as_inputs("X", X)
     Y = as_outputs("Y", Y, X.shape[0], several=several_outputs)
+    check_mean_function(mean_function, X.shape[1], Y.shape[1])
     if not several_outputs:
         bounds = validate_bounds(y_bounds)
         d = validate_data_sensitivity(data_sensitivity, bounds)
@@ -112,11 +134,11 @@ def split_dask_rows(data: Any, several_outputs: bool = False) -> Tuple[Any, Any,
 
 
 def prepare_sparse_data(data: Any, inducing_variable: Any, y_bounds: Any, data_sensitivity: Optional[float],
-                        noise_variance: Any = None):
+                        noise_variance: Any = None, mean_function: Any = None):
     """:func:`prepare_private_data` (several outputs: ``Y`` [N, P], ``y_bounds`` a pair or [P, 2],
-    ``data_sensitivity`` one number or P) for the sparse regression models, whose rows may also be Dask
-    arrays, and their public inducing inputs; returns ``(data, Z, bounds, d, dask_rows)``, ``d`` the tuple
-    of the P per-output sensitivities.
+    ``data_sensitivity`` one number or P; ``mean_function`` checked) for the sparse regression models, whose
+    rows may also be Dask arrays, and their public inducing inputs; returns ``(data, Z, bounds, d, dask_rows)``,
+    ``d`` the tuple of the P per-output sensitivities.
 
     In memory: ``data`` is the validated, clipped ``(X, Y)`` and ``dask_rows`` None. Dask arrays
     (:func:`~dpgp_gpflow.validation.as_dask_rows`): ``dask_rows = (X, Y)`` stays on the cluster (its
@@ -130,10 +152,11 @@ def prepare_sparse_data(data: Any, inducing_variable: Any, y_bounds: Any, data_s
         bounds = validate_output_bounds(y_bounds, P)
         d = validate_output_sensitivities(data_sensitivity, bounds, P)
         dim = int(rows[0].shape[1])
+        check_mean_function(mean_function, dim, P)
         data = (np.zeros((0, dim)), np.zeros((0, P)))
     else:
         X, Y, bounds, d = prepare_private_data((X, Y), y_bounds, data_sensitivity, noise_variance,
-                                               several_outputs=True)
+                                               several_outputs=True, mean_function=mean_function)
         dim, data = X.shape[1], (X, Y)
     return data, inducing_inputs(inducing_variable, dim), bounds, d, rows
 

@@ -113,7 +113,8 @@ class DPGPR(PrivateModelMixin, gpflow.models.GPR):
         hyperparameters_public: bool = False,
         groups: Any = None,
     ) -> None:
-        X, Y, bounds, d = prepare_private_data(data, y_bounds, data_sensitivity, noise_variance, several_outputs=True)
+        X, Y, bounds, d = prepare_private_data(data, y_bounds, data_sensitivity, noise_variance, several_outputs=True,
+                                               mean_function=mean_function)
         self._hold_outputs(Y.shape[1])
         self._hold_groups(groups, X.shape[0])
         model_made = []  # parameters made here from public information: not warned about

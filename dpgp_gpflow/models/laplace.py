@@ -452,7 +452,7 @@ class LaplaceReadout:
         if np.any(a["W_diag"] < 0):
             raise ReleaseFileError("LaplaceReadout: W_diag has negative values")
         readout = cls.__new__(cls)  # the factors as saved: nothing recomputed
-        readout._kernel = kernel_from_spec(content.get("kernel"))
+        readout._kernel = kernel_from_spec(content.get("kernel"), int(dim))
         readout._X = tf.constant(a["X"])
         readout.W_diag = tf.constant(a["W_diag"])
         readout.input_dim = int(dim)
@@ -504,7 +504,7 @@ class SoRReadout:
     def from_release_state(cls, content: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> "SoRReadout":
         """The readout of :meth:`release_state`'s ``(content, arrays)``, with exactly the saved factors."""
         a = take_factors("SoRReadout", content, arrays, "Z", ("Lmm", "La"))
-        return cls.from_factors(kernel_from_spec(content.get("kernel")), a["Z"], a["Lmm"], a["La"])
+        return cls.from_factors(kernel_from_spec(content.get("kernel"), a["Z"].shape[1]), a["Z"], a["Lmm"], a["La"])
 
     @classmethod
     def from_factors(cls, kernel: gpflow.kernels.Kernel, Z: Any, Lmm: Any, La: Any) -> "SoRReadout":

@@ -16,7 +16,7 @@ from typing import Any, Mapping, NamedTuple, Tuple
 
 from ..calibration import gaussian_multiplier
 from ..io.format import ReleaseDocument, ReleaseFileError
-from ..released import PrivateRelease
+from ..released import PrivateRelease, check_reproducible
 from ..validation import validate_delta, validate_epsilon
 from .one_vs_rest import class_relation, classes_moved, multiclass_step_multiplier, rows_relation
 
@@ -87,10 +87,7 @@ def multiclass_releases_of_document(document: ReleaseDocument) -> Tuple[Tuple[Pr
                                    f"s(epsilon, delta) = {step!r}")
         if r.neighbours != rows_relation(g):
             raise ReleaseFileError(f"{where}.neighbours {r.neighbours!r} is not {rows_relation(g)!r}")
-    reproducible = any(r.reproducible for r in releases)
-    if card.get("reproducible") is not reproducible:
-        raise ReleaseFileError(f"card.reproducible {card.get('reproducible')!r} is not that of the releases "
-                               f"({reproducible!r})")
+    check_reproducible(card, releases)
     if card.get("clip_to_bounds", False) is not False:
         raise ReleaseFileError("card.clip_to_bounds must be false: a classifier's latents are never clipped")
     return releases, MulticlassGuarantee(epsilon, delta, mu, K, steps, g)

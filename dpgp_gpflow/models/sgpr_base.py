@@ -150,7 +150,8 @@ class SparseReadout(abc.ABC):
         if "outputs" in content and not (isinstance(P, int) and not isinstance(P, bool) and P >= 2):
             raise ReleaseFileError(f"{cls.__name__}: outputs must be an integer >= 2 (absent for one output), "
                                    f"got {P!r}")
-        readout = cls(kernel_from_spec(content.get("kernel")), mean_function_from_spec(content.get("mean_function")),
+        readout = cls(kernel_from_spec(content.get("kernel"), a["Z"].shape[1]),
+                      mean_function_from_spec(content.get("mean_function")),
                       a["Z"], SparseTerms(a[L_name], a[LB_name], None), P)
         columns = int(readout._mean_function(tf.zeros([1, readout.input_dim], tf.float64)).shape[-1])
         if columns not in (1, P):
@@ -214,7 +215,7 @@ class DPSGPRBase(DaskRowsMixin, FactoredModelMixin):
         if y_bounds is None:
             raise TypeError("y_bounds=(lo, hi), public bounds on the outputs, is required")
         data, Z, bounds, d, dask_rows = prepare_sparse_data(data, inducing_variable, y_bounds, data_sensitivity,
-                                                            noise_variance)
+                                                            noise_variance, mean_function)
         if dask_rows is not None and is_dask_array(groups):
             raise TypeError("with Dask rows, give groups= as an in-memory array of the N public person ids "
                             "(e.g. groups.compute()): the streamed release cuts its chunks between persons from it")
