@@ -22,7 +22,8 @@ def model():
     rng = np.random.default_rng(0)
     X = rng.uniform(0.0, 3.0, (8, 1))
     Y = np.clip(np.sin(X) + 0.1 * rng.standard_normal((8, 1)), -1.0, 1.0)
-    return DPGPR((X, Y), gpflow.kernels.SquaredExponential(lengthscales=1.0), y_bounds=(-1.0, 1.0), noise_variance=0.1)
+    return DPGPR((X, Y), gpflow.kernels.SquaredExponential(lengthscales=1.0), y_bounds=(-1.0, 1.0), noise_variance=0.1,
+                 hyperparameters_public=True)  # chosen a priori
 
 
 def test_check_spend_spent_remaining():
@@ -108,10 +109,25 @@ def test_explicit_accountant_wins_over_the_context(model):
     assert explicit.spent == (0.5, 0.005) and ctx.spent == (0.0, 0.0)
 
 
-def test_no_accountant_spends_nothing(model):
-    acc = PrivacyAccountant(epsilon=1.0, delta=0.01)
-    model.release(XNEW, epsilon=0.5, delta=0.005, seed=0)
-    assert acc.spent == (0.0, 0.0)
+def test_no_accountant_spends_nothing(model, draws):
+    """With no accountant passed and no context active, the release still happens (one noise draw, a
+    finite mean) and no accountant is charged: not one that was entered and left before, nor one that
+    exists but was never handed in. The context's stack is empty again after each."""
+    left = PrivacyAccountant(epsilon=1.0, delta=0.01)
+    with left:
+        assert current_accountant() is left
+    assert current_accountant() is None
+    bystander = PrivacyAccountant(epsilon=1.0, delta=0.01)
+    rel = model.release(XNEW, epsilon=0.5, delta=0.005, seed=0)
+    assert len(draws) == 1  # the release was produced (noise drawn), not skipped
+    assert np.asarray(rel.mean).size == XNEW.shape[0] and np.all(np.isfinite(np.asarray(rel.mean)))
+    assert current_accountant() is None
+    for acc in (left, bystander):
+        assert acc.spent == (0.0, 0.0) and acc.ledger == () and acc.history() == []
+    # the same accountant entered around the same call is charged: the check above can see a charge
+    with left:
+        model.release(XNEW, epsilon=0.5, delta=0.005, seed=0)
+    assert left.spent == (0.5, 0.005) and len(left.ledger) == 1
 
 
 @pytest.mark.parametrize("mechanism", ["cloaking", "standard"])
