@@ -110,6 +110,12 @@ def test_a_clipped_release_passes_and_only_its_inner_values_are_checked(data):
     forged = dataclasses.replace(rel, mean=shifted)
     assert not dp.audit(forged, m, Xnew).passed
 
+    def outside(mean):  # NumPy: the inner values' distance from the span of their rows of F (offset 50)
+        F, v = rel.noise_factor[~at_bounds], mean[~at_bounds] - 50.0
+        return np.linalg.norm(F @ np.linalg.lstsq(F, v, rcond=None)[0] - v)
+
+    assert outside(rel.mean) <= 1e-9 * np.linalg.norm(rel.mean) and outside(shifted) > 1e-6  # the same verdicts
+
 
 @pytest.mark.parametrize("factor, message", [
     (lambda F: F[:, :0], "no columns"),
@@ -218,6 +224,17 @@ def test_a_release_for_smaller_persons_fails_against_the_real_ones(persons_data)
     assert report.releases[0].mu == pytest.approx(brute_force_mu(rel, C, [10.0], TRIPLES), rel=1e-6)  # 3 rows: exact
 
 
+def sparse_numpy_map(X, Z, Xnew, fitc):
+    """NumPy: the sparse predictive mean's map K_*u (Kuu + Kuf L^{-1} Kfu)^{-1} Kuf L^{-1} (Kuu with GPflow's
+    jitter), L = s2 I (SGPR) or diag(Kff - Qff) + s2 I (FITC)."""
+    Kuu = k_se(Z, Z, VAR, ELL) + gpflow.config.default_jitter() * np.eye(len(Z))
+    Kuf = k_se(Z, X, VAR, ELL)
+    lam = np.full(len(X), NOISE)
+    if fitc:
+        lam = lam + VAR - np.sum(Kuf * np.linalg.solve(Kuu, Kuf), axis=0)
+    return k_se(Xnew, Z, VAR, ELL) @ np.linalg.solve(Kuu + (Kuf / lam) @ Kuf.T, Kuf / lam)
+
+
 @pytest.mark.parametrize("cls", [DPSGPR, DPGPRFITC])
 def test_a_sparse_release_of_rows_fails_against_the_persons(persons_data, cls):
     """The releases at Xnew (PrivateRelease; release_function is tests/test_groups.py's)."""
@@ -228,10 +245,19 @@ def test_a_sparse_release_of_rows_fails_against_the_persons(persons_data, cls):
                    noise_variance=NOISE, y_bounds=tuple(OUT_BOUNDS[1]), hyperparameters_public=True, **kw)
 
     grouped = sparse(groups=TRIPLES)
-    assert dp.audit(grouped.release(Xnew, epsilon=1.0, delta=1e-3, seed=4), grouped, Xnew).passed
+    honest = grouped.release(Xnew, epsilon=1.0, delta=1e-3, seed=4)
+    assert dp.audit(honest, grouped, Xnew).passed
     per_row = sparse().release(Xnew, epsilon=1.0, delta=1e-3, seed=4)
     report = dp.audit(per_row, grouped, Xnew)
     assert not report.passed and report.epsilon > 2.0
+    # the same verdicts by brute force in NumPy: the sparse map (checked against GPflow's predictive mean),
+    # then the largest whitened shift over every corner of every person of 3 rows, against the claim 1/s
+    C = sparse_numpy_map(X, X[::3], Xnew, cls is DPGPRFITC)
+    mid = float(np.mean(OUT_BOUNDS[1]))
+    np.testing.assert_allclose(mid + C @ (np.clip(Y[:, 1], *OUT_BOUNDS[1]) - mid),
+                               grouped.predict_f(Xnew)[0].numpy()[:, 0], rtol=1e-6)
+    assert brute_force_mu(honest, C, [10.0], TRIPLES) * honest.noise_multiplier <= 1.0 + 1e-6
+    assert brute_force_mu(per_row, C, [10.0], TRIPLES) * per_row.noise_multiplier > 1.5
 
 
 def test_a_release_of_rows_fails_against_persons_above_the_corner_limit(persons_data):
@@ -270,10 +296,16 @@ def test_sparse_releases_of_several_outputs_that_ignore_them_fail(persons_data, 
                                  noise_std=np.stack([r.noise_std for r in alone], axis=1))
     assert not dp.audit(joined, m, Xnew).passed
     narrow = sparse(Y[:, 1:], bounds, data_sensitivity=[10.0, 10.0])
-    assert dp.audit(narrow.release(Xnew, **options), narrow, Xnew).passed
-    assert not dp.audit(narrow.release(Xnew, **options), m, Xnew).passed
+    narrow_rel = narrow.release(Xnew, **options)
+    assert dp.audit(narrow_rel, narrow, Xnew).passed
+    assert not dp.audit(narrow_rel, m, Xnew).passed
     grouped = sparse(Y[:, 1:], bounds, groups=TRIPLES)
     assert dp.audit(grouped.release(Xnew, **options), grouped, Xnew).passed
     report = dp.audit(rel, grouped, Xnew)
     assert not report.passed and report.epsilon > 2.0
+    # the same verdicts by brute force in NumPy over every corner (widths 10 and 20; rows, then persons of 3)
+    C, widths = sparse_numpy_map(X, X[::3], Xnew, cls is DPGPRFITC), bounds[:, 1] - bounds[:, 0]
+    assert brute_force_mu(rel, C, widths) * rel.noise_multiplier <= 1.0 + 1e-6
+    assert brute_force_mu(narrow_rel, C, widths) * narrow_rel.noise_multiplier > 1.5
+    assert brute_force_mu(rel, C, widths, TRIPLES) * rel.noise_multiplier > 1.5
     assert not dp.audit(m.release_function(**options), grouped).passed
