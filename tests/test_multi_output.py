@@ -265,6 +265,20 @@ def test_one_output_is_bit_identical_to_the_release_before_several_outputs(name)
         np.testing.assert_array_equal(rel.mean, np.array([float.fromhex(v) for v in mean]))
         np.testing.assert_array_equal(rel.noise_factor.ravel(), np.array([float.fromhex(v) for v in factor]))
         assert rel.neighbours == ("row" if name == "rows" else "person (groups, up to 2 rows)")
+        # the pin above is a regression pin; the NumPy reference: the mean before the seeded noise is the
+        # projection of 5 + C (y - 5) onto span(F), and every person's (row's) corner shift whitens to <= 1/s
+        C = np.linalg.solve(k_se(X, X, VAR, LENGTHSCALE) + NOISE * np.eye(len(X)), k_se(X, Xs, VAR, LENGTHSCALE)).T
+        F = rel.noise_factor
+        xi, _ = dp.sampling.standard_normal(rel.rank, 5)
+        target = C @ (Y[:, 0] - 5.0)
+        Q = np.linalg.qr(F)[0]
+        np.testing.assert_allclose(rel.mean - 5.0 - F @ xi, Q @ (Q.T @ target), rtol=0,
+                                   atol=1e-9 * np.max(np.abs(target)))
+        persons = np.arange(12)[:, None] if name == "rows" else np.arange(12).reshape(6, 2)
+        corners = [10.0 * C[:, g] @ np.array(signs) for g in persons for signs in
+                   ([(1.0,)] if len(g) == 1 else [(1.0, 1.0), (1.0, -1.0)])]
+        shift = np.max(np.linalg.norm(np.linalg.lstsq(F, np.array(corners).T, rcond=None)[0], axis=0))
+        assert 0.5 <= shift * rel.noise_multiplier <= 1.0 + 1e-9
 
 
 # ---------------------------------------------------------------------------------------------
