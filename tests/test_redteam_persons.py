@@ -284,8 +284,9 @@ def _cv_map(X, tr, te, lengthscale):
 
 
 def test_multiclass_selection_with_a_smaller_d_still_covers_every_label_move():
-    """A selection of a DPMulticlassLaplaceGPC with d=1: either refused (labels move by exactly 2), or every
-    config's sensitivity bounds the NumPy change of the CV utility over every label moved to every other class.
+    """A selection of a DPMulticlassLaplaceGPC with d=1 is refused before anything is reserved (labels move
+    by exactly 2); with d unset, every config's sensitivity bounds the NumPy change of the CV utility over
+    every label moved to every other class (brute force).
     No release budget (the utility has no noise term): u = -sum_a sum_f |C_f y_a,train - y_a,test|_1."""
     K = 3
     X, labels = class_data(9, K, seed=0)
@@ -294,11 +295,11 @@ def test_multiclass_selection_with_a_smaller_d_still_covers_every_label_move():
              (np.setdiff1d(np.arange(9), np.arange(0, 9, 3)), np.arange(0, 9, 3))]
     model = DPMulticlassLaplaceGPC((X, labels), gpflow.kernels.SquaredExponential(), num_classes=K,
                                    hyperparameters_public=True)
-    try:
-        sel = select_hyperparameters(model, grid, epsilon=1.0, d=1.0, folds=folds, seed=0,
-                                     accountant=PrivacyAccountant(epsilon=2.0))
-    except ValueError:
-        return  # refused: fine
+    accountant = PrivacyAccountant(epsilon=2.0)
+    with pytest.raises(ValueError, match=r"d = 1\.0 for DPMulticlassLaplaceGPC: .*labels move by exactly 2"):
+        select_hyperparameters(model, grid, epsilon=1.0, d=1.0, folds=folds, seed=0, accountant=accountant)
+    assert accountant.spent == (0.0, 0.0) and accountant.history() == []
+    sel = select_hyperparameters(model, grid, epsilon=1.0, folds=folds, seed=0, accountant=accountant)
     assert sel.neighbours == "row, labels moved between classes"
 
     def utility(values, ls):
