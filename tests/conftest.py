@@ -74,3 +74,17 @@ def draws(monkeypatch):
 
         monkeypatch.setattr(sampling, name, counting)
     return calls
+
+
+#: The package's warnings that pyproject.toml's filterwarnings silences in the suite; the command line's
+#: tests read them from stderr (the command line shows them under the filters in force), so there they are
+#: shown as a user sees them.
+_OWN_WARNINGS = ("ReproducibleNoiseWarning", "ClippingWarning", "ReleaseBudgetWarning", "HyperparameterWarning")
+_COMMAND_LINE_TESTS = ("test_cli.", "test_cli_", "test_demo.", "test_entry_point.")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.path.name.startswith(_COMMAND_LINE_TESTS):
+            for name in _OWN_WARNINGS:
+                item.add_marker(pytest.mark.filterwarnings(f"default::dpgp_gpflow.exceptions.{name}"))
