@@ -31,8 +31,10 @@ _EXPORTS: Dict[str, str] = {
     "LedgerError": "exceptions",
     "PrivacyLeakError": "exceptions",
     "PrivacyLeakWarning": "exceptions",
+    "ReleaseBudgetWarning": "exceptions",
     "ReproducibleNoiseWarning": "exceptions",
     "cloaking_matrix": "models",
+    "allow_undeclared_hyperparameters": "leak_guard",
     "audit": "privacy_audit",
     "load": "io.loading",
     "PrivateClassifier": "released",
@@ -54,9 +56,11 @@ __all__ = [
     "PrivateModel",
     "PrivateRelease",
     "PublicReadout",
+    "ReleaseBudgetWarning",
     "ReleaseTerms",
     "ReproducibleNoiseWarning",
     "accounting",
+    "allow_undeclared_hyperparameters",
     "audit",
     "baselines",
     "calibration",
@@ -130,8 +134,10 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
         LedgerError,
         PrivacyLeakError,
         PrivacyLeakWarning,
+        ReleaseBudgetWarning,
         ReproducibleNoiseWarning,
     )
+    from .leak_guard import allow_undeclared_hyperparameters
     from .models import cloaking_matrix
     from .privacy_audit import audit
     from .io.loading import load

@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
+from .leak_guard import validate_declaration
 from .validation import validate_hyperparameter_magnitudes
 
 __all__ = [
@@ -132,8 +133,8 @@ class PrivateModel(Protocol):
     def check_hyperparameters_public(self, declared: bool) -> None:
         """Raise ``PrivacyLeakError`` unless the hyperparameters are public (or ``declared`` so)."""
 
-    # Optional: ``warn_undeclared_hyperparameters()``, called before releases
-    # (:func:`check_release_hyperparameters`).
+    # Optional: ``check_undeclared_hyperparameters()``, called before releases
+    # (:func:`check_release_hyperparameters`): raises for values it cannot tell from fitted ones.
 
 
 @runtime_checkable
@@ -163,12 +164,14 @@ def latent_terms_and_readout(model: FactoredPrivateModel) -> Tuple[ReleaseTerms,
 
 def check_release_hyperparameters(model: PrivateModel, declared: bool) -> None:
     """The leak guard before a release: ``model.check_hyperparameters_public(declared)`` (raises), then,
-    unless ``declared``, the optional ``model.warn_undeclared_hyperparameters()`` (values given at
-    construction and never declared public: fitted elsewhere on the same outputs, they would leak)."""
+    unless ``declared``, the optional ``model.check_undeclared_hyperparameters()`` (values given at
+    construction and never declared public: fitted elsewhere on the same outputs, they would leak; raises
+    ``PrivacyLeakError``, or warns inside ``with dpgp_gpflow.allow_undeclared_hyperparameters():``)."""
+    declared = validate_declaration(declared)  # a truthy string must not declare everything public
     model.check_hyperparameters_public(declared)
-    warn = getattr(model, "warn_undeclared_hyperparameters", None)
-    if not declared and warn is not None:
-        warn()
+    check = getattr(model, "check_undeclared_hyperparameters", None)
+    if not declared and check is not None:
+        check()
     # and their magnitudes: beyond +-MAX_MAGNITUDE (or a positive scale below its reciprocal) the release overflows
     validate_hyperparameter_magnitudes(model)
 

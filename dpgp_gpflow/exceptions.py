@@ -15,6 +15,7 @@ __all__ = [
     "LedgerError",
     "PrivacyLeakError",
     "PrivacyLeakWarning",
+    "ReleaseBudgetWarning",
     "ReproducibleNoiseWarning",
 ]
 
@@ -37,7 +38,8 @@ class PrivacyLeakError(RuntimeError):
     """A release was refused because it could not be guaranteed private.
 
     Typically: the hyperparameters were fitted on the private outputs (the model's marginal
-    likelihood was evaluated) and the user did not declare them public.
+    likelihood was evaluated), changed since they were recorded public, or were given at construction
+    (not GPflow's defaults) and never declared public, and the user did not declare them public.
     """
 
 
@@ -51,15 +53,23 @@ class ReproducibleNoiseWarning(PrivacyLeakWarning):
 
 
 class HyperparameterWarning(UserWarning):
-    """A release used hyperparameters that were given when the model was built, are not
-    GPflow's defaults and were never declared public: nothing can tell whether they were fitted on the
-    private outputs elsewhere (e.g. a kernel trained in a plain ``gpflow.models.GPR`` and reused). If
-    they were, the release is not DP. Declare them (``hyperparameters_public=True``) or select them
-    privately (:func:`dpgp_gpflow.selection.select_hyperparameters`); ``docs/guides/from_gpflow.md``.
+    """Opt-in (inside ``with dpgp_gpflow.allow_undeclared_hyperparameters():``; by default the release
+    raises :class:`PrivacyLeakError` instead): a release used hyperparameters that were given when the
+    model was built, are not GPflow's defaults and were never declared public: nothing can tell whether
+    they were fitted on the private outputs elsewhere (e.g. a kernel trained in a plain
+    ``gpflow.models.GPR`` and reused). If they were, the release is not DP. Declare them
+    (``hyperparameters_public=True``) or select them privately
+    (:func:`dpgp_gpflow.selection.select_hyperparameters`); ``docs/guides/from_gpflow.md``.
 
-    Not a :class:`PrivacyLeakWarning`: it is a reminder of an assumption no check can verify, shown
-    once per call site by Python's default filter.
+    Not a :class:`PrivacyLeakWarning`: it is a reminder of an assumption the caller chose to vouch for,
+    shown once per call site by Python's default filter.
     """
+
+
+class ReleaseBudgetWarning(UserWarning):
+    """A hyperparameter selection could not tell the budget of the release that follows (no
+    ``epsilon_release`` / ``delta_release`` and no accountant with budget left), so its utility ignores
+    that release's noise and tends to favour configurations that need much of it. Not a privacy issue."""
 
 
 class ClippingWarning(UserWarning):

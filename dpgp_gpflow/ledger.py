@@ -9,9 +9,10 @@ read-check-write sequence atomic: a lock in memory, ``BEGIN IMMEDIATE`` on disk,
 threads and processes sharing one ledger can never together overspend.
 
 Every event is ``held`` when a release reserves its budget, then ``committed`` (after its draw,
-before its value is returned) or ``cancelled`` (given back unused). Held events count as spent. A
-process killed between its hold and its commit leaves its events held, so they stay counted
-(conservative: a crash can lose a result, never a spend). :meth:`LedgerStore.history` gives one
+before its value is returned) or ``cancelled`` (given back unused). Held events count against the
+budget (every check subtracts them) but are not committed: the accountant shows them in ``held``, not
+``spent``. A process killed between its hold and its commit leaves its events held, so they stay counted
+against the budget (conservative: a crash can lose a result, never a spend). :meth:`LedgerStore.history` gives one
 row per event with ``id``, ``time`` (UTC ISO, when held), ``settled`` (when committed or
 cancelled), ``kind``, ``epsilon``, ``delta``, ``mu``, ``description``, ``dataset``, ``status``,
 ``pid`` and ``reservation``.

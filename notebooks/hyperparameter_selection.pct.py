@@ -83,8 +83,8 @@ def reduce_in_tests(n, test_n):
 # mean is the midpoint. The split in halves and the CV folds are seeded permutations of the row
 # indices: they do not depend on the heights, so they are public. The model's own hyperparameters
 # are GPflow's defaults, chosen without looking at the heights: `hyperparameters_public=True` says
-# so (a model built with values that were never declared public makes its releases warn
-# `HyperparameterWarning`, since they might have been fitted on the outputs elsewhere). Every
+# so (a model built with values that were never declared public refuses to release,
+# `PrivacyLeakError`, since they might have been fitted on the outputs elsewhere). Every
 # value the selection sets is in the grid anyway.
 
 # %%

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import gpflow
 import numpy as np
 import pytest
@@ -59,14 +61,20 @@ def train_then_reset_flag(m):
     object.__setattr__(m, "_private_objective_evaluated", False)
 
 
+def gpr():
+    """A DPGPR whose noise variance 0.1 (not GPflow's default) is declared public: chosen a priori."""
+    return DPGPR((X, Y), se(), y_bounds=(-2.0, 2.0), noise_variance=0.1, hyperparameters_public=True)
+
+
 CASES = [
     ("laplace-mode", lambda: DPLaplaceGPC((X, L), se()), train_laplace_mode),
-    ("fitc-log-density", lambda: DPGPRFITC((X, Y), se(), Z, noise_variance=0.1, y_bounds=(-2.0, 2.0)),
+    ("fitc-log-density", lambda: DPGPRFITC((X, Y), se(), Z, noise_variance=0.1, y_bounds=(-2.0, 2.0),
+                                           hyperparameters_public=True),
      train_predict_log_density),
-    ("gpr-log-density", lambda: DPGPR((X, Y), se(), y_bounds=(-2.0, 2.0), noise_variance=0.1), train_predict_log_density),
-    ("shared-kernel", lambda: DPGPR((X, Y), se(), y_bounds=(-2.0, 2.0), noise_variance=0.1), train_shared_kernel),
-    ("multiple-assign", lambda: DPGPR((X, Y), se(), y_bounds=(-2.0, 2.0), noise_variance=0.1), assign_trained_values),
-    ("reset-flag", lambda: DPGPR((X, Y), se(), y_bounds=(-2.0, 2.0), noise_variance=0.1), train_then_reset_flag),
+    ("gpr-log-density", gpr, train_predict_log_density),
+    ("shared-kernel", gpr, train_shared_kernel),
+    ("multiple-assign", gpr, assign_trained_values),
+    ("reset-flag", gpr, train_then_reset_flag),
 ]
 
 
@@ -90,7 +98,7 @@ def test_training_on_the_outputs_by_any_route_is_refused(name, make, train, draw
 
 
 def test_values_set_a_priori_after_construction_need_a_declaration():
-    m = DPGPR((X, Y), se(), y_bounds=(-2.0, 2.0), noise_variance=0.1)
+    m = gpr()
     m.kernel.lengthscales.assign(2.5)  # chosen without the outputs, but nothing can tell
     with pytest.raises(dp.PrivacyLeakError, match="lengthscales"):
         publish(m)
@@ -99,9 +107,74 @@ def test_values_set_a_priori_after_construction_need_a_declaration():
 
 
 def test_a_private_selection_applied_is_public():
-    m = DPGPR((X, Y), se(), y_bounds=(-2.0, 2.0), noise_variance=0.1)
+    m = gpr()
     grid = [{".kernel.lengthscales": v} for v in (0.5, 2.0)]
     sel = dp.selection.select_hyperparameters(m, grid, epsilon=1.0, folds=2, seed=0)
     sel.apply(m)
     assert m.changed_hyperparameters() == []
     publish(m)
+
+
+# ---------------------------------------------------------------------------------------------
+# GPflow's regression tutorial (issue 34 item 2): values fitted before the model was built refuse by default
+
+
+def tutorial_kernel():
+    """GPflow's tutorial on the private outputs: a GPR trained with gpflow.optimizers.Scipy."""
+    m = gpflow.models.GPR((X, Y), kernel=gpflow.kernels.SquaredExponential())
+    gpflow.optimizers.Scipy().minimize(m.training_loss, m.trainable_variables, options=dict(maxiter=50))
+    return m
+
+
+def fitted_away_from_defaults(m):
+    """The tutorial's parameters that moved off GPflow's defaults (1.0 each), by direct comparison."""
+    values = {".kernel.lengthscales": m.kernel.lengthscales.numpy(), ".kernel.variance": m.kernel.variance.numpy(),
+              ".likelihood.variance": m.likelihood.variance.numpy()}
+    return sorted(path for path, v in values.items() if not np.isclose(v, 1.0))
+
+
+def test_the_tutorial_path_is_refused_naming_the_parameters_with_nothing_reserved(draws):
+    m = tutorial_kernel()
+    moved = fitted_away_from_defaults(m)
+    assert moved == [".kernel.lengthscales", ".kernel.variance", ".likelihood.variance"]
+    private = DPGPR((X, Y), m.kernel, y_bounds=(-2.0, 2.0), noise_variance=float(m.likelihood.variance.numpy()))
+    accountant = dp.PrivacyAccountant(epsilon=10.0, delta=1e-2)
+    with pytest.raises(dp.PrivacyLeakError) as refused:
+        private.release(XNEW, epsilon=1.0, delta=1e-3, accountant=accountant)
+    message = str(refused.value)
+    for part in moved + ["select_hyperparameters", "hyperparameters_public=True", "declare_hyperparameters_public()"]:
+        assert part in message, part
+    assert "\n" not in message
+    assert draws == [] and accountant.history() == [] and accountant.held == (0.0, 0.0)
+
+
+def test_the_tutorial_path_declared_public_releases_and_is_charged():
+    m = tutorial_kernel()
+    private = DPGPR((X, Y), m.kernel, y_bounds=(-2.0, 2.0), noise_variance=float(m.likelihood.variance.numpy()),
+                    hyperparameters_public=True)  # the user's claim: chosen without Y
+    accountant = dp.PrivacyAccountant(epsilon=10.0, delta=1e-2)
+    released = private.release(XNEW, epsilon=1.0, delta=1e-3, accountant=accountant)
+    assert np.all(np.isfinite(released.mean))
+    assert accountant.spent == (1.0, 1e-3)
+
+
+def test_only_gpflow_defaults_release_without_refusal_or_warning():
+    m = DPGPR((X, Y), gpflow.kernels.SquaredExponential(), y_bounds=(-2.0, 2.0))  # every value GPflow's default
+    accountant = dp.PrivacyAccountant(epsilon=10.0, delta=1e-2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dp.HyperparameterWarning)
+        m.release(XNEW, epsilon=1.0, delta=1e-3, accountant=accountant)
+    assert accountant.spent == (1.0, 1e-3)
+
+
+def test_the_warning_is_opt_in_and_scoped_to_its_block(draws):
+    m = DPGPR((X, Y), gpflow.kernels.SquaredExponential(lengthscales=2.5), y_bounds=(-2.0, 2.0))
+    with dp.allow_undeclared_hyperparameters():
+        with pytest.warns(dp.HyperparameterWarning, match=r"\['\.kernel\.lengthscales'\]") as caught:
+            m.release(XNEW, epsilon=1.0, delta=1e-3)
+    assert len(caught) == 1 and "\n" not in str(caught[0].message) and caught[0].filename == __file__
+    assert len(draws) > 0
+    n = len(draws)
+    with pytest.raises(dp.PrivacyLeakError, match=r"\['\.kernel\.lengthscales'\]"):  # the block ended
+        m.release(XNEW, epsilon=1.0, delta=1e-3)
+    assert len(draws) == n

@@ -16,6 +16,8 @@ from dpgp_gpflow.selection import select_hyperparameters
 pytestmark = pytest.mark.filterwarnings("ignore::dpgp_gpflow.ReproducibleNoiseWarning")
 
 LO, HI = -2.0, 2.0
+#: every model here has hyperparameters chosen a priori (the leak guard refuses undeclared ones)
+PUBLIC = dict(hyperparameters_public=True)
 
 
 def se():
@@ -32,18 +34,19 @@ def toy():
 
 
 ENTRY_POINTS = {
-    "cloaking": lambda t: DPGPR((t[0], t[1]), se(), y_bounds=(LO, HI), noise_variance=0.1).release(
+    "cloaking": lambda t: DPGPR((t[0], t[1]), se(), y_bounds=(LO, HI), noise_variance=0.1, **PUBLIC).release(
         t[3], epsilon=1.0, delta=1e-3),
-    "standard": lambda t: DPGPR((t[0], t[1]), se(), y_bounds=(LO, HI), noise_variance=0.1).release(
+    "standard": lambda t: DPGPR((t[0], t[1]), se(), y_bounds=(LO, HI), noise_variance=0.1, **PUBLIC).release(
         t[3], epsilon=1.0, delta=1e-3, mechanism="standard"),
-    "fitc-function": lambda t: DPGPRFITC((t[0], t[1]), se(), t[4], noise_variance=0.1, y_bounds=(LO, HI))
+    "fitc-function": lambda t: DPGPRFITC((t[0], t[1]), se(), t[4], noise_variance=0.1, y_bounds=(LO, HI), **PUBLIC)
     .release_function(epsilon=1.0, delta=1e-3),
-    "laplace-2-steps": lambda t: DPLaplaceGPC((t[0], t[2]), se()).release(epsilon=1.0, delta=1e-3, steps=2),
-    "sparse-classifier": lambda t: DPSparseLaplaceGPC((t[0], t[2]), se(), t[4]).release(epsilon=1.0, delta=1e-3),
-    "pipeline-at-Xnew-classifier": lambda t: dp.pipeline.release(DPLaplaceGPC((t[0], t[2]), se()), t[3],
+    "laplace-2-steps": lambda t: DPLaplaceGPC((t[0], t[2]), se(), **PUBLIC).release(epsilon=1.0, delta=1e-3, steps=2),
+    "sparse-classifier": lambda t: DPSparseLaplaceGPC((t[0], t[2]), se(), t[4], **PUBLIC).release(epsilon=1.0,
+                                                                                                    delta=1e-3),
+    "pipeline-at-Xnew-classifier": lambda t: dp.pipeline.release(DPLaplaceGPC((t[0], t[2]), se(), **PUBLIC), t[3],
                                                                  epsilon=1.0, delta=1e-3),
     "selection": lambda t: select_hyperparameters(
-        DPGPR((t[0], t[1]), se(), y_bounds=(LO, HI), noise_variance=0.1),
+        DPGPR((t[0], t[1]), se(), y_bounds=(LO, HI), noise_variance=0.1, **PUBLIC),
         [{".kernel.lengthscales": v} for v in (0.5, 2.0)], epsilon=1.0, folds=2),
     "laplace-bins": lambda t: release_bin_means(t[0], t[1], make_bins(edges=[np.linspace(0, 6, 4)]),
                                                 y_bounds=(LO, HI), epsilon=1.0),
@@ -74,7 +77,7 @@ def test_each_entry_point_charges_what_it_draws(toy, entry, draws):
 def test_a_released_function_does_not_follow_later_training(toy):
     X, Y, _, Xnew, Z = toy
     mean = gpflow.functions.Constant(np.array([0.0]))  # trainable, public at release time
-    model = DPGPRFITC((X, Y), se(), Z, noise_variance=0.1, y_bounds=(LO, HI), mean_function=mean)
+    model = DPGPRFITC((X, Y), se(), Z, noise_variance=0.1, y_bounds=(LO, HI), mean_function=mean, **PUBLIC)
     pf = model.release_function(epsilon=1.0, delta=1e-3, seed=1)
     before = pf.predict(Xnew)
     model.mean_function.c.assign([5.0])
@@ -86,7 +89,7 @@ def test_a_released_function_does_not_follow_later_training(toy):
 
 def test_released_classifier_does_not_follow_later_training(toy):
     X, _, L, Xnew, _ = toy
-    model = DPLaplaceGPC((X, L), se())
+    model = DPLaplaceGPC((X, L), se(), **PUBLIC)
     pc = model.release(epsilon=1.0, delta=1e-3, seed=2)
     p_before = pc.predict_y(Xnew)[0].numpy()
     model.kernel.lengthscales.assign(0.2)
@@ -95,7 +98,7 @@ def test_released_classifier_does_not_follow_later_training(toy):
 
 def test_selection_respects_the_leak_guard(toy):
     X, Y, *_ = toy
-    model = DPGPR((X, Y), se(), y_bounds=(LO, HI), noise_variance=0.1)
+    model = DPGPR((X, Y), se(), y_bounds=(LO, HI), noise_variance=0.1, **PUBLIC)
     model.training_loss()  # the marginal likelihood of the private outputs: variance and noise now leak
     grid = [{".kernel.lengthscales": v} for v in (0.5, 2.0)]
     with pytest.raises(dp.PrivacyLeakError):
@@ -106,8 +109,8 @@ def test_selection_respects_the_leak_guard(toy):
 
 def test_outputs_replaced_after_construction_are_clipped_at_release(toy):
     X, Y, _, Xnew, _ = toy
-    model = DPGPR((X, Y), se(), y_bounds=(LO, HI), noise_variance=0.1)
-    clipped = DPGPR((X, np.clip(np.full_like(Y, 1e4), LO, HI)), se(), y_bounds=(LO, HI), noise_variance=0.1)
+    model = DPGPR((X, Y), se(), y_bounds=(LO, HI), noise_variance=0.1, **PUBLIC)
+    clipped = DPGPR((X, np.clip(np.full_like(Y, 1e4), LO, HI)), se(), y_bounds=(LO, HI), noise_variance=0.1, **PUBLIC)
     model.data = (model.data[0], tf.constant(np.full_like(Y, 1e4)))  # the GPflow idiom skips the constructor
     with pytest.warns(dp.ClippingWarning):
         a = model.release(Xnew, epsilon=1.0, delta=1e-3, seed=3)
@@ -120,10 +123,10 @@ def test_outputs_replaced_after_construction_are_clipped_at_release(toy):
 
 
 @pytest.mark.parametrize("make", [
-    lambda t: DPGPR((t[0], t[1]), se(), y_bounds=(LO, HI), noise_variance=0.1),
-    lambda t: DPGPRFITC((t[0], t[1]), se(), t[4], noise_variance=0.1, y_bounds=(LO, HI)),
-    lambda t: DPLaplaceGPC((t[0], t[2]), se()),
-    lambda t: DPSparseLaplaceGPC((t[0], t[2]), se(), t[4]),
+    lambda t: DPGPR((t[0], t[1]), se(), y_bounds=(LO, HI), noise_variance=0.1, **PUBLIC),
+    lambda t: DPGPRFITC((t[0], t[1]), se(), t[4], noise_variance=0.1, y_bounds=(LO, HI), **PUBLIC),
+    lambda t: DPLaplaceGPC((t[0], t[2]), se(), **PUBLIC),
+    lambda t: DPSparseLaplaceGPC((t[0], t[2]), se(), t[4], **PUBLIC),
 ])
 def test_bounds_and_data_sensitivity_are_fixed_after_construction(toy, make):
     model = make(toy)
@@ -137,11 +140,11 @@ def test_bounds_and_data_sensitivity_are_fixed_after_construction(toy, make):
 
 def test_float32_default_fails_closed_with_a_clear_message(toy):
     X, Y, *_ = toy
-    model = DPGPR((X, Y), se(), y_bounds=(LO, HI), noise_variance=0.1)
+    model = DPGPR((X, Y), se(), y_bounds=(LO, HI), noise_variance=0.1, **PUBLIC)
     gpflow.config.set_default_float(np.float32)
     try:
         with pytest.raises(TypeError, match="set_default_float"):
-            DPGPR((X, Y), se(), y_bounds=(LO, HI), noise_variance=0.1)
+            DPGPR((X, Y), se(), y_bounds=(LO, HI), noise_variance=0.1, **PUBLIC)
         with pytest.raises(TypeError, match="float64"):
             model.release(toy[3], epsilon=1.0, delta=1e-3)
     finally:
@@ -150,7 +153,7 @@ def test_float32_default_fails_closed_with_a_clear_message(toy):
 
 def test_noise_std_does_not_underflow_far_from_the_data(toy):
     X, Y, *_ = toy
-    model = DPGPR((X, Y), se(), y_bounds=(LO, HI), noise_variance=0.1)
+    model = DPGPR((X, Y), se(), y_bounds=(LO, HI), noise_variance=0.1, **PUBLIC)
     far = np.array([[3.0], [3.0 + 1.2 * 30.0]])  # the second is 30 lengthscales from every input
     rel = model.release(far, epsilon=1.0, delta=1e-3, seed=1)
     F = rel.noise_factor.astype(np.longdouble)  # an independent norm in extended precision
@@ -160,11 +163,12 @@ def test_noise_std_does_not_underflow_far_from_the_data(toy):
 
 
 AUDITED = {
-    "cloaking": lambda t: (DPGPR((t[0], t[1]), se(), y_bounds=(LO, HI), noise_variance=0.1), "at"),
-    "standard": lambda t: (DPGPR((t[0], t[1]), se(), y_bounds=(LO, HI), noise_variance=0.1), "standard"),
-    "fitc-function": lambda t: (DPGPRFITC((t[0], t[1]), se(), t[4], noise_variance=0.1, y_bounds=(LO, HI)), "fn"),
-    "laplace-2-steps": lambda t: (DPLaplaceGPC((t[0], t[2]), se()), "steps"),
-    "sparse-classifier": lambda t: (DPSparseLaplaceGPC((t[0], t[2]), se(), t[4]), "cls"),
+    "cloaking": lambda t: (DPGPR((t[0], t[1]), se(), y_bounds=(LO, HI), noise_variance=0.1, **PUBLIC), "at"),
+    "standard": lambda t: (DPGPR((t[0], t[1]), se(), y_bounds=(LO, HI), noise_variance=0.1, **PUBLIC), "standard"),
+    "fitc-function": lambda t: (DPGPRFITC((t[0], t[1]), se(), t[4], noise_variance=0.1, y_bounds=(LO, HI),
+                                          **PUBLIC), "fn"),
+    "laplace-2-steps": lambda t: (DPLaplaceGPC((t[0], t[2]), se(), **PUBLIC), "steps"),
+    "sparse-classifier": lambda t: (DPSparseLaplaceGPC((t[0], t[2]), se(), t[4], **PUBLIC), "cls"),
 }
 
 
@@ -185,7 +189,7 @@ def test_the_user_audit_recovers_the_claimed_privacy(toy, entry):
 
 
 def test_the_user_audit_catches_too_little_noise(toy):
-    model = DPGPR((toy[0], toy[1]), se(), y_bounds=(LO, HI), noise_variance=0.1)
+    model = DPGPR((toy[0], toy[1]), se(), y_bounds=(LO, HI), noise_variance=0.1, **PUBLIC)
     rel = model.release(toy[3], epsilon=1.0, delta=1e-3, seed=2)
     from dataclasses import replace
 
@@ -203,7 +207,7 @@ def test_non_finite_latent_terms_are_refused_before_any_budget_is_held(toy, draw
     """release_function reads and checks the public latent terms before reserving: a model whose map
     is not finite (here a kernel gone to inf) is refused with nothing drawn, held or spent."""
     X, Y, _, _, Z = toy
-    model = DPGPRFITC((X, Y), se(), Z, noise_variance=0.1, y_bounds=(LO, HI))
+    model = DPGPRFITC((X, Y), se(), Z, noise_variance=0.1, y_bounds=(LO, HI), **PUBLIC)
     terms = model.latent_terms()
     bad = np.array(dp.contract.dense_map(terms.map))
     bad[0, 0] = np.inf
@@ -311,7 +315,6 @@ def test_one_validation_and_one_reservation_per_release(toy, monkeypatch, how):
 
 # Every cloaking release path, called with extra options: an invalid rtol or tol is refused by the one
 # validation (mechanisms.release_request) before anything is reserved.
-PUBLIC = dict(hyperparameters_public=True)
 OPTION_PATHS = {
     "cloaking": lambda t, **o: DPGPR((t[0], t[1]), se(), y_bounds=(LO, HI), noise_variance=0.1, **PUBLIC)
     .release(t[3], epsilon=1.0, delta=1e-3, **o),

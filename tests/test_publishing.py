@@ -26,6 +26,8 @@ from dpgp_gpflow.released import PrivateClassifier, PrivateFunction, PrivateRele
 pytestmark = pytest.mark.filterwarnings("ignore::dpgp_gpflow.ReproducibleNoiseWarning")
 
 LO, HI = -2.0, 2.0
+#: every model here has hyperparameters chosen a priori (the leak guard refuses undeclared ones)
+PUBLIC = dict(hyperparameters_public=True)
 
 
 def se():
@@ -47,16 +49,18 @@ def toy():
 
 # Each builds its model inside and returns only the released object: the model is gone before any load.
 KINDS = {
-    "cloaking": lambda t: DPGPR((t[0], t[1]), se(), y_bounds=(LO, HI), noise_variance=0.1).release(
+    "cloaking": lambda t: DPGPR((t[0], t[1]), se(), y_bounds=(LO, HI), noise_variance=0.1, **PUBLIC).release(
         t[3], epsilon=1.0, delta=1e-3, seed=1),
-    "standard": lambda t: DPGPR((t[0], t[1]), se(), y_bounds=(LO, HI), noise_variance=0.1).release(
+    "standard": lambda t: DPGPR((t[0], t[1]), se(), y_bounds=(LO, HI), noise_variance=0.1, **PUBLIC).release(
         t[3], epsilon=1.0, delta=1e-3, mechanism="standard", seed=2),
-    "fitc-function": lambda t: DPGPRFITC((t[0], t[1]), sum_kernel(), t[4], noise_variance=0.1, y_bounds=(LO, HI))
+    "fitc-function": lambda t: DPGPRFITC((t[0], t[1]), sum_kernel(), t[4], noise_variance=0.1, y_bounds=(LO, HI),
+                                         **PUBLIC)
     .release_function(epsilon=1.0, delta=1e-3, seed=3),
-    "sgpr-function": lambda t: DPSGPR((t[0], t[1]), se(), t[4], noise_variance=0.1, y_bounds=(LO, HI))
+    "sgpr-function": lambda t: DPSGPR((t[0], t[1]), se(), t[4], noise_variance=0.1, y_bounds=(LO, HI), **PUBLIC)
     .release_function(epsilon=1.0, delta=1e-3, seed=6),
-    "laplace-2-steps": lambda t: DPLaplaceGPC((t[0], t[2]), se()).release(epsilon=1.0, delta=1e-3, steps=2, seed=4),
-    "sparse-classifier": lambda t: DPSparseLaplaceGPC((t[0], t[2]), se(), t[4]).release(
+    "laplace-2-steps": lambda t: DPLaplaceGPC((t[0], t[2]), se(), **PUBLIC).release(epsilon=1.0, delta=1e-3, steps=2,
+                                                                                    seed=4),
+    "sparse-classifier": lambda t: DPSparseLaplaceGPC((t[0], t[2]), se(), t[4], **PUBLIC).release(
         epsilon=1.0, delta=1e-3, seed=5),
 }
 EXPECTED = {  # (loaded class, the readout's arrays): nothing else is written
@@ -145,7 +149,7 @@ def test_round_trip_gives_identical_arrays_card_and_predictions(name, released, 
 
 def test_loading_never_needs_the_model(toy, tmp_path):
     X, Y, _, _, Z = toy
-    model = DPGPRFITC((X, Y), se(), Z, noise_variance=0.1, y_bounds=(LO, HI))
+    model = DPGPRFITC((X, Y), se(), Z, noise_variance=0.1, y_bounds=(LO, HI), **PUBLIC)
     pf = model.release_function(epsilon=1.0, delta=1e-3, seed=7)
     expected = pf.predict(query_inputs())
     path = pf.save(tmp_path / "function.json")
@@ -278,7 +282,7 @@ def test_a_wrong_version_or_unknown_kind_is_refused(saved, tmp_path):
 def test_an_unknown_kernel_is_refused_at_save(toy, tmp_path):
     X, Y, _, _, Z = toy
     kernel = gpflow.kernels.Periodic(se(), period=3.0)
-    pf = DPGPRFITC((X, Y), kernel, Z, noise_variance=0.1, y_bounds=(LO, HI)).release_function(
+    pf = DPGPRFITC((X, Y), kernel, Z, noise_variance=0.1, y_bounds=(LO, HI), **PUBLIC).release_function(
         epsilon=1.0, delta=1e-3, seed=6)
     path = tmp_path / "periodic.json"
     with pytest.raises(NotImplementedError, match="cannot save a .*Periodic kernel"):

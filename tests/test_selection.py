@@ -21,6 +21,7 @@ import tensorflow as tf
 import pytest
 from scipy import stats
 
+import dpgp_gpflow as dp
 import dpgp_gpflow.selection as selection_module
 from dpgp_gpflow import BudgetExceededError, PrivacyAccountant, ReproducibleNoiseWarning, sampling
 from dpgp_gpflow.accounting import PrivacyEvent
@@ -400,7 +401,8 @@ def data():
 
 
 def make_gpr(data):
-    return DPGPR(data, gpflow.kernels.SquaredExponential(lengthscales=1.0), y_bounds=(-1.5, 1.5), noise_variance=0.05)
+    return DPGPR(data, gpflow.kernels.SquaredExponential(lengthscales=1.0), y_bounds=(-1.5, 1.5), noise_variance=0.05,
+                 hyperparameters_public=True)  # chosen a priori
 
 
 GRID = [{".kernel.lengthscales": ls, ".likelihood.variance": 0.01} for ls in (0.01, 1.0, 100.0)]
@@ -452,7 +454,7 @@ def test_release_noise_std_matches_actual_release(data):
     np.testing.assert_allclose(std, rel.noise_std, rtol=1e-9)
     # one cached profile serves several budgets (as CrossValidation.noise_std does)
     short = DPGPR(data, gpflow.kernels.SquaredExponential(lengthscales=0.3), y_bounds=(-1.5, 1.5),
-                  noise_variance=1e-4)
+                  noise_variance=1e-4, hyperparameters_public=True)
     profile = selection_module.cross_validation._NoiseProfile(short.cloaking_matrix(X), data_sensitivity=3.0,
                                              output_bound=short.output_bound, objective="mse")
     for eps in (5.0, 0.2, 1.0):
@@ -460,7 +462,7 @@ def test_release_noise_std_matches_actual_release(data):
             rel = short.release(X, epsilon=eps, delta=1e-3, seed=0)
         np.testing.assert_allclose(profile.std(analytic_gaussian_multiplier(eps, 1e-3)), rel.noise_std, rtol=1e-9)
     Z = np.linspace(0.0, 6.0, 4)[:, None]
-    fitc = DPGPRFITC(data, gpflow.kernels.SquaredExponential(), Z, noise_variance=0.1, y_bounds=(-1.5, 1.5))
+    fitc = DPGPRFITC(data, gpflow.kernels.SquaredExponential(), Z, noise_variance=0.1, y_bounds=(-1.5, 1.5), hyperparameters_public=True)
     with pytest.warns(ReproducibleNoiseWarning):
         rel = fitc.release(Xnew, epsilon=0.5, delta=0.01, seed=0)
     std = release_noise_std(fitc.release_terms(tf.constant(Xnew)).map, data_sensitivity=fitc.data_sensitivity,
@@ -710,8 +712,8 @@ def test_select_hyperparameters_for_a_classifier(labels):
     X, y = labels
     model = DPLaplaceGPC((X, y[:, None]), gpflow.kernels.SquaredExponential())
     grid = [{".kernel.lengthscales": ls, ".kernel.variance": 10.0} for ls in (0.005, 0.5, 500.0)]
-    acc = PrivacyAccountant(epsilon=2.0, delta=1e-3)
-    with pytest.warns(ReproducibleNoiseWarning):
+    acc = PrivacyAccountant(epsilon=1.0, delta=0.0)  # no budget left for a release: the noise-free utility
+    with pytest.warns(ReproducibleNoiseWarning), pytest.warns(dp.ReleaseBudgetWarning):
         sel, diag = select_hyperparameters(model, grid, epsilon=1.0, folds=4, seed=0, accountant=acc,
                                            diagnostics=True)
     assert acc.spent[0] == pytest.approx(1.0) and acc.spent[1] == 0.0
@@ -859,6 +861,7 @@ def test_select_with_permute_and_flip(data, draws):
     # exact (seed None): no warning, not reproducible, and PF's P(best) >= the exponential mechanism's
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        warnings.simplefilter("ignore", dp.ReleaseBudgetWarning)  # no release budget here: the noise-free utility
         exact, pf = select_hyperparameters(model, GRID, epsilon=0.5, cross_validation=cv,
                                            mechanism="permute_and_flip", diagnostics=True)
     _, em = select_hyperparameters(model, GRID, epsilon=0.5, cross_validation=cv, diagnostics=True)

@@ -34,6 +34,7 @@ from ..contract import (
     stacked,
 )
 from ..exceptions import HyperparameterWarning, PrivacyLeakError
+from ..leak_guard import undeclared_hyperparameters_refused, validate_declaration
 from ..pipeline import reference_coordinates
 from ..released import PrivateFunction, PrivateRelease
 from ..validation import (
@@ -203,11 +204,14 @@ def _parameter_owner(module: Any, path: str) -> Tuple[Any, str]:
 @functools.lru_cache(maxsize=None)
 def _default_values(cls: Type[Any]) -> Dict[str, np.ndarray]:
     """GPflow's default value of each parameter of ``cls``: the numeric keyword defaults of its
-    constructor, and (for GPflow's own classes) the parameters of an instance built with no arguments."""
+    constructor when that constructor is GPflow's (or this package's), and (for GPflow's own classes) the
+    parameters of an instance built with no arguments. A user's class that defines its own constructor has
+    no defaults here: its keyword defaults could hold values fitted on the outputs."""
     defaults: Dict[str, np.ndarray] = {}
     signature: Mapping[str, inspect.Parameter]
+    trusted = str(getattr(cls.__init__, "__module__", None) or "").startswith(("gpflow.", "dpgp_gpflow."))
     try:
-        signature = inspect.signature(cls.__init__).parameters
+        signature = inspect.signature(cls.__init__).parameters if trusted else {}
     except (TypeError, ValueError):
         signature = {}
     for name, p in signature.items():
@@ -269,8 +273,9 @@ class LeakGuardMixin:
     (GPflow's tutorial: train a ``gpflow.models.GPR``, reuse its kernel). So values given at
     construction that are not GPflow's defaults and were never declared public (constructor flag
     ``hyperparameters_public=True``, :meth:`declare_hyperparameters_public`,
-    :meth:`~dpgp_gpflow.selection.Selection.apply`) make every release warn
-    (:class:`~dpgp_gpflow.HyperparameterWarning`); ``release(..., hyperparameters_public=True)``
+    :meth:`~dpgp_gpflow.selection.Selection.apply`) make every release refuse too
+    (:meth:`check_undeclared_hyperparameters`; only a warning, :class:`~dpgp_gpflow.HyperparameterWarning`,
+    inside ``with dpgp_gpflow.allow_undeclared_hyperparameters():``); ``release(..., hyperparameters_public=True)``
     overrides all of this for one release (``docs/privacy_model.md#leak-guard``).
     """
 
@@ -291,13 +296,12 @@ class LeakGuardMixin:
 
     def _guard_construction(self, hyperparameters_public: bool, model_made: Sequence[str] = ()) -> None:
         """Called at the end of a constructor: record the values as given (later changes are refused)
-        and, unless ``hyperparameters_public``, note those a release must warn about: not GPflow's
+        and, unless ``hyperparameters_public``, note those a release refuses: not GPflow's
         defaults and not made by the model itself (paths under ``model_made``, e.g. the public
         default mean or the public inducing inputs)."""
-        if not isinstance(hyperparameters_public, (bool, np.bool_)):
-            raise TypeError(f"hyperparameters_public must be True or False, got {hyperparameters_public!r}")
+        declared = validate_declaration(hyperparameters_public)
         self.declare_hyperparameters_public()
-        if hyperparameters_public:
+        if declared:
             return
         given = tuple(path for path, value in self._parameter_values().items()
                       if not any(path == p or path.startswith(p + ".") for p in model_made)
@@ -307,7 +311,7 @@ class LeakGuardMixin:
     @property
     def undeclared_hyperparameters(self) -> List[str]:
         """Paths of the parameters given at construction (not GPflow's defaults) that were never
-        declared public: a release warns about them (:class:`~dpgp_gpflow.HyperparameterWarning`)."""
+        declared public: a release refuses them (:meth:`check_undeclared_hyperparameters`)."""
         return list(self.__dict__.get("_undeclared_hyperparameters", ()))
 
     def declare_hyperparameters_public(self, paths: Optional[Iterable[str]] = None) -> None:
@@ -347,7 +351,7 @@ class LeakGuardMixin:
                       if path not in recorded or path not in now or not np.array_equal(recorded[path], now[path]))
 
     def _check_hyperparameters_public(self, hyperparameters_public: bool) -> None:
-        if hyperparameters_public:
+        if validate_declaration(hyperparameters_public):
             return
         name = type(self).__name__
         if self._private_objective_evaluated:
@@ -369,20 +373,31 @@ class LeakGuardMixin:
                 "hyperparameters_public=True (docs/guides/from_gpflow.md)."
             )
 
-    def warn_undeclared_hyperparameters(self) -> None:
-        """Warn (:class:`~dpgp_gpflow.HyperparameterWarning`, one line pointing at the caller) about the
-        values given at construction that were never declared public; releases call it
-        (:func:`dpgp_gpflow.contract.check_release_hyperparameters`), selection does not (its grid
-        replaces the values it covers)."""
+    def check_undeclared_hyperparameters(self, grid: Optional[Iterable[str]] = None) -> None:
+        """The leak guard's third signal: :attr:`undeclared_hyperparameters` (given at construction, not
+        GPflow's defaults, never declared public) may have been fitted on these outputs before the model was
+        built, so they raise :class:`~dpgp_gpflow.PrivacyLeakError` naming them and the two ways forward
+        (inside ``with dpgp_gpflow.allow_undeclared_hyperparameters():`` they warn instead,
+        :class:`~dpgp_gpflow.HyperparameterWarning`, one line pointing at the caller). Releases call it
+        (:func:`dpgp_gpflow.contract.check_release_hyperparameters`); a selection passes its ``grid``'s
+        paths, whose values it replaces, and is refused for the rest only."""
         name, undeclared = type(self).__name__, self.undeclared_hyperparameters
-        if undeclared:
-            warnings.warn(HyperparameterWarning(
-                f"{name}: the hyperparameters {undeclared} were given when the model was built and never "
-                "declared public; if they were fitted on these outputs (e.g. a kernel trained in "
-                "gpflow.models.GPR and reused) this release is not DP. If they were chosen without the outputs, "
-                "build the model with hyperparameters_public=True (or call model.declare_hyperparameters_public()); "
-                f"otherwise {_selection_hint()} (docs/guides/from_gpflow.md)."
-            ), stacklevel=_outside_package_stacklevel())
+        covered = set(grid or ())
+        undeclared = [p for p in undeclared if not any(p == g or p.startswith(g + ".") for g in covered)]
+        if not undeclared:
+            return
+        where = "this release" if grid is None else "this selection (its grid does not set them; they are used as given)"
+        cause = (f"{name}: the hyperparameters {undeclared} were given when the model was built, are not GPflow's "
+                 "defaults and were never declared public; nothing can tell them from values fitted on these "
+                 "outputs (e.g. a kernel trained in gpflow.models.GPR with gpflow.optimizers.Scipy and reused), and "
+                 f"then {where} would not be DP.")
+        private = _selection_hint() if grid is None else "add them to the grid (the selection then chooses them privately)"
+        ways = (f"Either {private}; or, if they were chosen without the outputs, build the model with "
+                "hyperparameters_public=True (or call model.declare_hyperparameters_public()) "
+                "(docs/guides/from_gpflow.md).")
+        if undeclared_hyperparameters_refused():
+            raise PrivacyLeakError(f"{cause} Refused, nothing reserved. {ways}")
+        warnings.warn(HyperparameterWarning(f"{cause} {ways}"), stacklevel=_outside_package_stacklevel())
 
 
 class PrivateModelMixin(LeakGuardMixin):
@@ -494,8 +509,8 @@ class PrivateModelMixin(LeakGuardMixin):
 
     def check_hyperparameters_public(self, declared: bool) -> None:
         """The leak guard: unless ``declared``, raises ``PrivacyLeakError`` after the training objective
-        ran or a parameter changed (releases also warn about undeclared values given at construction:
-        :meth:`warn_undeclared_hyperparameters`)."""
+        ran or a parameter changed (releases also refuse undeclared values given at construction:
+        :meth:`check_undeclared_hyperparameters`)."""
         self._check_hyperparameters_public(declared)
 
     def _split_inputs(self, train: Any, test: Any) -> Tuple[tf.Tensor, tf.Tensor]:

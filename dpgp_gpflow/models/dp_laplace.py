@@ -202,7 +202,7 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
     Privacy assumption: ``X`` and the kernel hyperparameters are public. Evaluating the training
     objective (the Laplace marginal likelihood) marks the model; :meth:`release` then refuses unless
     ``hyperparameters_public=True``. Kernel values given here that are not GPflow's defaults make it
-    warn (:class:`~dpgp_gpflow.HyperparameterWarning`) unless the constructor's
+    refuse too (:class:`~dpgp_gpflow.PrivacyLeakError`) unless the constructor's
     ``hyperparameters_public=True`` declares them chosen without the labels.
 
     ``groups`` (public integers [N], default None): rows with the same value belong to one person, and
@@ -401,7 +401,7 @@ class DPSparseLaplaceGPC(_LabelContract, DaskRowsMixin, FactoredModelMixin, Lapl
 
     Privacy assumption: ``X``, ``Z`` and the kernel hyperparameters are public;
     ``hyperparameters_public=True`` declares the kernel values given here chosen without the labels
-    (otherwise non-default values make releases warn, :class:`~dpgp_gpflow.HyperparameterWarning`).
+    (otherwise non-default values make releases refuse, :class:`~dpgp_gpflow.PrivacyLeakError`).
     ``groups`` (public integers [N]): persons, as for :class:`DPLaplaceGPC`; with Dask rows an in-memory
     array beside them (the streamed release cuts its chunks between persons, whose rows must be consecutive).
     """

@@ -127,7 +127,7 @@ class DPGPRFITC(DPSGPRBase, gpflow.models.GPRFITC):
 
     Privacy assumption: ``X``, ``Z``, kernel hyperparameters and noise variance are public.
     ``hyperparameters_public=True`` declares the values given here chosen without ``Y``; otherwise
-    those that are not GPflow's defaults make releases warn (:class:`~dpgp_gpflow.HyperparameterWarning`).
+    those that are not GPflow's defaults make releases refuse (:class:`~dpgp_gpflow.PrivacyLeakError`).
     The training objective reads the outputs: running it arms the leak guard.
     """
 

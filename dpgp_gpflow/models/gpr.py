@@ -85,7 +85,7 @@ class DPGPR(PrivateModelMixin, gpflow.models.GPR):
     Privacy assumption: ``X``, the kernel hyperparameters, the noise variance and the mean function
     are public. Training them on ``Y`` (evaluating the marginal likelihood) makes :meth:`release`
     refuse unless they are declared public; values given here that are not GPflow's defaults make it
-    warn (:class:`~dpgp_gpflow.HyperparameterWarning`: they may have been fitted on ``Y`` before)
+    refuse too (:class:`~dpgp_gpflow.PrivacyLeakError`: they may have been fitted on ``Y`` before)
     unless ``hyperparameters_public=True`` declares them chosen without ``Y``. ``predict_f`` is
     GPflow's non-private prediction: publish only what :meth:`release` returns.
 

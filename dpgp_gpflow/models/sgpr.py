@@ -183,7 +183,7 @@ class DPSGPR(DPSGPRBase, gpflow.models.SGPR):
 
     Privacy assumption: ``X``, ``Z``, kernel hyperparameters and noise variance are public.
     ``hyperparameters_public=True`` declares the values given here chosen without ``Y``; otherwise
-    those that are not GPflow's defaults make releases warn (:class:`~dpgp_gpflow.HyperparameterWarning`). The
+    those that are not GPflow's defaults make releases refuse (:class:`~dpgp_gpflow.PrivacyLeakError`). The
     training objective (``elbo``, and ``upper_bound``) reads the outputs: running it arms the leak guard.
 
     ``private_inputs=True`` (docs/guides/whole_rows.md): the inputs are private too. ``x_bounds=[(lo_1, hi_1),

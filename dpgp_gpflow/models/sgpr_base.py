@@ -176,7 +176,7 @@ class DPSGPRBase(DaskRowsMixin, FactoredModelMixin):
 
     Privacy assumption: ``X``, ``Z``, kernel hyperparameters and noise variance are public.
     ``hyperparameters_public=True`` declares the values given here chosen without ``Y``; otherwise
-    those that are not GPflow's defaults make releases warn (:class:`~dpgp_gpflow.HyperparameterWarning`).
+    those that are not GPflow's defaults make releases refuse (:class:`~dpgp_gpflow.PrivacyLeakError`).
     ``groups`` (public integers [N], default None): rows with the same value belong to one person, whose
     outputs releases protect together (docs/guides/groups.md); with Dask rows an in-memory array beside them
     (the streamed release cuts its chunks between persons, whose rows must be consecutive).

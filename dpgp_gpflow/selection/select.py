@@ -4,6 +4,7 @@ and, on request only, the data owner's private :class:`SelectionDiagnostics`."""
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
@@ -11,6 +12,7 @@ import numpy as np
 from gpflow.utilities import multiple_assign
 
 from ..accounting import PrivacyAccountant, PrivacyEvent, Reservation, reserve
+from ..exceptions import ReleaseBudgetWarning
 from ..validation import (
     validate_calibration,
     validate_delta,
@@ -107,6 +109,38 @@ class SelectionDiagnostics:
                 f"{np.size(self.utilities)} configurations, not shown)")
 
 
+def _check_undeclared(model: Any, declared: bool, grid: Sequence[Config]) -> None:
+    """The leak guard's check of undeclared values given at construction (each class's problem for a
+    multi-class model), except the paths every configuration of ``grid`` sets (their values are replaced)."""
+    if declared:
+        return
+    covered = sorted(set.intersection(*(set(config) for config in grid)))
+    for target in (model.problems if is_multiclass(model) else (model,)):
+        check = getattr(target, "check_undeclared_hyperparameters", None)
+        if check is not None:
+            check(grid=covered)
+
+
+def _release_budget(accountants: Sequence[PrivacyAccountant]) -> Tuple[Optional[float], Optional[float]]:
+    """The release budget a selection's utility assumes when none is given: the smallest budget left
+    (``remaining``, basic composition) among ``accountants``, read while the selection's own event is held;
+    ``(None, None)`` with a one-line :class:`~dpgp_gpflow.ReleaseBudgetWarning` when there is none (no
+    accountant, or no epsilon or delta left). Public: the ledger holds budgets, not data."""
+    left = [(acc.remaining, acc.epsilon, acc.delta) for acc in accountants]
+    # a rounding residue of a spent budget (1e-9 of it or less) is no budget
+    if left and all(e > 1e-9 * budget_e and d > 1e-9 * budget_d for (e, d), budget_e, budget_d in left):
+        epsilon, delta = min(e for (e, _), _, _ in left), min(d for (_, d), _, _ in left)
+        if epsilon < math.inf and delta < 1.0:
+            return epsilon, delta
+    warnings.warn(ReleaseBudgetWarning(
+        "hyperparameter selection: the budget of the release that follows is unknown (no epsilon_release and "
+        "delta_release, no accountant with epsilon and delta left), so the utility ignores the release's noise "
+        "and may favour configurations that need much of it; give the budget you will release with "
+        "(epsilon_release= and delta_release=; on the command line -o with --release-epsilon and "
+        "--release-delta, or --ledger)"), stacklevel=3)
+    return None, None
+
+
 def select_hyperparameters(
     model,
     grid: Optional[Sequence[Config]] = None,
@@ -136,8 +170,9 @@ def select_hyperparameters(
     ``model``: any :class:`~dpgp_gpflow.contract.PrivateModel` (see :func:`cross_validate` for the
     loss) holding the private outputs. Its hyperparameters in the grid are not used and not changed
     (see :meth:`Selection.apply`); those outside the grid are used as they are, so they must be
-    public: a model whose training objective ran is refused (``PrivacyLeakError``) unless
-    ``hyperparameters_public=True``. ``grid``: a list of dicts of GPflow parameter paths to values;
+    public: a model whose training objective ran, or whose values outside the grid were given at construction
+    (not GPflow's defaults) and never declared public, is refused (``PrivacyLeakError``, nothing reserved)
+    unless ``hyperparameters_public=True``. ``grid``: a list of dicts of GPflow parameter paths to values;
     ``None`` (default) takes :func:`~dpgp_gpflow.selection.default_grid` (built from public information only).
     ``folds``: the number of folds (a public split seeded by ``split_seed``) or a list of
     ``(train, test)`` index arrays. ``d``: how far one output may move (default the model's
@@ -148,8 +183,13 @@ def select_hyperparameters(
     influence, no clipping) or ``"squared"`` (the JMLR paper's ``E[clip(r + Z, -4d, 4d)^2]``,
     ``8 d^2`` per unit; docs/selection.md#sensitivity). The utility includes the expected effect of the DP noise of a cloaking release of each fold's
     test predictions at ``(epsilon_release, delta_release)`` (``objective``/``calibration`` as for
-    ``release``); with no release budget the noise is taken as zero (the utility then ignores the
-    privacy cost of the release, and tends to favour configurations that need a lot of noise).
+    ``release``). Without them the release budget defaults to what the accountant has left once the
+    selection's own epsilon is held (the smallest ``remaining``, basic composition, of the accountants
+    it charges: ``accountant``, a reservation's, or the enclosing ``with PrivacyAccountant(...)`` blocks;
+    public, read from the ledger), recorded on the :class:`Selection`; pass them when the release will spend
+    less. With no accountant, or none with epsilon and delta left, the noise is taken as zero and a
+    :class:`~dpgp_gpflow.ReleaseBudgetWarning` says so in one line (the utility then ignores the privacy
+    cost of the release, and tends to favour configurations that need a lot of noise).
     ``release_noise``: how that noise is modelled, ``"bound"`` (default: ``s d max_i |C_ji|`` per
     prediction, the least noise any Gaussian release of it can add; one pass over each fold map;
     within a few percent of the optimised noise at most predictions) or ``"optimised"`` (the
@@ -221,6 +261,8 @@ def select_hyperparameters(
     # Everything is refused before the budget is reserved: TypeError / ValueError.
     grid_source = "given" if grid is not None else "default"
     checked_grid = validate_grid(model, default_grid(model) if grid is None else grid)
+    # The values outside the grid are used as given: undeclared ones are refused too (leak guard).
+    _check_undeclared(model, hyperparameters_public, checked_grid)
     if cross_validation is None:
         splits = resolve_splits(folds, num_rows(model), split_seed)
         if d is not None:
@@ -232,7 +274,8 @@ def select_hyperparameters(
                          "compute it with cross_validate(model, grid) on this model")
     description = f"{MECHANISM_NAMES[mechanism]}: hyperparameter selection"
     with reserve(accountant, [PrivacyEvent(epsilon, 0.0, "pure", None, description)]) as reservation:
-
+        if epsilon_release is None:  # public: the ledger's budget left once the selection's own is held
+            epsilon_release, delta_release = _release_budget(reservation.accountants)
         if cross_validation is None:
             cv = cross_validate(model, checked_grid, folds=splits, d=d, progress=progress,
                                 hyperparameters_public=hyperparameters_public)

@@ -106,6 +106,7 @@ def release(problem: Problem, y: np.ndarray, key: str, seed):
         gpflow.kernels.SquaredExponential(variance=KERNEL_VARIANCE, lengthscales=LENGTHSCALE),
         y_bounds=BOUNDS,
         noise_variance=NOISE_VARIANCE,
+        hyperparameters_public=True,  # the protocol's values, chosen a priori
     )
     return model.release(problem.Xs, seed=seed, **spec)
 

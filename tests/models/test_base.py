@@ -1,6 +1,7 @@
 """The leak guard's GPflow workflow (models/base.py): the public-hyperparameter declaration, the
-warning for values given at construction (GPflow's regression tutorial: train a ``GPR``, reuse its
-kernel), GPflow defaults, selections, and the refusal messages."""
+refusal of values given at construction and never declared (GPflow's regression tutorial: train a
+``GPR``, reuse its kernel; a warning only inside ``dp.allow_undeclared_hyperparameters()``), GPflow
+defaults, selections, and the refusal messages."""
 
 from __future__ import annotations
 
@@ -61,11 +62,15 @@ def train(m, maxiter=5):
 
 
 @pytest.mark.parametrize("name", sorted(MAKERS))
-def test_values_given_at_construction_warn_unless_declared_by_the_constructor_flag(name):
+def test_values_given_at_construction_refuse_unless_declared_by_the_constructor_flag(name, draws):
     make = MAKERS[name]
     given = make(kernel(lengthscales=2.5, variance=1.7), 0.1)
-    with pytest.warns(HyperparameterWarning, match=r"\.kernel\.lengthscales") as caught:
+    with pytest.raises(PrivacyLeakError, match=r"\.kernel\.lengthscales") as refused:
         publish(given)
+    assert ".kernel.variance" in str(refused.value) and draws == []
+    with dp.allow_undeclared_hyperparameters():  # opt-in: a warning instead
+        with pytest.warns(HyperparameterWarning, match=r"\.kernel\.lengthscales") as caught:
+            publish(given)
     assert ".kernel.variance" in str(caught[0].message)
     assert caught[0].filename == __file__  # points at the caller, not at dpgp_gpflow
     declared = make(kernel(lengthscales=2.5, variance=1.7), 0.1, hyperparameters_public=True)
@@ -79,11 +84,11 @@ def test_the_constructor_flag_must_be_a_bool(name):
         MAKERS[name](kernel(), None, hyperparameters_public="yes")
 
 
-def test_declaring_after_construction_or_at_release_silences_the_warning():
+def test_declaring_after_construction_or_at_release_lifts_the_refusal():
     m = MAKERS["DPGPR"](kernel(lengthscales=2.5), 0.1)
     assert m.undeclared_hyperparameters == [".kernel.lengthscales", ".likelihood.variance"]
     publish_without_hyperparameter_warning(m, hyperparameters_public=True)  # this release only
-    with pytest.warns(HyperparameterWarning):
+    with pytest.raises(PrivacyLeakError):
         publish(m)
     m.declare_hyperparameters_public()
     assert m.undeclared_hyperparameters == []
@@ -125,13 +130,13 @@ def tutorial_gpr():
     return gpr
 
 
-def test_the_tutorial_kernel_reused_warns_with_the_routes_out():
+def test_the_tutorial_kernel_reused_is_refused_with_the_routes_out():
     gpr = tutorial_gpr()
     m = DPGPR((X, Y), gpr.kernel, y_bounds=BOUNDS, noise_variance=float(gpr.likelihood.variance.numpy()))
     assert not m.private_objective_evaluated and m.changed_hyperparameters() == []  # invisible to both signals
-    with pytest.warns(HyperparameterWarning) as caught:
+    with pytest.raises(PrivacyLeakError) as refused:
         publish(m)
-    message = str(caught[0].message)
+    message = str(refused.value)
     assert "\n" not in message  # one line
     for part in (".kernel.lengthscales", ".kernel.variance", ".likelihood.variance", "hyperparameters_public=True",
                  "declare_hyperparameters_public()", "select_hyperparameters(model, grid, epsilon=",
@@ -188,13 +193,22 @@ def test_a_selection_applied_is_public_and_selecting_does_not_warn():
     publish_without_hyperparameter_warning(m)
 
 
-def test_a_selection_declares_only_what_it_chose():
+def test_a_selection_refuses_undeclared_values_outside_its_grid_and_declares_only_what_it_chose():
     m = MAKERS["DPGPR"](kernel(lengthscales=3.0, variance=2.0), None)
-    sel = dp.selection.select_hyperparameters(m, [{".kernel.lengthscales": v} for v in (0.5, 2.0)], epsilon=1.0, folds=2)
+    grid = [{".kernel.lengthscales": v} for v in (0.5, 2.0)]
+    accountant = dp.PrivacyAccountant(epsilon=10.0, delta=1e-2)
+    with pytest.raises(PrivacyLeakError, match=r"\['\.kernel\.variance'\]"):  # used as given: must be public
+        dp.selection.select_hyperparameters(m, grid, epsilon=1.0, folds=2, accountant=accountant)
+    assert accountant.history() == []
+    with dp.allow_undeclared_hyperparameters():  # opt-in: the selection and the release warn about it
+        with pytest.warns(HyperparameterWarning, match=r"\['\.kernel\.variance'\]"):
+            sel = dp.selection.select_hyperparameters(m, grid, epsilon=1.0, folds=2, accountant=accountant)
     sel.apply(m)
-    assert m.undeclared_hyperparameters == [".kernel.variance"]  # used as given by the selection and the release
-    with pytest.warns(HyperparameterWarning, match=r"\['\.kernel\.variance'\]"):
+    assert m.undeclared_hyperparameters == [".kernel.variance"]  # the lengthscale chosen is public now
+    with pytest.raises(PrivacyLeakError, match=r"\['\.kernel\.variance'\]"):
         publish(m)
+    m.declare_hyperparameters_public(paths=[".kernel.variance"])
+    publish_without_hyperparameter_warning(m)
 
 
 def test_applying_a_selection_to_a_trained_model_does_not_launder_it():

@@ -38,7 +38,7 @@ def _dask_model(cls, model, chunk):
     X, Y = (t.numpy() for t in model.data)
     return cls((da.from_array(X, chunks=(chunk, 1)), da.from_array(Y, chunks=(chunk, 1))),
                gpflow.kernels.SquaredExponential(lengthscales=1.0), model.inducing_variable.Z.numpy(),
-               noise_variance=0.1, y_bounds=(-2, 2))
+               noise_variance=0.1, y_bounds=(-2, 2), hyperparameters_public=True)
 
 
 @pytest.mark.slow

@@ -32,7 +32,7 @@ def _model(cls, n, m, groups, seed=0):
     Y = np.sin(X) + 0.3 * rng.standard_normal((n, 1))
     Z = np.linspace(0, 10, m)[:, None]
     return cls((X, Y), gpflow.kernels.SquaredExponential(lengthscales=1.0), Z, noise_variance=0.1, y_bounds=(-2, 2),
-               groups=groups)
+               groups=groups, hyperparameters_public=True)
 
 
 def _same_release(a, b, rtol=1e-6):

@@ -49,7 +49,7 @@ def _rows(n, P, seed=0):
 def _model(cls, X, Y, m=12, groups=None):
     P = Y.shape[1]
     return cls((X, Y), gpflow.kernels.SquaredExponential(lengthscales=1.0), np.linspace(0, 10, m)[:, None],
-               noise_variance=0.1, y_bounds=BOUNDS[:P], groups=groups)
+               noise_variance=0.1, y_bounds=BOUNDS[:P], groups=groups, hyperparameters_public=True)
 
 
 def _persons(n, seed=1, largest=3):
