@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import dpgp_gpflow as dp
-from dpgp_gpflow import streaming
+from dpgp_gpflow import sampling, streaming
 
 da = pytest.importorskip("dask.array")
 distributed = pytest.importorskip("distributed")
@@ -15,6 +15,23 @@ from dpgp_gpflow.distributed import DaskChunks  # noqa: E402
 
 from test_streaming import _classifier, _model  # noqa: E402
 from dpgp_gpflow.models import DPGPRFITC, DPSGPR, DPSparseLaplaceGPC  # noqa: E402
+
+
+def _same_released_mean(on_dask, reference, seed, rtol=1e-6):
+    """The released mean, the one part that reads the private outputs through the workers, equals the
+    reference release's (same seed): the mean before noise ``mean - F xi`` (xi the seeded draw, F's
+    columns may differ in sign between runs) to ``rtol`` of its scale, and the released mean itself
+    to ``rtol`` of its scale plus the noise's scale when F's signs agree."""
+    a, b = reference.release, on_dask.release
+    assert a.rank == b.rank
+    xi, _ = sampling.standard_normal(a.rank, seed)
+    before_a, before_b = a.mean - a.noise_factor @ xi, b.mean - b.noise_factor @ xi
+    scale = np.max(np.abs(before_a))
+    assert scale > 0.0
+    np.testing.assert_allclose(before_b, before_a, rtol=0, atol=rtol * scale)
+    signs = np.sign(np.sum(a.noise_factor * b.noise_factor, axis=0))
+    if np.all(signs > 0):  # the same noise added: the released means agree
+        np.testing.assert_allclose(b.mean, a.mean, rtol=0, atol=rtol * np.max(np.abs(a.mean)))
 
 
 @pytest.mark.slow
@@ -31,6 +48,8 @@ def test_dask_release_equals_single_machine_and_passes_the_audit(cls):
     np.testing.assert_allclose(b.noise_std, a.noise_std, rtol=1e-6)
     np.testing.assert_allclose(b.noise_factor @ b.noise_factor.T, a.noise_factor @ a.noise_factor.T, rtol=0,
                                atol=1e-6 * np.max(np.abs(a.noise_factor @ a.noise_factor.T)))
+    _same_released_mean(on_dask, local, 3)
+    _same_released_mean(on_dask, model.release_function(epsilon=1.0, delta=1e-3, seed=3), 3, rtol=1e-5)  # in memory
     assert dp.audit(on_dask, model).passed
 
 
@@ -52,6 +71,7 @@ def test_a_model_built_from_dask_arrays_releases_on_the_active_cluster(cls):
     assert len({task["worker"] for task in tasks.data}) == 2  # the per-chunk work ran on both workers
     a, b = local.release, on_dask.release
     np.testing.assert_allclose(b.noise_std, a.noise_std, rtol=1e-6)
+    _same_released_mean(on_dask, local, 3)
     assert dp.audit(on_dask, model).passed
 
 
@@ -93,6 +113,7 @@ def test_a_scheduler_address_with_worker_processes_gives_the_same_release():
             distributed.Client(cluster.scheduler_address):
         remote = streaming.release_function(_dask_model(DPSGPR, model, 500), epsilon=1.0, delta=1e-3, seed=5)
     np.testing.assert_allclose(remote.release.noise_std, local.release.noise_std, rtol=1e-6)
+    _same_released_mean(remote, local, 5)
     assert dp.audit(remote, model).passed
 
 
@@ -111,6 +132,8 @@ def test_a_sparse_classifier_built_from_dask_arrays_releases_on_the_cluster():
             dmodel.release(epsilon=1.0, delta=1e-3)
         on_dask = streaming.release_function(dmodel, epsilon=1.0, delta=1e-3, seed=4)
     np.testing.assert_allclose(on_dask.release.noise_std, local.release.noise_std, rtol=1e-6)
+    _same_released_mean(on_dask, local, 4)
+    _same_released_mean(on_dask, model.release(epsilon=1.0, delta=1e-3, seed=4), 4, rtol=1e-5)  # in memory
     assert dp.audit(on_dask, model).passed
 
 
@@ -127,4 +150,5 @@ def test_the_subsample_start_runs_on_dask_and_equals_the_local_one(monkeypatch):
                                              stats=dask_stats)
     assert "coarse" in local_stats and "coarse" in dask_stats
     np.testing.assert_allclose(on_dask.release.noise_std, local.release.noise_std, rtol=1e-6)
+    _same_released_mean(on_dask, local, 3)
     assert dp.audit(on_dask, model).passed
