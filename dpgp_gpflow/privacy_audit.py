@@ -7,9 +7,10 @@ and public offset, and the model's data sensitivity ``d`` (never the release's o
    r >= 1 columns and a non-zero column space, or a mean that is not a finite k-vector;
 2. checks that the released mean can be a post-processing of a noised query: ``mean - offset`` must lie
    in ``span(F)`` (the directions the noise covers; a cloaking release projects its mean there, so any
-   component outside would be published without noise). For a release clipped to its bounds
-   (``clip_to_bounds``) only the values strictly inside the bounds are checked (in the span of the
-   corresponding rows of ``F``): a necessary condition, weaker than the full one;
+   component outside would be published without noise). A clipped release that keeps its raw mean (every
+   release made in memory: :meth:`~dpgp_gpflow.released.PrivateRelease.unclipped`) is checked on the raw
+   mean; for one clipped without it (a file saved clipped) only the values strictly inside the bounds are
+   checked (in the span of the corresponding rows of ``F``): a necessary condition, weaker than the full one;
 3. recomputes the privacy of the noised query: the neighbour that moves output i by ``d`` shifts it by
    ``d P c_i`` (``P``: the projector onto ``span(F)``), a Gaussian mechanism with
    ``mu = d max_i ||F^+ c_i||``, whose exact ``epsilon`` at the release's ``delta`` follows from the
@@ -28,36 +29,49 @@ and public offset, and the model's data sensitivity ``d`` (never the release's o
    ``min(K, 2g)`` classes, g the model's largest person; docs/mechanisms.md#several-classes); the whole's
    epsilon at its delta must not exceed its claim.
 
-What it cannot establish: it sees one published vector, not the noise that was drawn. A release whose
-mean is ``offset + P C y`` with no noise at all (or noise smaller than ``F`` says, or noise from a
-guessable seed) passes; so does a model handed to the audit with other public inputs or
-hyperparameters than the release was made with. The audit verifies that the *published description*
-(noise factor, map, d, (epsilon, delta)) is a valid (epsilon, delta)-DP Gaussian mechanism and that the
-mean is consistent with it; that the noise was actually drawn from it is a property of the code that
-made the release (the tests' black-box and sampler audits), not of the file.
+5. tests the noise the mean carries (:func:`noise_test`, docs/privacy_model.md#the-noise-test-of-dpaudit): the
+   auditor holds the model, so its data. The whitened residual ``w = F^+ (mean - offset - P C y_c)`` of the
+   published mean against the noiseless value recomputed from the model's clipped, centred outputs
+   ``y_c`` is the release's standard normal draw, so ``||w||^2`` must lie in the two-sided chi-square
+   interval of the noise's rank at false-alarm rate :data:`NOISE_FALSE_ALARM` per call of :func:`audit`
+   (shared by the object's releases). A mean with no noise, or with a fraction of what ``F`` claims, falls
+   below it; one farther from this model's noiseless value than the noise explains (more noise, or a
+   release of other outputs, inputs or hyperparameters) above it: both fail. Where the outputs cannot be
+   read, or a release saved clipped keeps too few values inside the bounds to recover its noise, the
+   test is reported not run (:attr:`AuditReport.noise_test`), never passed silently.
 
-Nothing here reads the private outputs or trusts a number the release reports about itself except its
-mean, its noise factor and its ``(epsilon, delta)`` claim. Privacy assumption of the audit itself: the
-model holds the same public inputs, hyperparameters and bounds as when the release was made (for a
+What it cannot establish: noise drawn from a guessable seed looks like any other draw; a model handed to
+the audit with other public inputs or hyperparameters than the release was made with changes the privacy
+recomputed (the noise test then usually fails, as for other outputs). The audit verifies that the
+*published description* (noise factor, map, d, (epsilon, delta)) is a valid (epsilon, delta)-DP Gaussian
+mechanism, that the mean is consistent with it, and that the noise in the mean is as large as described.
+
+It trusts no number the release reports about itself except its mean, its noise factor and its
+``(epsilon, delta)`` claim. The noise test READS THE PRIVATE OUTPUTS (``model.centred_outputs()``): its
+statistic and outcome are functions of the noise drawn and of the data, for the data owner, not for
+publication. Privacy assumption of the audit itself: the model holds the same public inputs,
+hyperparameters and bounds as when the release was made (for a
 :class:`~dpgp_gpflow.released.PrivateRelease`, pass the same ``Xnew``).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, List, NamedTuple, Optional, Tuple
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
+from scipy import special
 
 from .calibration import analytic_gaussian_epsilon
 from .contract import FactoredPrivateModel, PrivateModel, dense_map, stacked
 from .models.laplace import newton_step_cloaking
 from .neighbours import Neighbours, model_neighbours
 from .released import PrivateFunction, PrivateRelease, Released
+from .sampling import GRID_EXPONENT
 from .validation import bound_columns
 
-__all__ = ["AuditReport", "ReleaseAudit", "audit", "audit_release"]
+__all__ = ["NOISE_FALSE_ALARM", "AuditReport", "NoiseTest", "ReleaseAudit", "audit", "audit_release", "noise_test"]
 
 #: Relative slack for floating point when comparing the achieved with the claimed epsilon.
 AUDIT_RTOL = 1e-6
@@ -66,6 +80,46 @@ SPAN_RTOL = 1e-14
 #: Largest part of ``mean - offset`` outside ``span(F)``, relative to ``||mean - offset|| + ||offset||``,
 #: that counts as the rounding of re-colouring ``offset + F z`` (float64: about 1e-15 times k).
 MEAN_SPAN_RTOL = 1e-8
+#: The noise test's false-alarm rate per call of :func:`audit`: the probability that it fails an honest
+#: release (shared equally by the releases of the object audited).
+NOISE_FALSE_ALARM = 1e-6
+#: Floating-point allowance of the noise test, relative to the whitened size of the released values.
+NOISE_RTOL = 1e-8
+#: Smallest singular value of the noise factor's rows that are tested, relative to the largest of the whole
+#: factor, for the noise to be recovered from them (a clipped release without its raw mean).
+NOISE_RANK_RTOL = 1e-8
+
+_NOT_RUN = "not run"
+
+
+class NoiseTest(NamedTuple):
+    """The test of the noise a release's mean carries (docs/privacy_model.md#audits): the whitened residual
+    ``w = F^+ (mean - offset - P C y_c)`` of the published mean against the noiseless value the audit
+    recomputes from the model's clipped, centred outputs must look like a draw of ``N(0, I)``: ``||w||^2``
+    within the two-sided chi-square interval of ``dof`` degrees of freedom at level ``false_alarm``.
+
+    PRIVATE: ``statistic`` is a function of the noise that was drawn and of the private outputs; the
+    outcome is for the data owner, not for publication."""
+
+    outcome: str  #: "passed", "too little noise", "too much noise" or "not run"
+    statistic: float  #: ``||w||^2`` (nan when not run)
+    dof: int  #: the noise's rank: the chi-square's degrees of freedom (0 when not run)
+    lower: float  #: the statistic must be >= this (the interval, widened for rounding and the sampler's grid)
+    upper: float  #: ... and <= this
+    false_alarm: float  #: the probability that an honest release fails this test
+    note: str = ""  #: why it was not run, or what a failure means
+
+    @property
+    def ran(self) -> bool:
+        return self.outcome != _NOT_RUN
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome not in ("passed", _NOT_RUN)
+
+
+def _not_run(why: str, false_alarm: float = 0.0) -> NoiseTest:
+    return NoiseTest(_NOT_RUN, math.nan, 0, math.nan, math.nan, false_alarm, why)
 
 
 class ReleaseAudit(NamedTuple):
@@ -81,6 +135,8 @@ class ReleaseAudit(NamedTuple):
     #: relative part of ``mean - offset`` outside ``span(F)`` (published without noise if not ~0)
     mean_outside: float
     passed: bool
+    #: the test of the noise the mean carries (not run when the model's outputs are not given)
+    noise: NoiseTest = _not_run("the model's outputs were not given")
 
 
 class AuditReport(NamedTuple):
@@ -90,6 +146,23 @@ class AuditReport(NamedTuple):
     epsilon: float  #: total achieved epsilon (basic composition of the releases)
     delta: float  #: total delta
     passed: bool
+    #: the noise test of every release in one line: "passed", "failed: ...", "not run: ..." or
+    #: "partly run: ..." (:class:`NoiseTest`; PRIVATE: it reads the private outputs)
+    noise_test: str = _NOT_RUN
+
+
+def _noise_summary(reports: Sequence[ReleaseAudit]) -> str:
+    """One line for :attr:`AuditReport.noise_test`."""
+    failed = [f"release {i}: {r.noise.outcome} ({r.noise.note})" for i, r in enumerate(reports) if r.noise.failed]
+    if failed:
+        return "failed: " + "; ".join(failed)
+    skipped = [(i, r.noise.note) for i, r in enumerate(reports) if not r.noise.ran]
+    if not skipped:
+        return "passed"
+    why = "; ".join(sorted({note for _, note in skipped}))
+    if len(skipped) == len(reports):
+        return f"not run: {why}"
+    return f"partly run: releases {[i for i, _ in skipped]} not tested ({why}); the others passed"
 
 
 def _noise_span(F: Any, k: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -122,11 +195,56 @@ def _span_residual(U: np.ndarray, v: np.ndarray) -> float:
     return float(np.linalg.norm(v - U @ (U.T @ v)))
 
 
+def noise_test(mean: np.ndarray, F: np.ndarray, U: np.ndarray, C: np.ndarray, offset: np.ndarray,
+               y_centred: np.ndarray, inside: np.ndarray, false_alarm: float) -> NoiseTest:
+    """The test of :class:`NoiseTest` for a release's (stacked) ``mean`` and noise factor ``F`` (orthonormal
+    basis ``U`` of its span), the map ``C``, ``offset`` and the model's centred clipped outputs ``y_centred``;
+    only the values ``inside`` are read (all, unless the release was clipped without its raw mean), and the
+    noise is recovered from them when their rows of ``F`` have its full rank."""
+    y = np.asarray(y_centred, dtype=np.float64).reshape(-1)
+    if y.shape != (C.shape[1],) or not np.all(np.isfinite(y)):
+        return _not_run(f"the model's outputs ({y.size}) do not match the map's {C.shape[1]} columns", false_alarm)
+    noiseless = offset + U @ (U.T @ (C @ y))  # the query projected onto the directions the noise covers
+    F_in = F[inside]
+    Uf, sf, Vt = np.linalg.svd(F_in, full_matrices=False)
+    s_all = np.linalg.svd(F, compute_uv=False)
+    dof = int(np.sum(s_all > s_all[0] * SPAN_RTOL))
+    kept = sf > s_all[0] * NOISE_RANK_RTOL
+    if int(np.sum(kept)) < dof:
+        return _not_run(f"only {int(inside.sum())} of {inside.size} values lie strictly inside the bounds (the others "
+                        "were clipped and the raw mean is not in the release): too few to recover its noise",
+                        false_alarm)
+    Uf, sf = Uf[:, kept], sf[kept]
+    w = (Uf.T @ (mean[inside] - noiseless[inside])) / sf  # [dof]: F_in^+ (mean - noiseless), the drawn noise
+    statistic = float(w @ w)
+    # allowance: the exact sampler rounds the whitened query to its grid (each coordinate by at most half a step)
+    # and draws on it; floating point re-colours and whitens again
+    size = float(np.linalg.norm((Uf.T @ (noiseless[inside] - offset[inside])) / sf)) + math.sqrt(dof)
+    margin = math.sqrt(dof) * 2.0 ** GRID_EXPONENT + NOISE_RTOL * size
+    lo_q = 2.0 * float(special.gammaincinv(dof / 2.0, false_alarm / 2.0))
+    hi_q = 2.0 * float(special.gammainccinv(dof / 2.0, false_alarm / 2.0))
+    lower = max(math.sqrt(lo_q) - margin, 0.0) ** 2
+    upper = (math.sqrt(hi_q) + margin) ** 2
+    if statistic < lower:
+        return NoiseTest("too little noise", statistic, dof, lower, upper, false_alarm,
+                         f"||w||^2 = {statistic:.6g} below {lower:.6g}: the published mean is closer to the noiseless "
+                         "value than the claimed noise allows (no noise, or less than the noise factor says)")
+    if statistic > upper:
+        return NoiseTest("too much noise", statistic, dof, lower, upper, false_alarm,
+                         f"||w||^2 = {statistic:.6g} above {upper:.6g}: the published mean is farther from this "
+                         "model's noiseless value than the claimed noise explains (more noise than claimed, or a release made "
+                         "from other outputs, inputs or hyperparameters than this model's)")
+    return NoiseTest("passed", statistic, dof, lower, upper, false_alarm)
+
+
 def audit_release(release: PrivateRelease, C: Any, *, data_sensitivity: float, offset: Any,
-                  neighbours: Optional[Neighbours] = None) -> ReleaseAudit:
+                  neighbours: Optional[Neighbours] = None, y_centred: Optional[Any] = None,
+                  false_alarm: float = NOISE_FALSE_ALARM, no_outputs: str = "") -> ReleaseAudit:
     """Audit one release against the public map ``C`` (k x n) and ``offset`` (k) it was computed with and
     the model's data sensitivity ``d`` (module docstring: what this can and cannot establish); ``neighbours``:
-    the model's neighbour map of persons (None: one row per person)."""
+    the model's neighbour map of persons (None: one row per person). With the model's PRIVATE centred clipped
+    outputs ``y_centred`` ([n], stacked for several outputs) the noise the mean carries is tested at level
+    ``false_alarm`` (:class:`NoiseTest`); without them (``no_outputs``: why) the test is reported not run."""
     C = np.asarray(C, dtype=np.float64)
     if C.ndim != 2 or not np.all(np.isfinite(C)):
         raise ValueError(f"the map must be a finite [k, n] matrix, got shape {list(C.shape)}")
@@ -134,9 +252,14 @@ def audit_release(release: PrivateRelease, C: Any, *, data_sensitivity: float, o
     d = float(data_sensitivity)
     if not (math.isfinite(d) and d > 0.0):
         raise ValueError(f"the model's data sensitivity must be finite and > 0, got {d}")
+    if release.clip_to_bounds:
+        try:
+            release = release.unclipped()  # the raw DP mean (every release made in memory keeps it): in full
+        except ValueError:
+            pass  # saved clipped, the raw mean not kept: the values strictly inside the bounds, below
     mean = np.asarray(release.mean, dtype=np.float64)
     inside = np.ones(mean.shape, dtype=bool)
-    if release.clip_to_bounds and release.y_bounds is not None:  # clipped (post-processing; needs bounds):
+    if release.clip_to_bounds and release.y_bounds is not None:  # clipped, raw not kept (a file saved clipped):
         lo, hi = bound_columns(release.y_bounds)  # per output: [P] against the [k, P] mean
         inside = (mean > lo) & (mean < hi)  # check the values strictly inside
     if mean.ndim == 2:  # several outputs: the stacked release (docs/guides/multi_output.md)
@@ -165,9 +288,14 @@ def audit_release(release: PrivateRelease, C: Any, *, data_sensitivity: float, o
         coords = np.asarray((neighbours.matrix().T @ coords.T).T)  # [r, N_c]: every extreme change of a person
     mu = float(d * np.max(np.linalg.norm(coords / s[:, None], axis=0), initial=0.0))
     epsilon = analytic_gaussian_epsilon(mu, release.delta)
-    passed = epsilon <= release.epsilon * (1.0 + AUDIT_RTOL) and mean_outside <= MEAN_SPAN_RTOL
+    if y_centred is None:
+        noise = _not_run(no_outputs or "the model's outputs were not given", false_alarm)
+    else:
+        noise = noise_test(mean, np.asarray(release.noise_factor, dtype=np.float64), U, C, offset, y_centred, inside,
+                           false_alarm)
+    passed = epsilon <= release.epsilon * (1.0 + AUDIT_RTOL) and mean_outside <= MEAN_SPAN_RTOL and not noise.failed
     return ReleaseAudit(mu, float(epsilon), float(release.delta), float(release.epsilon), projected, mean_outside,
-                        bool(passed))
+                        bool(passed), noise)
 
 
 def _newton_offsets(model: Any, releases: Tuple[PrivateRelease, ...]) -> List[np.ndarray]:
@@ -208,32 +336,53 @@ def _terms(released: Released, model: Any, Xnew: Any) -> List[Tuple[np.ndarray, 
 def audit(released: Released, model: PrivateModel, Xnew: Optional[Any] = None) -> AuditReport:
     """Recompute the (epsilon, delta) that ``released`` achieves from its published noise factors and
     ``model``'s public maps, offsets and data sensitivity ``model.data_sensitivity``, over all neighbours;
-    ``passed`` when no release exceeds its claim and every released mean lies in the span its noise covers.
-    A model's public ``groups`` (persons) are read from the model and every person's box is audited.
-    ``Xnew``: the inputs of a :class:`~dpgp_gpflow.released.PrivateRelease`. ``ValueError`` for a malformed
-    release (noise factor without columns, not finite or of the wrong shape). It cannot see the noise that
-    was actually drawn (module docstring).
+    ``passed`` when no release exceeds its claim, every released mean lies in the span its noise covers and
+    no noise test fails: each release's mean is tested against the noiseless value recomputed from the
+    model's PRIVATE outputs (``model.centred_outputs()``; :class:`NoiseTest`, module docstring), at
+    false-alarm rate :data:`NOISE_FALSE_ALARM` for the whole call; ``noise_test`` says in one line whether it
+    passed, failed or could not be run (and why). A model's public ``groups`` (persons) are read from the
+    model and every person's box is audited. ``Xnew``: the inputs of a
+    :class:`~dpgp_gpflow.released.PrivateRelease`. ``ValueError`` for a malformed release (noise factor
+    without columns, not finite or of the wrong shape).
 
     An object whose releases compose in Gaussian DP (a :class:`~dpgp_gpflow.models.PrivateMulticlassClassifier`
     and its one-vs-rest model) is audited part by part (every class's steps against that class's problem)
     and as a whole: ``epsilon`` is then the whole's, from the ``mu`` its releases' audited ``mu`` compose to
     (:meth:`~dpgp_gpflow.released.Released.audited_mu`), at its ``delta``, and ``passed`` when it is within
-    the claim and every released mean lies in the span its noise covers."""
+    the claim, every released mean lies in the span its noise covers and no noise test fails."""
     if not isinstance(released, Released):
         raise TypeError(f"expected a released object, got {type(released).__name__}")
+    parts = released.audit_parts(model)
+    false_alarm = NOISE_FALSE_ALARM / max(sum(len(part.releases) for part, _ in parts), 1)  # shared by the releases
     reports: List[ReleaseAudit] = []
-    for part, part_model in released.audit_parts(model):
+    for part, part_model in parts:
         d = float(part_model.data_sensitivity)
         terms = _terms(part, part_model, Xnew)
         if len(terms) != len(part.releases):
             raise ValueError(f"the model gives {len(terms)} maps for {len(part.releases)} releases")
+        y, why = _centred_outputs(part_model)
         reports += [audit_release(r, C, data_sensitivity=d, offset=b,
-                                  neighbours=model_neighbours(part_model, C.shape[1]))
+                                  neighbours=model_neighbours(part_model, C.shape[1]), y_centred=y,
+                                  false_alarm=false_alarm, no_outputs=why)
                     for r, (C, b) in zip(part.releases, terms)]
+    noise = _noise_summary(reports)
     mu = released.audited_mu(model, [r.mu for r in reports])
     if mu is None:  # basic composition: each release against its own claim
         return AuditReport(tuple(reports), math.fsum(r.epsilon for r in reports), math.fsum(r.delta for r in reports),
-                           all(r.passed for r in reports))
+                           all(r.passed for r in reports), noise)
     epsilon = float(analytic_gaussian_epsilon(mu, released.delta))
-    passed = epsilon <= released.epsilon * (1.0 + AUDIT_RTOL) and all(r.mean_outside <= MEAN_SPAN_RTOL for r in reports)
-    return AuditReport(tuple(reports), epsilon, float(released.delta), bool(passed))
+    passed = (epsilon <= released.epsilon * (1.0 + AUDIT_RTOL)
+              and all(r.mean_outside <= MEAN_SPAN_RTOL and not r.noise.failed for r in reports))
+    return AuditReport(tuple(reports), epsilon, float(released.delta), bool(passed), noise)
+
+
+def _centred_outputs(model: Any) -> Tuple[Optional[np.ndarray], str]:
+    """PRIVATE: ``model.centred_outputs()`` (the clipped outputs minus the public prior mean, as every release
+    reads them) for the noise test, or None and why the audit cannot read them."""
+    read = getattr(model, "centred_outputs", None)
+    if read is None:
+        return None, f"{type(model).__name__} does not give its outputs (centred_outputs)"
+    try:
+        return np.asarray(read(), dtype=np.float64).reshape(-1), ""
+    except Exception as exc:  # e.g. outputs that are not in memory: reported, never a silent pass
+        return None, f"the model's outputs could not be read ({type(exc).__name__}: {exc})"
