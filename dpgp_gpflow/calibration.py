@@ -11,7 +11,6 @@ from numbers import Real
 from typing import Union
 
 import numpy as np
-from scipy import special
 
 from .validation import CALIBRATIONS, Calibration, check_real, validate_calibration, validate_delta, validate_epsilon
 
@@ -58,6 +57,8 @@ _PROFILE_MARGIN = math.log1p(1e-11)
 
 def _mills(s: Union[float, np.ndarray]) -> np.ndarray:
     """Mills ratio ``Phi(-s) / phi(s)`` (``sqrt(pi/2) erfcx(s / sqrt 2)``), stable for every ``s``."""
+    from scipy import special  # here: the ledger and `dpgp budget` start without SciPy
+
     return math.sqrt(math.pi / 2.0) * special.erfcx(np.asarray(s, dtype=np.float64) / math.sqrt(2.0))
 
 
@@ -74,6 +75,8 @@ def _log_profile(z: float, mu: float) -> float:
     if z < -_Z_MAX:  # then mu > 80 (z >= -mu/2) and delta = Phi(-z) - phi(z) R(z + mu) = 1 in float64
         return 0.0
     if mu >= 1.0:
+        from scipy import special
+
         ratio = float(_mills(z + mu) / _mills(z))  # R(z) overflows to inf for z << 0: ratio 0, delta = Phi(-z)
         return float(special.log_ndtr(-z)) + math.log1p(-ratio)
     s = (z + 0.5 * mu) + 0.5 * mu * _GL_NODES

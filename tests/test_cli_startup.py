@@ -41,7 +41,7 @@ print(json.dumps(results))
 """
 
 
-def _fresh(argvs, cwd: Path, watch=TENSORFLOW + ("dp_accounting", "pandas")) -> list:
+def _fresh(argvs, cwd: Path, watch=TENSORFLOW + ("dp_accounting", "pandas", "scipy")) -> list:
     """``[exit code, stderr, stdout, watched modules imported so far]`` for each command line, all run in one
     fresh process in ``cwd``."""
     proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(argvs), json.dumps(list(watch))], cwd=cwd,
@@ -92,8 +92,8 @@ def test_budget_commands_and_refusals_import_no_tensorflow(work):
     (init, show), refusals = results[:2], results[2:]
     assert init[0] == 0 and "created ledger.sqlite" in init[2], init
     assert show[0] == 0 and "budget (epsilon=2.0, delta=0.0001)" in show[2], show
-    assert show[3] == [], show[3]  # a basic ledger: neither TensorFlow nor dp_accounting (PLD only)
-    assert refusals[0][3] == [], refusals[0][3]  # a CSV's missing column: refused from its header, before pandas
+    assert show[3] == [], show[3]  # a basic ledger: no TensorFlow, dp_accounting (PLD only), pandas or SciPy
+    assert refusals[0][3] == [], refusals[0][3]  # a CSV's missing column: refused before pandas and SciPy
     for (argv, message), (code, stderr, _, imported) in zip(REFUSALS, refusals):
         lines = stderr.strip().splitlines()
         assert code == 2 and len(lines) == 1 and lines[0].startswith("dpgp: error:") and message in lines[0], \
