@@ -142,7 +142,7 @@ def run_hmeq(n_releases: int, settings, log) -> str:
         objective, calibration = SETTINGS[name]
         t0 = time.perf_counter()
         pcs = one_step_releases(model, n_releases, 0, objective, calibration)
-        P = np.stack([pc.predict_y(Xq)[0].numpy()[:, 0] for pc in pcs])  # [R, 15]
+        P = np.stack([pc.predict_y(Xq)[0][:, 0] for pc in pcs])  # [R, 15]
         q = np.percentile(P, QUANTILES, axis=0)  # [5, 15]
         check = redraw_check(model, objective, calibration)
         rel = pcs[0].releases[0]

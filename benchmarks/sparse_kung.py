@@ -107,7 +107,8 @@ def dp_rmse(model, Xt, yt, calibration, objective, n_seeds, seed0):
     """Mean RMSE over ``n_seeds`` separate releases, and the first release."""
     releases = [model.release(Xt, epsilon=EPSILON, delta=DELTA, calibration=calibration, objective=objective,
                               seed=seed0 + s) for s in range(n_seeds)]
-    return float(np.mean([rmse(rel.mean, yt) for rel in releases])), releases[0]
+    # the raw DP means (releases are clipped to the bounds by default), as the papers'
+    return float(np.mean([rmse(rel.unclipped().mean, yt) for rel in releases])), releases[0]
 
 
 def expected_rmses(model, Xt, no_dp_rmse, release):

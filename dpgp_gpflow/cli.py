@@ -709,8 +709,7 @@ def _release(args, data: Path, model, Xnew: Optional[np.ndarray], epsilon: float
         if not all(np.all(np.isfinite(r.noise_std)) and np.all(np.isfinite(r.noise_factor))
                    for r in released.releases):  # public (inputs, bounds, hyperparameters, budget): not the data
             raise ValueError("the release's noise is not finite")
-        if not args.no_clip:
-            released = released.clipped()  # post-processing: free
+        released = released.unclipped() if args.no_clip else released.clipped()  # post-processing: free
         steps.update("write")
         if Xnew is not None:  # public (--at or --grid): stored so that `dpgp show` can print the values at them
             card_extras = {**card_extras, **_card_inputs(Xnew)}
@@ -871,7 +870,7 @@ def cmd_predict(args) -> int:
     Xq = columns(inputs, names)
     table = pd.DataFrame(Xq, columns=names)  # the inputs as read (numbers, whatever their CSV format)
     if isinstance(released, PrivateMulticlassClassifier):
-        P = released.predict_y(Xq)[0].numpy()
+        P = released.predict_y(Xq)[0]
         table = table.assign(**{f"p_class_{c}": P[:, c] for c in range(P.shape[1])}, predicted_class=P.argmax(axis=1))
     else:
         pred = released.predict(Xq)

@@ -39,7 +39,7 @@ from .contract import (
 from .mechanisms import ReleaseRequest, cloak, release_request
 from .mechanisms.standard import standard
 from .neighbours import model_neighbours, model_outputs, relation
-from .released import PrivateFunction, PrivateRelease
+from .released import PrivateFunction, PrivateRelease, clipped_by_default
 from .validation import (
     MECHANISMS,
     as_inputs,
@@ -177,6 +177,8 @@ def release(
     expected squared error; "entropy": the papers' log det); ``mechanism="standard"`` is Hall et
     al.'s GP-prior noise (models that offer :class:`SupportsStandardMechanism`). The budget is
     checked before and charged after (``accountant`` or the innermost ``with PrivacyAccountant``).
+    The mean comes back clipped to the model's public ``y_bounds`` (post-processing, free; not a
+    classifier's latents); ``.unclipped()`` gives the raw DP mean.
     """
     _contract(model)
     if mechanism not in MECHANISMS:
@@ -204,11 +206,14 @@ def release(
     with reserve(accountant, [request.event()]) as reservation:  # the one reservation: the mechanism commits
         if mechanism == "standard":
             mean = terms.offset + tf.linalg.matvec(dense_map(terms.map), model.centred_outputs())
-            return _marked(model, standard(request._replace(objective=None), reservation, mean, terms.variance,
-                                           standard_terms.prior_covariance,
-                                           sensitivity=float(standard_terms.unit_sensitivity) * model.data_sensitivity,
-                                           data_sensitivity=model.data_sensitivity, y_bounds=_bounds(model)))
-        return cloak_outputs(model, request, reservation, terms.map, terms.offset, terms.variance, rtol=rtol, tol=tol)
+            rel = _marked(model, standard(request._replace(objective=None), reservation, mean, terms.variance,
+                                          standard_terms.prior_covariance,
+                                          sensitivity=float(standard_terms.unit_sensitivity) * model.data_sensitivity,
+                                          data_sensitivity=model.data_sensitivity, y_bounds=_bounds(model)))
+        else:
+            rel = cloak_outputs(model, request, reservation, terms.map, terms.offset, terms.variance, rtol=rtol,
+                                tol=tol)
+    return clipped_by_default(rel)  # post-processing, free: rel.unclipped() is the raw DP mean
 
 
 def _latent_variance(covariance: Optional[tf.Tensor], R: Optional[tf.Tensor], m: int) -> tf.Tensor:
@@ -247,7 +252,9 @@ def release_function(
     assumptions as for :func:`release`; the readout is a frozen copy of public pieces, so training
     the model afterwards does not change what was published. A model of P > 1 outputs per row releases
     its latents stacked output by output (its latent map and readout stacked alike: ``mean`` [m, P],
-    ``noise_factor`` [mP, r]).
+    ``noise_factor`` [mP, r]). A regression function predicts means clipped to the public ``y_bounds``
+    (post-processing, free: :class:`~dpgp_gpflow.released.PrivateFunction`'s default); ``.unclipped()``
+    predicts the raw ones.
     """
     _contract(model, FactoredPrivateModel)
     request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed,

@@ -8,7 +8,9 @@
 
 All share :class:`Released`: the releases they are built from, their total ``(epsilon, delta)``
 under basic composition, whether their means are clipped to the public bounds (``clip_to_bounds``:
-:meth:`PrivateRelease.clipped`, :meth:`PrivateFunction.clipped`; post-processing, free), a short repr (mechanism, epsilon, delta, k, r, bounds; no arrays), a
+post-processing, free; a regression model's ``release`` and ``release_function`` return them clipped,
+:func:`clipped_by_default`; ``unclipped()`` gives the raw DP values, ``clipped()`` clips), a short repr
+(mechanism, epsilon, delta, k, r, bounds; no arrays), a
 privacy card (:meth:`Released.privacy_card`) and :meth:`Released.save` to a release file
 (``docs/release_file.md``; read back with :func:`dpgp_gpflow.load`). A :class:`PrivateFunction` also
 exports a TensorFlow SavedModel (:meth:`PrivateFunction.export_saved_model`) that plain TensorFlow serves.
@@ -30,7 +32,6 @@ from typing import TYPE_CHECKING, Any, Dict, Mapping, NamedTuple, Optional, Sequ
 import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
-from gpflow.base import MeanAndVariance
 
 from .cloaking import OptimiserCertificate, row_norms
 from .contract import PublicReadout, readout_and_variance, stacked
@@ -67,6 +68,7 @@ __all__ = [
     "PrivateRelease",
     "Released",
     "check_reproducible",
+    "clipped_by_default",
     "probit_approximation",
     "release_from_document",
     "releases_of_document",
@@ -194,11 +196,14 @@ class PrivateRelease(Released):
     ``y_bounds``: post-processing of the DP output, no privacy cost; ``noise_std`` and
     ``noise_factor`` still describe the Gaussian noise added *before* clipping (the clipped mean's
     error is never larger at any point, since the outputs and hence the true predictive means of a
-    regression lie in the bounds). For regression releases: a classifier's latent values are not
+    regression lie in the bounds). A regression model's ``release`` returns it clipped
+    (:func:`clipped_by_default`); :meth:`unclipped` gives the raw DP mean (what the auditor and the
+    noise reported describe). For regression releases: a classifier's latent values are not
     bounded by its labels' bounds, and a release marked ``classifier_latent`` refuses to be clipped.
     """
 
-    mean: np.ndarray  #: [k] (P outputs: [k, P]) released (noisy) predictive mean (clipped if ``clip_to_bounds``)
+    #: [k] (P outputs: [k, P]) released (noisy) predictive mean (clipped if ``clip_to_bounds``; raw: :meth:`unclipped`)
+    mean: np.ndarray
     variance: np.ndarray  #: [k] ([k, P]) public posterior variance of f (does not depend on y)
     noise_std: np.ndarray  #: [k] ([k, P]) std of the DP Gaussian noise at each point (before any clipping)
     noise_factor: np.ndarray  #: [k, r] ([kP, r], stacked output by output) factor of the DP noise covariance
@@ -241,9 +246,12 @@ class PrivateRelease(Released):
             if self.y_bounds is None:
                 raise ValueError("clip_to_bounds needs the release's public y_bounds, and this release has none")
             object.__setattr__(self, "mean", np.clip(self.mean, *bound_columns(self.y_bounds)))
+        # the raw DP mean of a clipped release is kept by clipped() alone, as "_raw_mean" (a release built or loaded
+        # clipped, or copied by dataclasses.replace, has none: unclipped() refuses rather than return clipped values)
 
     def clipped(self) -> "PrivateRelease":
-        """This release with its mean clipped to the public ``y_bounds`` (``clip_to_bounds=True``).
+        """This release with its mean clipped to the public ``y_bounds`` (``clip_to_bounds=True``); the raw
+        mean stays available from :meth:`unclipped`.
 
         Post-processing of a DP output: no privacy cost, nothing charged. ``noise_std`` still reports
         the std of the Gaussian noise added before clipping. ``ValueError`` without ``y_bounds`` or for
@@ -251,7 +259,25 @@ class PrivateRelease(Released):
         """
         if self.classifier_latent:
             raise ValueError(_CLASSIFIER_LATENT_CLIP)
-        return dataclasses.replace(self, clip_to_bounds=True)
+        if self.clip_to_bounds:
+            return self
+        clipped = dataclasses.replace(self, clip_to_bounds=True)
+        object.__setattr__(clipped, "_raw_mean", self.mean)
+        return clipped
+
+    def unclipped(self) -> "PrivateRelease":
+        """This release with its raw DP mean (noise included, not clipped; ``clip_to_bounds=False``): itself
+        when not clipped. What ``noise_std``, ``noise_factor`` and :func:`dpgp_gpflow.audit` describe; values
+        may lie outside ``y_bounds``. Free (the raw mean is as private as the clipped one). ``ValueError`` for
+        a release whose raw mean was not kept: one read from a file saved clipped (the file holds the clipped
+        mean; save ``release.unclipped()`` to publish the raw one)."""
+        if not self.clip_to_bounds:
+            return self
+        raw = self.__dict__.get("_raw_mean")
+        if raw is None:
+            raise ValueError("this release was clipped when it was built or saved: its raw mean was not kept "
+                             "(save release.unclipped() to keep the raw values in a file)")
+        return dataclasses.replace(self, mean=raw, clip_to_bounds=False)
 
     @property
     def releases(self) -> Tuple["PrivateRelease", ...]:
@@ -343,14 +369,19 @@ class PrivateFunction(Released):
     Several outputs (a sparse model of ``Y`` [N, P]): ``release.mean`` holds the [m, P] latents, read
     stacked output by output by a readout of ``num_outputs`` P (``I_P kron a(x)``); predictions are [k, P].
 
-    ``clip_to_bounds=True`` (or :meth:`clipped`) clips every predicted mean to the release's public
-    ``y_bounds`` (per output; post-processing, free; recorded in the privacy card); the reported ``noise_std``
-    is still the std of the Gaussian noise before clipping. Not for classifiers (their latent values
-    are not bounded by the labels' bounds).
+    ``clip_to_bounds`` clips every predicted mean to the release's public ``y_bounds`` (per output;
+    post-processing, free; recorded in the privacy card); the reported ``noise_std`` is still the std of
+    the Gaussian noise before clipping. Its default (None) clips when the release has bounds and this is
+    not a classifier (:func:`clipped_by_default`; a classifier's latent values are not bounded by the labels'
+    bounds); :meth:`unclipped` predicts the raw DP means, :meth:`clipped` clips.
+
+    Predictions are NumPy, as GPflow's shapes: :meth:`predict_f` [k, P] (P = 1: [k, 1]); :meth:`predict`
+    [k] for one output, [k, P] for P.
     """
 
     def __init__(self, release: PrivateRelease, readout: PublicReadout, coordinates: Optional[tf.Tensor] = None,
-                 *, releases: Optional[Sequence[PrivateRelease]] = None, clip_to_bounds: bool = False) -> None:
+                 *, releases: Optional[Sequence[PrivateRelease]] = None,
+                 clip_to_bounds: Optional[bool] = None) -> None:
         if not isinstance(readout, PublicReadout):
             raise TypeError(f"readout must be a PublicReadout, got {type(readout).__name__}")
         if release.clip_to_bounds:
@@ -378,7 +409,7 @@ class PrivateFunction(Released):
             noise = tf.linalg.triangular_solve(coordinates, noise, lower=False)
         self._latent = latent
         self._latent_noise = noise
-        if clip_to_bounds:
+        if clip_to_bounds if clip_to_bounds is not None else _clips_by_default(release):
             self._set_clipping()
 
     def _set_clipping(self) -> None:
@@ -402,6 +433,13 @@ class PrivateFunction(Released):
         """
         function = copy.copy(self)
         function._set_clipping()
+        return function
+
+    def unclipped(self) -> "PrivateFunction":
+        """This function predicting the raw DP means (noise included, not clipped; ``clip_to_bounds=False``):
+        what ``noise_std`` describes; values may lie outside ``y_bounds``. Post-processing: no privacy cost."""
+        function = copy.copy(self)
+        function._clip_to_bounds = False
         return function
 
     @property
@@ -443,9 +481,9 @@ class PrivateFunction(Released):
             mean = tf.clip_by_value(mean, tf.constant(lo, mean.dtype), tf.constant(hi, mean.dtype))
         return mean, variance, noise_std
 
-    def dp_noise_variance(self, Xnew: Any) -> tf.Tensor:
-        """Variance [k, 1] ([k, P]) of the DP noise propagated to the prediction at ``Xnew`` (public)."""
-        return tf.square(self._terms(self._inputs(Xnew))[2])
+    def dp_noise_variance(self, Xnew: Any) -> np.ndarray:
+        """Variance [k, 1] ([k, P]) of the DP noise propagated to the prediction at ``Xnew`` (public), NumPy."""
+        return tf.square(self._terms(self._inputs(Xnew))[2]).numpy()
 
     def predict(self, Xnew: Any) -> PrivatePrediction:
         """DP mean (clipped if ``clip_to_bounds``), public posterior variance and DP noise std at ``Xnew``,
@@ -455,10 +493,11 @@ class PrivateFunction(Released):
             mean, var, noise_std = mean[:, 0], var[:, 0], noise_std[:, 0]
         return PrivatePrediction(mean=mean, variance=var, noise_std=noise_std)
 
-    def predict_f(self, Xnew: Any) -> MeanAndVariance:
-        """DP mean [k, 1] ([k, P]) and variance: the public posterior variance plus the DP noise variance."""
+    def predict_f(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray]:
+        """DP mean [k, 1] ([k, P]; clipped if ``clip_to_bounds``) and variance: the public posterior variance
+        plus the DP noise variance; NumPy, as GPflow's ``predict_f`` shapes."""
         mean, var, noise_std = self._terms(self._inputs(Xnew))
-        return mean, var + tf.square(noise_std)
+        return mean.numpy(), (var + tf.square(noise_std)).numpy()
 
     # -- publishing -----------------------------------------------------------------------------
 
@@ -502,7 +541,8 @@ class PrivateFunction(Released):
             raise ReleaseFileError(f"the readout maps {int(probe.shape[1])} latent values of "
                                    f"{int(getattr(readout, 'num_outputs', 1))} output(s), the release has {m} of {P}")
         function = cls.__new__(cls)
-        PrivateFunction.__init__(function, releases[-1], readout, coordinates, releases=releases)
+        PrivateFunction.__init__(function, releases[-1], readout, coordinates, releases=releases,
+                                 clip_to_bounds=False)  # the card's flag decides (absent: false, older files)
         if _clip_flag(document.card):
             try:
                 function._set_clipping()
@@ -571,16 +611,16 @@ class PrivateClassifier(PrivateFunction):
     ``predict_y`` the probability of class +1 by the probit approximation on them and ``p (1 - p)``.
     """
 
-    def predict_y(self, Xnew: Any) -> MeanAndVariance:
-        """Probability of class +1 [k, 1] (probit approximation) and its Bernoulli variance ``p (1 - p)``."""
+    def predict_y(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray]:
+        """Probability of class +1 [k, 1] (probit approximation) and its Bernoulli variance ``p (1 - p)``; NumPy."""
         mean, var = self.predict_f(Xnew)
-        p = probit_approximation(mean, var)
+        p = probit_approximation(tf.constant(mean), tf.constant(var)).numpy()
         return p, p * (1.0 - p)
 
     def predict_class(self, Xnew: Any) -> np.ndarray:
         """Predicted labels in {-1, +1} [k, 1]: the sign of the latent mean (p >= 1/2 gives +1)."""
         mean, _ = self.predict_f(Xnew)
-        return np.where(mean.numpy() >= 0.0, 1.0, -1.0)
+        return np.where(mean >= 0.0, 1.0, -1.0)
 
     def _serving_outputs(self, Xnew: tf.Tensor) -> Dict[str, tf.Tensor]:
         mean, var, noise_std = self._terms(Xnew)
@@ -764,12 +804,27 @@ def check_reproducible(card: Mapping[str, Any], releases: Sequence[PrivateReleas
 
 
 def release_from_document(document: ReleaseDocument) -> PrivateRelease:
-    """The :class:`PrivateRelease` of a verified release file of kind ``"PrivateRelease"``."""
+    """The :class:`PrivateRelease` of a verified release file of kind ``"PrivateRelease"``: clipped when the
+    card's ``clip_to_bounds`` says its mean was (absent: false, as files written before the flag existed)."""
     releases = releases_of_document(document)
     if len(releases) != 1:
         raise ReleaseFileError(f"a PrivateRelease file holds one release, this one {len(releases)}")
     if _clip_flag(document.card):
         if releases[0].y_bounds is None:
             raise ReleaseFileError("card.clip_to_bounds is true but the release has no y_bounds")
-        return releases[0].clipped()
+        # the file holds the clipped mean: no raw mean to keep (unclipped() refuses)
+        return dataclasses.replace(releases[0], clip_to_bounds=True)
     return releases[0]
+
+
+def _clips_by_default(release: PrivateRelease) -> bool:
+    """The one rule for what a model's release returns clipped: regression values with public bounds
+    (a classifier's latent values, ``classifier_latent``, are not bounded by its labels' bounds)."""
+    return release.y_bounds is not None and not release.classifier_latent
+
+
+def clipped_by_default(released: PrivateRelease) -> PrivateRelease:
+    """``released`` clipped to its public ``y_bounds`` when :func:`_clips_by_default` says so (what
+    :func:`dpgp_gpflow.pipeline.release` returns; a :class:`PrivateFunction` applies the same rule when it is
+    built). Post-processing: free; :meth:`PrivateRelease.unclipped` gives the raw values back."""
+    return released.clipped() if _clips_by_default(released) else released

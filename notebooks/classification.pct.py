@@ -94,8 +94,8 @@ with PrivacyAccountant(epsilon=EPSILON, delta=DELTA) as acc:
 print(acc)
 n_hmeq = reduce_in_tests(100, 3)
 dp = [first] + [hmeq.release(epsilon=EPSILON, delta=DELTA) for _ in range(n_hmeq - 1)]
-P = np.stack([pc.predict_y(Xq)[0].numpy()[:, 0] for pc in dp])  # [releases, 15]
-F = np.stack([pc.predict_f(Xq)[0].numpy()[:, 0] for pc in dp])
+P = np.stack([pc.predict_y(Xq)[0][:, 0] for pc in dp])  # [releases, 15]
+F = np.stack([pc.predict_f(Xq)[0][:, 0] for pc in dp])
 rel = first.releases[0]
 print(f"rank of the release {rel.rank}, noise std at the training latents {rel.noise_std.min():.2f}..{rel.noise_std.max():.2f}")
 
@@ -153,7 +153,7 @@ print(f"DP, two Newton steps at (eps/2, delta/2) each: {100 * np.mean(acc_two):.
 g = np.linspace(0.0, 10.0, reduce_in_tests(60, 25))
 G1, G2 = np.meshgrid(g, g)
 Xfine = np.column_stack([G1.ravel(), G2.ravel()])
-maps = [("no DP", stripes.predict_y(Xfine)[0].numpy()), ("one DP release (1 step)", one[0].predict_y(Xfine)[0].numpy())]
+maps = [("no DP", stripes.predict_y(Xfine)[0].numpy()), ("one DP release (1 step)", one[0].predict_y(Xfine)[0])]
 fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
 for ax, (title, p) in zip(axes[:2], maps):
     cs = ax.contourf(G1, G2, p.reshape(G1.shape), levels=np.linspace(0, 1, 11), cmap="RdBu_r")
@@ -175,7 +175,7 @@ fig.colorbar(cs, ax=axes, shrink=0.8)
 # variance is part of `predict_f`'s variance, so it can be shown as uncertainty:
 
 # %%
-noise_sd = np.sqrt(one[0].dp_noise_variance(Xfine).numpy()[:, 0])
+noise_sd = np.sqrt(one[0].dp_noise_variance(Xfine)[:, 0])
 fig, ax = plt.subplots(figsize=(5, 4.4))
 cs = ax.contourf(G1, G2, noise_sd.reshape(G1.shape), levels=12, cmap="viridis")
 ax.plot(*Xs.T, ".", color="w", ms=3)

@@ -145,8 +145,8 @@ def test_the_rank_rules_noise_floor_is_over_every_persons_corners(problem):
 def test_groups_none_and_one_row_per_person_are_identical_to_the_per_row_release(problem):
     X, Y, _, Xs, _ = problem
     n = len(X)
-    base = gpr(X, Y).release(Xs, epsilon=EPS, delta=DELTA, seed=11)
-    singletons = gpr(X, Y, groups=np.arange(n)[::-1]).release(Xs, epsilon=EPS, delta=DELTA, seed=11)
+    base = gpr(X, Y).release(Xs, epsilon=EPS, delta=DELTA, seed=11).unclipped()  # the raw DP means, as the mechanism's
+    singletons = gpr(X, Y, groups=np.arange(n)[::-1]).release(Xs, epsilon=EPS, delta=DELTA, seed=11).unclipped()
     np.testing.assert_array_equal(base.mean, singletons.mean)
     np.testing.assert_array_equal(base.noise_factor, singletons.noise_factor)
     # the mechanism called without any neighbour map (its pre-groups signature)
@@ -189,8 +189,8 @@ def test_the_measured_shift_of_a_persons_change_is_the_projected_shift_audited(p
         base_Y[rows, 0] = np.where(s > 0, LO, HI)
         neighbour_Y = base_Y.copy()
         neighbour_Y[rows, 0] = np.where(s > 0, HI, LO)  # delta = d s
-        r0 = gpr(X, base_Y, groups=groups).release(Xs, epsilon=EPS, delta=DELTA, seed=5)
-        r1 = gpr(X, neighbour_Y, groups=groups).release(Xs, epsilon=EPS, delta=DELTA, seed=5)
+        r0 = gpr(X, base_Y, groups=groups).release(Xs, epsilon=EPS, delta=DELTA, seed=5).unclipped()  # raw DP means
+        r1 = gpr(X, neighbour_Y, groups=groups).release(Xs, epsilon=EPS, delta=DELTA, seed=5).unclipped()
         np.testing.assert_array_equal(r0.noise_factor, r1.noise_factor)  # public: the same for both
         P = range_projector(r0.noise_factor)
         expected = P @ C[:, rows] @ (D * s)

@@ -107,7 +107,7 @@ def test_the_stacked_map_and_offset_give_the_separate_gpr_posterior_means(P):
 def test_the_release_puts_each_output_in_its_column_with_little_noise_at_a_large_budget():
     X, Y, Xs = outputs_data(n=30, P=3)
     m = model(X, Y, BOUNDS)
-    rel = m.release(Xs, epsilon=200.0, delta=0.01, seed=3)
+    rel = m.release(Xs, epsilon=200.0, delta=0.01, seed=3).unclipped()  # the raw DP mean (default: clipped)
     assert rel.mean.shape == rel.variance.shape == rel.noise_std.shape == (len(Xs), 3)
     assert rel.noise_factor.shape[0] == 3 * len(Xs) and rel.num_outputs == 3
     f_mean = m.predict_f(Xs)[0].numpy()  # GPflow's own multi-output GPR mean (non-private): [k, 3]
@@ -128,8 +128,8 @@ def test_the_measured_shift_of_a_rows_change_is_the_projected_stacked_shift():
     moved = base.copy()
     moved[4] = [BOUNDS[0, 1], BOUNDS[1, 0], BOUNDS[2, 1]]  # delta = (+10, 0, +1)
     moved[4, 1] = BOUNDS[1, 1]  # (+10, +100, +1)
-    r0 = model(X, base, BOUNDS).release(Xs, epsilon=EPS, delta=DELTA, seed=5)
-    r1 = model(X, moved, BOUNDS).release(Xs, epsilon=EPS, delta=DELTA, seed=5)
+    r0 = model(X, base, BOUNDS).release(Xs, epsilon=EPS, delta=DELTA, seed=5).unclipped()  # the raw DP means
+    r1 = model(X, moved, BOUNDS).release(Xs, epsilon=EPS, delta=DELTA, seed=5).unclipped()
     np.testing.assert_array_equal(r0.noise_factor, r1.noise_factor)
     delta = np.zeros((len(X), P))
     delta[4] = moved[4] - base[4]
@@ -193,12 +193,12 @@ def test_each_output_released_as_if_alone_fails_the_audit():
     P = 2
     X, Y, Xs = outputs_data(P=P)
     m = model(X, Y, BOUNDS[:P])
-    alone = [model(X, Y[:, p:p + 1], BOUNDS[p]).release(Xs, epsilon=EPS, delta=DELTA) for p in range(P)]
+    alone = [model(X, Y[:, p:p + 1], BOUNDS[p]).release(Xs, epsilon=EPS, delta=DELTA).unclipped() for p in range(P)]
     C = C_numpy(X, Xs)
     for p, r in enumerate(alone):  # each is a valid single-output release
         assert auditing.audit_exact(r, (BOUNDS[p, 1] - BOUNDS[p, 0]) * C.T @ range_projector(r.noise_factor).T).passed
     joined = dataclasses.replace(
-        m.release(Xs, epsilon=EPS, delta=DELTA), mean=np.stack([r.mean for r in alone], axis=1),
+        m.release(Xs, epsilon=EPS, delta=DELTA).unclipped(), mean=np.stack([r.mean for r in alone], axis=1),
         noise_factor=scipy.linalg.block_diag(*[r.noise_factor for r in alone]),
         noise_std=np.stack([r.noise_std for r in alone], axis=1))
     audit = stacked_audit(joined, C, P, BOUNDS[:P, 1] - BOUNDS[:P, 0], interior=0)
@@ -260,7 +260,7 @@ def test_one_output_is_bit_identical_to_the_release_before_several_outputs(name)
     for bounds in ((0.0, 10.0), [[0.0, 10.0]]):  # a pair, or [1, 2]: the same
         m = DPGPR((X, Y), kernel(), y_bounds=bounds, noise_variance=NOISE, hyperparameters_public=True, **kw)
         assert m.num_outputs == 1 and m.y_bounds == (0.0, 10.0)
-        rel = m.release(Xs, epsilon=EPS, delta=DELTA, seed=5)
+        rel = m.release(Xs, epsilon=EPS, delta=DELTA, seed=5).unclipped()  # the raw DP mean, as recorded
         assert rel.mean.shape == (4,)
         np.testing.assert_array_equal(rel.mean, np.array([float.fromhex(v) for v in mean]))
         np.testing.assert_array_equal(rel.noise_factor.ravel(), np.array([float.fromhex(v) for v in factor]))
@@ -367,7 +367,7 @@ def _put(raw, name, values):
 def saved(tmp_path_factory):
     X, Y, Xs = outputs_data(P=3)
     m = model(X, Y, BOUNDS)
-    rel = m.release(Xs, epsilon=EPS, delta=DELTA, seed=2)
+    rel = m.release(Xs, epsilon=EPS, delta=DELTA, seed=2).unclipped()  # the raw file; the clipped one below
     folder = tmp_path_factory.mktemp("outputs")
     return rel, rel.save(folder / "release.json", inputs=Xs), m, Xs
 

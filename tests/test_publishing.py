@@ -132,11 +132,13 @@ def test_round_trip_gives_identical_arrays_card_and_predictions(name, released, 
     Xq = query_inputs()
     for a, b in zip(original.predict(Xq), loaded.predict(Xq)):
         np.testing.assert_allclose(b, a, rtol=1e-12, atol=0.0)
-    for a, b in zip(original.predict_f(Xq), loaded.predict_f(Xq)):
-        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-12, atol=0.0)
+    for a, b in zip(original.predict_f(Xq), loaded.predict_f(Xq)):  # NumPy [k, P], as GPflow's shapes
+        assert isinstance(b, np.ndarray) and b.shape == (Xq.shape[0], 1)
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=0.0)
     if isinstance(original, PrivateClassifier):
         for a, b in zip(original.predict_y(Xq), loaded.predict_y(Xq)):
-            np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-12, atol=0.0)
+            assert isinstance(b, np.ndarray) and b.shape == (Xq.shape[0], 1)
+            np.testing.assert_allclose(b, a, rtol=1e-12, atol=0.0)
         np.testing.assert_array_equal(loaded.predict_class(Xq), original.predict_class(Xq))
     if name == "laplace-2-steps":
         np.testing.assert_array_equal(loaded.W_diag, original.W_diag)
@@ -368,8 +370,7 @@ def test_saved_model_serves_without_the_package(released, tmp_path):
         if isinstance(obj, PrivateClassifier):
             p, _ = obj.predict_y(Xq)
             mean, var = obj.predict_f(Xq)
-            expected[str(path)] = {"probability": p.numpy()[:, 0], "latent_mean": mean.numpy()[:, 0],
-                                   "latent_variance": var.numpy()[:, 0]}
+            expected[str(path)] = {"probability": p[:, 0], "latent_mean": mean[:, 0], "latent_variance": var[:, 0]}
         else:
             expected[str(path)] = obj.predict(Xq)._asdict()
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}

@@ -50,14 +50,16 @@ def files(tmp_path_factory):
     classes = np.clip(np.floor(X[:, 0] / 2.0), 0, 2).astype(int)
     Xs, Z = np.linspace(0.0, 6.0, 5)[:, None], np.linspace(0.5, 5.5, 4)[:, None]
     gpr = DPGPR((X, Y), se(), y_bounds=(LO, HI), noise_variance=0.1, hyperparameters_public=True)
-    cloaking = gpr.release(Xs, epsilon=1.0, delta=1e-3, seed=1)
+    # the raw files (releases are clipped by default: .unclipped() is the raw DP mean) and the clipped ones
+    cloaking = gpr.release(Xs, epsilon=1.0, delta=1e-3, seed=1).unclipped()
     function = DPGPRFITC((X, Y), se() + gpflow.kernels.Matern32(variance=0.3, active_dims=[0]), Z, noise_variance=0.1,
-                         y_bounds=(LO, HI), hyperparameters_public=True).release_function(epsilon=1.0, delta=1e-3, seed=3)
+                         y_bounds=(LO, HI), hyperparameters_public=True).release_function(epsilon=1.0, delta=1e-3,
+                                                                                          seed=3).unclipped()
     objects = {
         "cloaking": cloaking,
         "cloaking-clipped": cloaking.clipped(),
-        "classical": gpr.release(Xs, epsilon=0.5, delta=1e-3, calibration="classical", seed=8),
-        "standard": gpr.release(Xs, epsilon=1.0, delta=1e-3, mechanism="standard", seed=2),
+        "classical": gpr.release(Xs, epsilon=0.5, delta=1e-3, calibration="classical", seed=8).unclipped(),
+        "standard": gpr.release(Xs, epsilon=1.0, delta=1e-3, mechanism="standard", seed=2).unclipped(),
         "function": function,
         "function-clipped": function.clipped(),
         "laplace-2-steps": DPLaplaceGPC((X, labels), se(), hyperparameters_public=True).release(

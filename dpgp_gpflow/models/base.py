@@ -526,7 +526,8 @@ class PrivateModelMixin(LeakGuardMixin):
         """Release the predictive mean at ``Xnew`` with an (epsilon, delta)-DP guarantee: keywords
         ``epsilon``, ``delta`` (required), ``objective``, ``calibration``, ``seed``, ``accountant``,
         ``mechanism``, ``hyperparameters_public``, ``rtol``, ``tol``, as for
-        :func:`dpgp_gpflow.pipeline.release`, which states the privacy assumptions."""
+        :func:`dpgp_gpflow.pipeline.release`, which states the privacy assumptions. The mean is clipped to
+        ``y_bounds`` (post-processing); ``.unclipped()`` gives the raw DP mean."""
         return pipeline.release(self, Xnew, **options)
 
 

@@ -16,7 +16,6 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
-from gpflow.base import MeanAndVariance
 
 from ..io.format import ReleaseDocument, ReleaseFileError, take_arrays
 from ..released import PrivateClassifier, PrivateFunction, PrivateRelease, Released
@@ -218,21 +217,21 @@ class PrivateMulticlassClassifier(Released):
                    person_rows=guarantee.person_rows)
 
     @check_shapes("return[0]: [N, K]", "return[1]: [N, K]")
-    def predict_f(self, Xnew: Any) -> MeanAndVariance:
-        """DP latent means [k, K] and variances [k, K]: each class's public Laplace variance plus the DP noise
-        variance propagated to ``Xnew`` (as :meth:`PrivateClassifier.predict_f`)."""
+    def predict_f(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray]:
+        """DP latent means [k, K] and variances [k, K], NumPy: each class's public Laplace variance plus the DP
+        noise variance propagated to ``Xnew`` (as :meth:`PrivateClassifier.predict_f`)."""
         pairs = [c.predict_f(Xnew) for c in self._classifiers]
-        return tf.concat([m for m, _ in pairs], axis=1), tf.concat([v for _, v in pairs], axis=1)
+        return np.concatenate([m for m, _ in pairs], axis=1), np.concatenate([v for _, v in pairs], axis=1)
 
     @check_shapes("return[0]: [N, K]", "return[1]: [N, K]")
-    def predict_y(self, Xnew: Any) -> MeanAndVariance:
-        """Class probabilities [k, K] (:func:`one_vs_rest_probabilities`) and ``P (1 - P)``."""
-        P = one_vs_rest_probabilities(*self.predict_f(Xnew))
+    def predict_y(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray]:
+        """Class probabilities [k, K] (:func:`one_vs_rest_probabilities`) and ``P (1 - P)``, NumPy."""
+        P = one_vs_rest_probabilities(*(tf.constant(t) for t in self.predict_f(Xnew))).numpy()
         return P, P * (1.0 - P)
 
     def predict_class(self, Xnew: Any) -> np.ndarray:
         """The most probable class [k] (int64)."""
-        return np.argmax(self.predict_y(Xnew)[0].numpy(), axis=1).astype(np.int64)
+        return np.argmax(self.predict_y(Xnew)[0], axis=1).astype(np.int64)
 
 
 #: The classifier of each class a multi-class release file holds, by kind (its class name).

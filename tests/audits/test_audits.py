@@ -108,7 +108,7 @@ def release(problem: Problem, y: np.ndarray, key: str, seed):
         noise_variance=NOISE_VARIANCE,
         hyperparameters_public=True,  # the protocol's values, chosen a priori
     )
-    return model.release(problem.Xs, seed=seed, **spec)
+    return model.release(problem.Xs, seed=seed, **spec).unclipped()  # the raw DP mean: the Gaussian audited
 
 
 def projected_mean(F: np.ndarray, C_ref: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -342,7 +342,7 @@ def grouped_release(problem: Problem, y: np.ndarray, groups, seed):
         groups=groups,
         hyperparameters_public=True,
     )
-    return model.release(problem.Xs, seed=seed, **MECHANISMS["mse-analytic"])
+    return model.release(problem.Xs, seed=seed, **MECHANISMS["mse-analytic"]).unclipped()  # the raw DP mean
 
 
 def worst_person_corner(problem: Problem, rel):

@@ -54,7 +54,7 @@ def numpy_map(data):
 
 def test_an_honest_release_passes_and_its_mean_lies_in_the_noise_span(data):
     m = model(data)
-    rel = m.release(data[2], epsilon=1.0, delta=1e-3, seed=4)
+    rel = m.release(data[2], epsilon=1.0, delta=1e-3, seed=4).unclipped()  # the raw DP mean (default: clipped)
     report = dp.audit(rel, m, data[2])
     assert report.passed and report.epsilon == pytest.approx(1.0, rel=1e-5)
     F = rel.noise_factor
@@ -79,7 +79,7 @@ def test_a_forged_non_private_mean_fails(data):
     m = model(data)
     C = numpy_map(data)
     assert np.linalg.matrix_rank(C) == C.shape[0]
-    rel = m.release(data[2], epsilon=1.0, delta=1e-3, seed=4, rtol=0.1)
+    rel = m.release(data[2], epsilon=1.0, delta=1e-3, seed=4, rtol=0.1).unclipped()  # the raw DP mean
     assert rel.noise_factor.shape[1] < C.shape[0]  # a low-rank noise factor
     y_c = np.clip(data[1][:, 0], LO, HI) - 50.0
     posterior_mean = 50.0 + C @ y_c  # numpy, non-private
@@ -100,7 +100,9 @@ def test_a_clipped_release_passes_and_only_its_inner_values_are_checked(data):
     Xnew = np.linspace(0.0, 10.0, 30)[:, None]
     kernel = gpflow.kernels.SquaredExponential(variance=VAR, lengthscales=ELL)
     m = DPGPR((X, Y), kernel, y_bounds=(35.0, 65.0), noise_variance=NOISE, hyperparameters_public=True)
-    rel = m.release(Xnew, epsilon=2.0, delta=1e-3, seed=4, rtol=0.1).clipped()
+    # clipped without its raw mean, as read from a file saved clipped (in memory the audit reads the raw mean)
+    raw = m.release(Xnew, epsilon=2.0, delta=1e-3, seed=4, rtol=0.1).unclipped()
+    rel = dataclasses.replace(raw, clip_to_bounds=True)
     at_bounds = (rel.mean == 35.0) | (rel.mean == 65.0)
     assert 0 < at_bounds.sum() and (~at_bounds).sum() > rel.rank  # some values clipped, more inside than r
     assert dp.audit(rel, m, Xnew).passed
@@ -288,9 +290,9 @@ def test_sparse_releases_of_several_outputs_that_ignore_them_fail(persons_data, 
 
     options = dict(epsilon=1.0, delta=1e-3, seed=4)
     m = sparse(Y[:, 1:], bounds)
-    rel = m.release(Xnew, **options)
+    rel = m.release(Xnew, **options).unclipped()  # the raw DP means, joined below
     assert dp.audit(rel, m, Xnew).passed and dp.audit(m.release_function(**options), m).passed
-    alone = [sparse(Y[:, p:p + 1], tuple(bounds[p - 1])).release(Xnew, **options) for p in (1, 2)]
+    alone = [sparse(Y[:, p:p + 1], tuple(bounds[p - 1])).release(Xnew, **options).unclipped() for p in (1, 2)]
     joined = dataclasses.replace(rel, mean=np.stack([r.mean for r in alone], axis=1),
                                  noise_factor=scipy.linalg.block_diag(*[r.noise_factor for r in alone]),
                                  noise_std=np.stack([r.noise_std for r in alone], axis=1))

@@ -418,7 +418,7 @@ def _check_classifier(model, clf, acc, before, steps, epsilon, delta):
     if acc is not None:
         assert_charged(acc, before, releases)
     p, _ = clf.predict_y(model.data[0].numpy()[:3])  # post-processing: free
-    assert np.all((p.numpy() >= 0.0) & (p.numpy() <= 1.0))
+    assert np.all((p >= 0.0) & (p <= 1.0))
 
 
 @given(data=st.data())

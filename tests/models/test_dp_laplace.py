@@ -308,7 +308,7 @@ def test_sparse_with_Z_equal_X_matches_full(problem):
     Fs = Phi @ ps.weight_noise_factor
     scale = np.abs(Ff @ Ff.T).max()
     np.testing.assert_allclose(Fs @ Fs.T, Ff @ Ff.T, atol=1e-3 * scale)
-    np.testing.assert_allclose(ps.dp_noise_variance(Xnew).numpy(), pf.dp_noise_variance(Xnew).numpy(),
+    np.testing.assert_allclose(ps.dp_noise_variance(Xnew), pf.dp_noise_variance(Xnew),
                                rtol=1e-2, atol=1e-3 * scale)
 
 
@@ -328,15 +328,17 @@ def test_predict_f_full_matches_numpy(one_step, problem):
     noise = np.sum((Ks.T @ np.linalg.solve(Kj, F)) ** 2, axis=1)
     assert np.all(noise > 0.0)
     m, v = one_step.predict_f(Xnew)
-    np.testing.assert_allclose(m.numpy()[:, 0], mean, rtol=1e-7, atol=1e-9)
-    np.testing.assert_allclose(v.numpy()[:, 0], var + noise, rtol=1e-7, atol=1e-9)
-    np.testing.assert_allclose(one_step.dp_noise_variance(Xnew).numpy()[:, 0], noise, rtol=1e-7)
+    assert all(isinstance(t, np.ndarray) and t.shape == (len(Xnew), 1) for t in (m, v))  # NumPy [k, 1]
+    np.testing.assert_allclose(m[:, 0], mean, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(v[:, 0], var + noise, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(one_step.dp_noise_variance(Xnew)[:, 0], noise, rtol=1e-7)
     p, pv = one_step.predict_y(Xnew)
+    assert all(isinstance(t, np.ndarray) and t.shape == (len(Xnew), 1) for t in (p, pv))  # NumPy [k, 1]
     p_np = special.expit(mean / np.sqrt(1.0 + math.pi * (var + noise) / 8.0))
-    np.testing.assert_allclose(p.numpy()[:, 0], p_np, rtol=1e-7)
-    np.testing.assert_allclose(pv.numpy()[:, 0], p_np * (1 - p_np), rtol=1e-7)
+    np.testing.assert_allclose(p[:, 0], p_np, rtol=1e-7)
+    np.testing.assert_allclose(pv[:, 0], p_np * (1 - p_np), rtol=1e-7)
     # at a training input the propagated noise is the release's own noise there (K^{-1} K = I)
-    np.testing.assert_allclose(one_step.dp_noise_variance(X[:3]).numpy()[:, 0],
+    np.testing.assert_allclose(one_step.dp_noise_variance(X[:3])[:, 0],
                                one_step.releases[0].noise_std[:3] ** 2, rtol=1e-3)
 
 
@@ -349,7 +351,7 @@ def test_predict_f_two_steps_uses_W_at_the_released_latents(two_steps, problem):
     F = two_steps.releases[1].noise_factor
     noise = np.sum((Ks.T @ np.linalg.solve(K + JITTER * np.eye(len(X)), F)) ** 2, axis=1)
     _, v = two_steps.predict_f(Xnew)
-    np.testing.assert_allclose(v.numpy()[:, 0], var + noise, rtol=1e-6)
+    np.testing.assert_allclose(v[:, 0], var + noise, rtol=1e-6)
 
 
 def test_predict_f_sparse_matches_numpy(sparse_release, problem):
@@ -362,8 +364,8 @@ def test_predict_f_sparse_matches_numpy(sparse_release, problem):
     var = np.einsum("ij,jk,ik->i", Phi_new, Sigma, Phi_new)
     noise = np.sum((Phi_new @ F) ** 2, axis=1)
     m, v = sparse_release.predict_f(Xnew)
-    np.testing.assert_allclose(m.numpy()[:, 0], Phi_new @ w, rtol=1e-7, atol=1e-10)
-    np.testing.assert_allclose(v.numpy()[:, 0], var + noise, rtol=1e-7)
+    np.testing.assert_allclose(m[:, 0], Phi_new @ w, rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(v[:, 0], var + noise, rtol=1e-7)
     np.testing.assert_allclose(sparse_release.releases[0].variance, np.diag(Sigma), rtol=1e-7)
 
 
@@ -385,11 +387,11 @@ def test_predictions_spend_nothing_and_draw_nothing(model, sparse_model, problem
 def test_private_classifier_does_not_read_the_model(one_step, model, problem):
     """The released classifier holds its own copy of the kernel: later changes do not leak into it."""
     _, _, Xnew = problem
-    before = one_step.predict_f(Xnew)[0].numpy()
+    before = one_step.predict_f(Xnew)[0]
     old = model.kernel.lengthscales.numpy()
     model.kernel.lengthscales.assign(0.3)
     try:
-        np.testing.assert_array_equal(one_step.predict_f(Xnew)[0].numpy(), before)
+        np.testing.assert_array_equal(one_step.predict_f(Xnew)[0], before)
     finally:
         model.kernel.lengthscales.assign(old)
 

@@ -196,7 +196,8 @@ def releases(model, problem):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ReproducibleNoiseWarning)
         for objective in ("mse", "entropy"):
-            out[objective] = model.release(problem["Xnew"], epsilon=EPS, delta=DELTA, objective=objective, seed=3)
+            out[objective] = model.release(problem["Xnew"], epsilon=EPS, delta=DELTA, objective=objective,
+                                           seed=3).unclipped()  # the raw DP mean (default: clipped)
     return out
 
 
@@ -281,8 +282,8 @@ def test_neighbours_differ_by_the_projected_shift(problem, objective):
     Y2 = problem["Y"].copy()
     Y2[j, 0] += D  # LO -> HI
     kw = dict(epsilon=EPS, delta=DELTA, objective=objective, seed=17)
-    a = make_model(problem).release(problem["Xnew"], **kw)
-    b = make_model(problem, Y2).release(problem["Xnew"], **kw)
+    a = make_model(problem).release(problem["Xnew"], **kw).unclipped()  # the raw DP means
+    b = make_model(problem, Y2).release(problem["Xnew"], **kw).unclipped()
     np.testing.assert_array_equal(a.noise_factor, b.noise_factor)  # C does not depend on y
     shift = D * problem["C"][:, j]
     P = range_projector(a.noise_factor)
@@ -371,10 +372,10 @@ def standard(problem):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ReproducibleNoiseWarning)
         kw = dict(epsilon=EPS, delta=DELTA, mechanism="standard", seed=5)
-        out["a"] = make_model(problem).release(Xnew, **kw)
+        out["a"] = make_model(problem).release(Xnew, **kw).unclipped()  # the raw DP means
         Y2 = Y.copy()
         Y2[3, 0] += D
-        out["b"] = make_model(problem, Y2).release(Xnew, **kw)
+        out["b"] = make_model(problem, Y2).release(Xnew, **kw).unclipped()
     return out
 
 

@@ -86,7 +86,7 @@ def test_the_streamed_release_equals_the_in_memory_one(rows, model, chunks, tmp_
     report = dp.audit(streamed, model)
     assert report.passed and report.epsilon <= EPS * (1 + 1e-6)
     loaded = dp.load(streamed.save(tmp_path / "streamed.json"))  # its release file, as any multi-class release's
-    np.testing.assert_array_equal(loaded.predict_y(X[:5])[0].numpy(), streamed.predict_y(X[:5])[0].numpy())
+    np.testing.assert_array_equal(loaded.predict_y(X[:5])[0], streamed.predict_y(X[:5])[0])
 
 
 def test_a_model_of_dask_rows_releases_streamed_on_dask(rows, model):
@@ -184,7 +184,7 @@ def test_the_grouped_streamed_release_equals_the_in_memory_grouped_release(rows,
     assert not caught.passed and caught.epsilon > 1.5 * EPS
     loaded = dp.load(streamed.save(tmp_path / "grouped.json"))
     assert loaded.person_rows == 3
-    np.testing.assert_array_equal(loaded.predict_y(X[:5])[0].numpy(), streamed.predict_y(X[:5])[0].numpy())
+    np.testing.assert_array_equal(loaded.predict_y(X[:5])[0], streamed.predict_y(X[:5])[0])
 
 
 def test_a_model_of_dask_rows_with_groups_streams_the_in_memory_grouped_release(rows, grouped):

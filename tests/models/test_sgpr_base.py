@@ -272,8 +272,8 @@ def test_predict_mean_is_readout_of_released_values_and_neighbour_shift_is_audit
     release's claim: the exact audit applies to every prediction."""
     p = problem
     kw = dict(epsilon=EPS, delta=DELTA, objective=objective, seed=11)
-    pf1 = p.model.release_function(**kw)
-    pf2 = make_model(p.variant, p.X, neighbour(p.Y), p.Z, p.dim).release_function(**kw)
+    pf1 = p.model.release_function(**kw).unclipped()  # the raw DP predictions (default: clipped)
+    pf2 = make_model(p.variant, p.X, neighbour(p.Y), p.Z, p.dim).release_function(**kw).unclipped()
     np.testing.assert_array_equal(pf1.release.noise_factor, pf2.release.noise_factor)  # public only
     R = checked_R(pf1, p.ref, p.X)
     Xq = np.random.default_rng(2).uniform(-2.0, 12.0, (30, p.dim))
@@ -335,7 +335,7 @@ def test_mse_reference_inputs_minimise_the_error_there(problem):
 @pytest.mark.parametrize("objective", ["mse", "entropy"])
 def test_exact_audit_release_at_known_points(problem, objective):
     p = problem
-    rel = p.model.release(p.Xnew, epsilon=EPS, delta=DELTA, objective=objective, seed=4)
+    rel = p.model.release(p.Xnew, epsilon=EPS, delta=DELTA, objective=objective, seed=4).unclipped()  # raw DP mean
     mu = exact_mu(rel.noise_factor, p.C, D, rel.noise_multiplier, EPS, DELTA)
     assert mu == pytest.approx(1.0 / rel.noise_multiplier, rel=1e-5)  # tight: a neighbour on the boundary
     result = auditing.audit_exact(rel, D * p.C.T, C_ref=p.C)
@@ -356,11 +356,11 @@ def test_exact_audit_release_with_measured_shifts(problem):
 
     def release_mean(y):
         model = make_model(p.variant, p.X, y[:, None], p.Z, p.dim)
-        return model.release(p.Xnew, epsilon=EPS, delta=DELTA, objective="entropy", seed=21).mean
+        return model.release(p.Xnew, epsilon=EPS, delta=DELTA, objective="entropy", seed=21).unclipped().mean
 
     shifts, base = auditing.measured_shifts(release_mean, p.Y[:, 0], [J, 17, 30], (LO, HI))
     rel = make_model(p.variant, p.X, base[:, None], p.Z, p.dim).release(
-        p.Xnew, epsilon=EPS, delta=DELTA, objective="entropy", seed=21)
+        p.Xnew, epsilon=EPS, delta=DELTA, objective="entropy", seed=21).unclipped()
     result = auditing.audit_exact(rel, shifts, C_ref=p.C)
     assert result.passed, result.failures
     assert result.mu == pytest.approx(1.0 / rel.noise_multiplier, rel=1e-5)
