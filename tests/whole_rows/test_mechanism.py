@@ -14,6 +14,7 @@ import warnings
 import gpflow
 import numpy as np
 import pytest
+import tensorflow as tf
 from reference import analytic_delta
 from whole_rows_reference import features as reference_features
 
@@ -85,8 +86,6 @@ def test_raw_features_with_the_whitened_bound_fail_the_same_check(monkeypatch):
 
     def raw(kernel, Z, L, X, k_max):
         return tf.transpose(kernel(Z, X)) / k_max
-
-    import tensorflow as tf
 
     monkeypatch.setattr(features_module, "whitened_features", raw)
     base, worst = _worst_shift()

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from whole_rows_reference import features as reference_features
-from whole_rows_reference import se_kernel
 
 import dpgp_gpflow as dp
 from dpgp_gpflow import whole_rows as wr
@@ -169,3 +168,21 @@ def test_variances_are_post_processing():
     _, fit_at_release = _released(variances="fit")
     assert (fit_at_release.kernel_variance, fit_at_release.noise_variance) == pytest.approx(
         (fitted.kernel_variance, fitted.noise_variance))
+
+
+def test_without_noise_the_posterior_is_gpflows_sgpr():
+    """From exact statistics (no noise, no floor) the mean and variance are GPflow's SGPR.predict_f."""
+    X, Y = _data(200, seed=6)
+    Z = wr.inducing_grid(BOX, 6)
+    kernel = gpflow.kernels.SquaredExponential(variance=3.0, lengthscales=LENGTHSCALE)
+    features = wr.FeatureMap(kernel, Z, jitter=1e-6 / 3.0)  # GPflow's absolute jitter at unit scale
+    P = reference_features(X, Z, LENGTHSCALE, jitter=1e-6 / 3.0)
+    yc = np.clip(Y, *BOUNDS)
+    post = weight_posterior(tf.constant(P.T @ P), tf.constant(P.T @ yc[:, 0]), kernel_variance=3.0,
+                            noise_variance=0.2, b_std=0.0, offdiag_std=0.0)
+    Xt = np.linspace(-2, 12, 15)[:, None]
+    mean, model, noise = predictive_terms(post, features(Xt), features.unit_variance(Xt))
+    gp_mean, gp_var = gpflow.models.SGPR((X, yc), kernel, Z, noise_variance=0.2).predict_f(Xt)
+    np.testing.assert_allclose(mean.numpy(), gp_mean.numpy()[:, 0], rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(model.numpy(), gp_var.numpy()[:, 0], rtol=1e-6, atol=1e-9)
+    assert np.all(noise.numpy() == 0.0)
