@@ -35,6 +35,9 @@ SCRIPTS = {
     "groups": "benchmarks/groups.py",
     "multi_output": "benchmarks/multi_output.py",
     "whole_rows_vs_dpsgd": "benchmarks/whole_rows_vs_dpsgd.py",
+    "whole_rows_kung": "benchmarks/whole_rows_kung.py",
+    "whole_rows_scale": "benchmarks/whole_rows_scale.py",
+    "whole_rows_scale_10000000": "benchmarks/whole_rows_scale.py",
 }
 
 HEADER = """# Benchmark results
