@@ -18,7 +18,7 @@ import os
 import warnings
 from fractions import Fraction
 from decimal import Decimal
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
@@ -296,6 +296,39 @@ def run_call(call: Callable[[], Any], draws: list, accountants: Sequence[dp.Priv
     for m in outcome.messages:
         assert_no_private(m, tokens, "warning")
     return outcome
+
+
+class ReleaseShare:
+    """Counts the examples drawn valid and how many of them released: a fuzz test that accepts any
+    documented refusal could otherwise pass with every valid call refused. ``check(minimum)`` asserts that
+    at least ``minimum`` of the valid draws released (a refusal for want of budget is counted apart,
+    as the accountants drawn include small ones on purpose, and must stay a minority too)."""
+
+    def __init__(self) -> None:
+        self.valid = 0
+        self.released = 0
+        self.over_budget = 0
+        self.refusals: Dict[str, int] = {}
+
+    def count(self, valid: bool, outcome: Outcome) -> None:
+        if not valid:
+            return
+        self.valid += 1
+        if not outcome.refused:
+            self.released += 1
+        elif isinstance(outcome.error, dp.BudgetExceededError):
+            self.over_budget += 1
+        else:
+            key = f"{type(outcome.error).__name__}: {str(outcome.error)[:80]}"
+            self.refusals[key] = self.refusals.get(key, 0) + 1
+
+    def check(self, minimum: float = 0.8, least: int = 5) -> None:
+        assert self.valid >= least, f"only {self.valid} examples drawn valid"
+        within_budget = self.valid - self.over_budget
+        assert within_budget >= least and self.released >= minimum * within_budget, (
+            f"{self.released} of {within_budget} valid draws within budget released "
+            f"({self.over_budget} over budget); refusals: {self.refusals}")
+        assert self.over_budget <= 0.5 * self.valid, f"{self.over_budget} of {self.valid} valid draws over budget"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from fuzzkit import (  # noqa: E402
     PRIVATE_INSIDE,
     PRIVATE_OUTSIDE,
     RELEASE_ERRORS,
+    ReleaseShare,
     TOKENS,
     X_TRAIN,
     Y_TRAIN,
@@ -118,6 +119,25 @@ def _call_with_accountant(mode, acc, fn, kwargs):
     return fn(**kwargs)
 
 
+@pytest.fixture
+def share():
+    """The valid draws of one fuzz test and how many released: at least 80% of those within budget must."""
+    counter = ReleaseShare()
+    yield counter
+    counter.check(0.8)
+
+
+def releasable(bad, epsilon, delta, options, *inputs) -> bool:
+    """Whether a draw must release: every argument drawn valid, the hyperparameters declared public, a
+    calibration valid for epsilon, no privacy parameter at the far ends of float64 (those need a noise
+    multiplier beyond float64: refused), and inputs finite and below 1e100 as the container holds them."""
+    finite = all(np.all(np.isfinite(v)) and np.max(np.abs(v), initial=0.0) < 1e100
+                 for v in (as_float64(x) for x in inputs if x is not None))
+    return (not bad and options.get("hyperparameters_public") is True and finite
+            and (options.get("calibration") != "classical" or float(epsilon) <= 1.0)
+            and float(epsilon) not in EXTREME_EPSILONS and float(delta) not in EXTREME_DELTAS)
+
+
 # Epsilons at the far ends of float64 (a release there must still be exactly private).
 EXTREME_EPSILONS = (5e-324, 1e-300, 1e-10, 1e6, 1e300, 1.7e308)
 EXTREME_DELTAS = (2.3e-308, 1e-300, 1.0 - 1e-16, 0.999)
@@ -171,7 +191,7 @@ def as_float64(Xnew) -> np.ndarray:
 
 @given(data=st.data())
 @fuzz_settings(60)
-def test_release_fuzz(draws, regression_models, data):
+def test_release_fuzz(draws, regression_models, share, data):
     bad = corrupted(data, ["Xnew", "epsilon", "delta", "options", "mechanism"])
     name = data.draw(st.sampled_from(sorted(regression_models)), label="model")
     model = regression_models[name]
@@ -180,6 +200,8 @@ def test_release_fuzz(draws, regression_models, data):
     Xnew = data.draw(xnew_strategy(model.input_dim, mechanism == "standard", "Xnew" not in bad), label="Xnew")
     epsilon, delta = privacy_parameters(data, bad)
     options = release_options(data, bad)
+    if not bad:  # these models' hyperparameters were given at construction: a valid call declares them
+        options["hyperparameters_public"] = True  # (the refusal without: test_marked_model_refuses_unless_declared)
     mode, acc = _accountant(data.draw(ACCOUNTANTS, label="accountant"), epsilon)
     kwargs = dict(epsilon=epsilon, delta=delta, mechanism=mechanism, **options)
     before = acc.ledger if acc is not None else ()
@@ -187,6 +209,7 @@ def test_release_fuzz(draws, regression_models, data):
                                 and name != "DPGPR" else ())
     out = run_call(lambda: _call_with_accountant(mode, acc, lambda **kw: model.release(Xnew, **kw), kwargs),
                    draws, [acc] if acc is not None else [], TOKENS, allowed)
+    share.count(releasable(bad, epsilon, delta, options, Xnew) and allowed == RELEASE_ERRORS, out)
     if out.refused:
         return
     rel = out.result
@@ -249,7 +272,7 @@ def training_data(draw, bad):
 @pytest.mark.slow
 @given(data=st.data())
 @fuzz_settings(60)
-def test_regression_constructor_fuzz(draws, data):
+def test_regression_constructor_fuzz(draws, share, data):
     bad = corrupted(data, ["n", "X", "Y", "Y container", "X container", "data", "y_bounds", "data_sensitivity",
                            "noise_variance", "Z"])
     cls = data.draw(st.sampled_from([DPGPR, DPGPRFITC, DPSGPR]), label="class")
@@ -281,6 +304,7 @@ def test_regression_constructor_fuzz(draws, data):
         build = lambda: cls(train, kernel(), Zv, **kwargs)  # noqa: E731
     out = run_call(build, draws, (), TOKENS, DOCUMENTED)
     assert draws == []
+    share.count(not bad, out)
     if out.refused:
         return
     model = out.result
@@ -293,8 +317,10 @@ def test_regression_constructor_fuzz(draws, data):
     Xnew = model.data[0].numpy()[:4]
     acc = dp.PrivacyAccountant(epsilon=10.0, delta=0.5)
     mechanism = data.draw(st.sampled_from(["cloaking", "standard"]), label="mechanism")
-    rel_out = run_call(lambda: model.release(Xnew, epsilon=1.0, delta=1e-2, accountant=acc, mechanism=mechanism),
+    rel_out = run_call(lambda: model.release(Xnew, epsilon=1.0, delta=1e-2, accountant=acc, mechanism=mechanism,
+                                             hyperparameters_public=True),  # given a priori: declared
                        draws, [acc], TOKENS, RELEASE_ERRORS + (NotImplementedError,))
+    share.count(not bad and not isinstance(rel_out.error, NotImplementedError), rel_out)
     if rel_out.refused:
         return
     assert_gaussian_release(rel_out.result, dp.cloaking_matrix(model, Xnew).numpy())
@@ -309,13 +335,15 @@ def test_regression_constructor_fuzz(draws, data):
 @pytest.mark.slow
 @given(data=st.data())
 @fuzz_settings(50)
-def test_release_function_fuzz(draws, regression_models, classifiers, data):
+def test_release_function_fuzz(draws, regression_models, classifiers, share, data):
     bad = corrupted(data, ["epsilon", "delta", "options", "reference_inputs"])
     name = data.draw(st.sampled_from(["DPGPRFITC", "DPSGPR", "DPSparseLaplaceGPC"]), label="model")
     model = regression_models.get(name) or classifiers[name]
     epsilon, delta = privacy_parameters(data, bad)
     options = release_options(data, bad)
     options.pop("tol", None)
+    if not bad and name != "DPSparseLaplaceGPC":  # hyperparameters given at construction: a valid call declares them
+        options["hyperparameters_public"] = True
     if data.draw(st.booleans(), label="reference inputs given"):
         options["reference_inputs"] = data.draw(xnew_strategy(model.input_dim, False, "reference_inputs" not in bad),
                                                 label="reference values")
@@ -324,6 +352,7 @@ def test_release_function_fuzz(draws, regression_models, classifiers, data):
     kwargs = dict(epsilon=epsilon, delta=delta, **options)
     out = run_call(lambda: _call_with_accountant(mode, acc, model.release_function, kwargs),
                    draws, [acc] if acc is not None else [], TOKENS, RELEASE_ERRORS)
+    share.count(releasable(bad, epsilon, delta, options, options.get("reference_inputs")), out)
     if out.refused:
         return
     fn = out.result
@@ -364,7 +393,7 @@ def label_data(draw, bad):
 @pytest.mark.slow
 @given(data=st.data())
 @fuzz_settings(40)
-def test_classifier_constructor_fuzz(draws, data):
+def test_classifier_constructor_fuzz(draws, share, data):
     bad = corrupted(data, ["n", "X", "labels", "Y container", "X container", "loop", "inducing"])
     sparse = data.draw(st.booleans(), label="sparse")
     train, X, _ = data.draw(label_data(bad), label="data")
@@ -385,6 +414,7 @@ def test_classifier_constructor_fuzz(draws, data):
     else:
         build = lambda: DPLaplaceGPC(train, kernel(), **loop)  # noqa: E731
     out = run_call(build, draws, (), (), DOCUMENTED)
+    share.count(not bad, out)
     if out.refused:
         return
     model = out.result
@@ -393,6 +423,7 @@ def test_classifier_constructor_fuzz(draws, data):
     acc = dp.PrivacyAccountant(epsilon=10.0, delta=0.5)
     rel_out = run_call(lambda: model.release(epsilon=1.0, delta=1e-2, accountant=acc), draws, [acc], (),
                        RELEASE_ERRORS)
+    share.count(not bad, rel_out)
     if rel_out.refused:
         return
     _check_classifier(model, rel_out.result, acc, (), 1, 1.0, 1e-2)
@@ -423,7 +454,7 @@ def _check_classifier(model, clf, acc, before, steps, epsilon, delta):
 
 @given(data=st.data())
 @fuzz_settings(50)
-def test_classifier_release_fuzz(draws, classifiers, data):
+def test_classifier_release_fuzz(draws, classifiers, share, data):
     bad = corrupted(data, ["epsilon", "delta", "options", "steps", "reference_inputs"])
     name = data.draw(st.sampled_from(sorted(classifiers)), label="model")
     model = classifiers[name]
@@ -443,6 +474,8 @@ def test_classifier_release_fuzz(draws, classifiers, data):
     allowed = RELEASE_ERRORS + ((NotImplementedError,) if name == "DPSparseLaplaceGPC" else ())
     out = run_call(lambda: _call_with_accountant(mode, acc, model.release, kwargs),
                    draws, [acc] if acc is not None else [], (), allowed)
+    share.count(releasable(bad, epsilon, delta, {"hyperparameters_public": True, **options},
+                           options.get("reference_inputs")), out)  # the classifiers' kernels are GPflow's defaults
     if out.refused:
         if isinstance(out.error, NotImplementedError):
             assert steps != 1  # documented: the sparse classifier releases one Newton step only
