@@ -159,7 +159,8 @@ class PrivacyAccountant:
     @property
     def held(self) -> Tuple[float, float]:
         """``(epsilon, delta)`` held under basic composition by releases under way, or by processes
-        that died between their hold and their commit (these stay held, and count as spent)."""
+        that died between their hold and their commit (these stay held: shown here, not in :attr:`spent`, and
+        unavailable to later releases, as :attr:`remaining` says)."""
         held = self._store.events()[1]
         return math.fsum(e.epsilon for e in held), math.fsum(e.delta for e in held)
 
@@ -173,7 +174,7 @@ class PrivacyAccountant:
 
     def history(self) -> List[Dict[str, Any]]:
         """Every row of the ledger, for display: dicts with ``id``, ``time`` (UTC ISO, when held),
-        ``settled``, ``status`` ("held", "committed" or "cancelled"; held rows count as spent),
+        ``settled``, ``status`` ("held", "committed" or "cancelled"; held rows are not spent but not available either),
         ``kind``, ``epsilon``, ``delta``, ``mu``, ``description``, ``dataset``, ``pid`` and
         ``reservation``, in order. Rows are never deleted."""
         return self._store.history()
