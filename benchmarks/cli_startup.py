@@ -96,8 +96,8 @@ def prepare(tree: Path, folder: Path, data: Path) -> None:
     folder.mkdir(parents=True)
     shutil.copy(data, folder / "Howell1.csv")
     code = "import dpgp_gpflow; print(dpgp_gpflow.__file__)"
-    where = subprocess.run([sys.executable, "-c", code], env=environment(tree), capture_output=True, text=True,
-                           check=True).stdout.strip()
+    where = subprocess.run([sys.executable, "-c", code], cwd=folder, env=environment(tree), capture_output=True,
+                           text=True, check=True).stdout.strip()  # as run() runs dpgp: in folder
     if not Path(where).resolve().is_relative_to(tree.resolve()):
         raise SystemExit(f"PYTHONPATH={tree} imports dpgp_gpflow from {where}")
     run(["budget", "init", "budget.sqlite", "--epsilon", "100", "--delta", "0.5"], tree, folder, 0)

@@ -34,6 +34,7 @@ SCRIPTS = {
     "multiclass_mnist": "benchmarks/multiclass_mnist.py",
     "groups": "benchmarks/groups.py",
     "multi_output": "benchmarks/multi_output.py",
+    "cli_startup": "benchmarks/cli_startup.py",
     "whole_rows_vs_dpsgd": "benchmarks/whole_rows_vs_dpsgd.py",
     "whole_rows_kung": "benchmarks/whole_rows_kung.py",
     "whole_rows_scale": "benchmarks/whole_rows_scale.py",
