@@ -35,15 +35,18 @@ class ExactSum:
     minus every value removed, correctly rounded, whatever the order (Shewchuk's partials; non-finite
     values are kept apart, as ``math.fsum`` treats them)."""
 
-    __slots__ = ("_partials", "_special")
+    __slots__ = ("_partials", "_special", "overflowed")
 
     def __init__(self) -> None:
         self._partials: List[float] = []
         self._special: Counter = Counter()  # inf, -inf and nan values, counted
+        #: an intermediate sum overflowed (sticky): the owner recomposes from its events instead
+        self.overflowed = False
 
     def copy(self) -> "ExactSum":
         out = ExactSum()
         out._partials, out._special = list(self._partials), Counter(self._special)
+        out.overflowed = self.overflowed
         return out
 
     def add(self, x: float, sign: int = 1) -> None:
@@ -61,8 +64,9 @@ class ExactSum:
             if abs(x) < abs(y):
                 x, y = y, x
             hi = x + y
-            if math.isinf(hi):
-                raise OverflowError("intermediate overflow in an exact sum (as math.fsum)")
+            if math.isinf(hi):  # as math.fsum would refuse: the owner recomposes from its events
+                self.overflowed = True
+                return
             lo = y - (hi - x)
             if lo:
                 partials[i] = lo
@@ -138,6 +142,8 @@ class EventTally:
         """``(sum epsilon, sum delta)`` of the tally and ``extra``: :func:`~dpgp_gpflow.composition.basic_composition`
         of the whole list, bit for bit."""
         extra = list(extra)
+        if self._sums["eps"].overflowed or self._sums["delta"].overflowed:
+            return basic_composition([*self.events(), *extra])
         basic_composition(extra)  # validated as a recomposition would
         return (self._sums["eps"].value(*(e.epsilon for e in extra)),
                 self._sums["delta"].value(*(e.delta for e in extra)))
@@ -147,7 +153,7 @@ class EventTally:
         under ``method``: the same number, computed from the sums for "basic" and "gdp" (independent of the
         ledger's length) and from every event for "pld" (not incremental)."""
         extra = list(extra)
-        if method == "pld" or method not in COMPOSITIONS:
+        if method == "pld" or method not in COMPOSITIONS or any(t.overflowed for t in self._sums.values()):
             return composed_epsilon([*self.events(), *extra], delta, method)
         composed_epsilon([], delta, method)  # composition's own check of delta
         if method == "basic":

@@ -7,7 +7,6 @@ import contextlib
 import io
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import warnings
@@ -263,8 +262,6 @@ def _read_only(path: Path) -> None:
         pytest.skip("running as root and chattr +i is not available: cannot make a file read-only")
 
 
-@pytest.mark.xfail(raises=sqlite3.OperationalError, strict=False,
-                   reason="until the ledger raises LedgerError for a read-only file (issue 34 item 5, library side)")
 def test_a_read_only_ledger_is_refused_in_one_line(work):
     ledger = _ledger(work, "read-only.sqlite")
     before = ledger.read_bytes()

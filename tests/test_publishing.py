@@ -331,7 +331,12 @@ def test_every_released_class_and_readout_is_registered():
 
     ours = {c for c in subclasses(Released) if c.__module__.startswith("dpgp_gpflow.")}
     assert "PrivateMulticlassClassifier" in {c.__name__ for c in ours}
-    assert not {c.__name__ for c in ours if c.__name__ not in publishing.RELEASED_KINDS}  # every one loads
+    # every one loads, but the whole-row release, whose file is not built yet (issue 36 item 6): its save refuses
+    assert not {c.__name__ for c in ours if c.__name__ not in publishing.RELEASED_KINDS} - {"WholeRowsRelease"}
+    from dpgp_gpflow.whole_rows.released import WholeRowsRelease
+
+    with pytest.raises(NotImplementedError, match="not written yet"):
+        WholeRowsRelease.file_content(object.__new__(WholeRowsRelease))
     for cls in publishing.READOUT_KINDS.values():
         assert callable(cls.release_state) and callable(cls.from_release_state)
 

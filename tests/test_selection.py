@@ -427,7 +427,8 @@ def test_fold_matrices_reproduce_gpflow_predictions(data):
 def test_fitc_fold_matrices(data):
     X, Y = data
     Z = np.linspace(0.0, 6.0, 5)[:, None]
-    model = DPGPRFITC(data, gpflow.kernels.SquaredExponential(), Z, noise_variance=0.1, y_bounds=(-1.5, 1.5))
+    model = DPGPRFITC(data, gpflow.kernels.SquaredExponential(), Z, noise_variance=0.1, y_bounds=(-1.5, 1.5),
+                      hyperparameters_public=True)
     grid = [{".kernel.lengthscales": 2.0}, {".kernel.lengthscales": 0.5, ".inducing_variable.Z": Z + 0.1}]
     cv = cross_validate(model, grid, folds=3)
     for config, folds in zip(grid, cv.folds):
