@@ -26,7 +26,7 @@ from .cloaking import (
     whitened_shift,
     whitening_terms,
 )
-from .request import ReleaseRequest, gaussian_event, release_request, reserve_gaussian, validate_public_bounds
+from .request import ReleaseRequest, gaussian_event, release_request, validate_public_bounds
 from .rounding import check_noise_condition, condition_number, safe_sensitivity
 from .standard import standard_release
 
@@ -44,7 +44,6 @@ __all__ = [
     "noise_in_space",
     "publish_cloaking",
     "release_request",
-    "reserve_gaussian",
     "safe_sensitivity",
     "shift_bound_of_norms",
     "standard_release",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple, Optional, Tuple
 
-from ..accounting import PrivacyEvent, Reservation, reserve
+from ..accounting import PrivacyEvent
 from ..calibration import gaussian_multiplier
 from ..cloaking.optimiser import DEFAULT_TOL
 from ..cloaking.rank import candidate_rtols
@@ -31,7 +31,7 @@ from ..validation import (
     validate_seed,
 )
 
-__all__ = ["ReleaseRequest", "check_multiplier", "gaussian_event", "release_request", "reserve_gaussian",
+__all__ = ["ReleaseRequest", "check_multiplier", "gaussian_event", "release_request",
            "validate_public_bounds", "validate_tol"]
 
 
@@ -98,14 +98,6 @@ def validate_tol(tol: Any) -> float:
     if not tol > 0.0:
         raise ValueError(f"tol must be finite and > 0 (the optimiser's duality-gap tolerance), got {tol}")
     return tol
-
-
-def reserve_gaussian(epsilon, delta, calibration, accountant) -> Tuple[float, float, float, Reservation]:
-    """Validate the privacy parameters (:func:`release_request`), compute the multiplier and reserve the
-    budget (no spend). ``accountant``: a :class:`~dpgp_gpflow.accounting.PrivacyAccountant`, a caller's
-    :class:`~dpgp_gpflow.accounting.Reservation` to commit into, or None (the enclosing ones)."""
-    request = release_request(epsilon, delta, calibration=calibration, objective=None)
-    return request.epsilon, request.delta, request.multiplier, reserve(accountant, [request.event()])
 
 
 def gaussian_event(epsilon: float, delta: float, multiplier: float, description: str = "") -> PrivacyEvent:
