@@ -17,10 +17,12 @@ part that reads the private data, and it does so inside the reservation.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Optional, Sequence, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, Sequence, Tuple, TypeVar
 
 from .accounting import PrivacyEvent, Reservation, reserve
-from .mechanisms.request import ReleaseRequest
+
+if TYPE_CHECKING:  # a type only: the mechanisms themselves run through measure (no import cycle at run time)
+    from .mechanisms.request import ReleaseRequest
 
 __all__ = ["Measurement", "measure"]
 
@@ -34,11 +36,12 @@ class Measurement(Generic[R]):
     ``mechanism(reservation)`` reads the private data, draws and commits every event of
     :meth:`privacy_map` into ``reservation`` (after its draw), then returns the released object.
     ``checks`` run in order before anything is reserved and raise to refuse. ``events`` overrides the
-    default privacy map (the request's one Gaussian event) for a multi-step release; it must be computed
-    from public parameters by the caller (a composition rule of :mod:`dpgp_gpflow.composition`).
+    default privacy map (the request's one Gaussian event) for a multi-step release or a non-Gaussian one
+    (``request`` None: a pure-epsilon selection or Laplace release); it must be computed from public
+    parameters by the caller (a composition rule of :mod:`dpgp_gpflow.composition`).
     """
 
-    request: ReleaseRequest
+    request: Optional[ReleaseRequest]  #: the validated Gaussian request; None for a release charged by ``events``
     relation: str  #: the public neighbour relation protected, as the release card states it
     mechanism: Callable[[Reservation], R]
     checks: Tuple[Callable[[], Any], ...] = ()
@@ -49,6 +52,8 @@ class Measurement(Generic[R]):
         """The ledger events this release charges (default: the request's one Gaussian event)."""
         if self.events is not None:
             return tuple(self.events)
+        if self.request is None:
+            raise ValueError("a measurement without a Gaussian request must state its events")
         return (self.request.event(self.description),)
 
 

@@ -11,8 +11,8 @@ Empty bins publish a public value with no noise: they hold no private output.
 The noise is added by :func:`dpgp_gpflow.sampling.add_laplace` (the package's one sampling module):
 by default OpenDP's exact discrete Laplace on the whitened means rounded to its grid
 (``docs/exact_sampling.md#laplace-bin-means``); the bin means themselves are float64. The budget is
-reserved (:func:`~dpgp_gpflow.accounting.reserve`) before any private output is touched and
-charged after the draw.
+reserved before any private output is touched and charged after the draw: the release runs through
+:func:`~dpgp_gpflow.measurement.measure`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from typing import Any, NamedTuple, Optional, Tuple
 import numpy as np
 
 from .. import sampling
-from ..accounting import PrivacyAccountant, PrivacyEvent, reserve
+from ..accounting import PrivacyAccountant, PrivacyEvent, Reservation
+from ..measurement import Measurement, measure
 from ..validation import (
     as_outputs,
     clip_outputs,
@@ -37,6 +38,9 @@ from ..validation import (
 from .bins import Bins
 
 __all__ = ["BinRelease", "bin_means_nonprivate", "release_bin_means"]
+
+#: The neighbouring relation a bin release protects (module docstring).
+RELATION = "row (one output replaced within the bounds)"
 
 _OUTSIDE = ("raise", "nearest", "drop")
 
@@ -186,7 +190,8 @@ def release_bin_means(
     occupied = p.counts > 0
     n_occupied = int(np.sum(occupied))
     description = f"Laplace bin means ({n_occupied} occupied of {bins.n_bins} bins)"
-    with reserve(accountant, [PrivacyEvent(epsilon, 0.0, "pure", None, description)]) as reservation:
+
+    def mechanism(reservation: Reservation) -> Tuple[np.ndarray, np.ndarray, bool]:
         # the outputs are touched only now; ClippingWarning (a count, never values) points at the caller
         means = _bin_means(p, clip_outputs(p.Y, p.bounds)[:, 0])
         scale = np.zeros(bins.n_bins)
@@ -194,6 +199,11 @@ def release_bin_means(
         released = means.copy()
         released[occupied], reproducible = sampling.add_laplace(means[occupied], scale[occupied], epsilon, seed)
         reservation.commit(description)
+        return released, scale, reproducible
+
+    event = PrivacyEvent(epsilon, 0.0, "pure", None, description)
+    released, scale, reproducible = measure(Measurement(None, RELATION, mechanism, events=(event,),
+                                                        description=description), accountant)
     return BinRelease(
         bins=bins,
         boxes=bins.boxes,
