@@ -44,6 +44,7 @@ import scipy.sparse
 import tensorflow as tf
 from check_shapes import check_shapes
 
+from .relations import check_relation, relation_of  # noqa: F401  (check_relation: released.py reads it here)
 from .validation import validate_groups
 
 __all__ = [
@@ -55,10 +56,8 @@ __all__ = [
     "model_outputs",
     "neighbour_columns",
     "output_neighbours",
-    "check_relation",
     "refuse_groups",
     "relation",
-    "relation_of",
 ]
 
 #: Persons with at most this many rows get every corner of their box (``2^(|G|-1)`` columns, exact);
@@ -213,25 +212,6 @@ def relation(model: Any) -> str:
     ids = None if groups is None else validate_groups(groups, np.size(groups))
     largest = 1 if ids is None or not ids.size else int(np.unique(ids, return_counts=True)[1].max())
     return relation_of(model_outputs(model), largest)
-
-
-def relation_of(num_outputs: int, person_rows: int) -> str:
-    """The one format of a recorded relation: ``"row"``, ``"row (P outputs)"`` or ``"person (groups, up to G
-    rows[ of P outputs])"`` for ``num_outputs`` P and persons of at most ``person_rows`` G rows (1: a row)."""
-    P, G = int(num_outputs), int(person_rows)
-    if G > 1:
-        return f"person (groups, up to {G} rows{f' of {P} outputs' if P > 1 else ''})"
-    return f"row ({P} outputs)" if P > 1 else "row"
-
-
-def check_relation(text: Any, num_outputs: int) -> str:
-    """``text`` if it is a relation a release of ``num_outputs`` outputs per row records (:func:`relation_of`
-    for some person size G >= 1), else ``ValueError``: how a release file's ``neighbours`` is read back."""
-    match = re.fullmatch(r"person \(groups, up to (\d{1,18}) rows.*", text) if isinstance(text, str) else None
-    if not (isinstance(text, str) and text == relation_of(num_outputs, int(match.group(1)) if match else 1)):
-        raise ValueError(f"{text!r} is not a neighbouring relation of a release of {int(num_outputs)} output(s) per "
-                         f"row ({relation_of(num_outputs, 1)!r} or {relation_of(num_outputs, 2)!r} with G >= 2 rows)")
-    return text
 
 
 def refuse_groups(model: Any, what: str) -> None:

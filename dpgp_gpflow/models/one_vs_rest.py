@@ -10,22 +10,22 @@
   one person of at most g rows, :func:`largest_person`), so it changes at most ``m = min(K, 2g)`` problems
   (:func:`classes_moved`; 2 for one row per person), and each of the T Newton steps of every class is
   released at ``sqrt(m T) s`` (:func:`multiclass_step_multiplier`); the relations recorded
-  (:func:`rows_relation`, :func:`class_relation`) and each class's seed (:func:`class_seed`).
+  (:func:`rows_relation`, :func:`class_relation`): these four live in :mod:`dpgp_gpflow.relations` (no
+  TensorFlow: a release file's card is checked against them); each class's seed (:func:`class_seed`).
 
 Everything here is public: it reads the labels only to check them, and the groups (public) otherwise.
 """
 
 from __future__ import annotations
 
-import math
 from numbers import Integral
-from typing import Any, List, NamedTuple, Optional
+from typing import Any, List, Optional
 
 import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
-from ..neighbours import relation
+from ..relations import class_relation, classes_moved, multiclass_step_multiplier, rows_relation
 from ..released import probit_approximation
 from ..validation import is_dask_array
 
@@ -88,38 +88,6 @@ def largest_person(groups: Optional[np.ndarray]) -> int:
     if groups is None or not np.size(groups):
         return 1
     return int(np.unique(groups, return_counts=True)[1].max())
-
-
-def classes_moved(num_classes: int, person_rows: int) -> int:
-    """``m = min(K, 2 g)``: the most one-vs-rest problems a neighbour changes, when a person has at most
-    ``g = person_rows`` rows and each row's label may move from its class to any other (a row changes the
-    problems of the class it leaves and of the class it joins; 2 for one row per person). Public."""
-    return min(int(num_classes), 2 * int(person_rows))
-
-
-def rows_relation(person_rows: int) -> str:
-    """The relation each binary problem's release records for persons of at most ``person_rows`` rows
-    (:func:`~dpgp_gpflow.neighbours.relation`: ``"row"`` or ``"person (groups, up to g rows)"``)."""
-    return relation(_Persons(None if int(person_rows) == 1 else np.zeros(int(person_rows), dtype=np.int64)))
-
-
-def class_relation(person_rows: int) -> str:
-    """The neighbouring relation of a multi-class release for persons of at most ``person_rows`` rows, as its
-    card records it: the binary problems' relation and that each label moves between classes."""
-    return f"{rows_relation(person_rows)}, labels moved between classes"
-
-
-class _Persons(NamedTuple):
-    """The public groups :func:`~dpgp_gpflow.neighbours.relation` reads (the one format of a relation)."""
-
-    groups: Optional[np.ndarray]
-
-
-def multiclass_step_multiplier(multiplier: float, steps: int, moved: int = 2) -> float:
-    """Each Newton step's noise multiplier ``sqrt(m T) s``: a neighbour changes at most ``m = moved`` problems
-    (:func:`classes_moved`; 2 for one row per person) x T steps, which compose (Gaussian DP) to
-    ``sqrt(m T) / s_step = 1 / s``."""
-    return math.sqrt(float(moved) * steps) * float(multiplier)
 
 
 def class_seed(seed: Optional[int], num_classes: int, label: int) -> Optional[int]:
