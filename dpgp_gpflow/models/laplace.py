@@ -27,7 +27,8 @@ from gpflow.base import InputData, MeanAndVariance, RegressionData
 from gpflow.models import GPModel, InternalDataTrainingLossMixin
 from gpflow.models.util import data_input_to_tensor
 
-from ..io.format import ReleaseFileError, kernel_from_spec, kernel_spec, take_factors
+from ..io.format import ReleaseFileError, take_factors
+from ..io.gpflow_specs import kernel_from_spec, kernel_spec
 from ..released import probit_approximation
 from .gpr import gpr_cloaking_matrix
 

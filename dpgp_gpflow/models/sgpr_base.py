@@ -28,14 +28,8 @@ import tensorflow as tf
 from sklearn.cluster import KMeans
 
 from ..contract import ReleaseTerms, output_map, output_offset, output_terms
-from ..io.format import (
-    ReleaseFileError,
-    kernel_from_spec,
-    kernel_spec,
-    mean_function_from_spec,
-    mean_function_spec,
-    take_factors,
-)
+from ..io.format import ReleaseFileError, take_factors
+from ..io.gpflow_specs import kernel_from_spec, kernel_spec, mean_function_from_spec, mean_function_spec
 from ..streaming.terms import ChunkTerms
 from ..validation import as_inputs, is_dask_array
 from ..whole_rows.design import mark_data_derived

@@ -42,7 +42,7 @@ from check_shapes import check_shapes
 
 from .. import linalg
 from ..contract import PublicReadout, output_map
-from ..io.format import kernel_from_spec, kernel_spec, mean_function_from_spec, mean_function_spec
+from ..io.gpflow_specs import kernel_from_spec, kernel_spec, mean_function_from_spec, mean_function_spec
 from ..validation import bound_columns, clip_outputs, validate_output_bounds
 from .chunks import output_columns
 

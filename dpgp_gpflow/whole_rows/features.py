@@ -31,7 +31,7 @@ import tensorflow as tf
 from check_shapes import check_shapes
 
 from .. import linalg
-from ..io.format import kernel_from_spec, kernel_spec
+from ..io.gpflow_specs import kernel_from_spec, kernel_spec
 
 __all__ = ["FeatureMap", "inducing_cholesky", "kernel_bound", "whitened_features"]
 
@@ -82,7 +82,7 @@ def whitened_features(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor,
 class FeatureMap:
     """The public pieces of :func:`whitened_features`: a frozen copy of the kernel, ``Z`` [M, D], ``k_max`` and
     the jitter, with ``L`` computed once. It pickles through the kernel's release-file specification
-    (:func:`~dpgp_gpflow.io.format.kernel_spec`), so Dask workers rebuild exactly the same public map.
+    (:func:`~dpgp_gpflow.io.gpflow_specs.kernel_spec`), so Dask workers rebuild exactly the same public map.
 
     ``k_max`` (default :func:`kernel_bound`) must bound ``k(x, x)``; a larger public value is safe (smaller
     features), a smaller one is clipped by the unit-norm rescaling and changes the model, never the privacy.
