@@ -146,12 +146,11 @@ def _private_input_data(data: Any, kernel: Any, inducing_variable: Any, x_bounds
                         groups: Any) -> Tuple[Any, np.ndarray]:
     """``((X clipped to the box, Y), box)`` for a model whose inputs are private (Dask rows: as given, clipped
     chunk by chunk where they are read). Refuses, in one line each: no box, a box of another width, a kernel
-    without a public bound on ``k(x, x)``, inducing inputs computed from the inputs (k-means), persons, inputs
-    outside the box with ``clip_inputs=False``; warns with the count of rows clipped."""
+    without a public bound on ``k(x, x)``, inducing inputs computed from the inputs (k-means), inputs outside
+    the box with ``clip_inputs=False``; warns with the count of rows clipped. ``groups`` (persons) are validated
+    where every model holds them (the release protects a person's whole rows: docs/whole_rows.md#persons)."""
     if not isinstance(clip_inputs, bool):
         raise TypeError(f"clip_inputs must be True or False, got {clip_inputs!r}")
-    if groups is not None:
-        raise NotImplementedError("private_inputs=True protects one row; persons (groups=) are not supported yet")
     try:
         X, Y = data
     except (TypeError, ValueError) as exc:
@@ -193,7 +192,9 @@ class DPSGPR(DPSGPRBase, gpflow.models.SGPR):
     a public bound on ``k(x, x)`` (stationary kernels). :meth:`release_function` then releases the whole-row
     statistics once (:func:`~dpgp_gpflow.whole_rows.release_model`) and returns a
     :class:`~dpgp_gpflow.whole_rows.WholeRowsRelease`; every release that treats the inputs as public
-    (``release``, the streamed and compiled releases, selection) refuses.
+    (``release``, the streamed and compiled releases, selection) refuses. With ``groups=`` (public person ids)
+    it protects a person's whole rows (inputs and outputs); lengthscales left at GPflow's default are chosen
+    privately from a public grid inside the same release (docs/whole_rows.md#lengthscales).
     """
 
     readout_type = SGPRReadout
@@ -243,7 +244,8 @@ class DPSGPR(DPSGPRBase, gpflow.models.SGPR):
     def release_function(self, **options: Any) -> Any:
         """As :meth:`~dpgp_gpflow.models.base.FactoredModelMixin.release_function`; with ``private_inputs=True``
         the whole-row release (:func:`~dpgp_gpflow.whole_rows.release_model`: ``epsilon``, ``delta``, ``seed``,
-        ``accountant``, ``hyperparameters_public``, ``source``, ``chunk_size``, ``shares``, ``variances``)."""
+        ``accountant``, ``hyperparameters_public``, ``source``, ``chunk_size``, ``shares``, ``variances``,
+        ``lengthscales``)."""
         if self.private_inputs:
             return whole_rows.release_model(self, **options)
         return super().release_function(**options)

@@ -26,24 +26,33 @@ from ..accounting import Reservation
 from ..measurement import Measurement
 from ..mechanisms.request import ReleaseRequest
 from ..sampling import gaussian_grid_factor
-from ..streaming.chunks import ChunkSource, LocalChunks
+from ..neighbours import relation_of
+from ..streaming.chunks import ChunkSource, LocalChunks, person_starts, source_persons
+from ..validation import validate_groups
 from .sensitivity import (
     Scales,
     entry_noise_std,
-    joint_bound,
     pack,
-    rounding_factor,
+    release_sensitivity,
     statistic_dimension,
     statistic_scales,
     unpack,
     validate_shares,
 )
-from .statistics import RowStatistics, sufficient_statistics
+from .statistics import GridStatistics, RowStatistics, grid_statistics, sufficient_statistics
 
-__all__ = ["RELATION", "NoisedStatistics", "release_statistics", "statistics_measurement", "statistics_sensitivity"]
+__all__ = ["RELATION", "NoisedStatistics", "largest_person", "relation", "release_statistics", "statistics_measurement",
+           "statistics_sensitivity"]
 
-#: The neighbouring relation of every whole-row release: one row, inputs and outputs, replaced.
+#: The neighbouring relation of a whole-row release without persons: one row, inputs and outputs, replaced.
 RELATION = "row (inputs and outputs)"
+
+
+def largest_person(ids: Any) -> int:
+    """The most rows of one person in validated public ids (1 for None: one row per person)."""
+    if ids is None or not np.size(ids):
+        return 1
+    return int(np.unique(ids, return_counts=True)[1].max())
 
 
 class NoisedStatistics(NamedTuple):
@@ -56,70 +65,102 @@ class NoisedStatistics(NamedTuple):
     multiplier: float  #: s
     shares: Tuple[float, float, float]  #: the squared shares of S, b, q
     reproducible: bool  #: the noise came from an explicit seed (not private)
+    person_rows: int = 1  #: the most rows of one person protected together (public)
 
 
-def statistics_sensitivity(source: ChunkSource, m: int, multiplier: float, shares: Any) -> float:
-    """The L2 sensitivity of the packed vector for ``source``'s rows and chunking: ``sqrt(J)`` of the shares
-    (:func:`~dpgp_gpflow.whole_rows.sensitivity.joint_bound`), inflated for the sums' rounding
-    (:func:`~dpgp_gpflow.whole_rows.sensitivity.rounding_factor`) and for the exact sampler's grid
+def statistics_sensitivity(source: ChunkSource, m: int, multiplier: float, shares: Any, *, person_rows: int = 1,
+                           blocks: int = 1) -> float:
+    """The L2 sensitivity of the released vector (``blocks`` packed vectors, one per candidate feature map) for
+    ``source``'s rows and chunking and persons of at most ``person_rows`` rows: ``G sqrt(B J)``
+    (:func:`~dpgp_gpflow.whole_rows.sensitivity.person_sensitivity`), plus the sums' rounding
+    (:func:`~dpgp_gpflow.whole_rows.sensitivity.release_sensitivity`), inflated for the exact sampler's grid
     (:func:`~dpgp_gpflow.sampling.gaussian_grid_factor`). Public; refuses (``FloatingPointError``) chunks too
     long for a guaranteed float64 sum."""
     chunks = source.chunk_bounds()
     longest = max((stop - start for start, stop in chunks), default=1)
-    dimension = statistic_dimension(m)
-    return (math.sqrt(joint_bound(shares)) * rounding_factor(int(source.n), longest, len(chunks), m)
-            * gaussian_grid_factor(multiplier, dimension))
+    exact_and_rounding = release_sensitivity(shares, m=m, num_rows=int(source.n), chunk_rows=longest,
+                                             num_chunks=len(chunks), person_rows=person_rows, blocks=blocks)
+    return exact_and_rounding * gaussian_grid_factor(multiplier, int(blocks) * statistic_dimension(m))
 
 
-def release_statistics(request: ReleaseRequest, reservation: Reservation, source: ChunkSource, rows: RowStatistics,
-                       *, shares: Any, sensitivity: float) -> NoisedStatistics:
-    """Read the rows once, add exact Gaussian noise of std ``s * sensitivity`` to the packed vector, commit the
-    request's event into ``reservation`` and return the noised statistics. ``sensitivity``: from
-    :func:`statistics_sensitivity` for this source (the caller computes it before reserving). Privacy
+def relation(person_rows: int = 1) -> str:
+    """The relation a whole-row release records: :data:`RELATION` for one row, ``"person (groups, up to G rows)
+    (inputs and outputs)"`` for persons of at most G rows (:func:`~dpgp_gpflow.neighbours.relation_of`)."""
+    return f"{relation_of(1, person_rows)} (inputs and outputs)"
+
+
+def release_statistics(request: ReleaseRequest, reservation: Reservation, source: ChunkSource, rows: Any,
+                       *, shares: Any, sensitivity: float, person_rows: int = 1) -> Any:
+    """Read the rows once, add exact Gaussian noise of std ``s * sensitivity`` to the released vector (the packed
+    statistics of every candidate of ``rows``, concatenated), commit the request's one event into ``reservation``
+    and return the noised statistics: one :class:`NoisedStatistics` for a :class:`RowStatistics`, a tuple of them
+    (in the candidates' order) for a :class:`GridStatistics`. ``sensitivity``: from :func:`statistics_sensitivity`
+    for this source, persons (of at most ``person_rows`` rows) and number of candidates (the caller computes it
+    before reserving). Privacy
     assumption: ``rows`` holds only public pieces; the statistics are PRIVATE until noised here."""
-    m = rows.features.m
-    lo, hi = rows.y_bounds
+    grid = rows if isinstance(rows, GridStatistics) else GridStatistics([rows])
+    m = grid.rows[0].features.m
+    lo, hi = grid.rows[0].y_bounds
     scales: Scales = statistic_scales(hi - lo, shares)
-    stats = sufficient_statistics(source, rows)  # PRIVATE
+    blocks = grid_statistics(source, grid) if isinstance(rows, GridStatistics) else (sufficient_statistics(source, rows),)
     std = request.multiplier * float(sensitivity)
-    z = pack(stats.S, stats.b, stats.q, scales).numpy() / std  # the whitened query: L2 shift <= 1 / (s K)
+    z = np.concatenate([pack(st.S, st.b, st.q, scales).numpy() for st in blocks]) / std  # L2 shift <= 1 / s
     noised, reproducible = sampling.add_whitened_noise(z, request.seed)
-    reservation.commit(f"whole-row statistics ({statistic_dimension(m)} values, M = {m}, n = {stats.n})")
-    return NoisedStatistics(unpack(noised * std, scales, m), entry_noise_std(std, scales, m), stats.n,
-                            float(sensitivity), request.multiplier, validate_shares(shares), reproducible)
+    K = statistic_dimension(m)
+    reservation.commit(f"whole-row statistics ({z.size} values, M = {m}, {len(blocks)} candidate(s), "
+                       f"n = {blocks[0].n})")
+    out = tuple(NoisedStatistics(unpack(noised[i * K:(i + 1) * K] * std, scales, m), entry_noise_std(std, scales, m),
+                                 st.n, float(sensitivity), request.multiplier, validate_shares(shares), reproducible,
+                                 int(person_rows))
+                for i, st in enumerate(blocks))
+    return out if isinstance(rows, GridStatistics) else out[0]
 
 
-def statistics_measurement(request: ReleaseRequest, source: ChunkSource, rows: RowStatistics, *, shares: Any,
-                           then: Callable[[NoisedStatistics], Any],
-                           checks: Sequence[Callable[[], Any]] = ()) -> Measurement:
+def statistics_measurement(request: ReleaseRequest, source: ChunkSource, rows: Any, *, shares: Any,
+                           then: Callable[[Any], Any], checks: Sequence[Callable[[], Any]] = (),
+                           groups: Any = None) -> Measurement:
     """The whole-row release as a :class:`~dpgp_gpflow.measurement.Measurement`: ``checks`` (the caller's, then
-    this release's own: source shape, sharing with Dask, shares, sensitivity), one Gaussian event from
+    this release's own: source shape, persons, sharing with Dask, shares, sensitivity), one Gaussian event from
     ``request``, and the mechanism :func:`release_statistics` followed by ``then`` (post-processing of the
-    noised statistics into the released object, after the commit)."""
-    state: Dict[str, float] = {}
+    noised statistics into the released object, after the commit). ``rows``: a :class:`RowStatistics`, or a
+    :class:`GridStatistics` (several candidate feature maps, one vector, one event). ``groups``: the declared
+    public person ids (None: one row per person); the persons are the ids the source carries of its own rows,
+    checked against them (:func:`~dpgp_gpflow.streaming.chunks.source_persons`, each person's rows consecutive),
+    and the chunks are recut between persons so that each person's rows are summed within one chunk."""
+    grid = rows if isinstance(rows, GridStatistics) else GridStatistics([rows])
+    features = grid.rows[0].features
+    state: Dict[str, Any] = {"person_rows": 1, "source": source}
 
     def own_checks() -> None:
         if not isinstance(source, ChunkSource):
             raise TypeError(f"source must be a dpgp_gpflow.streaming.ChunkSource, got {type(source).__name__}")
-        if int(source.input_dim) != rows.features.input_dim:
+        if int(source.input_dim) != features.input_dim:
             raise ValueError(f"the chunks have {source.input_dim} input columns, the inducing inputs "
-                             f"{rows.features.input_dim}")
+                             f"{features.input_dim}")
         if int(getattr(source, "num_outputs", 1)) != 1:
             raise NotImplementedError(f"the chunks have {source.num_outputs} output columns per row; whole-row "
                                       "releases take one output per row for now")
-        if getattr(source, "groups", None) is not None:
-            raise NotImplementedError("whole-row releases protect one row; persons (groups=) are not supported yet")
+        # the inputs are private: never compared with anything (inputs=None); the ids are the source's own
+        ids = source_persons(source, groups, None)
+        chunked = source if ids is None else source.between_persons(person_starts(ids, int(source.n)))
         if request.sampler != "exact":
             raise ValueError("whole-row releases draw with the exact sampler only")
-        if not isinstance(source, LocalChunks):  # sent to workers: the kernel must travel as its specification
-            rows.features.check_portable()
+        if not isinstance(chunked, LocalChunks):  # sent to workers: the kernel must travel as its specification
+            for r in grid.rows:
+                r.features.check_portable()
         validate_shares(shares)
-        state["sensitivity"] = statistics_sensitivity(source, rows.features.m, request.multiplier, shares)
+        state["person_rows"] = largest_person(ids)
+        state["source"] = chunked
+        state["sensitivity"] = statistics_sensitivity(chunked, features.m, request.multiplier, shares,
+                                                      person_rows=state["person_rows"], blocks=len(grid.rows))
 
     def mechanism(reservation: Reservation) -> Any:
-        noised = release_statistics(request, reservation, source, rows, shares=shares,
-                                    sensitivity=state["sensitivity"])
+        noised = release_statistics(request, reservation, state["source"], rows, shares=shares,
+                                    sensitivity=state["sensitivity"], person_rows=state["person_rows"])
         return then(noised)
 
-    return Measurement(request, RELATION, mechanism, checks=(*checks, own_checks),
-                       description=f"whole-row statistics (M = {rows.features.m})")
+    # the relation is public: from the declared persons (checked against the source's before reserving)
+    declared = validate_groups(groups, int(np.shape(groups)[0])) if groups is not None else None
+    return Measurement(request, relation(largest_person(declared)), mechanism, checks=(*checks, own_checks),
+                       description=f"whole-row statistics (M = {features.m}"
+                                   + (f", {len(grid.rows)} candidates" if len(grid.rows) > 1 else "") + ")")

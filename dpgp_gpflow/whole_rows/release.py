@@ -9,29 +9,33 @@ checks, one reservation, one exact Gaussian draw on the statistics, one ledger e
 post-processing into a :class:`~dpgp_gpflow.whole_rows.released.WholeRowsRelease`.
 
 Privacy assumption: neighbouring datasets differ in one whole row, its inputs anywhere in the public box and
-its output in the public bounds (the relation ``"row (inputs and outputs)"``); the number of rows ``n`` is
-public (replace-one); the kernel's shape (its parameters other than the overall variance), ``Z``, the box and
-the bounds are public; the kernel variance and noise variance are public values or fitted on the release.
+its output in the public bounds (the relation ``"row (inputs and outputs)"``), or with public ``groups`` in all
+the rows of one person (``"person (groups, up to G rows) (inputs and outputs)"``); the number of rows ``n`` and
+the persons' ids are public; the kernel's shape (its parameters other than the overall variance), ``Z``, the
+box and the bounds are public; the kernel variance and noise variance are public values or fitted on the
+release; the lengthscales are public values or chosen from a public grid on the release.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Tuple
 
+import gpflow
 import numpy as np
 
 from ..contract import check_release_hyperparameters
 from ..measurement import measure
 from ..mechanisms.request import release_request
-from ..streaming.chunks import DEFAULT_CHUNK_SIZE, ChunkSource
+from ..streaming.chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks
 from ..streaming.release import rows_source
 from ..validation import require_float64, validate_bounds, validate_noise_variance
 from .design import check_public_inducing_inputs, validate_box
 from .features import FeatureMap, kernel_bound
 from .mechanism import NoisedStatistics, statistics_measurement
+from .lengthscales import choose, default_lengthscales, validate_lengthscales, with_lengthscales
 from .released import VARIANCES, WholeRowsRelease
 from .sensitivity import DEFAULT_SHARES, validate_shares
-from .statistics import RowStatistics
+from .statistics import GridStatistics, RowStatistics
 
 __all__ = ["release_model", "release_rows"]
 
@@ -51,12 +55,25 @@ def _resolve_variances(variances: Optional[str], kernel_variance: Any, noise_var
     return variances
 
 
+def _lengthscale_candidates(lengthscales: Any, kernel: Any, box: np.ndarray) -> Optional[Tuple[np.ndarray, ...]]:
+    """None (the kernel's own lengthscales) or the validated public candidates: ``"default"`` for
+    :func:`~dpgp_gpflow.whole_rows.lengthscales.default_lengthscales` of the box, or a sequence."""
+    if lengthscales is None or (isinstance(lengthscales, str) and lengthscales == "kernel"):
+        return None
+    if isinstance(lengthscales, str):
+        if lengthscales != "default":
+            raise ValueError(f"lengthscales must be None / 'kernel' (the kernel's own), 'default' (the default grid "
+                             f"of the box) or a sequence of candidates, got {lengthscales!r}")
+        lengthscales = default_lengthscales(box)
+    return validate_lengthscales(kernel, lengthscales, box.shape[0])
+
+
 def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bounds: Any, y_bounds: Any,
                  epsilon: float, delta: float, calibration: str = "analytic", seed: Optional[int] = None,
                  accountant: Any = None, shares: Any = DEFAULT_SHARES, clip_inputs: bool = True,
                  kernel_variance: Optional[float] = None, noise_variance: Optional[float] = None,
-                 variances: Optional[str] = None, clip_to_bounds: bool = True,
-                 checks: Sequence[Callable[[], Any]] = ()) -> WholeRowsRelease:
+                 variances: Optional[str] = None, clip_to_bounds: bool = True, lengthscales: Any = None,
+                 checks: Sequence[Callable[[], Any]] = (), groups: Any = "source") -> WholeRowsRelease:
     """Release the whole-row statistics of ``source``'s rows (a :class:`~dpgp_gpflow.streaming.ChunkSource`:
     :class:`~dpgp_gpflow.streaming.LocalChunks` or :class:`~dpgp_gpflow.distributed.DaskChunks`) with an
     (epsilon, delta)-DP guarantee for whole-row neighbours, and return the sparse GP they define.
@@ -69,6 +86,14 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
     the sensitivity between ``S``, ``b`` and ``q`` (:data:`~dpgp_gpflow.whole_rows.sensitivity.DEFAULT_SHARES`).
     ``variances``: ``"given"`` (``kernel_variance``, default the kernel's bound, and ``noise_variance``) or
     ``"fit"`` (both fitted on the released statistics); None: ``"given"`` when ``noise_variance`` is given.
+    ``lengthscales``: None (the kernel's own), ``"default"`` (the public grid of the box,
+    :func:`~dpgp_gpflow.whole_rows.lengthscales.default_lengthscales`) or a sequence of public candidates: every
+    candidate's statistics are released together (one vector, one event, the noise of each ``sqrt(B)`` times one
+    release's) and the candidate with the largest SGPR bound on its released statistics is returned
+    (post-processing; every candidate in ``candidates``, the choice in ``selection``).
+    ``groups``: the public person ids (``"source"``: those the source carries of its own rows, if any; None:
+    one row per person); a person's rows are summed together and the sensitivity is that of the largest
+    person's contribution (docs/whole_rows.md#persons); each person's rows must be consecutive in the source.
     ``checks``: the caller's public checks (e.g. the leak guard), run before anything is reserved.
     ``accountant``, ``seed`` and ``calibration`` as for every release.
     """
@@ -76,6 +101,8 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
     request = release_request(epsilon, delta, calibration=calibration, objective=None, seed=seed)
     if not isinstance(source, ChunkSource):
         raise TypeError(f"source must be a dpgp_gpflow.streaming.ChunkSource, got {type(source).__name__}")
+    if isinstance(groups, str) and groups == "source":
+        groups = getattr(source, "groups", None)
     Z = np.asarray(inducing_inputs, dtype=np.float64)
     box = validate_box(x_bounds, Z.shape[1] if Z.ndim == 2 else None)
     bounds = validate_bounds(y_bounds)
@@ -85,20 +112,30 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
     variances = _resolve_variances(variances, kernel_variance, noise_variance)
     if noise_variance is not None:
         validate_noise_variance(noise_variance)
-    features = FeatureMap(kernel, Z)
+    candidates = _lengthscale_candidates(lengthscales, kernel, box)
+    kernels = [kernel] if candidates is None else [with_lengthscales(kernel, v) for v in candidates]
+    maps = [FeatureMap(k, Z) for k in kernels]
     if variances == "given" and kernel_variance is None:
-        kernel_variance = features.k_max
-    rows = RowStatistics(features, box, bounds, clip_inputs=clip_inputs)
+        kernel_variance = maps[0].k_max
+    grid = [RowStatistics(features, box, bounds, clip_inputs=clip_inputs) for features in maps]
 
-    def released(noised: NoisedStatistics) -> WholeRowsRelease:  # post-processing, after the commit
+    def one(noised: NoisedStatistics, features: FeatureMap) -> WholeRowsRelease:
         return WholeRowsRelease(noised, features, x_bounds=box, y_bounds=bounds, epsilon=request.epsilon,
                                 delta=request.delta, calibration=request.calibration, kernel_variance=kernel_variance,
                                 noise_variance=noise_variance, variances=variances, clip_to_bounds=clip_to_bounds)
 
-    public = (lambda: validate_box(box, features.input_dim), lambda: validate_bounds(bounds),
-              lambda: kernel_bound(kernel), lambda: check_public_inducing_inputs(Z))
-    measurement = statistics_measurement(request, source, rows, shares=shares, then=released,
-                                         checks=(*public, *checks))
+    def released(noised: Any) -> WholeRowsRelease:  # post-processing, after the commit
+        if candidates is None:
+            return one(noised, maps[0])
+        releases = [one(n, f) for n, f in zip(noised, maps)]
+        fitted = [r.bound() for r in releases]
+        chosen = choose(fitted)
+        return releases[chosen].with_selection(tuple(releases), candidates, fitted, chosen)
+
+    public = (lambda: validate_box(box, maps[0].input_dim), lambda: validate_bounds(bounds),
+              lambda: [kernel_bound(k) for k in kernels], lambda: check_public_inducing_inputs(Z))
+    measurement = statistics_measurement(request, source, grid[0] if candidates is None else GridStatistics(grid),
+                                         shares=shares, then=released, checks=(*public, *checks), groups=groups)
     return measure(measurement, accountant)
 
 
@@ -106,17 +143,40 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
 _NOT_WHOLE_ROWS = ("objective", "reference_inputs", "rtol", "tol", "mechanism")
 
 
+def _unset_lengthscales(kernel: Any) -> bool:
+    """True when ``kernel`` is one stationary kernel with lengthscales whose every lengthscale is GPflow's default
+    (1.0): none were given, so a model release chooses them privately from the default grid."""
+    values = getattr(kernel, "lengthscales", None)
+    return (isinstance(kernel, gpflow.kernels.Stationary) and values is not None
+            and bool(np.all(np.asarray(values.numpy()) == 1.0)))
+
+
+def _model_rows(model: Any, source: Optional[ChunkSource], chunk_size: int) -> Tuple[ChunkSource, Any]:
+    """``(source, declared person ids)`` of a model's release: its rows (:func:`~dpgp_gpflow.streaming.release.rows_source`)
+    with its ``groups``; in memory with groups, the rows ordered by person (a public permutation, stable: the
+    statistics are sums, so the order does not change them) so that each person's rows are consecutive."""
+    groups = getattr(model, "groups", None)
+    if source is None and groups is not None and getattr(model, "dask_rows", None) is None:
+        order = np.argsort(groups, kind="stable")
+        X, Y = model.data
+        return LocalChunks(np.asarray(X)[order], np.asarray(Y)[order], chunk_size, groups=groups[order]), groups[order]
+    return rows_source(model, source, chunk_size), groups
+
+
 def release_model(model: Any, *, epsilon: float, delta: float, calibration: str = "analytic",
                   seed: Optional[int] = None, accountant: Any = None, hyperparameters_public: bool = False,
                   source: Optional[ChunkSource] = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
                   shares: Any = DEFAULT_SHARES, variances: Optional[str] = None, clip_to_bounds: bool = True,
-                  **options: Any) -> WholeRowsRelease:
+                  lengthscales: Any = None, **options: Any) -> WholeRowsRelease:
     """``model.release_function(...)`` of a model built with ``private_inputs=True`` (``DPSGPR``): its rows
     (``source``, else its Dask rows or its data in chunks of ``chunk_size``) released by :func:`release_rows`
-    with its kernel, inducing inputs, box, bounds and input clipping, its leak guard checked before anything is
-    reserved (``hyperparameters_public`` as for every release). ``variances`` None: the model's own
-    (``"given"``: its kernel variance and noise variance) when it was built with ``noise_variance=``, else
-    ``"fit"`` on the released statistics."""
+    with its kernel, inducing inputs, box, bounds, input clipping and persons (``groups``: the source must carry
+    the same ids of its own rows), its leak guard checked before anything is reserved (``hyperparameters_public``
+    as for every release). ``variances`` None: the model's own (``"given"``: its kernel variance and noise
+    variance) when it was built with ``noise_variance=``, else ``"fit"`` on the released statistics.
+    ``lengthscales`` None: chosen privately from the default grid (``"default"``) when the kernel's lengthscales
+    were left at GPflow's default 1.0 (none given), else the kernel's own (``"kernel"``); or a sequence of public
+    candidates (:func:`release_rows`)."""
     unused = sorted(set(options) & set(_NOT_WHOLE_ROWS))
     if unused:
         raise TypeError(f"{unused} do not apply to a whole-row release (private inputs): it releases the "
@@ -125,17 +185,17 @@ def release_model(model: Any, *, epsilon: float, delta: float, calibration: str 
         raise TypeError(f"unexpected keyword argument(s) {sorted(options)}")
     if int(getattr(model, "num_outputs", 1)) != 1:
         raise NotImplementedError("whole-row releases take one output per row for now (Y [N, 1])")
-    if getattr(model, "groups", None) is not None:
-        raise NotImplementedError("whole-row releases protect one row; persons (groups=) are not supported yet")
     if variances is None:
         variances = "given" if getattr(model, "noise_variance_given", False) else "fit"
+    if lengthscales is None:
+        lengthscales = "default" if _unset_lengthscales(model.kernel) else "kernel"
     given = variances == "given"
     kernel_variance = kernel_bound(model.kernel) if given else None
     noise_variance = float(np.asarray(model.likelihood.variance.numpy())) if given else None
-    rows = rows_source(model, source, chunk_size)
+    rows, groups = _model_rows(model, source, chunk_size)
     return release_rows(rows, model.kernel, model.inducing_variable.Z.numpy(), x_bounds=model.x_bounds,
                         y_bounds=model.y_bounds, epsilon=epsilon, delta=delta, calibration=calibration, seed=seed,
                         accountant=accountant, shares=shares, clip_inputs=model.clip_inputs,
                         kernel_variance=kernel_variance, noise_variance=noise_variance, variances=variances,
-                        clip_to_bounds=clip_to_bounds,
+                        clip_to_bounds=clip_to_bounds, lengthscales=lengthscales, groups=groups,
                         checks=(lambda: check_release_hyperparameters(model, hyperparameters_public),))

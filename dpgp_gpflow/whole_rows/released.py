@@ -23,7 +23,7 @@ import tensorflow as tf
 from ..released import PrivatePrediction, Released
 from ..validation import as_inputs, check_real
 from .features import FeatureMap
-from .mechanism import RELATION, NoisedStatistics
+from .mechanism import NoisedStatistics, relation
 from .posterior import (
     FLOOR_SCALE,
     SPECTRAL_FAILURE,
@@ -33,7 +33,7 @@ from .posterior import (
     spectral_noise_bound,
     weight_posterior,
 )
-from .variances import fit_variances
+from .variances import fit_variances, sgpr_bound
 
 __all__ = ["VARIANCES", "WholeRowsRelease"]
 
@@ -69,6 +69,8 @@ class WholeRowsRelease(Released):
         self.noise_multiplier = float(noised.multiplier)
         self.sensitivity = float(noised.sensitivity)
         self.shares = tuple(noised.shares)
+        #: the most rows of one person the release protects together (1: one row; public)
+        self.person_rows = int(noised.person_rows)
         self._reproducible = bool(noised.reproducible)
         self.x_bounds = np.array(x_bounds, dtype=np.float64, copy=True)
         self.y_bounds = (float(y_bounds[0]), float(y_bounds[1]))
@@ -80,6 +82,9 @@ class WholeRowsRelease(Released):
         self.floor = FLOOR_SCALE * self.spectral_bound
         self._S_hat = regularised_statistic(tf.constant(self._statistics["S"]), self.floor)
         self.variances = variances
+        #: the lengthscale choice when this release was chosen from a grid (:meth:`with_selection`), else None
+        self.selection: Optional[Dict[str, Any]] = None
+        self.candidates: Tuple["WholeRowsRelease", ...] = ()
         if variances == "fit":
             kernel_variance, noise_variance = self._fitted()
         self._set_variances(kernel_variance, noise_variance)
@@ -122,6 +127,18 @@ class WholeRowsRelease(Released):
         return ()
 
     @property
+    def neighbours(self) -> str:
+        """The relation protected: ``"row (inputs and outputs)"``, or ``"person (groups, up to G rows) (inputs and
+        outputs)"`` with persons."""
+        return relation(self.person_rows)
+
+    @property
+    def lengthscales(self) -> Any:
+        """The lengthscales of the released features' kernel (a list, or a number; None for a kernel without)."""
+        values = getattr(self.features.kernel, "lengthscales", None)
+        return None if values is None else np.asarray(values.numpy(), dtype=np.float64).tolist()
+
+    @property
     def midpoint(self) -> float:
         """``c``: the outputs were centred at the bounds' midpoint (the prior mean)."""
         return 0.5 * (self.y_bounds[0] + self.y_bounds[1])
@@ -145,6 +162,23 @@ class WholeRowsRelease(Released):
         self.posterior: WeightPosterior = weight_posterior(
             self._S_hat, tf.constant(self._statistics["b"]), kernel_variance=kernel_variance,
             noise_variance=noise_variance, b_std=self._b_std, offdiag_std=self.offdiag_std)
+
+    def bound(self) -> float:
+        """SGPR's collapsed bound of the clipped, centred outputs at this release's variances, evaluated on the
+        released statistics (:func:`~dpgp_gpflow.whole_rows.variances.sgpr_bound`; post-processing)."""
+        return float(sgpr_bound(self._S_hat, self._statistics["b"], float(self._statistics["q"]),
+                                float(np.trace(self._statistics["S"])), self.num_data, self._b_std,
+                                self.kernel_variance, self.noise_variance))
+
+    def with_selection(self, candidates: Tuple["WholeRowsRelease", ...], lengthscales: Any, bounds: Any,
+                       chosen: int) -> "WholeRowsRelease":
+        """This release (candidate ``chosen`` of a grid released together) recording the grid: ``candidates``
+        (every candidate's release, its statistics as released), their ``lengthscales`` and fitted ``bounds``."""
+        other = copy.copy(self)
+        other.candidates = tuple(candidates)
+        other.selection = {"lengthscales": [np.asarray(v, dtype=np.float64).tolist() for v in lengthscales],
+                           "bounds": [float(v) for v in bounds], "chosen": int(chosen)}
+        return other
 
     def with_variances(self, kernel_variance: Optional[float] = None,
                        noise_variance: Optional[float] = None) -> "WholeRowsRelease":
@@ -204,13 +238,14 @@ class WholeRowsRelease(Released):
         """The guarantee and what was released, as plain values: relation ``"row (inputs and outputs)"``,
         epsilon, delta, the box, the bounds, n, M, the sensitivity, multiplier and shares."""
         return {"epsilon": self.epsilon, "delta": self.delta, "reproducible": self.reproducible,
-                "clip_to_bounds": self.clip_to_bounds, "neighbours": RELATION,
+                "clip_to_bounds": self.clip_to_bounds, "neighbours": self.neighbours,
                 "mechanism": "gaussian (whole-row statistics)", "calibration": self.calibration,
                 "noise_multiplier": self.noise_multiplier, "sensitivity": self.sensitivity,
                 "shares": list(self.shares), "x_bounds": self.x_bounds.tolist(), "y_bounds": list(self.y_bounds),
                 "num_data": self.num_data, "num_inducing": self.features.m,
                 "variances": self.variances, "kernel_variance": self.kernel_variance,
-                "noise_variance": self.noise_variance}
+                "noise_variance": self.noise_variance, "lengthscales": self.lengthscales,
+                "lengthscale_candidates": None if self.selection is None else self.selection["lengthscales"]}
 
     def file_content(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
         raise NotImplementedError("release files of whole-row releases are not written yet")
@@ -218,6 +253,6 @@ class WholeRowsRelease(Released):
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(mechanism='whole-row statistics', epsilon={self.epsilon:.6g}, "
                 f"delta={self.delta:.6g}, m={self.features.m}, n={self.num_data}, bounds={self.y_bounds}, "
-                f"x_bounds={self.x_bounds.tolist()}, neighbours={RELATION!r}"
+                f"x_bounds={self.x_bounds.tolist()}, neighbours={self.neighbours!r}"
                 + (", clip_to_bounds=True" if self.clip_to_bounds else "")
                 + (", reproducible=True)" if self.reproducible else ")"))

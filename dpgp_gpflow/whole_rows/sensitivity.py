@@ -38,7 +38,10 @@ __all__ = [
     "joint_bound",
     "pack",
     "part_bounds",
+    "person_sensitivity",
+    "release_sensitivity",
     "rounding_factor",
+    "rounding_slack",
     "statistic_dimension",
     "statistic_scales",
     "unpack",
@@ -163,6 +166,38 @@ def entry_noise_std(noise_std: float, scales: Scales, m: int) -> Dict[str, np.nd
     return {"S": S, "b": np.full(m, std / scales.b), "q": np.asarray(std / scales.q)}
 
 
+def rounding_slack(num_rows: int, chunk_rows: int, num_chunks: int, dimension: int) -> float:
+    """The largest L2 distance, in float64, between the computed and the exact sums of two datasets' packed
+    vectors of ``dimension`` entries each (:func:`rounding_factor`'s ``2 sqrt(K) t``), as an absolute amount in the
+    units where each row's term of each entry has magnitude at most 1. ``FloatingPointError`` when it exceeds
+    :data:`MAX_ROUNDING_SLACK` (use smaller chunks). Public."""
+    n, c = int(num_rows), int(chunk_rows)
+    steps = (c + int(num_chunks) + 8) * _UNIT_ROUNDOFF
+    if not steps < 0.5:
+        raise FloatingPointError(f"chunks of {c} rows are too long for a float64 sum")
+    slack = 2.0 * math.sqrt(int(dimension)) * steps * n / (1.0 - steps)
+    if not slack <= MAX_ROUNDING_SLACK:
+        raise FloatingPointError(
+            f"summing {n} rows in chunks of {c} could err by {slack:.2g} of the sensitivity in float64, more than the "
+            f"{MAX_ROUNDING_SLACK} this release covers: use smaller chunks (chunk_size=) or a chunked source")
+    return slack
+
+
+def person_sensitivity(shares: Any, person_rows: int = 1, blocks: int = 1) -> float:
+    """``G sqrt(B J)``: the largest L2 shift, in exact arithmetic, of the concatenation of ``blocks`` (B) packed
+    vectors (one per candidate feature map, each with its own features of norm <= 1) between datasets that differ
+    in the rows of one person of at most ``person_rows`` (G) rows (docs/whole_rows.md#persons). A person's
+    contribution to each block is the sum of their rows' packed terms ``p(r)``, so replacing rows ``r_1..r_g`` by
+    ``r'_1..r'_g`` (``g <= G``: the person's public number of rows) moves it by ``sum_i (p(r_i) - p(r'_i))``, of
+    norm at most ``g sqrt(J)`` (triangle inequality, :func:`joint_bound` for each pair), reached when all the
+    person's rows are one worst row and all their replacements its worst neighbour; the B blocks of one
+    neighbour move by at most that each, ``sqrt(B)`` times it together. Public."""
+    G, B = int(person_rows), int(blocks)
+    if G < 1 or B < 1:
+        raise ValueError(f"person_rows and blocks must be >= 1, got {person_rows!r}, {blocks!r}")
+    return G * math.sqrt(B * joint_bound(shares))
+
+
 def rounding_factor(num_rows: int, chunk_rows: int, num_chunks: int, m: int) -> float:
     """Factor (>= 1) on the unit sensitivity for the floating-point error of the computed sums.
 
@@ -175,14 +210,17 @@ def rounding_factor(num_rows: int, chunk_rows: int, num_chunks: int, m: int) -> 
     rescaling leaves a norm of at most ``1 + (M + 4) u``. So the computed vectors of neighbours differ by at
     most ``(1 + (M + 4) u)^2 + 2 sqrt(K) t``, times :data:`~dpgp_gpflow.mechanisms.rounding.SENSITIVITY_SAFETY`.
     ``FloatingPointError`` when the slack exceeds :data:`MAX_ROUNDING_SLACK` (use smaller chunks). Public."""
-    n, c, chunks, m = int(num_rows), int(chunk_rows), int(num_chunks), int(m)
-    steps = (c + chunks + 8) * _UNIT_ROUNDOFF
-    if not steps < 0.5:
-        raise FloatingPointError(f"chunks of {c} rows are too long for a float64 sum")
-    per_entry = steps * n / (1.0 - steps)
-    slack = 2.0 * math.sqrt(statistic_dimension(m)) * per_entry
-    if not slack <= MAX_ROUNDING_SLACK:
-        raise FloatingPointError(
-            f"summing {n} rows in chunks of {c} could err by {slack:.2g} of the sensitivity in float64, more than the "
-            f"{MAX_ROUNDING_SLACK} this release covers: use smaller chunks (chunk_size=) or a chunked source")
-    return ((1.0 + (m + 4) * _UNIT_ROUNDOFF) ** 2 + slack) * SENSITIVITY_SAFETY
+    slack = rounding_slack(num_rows, chunk_rows, num_chunks, statistic_dimension(m))
+    return ((1.0 + (int(m) + 4) * _UNIT_ROUNDOFF) ** 2 + slack) * SENSITIVITY_SAFETY
+
+
+def release_sensitivity(shares: Any, *, m: int, num_rows: int, chunk_rows: int, num_chunks: int,
+                        person_rows: int = 1, blocks: int = 1) -> float:
+    """The L2 sensitivity of the computed concatenated vector (``blocks`` packed vectors of M inducing inputs)
+    between neighbours differing in one person of at most ``person_rows`` rows: :func:`person_sensitivity`
+    with every feature norm up to ``1 + (M + 4) u`` (squared: the terms of ``S``), plus the absolute
+    :func:`rounding_slack` of the sums (it does not scale with the exact shift), times
+    :data:`~dpgp_gpflow.mechanisms.rounding.SENSITIVITY_SAFETY`. Public."""
+    exact = person_sensitivity(shares, person_rows, blocks)
+    slack = rounding_slack(num_rows, chunk_rows, num_chunks, int(blocks) * statistic_dimension(m))
+    return (exact * (1.0 + (int(m) + 4) * _UNIT_ROUNDOFF) ** 2 + slack) * SENSITIVITY_SAFETY

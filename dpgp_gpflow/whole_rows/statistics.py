@@ -32,7 +32,8 @@ from ..validation import validate_bounds
 from .design import validate_box
 from .features import FeatureMap
 
-__all__ = ["RowStatistics", "Statistics", "add_statistics", "clip_private_inputs", "sufficient_statistics"]
+__all__ = ["GridStatistics", "RowStatistics", "Statistics", "add_statistics", "clip_private_inputs", "grid_statistics",
+           "sufficient_statistics"]
 
 
 def clip_private_inputs(X: np.ndarray, box: np.ndarray, clip_inputs: bool = True) -> Tuple[np.ndarray, int]:
@@ -111,6 +112,45 @@ class RowStatistics:
         }
 
 
+class GridStatistics:
+    """The per-chunk function of :func:`grid_statistics`: one :class:`RowStatistics` per candidate feature map
+    (e.g. one per lengthscale of a public grid), all of the same box, bounds and input clipping, so that one pass
+    over the rows gives every candidate's sums. Picklable (Dask workers)."""
+
+    shared_on_dask = True
+
+    def __init__(self, rows: Any) -> None:
+        self.rows = tuple(rows)
+        if not self.rows or not all(isinstance(r, RowStatistics) for r in self.rows):
+            raise TypeError("GridStatistics takes one or more RowStatistics")
+        first = self.rows[0]
+        for r in self.rows[1:]:
+            if not (np.array_equal(r.box, first.box) and r.y_bounds == first.y_bounds
+                    and r.clip_inputs == first.clip_inputs and r.features.input_dim == first.features.input_dim):
+                raise ValueError("every candidate of a grid must have the same box, bounds and input clipping")
+
+    def __call__(self, X: np.ndarray, Y: np.ndarray, start: int) -> Dict[str, Any]:
+        """Every candidate's sums of one chunk (PRIVATE values, public shapes)."""
+        return {"blocks": tuple(r(X, Y, start) for r in self.rows)}
+
+
+def add_grid(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
+    """Two chunks' sums of every candidate added."""
+    return {"blocks": tuple(add_statistics(x, y) for x, y in zip(a["blocks"], b["blocks"]))}
+
+
+def _finish(total: Dict[str, Any], source: ChunkSource, y_bounds: Tuple[float, float], warn: bool) -> Statistics:
+    if total is None or int(total["n"]) != int(source.n):
+        raise ValueError(f"the chunks held {0 if total is None else int(total['n'])} rows, the source says {source.n}")
+    if warn and (total["clipped_inputs"] or total["clipped_outputs"]):
+        warnings.warn(f"{total['clipped_inputs']} of {source.n} private rows had inputs outside the public box and "
+                      f"{total['clipped_outputs']} outputs lay outside the public bounds {y_bounds}: clipped",
+                      ClippingWarning, stacklevel=4)
+    S = np.asarray(total["S"], dtype=np.float64)
+    return Statistics(0.5 * (S + S.T), np.asarray(total["b"], dtype=np.float64), float(total["q"]), int(total["n"]),
+                      int(total["clipped_inputs"]), int(total["clipped_outputs"]))
+
+
 def sufficient_statistics(source: ChunkSource, rows: RowStatistics) -> Statistics:
     """``(S, b, q)`` of every row of ``source`` in one pass (``source.map_reduce``: chunk by chunk here, or a
     Dask reduction on the workers that hold the rows), with the clipped counts; a ``ClippingWarning`` with the
@@ -118,13 +158,15 @@ def sufficient_statistics(source: ChunkSource, rows: RowStatistics) -> Statistic
     :func:`~dpgp_gpflow.whole_rows.mechanism.release_statistics`."""
     if not isinstance(source, ChunkSource):
         raise TypeError(f"source must be a dpgp_gpflow.streaming.ChunkSource, got {type(source).__name__}")
-    total = source.map_reduce(rows, add_statistics)
-    if total is None or int(total["n"]) != int(source.n):
-        raise ValueError(f"the chunks held {0 if total is None else int(total['n'])} rows, the source says {source.n}")
-    if total["clipped_inputs"] or total["clipped_outputs"]:
-        warnings.warn(f"{total['clipped_inputs']} of {source.n} private rows had inputs outside the public box and "
-                      f"{total['clipped_outputs']} outputs lay outside the public bounds {rows.y_bounds}: clipped",
-                      ClippingWarning, stacklevel=3)
-    S = np.asarray(total["S"], dtype=np.float64)
-    return Statistics(0.5 * (S + S.T), np.asarray(total["b"], dtype=np.float64), float(total["q"]), int(total["n"]),
-                      int(total["clipped_inputs"]), int(total["clipped_outputs"]))
+    return _finish(source.map_reduce(rows, add_statistics), source, rows.y_bounds, True)
+
+
+def grid_statistics(source: ChunkSource, grid: GridStatistics) -> Tuple[Statistics, ...]:
+    """:func:`sufficient_statistics` of every candidate of ``grid``, in one pass over ``source`` (one clipping
+    warning). PRIVATE result."""
+    if not isinstance(source, ChunkSource):
+        raise TypeError(f"source must be a dpgp_gpflow.streaming.ChunkSource, got {type(source).__name__}")
+    total = source.map_reduce(grid, add_grid)
+    if total is None:
+        raise ValueError(f"the chunks held 0 rows, the source says {source.n}")
+    return tuple(_finish(block, source, grid.rows[0].y_bounds, i == 0) for i, block in enumerate(total["blocks"]))

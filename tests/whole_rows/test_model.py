@@ -91,7 +91,6 @@ def _refused(build, error, match):
     ({"x_bounds": [(0.0, 1.0), (0.0, 1.0)]}, ValueError, "column"),
     ({"y_bounds": (1.0, -1.0)}, ValueError, "lo < hi"),
     ({"private_inputs": "yes"}, TypeError, "private_inputs"),
-    ({"groups": np.repeat(np.arange(60), 2)}, NotImplementedError, "groups"),
 ])
 def test_bad_public_pieces_are_refused_when_the_model_is_built(options, error, match):
     _refused(lambda acc: _model(**options).release_function(epsilon=1.0, delta=1e-3, accountant=acc), error, match)
