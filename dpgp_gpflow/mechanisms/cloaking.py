@@ -5,7 +5,8 @@ A release publishes ``v~ = offset + C (y - m) + noise`` where ``C`` (k x n) is p
 public inputs and hyperparameters), ``y - m`` are the clipped, publicly centred private outputs and
 ``offset`` is public. :class:`NoisePlan` chooses the rank and the noise (:mod:`dpgp_gpflow.cloaking`:
 public, no draw); :func:`cloak` releases for a validated request (:mod:`.request`) into the caller's
-reservation; :func:`cloaking_release` is the public wrapper that validates and reserves itself.
+reservation; :func:`cloaking_release` is the public wrapper that validates and runs it through
+:func:`~dpgp_gpflow.measurement.measure` (one reservation).
 
 Exact noise (``sampler="exact"``, the default; docs/exact_sampling.md): the release computes the
 whitened query ``z = F^{-1} (V y) / (s Delta)`` (:func:`whitening_terms`), whose L2 sensitivity is at
@@ -28,7 +29,7 @@ import tensorflow as tf
 from check_shapes import check_shapes
 
 from .. import sampling
-from ..accounting import PrivacyAccountant, Reservation, reserve
+from ..accounting import PrivacyAccountant, Reservation
 from ..cloaking import (
     DEFAULT_TOL,
     ColumnSpace,
@@ -44,6 +45,7 @@ from ..cloaking import (
 )
 from ..cloaking.dual import COUNT_SPEC, MATRIX_SPEC, REAL_SPEC, VECTOR_SPEC
 from ..cloaking.rank import bias_rounding, candidate_rtols, projection_bias
+from ..measurement import Measurement, measure
 from ..neighbours import Neighbours, neighbour_columns
 from ..released import PrivateRelease
 from ..sampling import (
@@ -382,10 +384,14 @@ def cloaking_release(
                               rtol=rtol, tol=tol)
     validate_public_bounds(data_sensitivity, output_bound, y_bounds)
     check_count("max_iter", max_iter)  # before reserving
-    with reserve(accountant, [request.event()]) as reservation:
+
+    def mechanism(reservation: Reservation) -> PrivateRelease:
         return cloak(request, reservation, C, y_centred, offset, variance, data_sensitivity=data_sensitivity,
                      output_bound=output_bound, rtol=rtol, tol=tol, max_iter=max_iter, y_bounds=y_bounds,
                      neighbours=neighbours)
+
+    return measure(Measurement(request, "row" if neighbours is None else "person (neighbour map)", mechanism),
+                   accountant)
 
 
 def cloak(request: ReleaseRequest, reservation: Reservation, C: Any, y_centred: Any, offset: Any, variance: Any, *,
