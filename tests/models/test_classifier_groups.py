@@ -9,7 +9,9 @@ the published noise factor (``auditing.person_shifts`` / ``auditing.audit_exact`
 (the per-row release of the same data) must fail the same audit and ``dp.audit``.
 
 ``groups=None`` is bit for bit the release before groups existed: float.hex values recorded at
-59c4e24 (before this change) with the same seeds.
+59c4e24 (before this change) with the same seeds, and beside them every released step recomputed in NumPy
+(``P_F (C_t y + b_t) + F xi`` with the Newton map at the previous step's released latents and ``xi`` the
+step's seeded draw), so the pins certify a correct release, not only an unchanged one.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 import gpflow
 import numpy as np
 import pytest
-from reference import k_se, newton_map_np, range_projector
+from reference import k_se, mahalanobis_shifts, newton_map_np, range_projector
 
 import dpgp_gpflow as dp
 from dpgp_gpflow import PrivacyAccountant, ReproducibleNoiseWarning
@@ -116,7 +118,47 @@ _BEFORE_SPARSE = ['0x1.dbf1346b844f7p-1', '-0x1.173e77342c950p+0', '0x1.c47155f6
 
 
 def _hex(rel):
-    return [float(v).hex() for v in rel.mean[:4]] + [float(rel.noise_factor[0, 0]).hex()]
+    return [float(v).hex() for v in np.ravel(rel.mean)[:4]] + [float(rel.noise_factor[0, 0]).hex()]
+
+
+def _step_seed(seed: int, t: int) -> int:
+    """Step ``t``'s seed (docs: ``seed`` itself for the first, a SeedSequence of ``(seed, t)`` after)."""
+    return seed if t == 0 else int(np.random.SeedSequence([seed, t]).generate_state(1, dtype=np.uint32)[0])
+
+
+def _class_seed(seed: int, num_classes: int, label: int) -> int:
+    return int(np.random.SeedSequence([seed, num_classes, label]).generate_state(1, dtype=np.uint32)[0])
+
+
+def _seeded_noise(rel, seed: int) -> np.ndarray:
+    """``F xi``: the published noise factor times the seed's standard normal draw (numpy's PCG64)."""
+    return rel.noise_factor @ np.random.default_rng(seed).standard_normal(rel.rank)
+
+
+def _assert_newton_steps(X, y, releases, seed):
+    """Every released Newton step against NumPy: ``P_F (C_t y + b_t) + F xi_t``, ``C_t, b_t`` the Newton map
+    (JMLR eq. 11) at the previous step's released latents (0 for the first), ``xi_t`` the step's seeded draw;
+    and the step's whitened shift of a label flip (d = 2) within its claim ``1 / noise_multiplier``."""
+    K, f = K_np(X), np.zeros(len(X))
+    for t, rel in enumerate(releases):
+        pi = 1.0 / (1.0 + np.exp(-f))
+        W = pi * (1.0 - pi)
+        C = newton_map_np(K, f)
+        b = 2.0 * C @ (W * f + 0.5 - pi)
+        P = range_projector(rel.noise_factor)
+        want = P @ (C @ y + b) + _seeded_noise(rel, _step_seed(seed, t))
+        np.testing.assert_allclose(np.ravel(rel.mean), want, rtol=1e-9, atol=1e-9 * np.abs(want).max())
+        assert D * mahalanobis_shifts(rel.noise_factor, P @ C).max() <= (1 + 1e-6) / rel.noise_multiplier
+        f = np.ravel(rel.mean)
+
+
+def _assert_sparse_release(X, Z, y, rel, seed):
+    """The SoR release against NumPy: ``P_F C_w y + F xi`` (one step from w = 0, no offset)."""
+    Cw = sor_map_np(X, Z)
+    P = range_projector(rel.noise_factor)
+    want = P @ Cw @ y + _seeded_noise(rel, seed)
+    np.testing.assert_allclose(np.ravel(rel.mean), want, rtol=1e-9, atol=1e-9 * np.abs(want).max())
+    assert D * mahalanobis_shifts(rel.noise_factor, P @ Cw).max() <= (1 + 1e-6) / rel.noise_multiplier
 
 
 @pytest.mark.parametrize("groups", ["none", "singletons"])
@@ -127,8 +169,11 @@ def test_without_persons_the_release_is_bit_identical_to_before(groups):
     rel = full.release(epsilon=EPS, delta=DELTA, steps=2, seed=5)
     assert [_hex(r) for r in rel.releases] == [list(s) for s in _BEFORE_FULL]
     assert all(r.neighbours == "row" for r in rel.releases)
+    _assert_newton_steps(X, y[:, 0], rel.releases, seed=5)  # and correct, against NumPy
     sparse = DPSparseLaplaceGPC((X, y), kernel(), X[::3], hyperparameters_public=True, **kw)
-    assert _hex(sparse.release(epsilon=EPS, delta=DELTA, seed=5).release) == _BEFORE_SPARSE
+    sparse_release = sparse.release(epsilon=EPS, delta=DELTA, seed=5).release
+    assert _hex(sparse_release) == _BEFORE_SPARSE
+    _assert_sparse_release(X, X[::3], y[:, 0], sparse_release, seed=5)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -362,7 +407,8 @@ def test_sparse_multiclass_every_reassignment_is_within_one_over_s(multi_problem
 
 
 def test_multiclass_without_persons_is_bit_identical_to_before():
-    """The multi-class release with groups=None or one row per person: float.hex recorded at 59c4e24."""
+    """The multi-class release with groups=None or one row per person: float.hex recorded at 59c4e24, and each
+    class's steps recomputed in NumPy (class c's seed a SeedSequence of ``(seed, K, c)``)."""
     X, _ = _record_problem()
     labels = np.clip(np.floor(X[:, 0] / 2.0), 0, 2).astype(int)
     before_full = [  # class 0 steps 1-2, class 1 steps 1-2, class 2 steps 1-2: mean[:3], noise_factor[0, 0]
@@ -378,15 +424,22 @@ def test_multiclass_without_persons_is_bit_identical_to_before():
         ['-0x1.93462e20d2fd3p+0', '-0x1.750c39ce4d1bcp-3', '-0x1.60fb7bffc71aep+1', '-0x1.a1fe07863a7a5p-2']]
 
     def hexes(released):
-        return [[float(v).hex() for v in r.mean[:3]] + [float(r.noise_factor[0, 0]).hex()] for r in released.releases]
+        return [[float(v).hex() for v in np.ravel(r.mean)[:3]] + [float(r.noise_factor[0, 0]).hex()]
+                for r in released.releases]
 
+    Y = np.where(labels[:, None] == np.arange(3)[None, :], 1.0, -1.0)  # one-vs-rest
     for kw in ({}, {"groups": np.arange(len(X))}):
         full = DPMulticlassLaplaceGPC((X, labels), kernel(), num_classes=3, hyperparameters_public=True, **kw)
-        assert hexes(full.release(epsilon=EPS, delta=DELTA, steps=2, seed=5)) == before_full
+        released = full.release(epsilon=EPS, delta=DELTA, steps=2, seed=5)
+        assert hexes(released) == before_full
+        for c, classifier in enumerate(released.classifiers):  # and correct: class c's steps in NumPy
+            _assert_newton_steps(X, Y[:, c], classifier.releases, seed=_class_seed(5, 3, c))
         sparse = DPSparseMulticlassLaplaceGPC((X, labels), kernel(), X[::3], num_classes=3,
                                               hyperparameters_public=True, **kw)
         released = sparse.release(epsilon=EPS, delta=DELTA, seed=5)
         assert hexes(released) == before_sparse and released.neighbours == "row, labels moved between classes"
+        for c, rel in enumerate(released.releases):
+            _assert_sparse_release(X, X[::3], Y[:, c], rel, seed=_class_seed(5, 3, c))
 
 
 def test_multiclass_bad_groups_are_refused(multi_problem):
