@@ -346,17 +346,36 @@ _BEFORE = {
 }
 
 
-def one_output_digest(variant, grouped):
-    X, Y, Z, Xs, _ = outputs_problem(variant, 1, n=20, seed=6)
+def one_output_releases(variant, grouped):
+    X, Y, Z, Xs, ref = outputs_problem(variant, 1, n=20, seed=6)
     groups = np.repeat(np.arange(10), 2) if grouped else None
     m = variant.cls((X, Y), kernel(1), Z, noise_variance=NOISE, y_bounds=(LO, HI), hyperparameters_public=True,
                     groups=groups)
     rel = m.release(Xs, epsilon=EPS, delta=DELTA, seed=7).unclipped()  # the raw DP values, as recorded
     f = m.release_function(epsilon=EPS, delta=DELTA, seed=7).unclipped()
-    return _digest(rel.mean, rel.noise_factor, f.release.mean, f.release.noise_factor, f.predict(Xs).mean)
+    return X, Y, Xs, ref, rel, f
+
+
+def _seeded_noise(release, seed):
+    """``F xi``: the published noise factor times the seed's standard normal draw (numpy's PCG64)."""
+    return release.noise_factor @ np.random.default_rng(seed).standard_normal(release.rank)
 
 
 @pytest.mark.parametrize("grouped", [False, True], ids=["rows", "groups"])
 @pytest.mark.parametrize("variant", VARIANTS, ids=[v.name for v in VARIANTS])
 def test_one_output_is_bit_identical_to_the_release_before_several_outputs(variant, grouped):
-    assert one_output_digest(variant, grouped) == _BEFORE[(variant.name, grouped)]
+    """The SHA-256 pin (unchanged since eb392ff) and, beside it, the same releases against NumPy: at inputs
+    ``m + P_F C (y - m) + F xi``, the latents ``P_F R B (y - m) + F xi`` (``R`` checked independently by
+    :func:`block_coordinates`) and their prediction ``m + A(x) R^{-1} w``, y clipped to the bounds, m their
+    midpoint, ``xi`` the seed's draw."""
+    X, Y, Xs, ref, rel, f = one_output_releases(variant, grouped)
+    assert _digest(rel.mean, rel.noise_factor, f.release.mean, f.release.noise_factor,
+                   f.predict(Xs).mean) == _BEFORE[(variant.name, grouped)]
+    mid = 0.5 * (LO + HI)
+    centred = np.clip(Y[:, 0], LO, HI) - mid
+    want = mid + range_projector(rel.noise_factor) @ cloaking(ref, Xs) @ centred + _seeded_noise(rel, 7)
+    close(np.ravel(rel.mean), want, variant)
+    R = block_coordinates(f, ref, X, 1)
+    latents = range_projector(f.release.noise_factor) @ R @ ref.B @ centred + _seeded_noise(f.release, 7)
+    close(np.ravel(f.release.mean), latents, variant)
+    close(np.ravel(f.predict(Xs).mean), mid + readout(ref, Xs) @ np.linalg.solve(R, latents), variant)
