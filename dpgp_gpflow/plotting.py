@@ -33,6 +33,15 @@ def _inputs_1d(Xnew: Any, k: Optional[int] = None) -> np.ndarray:
     return x
 
 
+def _one_output(release: PrivateRelease, name: str) -> np.ndarray:
+    """The release's ``name`` array ([k, 1]) as a 1-D array [k]; ``ValueError`` for a release of several outputs."""
+    values = np.asarray(getattr(release, name), dtype=np.float64)
+    if values.ndim != 2 or values.shape[1] != 1:
+        raise ValueError(f"only a release of one output can be plotted, this one's {name} is {list(values.shape)} "
+                         "(plot each output's column on its own axes)")
+    return values[:, 0]
+
+
 def plot_release(
     ax: Any,
     Xnew: Any,
@@ -58,9 +67,9 @@ def plot_release(
     x = _inputs_1d(Xnew, release.mean.shape[0])
     order = np.argsort(x, kind="stable")
     x = x[order]
-    mean = release.mean[order]
-    post_sd = np.sqrt(np.maximum(release.variance[order], 0.0))
-    total_sd = np.sqrt(np.maximum(release.total_variance[order], 0.0))
+    mean = _one_output(release, "mean")[order]
+    post_sd = np.sqrt(np.maximum(_one_output(release, "variance")[order], 0.0))
+    total_sd = np.sqrt(np.maximum(_one_output(release, "total_variance")[order], 0.0))
 
     if X is not None and Y is not None:
         ax.plot(_inputs_1d(X), np.reshape(np.asarray(Y, dtype=np.float64), [-1]), ".",
@@ -81,7 +90,7 @@ def plot_release(
 def plot_noise_std(ax: Any, Xnew: Any, releases: Mapping[str, PrivateRelease], *, log: bool = True) -> Any:
     """Draw the DP noise standard deviation against the input, one line per release; returns ``ax``.
 
-    ``releases`` maps a legend label to a release made at ``Xnew`` ([k] or [k, 1]). ``log=True``
+    ``releases`` maps a legend label to a release of one output made at ``Xnew`` ([k] or [k, 1]). ``log=True``
     (default) uses a log y axis: the standard mechanism's noise is often orders of magnitude larger.
     Public: the noise std does not depend on the private outputs.
     """
@@ -89,7 +98,7 @@ def plot_noise_std(ax: Any, Xnew: Any, releases: Mapping[str, PrivateRelease], *
     order = np.argsort(x, kind="stable")
     for i, (label, release) in enumerate(releases.items()):
         _inputs_1d(Xnew, release.noise_std.shape[0])
-        ax.plot(x[order], release.noise_std[order], color=f"C{i}", linewidth=1.6, label=label)
+        ax.plot(x[order], _one_output(release, "noise_std")[order], color=f"C{i}", linewidth=1.6, label=label)
     if log:
         from matplotlib.ticker import FuncFormatter
 

@@ -262,7 +262,7 @@ def audit_release(release: PrivateRelease, C: Any, *, data_sensitivity: float, o
     if release.clip_to_bounds and release.y_bounds is not None:  # clipped, raw not kept (a file saved clipped):
         lo, hi = bound_columns(release.y_bounds)  # per output: [P] against the [k, P] mean
         inside = (mean > lo) & (mean < hi)  # check the values strictly inside
-    if mean.ndim == 2:  # several outputs: the stacked release (docs/guides/multi_output.md)
+    if mean.ndim == 2:  # [k, P]: the stacked release (docs/guides/multi_output.md); [k] for one output
         mean, inside = stacked(mean).numpy(), stacked(inside.astype(np.float64)).numpy() > 0.0
     offset = np.asarray(offset, dtype=np.float64).reshape(-1)
     if mean.shape != (k,) or offset.shape != (k,):
@@ -310,7 +310,7 @@ def _newton_offsets(model: Any, releases: Tuple[PrivateRelease, ...]) -> List[np
     K = model.kernel(X)
     out = [np.zeros(int(X.shape[0]))]
     for rel in releases[:-1]:
-        out.append(newton_step_cloaking(K, tf.constant(rel.mean[:, None]))[1].numpy()[:, 0])
+        out.append(newton_step_cloaking(K, tf.constant(rel.mean))[1].numpy()[:, 0])
     return out
 
 

@@ -125,8 +125,9 @@ class Released:
         """``(content, arrays)`` of this object's release file (the card is added by :meth:`save`)."""
         arrays: Dict[str, np.ndarray] = {}
         for i, r in enumerate(self.releases):
-            for name in _RELEASE_ARRAYS:
-                arrays[f"releases/{i}/{name}"] = np.asarray(getattr(r, name), dtype=np.float64)
+            for name in _RELEASE_ARRAYS:  # one output's values are written [k] (the file format's shape)
+                a = np.asarray(getattr(r, name), dtype=np.float64)
+                arrays[f"releases/{i}/{name}"] = a[:, 0] if name in _VALUE_ARRAYS and r.num_outputs == 1 else a
         return {}, arrays
 
     def save(self, path: Union[str, "os.PathLike[str]"], *, inputs: Any = None, **card_extras: Any) -> Path:
@@ -187,10 +188,12 @@ class PrivateRelease(Released):
     It never holds the non-private mean. ``noise_factor`` (k x r) gives the DP noise covariance
     ``noise_factor @ noise_factor.T`` (public), so users can add it to their uncertainty.
 
-    Several outputs (``DPGPR`` with ``Y`` [N, P], docs/guides/multi_output.md): ``mean``, ``variance``
-    and ``noise_std`` are [k, P]; ``noise_factor`` [kP, r] factors the covariance of the mean stacked
-    output by output (all k predictions of output 1, then output 2, ...: ``mean.T.reshape(-1)``);
-    ``y_bounds`` is a pair for all outputs or a tuple of P pairs.
+    ``mean``, ``variance`` and ``noise_std`` are NumPy [k, P], as GPflow's predictions: [k, 1] for one
+    output (a [k] array given to the constructor, as the mechanisms and release files of one output hold
+    them, is stored as [k, 1]). Several outputs (``DPGPR`` with ``Y`` [N, P], docs/guides/multi_output.md):
+    ``noise_factor`` [kP, r] factors the covariance of the mean stacked output by output (all k
+    predictions of output 1, then output 2, ...: ``mean.T.reshape(-1)``); ``y_bounds`` is a pair for all
+    outputs or a tuple of P pairs.
 
     With ``clip_to_bounds=True`` (:meth:`clipped`) ``mean`` is the released mean clipped to
     ``y_bounds``: post-processing of the DP output, no privacy cost; ``noise_std`` and
@@ -202,10 +205,11 @@ class PrivateRelease(Released):
     bounded by its labels' bounds, and a release marked ``classifier_latent`` refuses to be clipped.
     """
 
-    #: [k] (P outputs: [k, P]) released (noisy) predictive mean (clipped if ``clip_to_bounds``; raw: :meth:`unclipped`)
+    #: [k, P] ([k, 1] for one output) released (noisy) predictive mean (clipped if ``clip_to_bounds``; raw:
+    #: :meth:`unclipped`)
     mean: np.ndarray
-    variance: np.ndarray  #: [k] ([k, P]) public posterior variance of f (does not depend on y)
-    noise_std: np.ndarray  #: [k] ([k, P]) std of the DP Gaussian noise at each point (before any clipping)
+    variance: np.ndarray  #: [k, P] public posterior variance of f (does not depend on y)
+    noise_std: np.ndarray  #: [k, P] std of the DP Gaussian noise at each point (before any clipping)
     noise_factor: np.ndarray  #: [k, r] ([kP, r], stacked output by output) factor of the DP noise covariance
     epsilon: float
     delta: float
@@ -237,6 +241,9 @@ class PrivateRelease(Released):
     neighbours: Optional[str] = None
 
     def __post_init__(self) -> None:
+        for name in _VALUE_ARRAYS:  # one output given as [k] (a mechanism's vector, a release file): [k, 1]
+            if np.ndim(getattr(self, name)) == 1:
+                object.__setattr__(self, name, np.reshape(getattr(self, name), (-1, 1)))
         for name in ("clip_to_bounds", "classifier_latent"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
@@ -288,8 +295,8 @@ class PrivateRelease(Released):
 
     @property
     def num_outputs(self) -> int:
-        """P: the number of outputs per row released (``mean`` [k, P]); 1 for a [k] mean."""
-        return 1 if np.ndim(self.mean) == 1 else int(np.shape(self.mean)[1])
+        """P: the number of outputs per row released (``mean`` [k, P])."""
+        return int(np.shape(self.mean)[1])
 
     @property
     def total_variance(self) -> np.ndarray:
@@ -350,8 +357,8 @@ class PrivateRelease(Released):
 
 
 class PrivatePrediction(NamedTuple):
-    """DP predictions from a :class:`PrivateFunction` (all safe to publish), each of shape [k] ([k, P] for a
-    function of P outputs)."""
+    """DP predictions from a :class:`PrivateFunction` (all safe to publish), each NumPy [k, P] ([k, 1] for
+    one output, as GPflow's)."""
 
     mean: np.ndarray
     variance: np.ndarray
@@ -375,8 +382,8 @@ class PrivateFunction(Released):
     not a classifier (:func:`clipped_by_default`; a classifier's latent values are not bounded by the labels'
     bounds); :meth:`unclipped` predicts the raw DP means, :meth:`clipped` clips.
 
-    Predictions are NumPy, as GPflow's shapes: :meth:`predict_f` [k, P] (P = 1: [k, 1]); :meth:`predict`
-    [k] for one output, [k, P] for P.
+    Predictions are NumPy, as GPflow's shapes: :meth:`predict_f` and :meth:`predict` [k, P] ([k, 1] for one
+    output).
     """
 
     def __init__(self, release: PrivateRelease, readout: PublicReadout, coordinates: Optional[tf.Tensor] = None,
@@ -402,7 +409,7 @@ class PrivateFunction(Released):
         self._outputs = P
         #: ``R`` (upper triangular, public) with ``release`` of ``R u``; None when ``u`` itself was released
         self.coordinates = None if coordinates is None else tf.constant(coordinates)
-        latent = tf.constant(release.mean[:, None] if P == 1 else stacked(release.mean).numpy()[:, None])  # [M, 1]
+        latent = stacked(release.mean)[:, None]  # [M, 1]: the [m, P] latents stacked output by output
         noise = tf.constant(release.noise_factor)  # [M, r]
         if coordinates is not None:  # u~ = R^{-1} v~: public post-processing
             latent = tf.linalg.triangular_solve(coordinates, latent, lower=False)
@@ -487,10 +494,8 @@ class PrivateFunction(Released):
 
     def predict(self, Xnew: Any) -> PrivatePrediction:
         """DP mean (clipped if ``clip_to_bounds``), public posterior variance and DP noise std at ``Xnew``,
-        each [k] ([k, P] for P outputs)."""
+        each NumPy [k, P] ([k, 1] for one output)."""
         mean, var, noise_std = (t.numpy() for t in self._terms(self._inputs(Xnew)))
-        if self._outputs == 1:
-            mean, var, noise_std = mean[:, 0], var[:, 0], noise_std[:, 0]
         return PrivatePrediction(mean=mean, variance=var, noise_std=noise_std)
 
     def predict_f(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray]:
@@ -551,17 +556,15 @@ class PrivateFunction(Released):
         return function
 
     def _serving_outputs(self, Xnew: tf.Tensor) -> Dict[str, tf.Tensor]:
-        mean, var, noise_std = self._terms(Xnew)
-        if self._outputs == 1:
-            return {"mean": mean[:, 0], "variance": var[:, 0], "noise_std": noise_std[:, 0]}
+        mean, var, noise_std = self._terms(Xnew)  # [k, P] each, as predict
         return {"mean": mean, "variance": var, "noise_std": noise_std}
 
     def export_saved_model(self, path: Union[str, "os.PathLike[str]"]) -> Path:
         """Write a TensorFlow SavedModel at ``path`` (a folder) that plain TensorFlow serves without
         dpgp_gpflow or GPflow installed (``docs/release_file.md#savedmodel-export``).
 
-        Signature ``serving_default``: input ``X`` float64 [None, D]; outputs (each [None]; [None, P] for a
-        function of P outputs) ``mean``,
+        Signature ``serving_default``: input ``X`` float64 [None, D]; outputs (each [None, P]; [None, 1] for
+        one output and for a classifier) ``mean``,
         ``variance`` (public posterior variance) and ``noise_std`` (DP noise std) as :meth:`predict`,
         or for a :class:`PrivateClassifier` ``probability`` (of class +1), ``latent_mean`` and
         ``latent_variance`` (DP noise included) as :meth:`PrivateClassifier.predict_y` / ``predict_f``.
@@ -626,7 +629,7 @@ class PrivateClassifier(PrivateFunction):
         mean, var, noise_std = self._terms(Xnew)
         latent_var = var + tf.square(noise_std)
         p = probit_approximation(mean, latent_var)
-        return {"probability": p[:, 0], "latent_mean": mean[:, 0], "latent_variance": latent_var[:, 0]}
+        return {"probability": p, "latent_mean": mean, "latent_variance": latent_var}  # [k, 1] each
 
 
 # ---------------------------------------------------------------------------------------------
@@ -634,6 +637,8 @@ class PrivateClassifier(PrivateFunction):
 
 #: The arrays of each release in a release file, under ``releases/<i>/``.
 _RELEASE_ARRAYS = ("mean", "variance", "noise_std", "noise_factor")
+#: The per-value arrays of a release: [k, P] in memory; in a file [k, P] for P > 1 and [k] for one output.
+_VALUE_ARRAYS = ("mean", "variance", "noise_std")
 #: The scalar fields of a release's card entry and their JSON types.
 _RELEASE_FIELD_TYPES: Dict[str, str] = {
     "mechanism": "str", "calibration": "str", "objective": "str?", "epsilon": "float", "delta": "float",

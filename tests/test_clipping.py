@@ -72,7 +72,7 @@ def test_clipped_function_predictions_are_np_clip_of_the_unclipped_ones(function
     np.testing.assert_array_equal(cut.noise_std, raw.noise_std)
     np.testing.assert_array_equal(cut.variance, raw.variance)
     mean, var = clipped.predict_f(Xs)
-    np.testing.assert_array_equal(mean[:, 0], cut.mean)
+    np.testing.assert_array_equal(mean, cut.mean)  # both [k, 1]
     np.testing.assert_array_equal(var, function.predict_f(Xs)[1])
     assert not function.clip_to_bounds  # the original is unchanged
     again = PrivateFunction(function.release, function.readout, function.coordinates, clip_to_bounds=True)

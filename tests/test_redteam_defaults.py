@@ -69,7 +69,7 @@ def raw_reference(rel, toy, seed):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         xi, _ = standard_normal(F.shape[1], seed)
-    return MID + range_projector(F) @ C @ (Y[:, 0] - MID) + F @ xi
+    return (MID + range_projector(F) @ C @ (Y[:, 0] - MID) + F @ xi)[:, None]  # [k, 1], the release's shape
 
 
 def test_a_mean_beyond_the_bounds_is_clipped_by_default_and_the_raw_one_is_available(release, toy):
@@ -124,14 +124,14 @@ def test_a_released_function_predicts_clipped_means_in_gpflow_shapes(toy):
     assert f.clip_to_bounds and not f.unclipped().clip_to_bounds
     # raw predictions from the definition: m + A(x) R^{-1} v~ (FITC readout in NumPy, v~ the released latents)
     ref = fitc_reference(lambda A, B: k_se(A, B, VAR, ELL), X, Z, NOISE, kdiag=VAR)
-    raw = MID + readout(ref, Xs) @ np.linalg.solve(f.coordinates.numpy(), f.release.mean)
+    raw = MID + readout(ref, Xs) @ np.linalg.solve(f.coordinates.numpy(), f.release.mean)  # [k, 1]
     assert np.any(raw < LO) or np.any(raw > HI)
     mean, var = f.predict_f(Xs)
     assert isinstance(mean, np.ndarray) and isinstance(var, np.ndarray)
     assert mean.shape == var.shape == (len(Xs), 1)  # GPflow's [k, P]
-    np.testing.assert_allclose(mean[:, 0], np.clip(raw, LO, HI), rtol=0, atol=1e-7)
+    np.testing.assert_allclose(mean, np.clip(raw, LO, HI), rtol=0, atol=1e-7)
     raw_mean, raw_var = f.unclipped().predict_f(Xs)
-    np.testing.assert_allclose(raw_mean[:, 0], raw, rtol=0, atol=1e-7)
+    np.testing.assert_allclose(raw_mean, raw, rtol=0, atol=1e-7)
     np.testing.assert_array_equal(raw_var, var)  # the variance is unchanged
     assert isinstance(f.dp_noise_variance(Xs), np.ndarray) and f.dp_noise_variance(Xs).shape == (len(Xs), 1)
 
@@ -152,11 +152,12 @@ def test_rmse_against_k_by_1_targets_is_a_scalar_of_the_right_value(toy):
     assert abs(float(wrong) - expected) > 1e-3
 
 
-@pytest.mark.xfail(strict=True, reason="issue 34 item 3: a released PrivateRelease's mean, variance and "
-                   "noise_std are still [k] for one output (predict() too); [k, 1] would change the release "
-                   "file's arrays, the audit, the CLI and many tests at once (see the report of this change)")
 def test_a_releases_mean_is_k_by_1_as_gpflows(release, toy):
-    assert release.mean.shape == (len(toy[2]), 1)
+    k = len(toy[2])
+    for name in ("mean", "variance", "noise_std", "total_variance"):
+        value = getattr(release, name)
+        assert isinstance(value, np.ndarray) and value.shape == (k, 1), name
+    assert release.num_outputs == 1
 
 
 def test_classifier_latents_are_not_clipped_and_predictions_are_numpy(toy):

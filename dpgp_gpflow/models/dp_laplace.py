@@ -105,7 +105,7 @@ class PrivateLaplaceClassifier(PrivateClassifier):
 
     @property
     def latent(self) -> np.ndarray:
-        """The released training latents ``f~`` (the last Newton step), [N]."""
+        """The released training latents ``f~`` (the last Newton step), [N, 1]."""
         return self.release.mean
 
     @property
@@ -121,8 +121,8 @@ class PrivateSparseClassifier(PrivateClassifier):
 
     @property
     def weights(self) -> np.ndarray:
-        """The released SoR weights ``w~`` (in the ``Phi`` basis), [M]."""
-        return self._latent.numpy()[:, 0]
+        """The released SoR weights ``w~`` (in the ``Phi`` basis), [M, 1]."""
+        return self._latent.numpy()
 
     @property
     def weight_noise_factor(self) -> np.ndarray:
@@ -251,7 +251,7 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
         K = self.kernel(X)
         maps = [first_newton_step_cloaking(K)]
         for rel in releases[:-1]:
-            maps.append(newton_step_cloaking(K, tf.constant(rel.mean[:, None]))[0])
+            maps.append(newton_step_cloaking(K, tf.constant(rel.mean))[0])
         return maps
 
     # a classifier releases its latents, not predictions at Xnew: no Xnew argument
@@ -320,7 +320,7 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
         releases: List[PrivateRelease] = []
         for t in range(steps):
             if t > 0:  # linearised at the released f~_t: public, as is everything computed from it
-                f = tf.constant(releases[-1].mean[:, None])
+                f = tf.constant(releases[-1].mean)  # [n, 1]
                 W = tf.reshape(tf.sigmoid(f) * tf.sigmoid(-f), [-1])
                 C, b_col = newton_step_cloaking(K, f)
                 b = tf.reshape(b_col, [-1])

@@ -230,7 +230,7 @@ def test_exact_audit_every_mechanism(problem, measured, key):
     else:
         assert result.delta_at_mu < rel.delta
     # the published noise std is the one of the published factor
-    np.testing.assert_allclose(rel.noise_std, np.linalg.norm(rel.noise_factor, axis=1), rtol=1e-10)
+    np.testing.assert_allclose(rel.noise_std, np.linalg.norm(rel.noise_factor, axis=1)[:, None], rtol=1e-10)
 
 
 def test_exact_audit_catches_dropped_square_root(problem, measured):
@@ -367,7 +367,7 @@ def measured_person_shift(problem: Problem, rows, signs, groups):
     r0 = grouped_release(problem, base, groups, SEED)
     r1 = grouped_release(problem, neighbour, groups, SEED)
     np.testing.assert_array_equal(r0.noise_factor, r1.noise_factor)  # public: the same on D and D'
-    return r0, r1.mean - r0.mean
+    return r0, (r1.mean - r0.mean)[:, 0]  # [k]
 
 
 @pytest.fixture(scope="module")
@@ -518,14 +518,14 @@ def test_real_releases_draw_noise_factor_times_standard_normal(problem, measured
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         xi, _ = standard_normal(F.shape[1], SEED)
-    recovered = np.linalg.lstsq(F, rel.mean - m.noise_free_mean, rcond=None)[0]
+    recovered = np.linalg.lstsq(F, rel.mean[:, 0] - m.noise_free_mean, rcond=None)[0]
     np.testing.assert_allclose(recovered, xi, atol=1e-6)
     # seed=None: fresh OS-entropy draws, whitened residuals look standard normal and all differ
     whitened = []
     for _ in range(3):
         fresh = release(problem, m.base_y, "mse-analytic", None)
         assert not fresh.reproducible
-        noise = fresh.mean - m.noise_free_mean
+        noise = fresh.mean[:, 0] - m.noise_free_mean
         assert auditing._span_residual(noise_span(F)[0], noise)[0] < 1e-8
         whitened.append(np.linalg.lstsq(F, noise, rcond=None)[0])
     w = np.concatenate(whitened)

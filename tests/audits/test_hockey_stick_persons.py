@@ -193,7 +193,7 @@ def test_each_output_released_as_its_own_person_fails(P):
     claim = SimpleNamespace(noise_factor=F, epsilon=EPS, delta=DELTA)
     rows, signs, expected, _ = worst_corner(F, C, widths)
     base, neighbour = corner_pair(Y, BOUNDS[:P], rows, signs)
-    shift = np.concatenate([alone(neighbour, p).mean - alone(base, p).mean for p in range(P)])
+    shift = np.concatenate([alone(neighbour, p).mean[:, 0] - alone(base, p).mean[:, 0] for p in range(P)])
     np.testing.assert_allclose(shift, expected, rtol=1e-6, atol=1e-6 * np.abs(expected).max())
     result = sampled_audit(claim, shift, seed=45, n=N_BROKEN)
     assert_caught(result)
@@ -279,7 +279,7 @@ def class_move_shifts(X: np.ndarray, released, persons=None):
     per_step = []  # per class: [P_F C] over its steps
     factors = []
     for classifier in released.classifiers:
-        fs = [np.zeros(len(X))] + [r.mean for r in classifier.releases[:-1]]
+        fs = [np.zeros(len(X))] + [r.mean[:, 0] for r in classifier.releases[:-1]]
         steps = []
         for rel, f in zip(classifier.releases, fs):
             U, _, _ = noise_span(rel.noise_factor)
@@ -310,7 +310,7 @@ def measured_class_shift(X, labels, rows, a, b, groups=None):
     r0, r1 = classes_release(X, base, groups=groups), classes_release(X, moved, groups=groups)
     for x, y in zip(r0.releases, r1.releases):
         np.testing.assert_array_equal(x.noise_factor, y.noise_factor)
-    return r0, np.concatenate([y.mean - x.mean for x, y in zip(r0.releases, r1.releases)])
+    return r0, np.concatenate([y.mean[:, 0] - x.mean[:, 0] for x, y in zip(r0.releases, r1.releases)])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -347,7 +347,7 @@ def test_a_grouped_binary_classifier_on_the_worst_persons_flip(groups):
     base, flipped = corner_pair(y, np.array([[-1.0, 1.0]]), rows, signs)  # every label of the person flips
     r0, r1 = binary_release(X, base, groups), binary_release(X, flipped, groups)
     np.testing.assert_array_equal(r0.noise_factor, r1.noise_factor)
-    shift = r1.mean - r0.mean
+    shift = (r1.mean - r0.mean)[:, 0]
     np.testing.assert_allclose(shift, expected, rtol=1e-6, atol=1e-6 * np.abs(expected).max())
     result = sampled_audit(r0, shift, seed=55, n=N_DRAWS if groups is not None else N_BROKEN)
     assert_agrees_with_closed_form(result)

@@ -59,7 +59,8 @@ def numpy_map(X, Xnew):
 
 
 def reference_statistic(mean, F, C, y_c, offset):
-    """NumPy: ||F^+ (mean - offset - P C y_c)||^2, P the projector onto span(F)."""
+    """NumPy: ||F^+ (mean - offset - P C y_c)||^2, P the projector onto span(F); ``mean`` [k] or [k, 1]."""
+    mean = np.reshape(mean, -1)
     Q = scipy.linalg.orth(F)
     w = np.linalg.lstsq(F, mean - offset - Q @ (Q.T @ (C @ y_c)), rcond=None)[0]
     return float(w @ w)
@@ -120,11 +121,12 @@ def test_dp_audit_of_a_model_release_runs_the_test_against_numpy(data):
 
 
 def _noiseless(m, rel, Xnew):
-    """NumPy: the projected noiseless value offset + P C y_c of ``rel``, and the unprojected offset + C y_c."""
+    """NumPy: the projected noiseless value offset + P C y_c of ``rel``, and the unprojected offset + C y_c,
+    each [k, 1] (the release's shape)."""
     X, Y = (np.asarray(a) for a in m.data)
     C, y_c = numpy_map(X, Xnew), np.clip(Y[:, 0], LO, HI) - MID
     Q = scipy.linalg.orth(rel.noise_factor)
-    return MID + Q @ (Q.T @ (C @ y_c)), MID + C @ y_c
+    return (MID + Q @ (Q.T @ (C @ y_c)))[:, None], (MID + C @ y_c)[:, None]
 
 
 def test_no_noise_a_fraction_of_the_noise_and_the_non_private_mean_fail(data):
@@ -165,7 +167,7 @@ def test_a_forged_release_file_fails_after_dp_load(data, tmp_path):
     projected, plain = _noiseless(m, rel, Xnew)
     for mean in (plain, projected):
         def edit(raw, mean=mean):
-            raw["arrays"]["releases/0/mean"] = encode_array(mean)
+            raw["arrays"]["releases/0/mean"] = encode_array(mean[:, 0])  # one output: stored [k]
 
         loaded = dp.load(forged(path, tmp_path, edit))
         np.testing.assert_array_equal(loaded.mean, mean)
@@ -178,8 +180,9 @@ def test_a_forged_release_file_fails_after_dp_load(data, tmp_path):
 
 
 def _zero_noise(rel, C, offset, y_c):
+    """``rel`` with its mean at the projected noiseless value ``offset + P C y_c`` ([k, 1], NumPy)."""
     Q = scipy.linalg.orth(rel.noise_factor)
-    return dataclasses.replace(rel, mean=offset + Q @ (Q.T @ (C @ y_c)))
+    return dataclasses.replace(rel, mean=(np.reshape(offset, -1) + Q @ (Q.T @ (C @ np.reshape(y_c, -1))))[:, None])
 
 
 def test_a_function_release_in_reference_coordinates(data):
@@ -214,7 +217,7 @@ def test_a_two_step_classifier_tests_each_step(data):
     assert report.releases[0].noise.statistic == pytest.approx(
         reference_statistic(first.mean, first.noise_factor, C1, labels[:, 0], np.zeros(len(X))), rel=1e-5)
     # step 2 published at its noiseless value C_2 y + b_2 (linearised at the released step 1)
-    C2, b2 = (v.numpy() for v in newton_step_cloaking(clf.kernel(tf.constant(X)), tf.constant(first.mean[:, None])))
+    C2, b2 = (v.numpy() for v in newton_step_cloaking(clf.kernel(tf.constant(X)), tf.constant(first.mean)))
     second = _zero_noise(released.releases[1], C2, b2[:, 0], labels[:, 0])
     bad = dp.audit(type(released)([first, second], released.readout), clf)
     assert not bad.passed and bad.releases[1].noise.outcome == "too little noise"

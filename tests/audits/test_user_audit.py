@@ -103,7 +103,7 @@ def test_a_clipped_release_passes_and_only_its_inner_values_are_checked(data):
     # clipped without its raw mean, as read from a file saved clipped (in memory the audit reads the raw mean)
     raw = m.release(Xnew, epsilon=2.0, delta=1e-3, seed=4, rtol=0.1).unclipped()
     rel = dataclasses.replace(raw, clip_to_bounds=True)
-    at_bounds = (rel.mean == 35.0) | (rel.mean == 65.0)
+    at_bounds = ((rel.mean == 35.0) | (rel.mean == 65.0))[:, 0]  # [k]: the mean is [k, 1]
     assert 0 < at_bounds.sum() and (~at_bounds).sum() > rel.rank  # some values clipped, more inside than r
     assert dp.audit(rel, m, Xnew).passed
     inner = np.flatnonzero(~at_bounds)[0]
@@ -293,9 +293,9 @@ def test_sparse_releases_of_several_outputs_that_ignore_them_fail(persons_data, 
     rel = m.release(Xnew, **options).unclipped()  # the raw DP means, joined below
     assert dp.audit(rel, m, Xnew).passed and dp.audit(m.release_function(**options), m).passed
     alone = [sparse(Y[:, p:p + 1], tuple(bounds[p - 1])).release(Xnew, **options).unclipped() for p in (1, 2)]
-    joined = dataclasses.replace(rel, mean=np.stack([r.mean for r in alone], axis=1),
+    joined = dataclasses.replace(rel, mean=np.hstack([r.mean for r in alone]),  # [k, 1] each -> [k, 2]
                                  noise_factor=scipy.linalg.block_diag(*[r.noise_factor for r in alone]),
-                                 noise_std=np.stack([r.noise_std for r in alone], axis=1))
+                                 noise_std=np.hstack([r.noise_std for r in alone]))
     assert not dp.audit(joined, m, Xnew).passed
     narrow = sparse(Y[:, 1:], bounds, data_sensitivity=[10.0, 10.0])
     narrow_rel = narrow.release(Xnew, **options)
