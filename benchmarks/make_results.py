@@ -39,6 +39,7 @@ SCRIPTS = {
     "whole_rows_kung": "benchmarks/whole_rows_kung.py",
     "whole_rows_scale": "benchmarks/whole_rows_scale.py",
     "whole_rows_scale_10000000": "benchmarks/whole_rows_scale.py",
+    "whole_rows_lengthscales": "benchmarks/whole_rows_lengthscales.py",
 }
 
 HEADER = """# Benchmark results

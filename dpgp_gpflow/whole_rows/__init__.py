@@ -17,12 +17,14 @@ One concept per module:
 * :mod:`.posterior`: regularisation of the released ``S``, the weights' posterior, predictions with the DP
   noise propagated;
 * :mod:`.variances`: kernel and noise variances fitted on the released statistics (SGPR's bound);
+* :mod:`.lengthscales`: the public grid of candidate lengthscales released together and the choice among them;
 * :mod:`.released`: :class:`WholeRowsRelease`, what a release returns;
 * :mod:`.release`: :func:`release_rows` and :func:`release_model` (``DPSGPR(..., private_inputs=True)``).
 """
 
 from .design import inducing_design, inducing_grid, validate_box
 from .features import FeatureMap, kernel_bound, whitened_features
+from .lengthscales import DEFAULT_FRACTIONS, default_lengthscales
 from .mechanism import RELATION
 from .release import release_model, release_rows
 from .released import WholeRowsRelease
@@ -30,10 +32,12 @@ from .sensitivity import DEFAULT_SHARES
 from .statistics import RowStatistics, Statistics, sufficient_statistics
 
 __all__ = [
+    "DEFAULT_FRACTIONS",
     "DEFAULT_SHARES",
     "FeatureMap",
     "RELATION",
     "RowStatistics",
+    "default_lengthscales",
     "Statistics",
     "WholeRowsRelease",
     "inducing_design",

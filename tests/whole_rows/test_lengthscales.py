@@ -1,0 +1,167 @@
+"""Lengthscales chosen privately: every candidate's statistics in one Gaussian release (one event at the
+request's (epsilon, delta)), the choice by SGPR's bound on the released statistics (post-processing).
+
+Brute force as for one candidate (tests/whole_rows/test_mechanism.py): every row replaced by the box's corners
+and the widest point, its output at the opposite bound, released with the same seed; the shift of all the
+candidates' statistics together, in units of the noise added, must be within the charge; a broken variant that
+charges the grid as one candidate fails. The choice is compared with a NumPy reference of the bound."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import gpflow
+import numpy as np
+import pytest
+from whole_rows_reference import features as reference_features
+
+import dpgp_gpflow as dp
+from dpgp_gpflow import whole_rows as wr
+from dpgp_gpflow.models import DPSGPR
+from dpgp_gpflow.streaming import LocalChunks
+from dpgp_gpflow.whole_rows import mechanism as mechanism_module
+
+BOX = [(0.0, 10.0)]
+BOUNDS = (0.0, 1.0)
+CANDIDATES = [2.0, 4.0, 8.0]
+X = np.array([[0.0], [2.0], [5.0], [6.5], [10.0], [4.0]])
+Y = np.array([[0.0], [1.0], [0.2], [0.9], [1.0], [0.0]])
+Z = wr.inducing_grid(BOX, 3)
+EPSILON, DELTA = 1.0, 1e-3
+
+
+def _release(X, Y, lengthscales=CANDIDATES, seed=11, accountant=None, **options):
+    kernel = gpflow.kernels.SquaredExponential(variance=2.0, lengthscales=3.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dp.ReproducibleNoiseWarning)
+        return wr.release_rows(LocalChunks(X, Y, 4), kernel, Z, x_bounds=BOX, y_bounds=BOUNDS, epsilon=EPSILON,
+                               delta=DELTA, seed=seed, noise_variance=0.1, accountant=accountant,
+                               lengthscales=lengthscales, **options)
+
+
+def _shift(a, b):
+    """The L2 norm over every candidate of the released statistics' difference, in units of the noise std."""
+    rows, cols = np.triu_indices(Z.shape[0])
+    parts = []
+    for ca, cb in zip(a.candidates, b.candidates):
+        std = ca.statistics_noise_std
+        parts += [(ca.statistics["S"] - cb.statistics["S"])[rows, cols] / std["S"][rows, cols],
+                  (ca.statistics["b"] - cb.statistics["b"]) / std["b"],
+                  np.atleast_1d((ca.statistics["q"] - cb.statistics["q"]) / std["q"])]
+    return float(np.linalg.norm(np.concatenate(parts)))
+
+
+def _worst_shift():
+    base = _release(X, Y)
+    grid = np.linspace(0.0, 10.0, 2001)[:, None]
+    lo, hi = BOUNDS
+    worst = 0.0
+    for ell in CANDIDATES:  # the widest point of each candidate's features, and the corners
+        widest = grid[np.argmax(np.linalg.norm(reference_features(grid, Z, ell), axis=1))]
+        for i in range(X.shape[0]):
+            for x in (np.array([0.0]), np.array([10.0]), widest):
+                X2, Y2 = X.copy(), Y.copy()
+                X2[i] = x
+                Y2[i] = lo if Y[i, 0] >= (lo + hi) / 2 else hi
+                worst = max(worst, _shift(base, _release(X2, Y2)))
+    return base, worst
+
+
+@pytest.mark.slow
+def test_every_extreme_neighbour_moves_all_candidates_within_the_one_charge():
+    acc = dp.PrivacyAccountant(epsilon=5.0, delta=0.1)
+    base = _release(X, Y, accountant=acc)
+    (event,) = acc.history()
+    _, worst = _worst_shift()
+    assert worst <= event["mu"] == pytest.approx(1.0 / base.noise_multiplier)
+    assert worst >= 0.8 * event["mu"]  # every candidate moved near its bound: the grid's charge is needed
+
+
+@pytest.mark.slow
+def test_charging_the_grid_as_one_candidate_fails_the_same_check(monkeypatch):
+    real = mechanism_module.release_sensitivity
+    monkeypatch.setattr(mechanism_module, "release_sensitivity",
+                        lambda shares, **kwargs: real(shares, **{**kwargs, "blocks": 1}))
+    base, worst = _worst_shift()
+    assert worst > 1.2 / base.noise_multiplier
+
+
+def test_a_grid_is_one_draw_and_one_event_at_the_requested_budget(draws):
+    acc = dp.PrivacyAccountant(epsilon=EPSILON, delta=DELTA)  # basic composition: the whole budget, once
+    released = _release(X, Y, accountant=acc, seed=None)
+    K = 3 * 4 // 2 + 3 + 1
+    assert draws == [len(CANDIDATES) * K]
+    (event,) = acc.history()
+    assert event["status"] == "committed" and event["kind"] == "gaussian"
+    assert acc.spent == pytest.approx((EPSILON, DELTA))
+    single = _release(X, Y, lengthscales=None)
+    for candidate in released.candidates:  # each candidate's noise: sqrt(B) times one release's
+        np.testing.assert_allclose(candidate.statistics_noise_std["b"] / single.statistics_noise_std["b"],
+                                   math.sqrt(len(CANDIDATES)), rtol=1e-3)
+    assert released.selection["lengthscales"] == CANDIDATES
+    assert released.privacy_card()["lengthscale_candidates"] == CANDIDATES
+
+
+def _reference_bound(release):
+    """SGPR's collapsed bound on the released statistics (docs/whole_rows.md#variances-as-post-processing),
+    written in NumPy: eigenvalue floor 0.75 tau, the b-noise correction, the residual n - tr S."""
+    st, std = release.statistics, release.statistics_noise_std
+    M, n = st["S"].shape[0], release.num_data
+    so = std["S"][0, 1]
+    floor = 0.75 * 2.0 * so * (math.sqrt(M) + math.sqrt(math.log(2.0 / 0.01)))
+    lam, V = np.linalg.eigh(st["S"])
+    S_hat = (V * np.maximum(lam, floor)) @ V.T
+    kf, nv = release.kernel_variance, release.noise_variance
+    A = nv * np.eye(M) + kf * S_hat
+    sign, logdet = np.linalg.slogdet(A)
+    quad = kf * (st["b"] @ np.linalg.solve(A, st["b"]) - std["b"][0] ** 2 * np.trace(np.linalg.inv(A)))
+    residual = max(n - np.trace(st["S"]), 0.0)
+    return (-0.5 * n * math.log(2 * math.pi) - 0.5 * (n - M) * math.log(nv) - 0.5 * logdet
+            - 0.5 * (float(st["q"]) - quad) / nv - 0.5 * kf * residual / nv)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_choice_is_the_largest_bound_on_the_released_statistics(seed):
+    rng = np.random.default_rng(seed)
+    Xs = rng.uniform(0, 10, (200, 1))
+    Ys = np.clip(0.5 + 0.4 * np.sin(Xs / 1.5) + 0.05 * rng.normal(size=Xs.shape), *BOUNDS)
+    released = _release(Xs, Ys, seed=seed, lengthscales=[0.5, 2.0, 8.0])
+    bounds = [_reference_bound(c) for c in released.candidates]
+    np.testing.assert_allclose(released.selection["bounds"], bounds, rtol=1e-6)  # TF vs NumPy eigh and solves
+    assert released.selection["chosen"] == int(np.argmax(bounds))
+    assert released.lengthscales == [0.5, 2.0, 8.0][int(np.argmax(bounds))]
+    chosen = released.candidates[released.selection["chosen"]]
+    np.testing.assert_array_equal(released.statistics["b"], chosen.statistics["b"])
+
+
+def _model(kernel, **options):
+    return DPSGPR((X, Y), kernel, Z, y_bounds=BOUNDS, x_bounds=BOX, private_inputs=True, **options)
+
+
+@pytest.mark.slow
+def test_a_model_without_lengthscales_chooses_them_from_the_default_grid_of_the_box():
+    acc = dp.PrivacyAccountant(epsilon=EPSILON, delta=DELTA)
+    released = _model(gpflow.kernels.SquaredExponential()).release_function(epsilon=EPSILON, delta=DELTA,
+                                                                            accountant=acc)
+    assert released.selection["lengthscales"] == [1.0, 2.0, 4.0]  # 0.1, 0.2, 0.4 of the width 10
+    assert released.variances == "fit" and len(acc.history()) == 1
+    given = _model(gpflow.kernels.SquaredExponential(lengthscales=3.0), noise_variance=0.1,
+                   hyperparameters_public=True).release_function(epsilon=EPSILON, delta=DELTA)
+    assert given.selection is None and given.lengthscales == 3.0
+
+
+@pytest.mark.parametrize("kernel, lengthscales, error, match", [
+    (gpflow.kernels.SquaredExponential() + gpflow.kernels.Constant(), [1.0, 2.0], TypeError, "one stationary"),
+    (gpflow.kernels.SquaredExponential(), [1.0, -2.0], ValueError, "> 0"),
+    (gpflow.kernels.SquaredExponential(), "short", ValueError, "default"),
+    (gpflow.kernels.SquaredExponential(), [], ValueError, "between 1"),
+    (gpflow.kernels.SquaredExponential(), [[1.0, 2.0]], ValueError, "shape"),
+])
+def test_bad_candidates_are_refused_before_anything_is_reserved(kernel, lengthscales, error, match):
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+    with pytest.raises(error, match=match):
+        wr.release_rows(LocalChunks(X, Y), kernel, Z, x_bounds=BOX, y_bounds=BOUNDS, epsilon=EPSILON, delta=DELTA,
+                        noise_variance=0.1, lengthscales=lengthscales, accountant=acc)
+    assert acc.history() == [] and acc.held == (0.0, 0.0)
