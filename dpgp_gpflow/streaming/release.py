@@ -26,14 +26,15 @@ import numpy as np
 import tensorflow as tf
 from sklearn.cluster import MiniBatchKMeans
 
-from ..accounting import PrivacyAccountant, Reservation, reserve
+from ..accounting import PrivacyAccountant, Reservation
 from ..cloaking import DEFAULT_TOL, candidate_rtols, first_harmless
 from ..cloaking.rank import bias_rounding, projection_bias
 from ..contract import check_release_hyperparameters
 from ..pipeline import reference_coordinates, shaped
 from ..mechanisms import (ReleaseRequest, check_noise_condition, condition_number, draw_and_spend, release_request,
                           safe_sensitivity)
-from ..neighbours import model_outputs
+from ..measurement import Measurement, measure
+from ..neighbours import model_outputs, relation
 from ..released import PrivateFunction, PrivatePrediction
 from ..validation import as_inputs, require_float64
 from .chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks, check_source_shape, person_starts, source_persons
@@ -187,9 +188,12 @@ def release_function(
     # before anything is reserved
     source_persons(source, getattr(model, "groups", None), model_inputs(model))
     check_release_hyperparameters(model, hyperparameters_public)
-    with reserve(accountant, [request.event()]) as reservation:  # the one reservation: cloak_function commits
+
+    def draw(reservation: Reservation) -> PrivateFunction:  # cloak_function commits the one event
         return cloak_function(model, request, reservation, reference_inputs=reference_inputs, rtol=rtol, tol=tol,
                               max_iter=max_iter, source=source, chunk_size=chunk_size, stats=stats)
+
+    return measure(Measurement(request, relation(model), draw), accountant)  # the one reservation
 
 
 def cloak_function(
