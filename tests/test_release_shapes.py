@@ -180,3 +180,24 @@ def json_array(path, name):
     a = json.loads(path.read_text())["arrays"][name]
     assert a["dtype"] == "float64"
     return np.frombuffer(base64.b64decode(a["data"]), dtype="<f8").reshape(a["shape"])
+
+
+def test_plotting_draws_a_k_by_1_release_and_refuses_several_outputs(data):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dpgp_gpflow.plotting import plot_noise_std, plot_release
+
+    X, Y, Xs = data
+    release = gpr(X, Y).release(Xs[::-1], epsilon=1.0, delta=1e-3, seed=8)  # unsorted inputs: drawn sorted
+    fig, ax = plt.subplots()
+    plot_release(ax, Xs[::-1], release)
+    plot_noise_std(ax, Xs[::-1], {"noise": release})
+    lines = {line.get_label(): line for line in ax.lines}
+    np.testing.assert_array_equal(lines["DP mean"].get_ydata(), release.mean[::-1, 0])
+    np.testing.assert_array_equal(lines["noise"].get_ydata(), release.noise_std[::-1, 0])
+    two = gpr(X, np.hstack([Y, np.cos(X)])).release(Xs, epsilon=1.0, delta=1e-3, seed=8)
+    with pytest.raises(ValueError, match="only a release of one output"):
+        plot_release(ax, Xs, two)
+    plt.close(fig)
