@@ -12,7 +12,8 @@ kernel and noise variances are fitted on its statistics (SGPR's collapsed bound,
 and the candidate with the largest fitted bound is chosen (:func:`choose`).
 
 :func:`default_lengthscales` is the public default grid, from the box alone: ``DEFAULT_FRACTIONS`` (0.1, 0.2 and
-0.4) of the box's width in every input column (docs/whole_rows.md#lengthscales).
+0.4) of the box's width in every input column (of the mean width for a kernel with one lengthscale for all
+columns; docs/whole_rows.md#lengthscales).
 
 Privacy assumption: the grid is public (from the box or given a priori, never from the rows); everything after
 the release reads only the released statistics and public values.
@@ -38,10 +39,14 @@ DEFAULT_FRACTIONS = (0.1, 0.2, 0.4)
 MAX_CANDIDATES = 16
 
 
-def default_lengthscales(x_bounds: Any) -> List[np.ndarray]:
-    """The public default candidates: :data:`DEFAULT_FRACTIONS` of the box's width, per input column ([D] each)."""
+def default_lengthscales(x_bounds: Any, kernel: Any = None) -> List[np.ndarray]:
+    """The public default candidates: :data:`DEFAULT_FRACTIONS` of the box's width, per input column ([D] each);
+    for a ``kernel`` with one lengthscale for every column, of the columns' mean width (a scalar each)."""
     box = validate_box(x_bounds)
     width = box[:, 1] - box[:, 0]
+    values = getattr(kernel, "lengthscales", None)
+    if values is not None and np.ndim(values.numpy()) == 0:
+        width = np.asarray(np.mean(width))
     return [fraction * width for fraction in DEFAULT_FRACTIONS]
 
 

@@ -64,7 +64,7 @@ def _lengthscale_candidates(lengthscales: Any, kernel: Any, box: np.ndarray) -> 
         if lengthscales != "default":
             raise ValueError(f"lengthscales must be None / 'kernel' (the kernel's own), 'default' (the default grid "
                              f"of the box) or a sequence of candidates, got {lengthscales!r}")
-        lengthscales = default_lengthscales(box)
+        lengthscales = default_lengthscales(box, kernel)
     return validate_lengthscales(kernel, lengthscales, box.shape[0])
 
 

@@ -165,3 +165,18 @@ def test_bad_candidates_are_refused_before_anything_is_reserved(kernel, lengthsc
         wr.release_rows(LocalChunks(X, Y), kernel, Z, x_bounds=BOX, y_bounds=BOUNDS, epsilon=EPSILON, delta=DELTA,
                         noise_variance=0.1, lengthscales=lengthscales, accountant=acc)
     assert acc.history() == [] and acc.held == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("lengthscales, expected", [
+    (1.0, [1.5, 3.0, 6.0]),  # one lengthscale: 0.1, 0.2, 0.4 of the mean width 15
+    ([1.0, 1.0], [[1.0, 2.0], [2.0, 4.0], [4.0, 8.0]]),  # ARD: of each column's width (10, 20)
+])
+def test_the_default_grid_of_a_two_column_box(lengthscales, expected):
+    box = [(0.0, 10.0), (0.0, 20.0)]
+    rng = np.random.default_rng(0)
+    X2 = rng.uniform(0, 10, (30, 2)) * [1.0, 2.0]
+    released = wr.release_rows(LocalChunks(X2, rng.uniform(0, 1, (30, 1))),
+                               gpflow.kernels.SquaredExponential(lengthscales=lengthscales),
+                               wr.inducing_grid(box, 2), x_bounds=box, y_bounds=BOUNDS, epsilon=EPSILON, delta=DELTA,
+                               noise_variance=0.1, lengthscales="default")
+    assert released.selection["lengthscales"] == expected

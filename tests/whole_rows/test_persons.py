@@ -159,3 +159,22 @@ def test_a_streamed_source_must_carry_the_models_persons_in_consecutive_rows():
     released = model.release_function(epsilon=EPSILON, delta=DELTA, accountant=acc,
                                       source=LocalChunks(X, Y, 2, groups=GROUPS))
     assert released.person_rows == 3 and len(acc.history()) == 1
+
+
+def test_dask_rows_with_persons_and_a_grid_equal_the_in_memory_release():
+    da = pytest.importorskip("dask.array")
+    rng = np.random.default_rng(3)
+    Xs = rng.uniform(0, 10, (120, 1))
+    Ys = np.clip(0.5 + 0.4 * np.sin(Xs), *BOUNDS)
+    ids = np.repeat(np.arange(40), 3)  # consecutive persons of 3 rows
+    options = {"epsilon": EPSILON, "delta": DELTA, "seed": 5, "lengthscales": [2.0, 6.0]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dp.ReproducibleNoiseWarning)
+        local = _model(Xs, Ys, ids).release_function(**options)
+        on_dask = _model(da.from_array(Xs, chunks=(50, 1)), da.from_array(Ys, chunks=(50, 1)), ids).release_function(
+            **options)
+    assert on_dask.person_rows == local.person_rows == 3 and len(on_dask.candidates) == 2
+    for a, b in zip(on_dask.candidates, local.candidates):
+        for key in ("S", "b", "q"):
+            np.testing.assert_allclose(a.statistics[key], b.statistics[key], rtol=1e-9, atol=1e-9)
+    assert on_dask.selection["chosen"] == local.selection["chosen"]
