@@ -11,8 +11,9 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Union
 import numpy as np
 from gpflow.utilities import multiple_assign
 
-from ..accounting import PrivacyAccountant, PrivacyEvent, Reservation, reserve
+from ..accounting import PrivacyAccountant, PrivacyEvent, Reservation
 from ..exceptions import ReleaseBudgetWarning
+from ..measurement import Measurement, measure
 from ..validation import (
     validate_calibration,
     validate_delta,
@@ -45,6 +46,9 @@ from .mechanism import (
 from .utility import validate_utility
 
 __all__ = ["Selection", "SelectionDiagnostics", "select_hyperparameters"]
+
+#: The relation a selection protects: the model's own (a row, a person or a label move; ``Selection.neighbours``).
+RELATION = "the model's (as its releases: Selection.neighbours)"
 
 
 @dataclass(frozen=True, eq=False)
@@ -137,7 +141,7 @@ def _release_budget(accountants: Sequence[PrivacyAccountant]) -> Tuple[Optional[
         "delta_release, no accountant with epsilon and delta left), so the utility ignores the release's noise "
         "and may favour configurations that need much of it; give the budget you will release with "
         "(epsilon_release= and delta_release=; on the command line -o with --release-epsilon and "
-        "--release-delta, or --ledger)"), stacklevel=3)
+        "--release-delta, or --ledger)"), stacklevel=5)  # from choose, in measure, in select_hyperparameters
     return None, None
 
 
@@ -273,7 +277,10 @@ def select_hyperparameters(
         raise ValueError("cross_validation was computed for another model, other parameter values or another grid: "
                          "compute it with cross_validate(model, grid) on this model")
     description = f"{MECHANISM_NAMES[mechanism]}: hyperparameter selection"
-    with reserve(accountant, [PrivacyEvent(epsilon, 0.0, "pure", None, description)]) as reservation:
+    release = (epsilon_release, delta_release)  # None: the budget left once the selection's own is held
+
+    def choose(reservation: Reservation) -> Tuple[Any, ...]:  # the cross-validation, utilities and draw
+        epsilon_release, delta_release = release
         if epsilon_release is None:  # public: the ledger's budget left once the selection's own is held
             epsilon_release, delta_release = _release_budget(reservation.accountants)
         if cross_validation is None:
@@ -302,6 +309,12 @@ def select_hyperparameters(
         position, reproducible = draw(weights, mechanism, seed)
         choice = int(idx[position])
         reservation.commit(f"{description} among {idx.size} configurations ({len(cv.splits)}-fold CV)")
+        return cv, sens, kept, idx, utilities, weights, choice, reproducible, epsilon_release, delta_release
+
+    event = PrivacyEvent(epsilon, 0.0, "pure", None, description)
+    (cv, sens, kept, idx, utilities, weights, choice, reproducible, epsilon_release,
+     delta_release) = measure(Measurement(None, RELATION, choose, events=(event,), description=description),
+                              accountant)
     selection = Selection(
         chosen=dict(cv.grid[choice]),
         index=choice,
