@@ -7,7 +7,8 @@ sensitivity is ``P d L max_G sum_{i in G} influence_i``. Every check is against 
 the fold maps by an LU solve (tests/reference.py), the expected absolute loss from SciPy's normal cdf and pdf,
 the influence and the release-noise bound by loops, the Gaussian multiplier by root-finding on the Balle-Wang
 delta. Neighbours: every corner of every row's (person's) box of outputs, each output at one of its bounds,
-and random points inside it. P = 1 is compared with numbers recorded at HEAD 59c4e24, before this change.
+and random points inside it. P = 1 is compared with numbers recorded at HEAD 59c4e24, before this change, and
+with the same NumPy references on the selection's splits.
 """
 
 from __future__ import annotations
@@ -86,14 +87,26 @@ def reference_utility(maps, splits, Y, bounds, d_p, noise=None, utility="absolut
         m = 0.5 * (bounds[p][0] + bounds[p][1])
         for f, (C, (tr, te)) in enumerate(zip(maps, splits)):
             a = m + C @ (Y[tr, p] - m) - Y[te, p]
-            if utility == "squared":
+            s = None if noise is None else np.reshape(noise[f], (te.size, -1))[:, p]
+            if utility == "squared" and s is None:
                 total += (d / d_p[p]) ** 2 * np.sum(np.clip(a, -4 * d_p[p], 4 * d_p[p]) ** 2)
+            elif utility == "squared":
+                total += (d / d_p[p]) ** 2 * np.sum(expected_clipped_square(a, s, 4 * d_p[p]))
             elif noise is None:
                 total += d / d_p[p] * np.sum(np.abs(a))
-            else:
-                s = noise[f][:, p]  # E|a + Z| = a (1 - 2 Phi(-a / s)) + 2 s phi(a / s)
+            else:  # E|a + Z| = a (1 - 2 Phi(-a / s)) + 2 s phi(a / s)
                 total += d / d_p[p] * np.sum(a * (1.0 - 2.0 * stats.norm.cdf(-a / s)) + 2.0 * s * stats.norm.pdf(a / s))
     return -total
+
+
+def expected_clipped_square(a, s, c):
+    """``E min((a + Z)^2, c^2)``, ``Z ~ N(0, s^2)``: the normal's moments on ``[-c, c]`` (SciPy) plus ``c^2`` times
+    the mass outside."""
+    lo, hi = (-c - a) / s, (c - a) / s
+    mass = stats.norm.cdf(hi) - stats.norm.cdf(lo)
+    first = stats.norm.pdf(lo) - stats.norm.pdf(hi)  # int z phi(z) over [lo, hi]
+    second = mass + lo * stats.norm.pdf(lo) - hi * stats.norm.pdf(hi)  # int z^2 phi(z)
+    return a * a * mass + 2.0 * a * s * first + s * s * second + c * c * (1.0 - mass)
 
 
 def neighbours_of(Y, bounds, groups=None, interior=2, seed=0):
@@ -189,6 +202,30 @@ def test_one_output_selects_bit_for_bit_as_before(case):
     np.testing.assert_allclose(sel.config_sensitivities, sens, rtol=1e-10)
     np.testing.assert_allclose(diag.utilities, u, rtol=1e-10)
     np.testing.assert_allclose(diag.probabilities, p, rtol=1e-10)
+    # ... and correct, against NumPy on the selection's public splits: the fold maps by LU solves, the influence
+    # by loops, the utilities by SciPy (the release noise per fold from cross_validate, tested on its own below)
+    utility, release_noise = options.get("utility", "absolute"), options.get("release_noise", "bound")
+    if case.startswith("gpc"):  # the first Newton step's latent map 2 K_*f (K_ff + 4 I)^{-1}; labels in [-1, 1]
+        maps = [[2.0 * np.linalg.solve(k_se(X[tr], X[tr], 10.0, c[".kernel.lengthscales"]) + 4.0 * np.eye(tr.size),
+                                        k_se(X[tr], X[te], 10.0, c[".kernel.lengthscales"])).T for tr, te in sel.splits]
+                for c in grid]
+        outputs, bounds = labels[:, None], np.array([[-1.0, 1.0]])
+    else:
+        maps = [reference_maps(X, sel.splits, c) for c in grid]
+        outputs, bounds = y[:, None], np.array([[-1.5, 1.5]])
+    d = bounds[0, 1] - bounds[0, 0]
+    ids = np.arange(len(X)) if model.groups is None else model.groups
+    L = 8.0 * d if utility == "squared" else 1.0
+    ref_sens = [d * L * max(reference_influence(m, sel.splits, len(X))[ids == g].sum() for g in np.unique(ids))
+                for m in maps]
+    np.testing.assert_allclose(sel.config_sensitivities, ref_sens, rtol=1e-9)
+    cv = cross_validate(model, grid, folds=sel.splits)
+    noisy = case != "gpr-nobudget"
+    ref_u = [reference_utility(m, sel.splits, outputs, bounds, [d], cv.noise_std(
+        i, 1.0, 0.01, release_noise=release_noise) if noisy else None, utility) for i, m in enumerate(maps)]
+    np.testing.assert_allclose(diag.utilities, ref_u, rtol=1e-9)
+    np.testing.assert_allclose(diag.probabilities, selection_probabilities(
+        ref_u, 1.0, ref_sens, mechanism=options.get("mechanism", "generalised_exponential")), rtol=1e-9)
 
 
 # ---------------------------------------------------------------------------------------------
