@@ -28,7 +28,8 @@ Start-up (issue 34): a command imports TensorFlow only once every check that nee
 (arguments, files, columns, the output, the ledger's existence), with its start-up log silenced
 (:func:`~dpgp_gpflow.__main__.import_tensorflow_quietly`); ``dpgp budget init|show``, ``--help`` and every
 such refusal never import it (``tests/test_cli_startup.py``; times in ``benchmarks/cli_startup.py``).
-``dpgp show`` and ``dpgp predict`` read the file as :func:`~dpgp_gpflow.io.loading.load` does, which needs it.
+``dpgp show`` reads and checks the file's privacy card without it (:mod:`dpgp_gpflow.io.card`: the checks
+:func:`~dpgp_gpflow.io.loading.load` runs first); ``dpgp predict`` loads the file, readout included, which needs it.
 """
 
 from __future__ import annotations
@@ -1077,11 +1078,11 @@ def _output_names(card: dict, outputs: int) -> List[str]:
     return [f"y{p + 1}" for p in range(outputs)]
 
 
-def _values_table(released, card: dict) -> List[str]:
-    """A full release's values (mean, noise std) and, when the file stores them, their inputs: at most
-    :data:`SHOW_ROWS` rows, then how many more."""
-    mean = np.asarray(released.mean, dtype=np.float64)
-    noise_std = np.asarray(released.noise_std, dtype=np.float64)
+def _values_table(arrays: dict, card: dict) -> List[str]:
+    """A full release's values (its ``mean`` and ``noise_std`` arrays, [k] or [k, P]) and, when the file stores
+    them, their inputs: at most :data:`SHOW_ROWS` rows, then how many more."""
+    mean = np.asarray(arrays["mean"], dtype=np.float64)
+    noise_std = np.asarray(arrays["noise_std"], dtype=np.float64)
     mean, noise_std = (a.reshape(a.shape[0], -1) for a in (mean, noise_std))  # [k, P]: P = 1 unless several --y
     k, outputs = mean.shape
     X, why = _stored_inputs(card, k)
@@ -1106,18 +1107,40 @@ def _values_table(released, card: dict) -> List[str]:
     return lines
 
 
-def cmd_show(args) -> int:
-    released, card = _load(Path(args.release))
-    from .released import PrivateRelease
+def _summary(checked) -> str:
+    """One line of a checked release file (:class:`~dpgp_gpflow.io.card.CheckedCard`): its kind, total budget and
+    last release, as the loaded object's repr shows them."""
+    card, last = checked.card, checked.releases[-1]
+    mean = last.arrays["mean"]
+    outputs = f", outputs={mean.shape[1]}" if mean.ndim == 2 else ""
+    bounds = last["y_bounds"]
+    return (f"{checked.kind}(mechanism={last['mechanism']!r}, epsilon={card['epsilon']:.6g}, delta={card['delta']:.6g}, "
+            f"k={mean.shape[0]}{outputs}, r={last['rank']}, bounds={bounds}"
+            + (f", releases={len(checked.releases)}" if len(checked.releases) > 1 else "")
+            + (", clip_to_bounds=True" if card.get("clip_to_bounds") else "")
+            + (", reproducible=True)" if card["reproducible"] else ")"))
 
-    print(f"{args.release}: {released!r}")
+
+def cmd_show(args) -> int:
+    path = Path(args.release)
+    if not path.is_file():
+        raise UsageError(f"{path}: no such file")
+    from .io.card import read_checked_card  # no TensorFlow: the card's checks, not the readout's
+
+    try:
+        checked = read_checked_card(path)
+    except (ValueError, OSError) as exc:
+        message = str(exc)  # the reader's own errors already name the file
+        raise UsageError(message if message.startswith(str(path)) else f"{path}: {message}") from None
+    card = checked.card
+    print(f"{args.release}: {_summary(checked)}")
     shown = dict(card)
     if isinstance(shown.get("release_inputs"), list):  # printed in the table below, not as one long line
         rows = shown.pop("release_inputs_rows", None)
         shown["release_inputs"] = f"{len(shown['release_inputs'])}{'' if rows is None else f' of {rows}'} row(s) (below)"
     print("\n".join(_card_lines(shown)))
-    if isinstance(released, PrivateRelease):
-        print("\n".join(_values_table(released, card)))
+    if checked.kind == "PrivateRelease":
+        print("\n".join(_values_table(checked.releases[0].arrays, card)))
     return 0
 
 
@@ -1178,7 +1201,8 @@ def _load(path: Path) -> Tuple[Released, dict]:
     if not path.is_file():
         raise UsageError(f"{path}: no such file")
     import_tensorflow_quietly()
-    from .io.loading import load, read_card
+    from .io.card import read_card
+    from .io.loading import load
 
     try:
         return load(path), read_card(path)
@@ -1370,8 +1394,15 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(run=cmd_select)
 
-    p = sub.add_parser("show", help="print a release file's privacy card (and a full release's values)",
-                       **_examples("show"))
+    p = sub.add_parser(
+        "show", help="print a release file's privacy card (and a full release's values)",
+        description="Print a release file's privacy card, and a full release's values, once the card is checked "
+                    "(without TensorFlow): size, JSON, format version, SHA-256; every release's privacy parameters, "
+                    "noise multiplier (recomputed), sensitivities, bounds, neighbours, rank and noise std (recomputed "
+                    "from the noise factor), variances >= 0; the totals, the reproducible and clip flags; a "
+                    "multi-class file's whole guarantee (recomputed). Refused with one line otherwise. The readout "
+                    "(kernel, inducing inputs, factors) and that the file holds nothing else are verified when the "
+                    "file is loaded: dpgp predict, dpgp_gpflow.load.", **_examples("show"))
     p.add_argument("release", metavar="OUT.json", help="a release file (dpgp release -o OUT.json)")
     p.set_defaults(run=cmd_show)
 

@@ -27,7 +27,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple, Union, cast
+from typing import TYPE_CHECKING, Any, Dict, NamedTuple, Optional, Sequence, Tuple, Union, cast
 
 import numpy as np
 import tensorflow as tf
@@ -35,6 +35,7 @@ from check_shapes import check_shapes
 
 from .cloaking import OptimiserCertificate, row_norms
 from .contract import PublicReadout, readout_and_variance, stacked
+from .io.card import RELEASE_ARRAYS, RELEASE_FIELDS, ReleaseEntry, clip_flag, release_of_card, releases_of_card
 from .io.format import (
     ReleaseDocument,
     ReleaseFileError,
@@ -44,22 +45,7 @@ from .io.format import (
     write,
     write_card,
 )
-from .calibration import gaussian_multiplier
-from .neighbours import check_relation
-from .validation import (
-    MECHANISMS,
-    Bounds,
-    as_inputs,
-    bound_columns,
-    check_real,
-    per_output,
-    validate_calibration,
-    validate_data_sensitivity,
-    validate_delta,
-    validate_epsilon,
-    validate_objective,
-    validate_output_bounds,
-)
+from .validation import Bounds, as_inputs, bound_columns
 
 __all__ = [
     "PrivateClassifier",
@@ -67,7 +53,6 @@ __all__ = [
     "PrivatePrediction",
     "PrivateRelease",
     "Released",
-    "check_reproducible",
     "clipped_by_default",
     "probit_approximation",
     "release_from_document",
@@ -125,7 +110,7 @@ class Released:
         """``(content, arrays)`` of this object's release file (the card is added by :meth:`save`)."""
         arrays: Dict[str, np.ndarray] = {}
         for i, r in enumerate(self.releases):
-            for name in _RELEASE_ARRAYS:  # one output's values are written [k] (the file format's shape)
+            for name in RELEASE_ARRAYS:  # one output's values are written [k] (the file format's shape)
                 a = np.asarray(getattr(r, name), dtype=np.float64)
                 arrays[f"releases/{i}/{name}"] = a[:, 0] if name in _VALUE_ARRAYS and r.num_outputs == 1 else a
         return {}, arrays
@@ -310,7 +295,7 @@ class PrivateRelease(Released):
 
     def release_card(self) -> Dict[str, Any]:
         """This release's entry in a privacy card: every scalar field (``certificate`` as a dict) and ``k``."""
-        card: Dict[str, Any] = {name: getattr(self, name) for name in _RELEASE_FIELDS}
+        card: Dict[str, Any] = {name: getattr(self, name) for name in RELEASE_FIELDS}
         card["y_bounds"] = None if self.y_bounds is None else np.asarray(self.y_bounds, dtype=np.float64).tolist()
         card["certificate"] = None if self.certificate is None else {
             name: getattr(self.certificate, name) for name in OptimiserCertificate._fields}
@@ -322,38 +307,12 @@ class PrivateRelease(Released):
         return card
 
     @classmethod
-    def from_release_card(cls, card: Mapping[str, Any], arrays: Mapping[str, np.ndarray],
-                          prefix: str = "releases/0/") -> "PrivateRelease":
-        """The release of a :meth:`release_card` entry and its arrays (``prefix + "mean"``, ...) from a
-        release file, checked for meaning (``docs/release_file.md#what-loading-checks``);
-        ``ReleaseFileError`` naming the field when one is missing, malformed or inconsistent."""
-        where = _entry_name(prefix)
-        if not isinstance(card, Mapping):
-            raise ReleaseFileError(f"{where} must be an object")
-        unknown = sorted(set(card) - set(_RELEASE_FIELDS) - {"y_bounds", "certificate", "k", "outputs", "neighbours"})
-        if unknown:
-            raise ReleaseFileError(f"{where}: unknown field(s) {unknown}")
-        fields = {name: _card_field(card, name, kind, where) for name, kind in _RELEASE_FIELD_TYPES.items()}
-        P = card.get("outputs", 1)
-        if "outputs" in card and not (isinstance(P, int) and not isinstance(P, bool) and P >= 2):
-            raise ReleaseFileError(f"{where}.outputs must be an integer >= 2 (absent for one output), got {P!r}")
-        fields["y_bounds"] = _card_bounds(card.get("y_bounds"), P, where)
-        fields["certificate"] = _certificate(card.get("certificate", "missing"), where)
-        neighbours = card.get("neighbours")
-        if neighbours is not None:  # a relation a release of P outputs records (None: not recorded)
-            _checked(where, "neighbours", check_relation, neighbours, P)
-        fields["neighbours"] = neighbours
-        ndim = 1 if P == 1 else 2
-        a: Dict[str, Any] = take_arrays("PrivateRelease", arrays, {"mean": ndim, "variance": ndim, "noise_std": ndim,
-                                                                   "noise_factor": 2}, prefix)
-        shape = a["mean"].shape
-        k = shape[0]
-        if (a["variance"].shape != shape or a["noise_std"].shape != shape or shape[1:] not in ((), (P,))
-                or a["noise_factor"].shape[0] != k * P or card.get("k") != k):
-            raise ReleaseFileError(f"{where}: mean {list(shape)} does not match variance, noise_std, noise_factor "
-                                   f"[k P, r], k or outputs")
-        _check_meaning(where, fields, {**a, "noise_std": stacked(a["noise_std"].reshape(k, P)).numpy()})
-        return cls(**a, **fields)
+    def from_entry(cls, entry: ReleaseEntry) -> "PrivateRelease":
+        """The release of a release file's card entry and arrays, checked for meaning by
+        :func:`~dpgp_gpflow.io.card.release_entry` (``docs/release_file.md#what-loading-checks``)."""
+        certificate = entry.fields["certificate"]
+        return cls(**entry.arrays, **{**entry.fields, "certificate": None if certificate is None
+                                       else OptimiserCertificate(**certificate)})
 
 
 class PrivatePrediction(NamedTuple):
@@ -548,7 +507,7 @@ class PrivateFunction(Released):
         function = cls.__new__(cls)
         PrivateFunction.__init__(function, releases[-1], readout, coordinates, releases=releases,
                                  clip_to_bounds=False)  # the card's flag decides (absent: false, older files)
-        if _clip_flag(document.card):
+        if clip_flag(document.card):
             try:
                 function._set_clipping()
             except (TypeError, ValueError) as exc:
@@ -633,193 +592,26 @@ class PrivateClassifier(PrivateFunction):
 
 
 # ---------------------------------------------------------------------------------------------
-# Reading the card back (docs/release_file.md).
+# Reading a release file's releases back (docs/release_file.md): checked by dpgp_gpflow.io.card.
 
-#: The arrays of each release in a release file, under ``releases/<i>/``.
-_RELEASE_ARRAYS = ("mean", "variance", "noise_std", "noise_factor")
 #: The per-value arrays of a release: [k, P] in memory; in a file [k, P] for P > 1 and [k] for one output.
 _VALUE_ARRAYS = ("mean", "variance", "noise_std")
-#: The scalar fields of a release's card entry and their JSON types.
-_RELEASE_FIELD_TYPES: Dict[str, str] = {
-    "mechanism": "str", "calibration": "str", "objective": "str?", "epsilon": "float", "delta": "float",
-    "data_sensitivity": "float", "sensitivity": "float", "noise_multiplier": "float", "rank": "int",
-    "rtol": "float?", "bias_bound": "float", "reproducible": "bool",
-}
-_RELEASE_FIELDS = tuple(_RELEASE_FIELD_TYPES)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _entry_name(prefix: str) -> str:
-    """``card.releases[i]`` for the arrays' ``prefix`` ``releases/i/`` (the name in error messages)."""
-    match = re.fullmatch(r"releases/(\d+)/", prefix)
-    return f"card.releases[{match.group(1)}]" if match else f"release {prefix!r}"
-
-
-def _card_field(card: Mapping[str, Any], name: str, kind: str, where: str) -> Any:
-    if name not in card:
-        raise ReleaseFileError(f"{where}.{name} is missing")
-    value = card[name]
-    if kind.endswith("?"):
-        if value is None:
-            return None
-        kind = kind[:-1]
-    ok = {"str": isinstance(value, str), "bool": isinstance(value, bool), "float": _is_number(value),
-          "int": isinstance(value, int) and not isinstance(value, bool)}[kind]
-    if not ok:
-        raise ReleaseFileError(f"{where}.{name} must be {'an' if kind == 'int' else 'a'} {kind}, got {value!r}")
-    return float(value) if kind == "float" else value
-
-
-def _certificate(value: Any, where: str) -> Optional[OptimiserCertificate]:
-    if value is None:
-        return None
-    if not (isinstance(value, Mapping) and set(value) == set(OptimiserCertificate._fields)):
-        raise ReleaseFileError(f"{where}.certificate must be null or an object with {OptimiserCertificate._fields}")
-    cert = {name: _card_field(value, name, kind, f"{where}.certificate") for name, kind in (
-        ("objective", "str"), ("gap", "float"), ("relative_gap", "float"), ("tol", "float"),
-        ("iterations", "int"), ("converged", "bool"), ("support", "int"))}
-    return OptimiserCertificate(**cert)
-
-
-#: Relative tolerance of the recomputed noise multiplier and noise std against the recorded ones.
-_RECOMPUTED_RTOL = 1e-9
-
-
-def _checked(where: str, name: str, check: Any, *args: Any) -> Any:
-    """``check(*args)`` (a :mod:`dpgp_gpflow.validation` function), its error as a ``ReleaseFileError``
-    naming the card field."""
-    try:
-        return check(*args)
-    except (TypeError, ValueError) as exc:
-        raise ReleaseFileError(f"{where}.{name}: {exc}") from None
-
-
-def _card_bounds(bounds: Any, num_outputs: int, where: str) -> Any:
-    """A card's ``y_bounds`` for ``num_outputs`` outputs: null, ``[lo, hi]`` (every output) or, for P > 1,
-    ``[[lo, hi], ...]`` (one ordered, finite pair per output); ``ReleaseFileError`` otherwise."""
-    if bounds is None:
-        return None
-    pair = isinstance(bounds, list) and len(bounds) == 2 and all(_is_number(b) for b in bounds)
-    pairs = (num_outputs > 1 and isinstance(bounds, list) and len(bounds) == num_outputs
-             and all(isinstance(b, list) and len(b) == 2 and all(_is_number(v) for v in b) for b in bounds))
-    if not (pair or pairs):
-        raise ReleaseFileError(f"{where}.y_bounds must be null"
-                               + (f", [lo, hi] or {num_outputs} pairs [lo, hi]" if num_outputs > 1 else " or [lo, hi]")
-                               + f", got {bounds!r}")
-    return _checked(where, "y_bounds", validate_output_bounds, bounds, num_outputs)
-
-
-def _positive(name: str, value: float) -> float:
-    value = check_real(name, value)
-    if not value > 0.0:
-        raise ValueError(f"{name} must be > 0, got {value}")
-    return value
-
-
-def _check_meaning(where: str, fields: Mapping[str, Any], a: Mapping[str, np.ndarray]) -> None:
-    """``ReleaseFileError`` naming the field unless a release's card entry and arrays make sense together:
-    valid privacy parameters, bounds and sensitivities, the noise multiplier recomputed from (epsilon,
-    delta, calibration), the rank and ``noise_std`` recomputed from ``noise_factor``."""
-    epsilon = _checked(where, "epsilon", validate_epsilon, fields["epsilon"])
-    delta = _checked(where, "delta", validate_delta, fields["delta"])
-    # MECHANISMS: both Gaussian, so every release has 0 < delta < 1
-
-    mechanism = fields["mechanism"]
-    if mechanism not in MECHANISMS:
-        raise ReleaseFileError(f"{where}.mechanism must be one of {MECHANISMS}, got {mechanism!r}")
-    calibration = _checked(where, "calibration", validate_calibration, fields["calibration"])
-    if mechanism == "standard":
-        if fields["objective"] is not None or fields["certificate"] is not None:
-            raise ReleaseFileError(f"{where}.objective: a standard release has no objective or certificate")
-    else:
-        _checked(where, "objective", validate_objective, fields["objective"])
-    bounds = fields["y_bounds"]  # without bounds, only finite and > 0: no width to compare with
-    if bounds is not None and per_output(bounds):  # d is the largest output's: at most the widest bounds
-        widths = [hi - lo for lo, hi in bounds]
-        bounds = bounds[int(np.argmax(widths))]
-    _checked(where, "data_sensitivity", validate_data_sensitivity, fields["data_sensitivity"],
-             bounds if bounds is not None else (-math.inf, math.inf))
-    sensitivity = _checked(where, "sensitivity", _positive, "sensitivity", fields["sensitivity"])
-    if mechanism == "cloaking" and sensitivity < fields["data_sensitivity"] * (1.0 - _RECOMPUTED_RTOL):
-        # the feasible noise covariance has max_i v_i^T M^-1 v_i = 1: Delta = d sqrt(1) (inflated), never less
-        raise ReleaseFileError(f"{where}.sensitivity {sensitivity!r} is below the data sensitivity "
-                               f"{fields['data_sensitivity']!r}: a cloaking release's sensitivity is at least d")
-    multiplier = _checked(where, "noise_multiplier", _positive, "noise_multiplier", fields["noise_multiplier"])
-    expected = _checked(where, "calibration", gaussian_multiplier, epsilon, delta, calibration)
-    if not math.isclose(multiplier, expected, rel_tol=_RECOMPUTED_RTOL):
-        raise ReleaseFileError(f"{where}.noise_multiplier {multiplier!r} is not the {calibration} multiplier "
-                               f"{expected!r} of epsilon {epsilon!r} and delta {delta!r}")
-    if fields["rtol"] is not None:
-        _checked(where, "rtol", _positive, "rtol", fields["rtol"])
-    bias = _checked(where, "bias_bound", check_real, "bias_bound", fields["bias_bound"])
-    if bias < 0.0:
-        raise ReleaseFileError(f"{where}.bias_bound must be >= 0, got {bias}")
-    if np.any(a["variance"] < 0.0):  # a posterior variance: the mechanisms publish it clamped at 0
-        raise ReleaseFileError(f"{where}: variance has negative values (a posterior variance is >= 0)")
-    factor = a["noise_factor"]
-    if factor.shape[1] < 1 or not np.any(factor):
-        raise ReleaseFileError(f"{where}: noise_factor {list(factor.shape)} has no non-zero column: no noise")
-    if fields["rank"] != factor.shape[1]:
-        raise ReleaseFileError(f"{where}.rank {fields['rank']} is not the noise_factor's {factor.shape[1]} columns")
-    norms = row_norms(tf.constant(factor)).numpy()
-    if not np.allclose(a["noise_std"], norms, rtol=_RECOMPUTED_RTOL, atol=0.0):
-        raise ReleaseFileError(f"{where}: noise_std is not the row norms of noise_factor")
-
-
-def _clip_flag(card: Mapping[str, Any]) -> bool:
-    """The card's ``clip_to_bounds`` (false when absent: files written before it existed)."""
-    flag = card.get("clip_to_bounds", False)
-    if not isinstance(flag, bool):
-        raise ReleaseFileError(f"card.clip_to_bounds must be true or false, got {flag!r}")
-    return flag
 
 
 def releases_of_document(document: ReleaseDocument) -> Tuple[PrivateRelease, ...]:
-    """Every release of a verified release file, each checked for meaning and all against the card's totals."""
-    entries = document.card.get("releases")
-    if not isinstance(entries, list) or not entries:
-        raise ReleaseFileError("card.releases must be a non-empty list")
-    releases = tuple(PrivateRelease.from_release_card(e, document.arrays, f"releases/{i}/")
-                     for i, e in enumerate(entries))
-    for name, total in (("epsilon", math.fsum(r.epsilon for r in releases)),
-                        ("delta", math.fsum(r.delta for r in releases))):
-        if document.card.get(name) != total:
-            raise ReleaseFileError(f"card.{name} {document.card.get(name)!r} is not the total of the releases ({total!r})")
-    check_reproducible(document.card, releases)
-    return releases
-
-
-def check_reproducible(card: Mapping[str, Any], releases: Sequence[PrivateRelease]) -> None:
-    """``ReleaseFileError`` unless every release of one file has the card's ``reproducible``: one object's
-    releases are seeded together or not at all (one ``seed`` seeds every step and class), so a release
-    flipped to false beside a seeded one is a forgery."""
-    flags = {r.reproducible for r in releases}
-    reproducible = any(flags)
-    if len(flags) > 1:
-        first = next(i for i, r in enumerate(releases) if r.reproducible != releases[0].reproducible)
-        raise ReleaseFileError(f"card.releases[{first}].reproducible {releases[first].reproducible!r} is not that of "
-                               f"card.releases[0] ({releases[0].reproducible!r}): one seed makes every release of a "
-                               "file reproducible")
-    if card.get("reproducible") is not reproducible:
-        raise ReleaseFileError(f"card.reproducible {card.get('reproducible')!r} is not that of the releases "
-                               f"({reproducible!r})")
+    """Every release of a verified release file whose releases compose by basic composition, as checked by
+    :func:`~dpgp_gpflow.io.card.releases_of_card` (each for meaning, all against the card's totals)."""
+    return tuple(PrivateRelease.from_entry(e) for e in releases_of_card(document))
 
 
 def release_from_document(document: ReleaseDocument) -> PrivateRelease:
-    """The :class:`PrivateRelease` of a verified release file of kind ``"PrivateRelease"``: clipped when the
-    card's ``clip_to_bounds`` says its mean was (absent: false, as files written before the flag existed)."""
-    releases = releases_of_document(document)
-    if len(releases) != 1:
-        raise ReleaseFileError(f"a PrivateRelease file holds one release, this one {len(releases)}")
-    if _clip_flag(document.card):
-        if releases[0].y_bounds is None:
-            raise ReleaseFileError("card.clip_to_bounds is true but the release has no y_bounds")
-        # the file holds the clipped mean: no raw mean to keep (unclipped() refuses)
-        return dataclasses.replace(releases[0], clip_to_bounds=True)
-    return releases[0]
+    """The :class:`PrivateRelease` of a verified release file of kind ``"PrivateRelease"``
+    (:func:`~dpgp_gpflow.io.card.release_of_card`): clipped when the card's ``clip_to_bounds`` says its mean
+    was (absent: false, as files written before the flag existed)."""
+    release = PrivateRelease.from_entry(release_of_card(document)[0])
+    if clip_flag(document.card):  # the file holds the clipped mean: no raw mean to keep (unclipped() refuses)
+        return dataclasses.replace(release, clip_to_bounds=True)
+    return release
 
 
 def _clips_by_default(release: PrivateRelease) -> bool:

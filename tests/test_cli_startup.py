@@ -9,8 +9,10 @@ measured by ``benchmarks/cli_startup.py``."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -102,16 +104,63 @@ def test_budget_commands_and_refusals_import_no_tensorflow(work):
     assert not (work / "out.json").exists()
 
 
+def _forgeries(source: Path, folder: Path) -> list:
+    """(file name, what the one error line says) of consistent forgeries of ``source`` (hash recomputed but
+    for the first), written to ``folder``: what ``dpgp show`` must refuse without TensorFlow."""
+    from forgery import forged
+
+    from dpgp_gpflow.io.format import encode_array
+
+    def first(field, value):
+        return lambda raw: raw["card"]["releases"][0].update({field: value})
+
+    def negative_variance(raw):
+        entry = raw["arrays"]["releases/0/variance"]
+        values = -1.0 - np.abs(np.frombuffer(base64.b64decode(entry["data"]), dtype="<f8"))
+        raw["arrays"]["releases/0/variance"] = encode_array(values.reshape(entry["shape"]))
+
+    cases = [
+        (first("neighbours", "banana"), "'banana' is not a neighbouring relation"),
+        (first("neighbours", "row (3 outputs)"), "is not a neighbouring relation of a release of 1 output"),
+        (negative_variance, "variance has negative values"),
+        (lambda raw: raw.update(format_version=1.0), "format version 1.0 is not supported"),
+        (lambda raw: raw["card"].update(reproducible=False), "card.reproducible False is not that of the releases"),
+        (first("noise_multiplier", 0.5), "card.releases[0].noise_multiplier 0.5 is not the analytic multiplier"),
+        (first("sensitivity", 0.5), "is below the data sensitivity"),
+        (lambda raw: raw.update(kind="PrivateOracle"), "unknown kind of released object 'PrivateOracle'"),
+    ]
+    out = []
+    for i, (edit, message) in enumerate(cases):
+        path = forged(source, folder, edit).rename(folder / f"forged-{i}.json")
+        out.append((path.name, message))
+    tampered = json.loads(source.read_text())
+    tampered["card"]["epsilon"] = 0.001  # the hash not recomputed: damaged or edited
+    (folder / "tampered.json").write_text(json.dumps(tampered))
+    return [*out, ("tampered.json", "does not match its SHA-256")]
+
+
 @pytest.mark.slow  # a release first (TensorFlow in this process)
-@pytest.mark.xfail(strict=True, reason="dpgp show verifies the file as dp.load does (the card's arithmetic "
-                   "recomputed, the readout rebuilt): those checks live in released.py and io/format.py, which "
-                   "import TensorFlow; a card-only TensorFlow-free reader is issue 35 item 3 (files read in io/)")
-def test_show_imports_no_tensorflow(work):
+def test_show_imports_no_tensorflow_and_refuses_a_forged_card_in_one_line(work):
+    """``dpgp show`` checks the card as dp.load does (io/card.py) without TensorFlow or GPflow (SciPy recomputes
+    the analytic noise multiplier); its first line is the loaded object's repr; a forged or damaged file is
+    one line, exit code 2, still without TensorFlow."""
+    import dpgp_gpflow as dp
     from test_cli import _run
 
     code, err = _run(["release", *DATA, "--grid", "3", "--lengthscale", "10", "--variance", "400", "--noise", "50",
                       "--seed", "1", "--quiet", "-o", "shown.json"], work)
     assert code == 0, err
-    (code, stderr, stdout, imported), = _fresh([["show", "shown.json"]], work)
+    forgeries = _forgeries(work / "shown.json", work)
+    results = _fresh([["show", "shown.json"], *(["show", name] for name, _ in forgeries)], work,
+                     watch=TENSORFLOW + ("dp_accounting", "pandas"))
+    (code, stderr, stdout, imported), refused = results[0], results[1:]
     assert code == 0 and "clip_to_bounds" in stdout, stderr
+    assert stdout.splitlines()[0] == f"shown.json: {dp.load(work / 'shown.json')!r}"
     assert imported == [], imported
+    for (name, message), (code, stderr, stdout, imported) in zip(forgeries, refused):
+        lines = stderr.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and lines[0].startswith(f"dpgp: error: {name}: ") and message in lines[0], \
+            (name, stderr)
+        assert imported == [], (name, imported)
+        with pytest.raises(ValueError, match=re.escape(message)):  # dp.load refuses each as well
+            dp.load(work / name)

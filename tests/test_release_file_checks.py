@@ -352,3 +352,29 @@ def test_dpgp_show_prints_one_line(files, tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "card.releases[0].delta: delta must be in the open interval" in lines[0], proc.stderr
+
+
+def test_the_card_checks_know_exactly_the_kinds_and_fields_loading_builds():
+    """io/card.py (no TensorFlow) names the kinds and the certificate's fields; loading builds exactly those."""
+    from dpgp_gpflow.cloaking import OptimiserCertificate
+    from dpgp_gpflow.io import card
+
+    assert set(card.CARD_KINDS) == set(publishing.RELEASED_KINDS)
+    assert tuple(card.CERTIFICATE_FIELD_TYPES) == OptimiserCertificate._fields
+
+
+@pytest.mark.parametrize("name", ["cloaking", "function", "multiclass"])
+def test_the_card_alone_is_read_without_building_the_object(files, name):
+    """read_checked_card: the kind, the card as written and every release's arrays as the file holds them
+    (against the file's JSON decoded here)."""
+    from dpgp_gpflow.io.card import read_checked_card
+
+    raw = json.loads(files[name].read_text())
+    checked = read_checked_card(files[name])
+    assert checked.kind == raw["kind"] and checked.card == raw["card"]
+    assert len(checked.releases) == len(raw["card"]["releases"]) > 0
+    for i, (got, written) in enumerate(zip(checked.releases, raw["card"]["releases"])):
+        for array_name in ("mean", "variance", "noise_std", "noise_factor"):
+            np.testing.assert_array_equal(got.arrays[array_name], array(raw, f"releases/{i}/{array_name}"))
+        assert all(got[field] == written[field] for field in ("epsilon", "delta", "noise_multiplier", "rank",
+                                                              "reproducible"))

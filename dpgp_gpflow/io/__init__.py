@@ -1,13 +1,15 @@
 """Release files: the file format (:mod:`.format`: one self-describing JSON document per released
-object, written by :meth:`dpgp_gpflow.released.Released.save`, checked for integrity and meaning) and
-loading (:mod:`.loading`: :func:`~dpgp_gpflow.io.loading.load` rebuilds the released object,
-:func:`~dpgp_gpflow.io.loading.read_card` reads its privacy card). docs/release_file.md describes the
-layout. Loading never executes anything from a file.
+object, written by :meth:`dpgp_gpflow.released.Released.save`, checked for integrity), the privacy card
+(:mod:`.card`: read and checked for meaning without TensorFlow, :func:`~dpgp_gpflow.io.card.read_card`),
+the GPflow pieces of a readout (:mod:`.gpflow_specs`: kernels and mean functions) and loading
+(:mod:`.loading`: :func:`~dpgp_gpflow.io.loading.load` rebuilds the released object). docs/release_file.md
+describes the layout. Loading never executes anything from a file.
 """
 
 import importlib
 from typing import Any
 
+from .card import read_card
 from .format import (
     ReleaseFileError,
     ReleaseFileIntegrityError,
@@ -28,8 +30,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """``load`` and ``read_card`` on first use: :mod:`.loading` imports the models, which import the
-    released objects, which write through :mod:`.format` (so no import cycle)."""
-    if name in ("load", "read_card"):
+    """``load`` on first use: :mod:`.loading` imports the models (and TensorFlow), which import the released
+    objects, which write through :mod:`.format` (so no import cycle)."""
+    if name == "load":
         return getattr(importlib.import_module(".loading", __name__), name)  # as dpgp_gpflow's own lazy names
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

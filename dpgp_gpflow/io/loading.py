@@ -3,9 +3,10 @@
 A release file (``docs/release_file.md``) names the kind of object it holds and, for a function or
 classifier, the kind of its readout. :func:`load` verifies the file (:func:`dpgp_gpflow.io.format.read`:
 limits, format version and SHA-256), rebuilds the readout from :data:`READOUT_KINDS` and the object from
-:data:`RELEASED_KINDS`, checking every release for meaning, then checks that the file holds exactly
-what the object writes (``docs/release_file.md#what-loading-checks``). Nothing else is ever
-instantiated, and nothing from the file is executed.
+:data:`RELEASED_KINDS`, checking its card and every release for meaning (:mod:`dpgp_gpflow.io.card`, the
+same checks :func:`~dpgp_gpflow.io.card.read_card` and ``dpgp show`` run without TensorFlow), then checks
+that the file holds exactly what the object writes (``docs/release_file.md#what-loading-checks``). Nothing
+else is ever instantiated, and nothing from the file is executed.
 
 A loaded object needs neither the model nor the private outputs: a function or classifier predicts
 from the released values and the frozen public pieces in the file (for a full-GP Laplace classifier
@@ -27,10 +28,10 @@ from ..models.dp_laplace import PrivateLaplaceClassifier, PrivateSparseClassifie
 from ..models.laplace import LaplaceReadout, SoRReadout
 from ..models.fitc import FITCReadout
 from ..models.multiclass_classifier import PrivateMulticlassClassifier
-from ..models.multiclass_file import multiclass_releases_of_document
 from ..models.sgpr import SGPRReadout
+from .card import read_card
 from .format import ReleaseDocument, ReleaseFileError, ReleaseFileKindError, as_read_back, read
-from ..released import PrivateClassifier, PrivateFunction, Released, releases_of_document, release_from_document
+from ..released import PrivateClassifier, PrivateFunction, Released, release_from_document
 
 __all__ = ["READOUT_KINDS", "RELEASED_KINDS", "load", "read_card", "readout_of"]  # the file's errors: dpgp_gpflow.io
 
@@ -66,11 +67,8 @@ RELEASED_KINDS: Dict[str, Callable[[ReleaseDocument], Released]] = {
     PrivateMulticlassClassifier.__name__: _load_multiclass,
 }
 
-#: Object kind -> the check of its card and releases for meaning (:func:`read_card`); the others' releases
-#: compose by basic composition (:func:`~dpgp_gpflow.released.releases_of_document`).
-_CARD_CHECKS: Dict[str, Callable[[ReleaseDocument], Any]] = {
-    PrivateMulticlassClassifier.__name__: multiclass_releases_of_document,
-}
+# Each loader runs its kind's card checks (io/card.py's CARD_KINDS, which lists exactly these kinds:
+# tests/test_release_file_checks.py).
 
 
 def readout_of(spec: Any, arrays: Mapping[str, np.ndarray], where: str) -> Any:
@@ -149,14 +147,3 @@ def load(path: Union[str, "os.PathLike[str]"]) -> Released:
     except ReleaseFileError as exc:
         raise type(exc)(f"{path}: {exc}") from None
     return released
-
-
-def read_card(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
-    """The privacy card of the (verified) release file at ``path``, its releases checked for meaning as
-    :func:`load` checks them, without building the object (no readout, no kernel)."""
-    document = read(path)
-    try:
-        _CARD_CHECKS.get(document.kind, releases_of_document)(document)
-    except ReleaseFileError as exc:
-        raise type(exc)(f"{path}: {exc}") from None
-    return document.card

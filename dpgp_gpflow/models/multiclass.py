@@ -50,6 +50,7 @@ from ..accounting import PrivacyAccountant, PrivacyEvent, Reservation, reserve
 from ..calibration import analytic_gaussian_epsilon
 from ..cloaking import DEFAULT_TOL
 from ..contract import check_release_hyperparameters, dense_map, latent_terms_and_readout
+from ..io.card import MulticlassGuarantee
 from ..mechanisms import ReleaseRequest, release_request
 from ..neighbours import relation
 from ..pipeline import cloak_outputs
@@ -62,7 +63,6 @@ from ..validation import as_inputs, is_dask_array, require_float64, validate_gro
 from .base import split_dask_rows
 from .dp_laplace import DPLaplaceGPC, DPSparseLaplaceGPC, PrivateSparseClassifier, check_steps
 from .multiclass_classifier import PrivateMulticlassClassifier
-from .multiclass_file import MulticlassGuarantee, multiclass_releases_of_document
 from .one_vs_rest import (
     OneVsRestModel,
     class_relation,
@@ -87,7 +87,6 @@ __all__ = [
     "class_seed",
     "classes_moved",
     "largest_person",
-    "multiclass_releases_of_document",
     "multiclass_step_multiplier",
     "multiclass_step_request",
     "one_vs_rest_labels",

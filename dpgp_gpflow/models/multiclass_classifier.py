@@ -5,7 +5,7 @@ K released one-vs-rest classifiers (one per class) made by :mod:`dpgp_gpflow.mod
 predictions (post-processing, free to query), the whole's privacy card, its audit against the model
 (:meth:`PrivateMulticlassClassifier.audit_parts`, :meth:`PrivateMulticlassClassifier.audited_mu`) and its
 release file (written here; its guarantee checked on reading by
-:func:`~dpgp_gpflow.models.multiclass_file.multiclass_releases_of_document`).
+:func:`~dpgp_gpflow.io.card.multiclass_releases`).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
+from ..io.card import multiclass_releases
 from ..io.format import ReleaseDocument, ReleaseFileError, take_arrays
 from ..released import PrivateClassifier, PrivateFunction, PrivateRelease, Released
 from .dp_laplace import PrivateLaplaceClassifier, PrivateSparseClassifier
-from .multiclass_file import multiclass_releases_of_document
 from .one_vs_rest import OneVsRestModel, class_relation, classes_moved, one_vs_rest_probabilities
 
 __all__ = ["PrivateMulticlassClassifier"]
@@ -34,7 +34,7 @@ class PrivateMulticlassClassifier(Released):
     ``predict_y`` the class probabilities [k, K] (:func:`one_vs_rest_probabilities`, rows sum to 1) and
     ``P (1 - P)``. Free to query. ``save`` writes one release file (docs/release_file.md#several-classes)
     whose card states the whole guarantee; :func:`dpgp_gpflow.load` reads it back and recomputes that
-    guarantee from the steps (:func:`multiclass_releases_of_document`)."""
+    guarantee from the steps (:func:`~dpgp_gpflow.io.card.multiclass_releases`)."""
 
     def __init__(self, classifiers: Sequence[PrivateClassifier], *, epsilon: float, delta: float, mu: float,
                  steps: int, person_rows: int = 1) -> None:
@@ -167,10 +167,11 @@ class PrivateMulticlassClassifier(Released):
     def from_release_document(cls, document: ReleaseDocument,
                               readout: Callable[[Any, Mapping[str, np.ndarray], str], Any]) -> "PrivateMulticlassClassifier":
         """The object of a verified release file (:func:`dpgp_gpflow.io.format.read`): its card and releases
-        checked by :func:`multiclass_releases_of_document`, then each class's classifier rebuilt from its
+        checked by :func:`~dpgp_gpflow.io.card.multiclass_releases`, then each class's classifier rebuilt from its
         releases and its readout (``readout(spec, arrays, where)``: :func:`dpgp_gpflow.io.loading.load` picks
         the readout class). ``ReleaseFileError`` naming the field otherwise."""
-        releases, guarantee = multiclass_releases_of_document(document)
+        steps_entries, guarantee = multiclass_releases(document)
+        releases = tuple(PrivateRelease.from_entry(e) for e in steps_entries)
         K, steps = guarantee.num_classes, guarantee.steps
         entries = document.content.get("classes")
         if not isinstance(entries, list) or len(entries) != K:

@@ -1,0 +1,434 @@
+"""The privacy card of a release file, read and checked for meaning without TensorFlow (``docs/release_file.md``).
+
+One place for every check of a card and of its releases' arrays: :func:`dpgp_gpflow.io.loading.load`
+runs them (then builds the object and its readout, which needs TensorFlow), and so do
+:func:`read_card` and ``dpgp show``, which stop here. NumPy only; no model, kernel or readout is built.
+
+What is checked here (``docs/release_file.md#what-loading-checks``), after :func:`~dpgp_gpflow.io.format.read`
+(size, JSON, format, ``format_version`` the integer 1, SHA-256, arrays):
+
+* the kind of object is one this package loads (:data:`CARD_KINDS`);
+* every release's card entry (:func:`release_entry`): its fields and their types, no unknown field; valid
+  epsilon, delta, mechanism, calibration and objective; bounds; data sensitivity within the bounds'
+  width; the sensitivity positive (at least ``d`` for cloaking); the noise multiplier recomputed from
+  (epsilon, delta, calibration); ``neighbours`` a relation of the release's number of outputs
+  (:func:`~dpgp_gpflow.relations.check_relation`); its arrays' shapes against ``k`` and ``outputs``; a
+  posterior variance >= 0; some noise; the rank and ``noise_std`` recomputed from ``noise_factor``;
+* the card's totals (basic composition; a multi-class file's Gaussian-DP guarantee recomputed from its
+  public counts, :func:`multiclass_releases`), ``reproducible`` against every release's (one seed seeds
+  them all), ``clip_to_bounds`` (a release file of one release: only with bounds).
+
+What only :func:`~dpgp_gpflow.io.loading.load` checks: the readout (kernel, mean function, inducing inputs
+and factors rebuilt and evaluated), the coordinates, a multi-class file's classes, and that the file holds
+exactly what the loaded object writes. Privacy assumption: the card is a claim of whoever wrote the file;
+these checks make it consistent with itself and its arrays, not a proof (the hash is not a signature).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ..calibration import gaussian_multiplier
+from ..relations import check_relation, class_relation, classes_moved, multiclass_step_multiplier, rows_relation
+from ..validation import (
+    MECHANISMS,
+    check_real,
+    per_output,
+    validate_calibration,
+    validate_data_sensitivity,
+    validate_delta,
+    validate_epsilon,
+    validate_objective,
+    validate_output_bounds,
+)
+from .format import ReleaseDocument, ReleaseFileError, ReleaseFileKindError, read, take_arrays
+
+__all__ = [
+    "CARD_KINDS",
+    "CERTIFICATE_FIELD_TYPES",
+    "CheckedCard",
+    "MulticlassGuarantee",
+    "RELEASE_ARRAYS",
+    "RELEASE_FIELDS",
+    "ReleaseEntry",
+    "check_card",
+    "check_reproducible",
+    "clip_flag",
+    "multiclass_releases",
+    "read_card",
+    "read_checked_card",
+    "release_entry",
+    "release_of_card",
+    "releases_of_card",
+]
+
+#: The arrays of each release in a release file, under ``releases/<i>/``.
+RELEASE_ARRAYS = ("mean", "variance", "noise_std", "noise_factor")
+#: The scalar fields of a release's card entry and their JSON types.
+RELEASE_FIELD_TYPES: Dict[str, str] = {
+    "mechanism": "str", "calibration": "str", "objective": "str?", "epsilon": "float", "delta": "float",
+    "data_sensitivity": "float", "sensitivity": "float", "noise_multiplier": "float", "rank": "int",
+    "rtol": "float?", "bias_bound": "float", "reproducible": "bool",
+}
+RELEASE_FIELDS = tuple(RELEASE_FIELD_TYPES)
+#: The fields of a release's ``certificate`` (those of :class:`~dpgp_gpflow.cloaking.OptimiserCertificate`,
+#: which tests/test_release_file_checks.py compares) and their JSON types.
+CERTIFICATE_FIELD_TYPES: Dict[str, str] = {
+    "objective": "str", "gap": "float", "relative_gap": "float", "tol": "float", "iterations": "int",
+    "converged": "bool", "support": "int",
+}
+#: Relative tolerance of the recomputed noise multiplier, noise std and ``mu`` against the recorded ones.
+RECOMPUTED_RTOL = 1e-9
+
+
+@dataclass(frozen=True)
+class ReleaseEntry:
+    """One release of a file, its card entry and arrays checked (:func:`release_entry`): ``fields`` are the
+    keyword arguments of :class:`~dpgp_gpflow.released.PrivateRelease` but its arrays (``certificate`` a dict
+    of :data:`CERTIFICATE_FIELD_TYPES` or None), ``arrays`` its :data:`RELEASE_ARRAYS` as the file holds them
+    ([k] for one output, [k, P] for P)."""
+
+    fields: Dict[str, Any]
+    arrays: Dict[str, np.ndarray]
+
+    def __getitem__(self, name: str) -> Any:
+        return self.fields[name]
+
+
+class MulticlassGuarantee(NamedTuple):
+    """The whole guarantee of a multi-class release file, as checked by :func:`multiclass_releases`."""
+
+    epsilon: float
+    delta: float
+    mu: float  #: ``1 / s(epsilon, delta)``, recomputed
+    num_classes: int
+    steps: int
+    person_rows: int
+
+
+class CheckedCard(NamedTuple):
+    """A release file's kind, its privacy card (as written, extras included) and its releases, all checked."""
+
+    kind: str
+    card: Dict[str, Any]
+    releases: Tuple[ReleaseEntry, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# One release's entry.
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _entry_name(prefix: str) -> str:
+    """``card.releases[i]`` for the arrays' ``prefix`` ``releases/i/`` (the name in error messages)."""
+    match = re.fullmatch(r"releases/(\d+)/", prefix)
+    return f"card.releases[{match.group(1)}]" if match else f"release {prefix!r}"
+
+
+def _card_field(card: Mapping[str, Any], name: str, kind: str, where: str) -> Any:
+    if name not in card:
+        raise ReleaseFileError(f"{where}.{name} is missing")
+    value = card[name]
+    if kind.endswith("?"):
+        if value is None:
+            return None
+        kind = kind[:-1]
+    ok = {"str": isinstance(value, str), "bool": isinstance(value, bool), "float": _is_number(value),
+          "int": isinstance(value, int) and not isinstance(value, bool)}[kind]
+    if not ok:
+        raise ReleaseFileError(f"{where}.{name} must be {'an' if kind == 'int' else 'a'} {kind}, got {value!r}")
+    return float(value) if kind == "float" else value
+
+
+def _certificate(value: Any, where: str) -> Optional[Dict[str, Any]]:
+    if value is None:
+        return None
+    if not (isinstance(value, Mapping) and set(value) == set(CERTIFICATE_FIELD_TYPES)):
+        raise ReleaseFileError(f"{where}.certificate must be null or an object with {tuple(CERTIFICATE_FIELD_TYPES)}")
+    return {name: _card_field(value, name, kind, f"{where}.certificate") for name, kind in CERTIFICATE_FIELD_TYPES.items()}
+
+
+def _checked(where: str, name: str, check: Any, *args: Any) -> Any:
+    """``check(*args)`` (a :mod:`dpgp_gpflow.validation` function), its error as a ``ReleaseFileError``
+    naming the card field."""
+    try:
+        return check(*args)
+    except (TypeError, ValueError) as exc:
+        raise ReleaseFileError(f"{where}.{name}: {exc}") from None
+
+
+def _card_bounds(bounds: Any, num_outputs: int, where: str) -> Any:
+    """A card's ``y_bounds`` for ``num_outputs`` outputs: null, ``[lo, hi]`` (every output) or, for P > 1,
+    ``[[lo, hi], ...]`` (one ordered, finite pair per output); ``ReleaseFileError`` otherwise."""
+    if bounds is None:
+        return None
+    pair = isinstance(bounds, list) and len(bounds) == 2 and all(_is_number(b) for b in bounds)
+    pairs = (num_outputs > 1 and isinstance(bounds, list) and len(bounds) == num_outputs
+             and all(isinstance(b, list) and len(b) == 2 and all(_is_number(v) for v in b) for b in bounds))
+    if not (pair or pairs):
+        raise ReleaseFileError(f"{where}.y_bounds must be null"
+                               + (f", [lo, hi] or {num_outputs} pairs [lo, hi]" if num_outputs > 1 else " or [lo, hi]")
+                               + f", got {bounds!r}")
+    return _checked(where, "y_bounds", validate_output_bounds, bounds, num_outputs)
+
+
+def _positive(name: str, value: float) -> float:
+    value = check_real(name, value)
+    if not value > 0.0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+    return value
+
+
+def _row_norms(F: np.ndarray) -> np.ndarray:
+    """Euclidean norm of each row of ``F``, scaled by its largest entry so that tiny rows do not underflow
+    (as :func:`~dpgp_gpflow.cloaking.row_norms` computes a release's ``noise_std``)."""
+    scale = np.max(np.abs(F), axis=1, keepdims=True)  # [k, 1]
+    safe = np.where(scale > 0.0, scale, 1.0)
+    return scale[:, 0] * np.linalg.norm(F / safe, axis=1)
+
+
+def _check_meaning(where: str, fields: Mapping[str, Any], a: Mapping[str, np.ndarray]) -> None:
+    """``ReleaseFileError`` naming the field unless a release's card entry and arrays make sense together:
+    valid privacy parameters, bounds and sensitivities, the noise multiplier recomputed from (epsilon,
+    delta, calibration), the rank and ``noise_std`` (stacked output by output) recomputed from ``noise_factor``."""
+    epsilon = _checked(where, "epsilon", validate_epsilon, fields["epsilon"])
+    delta = _checked(where, "delta", validate_delta, fields["delta"])
+    # MECHANISMS: both Gaussian, so every release has 0 < delta < 1
+
+    mechanism = fields["mechanism"]
+    if mechanism not in MECHANISMS:
+        raise ReleaseFileError(f"{where}.mechanism must be one of {MECHANISMS}, got {mechanism!r}")
+    calibration = _checked(where, "calibration", validate_calibration, fields["calibration"])
+    if mechanism == "standard":
+        if fields["objective"] is not None or fields["certificate"] is not None:
+            raise ReleaseFileError(f"{where}.objective: a standard release has no objective or certificate")
+    else:
+        _checked(where, "objective", validate_objective, fields["objective"])
+    bounds = fields["y_bounds"]  # without bounds, only finite and > 0: no width to compare with
+    if bounds is not None and per_output(bounds):  # d is the largest output's: at most the widest bounds
+        widths = [hi - lo for lo, hi in bounds]
+        bounds = bounds[int(np.argmax(widths))]
+    _checked(where, "data_sensitivity", validate_data_sensitivity, fields["data_sensitivity"],
+             bounds if bounds is not None else (-math.inf, math.inf))
+    sensitivity = _checked(where, "sensitivity", _positive, "sensitivity", fields["sensitivity"])
+    if mechanism == "cloaking" and sensitivity < fields["data_sensitivity"] * (1.0 - RECOMPUTED_RTOL):
+        # the feasible noise covariance has max_i v_i^T M^-1 v_i = 1: Delta = d sqrt(1) (inflated), never less
+        raise ReleaseFileError(f"{where}.sensitivity {sensitivity!r} is below the data sensitivity "
+                               f"{fields['data_sensitivity']!r}: a cloaking release's sensitivity is at least d")
+    multiplier = _checked(where, "noise_multiplier", _positive, "noise_multiplier", fields["noise_multiplier"])
+    expected = _checked(where, "calibration", gaussian_multiplier, epsilon, delta, calibration)
+    if not math.isclose(multiplier, expected, rel_tol=RECOMPUTED_RTOL):
+        raise ReleaseFileError(f"{where}.noise_multiplier {multiplier!r} is not the {calibration} multiplier "
+                               f"{expected!r} of epsilon {epsilon!r} and delta {delta!r}")
+    if fields["rtol"] is not None:
+        _checked(where, "rtol", _positive, "rtol", fields["rtol"])
+    bias = _checked(where, "bias_bound", check_real, "bias_bound", fields["bias_bound"])
+    if bias < 0.0:
+        raise ReleaseFileError(f"{where}.bias_bound must be >= 0, got {bias}")
+    if np.any(a["variance"] < 0.0):  # a posterior variance: the mechanisms publish it clamped at 0
+        raise ReleaseFileError(f"{where}: variance has negative values (a posterior variance is >= 0)")
+    factor = a["noise_factor"]
+    if factor.shape[1] < 1 or not np.any(factor):
+        raise ReleaseFileError(f"{where}: noise_factor {list(factor.shape)} has no non-zero column: no noise")
+    if fields["rank"] != factor.shape[1]:
+        raise ReleaseFileError(f"{where}.rank {fields['rank']} is not the noise_factor's {factor.shape[1]} columns")
+    # noise_std [k] or [k, P] stacked output by output (contract.stacked's order), as noise_factor's rows
+    stacked_std = a["noise_std"].reshape(a["noise_std"].shape[0], -1).T.reshape(-1)
+    if not np.allclose(stacked_std, _row_norms(factor), rtol=RECOMPUTED_RTOL, atol=0.0):
+        raise ReleaseFileError(f"{where}: noise_std is not the row norms of noise_factor")
+
+
+def release_entry(card: Any, arrays: Mapping[str, np.ndarray], prefix: str = "releases/0/") -> ReleaseEntry:
+    """One release's card entry (as :meth:`~dpgp_gpflow.released.PrivateRelease.release_card` writes it) and
+    its arrays (``prefix + "mean"``, ...), checked for meaning (``docs/release_file.md#what-loading-checks``);
+    ``ReleaseFileError`` naming the field when one is missing, malformed or inconsistent."""
+    where = _entry_name(prefix)
+    if not isinstance(card, Mapping):
+        raise ReleaseFileError(f"{where} must be an object")
+    unknown = sorted(set(card) - set(RELEASE_FIELDS) - {"y_bounds", "certificate", "k", "outputs", "neighbours"})
+    if unknown:
+        raise ReleaseFileError(f"{where}: unknown field(s) {unknown}")
+    fields = {name: _card_field(card, name, kind, where) for name, kind in RELEASE_FIELD_TYPES.items()}
+    P = card.get("outputs", 1)
+    if "outputs" in card and not (isinstance(P, int) and not isinstance(P, bool) and P >= 2):
+        raise ReleaseFileError(f"{where}.outputs must be an integer >= 2 (absent for one output), got {P!r}")
+    fields["y_bounds"] = _card_bounds(card.get("y_bounds"), P, where)
+    fields["certificate"] = _certificate(card.get("certificate", "missing"), where)
+    neighbours = card.get("neighbours")
+    if neighbours is not None:  # a relation a release of P outputs records (None: not recorded)
+        _checked(where, "neighbours", check_relation, neighbours, P)
+    fields["neighbours"] = neighbours
+    ndim = 1 if P == 1 else 2
+    a: Dict[str, np.ndarray] = take_arrays("PrivateRelease", arrays, {"mean": ndim, "variance": ndim,
+                                                                      "noise_std": ndim, "noise_factor": 2}, prefix)
+    shape = a["mean"].shape
+    k = shape[0]
+    if (a["variance"].shape != shape or a["noise_std"].shape != shape or shape[1:] not in ((), (P,))
+            or a["noise_factor"].shape[0] != k * P or card.get("k") != k):
+        raise ReleaseFileError(f"{where}: mean {list(shape)} does not match variance, noise_std, noise_factor "
+                               f"[k P, r], k or outputs")
+    _check_meaning(where, fields, a)
+    return ReleaseEntry(fields, a)
+
+
+# ---------------------------------------------------------------------------------------------
+# A file's releases together.
+
+
+def check_reproducible(card: Mapping[str, Any], releases: Sequence[ReleaseEntry]) -> None:
+    """``ReleaseFileError`` unless every release of one file has the card's ``reproducible``: one object's
+    releases are seeded together or not at all (one ``seed`` seeds every step and class), so a release
+    flipped to false beside a seeded one is a forgery."""
+    flags = [r["reproducible"] for r in releases]
+    reproducible = any(flags)
+    if len(set(flags)) > 1:
+        first = next(i for i, flag in enumerate(flags) if flag != flags[0])
+        raise ReleaseFileError(f"card.releases[{first}].reproducible {flags[first]!r} is not that of "
+                               f"card.releases[0] ({flags[0]!r}): one seed makes every release of a "
+                               "file reproducible")
+    if card.get("reproducible") is not reproducible:
+        raise ReleaseFileError(f"card.reproducible {card.get('reproducible')!r} is not that of the releases "
+                               f"({reproducible!r})")
+
+
+def clip_flag(card: Mapping[str, Any]) -> bool:
+    """The card's ``clip_to_bounds`` (false when absent: files written before it existed)."""
+    flag = card.get("clip_to_bounds", False)
+    if not isinstance(flag, bool):
+        raise ReleaseFileError(f"card.clip_to_bounds must be true or false, got {flag!r}")
+    return flag
+
+
+def _entries(card: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> Tuple[ReleaseEntry, ...]:
+    entries = card.get("releases")
+    if not isinstance(entries, list) or not entries:
+        raise ReleaseFileError("card.releases must be a non-empty list")
+    return tuple(release_entry(e, arrays, f"releases/{i}/") for i, e in enumerate(entries))
+
+
+def releases_of_card(document: ReleaseDocument) -> Tuple[ReleaseEntry, ...]:
+    """Every release of a verified release file whose releases compose by basic composition, each checked for
+    meaning and all against the card's totals, ``reproducible`` and ``clip_to_bounds``."""
+    releases = _entries(document.card, document.arrays)
+    for name in ("epsilon", "delta"):
+        total = math.fsum(r[name] for r in releases)
+        if document.card.get(name) != total:
+            raise ReleaseFileError(f"card.{name} {document.card.get(name)!r} is not the total of the releases ({total!r})")
+    check_reproducible(document.card, releases)
+    clip_flag(document.card)
+    return releases
+
+
+def release_of_card(document: ReleaseDocument) -> Tuple[ReleaseEntry, ...]:
+    """The release of a ``PrivateRelease`` file: exactly one; clipped (``clip_to_bounds``) only with bounds."""
+    releases = releases_of_card(document)
+    if len(releases) != 1:
+        raise ReleaseFileError(f"a PrivateRelease file holds one release, this one {len(releases)}")
+    if clip_flag(document.card) and releases[0]["y_bounds"] is None:
+        raise ReleaseFileError("card.clip_to_bounds is true but the release has no y_bounds")
+    return releases
+
+
+def _card_int(card: Mapping[str, Any], name: str, least: int) -> int:
+    value = card.get(name)
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= least):
+        raise ReleaseFileError(f"card.{name} must be an integer >= {least}, got {value!r}")
+    return value
+
+
+def multiclass_releases(document: ReleaseDocument) -> Tuple[Tuple[ReleaseEntry, ...], MulticlassGuarantee]:
+    """Every release of a verified ``PrivateMulticlassClassifier`` file, each checked for meaning
+    (:func:`release_entry`), and the whole guarantee recomputed from the card's ``epsilon``, ``delta``,
+    ``num_classes`` K, ``steps`` T and ``person_rows`` g, never read: ``mu = 1 / s(epsilon, delta)``
+    (analytic), ``classes_moved = min(K, 2g)``, the relation, and every release a cloaking step at
+    ``delta`` with multiplier ``sqrt(m T) s`` and the problems' relation; so the K T steps compose to
+    ``mu`` (docs/mechanisms.md#several-classes). ``ReleaseFileError`` naming the field."""
+    card = document.card
+    if card.get("composition") != "gaussian-dp":
+        raise ReleaseFileError(f"card.composition must be 'gaussian-dp', got {card.get('composition')!r}")
+    K, steps, g = _card_int(card, "num_classes", 2), _card_int(card, "steps", 1), _card_int(card, "person_rows", 1)
+    entries = card.get("releases")
+    if not isinstance(entries, list) or len(entries) != K * steps:
+        raise ReleaseFileError(f"card.releases must be a list of num_classes x steps = {K * steps} releases")
+    releases = _entries(card, document.arrays)
+    try:
+        epsilon, delta = validate_epsilon(card.get("epsilon")), validate_delta(card.get("delta"))
+        s = gaussian_multiplier(epsilon, delta, "analytic")
+    except (TypeError, ValueError) as exc:
+        raise ReleaseFileError(f"card.epsilon / card.delta: {exc}") from None
+    mu = card.get("mu")
+    if not (isinstance(mu, float) and math.isclose(mu, 1.0 / s, rel_tol=RECOMPUTED_RTOL)):
+        raise ReleaseFileError(f"card.mu {mu!r} is not 1 / s(epsilon, delta) = {1.0 / s!r} (analytic)")
+    moved = classes_moved(K, g)
+    if card.get("classes_moved") != moved:
+        raise ReleaseFileError(f"card.classes_moved {card.get('classes_moved')!r} is not min(num_classes, 2 person_rows) "
+                               f"= {moved}")
+    if card.get("neighbours") != class_relation(g):
+        raise ReleaseFileError(f"card.neighbours {card.get('neighbours')!r} is not {class_relation(g)!r} (person_rows {g})")
+    step = multiclass_step_multiplier(s, steps, moved)
+    for i, r in enumerate(releases):
+        where = f"card.releases[{i}]"
+        if (r["mechanism"], r["calibration"]) != ("cloaking", "analytic"):
+            raise ReleaseFileError(f"{where}: a multi-class step is an analytic cloaking release, got "
+                                   f"{r['mechanism']!r} and {r['calibration']!r}")
+        if r["delta"] != delta:
+            raise ReleaseFileError(f"{where}.delta {r['delta']!r} is not the release's delta {delta!r}")
+        if not math.isclose(r["noise_multiplier"], step, rel_tol=RECOMPUTED_RTOL):
+            raise ReleaseFileError(f"{where}.noise_multiplier {r['noise_multiplier']!r} is not sqrt({moved} x {steps}) "
+                                   f"s(epsilon, delta) = {step!r}")
+        if r["neighbours"] != rows_relation(g):
+            raise ReleaseFileError(f"{where}.neighbours {r['neighbours']!r} is not {rows_relation(g)!r}")
+    check_reproducible(card, releases)
+    if card.get("clip_to_bounds", False) is not False:
+        raise ReleaseFileError("card.clip_to_bounds must be false: a classifier's latents are never clipped")
+    return releases, MulticlassGuarantee(epsilon, delta, mu, K, steps, g)
+
+
+#: Object kind (its class name, as written in the file) -> the check of its card and releases. The kinds
+#: :func:`~dpgp_gpflow.io.loading.load` builds are exactly these (it checks so when it is imported).
+CARD_KINDS: Dict[str, Callable[[ReleaseDocument], Tuple[ReleaseEntry, ...]]] = {
+    "PrivateRelease": release_of_card,
+    "PrivateFunction": releases_of_card,
+    "PrivateClassifier": releases_of_card,
+    "PrivateLaplaceClassifier": releases_of_card,
+    "PrivateSparseClassifier": releases_of_card,
+    "PrivateMulticlassClassifier": lambda document: multiclass_releases(document)[0],
+}
+
+
+def check_card(document: ReleaseDocument) -> Tuple[ReleaseEntry, ...]:
+    """The releases of a verified release file (:func:`~dpgp_gpflow.io.format.read`), its kind known and its card
+    checked for meaning as :data:`CARD_KINDS` says; ``ReleaseFileKindError`` for an unknown kind,
+    ``ReleaseFileError`` naming the field otherwise."""
+    if document.kind not in CARD_KINDS:
+        raise ReleaseFileKindError(f"unknown kind of released object {document.kind!r}: this dpgp_gpflow loads "
+                                   f"{sorted(CARD_KINDS)} (a newer version may know it)")
+    return CARD_KINDS[document.kind](document)
+
+
+def read_checked_card(path: Union[str, "os.PathLike[str]"]) -> CheckedCard:
+    """The kind, privacy card and releases of the release file at ``path``: read and verified
+    (:func:`~dpgp_gpflow.io.format.read`) and its card checked (:func:`check_card`), without building the
+    object (no readout, no kernel, no TensorFlow). Errors as :func:`check_card`'s, naming ``path``."""
+    document = read(path)
+    try:
+        releases = check_card(document)
+    except ReleaseFileError as exc:
+        raise type(exc)(f"{path}: {exc}") from None
+    return CheckedCard(document.kind, document.card, releases)
+
+
+def read_card(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
+    """The privacy card of the (verified) release file at ``path``, its releases checked for meaning as
+    :func:`~dpgp_gpflow.io.loading.load` checks them (:func:`read_checked_card`), without building the object
+    (no readout, no kernel, no TensorFlow)."""
+    return read_checked_card(path).card
