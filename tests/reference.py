@@ -7,9 +7,10 @@ its definition (DESIGN.md sections 2-5), so a bug in the package cannot hide in 
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
-from scipy import special, stats
+from scipy import optimize, special, stats
 
 # ---------------------------------------------------------------------------------------------
 # Calibration (DESIGN 3)
@@ -21,6 +22,11 @@ def analytic_delta(epsilon: float, s: float) -> float:
     a = 1.0 / (2.0 * s) - epsilon * s
     b = -1.0 / (2.0 * s) - epsilon * s
     return float(stats.norm.cdf(a) - math.exp(epsilon + stats.norm.logcdf(b)))
+
+
+def reference_multiplier(epsilon: float, delta: float) -> float:
+    """The Gaussian multiplier ``s``: the root of ``analytic_delta(epsilon, s) = delta`` (Brent's method)."""
+    return optimize.brentq(lambda s: analytic_delta(epsilon, s) - delta, 1e-3, 1e3, xtol=1e-14)
 
 
 def gaussian_delta_at_shift(epsilon: float, mu: float) -> float:
@@ -217,6 +223,14 @@ def assert_first_rank_that_holds(C: np.ndarray, release, output_bound: float, d:
 
 # ---------------------------------------------------------------------------------------------
 # Selection (docs/selection.md#sensitivity)
+
+
+def reference_maps(X, splits, config):
+    """Per fold ``(train, test)``: the GP regression fold map ``K_te,tr (K_tr + s2 I)^{-1}`` by an LU solve
+    (:func:`gpr_reference`), SE kernel of variance 1 and the configuration's lengthscale and noise variance."""
+    kern = partial(k_se, variance=1.0, lengthscale=config[".kernel.lengthscales"])
+    nv = config[".likelihood.variance"]
+    return [gpr_reference(kern, X[tr], np.zeros(tr.size), X[te], nv)[2] for tr, te in splits]
 
 
 def reference_influence(maps, splits, n):

@@ -11,13 +11,12 @@ person's outputs at a bound: all ``2^|G|`` of them) and random points inside it.
 from __future__ import annotations
 
 import itertools
-from functools import partial
 
 import gpflow
 import numpy as np
 import pytest
-from reference import analytic_delta, gpr_reference, k_se, reference_influence
-from scipy import optimize, stats
+from reference import reference_influence, reference_maps, reference_multiplier
+from scipy import stats
 
 from dpgp_gpflow import PrivacyAccountant
 from dpgp_gpflow.models import DPGPR
@@ -58,13 +57,6 @@ def gpr(X, y, groups=None):
                  groups=groups, hyperparameters_public=True)
 
 
-def reference_maps(X, splits, config):
-    """Per fold: the GP fold map from its definition (LU solve), kernel variance 1."""
-    kern = partial(k_se, variance=1.0, lengthscale=config[".kernel.lengthscales"])
-    nv = config[".likelihood.variance"]
-    return [gpr_reference(kern, X[tr], np.zeros(tr.size), X[te], nv)[2] for tr, te in splits]
-
-
 def reference_utility(maps, splits, y, noise=None, utility="absolute"):
     """-sum of E loss(pred - y + Z) over folds, pred = m + C (y_train - m), m the bounds' midpoint;
     E|a + Z| as the folded normal's mean (SciPy), clip(a, -4d, 4d)^2 without noise."""
@@ -93,10 +85,6 @@ def person_neighbours(y, groups, interior=2, seed=0):
             y2 = y.copy()
             y2[rows] = v
             yield person, y2
-
-
-def reference_multiplier(epsilon, delta):
-    return optimize.brentq(lambda s: analytic_delta(epsilon, s) - delta, 1e-3, 1e3, xtol=1e-14)
 
 
 # ---------------------------------------------------------------------------------------------

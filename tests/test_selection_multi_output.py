@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from functools import partial
 
 import gpflow
 
 from dpgp_gpflow import ReleaseBudgetWarning
 import numpy as np
 import pytest
-from reference import analytic_delta, gpr_reference, k_se, reference_influence
-from scipy import optimize, stats
+from reference import k_se, reference_influence, reference_maps, reference_multiplier
+from scipy import stats
 
 import dpgp_gpflow as dp
 from dpgp_gpflow import PrivacyAccountant
@@ -70,12 +69,6 @@ def gpr(X, Y, groups=None, bounds=None, **kwargs):
     P = Y.shape[1]
     return DPGPR((X, Y), gpflow.kernels.SquaredExponential(), y_bounds=BOUNDS[:P] if bounds is None else bounds,
                  noise_variance=0.1, groups=groups, hyperparameters_public=True, **kwargs)
-
-
-def reference_maps(X, splits, config):
-    kern = partial(k_se, variance=1.0, lengthscale=config[".kernel.lengthscales"])
-    nv = config[".likelihood.variance"]
-    return [gpr_reference(kern, X[tr], np.zeros(tr.size), X[te], nv)[2] for tr, te in splits]
 
 
 def reference_utility(maps, splits, Y, bounds, d_p, noise=None, utility="absolute"):
@@ -127,10 +120,6 @@ def neighbours_of(Y, bounds, groups=None, interior=2, seed=0):
             for (i, p), v in zip(cells, values):
                 Y2[i, p] = v
             yield Y2
-
-
-def reference_multiplier(epsilon, delta):
-    return optimize.brentq(lambda s: analytic_delta(epsilon, s) - delta, 1e-3, 1e3, xtol=1e-14)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import warnings
 import gpflow
 import numpy as np
 import pytest
-from reference import analytic_delta, k_se, reference_influence
+from reference import analytic_delta, k_se, reference_influence, reference_multiplier
 from scipy import optimize, stats
 
 import dpgp_gpflow as dp
@@ -110,10 +110,6 @@ def label_neighbours(labels, K, groups=None):
             moved = labels.copy()
             moved[rows] = new
             yield moved
-
-
-def reference_multiplier(epsilon, delta):
-    return optimize.brentq(lambda s: analytic_delta(epsilon, s) - delta, 1e-3, 1e3, xtol=1e-14)
 
 
 # ---------------------------------------------------------------------------------------------
