@@ -124,7 +124,7 @@ def test_howell1_reads_with_no_flag_and_releases(tmp_path):
             "kung.json", "--quiet"]
     code, stderr = _run(argv, tmp_path)
     assert code == 0, stderr
-    assert dp.load(tmp_path / "kung.json").mean.shape == (5,)
+    assert dp.load(tmp_path / "kung.json").mean.shape == (5, 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,7 +208,7 @@ def test_predict_reads_a_comma_decimal_file_and_writes_the_numbers(work):
     pred = pd.read_csv(work / "pred.csv")
     expected = pd.read_csv(work / "at.csv")
     np.testing.assert_array_equal(pred["age"], expected["age"])
-    np.testing.assert_allclose(pred["mean"], dp.load(work / "fn.json").predict(expected.to_numpy()).mean, rtol=1e-12)
+    np.testing.assert_allclose(pred["mean"], dp.load(work / "fn.json").predict(expected.to_numpy()).mean[:, 0], rtol=1e-12)
     # one column: no separator to guess, so ',' and the decimal comma splits the row; --sep ';' reads it
     (work / "at-one.csv").write_text("age\n5,5\n30,25\n60\n")
     code, stderr = _run(["predict", "fn.json", "--at", "at-one.csv", "-o", "pred2.csv", "--quiet"], work)
@@ -380,7 +380,7 @@ def test_a_large_grid_stores_its_first_rows_and_show_prints_them(work, capsys):
     loaded = dp.load(work / "big.json")
     for i in range(20):
         np.testing.assert_allclose([float(v) for v in lines[start + 2 + i].split()],
-                                   [*grid[i], loaded.mean[i], loaded.noise_std[i]], rtol=1e-5)
+                                   [*grid[i], loaded.mean[i, 0], loaded.noise_std[i, 0]], rtol=1e-5)
     assert lines[start + 22] == "  ... and 5021 more row(s)"
     # within the limit: every row, checked against the card's inputs_hash
     assert _run([*common, "--grid", "70", "-o", "within.json"], work)[0] == 0

@@ -172,7 +172,7 @@ def test_user_model_meets_the_contract_and_releases():
     ref = np.linalg.solve(k_se(X, X, VAR, LS) + np.diag(noise), k_se(X, Xnew, VAR, LS)).T
     np.testing.assert_allclose(dp.cloaking_matrix(model, Xnew).numpy(), ref, rtol=1e-8)
     rel = model.release(Xnew, epsilon=1.0, delta=1e-3, seed=3).unclipped()  # the raw DP mean (default: clipped)
-    assert rel.mean.shape == (len(Xnew),) and rel.y_bounds == (LO, HI)
+    assert rel.mean.shape == (len(Xnew), 1) and rel.y_bounds == (LO, HI)
     # exact audit over every neighbour from the published noise factor and the independent C
     result = auditing.audit_exact(rel, np.zeros((0, len(Xnew))), C_ref=ref)
     assert result.passed, result.failures
@@ -180,7 +180,7 @@ def test_user_model_meets_the_contract_and_releases():
     Y2 = Y.copy()
     Y2[4, 0] = HI
     rel2 = hetero(Y=Y2)[0].release(Xnew, epsilon=1.0, delta=1e-3, seed=3).unclipped()
-    shift = auditing.audit_exact(rel, (rel2.mean - rel.mean)[None, :])
+    shift = auditing.audit_exact(rel, (rel2.mean - rel.mean).T)  # [1, k]
     assert shift.passed, shift.failures
     # the same call through the function entry point gives the same release
     again = pipeline.release(model, Xnew, epsilon=1.0, delta=1e-3, seed=3)

@@ -194,8 +194,8 @@ def test_the_measured_shift_of_a_persons_change_is_the_projected_shift_audited(p
         np.testing.assert_array_equal(r0.noise_factor, r1.noise_factor)  # public: the same for both
         P = range_projector(r0.noise_factor)
         expected = P @ C[:, rows] @ (D * s)
-        np.testing.assert_allclose(r1.mean - r0.mean, expected, rtol=1e-6, atol=1e-6 * np.abs(expected).max())
-        audit = auditing.audit_exact(r0, (r1.mean - r0.mean)[None, :])
+        np.testing.assert_allclose((r1.mean - r0.mean)[:, 0], expected, rtol=1e-6, atol=1e-6 * np.abs(expected).max())
+        audit = auditing.audit_exact(r0, (r1.mean - r0.mean).T)  # [1, k]
         assert audit.passed, audit.failures
 
 

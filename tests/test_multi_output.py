@@ -198,9 +198,9 @@ def test_each_output_released_as_if_alone_fails_the_audit():
     for p, r in enumerate(alone):  # each is a valid single-output release
         assert auditing.audit_exact(r, (BOUNDS[p, 1] - BOUNDS[p, 0]) * C.T @ range_projector(r.noise_factor).T).passed
     joined = dataclasses.replace(
-        m.release(Xs, epsilon=EPS, delta=DELTA).unclipped(), mean=np.stack([r.mean for r in alone], axis=1),
+        m.release(Xs, epsilon=EPS, delta=DELTA).unclipped(), mean=np.hstack([r.mean for r in alone]),
         noise_factor=scipy.linalg.block_diag(*[r.noise_factor for r in alone]),
-        noise_std=np.stack([r.noise_std for r in alone], axis=1))
+        noise_std=np.hstack([r.noise_std for r in alone]))  # [k, 1] each -> [k, P]
     audit = stacked_audit(joined, C, P, BOUNDS[:P, 1] - BOUNDS[:P, 0], interior=0)
     assert not audit.passed and audit.mu_ratio > 1.3  # about sqrt(2): both outputs of a row move
     assert not dp.audit(joined, m, Xs).passed
@@ -261,8 +261,8 @@ def test_one_output_is_bit_identical_to_the_release_before_several_outputs(name)
         m = DPGPR((X, Y), kernel(), y_bounds=bounds, noise_variance=NOISE, hyperparameters_public=True, **kw)
         assert m.num_outputs == 1 and m.y_bounds == (0.0, 10.0)
         rel = m.release(Xs, epsilon=EPS, delta=DELTA, seed=5).unclipped()  # the raw DP mean, as recorded
-        assert rel.mean.shape == (4,)
-        np.testing.assert_array_equal(rel.mean, np.array([float.fromhex(v) for v in mean]))
+        assert rel.mean.shape == (4, 1)
+        np.testing.assert_array_equal(rel.mean[:, 0], np.array([float.fromhex(v) for v in mean]))
         np.testing.assert_array_equal(rel.noise_factor.ravel(), np.array([float.fromhex(v) for v in factor]))
         assert rel.neighbours == ("row" if name == "rows" else "person (groups, up to 2 rows)")
         # the pin above is a regression pin; the NumPy reference: the mean before the seeded noise is the
@@ -272,7 +272,7 @@ def test_one_output_is_bit_identical_to_the_release_before_several_outputs(name)
         xi, _ = dp.sampling.standard_normal(rel.rank, 5)
         target = C @ (Y[:, 0] - 5.0)
         Q = np.linalg.qr(F)[0]
-        np.testing.assert_allclose(rel.mean - 5.0 - F @ xi, Q @ (Q.T @ target), rtol=0,
+        np.testing.assert_allclose(rel.mean[:, 0] - 5.0 - F @ xi, Q @ (Q.T @ target), rtol=0,
                                    atol=1e-9 * np.max(np.abs(target)))
         persons = np.arange(12)[:, None] if name == "rows" else np.arange(12).reshape(6, 2)
         corners = [10.0 * C[:, g] @ np.array(signs) for g in persons for signs in

@@ -382,7 +382,7 @@ def test_releases_never_publish_a_negative_posterior_variance(tmp_path):
     variance = np.array([-3e-17, 0.25, 0.0])
     rel = cloaking_release(np.eye(3), np.zeros(3), np.zeros(3), variance, data_sensitivity=1.0, output_bound=0.5,
                            epsilon=EPS, delta=DELTA, seed=1)
-    np.testing.assert_array_equal(rel.variance, [0.0, 0.25, 0.0])
+    np.testing.assert_array_equal(rel.variance, [[0.0], [0.25], [0.0]])
     assert dp.load(rel.save(tmp_path / "rounded.json")).variance.min() == 0.0
 
 
@@ -463,4 +463,4 @@ def test_a_mean_function_must_give_one_column_or_one_per_output(name, P, c, ok):
         return
     model = build()
     rel = model.release(XNEW, epsilon=EPS, delta=DELTA, seed=1)
-    assert np.shape(rel.mean) == ((len(XNEW),) if P == 1 else (len(XNEW), P)) and np.all(np.isfinite(rel.mean))
+    assert np.shape(rel.mean) == (len(XNEW), P) and np.all(np.isfinite(rel.mean))

@@ -110,7 +110,7 @@ def test_float32_and_integer_test_inputs_are_converted(model, draws):
     b = model.release(XNEW.astype(np.float32).astype(np.float64), epsilon=1.0, delta=0.01, seed=0)
     np.testing.assert_array_equal(a.mean, b.mean)
     c = model.release(np.array([[0], [1], [3]]), epsilon=1.0, delta=0.01, seed=0)
-    assert c.mean.dtype == np.float64 and c.mean.shape == (3,)
+    assert c.mean.dtype == np.float64 and c.mean.shape == (3, 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,7 +238,7 @@ def test_leak_guard_after_scipy_training(draws, mechanism):
         m.release(XNEW, epsilon=1.0, delta=0.01, mechanism=mechanism)
     assert draws == []
     rel = m.release(XNEW, epsilon=1.0, delta=0.01, mechanism=mechanism, hyperparameters_public=True, seed=0)
-    assert rel.mean.shape == (4,) and len(draws) == 1
+    assert rel.mean.shape == (4, 1) and len(draws) == 1
 
 
 def test_leak_guard_after_an_eager_marginal_likelihood(draws):

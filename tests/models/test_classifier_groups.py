@@ -92,7 +92,7 @@ def person_audit(release, C, groups, interior=10):
 def full_maps(X, releases):
     """The NumPy map of every released Newton step: step 1 at f = 0, step t + 1 at step t's latents."""
     K = K_np(X)
-    return [newton_map_np(K, f) for f in [np.zeros(len(X))] + [r.mean for r in releases[:-1]]]
+    return [newton_map_np(K, f) for f in [np.zeros(len(X))] + [r.mean[:, 0] for r in releases[:-1]]]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,8 +225,8 @@ def test_the_measured_shift_of_a_persons_flip_is_the_shift_audited(problem):
             epsilon=EPS, delta=DELTA, seed=3).releases[0]
         np.testing.assert_array_equal(r0.noise_factor, r1.noise_factor)  # public: the same on both
         expected = range_projector(r0.noise_factor) @ C[:, rows] @ (y1 - y)[rows, 0]
-        np.testing.assert_allclose(r1.mean - r0.mean, expected, rtol=1e-6, atol=1e-6 * np.abs(expected).max())
-        audit = auditing.audit_exact(r0, (r1.mean - r0.mean)[None, :])
+        np.testing.assert_allclose((r1.mean - r0.mean)[:, 0], expected, rtol=1e-6, atol=1e-6 * np.abs(expected).max())
+        audit = auditing.audit_exact(r0, (r1.mean - r0.mean).T)  # [1, k]
         assert audit.passed, audit.failures
 
 

@@ -155,7 +155,7 @@ def test_first_step_difference_is_projected_C_times_label_difference(lengthscale
     K = k_se(X, X, variance=VAR, lengthscale=lengthscale)
     C = 0.5 * K @ np.linalg.inv(np.eye(len(X)) + K / 4.0)  # = 1/2 (K^{-1} + I/4)^{-1}, no K^{-1}
     dC = C @ (Y - Y2)[:, 0]
-    diff = r1.mean - r2.mean
+    diff = (r1.mean - r2.mean)[:, 0]
     U, _, _ = auditing.noise_span(r1.noise_factor)
     np.testing.assert_allclose(diff, U @ (U.T @ dC), rtol=0, atol=1e-9 * np.abs(dC).max())
     # The truncation moves C y by at most s_{r+1} ||y||; for the difference ||y - y'|| = 2 sqrt(3).
@@ -173,10 +173,10 @@ def test_release_fields(one_step, problem):
     assert isinstance(one_step, PrivateLaplaceClassifier) and isinstance(one_step, PrivateClassifier)
     assert not isinstance(one_step, PrivateSparseClassifier)
     (rel,) = one_step.releases
-    assert rel.mean.shape == (len(X),) and rel.noise_factor.shape[0] == len(X)
+    assert rel.mean.shape == (len(X), 1) and rel.noise_factor.shape[0] == len(X)
     assert rel.data_sensitivity == D and rel.epsilon == EPS and rel.delta == DELTA
     assert rel.reproducible and one_step.reproducible
-    np.testing.assert_allclose(rel.variance, 2.0 * np.diag(C_first_np(K_np(X))), rtol=1e-8)
+    np.testing.assert_allclose(rel.variance[:, 0], 2.0 * np.diag(C_first_np(K_np(X))), rtol=1e-8)
     np.testing.assert_allclose(one_step.W_diag, 0.25)
     assert one_step.epsilon == EPS and one_step.delta == DELTA
 
@@ -231,13 +231,13 @@ def test_exact_audit_two_steps(two_steps, problem):
     K = K_np(X)
     r1, r2 = two_steps.releases
     _exact_checks(r1, C_first_np(K), EPS / 2, DELTA / 2)
-    C2, b2, W = newton_affine_np(K, r1.mean)
+    C2, b2, W = newton_affine_np(K, r1.mean[:, 0])
     _exact_checks(r2, C2, EPS / 2, DELTA / 2)
     assert auditing.audit_exact(r2, np.zeros((0, len(X))), C_ref=C2, data_sensitivity=D).passed
     # the second step is C2 y + b2 (from the released f~_1) plus noise in range(F2)
     # (the offset b2 is public and added as is; C2 y is projected onto the noise span)
     U, _, _ = auditing.noise_span(r2.noise_factor)
-    e = r2.mean - C2 @ Y[:, 0] - b2
+    e = r2.mean[:, 0] - C2 @ Y[:, 0] - b2
     outside = e - U @ (U.T @ e)
     Cy = C2 @ Y[:, 0]
     np.testing.assert_allclose(outside, -(Cy - U @ (U.T @ Cy)), atol=1e-8 * np.abs(r2.mean).max())
@@ -251,7 +251,7 @@ def test_exact_audit_sparse(sparse_model, sparse_release, problem):
     _, _, Cw = sor_np(X, Z, Xnew)
     np.testing.assert_allclose(sparse_model.cloaking_matrix().numpy(), Cw, rtol=1e-7, atol=1e-10)
     (rel,) = sparse_release.releases
-    assert rel.mean.shape == (Z.shape[0],)
+    assert rel.mean.shape == (Z.shape[0], 1)
     _exact_checks(rel, Cw, EPS, DELTA)
 
     def released(y):
@@ -320,7 +320,7 @@ def test_predict_f_full_matches_numpy(one_step, problem):
     X, _, Xnew = problem
     K, Ks, kss = K_np(X), K_np(X, Xnew), np.full(len(Xnew), VAR)
     Kj = K + JITTER * np.eye(len(X))
-    f = one_step.latent
+    f = one_step.latent[:, 0]  # [N, 1]
     F = one_step.releases[0].noise_factor
     mean = Ks.T @ np.linalg.solve(Kj, f)
     W = np.full(len(X), 0.25)
@@ -339,13 +339,13 @@ def test_predict_f_full_matches_numpy(one_step, problem):
     np.testing.assert_allclose(pv[:, 0], p_np * (1 - p_np), rtol=1e-7)
     # at a training input the propagated noise is the release's own noise there (K^{-1} K = I)
     np.testing.assert_allclose(one_step.dp_noise_variance(X[:3])[:, 0],
-                               one_step.releases[0].noise_std[:3] ** 2, rtol=1e-3)
+                               one_step.releases[0].noise_std[:3, 0] ** 2, rtol=1e-3)
 
 
 def test_predict_f_two_steps_uses_W_at_the_released_latents(two_steps, problem):
     X, _, Xnew = problem
     K, Ks = K_np(X), K_np(X, Xnew)
-    f1 = two_steps.releases[0].mean
+    f1 = two_steps.releases[0].mean[:, 0]
     W = special.expit(f1) * special.expit(-f1)
     var = VAR - np.einsum("ij,ij->j", Ks, np.linalg.solve(K + np.diag(1.0 / W), Ks))
     F = two_steps.releases[1].noise_factor
@@ -357,16 +357,16 @@ def test_predict_f_two_steps_uses_W_at_the_released_latents(two_steps, problem):
 def test_predict_f_sparse_matches_numpy(sparse_release, problem):
     X, _, Xnew = problem
     Phi, Phi_new, _ = sor_np(X, sparse_release.inducing_inputs, Xnew)
-    w = sparse_release.weights
+    w = sparse_release.weights  # [M, 1]
     F = sparse_release.releases[0].noise_factor
     np.testing.assert_array_equal(w, sparse_release.releases[0].mean)
     Sigma = np.linalg.inv(np.eye(len(w)) + Phi.T @ Phi / 4.0)
     var = np.einsum("ij,jk,ik->i", Phi_new, Sigma, Phi_new)
     noise = np.sum((Phi_new @ F) ** 2, axis=1)
     m, v = sparse_release.predict_f(Xnew)
-    np.testing.assert_allclose(m[:, 0], Phi_new @ w, rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(m, Phi_new @ w, rtol=1e-7, atol=1e-10)
     np.testing.assert_allclose(v[:, 0], var + noise, rtol=1e-7)
-    np.testing.assert_allclose(sparse_release.releases[0].variance, np.diag(Sigma), rtol=1e-7)
+    np.testing.assert_allclose(sparse_release.releases[0].variance[:, 0], np.diag(Sigma), rtol=1e-7)
 
 
 def test_predictions_spend_nothing_and_draw_nothing(model, sparse_model, problem, draws):

@@ -104,8 +104,8 @@ def test_z_equals_x_release_matches_full(z_equals_x):
     np.testing.assert_allclose(a.noise_std, b.noise_std, rtol=1e-4)
     cov_a, cov_b = a.noise_factor @ a.noise_factor.T, b.noise_factor @ b.noise_factor.T
     assert np.abs(cov_a - cov_b).max() <= 1e-4 * np.abs(cov_b).max()
-    clean_a = a.mean - seeded_noise(a, 7)
-    clean_b = b.mean - seeded_noise(b, 7)
+    clean_a = a.mean[:, 0] - seeded_noise(a, 7)
+    clean_b = b.mean[:, 0] - seeded_noise(b, 7)
     np.testing.assert_allclose(clean_a, clean_b, rtol=0, atol=1e-4 * D)
     # the noise-free part is the projected mean P C (y - m) + m (an independent check of the above)
     Cf = p.full.cloaking_matrix(p.Xnew).numpy()
@@ -147,7 +147,7 @@ def test_scale_smoke_20000_points():
     print(f"scale: release_function {t1 - t0:.1f} s, predict {t2 - t1:.2f} s, peak RSS growth {grew / 2**20:.0f} MiB, "
           f"rank {pf.release.rank}, certificate {pf.release.certificate}")
     assert grew < 1.5 * 2**30
-    assert pred.mean.shape == pred.variance.shape == pred.noise_std.shape == (n,)
+    assert pred.mean.shape == pred.variance.shape == pred.noise_std.shape == (n, 1)
     assert np.all(np.isfinite(pred.mean)) and np.all(pred.noise_std > 0) and np.all(pred.variance > 0)
     assert len(acc.ledger) == 1
     # privacy: the exact audit in released coordinates, C = R B from the NumPy reference (m x n)

@@ -217,12 +217,12 @@ def test_release_fields(releases, problem, objective):
     rel = releases[objective]
     k = problem["Xnew"].shape[0]
     assert isinstance(rel, PrivateRelease)
-    assert rel.mean.shape == rel.variance.shape == rel.noise_std.shape == (k,)
+    assert rel.mean.shape == rel.variance.shape == rel.noise_std.shape == (k, 1)  # GPflow's [k, P]
     assert rel.noise_factor.shape == (k, rel.rank) and 1 <= rel.rank <= k
     assert all(a.dtype == np.float64 for a in (rel.mean, rel.variance, rel.noise_std, rel.noise_factor))
-    np.testing.assert_allclose(rel.noise_std, np.linalg.norm(rel.noise_factor, axis=1), rtol=1e-12)
-    np.testing.assert_allclose(rel.variance, problem["var"], rtol=1e-7, atol=1e-12)
-    np.testing.assert_allclose(rel.total_variance, problem["var"] + rel.noise_std**2, rtol=1e-7)
+    np.testing.assert_allclose(rel.noise_std[:, 0], np.linalg.norm(rel.noise_factor, axis=1), rtol=1e-12)
+    np.testing.assert_allclose(rel.variance[:, 0], problem["var"], rtol=1e-7, atol=1e-12)
+    np.testing.assert_allclose(rel.total_variance[:, 0], problem["var"] + rel.noise_std[:, 0]**2, rtol=1e-7)
     assert (rel.epsilon, rel.delta, rel.data_sensitivity) == (EPS, DELTA, D)
     assert rel.noise_multiplier == pytest.approx(S_ANALYTIC, rel=1e-4)
     assert rel.mu == pytest.approx(1.0 / rel.noise_multiplier)
@@ -234,7 +234,7 @@ def test_release_fields(releases, problem, objective):
 
 
 def test_variance_equals_predict_f(model, releases, problem):
-    var = model.predict_f(problem["Xnew"])[1].numpy()[:, 0]
+    var = model.predict_f(problem["Xnew"])[1].numpy()  # [k, 1], as the release's
     np.testing.assert_allclose(releases["mse"].variance, var, rtol=1e-12)
 
 
@@ -259,7 +259,7 @@ def test_rank_rtol_and_bias_bound_recorded(releases, problem, objective):
     assert rel.bias_bound == pytest.approx(bias.max(), rel=1e-6)
     assert rel.bias_bound <= s[rel.rank] * np.sqrt(n) * B * (1 + 1e-9)  # the 2-norm bound holds too
     # The rule: every prediction's worst-case bias is <= 1% of its noise std (and of its floor) ...
-    assert np.all(bias <= 0.01 * rel.noise_std * (1 + 1e-9))
+    assert np.all(bias <= 0.01 * rel.noise_std[:, 0] * (1 + 1e-9))
     assert rank_rule_holds(C, rel.rank, B, D, rel.noise_multiplier)
     # ... and the previous candidate rank breaks it (the rule takes the first that holds).
     assert_first_rank_that_holds(C, rel, B, D, objective)
@@ -287,7 +287,7 @@ def test_neighbours_differ_by_the_projected_shift(problem, objective):
     np.testing.assert_array_equal(a.noise_factor, b.noise_factor)  # C does not depend on y
     shift = D * problem["C"][:, j]
     P = range_projector(a.noise_factor)
-    np.testing.assert_allclose(b.mean - a.mean, P @ shift, rtol=1e-7, atol=1e-9 * np.abs(shift).max())
+    np.testing.assert_allclose((b.mean - a.mean)[:, 0], P @ shift, rtol=1e-7, atol=1e-9 * np.abs(shift).max())
     assert np.linalg.norm(shift - P @ shift) > 1e-9 * np.linalg.norm(shift)  # a projection happened
 
 
@@ -387,19 +387,19 @@ def test_standard_release_sensitivity_and_noise(standard, problem):
     assert rel.mechanism == "standard" and rel.objective is None and rel.certificate is None
     assert rel.sensitivity == pytest.approx(D * unit, rel=1e-7)
     assert rel.sensitivity >= D * unit  # the safety factor only adds noise
-    assert rel.noise_factor.shape == (k, k) and rel.mean.shape == rel.variance.shape == rel.noise_std.shape == (k,)
+    assert rel.noise_factor.shape == (k, k) and rel.mean.shape == rel.variance.shape == rel.noise_std.shape == (k, 1)
     cov = rel.noise_factor @ rel.noise_factor.T
     Kss = se_ref(standard["Xnew"], standard["Xnew"])
     np.testing.assert_allclose(cov, (rel.noise_multiplier * rel.sensitivity) ** 2 * Kss, rtol=1e-6, atol=1e-9 * cov.max())
-    np.testing.assert_allclose(rel.noise_std, np.linalg.norm(rel.noise_factor, axis=1), rtol=1e-12)
-    np.testing.assert_allclose(rel.variance, standard["var"], rtol=1e-7, atol=1e-12)
+    np.testing.assert_allclose(rel.noise_std[:, 0], np.linalg.norm(rel.noise_factor, axis=1), rtol=1e-12)
+    np.testing.assert_allclose(rel.variance[:, 0], standard["var"], rtol=1e-7, atol=1e-12)
     exact_audit(rel, standard["C"], D, projected=False)
 
 
 def test_standard_release_neighbours_differ_by_the_full_shift(standard):
     a, b = standard["a"], standard["b"]
     shift = D * standard["C"][:, 3]
-    np.testing.assert_allclose(b.mean - a.mean, shift, rtol=1e-7, atol=1e-9 * np.abs(shift).max())
+    np.testing.assert_allclose((b.mean - a.mean)[:, 0], shift, rtol=1e-7, atol=1e-9 * np.abs(shift).max())
 
 
 def test_cloaking_beats_standard_noise(releases, standard, problem):
@@ -422,9 +422,9 @@ def test_single_test_point_closed_form(problem, objective):
     rel = make_model(problem).release(Xnew, epsilon=EPS, delta=DELTA, objective=objective, seed=0)
     _, var, C = gpr_reference(se_ref, problem["X"], problem["Y"], Xnew, NOISE, mean=MID)
     assert rel.rank == 1 and rel.noise_factor.shape == (1, 1) and rel.bias_bound == 0.0
-    assert rel.noise_std[0] == pytest.approx(rel.noise_multiplier * D * np.abs(C).max(), rel=1e-7)
+    assert rel.noise_std[0, 0] == pytest.approx(rel.noise_multiplier * D * np.abs(C).max(), rel=1e-7)
     assert rel.noise_multiplier == pytest.approx(S_ANALYTIC, rel=1e-4)
-    np.testing.assert_allclose(rel.variance, var, rtol=1e-8)
+    np.testing.assert_allclose(rel.variance[:, 0], var, rtol=1e-8)
     exact_audit(rel, C, D)
 
 
@@ -491,5 +491,5 @@ def test_huge_inputs_with_finite_terms_still_release(draws):
     accepted: dpgp_gpflow.validation.MAX_MAGNITUDE), so the release goes ahead."""
     model = _fuzz_model(gpflow.kernels.SquaredExponential())
     rel = model.release(np.array([[1e100], [1.0]]), epsilon=EPS, delta=DELTA)
-    assert np.all(np.isfinite(rel.mean)) and rel.mean[0] == pytest.approx(MID)  # the prior mean, exactly public
+    assert np.all(np.isfinite(rel.mean)) and rel.mean[0, 0] == pytest.approx(MID)  # the prior mean, exactly public
     assert len(draws) == 1

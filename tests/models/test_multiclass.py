@@ -99,7 +99,7 @@ def full_maps(X: np.ndarray, classifier) -> list:
     """The NumPy cloaking matrix of each released step of one class: step 1 at f = 0, step t + 1 at the
     released latents of step t."""
     K = K_np(X)
-    fs = [np.zeros(len(X))] + [r.mean for r in classifier.releases[:-1]]
+    fs = [np.zeros(len(X))] + [r.mean[:, 0] for r in classifier.releases[:-1]]
     return [newton_map_np(K, f) for f in fs]
 
 
@@ -293,7 +293,7 @@ def test_predictions_propagate_the_noise_and_probabilities_sum_to_one(problem, r
     for a, c in enumerate(released.classifiers):
         rel = c.releases[0]
         A = np.linalg.solve(Kj, Ks).T
-        np.testing.assert_allclose(mean[:, a], A @ rel.mean, rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(mean[:, a], (A @ rel.mean)[:, 0], rtol=1e-6, atol=1e-9)
         np.testing.assert_allclose(var[:, a], public + np.sum((A @ rel.noise_factor) ** 2, axis=1), rtol=1e-6)
     P, PV = released.predict_y(Xnew)
     assert isinstance(P, np.ndarray) and isinstance(PV, np.ndarray)

@@ -244,7 +244,7 @@ def test_predictions_spend_nothing(problem):
         for k in (1, 3, 50, 200):
             for _ in range(5):
                 pred = pf.predict(rng.uniform(-5.0, 15.0, (k, p.dim)))
-                assert pred.mean.shape == pred.variance.shape == pred.noise_std.shape == (k,)
+                assert pred.mean.shape == pred.variance.shape == pred.noise_std.shape == (k, 1)
                 assert np.all(np.isfinite(pred.mean)) and np.all(pred.noise_std >= 0)
     assert len(acc.ledger) == 1 and acc.spent == (EPS, DELTA)
     # the release itself is charged and budget-checked like any other
@@ -260,8 +260,8 @@ def test_predict_variance_equals_gpflow(problem):
     pf = p.model.release_function(epsilon=EPS, delta=DELTA, seed=1)
     Xq = np.random.default_rng(1).uniform(-3.0, 13.0, (40, p.dim))
     pred = pf.predict(Xq)
-    np.testing.assert_allclose(pred.variance, p.model.predict_f(Xq)[1].numpy()[:, 0], rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(pred.variance, variance(p.ref, Xq), rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(pred.variance, p.model.predict_f(Xq)[1].numpy(), rtol=1e-9, atol=1e-12)  # [k, 1]
+    np.testing.assert_allclose(pred.variance[:, 0], variance(p.ref, Xq), rtol=1e-7, atol=1e-10)
 
 
 @pytest.mark.parametrize("objective", ["mse", "entropy"])
@@ -281,8 +281,8 @@ def test_predict_mean_is_readout_of_released_values_and_neighbour_shift_is_audit
     pred1, pred2 = pf1.predict(Xq), pf2.predict(Xq)
     np.testing.assert_allclose(pred1.mean, MID + A @ pf1.release.mean, rtol=1e-9, atol=1e-10)
     G = A @ pf1.release.noise_factor  # the noise factor of the predictions
-    np.testing.assert_allclose(pred1.noise_std, np.linalg.norm(G, axis=1), rtol=1e-9)
-    shift = pred2.mean - pred1.mean
+    np.testing.assert_allclose(pred1.noise_std[:, 0], np.linalg.norm(G, axis=1), rtol=1e-9)
+    shift = (pred2.mean - pred1.mean)[:, 0]
     F = pf1.release.noise_factor
     expected = A @ range_projector(F) @ (R @ p.ref.B[:, J]) * D
     np.testing.assert_allclose(shift, expected, rtol=1e-6, atol=1e-9 * np.abs(expected).max())
@@ -344,9 +344,9 @@ def test_exact_audit_release_at_known_points(problem, objective):
     P = range_projector(rel.noise_factor)
     centred = rel.mean - MID
     assert np.linalg.norm(centred - P @ centred) <= 1e-9 * np.linalg.norm(centred)
-    np.testing.assert_allclose(rel.variance, variance(p.ref, p.Xnew), rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(rel.variance[:, 0], variance(p.ref, p.Xnew), rtol=1e-7, atol=1e-10)
     # the noise-free part of the release is the projected mean of the model
-    clean = rel.mean - seeded_noise(rel, 4)
+    clean = rel.mean[:, 0] - seeded_noise(rel, 4)
     np.testing.assert_allclose(clean, P @ p.C @ (p.Y[:, 0] - MID) + MID, rtol=0, atol=1e-8 * D)
 
 

@@ -39,7 +39,7 @@ def _same_release(a, b, rtol=1e-6):
     assert a.rank == b.rank
     np.testing.assert_allclose(b.noise_std, a.noise_std, rtol=rtol)
     xi, _ = sampling.standard_normal(a.rank, 3)  # compare the mean before noise (eigenvector signs may differ)
-    before_a, before_b = a.mean - a.noise_factor @ xi, b.mean - b.noise_factor @ xi
+    before_a, before_b = a.mean[:, 0] - a.noise_factor @ xi, b.mean[:, 0] - b.noise_factor @ xi
     np.testing.assert_allclose(before_b, before_a, rtol=0, atol=rtol * np.max(np.abs(a.mean)))
     cov_a, cov_b = a.noise_factor @ a.noise_factor.T, b.noise_factor @ b.noise_factor.T
     np.testing.assert_allclose(cov_b, cov_a, rtol=0, atol=rtol * np.max(np.abs(cov_a)))
