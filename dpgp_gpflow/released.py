@@ -35,16 +35,8 @@ from check_shapes import check_shapes
 
 from .cloaking import OptimiserCertificate, row_norms
 from .contract import PublicReadout, readout_and_variance, stacked
-from .io.card import RELEASE_ARRAYS, RELEASE_FIELDS, ReleaseEntry, clip_flag, release_of_card, releases_of_card
-from .io.format import (
-    ReleaseDocument,
-    ReleaseFileError,
-    inputs_hash,
-    provenance,
-    take_arrays,
-    write,
-    write_card,
-)
+from .io.card import RELEASE_ARRAYS, RELEASE_FIELDS, ReleaseEntry
+from .io.format import inputs_hash, provenance, write, write_card
 from .validation import Bounds, as_inputs, bound_columns
 
 __all__ = [
@@ -55,8 +47,6 @@ __all__ = [
     "Released",
     "clipped_by_default",
     "probit_approximation",
-    "release_from_document",
-    "releases_of_document",
 ]
 
 
@@ -310,9 +300,10 @@ class PrivateRelease(Released):
     def from_entry(cls, entry: ReleaseEntry) -> "PrivateRelease":
         """The release of a release file's card entry and arrays, checked for meaning by
         :func:`~dpgp_gpflow.io.card.release_entry` (``docs/release_file.md#what-loading-checks``)."""
-        certificate = entry.fields["certificate"]
-        return cls(**entry.arrays, **{**entry.fields, "certificate": None if certificate is None
-                                       else OptimiserCertificate(**certificate)})
+        kwargs: Dict[str, Any] = {**entry.arrays, **entry.fields}
+        if kwargs["certificate"] is not None:
+            kwargs["certificate"] = OptimiserCertificate(**kwargs["certificate"])
+        return cls(**kwargs)
 
 
 class PrivatePrediction(NamedTuple):
@@ -484,36 +475,6 @@ class PrivateFunction(Released):
         arrays.update({f"readout/{name}": np.asarray(a) for name, a in readout_arrays.items()})
         return content, arrays
 
-    @classmethod
-    def from_release_document(cls, document: ReleaseDocument, readout: PublicReadout) -> "PrivateFunction":
-        """The object of a verified release file (:func:`dpgp_gpflow.io.format.read`) with its readout
-        already rebuilt (:func:`dpgp_gpflow.io.loading.load` picks the readout class). Sets the same
-        state as the constructor; a subclass keeping state of its own must override this."""
-        releases = releases_of_document(document)
-        P = releases[-1].num_outputs
-        m = releases[-1].mean.shape[0] * P  # the latents, stacked output by output
-        coordinates = None
-        flag = document.content.get("coordinates")
-        if not isinstance(flag, bool):
-            raise ReleaseFileError("content.coordinates must be true or false")
-        if flag:
-            coordinates = take_arrays(cls.__name__, document.arrays, {"coordinates": 2})["coordinates"]
-            if coordinates.shape != (m, m):
-                raise ReleaseFileError(f"coordinates must be [{m}, {m}], got {list(coordinates.shape)}")
-        probe = readout.readout(tf.zeros([1, int(readout.input_dim)], dtype=tf.float64))
-        if tuple(probe.shape) != (P, m) or int(getattr(readout, "num_outputs", 1)) != P:
-            raise ReleaseFileError(f"the readout maps {int(probe.shape[1])} latent values of "
-                                   f"{int(getattr(readout, 'num_outputs', 1))} output(s), the release has {m} of {P}")
-        function = cls.__new__(cls)
-        PrivateFunction.__init__(function, releases[-1], readout, coordinates, releases=releases,
-                                 clip_to_bounds=False)  # the card's flag decides (absent: false, older files)
-        if clip_flag(document.card):
-            try:
-                function._set_clipping()
-            except (TypeError, ValueError) as exc:
-                raise ReleaseFileError(f"card.clip_to_bounds: {exc}") from None
-        return function
-
     def _serving_outputs(self, Xnew: tf.Tensor) -> Dict[str, tf.Tensor]:
         mean, var, noise_std = self._terms(Xnew)  # [k, P] each, as predict
         return {"mean": mean, "variance": var, "noise_std": noise_std}
@@ -592,26 +553,10 @@ class PrivateClassifier(PrivateFunction):
 
 
 # ---------------------------------------------------------------------------------------------
-# Reading a release file's releases back (docs/release_file.md): checked by dpgp_gpflow.io.card.
+# The values of a release file (docs/release_file.md; read by dpgp_gpflow.io).
 
 #: The per-value arrays of a release: [k, P] in memory; in a file [k, P] for P > 1 and [k] for one output.
 _VALUE_ARRAYS = ("mean", "variance", "noise_std")
-
-
-def releases_of_document(document: ReleaseDocument) -> Tuple[PrivateRelease, ...]:
-    """Every release of a verified release file whose releases compose by basic composition, as checked by
-    :func:`~dpgp_gpflow.io.card.releases_of_card` (each for meaning, all against the card's totals)."""
-    return tuple(PrivateRelease.from_entry(e) for e in releases_of_card(document))
-
-
-def release_from_document(document: ReleaseDocument) -> PrivateRelease:
-    """The :class:`PrivateRelease` of a verified release file of kind ``"PrivateRelease"``
-    (:func:`~dpgp_gpflow.io.card.release_of_card`): clipped when the card's ``clip_to_bounds`` says its mean
-    was (absent: false, as files written before the flag existed)."""
-    release = PrivateRelease.from_entry(release_of_card(document)[0])
-    if clip_flag(document.card):  # the file holds the clipped mean: no raw mean to keep (unclipped() refuses)
-        return dataclasses.replace(release, clip_to_bounds=True)
-    return release
 
 
 def _clips_by_default(release: PrivateRelease) -> bool:

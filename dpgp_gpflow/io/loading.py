@@ -20,18 +20,20 @@ its class to ``_READOUT_CLASSES``: one line.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, Mapping, Type, Union
+import dataclasses
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, TypeVar, Union
 
 import numpy as np
+import tensorflow as tf
 
 from ..models.dp_laplace import PrivateLaplaceClassifier, PrivateSparseClassifier
 from ..models.laplace import LaplaceReadout, SoRReadout
 from ..models.fitc import FITCReadout
-from ..models.multiclass_classifier import PrivateMulticlassClassifier
+from ..models.multiclass_classifier import CLASS_KINDS, PrivateMulticlassClassifier
 from ..models.sgpr import SGPRReadout
-from .card import read_card
-from .format import ReleaseDocument, ReleaseFileError, ReleaseFileKindError, as_read_back, read
-from ..released import PrivateClassifier, PrivateFunction, Released, release_from_document
+from .card import clip_flag, multiclass_releases, read_card, release_of_card, releases_of_card
+from .format import ReleaseDocument, ReleaseFileError, ReleaseFileKindError, as_read_back, read, take_arrays
+from ..released import PrivateClassifier, PrivateFunction, PrivateRelease, Released
 
 __all__ = ["READOUT_KINDS", "RELEASED_KINDS", "load", "read_card", "readout_of"]  # the file's errors: dpgp_gpflow.io
 
@@ -45,24 +47,117 @@ _READOUT_CLASSES = (
 #: Readout kind (its class name, as written in the file) -> class (each has ``from_release_state``).
 READOUT_KINDS: Dict[str, Any] = {cls.__name__: cls for cls in _READOUT_CLASSES}
 
-#: The function and classifier classes a release file may hold (built by ``from_release_document``).
+#: The function and classifier classes a release file may hold (built by :func:`_load_function`).
 _FUNCTION_CLASSES = (PrivateFunction, PrivateClassifier, PrivateLaplaceClassifier, PrivateSparseClassifier)
 
 
+def _release(document: ReleaseDocument) -> PrivateRelease:
+    """The :class:`~dpgp_gpflow.released.PrivateRelease` of a verified file of kind ``"PrivateRelease"``
+    (:func:`~dpgp_gpflow.io.card.release_of_card`): clipped when the card's ``clip_to_bounds`` says its mean
+    was (absent: false, as files written before the flag existed)."""
+    release = PrivateRelease.from_entry(release_of_card(document)[0])
+    if clip_flag(document.card):  # the file holds the clipped mean: no raw mean to keep (unclipped() refuses)
+        return dataclasses.replace(release, clip_to_bounds=True)
+    return release
+
+
+_Function = TypeVar("_Function", bound=PrivateFunction)
+
+
+def _function(cls: Type[_Function], releases: Tuple[PrivateRelease, ...], readout: Any,
+              coordinates: Optional[np.ndarray]) -> _Function:
+    """A ``cls`` of ``releases`` and a rebuilt readout, with the state the constructor sets (clipping off)."""
+    function = cls.__new__(cls)
+    PrivateFunction.__init__(function, releases[-1], readout, coordinates, releases=releases, clip_to_bounds=False)
+    return function
+
+
 def _load_function(cls: Type[PrivateFunction]) -> Callable[[ReleaseDocument], Released]:
+    """The loader of a verified file of kind ``cls``: its releases (:func:`~dpgp_gpflow.io.card.releases_of_card`),
+    coordinates ``R`` [m, m], readout (:func:`readout_of`, checked to map the release's m latents of P
+    outputs) and the card's ``clip_to_bounds`` (absent: false, older files)."""
     def load_function(document: ReleaseDocument) -> Released:
-        return cls.from_release_document(document, _readout(document))
+        releases = tuple(PrivateRelease.from_entry(e) for e in releases_of_card(document))
+        P = releases[-1].num_outputs
+        m = releases[-1].mean.shape[0] * P  # the latents, stacked output by output
+        coordinates = None
+        flag = document.content.get("coordinates")
+        if not isinstance(flag, bool):
+            raise ReleaseFileError("content.coordinates must be true or false")
+        if flag:
+            coordinates = take_arrays(cls.__name__, document.arrays, {"coordinates": 2})["coordinates"]
+            if coordinates.shape != (m, m):
+                raise ReleaseFileError(f"coordinates must be [{m}, {m}], got {list(coordinates.shape)}")
+        readout = _readout(document)
+        probe = readout.readout(tf.zeros([1, int(readout.input_dim)], dtype=tf.float64))
+        if tuple(probe.shape) != (P, m) or int(getattr(readout, "num_outputs", 1)) != P:
+            raise ReleaseFileError(f"the readout maps {int(probe.shape[1])} latent values of "
+                                   f"{int(getattr(readout, 'num_outputs', 1))} output(s), the release has {m} of {P}")
+        function = _function(cls, releases, readout, coordinates)
+        if clip_flag(document.card):
+            try:
+                function = function.clipped()
+            except (TypeError, ValueError) as exc:
+                raise ReleaseFileError(f"card.clip_to_bounds: {exc}") from None
+        return function
 
     return load_function
 
 
 def _load_multiclass(document: ReleaseDocument) -> Released:
-    return PrivateMulticlassClassifier.from_release_document(document, readout_of)
+    """The :class:`~dpgp_gpflow.models.multiclass_classifier.PrivateMulticlassClassifier` of a verified file: its
+    card and steps checked (:func:`~dpgp_gpflow.io.card.multiclass_releases`), then each class's classifier
+    rebuilt from its steps, its coordinates and its readout (arrays by index into the shared pool
+    ``readout/<j>``: docs/release_file.md#several-classes). ``ReleaseFileError`` naming the field otherwise."""
+    step_entries, guarantee = multiclass_releases(document)
+    releases = tuple(PrivateRelease.from_entry(e) for e in step_entries)
+    K, steps = guarantee.num_classes, guarantee.steps
+    entries = document.content.get("classes")
+    if not isinstance(entries, list) or len(entries) != K:
+        raise ReleaseFileError(f"content.classes must be a list of {K} classes")
+    classifiers: List[PrivateClassifier] = []
+    for a, entry in enumerate(entries):
+        where = f"content.classes[{a}]"
+        if not isinstance(entry, dict) or set(entry) != {"kind", "readout", "coordinates", "readout_arrays"}:
+            raise ReleaseFileError(f"{where} must be an object with kind, readout, coordinates and readout_arrays")
+        kind, refs, flag = entry["kind"], entry["readout_arrays"], entry["coordinates"]
+        if kind not in CLASS_KINDS or (kind == "PrivateSparseClassifier" and steps != 1):
+            raise ReleaseFileError(f"{where}.kind must be one of {sorted(CLASS_KINDS)} (sparse: one step), "
+                                   f"got {kind!r}")
+        if kind != entries[0].get("kind"):
+            raise ReleaseFileError(f"{where}.kind {kind!r} is not the first class's")
+        if not isinstance(flag, bool):
+            raise ReleaseFileError(f"{where}.coordinates must be true or false")
+        if not (isinstance(refs, dict) and all(isinstance(j, int) and not isinstance(j, bool) for j in refs.values())):
+            raise ReleaseFileError(f"{where}.readout_arrays must map array names to integers")
+        missing = sorted(f"readout/{j}" for j in refs.values() if f"readout/{j}" not in document.arrays)
+        if missing:
+            raise ReleaseFileError(f"{where}.readout_arrays: the file has no array(s) {missing}")
+        own = releases[a * steps:(a + 1) * steps]
+        m = own[-1].mean.shape[0]
+        coordinates = None
+        if flag:
+            coordinates = take_arrays(where, document.arrays, {f"classes/{a}/coordinates": 2})[
+                f"classes/{a}/coordinates"]
+            if coordinates.shape != (m, m):
+                raise ReleaseFileError(f"{where}: coordinates must be [{m}, {m}], got {list(coordinates.shape)}")
+        rebuilt = readout_of(entry["readout"], {name: document.arrays[f"readout/{j}"] for name, j in refs.items()},
+                             f"{where}.readout")
+        probe = rebuilt.readout(tf.zeros([1, int(rebuilt.input_dim)], dtype=tf.float64))
+        if tuple(probe.shape) != (1, m):
+            raise ReleaseFileError(f"{where}: the readout maps {int(probe.shape[1])} latent values, the release "
+                                   f"has {m}")
+        if a and int(rebuilt.input_dim) != classifiers[0].readout.input_dim:
+            raise ReleaseFileError(f"{where}: the readout takes {int(rebuilt.input_dim)} input columns, class 0's "
+                                   f"{classifiers[0].readout.input_dim}")
+        classifiers.append(_function(CLASS_KINDS[kind], own, rebuilt, coordinates))  # as the constructors
+    return PrivateMulticlassClassifier(classifiers, epsilon=guarantee.epsilon, delta=guarantee.delta, mu=guarantee.mu,
+                                       steps=steps, person_rows=guarantee.person_rows)
 
 
 #: Object kind (its class name, as written in the file) -> loader of a verified document.
 RELEASED_KINDS: Dict[str, Callable[[ReleaseDocument], Released]] = {
-    "PrivateRelease": release_from_document,
+    "PrivateRelease": _release,
     **{cls.__name__: _load_function(cls) for cls in _FUNCTION_CLASSES},
     PrivateMulticlassClassifier.__name__: _load_multiclass,
 }

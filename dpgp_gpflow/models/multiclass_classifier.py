@@ -4,22 +4,20 @@ K released one-vs-rest classifiers (one per class) made by :mod:`dpgp_gpflow.mod
 (epsilon, delta)-DP together by Gaussian-DP composition of their steps (docs/mechanisms.md#several-classes):
 predictions (post-processing, free to query), the whole's privacy card, its audit against the model
 (:meth:`PrivateMulticlassClassifier.audit_parts`, :meth:`PrivateMulticlassClassifier.audited_mu`) and its
-release file (written here; its guarantee checked on reading by
+release file (written here; read by :func:`dpgp_gpflow.io.loading.load`, its guarantee checked by
 :func:`~dpgp_gpflow.io.card.multiclass_releases`).
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type
+from typing import Any, Dict, Optional, Sequence, Tuple, Type
 
 import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
-from ..io.card import multiclass_releases
-from ..io.format import ReleaseDocument, ReleaseFileError, take_arrays
-from ..released import PrivateClassifier, PrivateFunction, PrivateRelease, Released
+from ..released import PrivateClassifier, PrivateRelease, Released
 from .dp_laplace import PrivateLaplaceClassifier, PrivateSparseClassifier
 from .one_vs_rest import OneVsRestModel, class_relation, classes_moved, one_vs_rest_probabilities
 
@@ -143,9 +141,9 @@ class PrivateMulticlassClassifier(Released):
         classes = []
         for a, classifier in enumerate(self._classifiers):
             kind = type(classifier).__name__
-            if _CLASS_KINDS.get(kind) is not type(classifier):
+            if CLASS_KINDS.get(kind) is not type(classifier):
                 raise NotImplementedError(f"cannot save a multi-class release of {kind}s: a release file holds "
-                                          f"{sorted(_CLASS_KINDS)}")
+                                          f"{sorted(CLASS_KINDS)}")
             own, own_arrays = classifier.file_content()
             refs = {}
             for name in sorted(own_arrays):
@@ -162,60 +160,6 @@ class PrivateMulticlassClassifier(Released):
             classes.append({"kind": kind, "readout": own["readout"], "coordinates": own["coordinates"],
                             "readout_arrays": refs})
         return {**content, "classes": classes}, arrays
-
-    @classmethod
-    def from_release_document(cls, document: ReleaseDocument,
-                              readout: Callable[[Any, Mapping[str, np.ndarray], str], Any]) -> "PrivateMulticlassClassifier":
-        """The object of a verified release file (:func:`dpgp_gpflow.io.format.read`): its card and releases
-        checked by :func:`~dpgp_gpflow.io.card.multiclass_releases`, then each class's classifier rebuilt from its
-        releases and its readout (``readout(spec, arrays, where)``: :func:`dpgp_gpflow.io.loading.load` picks
-        the readout class). ``ReleaseFileError`` naming the field otherwise."""
-        steps_entries, guarantee = multiclass_releases(document)
-        releases = tuple(PrivateRelease.from_entry(e) for e in steps_entries)
-        K, steps = guarantee.num_classes, guarantee.steps
-        entries = document.content.get("classes")
-        if not isinstance(entries, list) or len(entries) != K:
-            raise ReleaseFileError(f"content.classes must be a list of {K} classes")
-        classifiers: List[PrivateClassifier] = []
-        for a, entry in enumerate(entries):
-            where = f"content.classes[{a}]"
-            if not isinstance(entry, dict) or set(entry) != {"kind", "readout", "coordinates", "readout_arrays"}:
-                raise ReleaseFileError(f"{where} must be an object with kind, readout, coordinates and readout_arrays")
-            kind, refs, flag = entry["kind"], entry["readout_arrays"], entry["coordinates"]
-            if kind not in _CLASS_KINDS or (kind == "PrivateSparseClassifier" and steps != 1):
-                raise ReleaseFileError(f"{where}.kind must be one of {sorted(_CLASS_KINDS)} (sparse: one step), "
-                                       f"got {kind!r}")
-            if kind != entries[0].get("kind"):
-                raise ReleaseFileError(f"{where}.kind {kind!r} is not the first class's")
-            if not isinstance(flag, bool):
-                raise ReleaseFileError(f"{where}.coordinates must be true or false")
-            if not (isinstance(refs, dict) and all(isinstance(j, int) and not isinstance(j, bool) for j in refs.values())):
-                raise ReleaseFileError(f"{where}.readout_arrays must map array names to integers")
-            missing = sorted(f"readout/{j}" for j in refs.values() if f"readout/{j}" not in document.arrays)
-            if missing:
-                raise ReleaseFileError(f"{where}.readout_arrays: the file has no array(s) {missing}")
-            own = releases[a * steps:(a + 1) * steps]
-            m = own[-1].mean.shape[0]
-            coordinates = None
-            if flag:
-                coordinates = take_arrays(where, document.arrays, {f"classes/{a}/coordinates": 2})[
-                    f"classes/{a}/coordinates"]
-                if coordinates.shape != (m, m):
-                    raise ReleaseFileError(f"{where}: coordinates must be [{m}, {m}], got {list(coordinates.shape)}")
-            rebuilt = readout(entry["readout"], {name: document.arrays[f"readout/{j}"] for name, j in refs.items()},
-                              f"{where}.readout")
-            probe = rebuilt.readout(tf.zeros([1, int(rebuilt.input_dim)], dtype=tf.float64))
-            if tuple(probe.shape) != (1, m):
-                raise ReleaseFileError(f"{where}: the readout maps {int(probe.shape[1])} latent values, the release "
-                                       f"has {m}")
-            if a and int(rebuilt.input_dim) != classifiers[0].readout.input_dim:
-                raise ReleaseFileError(f"{where}: the readout takes {int(rebuilt.input_dim)} input columns, class 0's "
-                                       f"{classifiers[0].readout.input_dim}")
-            classifier = _CLASS_KINDS[kind].__new__(_CLASS_KINDS[kind])
-            PrivateFunction.__init__(classifier, own[-1], rebuilt, coordinates, releases=own)  # as the constructors
-            classifiers.append(classifier)
-        return cls(classifiers, epsilon=guarantee.epsilon, delta=guarantee.delta, mu=guarantee.mu, steps=steps,
-                   person_rows=guarantee.person_rows)
 
     @check_shapes("return[0]: [N, K]", "return[1]: [N, K]")
     def predict_f(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray]:
@@ -236,4 +180,4 @@ class PrivateMulticlassClassifier(Released):
 
 
 #: The classifier of each class a multi-class release file holds, by kind (its class name).
-_CLASS_KINDS: Dict[str, Type[PrivateClassifier]] = {cls.__name__: cls for cls in (PrivateLaplaceClassifier, PrivateSparseClassifier)}
+CLASS_KINDS: Dict[str, Type[PrivateClassifier]] = {cls.__name__: cls for cls in (PrivateLaplaceClassifier, PrivateSparseClassifier)}
