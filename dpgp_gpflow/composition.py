@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple, cast
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar, cast
 
 import numpy as np
 
@@ -58,6 +58,8 @@ __all__ = [
     "composition_report",
     "gdp_composition",
     "gdp_epsilon",
+    "gdp_step_multiplier",
+    "gdp_step_request",
     "pld_delta",
     "pld_epsilon",
     "pure_epsilon_rr_noise_parameter",
@@ -254,3 +256,40 @@ def composition_report(events: Iterable[PrivacyEvent], delta: float) -> Dict[str
     """Epsilon at ``delta`` under every composition in ``COMPOSITIONS`` (basic always, beside the tight)."""
     events = _events(events)
     return {method: composed_epsilon(events, delta, method) for method in COMPOSITIONS}
+
+
+# ---------------------------------------------------------------------------------------------
+# Steps: one rule for every release made of several Gaussian draws (the classifiers' Newton steps).
+
+_Request = TypeVar("_Request")  # a mechanisms.ReleaseRequest (a NamedTuple: ._replace), not imported here
+
+
+def gdp_step_multiplier(multiplier: float, count: int) -> float:
+    """``sqrt(count) s``: the noise multiplier of each of ``count`` Gaussian draws, each at the full
+    sensitivity, that compose in Gaussian DP exactly to one release at ``s``:
+    ``sqrt(count (1 / (sqrt(count) s))^2) = 1 / s`` (:func:`gdp_composition`)."""
+    if isinstance(count, bool) or int(count) != count or count < 1:
+        raise ValueError(f"count must be an integer >= 1, got {count!r}")
+    return math.sqrt(float(count)) * float(multiplier)
+
+
+def gdp_step_request(request: _Request, step_multiplier: float) -> _Request:
+    """The request of every step of a multi-step Gaussian release that composes, in Gaussian DP, to the
+    validated ``request`` (``mu = 1 / request.multiplier``): noise multiplier ``step_multiplier`` (the
+    release's count of draws a neighbour moves, :func:`gdp_step_multiplier`) and each step's own guarantee at
+    ``request.delta`` (``epsilon`` of the analytic profile at ``mu = 1 / step_multiplier``, what a step
+    records). ``request`` itself when the step is the whole release (``step_multiplier`` its own). The ledger
+    charges the whole release once (``request.event()``): the steps only count their draws
+    (:class:`~dpgp_gpflow.measurement.StepDraws`). Only the analytic calibration composes so
+    (``NotImplementedError`` otherwise: the classical multiplier is not the exact ``mu`` of (epsilon, delta))."""
+    multiplier = float(getattr(request, "multiplier"))
+    if float(step_multiplier) == multiplier:
+        return request
+    calibration = getattr(request, "calibration")
+    if calibration != "analytic":
+        raise NotImplementedError(
+            "a release of several Gaussian steps composes them in Gaussian DP, which needs calibration='analytic' "
+            f"(got {calibration!r}: the classical multiplier is not the exact mu of (epsilon, delta))")
+    delta = getattr(request, "delta")
+    return request._replace(epsilon=analytic_gaussian_epsilon(1.0 / step_multiplier, delta),  # type: ignore[attr-defined]
+                            multiplier=step_multiplier)

@@ -24,7 +24,7 @@ from .accounting import PrivacyEvent, Reservation, reserve
 if TYPE_CHECKING:  # a type only: the mechanisms themselves run through measure (no import cycle at run time)
     from .mechanisms.request import ReleaseRequest
 
-__all__ = ["Measurement", "measure"]
+__all__ = ["Measurement", "StepDraws", "measure", "stepwise"]
 
 R = TypeVar("R")
 
@@ -75,3 +75,38 @@ def measure(measurement: Measurement[R], accountant: Any = None) -> R:
             raise RuntimeError(f"the mechanism returned with {reservation.uncommitted} of {before} reserved "
                                "event(s) uncommitted: the result is not published (a release is never uncharged)")
         return result
+
+
+class StepDraws(Reservation):
+    """A reservation holding nothing, into which the steps of a multi-step release commit (each after its draw):
+    it counts them (``drawn``). The release's one reservation commits its one event (:func:`stepwise`)."""
+
+    def __init__(self, event: PrivacyEvent) -> None:
+        super().__init__((), [])
+        self.drawn = 0
+        self._event = event
+
+    def commit(self, description: str = "") -> PrivacyEvent:
+        self.drawn += 1
+        return self._event
+
+
+def stepwise(steps: Callable[[StepDraws], R], step_event: PrivacyEvent, description: str) -> Callable[[Reservation], R]:
+    """The mechanism of a release of several Gaussian steps charged as one event (the steps' requests from
+    :func:`~dpgp_gpflow.composition.gdp_step_request`): ``steps(draws)`` runs every step, each committing into
+    ``draws`` (a :class:`StepDraws` of ``step_event``); the release's one event is committed after the last
+    draw, or when a step fails after some draw (what was drawn is charged: the whole event bounds any part of
+    it); a failure before any draw charges nothing."""
+
+    def mechanism(reservation: Reservation) -> R:
+        draws = StepDraws(step_event)
+        try:
+            result = steps(draws)
+        except BaseException:
+            if draws.drawn:
+                reservation.commit(description)
+            raise
+        reservation.commit(description)
+        return result
+
+    return mechanism

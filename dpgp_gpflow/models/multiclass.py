@@ -26,7 +26,8 @@ persons: docs/mechanisms.md#several-classes.) With ``s_step = sqrt(m T) s(epsilo
 mu = 1/s)`` and commits it once after all K x T draws; a refusal before the first draw charges nothing,
 one after some draws charges the whole event (what was drawn is charged). Only ``calibration="analytic"``.
 
-This module holds the models and their release (:func:`multiclass_step_request`, :class:`StepDraws`); the
+This module holds the models and their release (:func:`multiclass_step_request`, through
+:func:`~dpgp_gpflow.measurement.measure` and :func:`~dpgp_gpflow.measurement.stepwise`); the
 label rules and the persons' maths are :mod:`dpgp_gpflow.models.one_vs_rest`, the released classifier
 :mod:`dpgp_gpflow.models.multiclass_classifier`, its release file's reading
 :mod:`dpgp_gpflow.models.multiclass_file` and the streamed rows' chunk source
@@ -37,7 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 from numbers import Integral
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import gpflow
 import numpy as np
@@ -46,11 +47,12 @@ from check_shapes import check_shapes
 from gpflow.base import MeanAndVariance
 from gpflow.models import BayesianModel, InternalDataTrainingLossMixin
 
-from ..accounting import PrivacyAccountant, PrivacyEvent, Reservation, reserve
-from ..calibration import analytic_gaussian_epsilon
+from ..accounting import PrivacyAccountant, Reservation
 from ..cloaking import DEFAULT_TOL
+from ..composition import gdp_step_request
 from ..contract import check_release_hyperparameters, dense_map, latent_terms_and_readout
 from ..io.card import MulticlassGuarantee
+from ..measurement import Measurement, StepDraws, measure, stepwise
 from ..mechanisms import ReleaseRequest, release_request
 from ..neighbours import relation
 from ..pipeline import cloak_outputs
@@ -82,7 +84,6 @@ __all__ = [
     "MulticlassGuarantee",
     "OneVsRestChunks",
     "PrivateMulticlassClassifier",
-    "StepDraws",
     "class_relation",
     "class_seed",
     "classes_moved",
@@ -101,30 +102,10 @@ __all__ = [
 
 def multiclass_step_request(request: ReleaseRequest, steps: int, moved: int = 2) -> ReleaseRequest:
     """The request of every Newton step of a multi-class release of the validated ``request``: multiplier
-    :func:`multiclass_step_multiplier` (``moved`` problems changed by a neighbour), and the step's own
-    guarantee at ``request.delta`` (``epsilon = analytic_gaussian_epsilon(1 / s_step, delta)``, what each
-    step records). Only the analytic calibration (``NotImplementedError`` otherwise: its multiplier is not
-    a Gaussian-DP parameter)."""
-    if request.calibration != "analytic":
-        raise NotImplementedError(
-            "a multi-class release composes its Newton steps in Gaussian DP, which needs calibration='analytic' "
-            f"(got {request.calibration!r}: the classical multiplier is not the exact mu of (epsilon, delta))")
-    multiplier = multiclass_step_multiplier(request.multiplier, steps, moved)
-    return request._replace(epsilon=analytic_gaussian_epsilon(1.0 / multiplier, request.delta), multiplier=multiplier)
-
-
-class StepDraws(Reservation):
-    """A reservation holding nothing, into which the K x T Newton steps of a multi-class release commit: it
-    counts them (``drawn``). The caller's one reservation commits the one event of the whole release."""
-
-    def __init__(self, event: PrivacyEvent) -> None:
-        super().__init__((), [])
-        self.drawn = 0
-        self._event = event
-
-    def commit(self, description: str = "") -> PrivacyEvent:
-        self.drawn += 1
-        return self._event
+    :func:`multiclass_step_multiplier` (``moved`` problems changed by a neighbour, x ``steps``), composed by
+    the one step rule :func:`~dpgp_gpflow.composition.gdp_step_request` (Gaussian DP; each step records its own
+    guarantee at ``request.delta``; only the analytic calibration, ``NotImplementedError`` otherwise)."""
+    return gdp_step_request(request, multiclass_step_multiplier(request.multiplier, steps, moved))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,18 +186,16 @@ class _OneVsRest(OneVsRestModel, BayesianModel, InternalDataTrainingLossMixin):
         """Reserve the one event, release every class (``step_release(class, problem, request, draws)``), commit."""
         description = (f"one-vs-rest Laplace release of {self.num_classes} classes x {steps} Newton step(s) "
                        f"({class_relation(self.person_rows)})")
-        with reserve(accountant, [request.event(description)]) as reservation:  # the one reservation
-            draws = StepDraws(step_request.event())
-            try:
-                classifiers = [step_release(a, problem, step_request._replace(seed=class_seed(request.seed,
-                                                                                              self.num_classes, a)),
-                                            draws)
-                               for a, problem in enumerate(self.problems)]
-            except BaseException:
-                if draws.drawn:  # what was drawn is charged: the whole event bounds any part of it
-                    reservation.commit(description)
-                raise
-            reservation.commit(description)
+
+        def classes(draws: StepDraws) -> List[PrivateClassifier]:  # every class's K x T steps commit into draws
+            return [step_release(a, problem, step_request._replace(seed=class_seed(request.seed, self.num_classes, a)),
+                                 draws)
+                    for a, problem in enumerate(self.problems)]
+
+        # the one reservation of the one event; committed after the last draw (or after a failed draw)
+        classifiers = measure(Measurement(request, class_relation(self.person_rows),
+                                          stepwise(classes, step_request.event(), description),
+                                          description=description), accountant)
         return PrivateMulticlassClassifier(classifiers, epsilon=request.epsilon, delta=request.delta,
                                            mu=1.0 / request.multiplier, steps=steps, person_rows=self.person_rows)
 
