@@ -263,7 +263,7 @@ def check_cloaking_path() -> float:
     kernel = eq(0.05, CITI_KERNEL_VARIANCE)
     model = DPGPR((Xtr, Ytr), kernel, y_bounds=CITIBIKE_Y_BOUNDS, noise_variance=CITI_NOISE_VARIANCE,
                   hyperparameters_public=True)
-    a = model.release(Xte, epsilon=1.0, delta=CITI_DELTA, seed=5).unclipped().mean  # raw, as cloaking_release
+    a = model.release(Xte, epsilon=1.0, delta=CITI_DELTA, seed=5).unclipped().mean[:, 0]  # raw, as cloaking_release
     b = cloak(Xtr, Ytr, Xte, 0.05, [1.0], seed=5)[1.0]
     return float(np.max(np.abs(a - b)))
 

@@ -96,7 +96,7 @@ def one_step_releases(model, n: int, seed0: int, objective: str, calibration: st
     xi0 = _xi(r, seed0)
     out = [pc]
     for k in range(1, n):
-        mean = rel.mean + F @ (_xi(r, seed0 + k) - xi0)
+        mean = rel.mean + (F @ (_xi(r, seed0 + k) - xi0))[:, None]  # [n, 1], the release's shape
         out.append(_rebuild(model, pc, dataclasses.replace(rel, mean=mean)))
     return out
 

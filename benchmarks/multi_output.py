@@ -64,9 +64,9 @@ def run(n: int, k: int, seed: int):
     joint = model(X, Y, BOUNDS).release(Xs, epsilon=EPSILON, delta=DELTA).noise_std
     seconds = time.perf_counter() - t0
     entropy = model(X, Y, BOUNDS).release(Xs, epsilon=EPSILON, delta=DELTA, objective="entropy").noise_std
-    split = np.stack([model(X, Y[:, p:p + 1], BOUNDS[p]).release(Xs, epsilon=EPSILON / P, delta=DELTA / P).noise_std
+    split = np.stack([model(X, Y[:, p:p + 1], BOUNDS[p]).release(Xs, epsilon=EPSILON / P, delta=DELTA / P).noise_std[:, 0]
                       for p in range(P)], axis=1)
-    alone = np.stack([model(X, Y[:, p:p + 1], BOUNDS[p]).release(Xs, epsilon=EPSILON, delta=DELTA).noise_std
+    alone = np.stack([model(X, Y[:, p:p + 1], BOUNDS[p]).release(Xs, epsilon=EPSILON, delta=DELTA).noise_std[:, 0]
                       for p in range(P)], axis=1)
     relative = {name: np.median(std, axis=0) / WIDTH for name, std in
                 (("joint", joint), ("joint, entropy", entropy), ("separate, budget split", split), ("separate at (1, 0.01) each", alone))}
