@@ -8,9 +8,9 @@ can call them directly.
 
 Order of work, the same for every mechanism: validate the privacy parameters and the seed once, into a
 frozen :class:`~dpgp_gpflow.mechanisms.ReleaseRequest` (:func:`~dpgp_gpflow.mechanisms.release_request`), check
-the leak guard, read the public terms from the model (refused unless finite), take the one reservation
-of the budget (:func:`~dpgp_gpflow.accounting.reserve`: nothing private has been computed yet), and hand
-both to the mechanism (:func:`~dpgp_gpflow.mechanisms.cloak`, :func:`~dpgp_gpflow.mechanisms.standard`), which
+the leak guard, read the public terms from the model (refused unless finite), then run the release through
+:func:`~dpgp_gpflow.measurement.measure`: the one reservation of the budget (nothing private has been computed
+yet), then the mechanism (:func:`~dpgp_gpflow.mechanisms.cloak`, :func:`~dpgp_gpflow.mechanisms.standard`), which
 neither validates nor reserves: it plans the noise, draws it (:mod:`dpgp_gpflow.sampling`), commits the
 one event and returns. A classifier's releases (:class:`~dpgp_gpflow.models.DPLaplaceGPC`'s Newton steps
 too, through :func:`cloak_outputs`) leave here marked as a classifier's latent values (:func:`_marked`).
@@ -24,7 +24,7 @@ from typing import Any, Literal, NamedTuple, Optional, Protocol, Tuple, cast, ru
 import tensorflow as tf
 from check_shapes import check_shapes
 
-from .accounting import PrivacyAccountant, Reservation, reserve
+from .accounting import PrivacyAccountant, Reservation
 from .cloaking import DEFAULT_TOL
 from .contract import (
     FactoredPrivateModel,
@@ -38,6 +38,7 @@ from .contract import (
 )
 from .mechanisms import ReleaseRequest, cloak, release_request
 from .mechanisms.standard import standard
+from .measurement import Measurement, measure
 from .neighbours import model_neighbours, model_outputs, relation
 from .released import PrivateFunction, PrivateRelease, clipped_by_default
 from .validation import (
@@ -203,16 +204,17 @@ def release(
     if model_neighbours(model, int(C.shape[1])) is not None and mechanism == "standard":  # groups checked here too
         raise NotImplementedError("the standard mechanism does not support groups= (person-level privacy) yet: "
                                   "use mechanism='cloaking'")
-    with reserve(accountant, [request.event()]) as reservation:  # the one reservation: the mechanism commits
+
+    def draw(reservation: Reservation) -> PrivateRelease:  # the mechanism commits its one event
         if mechanism == "standard":
             mean = terms.offset + tf.linalg.matvec(dense_map(terms.map), model.centred_outputs())
-            rel = _marked(model, standard(request._replace(objective=None), reservation, mean, terms.variance,
-                                          standard_terms.prior_covariance,
-                                          sensitivity=float(standard_terms.unit_sensitivity) * model.data_sensitivity,
-                                          data_sensitivity=model.data_sensitivity, y_bounds=_bounds(model)))
-        else:
-            rel = cloak_outputs(model, request, reservation, terms.map, terms.offset, terms.variance, rtol=rtol,
-                                tol=tol)
+            return _marked(model, standard(request._replace(objective=None), reservation, mean, terms.variance,
+                                           standard_terms.prior_covariance,
+                                           sensitivity=float(standard_terms.unit_sensitivity) * model.data_sensitivity,
+                                           data_sensitivity=model.data_sensitivity, y_bounds=_bounds(model)))
+        return cloak_outputs(model, request, reservation, terms.map, terms.offset, terms.variance, rtol=rtol, tol=tol)
+
+    rel = measure(Measurement(request, relation(model), draw), accountant)  # the one reservation
     return clipped_by_default(rel)  # post-processing, free: rel.unclipped() is the raw DP mean
 
 
@@ -266,9 +268,12 @@ def release_function(
     validate_public_terms("latent release", latent.map, latent.offset, model.output_bound, variance=latent.variance)
     model_neighbours(model, int(dense_map(latent.map).shape[1]))  # groups checked before anything is reserved
     _check_reference_offset(model, latent.offset, reference_inputs)
-    with reserve(accountant, [request.event()]) as reservation:  # the one reservation: the mechanism commits
+
+    def draw(reservation: Reservation) -> PrivateFunction:  # the mechanism commits its one event
         return function_type(*_latent_release(model, request, reservation, latent=latent, readout=readout,
                                               reference_inputs=reference_inputs, rtol=rtol, tol=tol))
+
+    return measure(Measurement(request, relation(model), draw), accountant)  # the one reservation
 
 
 def _check_reference_offset(model: Any, offset: Any, reference_inputs: Any) -> None:

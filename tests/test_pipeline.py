@@ -273,7 +273,7 @@ def test_one_validation_and_one_reservation_per_release(toy, monkeypatch, how):
     the pipeline and the mechanisms look these names up, and every Reservation actually held."""
     from collections import Counter
 
-    from dpgp_gpflow import accounting, pipeline
+    from dpgp_gpflow import accounting, measurement, pipeline
     from dpgp_gpflow.mechanisms import cloaking, request, standard
 
     X, Y, _, Xnew, Z = toy
@@ -296,7 +296,7 @@ def test_one_validation_and_one_reservation_per_release(toy, monkeypatch, how):
 
         monkeypatch.setattr(module, name, wrapper)
 
-    for module in (pipeline, request, cloaking, standard):
+    for module in (pipeline, measurement, request, cloaking, standard):  # measure reserves (issue 35 item 1)
         for name in COUNTED:
             if hasattr(module, name):
                 counting(module, name)
