@@ -2,7 +2,8 @@
 prior at the test inputs, scaled by the exact RKHS sensitivity.
 
 :func:`standard` releases for a validated request (:mod:`.request`) into the caller's reservation;
-:func:`standard_release` is the public wrapper that validates and reserves itself. Exact noise as in
+:func:`standard_release` is the public wrapper that validates and runs it through
+:func:`~dpgp_gpflow.measurement.measure`. Exact noise as in
 :mod:`.cloaking`: the whitened query ``L^{-1} mean / (s Delta)`` gets exact grid noise and is
 re-coloured with ``L``.
 """
@@ -16,8 +17,9 @@ import numpy as np
 import tensorflow as tf
 
 from .. import sampling
-from ..accounting import PrivacyAccountant, Reservation, reserve
+from ..accounting import PrivacyAccountant, Reservation
 from ..cloaking import row_norms
+from ..measurement import Measurement, measure
 from ..released import PrivateRelease
 from ..sampling import gaussian_grid_factor
 from ..validation import require_finite
@@ -55,9 +57,12 @@ def standard_release(
     request = release_request(epsilon, delta, calibration=calibration, objective=None, sampler=sampler, seed=seed)
     prior_cov = tf.convert_to_tensor(prior_cov, dtype=tf.float64)
     require_finite("standard release", prior_covariance=prior_cov)
-    with reserve(accountant, [request.event()]) as reservation:
+
+    def draw(reservation: Reservation) -> PrivateRelease:  # standard commits the one event after its draw
         return standard(request, reservation, mean, variance, prior_cov, sensitivity=sensitivity,
                         data_sensitivity=data_sensitivity, y_bounds=y_bounds)
+
+    return measure(Measurement(request, "row", draw), accountant)
 
 
 def standard(request: ReleaseRequest, reservation: Reservation, mean: Any, variance: Any, prior_cov: Any, *,
