@@ -28,9 +28,10 @@ import tensorflow as tf
 from check_shapes import check_shapes
 
 from . import cloaking
-from .accounting import PrivacyAccountant, Reservation, reserve
+from .accounting import PrivacyAccountant, Reservation
 from .cloaking import DEFAULT_TOL, candidate_rtols, first_harmless, mahalanobis_terms, projection_terms, working_set
 from .cloaking.rank import bias_rounding, projection_bias
+from .measurement import Measurement, measure
 from .mechanisms.request import validate_tol
 from .mechanisms.rounding import MAX_NOISE_CONDITION
 from .mechanisms import (
@@ -235,31 +236,34 @@ def publish(
         raise ValueError(f"this plan protects {int(plan.neighbour_count)} extreme changes but the groups given to "
                          f"publish have {count}: publish with the groups= the plan was made with")
     epsilon, delta, multiplier = request.epsilon, request.delta, request.multiplier
-    with reserve(accountant, [request.event()]) as reservation:
+    protected = relation(types.SimpleNamespace(groups=groups))  # recorded as every model's release records it
+
+    def draw(reservation: Reservation) -> PrivateRelease:  # publish_cloaking commits the one event after its draw
         if float(plan.noise_multiplier) != multiplier:
             raise ValueError(f"this plan was made for noise multiplier {float(plan.noise_multiplier)!r}, but "
                              f"(epsilon={epsilon}, delta={delta}, {calibration}) needs {multiplier!r}")
         certificate = cloaking.certificate_of(objective, plan.gap, plan.relative_gap, tol, plan.iterations, plan.support)
         # clipped to the declared bound the plan's shift assumes (what every model's release does first):
         # a caller's unclipped outputs are never trusted, and nothing about them is said
-        y_centred = tf.clip_by_value(tf.reshape(tf.convert_to_tensor(y_centred, dtype=tf.float64), [-1]),
-                                     -float(output_bound), float(output_bound))
+        clipped = tf.clip_by_value(tf.reshape(tf.convert_to_tensor(y_centred, dtype=tf.float64), [-1]),
+                                   -float(output_bound), float(output_bound))
         whitening = tf.convert_to_tensor(plan.whitening, tf.float64)
-        if whitening.shape.rank != 2 or int(whitening.shape[1]) != int(y_centred.shape[0]):
+        if whitening.shape.rank != 2 or int(whitening.shape[1]) != int(clipped.shape[0]):
             raise ValueError(f"the plan has {int(whitening.shape[-1])} columns but there are "
-                             f"{int(y_centred.shape[0])} outputs")
+                             f"{int(clipped.shape[0])} outputs")
         if int(plan.rank) != int(whitening.shape[0]):
             raise ValueError(f"the plan's rank {int(plan.rank)} does not match its whitening matrix {whitening.shape}")
         release = publish_cloaking(
             noise_factor=tf.convert_to_tensor(plan.noise_factor, tf.float64), whitening=whitening,
-            y_centred=y_centred, offset=offset, variance=variance,
+            y_centred=clipped, offset=offset, variance=variance,
             sensitivity=whitened_sensitivity(whitening, multiplier, neighbours),  # recomputed: plan.sensitivity unread
             multiplier=multiplier, output_bound=output_bound, reservation=reservation, seed=request.seed,
             epsilon=epsilon, delta=delta, data_sensitivity=data_sensitivity, calibration=request.calibration,
             objective=objective, certificate=certificate, rank=int(plan.rank), rtol=float(plan.rtol),
             bias_bound=float(plan.bias_bound), y_bounds=y_bounds, neighbours=neighbours)
-        # the relation it protects, recorded as every model's release records it ("row" per row)
-        return dataclasses.replace(release, neighbours=relation(types.SimpleNamespace(groups=groups)))
+        return dataclasses.replace(release, neighbours=protected)  # the relation it protects ("row" per row)
+
+    return measure(Measurement(request, protected, draw), accountant)
 
 
 def whitened_sensitivity(whitening: Any, multiplier: float, neighbours: Optional[Neighbours] = None) -> float:
