@@ -93,7 +93,7 @@ def test_budget_release_show_predict_end_to_end(work):
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr and "W0000" not in r.stderr and "cuda" not in r.stderr.lower()
     loaded = dp.load(work / "at.json")
-    assert isinstance(loaded, dp.PrivateRelease) and loaded.mean.shape == (3,)
+    assert isinstance(loaded, dp.PrivateRelease) and loaded.mean.shape == (3, 1)
     assert loaded.epsilon == 1.0 and loaded.delta == 0.01 and loaded.y_bounds == (60.0, 180.0)
     code, stdout, stderr = _run_out(["show", "at.json"], work)
     assert code == 0 and "epsilon" in stdout and "cloaking" in stdout, stderr
@@ -106,7 +106,7 @@ def test_budget_release_show_predict_end_to_end(work):
     pred = pd.read_csv(work / "pred.csv")
     assert list(pred.columns) == ["age", "weight", "mean", "variance", "noise_std"] and len(pred) == 3
     expected = dp.load(work / "fn.json").predict(pred[["age", "weight"]].to_numpy())
-    np.testing.assert_allclose(pred["mean"], expected.mean, rtol=1e-10)
+    np.testing.assert_allclose(pred["mean"], expected.mean[:, 0], rtol=1e-10)
     # the ledger: both releases charged, nothing left
     code, stdout, stderr = _run_out(["budget", "show", "ledger.sqlite"], work)
     assert code == 0 and "remaining (basic): epsilon=0," in stdout, stdout + stderr
@@ -281,7 +281,7 @@ def test_kung_release_from_the_semicolon_csv_is_sensible(tmp_path):
     assert released.clip_to_bounds and np.all((released.mean >= 60.0) & (released.mean <= 160.0))
     assert np.all(np.isfinite(released.noise_std)) and np.all(released.noise_std > 0.0)
     assert np.median(released.noise_std) < 30.0  # unit hyperparameters gave noise std up to 94 cm
-    rmse = float(np.sqrt(np.mean((released.mean - frame["height"].to_numpy()) ** 2)))
+    rmse = float(np.sqrt(np.mean((released.mean - frame[["height"]].to_numpy()) ** 2)))  # [k, 1] each
     assert rmse < 25.0, rmse  # heights span 54..179 cm (std 28 cm); unit hyperparameters released 42..210 cm
     assert read_card(tmp_path / "kung.json")["hyperparameters"]["kernel_variance"] == pytest.approx(625.0)
 
@@ -712,7 +712,7 @@ def test_show_prints_a_full_releases_values_at_their_stored_inputs(work, capsys)
     assert lines[start + 1].split() == ["age", "weight", "mean", "noise_std"]
     for i in range(3):  # each row: its inputs, then its released value and noise std
         row = [float(v) for v in lines[start + 2 + i].split()]
-        np.testing.assert_allclose(row, [*test.iloc[i], loaded.mean[i], loaded.noise_std[i]], rtol=1e-5)
+        np.testing.assert_allclose(row, [*test.iloc[i], loaded.mean[i, 0], loaded.noise_std[i, 0]], rtol=1e-5)
     assert "[[" not in out  # the inputs are not dumped as one long card line
     # a 5 x 5 grid over the two inputs: 20 rows, then how many more; the grid's inputs are stored
     with contextlib.chdir(work):
