@@ -178,8 +178,9 @@ ax.legend(fontsize=8, loc="lower right")
 ax = axes[1]
 ax.scatter(X[:, 0], Y[:, 0], s=6, c="0.7")
 ax.plot(ages[:, 0], nondp_mean.numpy()[:, 0], "k--", label="GP posterior mean (not private)")
-ax.plot(ages[:, 0], cloaked.mean, c="C3", label="cloaking release")
-ax.fill_between(ages[:, 0], cloaked.mean - 2 * cloaked.noise_std, cloaked.mean + 2 * cloaked.noise_std,
+cloaked_mean, cloaked_std = cloaked.mean[:, 0], cloaked.noise_std[:, 0]  # [k, 1] -> [k] to plot
+ax.plot(ages[:, 0], cloaked_mean, c="C3", label="cloaking release")
+ax.fill_between(ages[:, 0], cloaked_mean - 2 * cloaked_std, cloaked_mean + 2 * cloaked_std,
                 color="C3", alpha=0.2, label="± 2 DP-noise std")
 ax.set(title=f"Cloaking, (ε, δ) = ({EPSILON:g}, {DELTA:g})", xlabel="age (years)")
 ax.legend(fontsize=8, loc="lower right")

@@ -274,7 +274,7 @@ def cross_validate(X):
     rmse = {m: {"DP": [], "no DP": []} for m in METHODS}
     for train, test in folds:
         full, sparse, gibbs = models(X[train], Y[train])
-        Xt, yt = X[test], Y[test, 0]
+        Xt, yt = X[test], Y[test]  # [k, 1], as the releases' means (GPflow's shapes: no broadcasting)
         kw = dict(epsilon=EPSILON, delta=DELTA)
         dp = {
             "standard": full.release(Xt, mechanism="standard", **kw).mean,
@@ -283,10 +283,10 @@ def cross_validate(X):
             "non-stationary": gibbs.release(Xt, **kw).mean,
         }
         nondp = {
-            "standard": full.predict_f(Xt)[0].numpy()[:, 0],
-            "full cloaking": full.predict_f(Xt)[0].numpy()[:, 0],
-            "sparse": sparse.predict_f(Xt)[0].numpy()[:, 0],
-            "non-stationary": gibbs.predict_f(Xt)[0].numpy()[:, 0],
+            "standard": full.predict_f(Xt)[0].numpy(),
+            "full cloaking": full.predict_f(Xt)[0].numpy(),
+            "sparse": sparse.predict_f(Xt)[0].numpy(),
+            "non-stationary": gibbs.predict_f(Xt)[0].numpy(),
         }
         for m in METHODS:
             rmse[m]["DP"].append(np.sqrt(np.mean((dp[m] - yt) ** 2)))
@@ -376,9 +376,9 @@ assert len(once.ledger) == 1
 fig, ax = plt.subplots(figsize=(8, 4))
 for pred, x, style, label in ((pred_coarse, coarse, "o-", "coarse grid, 0-100 years"),
                               (pred_fine, fine, "-", "fine grid, 10-20 years (queried later)")):
-    sd = np.sqrt(pred.variance + pred.noise_std**2)
-    ax.fill_between(x[:, 0], pred.mean - 2 * sd, pred.mean + 2 * sd, alpha=0.2)
-    ax.plot(x[:, 0], pred.mean, style, markersize=4, label=label)
+    mean, sd = pred.mean[:, 0], np.sqrt(pred.variance + pred.noise_std**2)[:, 0]  # [k, 1] -> [k] to plot
+    ax.fill_between(x[:, 0], mean - 2 * sd, mean + 2 * sd, alpha=0.2)
+    ax.plot(x[:, 0], mean, style, markersize=4, label=label)
 ax.set(xlabel="age (years)", ylabel="height (cm)",
        title=f"one ({EPSILON:g}, {DELTA:g})-DP release, two sets of predictions")
 ax.legend(fontsize=8)
