@@ -338,7 +338,7 @@ def test_every_released_class_and_readout_is_registered():
     with pytest.raises(NotImplementedError, match="not written yet"):
         WholeRowsRelease.file_content(object.__new__(WholeRowsRelease))
     for cls in publishing.READOUT_KINDS.values():
-        assert callable(cls.release_state) and callable(cls.from_release_state)
+        assert callable(cls.release_state) and callable(cls.release_spec) and callable(cls.from_file_pieces)
 
 
 SERVE = textwrap.dedent("""

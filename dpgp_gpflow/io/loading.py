@@ -12,9 +12,9 @@ A loaded object needs neither the model nor the private outputs: a function or c
 from the released values and the frozen public pieces in the file (for a full-GP Laplace classifier
 these include the public training inputs, as ``k(X*, X)`` needs them; never the labels).
 
-To make a new readout loadable, give it ``release_state()`` and the classmethod
-``from_release_state(content, arrays)`` (as :class:`~dpgp_gpflow.models.fitc.FITCReadout` has) and add
-its class to ``_READOUT_CLASSES``: one line.
+To make a new readout loadable, give it ``release_state()``, ``release_spec()`` (what the state holds:
+:class:`~dpgp_gpflow.io.readouts.ReadoutSpec`) and the classmethod ``from_file_pieces(pieces)`` (as
+:class:`~dpgp_gpflow.models.fitc.FITCReadout` has) and add its class to ``_READOUT_CLASSES``: one line.
 """
 
 from __future__ import annotations
@@ -33,18 +33,19 @@ from ..models.multiclass_classifier import CLASS_KINDS, PrivateMulticlassClassif
 from ..models.sgpr import SGPRReadout
 from .card import clip_flag, multiclass_releases, read_card, release_of_card, releases_of_card
 from .format import ReleaseDocument, ReleaseFileError, ReleaseFileKindError, as_read_back, read, take_arrays
+from .readouts import readout_from_state
 from ..released import PrivateClassifier, PrivateFunction, PrivateRelease, Released
 
 __all__ = ["READOUT_KINDS", "RELEASED_KINDS", "load", "read_card", "readout_of"]  # the file's errors: dpgp_gpflow.io
 
-#: The readouts a release file may hold; each has ``release_state`` and ``from_release_state``.
+#: The readouts a release file may hold; each has ``release_state``, ``release_spec`` and ``from_file_pieces``.
 _READOUT_CLASSES = (
     FITCReadout,
     LaplaceReadout,
     SGPRReadout,
     SoRReadout,
 )
-#: Readout kind (its class name, as written in the file) -> class (each has ``from_release_state``).
+#: Readout kind (its class name, as written in the file) -> class (read by :func:`~dpgp_gpflow.io.readouts.readout_from_state`).
 READOUT_KINDS: Dict[str, Any] = {cls.__name__: cls for cls in _READOUT_CLASSES}
 
 #: The function and classifier classes a release file may hold (built by :func:`_load_function`).
@@ -169,7 +170,8 @@ RELEASED_KINDS: Dict[str, Callable[[ReleaseDocument], Released]] = {
 def readout_of(spec: Any, arrays: Mapping[str, np.ndarray], where: str) -> Any:
     """The readout of a file's ``{"kind", "state"}`` specification at ``where`` (e.g. ``content.readout``) with
     its arrays (names as the readout's ``release_state`` gives them): only the classes of
-    :data:`READOUT_KINDS`, rebuilt by their ``from_release_state``; ``ReleaseFileError`` naming ``where``."""
+    :data:`READOUT_KINDS`, rebuilt by :func:`~dpgp_gpflow.io.readouts.readout_from_state`; ``ReleaseFileError``
+    naming ``where``."""
     if not isinstance(spec, dict) or set(spec) != {"kind", "state"} or not isinstance(spec["state"], dict):
         raise ReleaseFileError(f"{where} must be an object with kind and state")
     kind = spec["kind"]
@@ -178,7 +180,7 @@ def readout_of(spec: Any, arrays: Mapping[str, np.ndarray], where: str) -> Any:
             f"unknown readout kind {kind!r}: this dpgp_gpflow loads {sorted(READOUT_KINDS)} (a newer version may "
             "know it)")
     try:
-        return READOUT_KINDS[kind].from_release_state(spec["state"], arrays)
+        return readout_from_state(READOUT_KINDS[kind], spec["state"], arrays)
     except ReleaseFileError as exc:
         raise type(exc)(f"{where}: {exc}") from None
 

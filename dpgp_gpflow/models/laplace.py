@@ -17,7 +17,7 @@ reading labels.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import gpflow
 import numpy as np
@@ -27,8 +27,8 @@ from gpflow.base import InputData, MeanAndVariance, RegressionData
 from gpflow.models import GPModel, InternalDataTrainingLossMixin
 from gpflow.models.util import data_input_to_tensor
 
-from ..io.format import ReleaseFileError, take_factors
-from ..io.gpflow_specs import kernel_from_spec, kernel_spec
+from ..io.gpflow_specs import kernel_spec
+from ..io.readouts import ReadoutPieces, ReadoutSpec
 from ..released import probit_approximation
 from .gpr import gpr_cloaking_matrix
 
@@ -445,18 +445,21 @@ class LaplaceReadout:
         return content, {"X": self._X.numpy(), "W_diag": self.W_diag.numpy(), "Lk": self._Lk.numpy(),
                          "LB": self._LB.numpy()}
 
+    @staticmethod
+    def release_spec() -> ReadoutSpec:
+        """What :meth:`release_state` writes, for :func:`dpgp_gpflow.io.readouts.readout_from_state` to read."""
+        return ReadoutSpec(points="X", squares=("Lk", "LB"), vectors=("W_diag",), nonnegative=("W_diag",))
+
     @classmethod
-    def from_release_state(cls, content: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> "LaplaceReadout":
-        """The readout of :meth:`release_state`'s ``(content, arrays)``, with exactly the saved factors."""
-        a = take_factors("LaplaceReadout", content, arrays, "X", ("Lk", "LB"), ("W_diag",))
-        dim = a["X"].shape[1]
-        if np.any(a["W_diag"] < 0):
-            raise ReleaseFileError("LaplaceReadout: W_diag has negative values")
+    def from_file_pieces(cls, pieces: ReadoutPieces) -> "LaplaceReadout":
+        """The readout of a release file's parsed state (:func:`dpgp_gpflow.io.readouts.readout_from_state`),
+        with exactly the saved factors."""
+        a = pieces.arrays
         readout = cls.__new__(cls)  # the factors as saved: nothing recomputed
-        readout._kernel = kernel_from_spec(content.get("kernel"), int(dim))
+        readout._kernel = pieces.kernel
         readout._X = tf.constant(a["X"])
         readout.W_diag = tf.constant(a["W_diag"])
-        readout.input_dim = int(dim)
+        readout.input_dim = int(a["X"].shape[1])
         readout._Lk = tf.constant(a["Lk"])
         readout._sqrt_w = tf.sqrt(readout.W_diag)[:, None]
         readout._LB = tf.constant(a["LB"])
@@ -501,11 +504,17 @@ class SoRReadout:
         content = {"input_dim": self.input_dim, "kernel": kernel_spec(self._kernel)}
         return content, {"Z": self.Z.numpy(), "Lmm": self._Lmm.numpy(), "La": self._La.numpy()}
 
+    @staticmethod
+    def release_spec() -> ReadoutSpec:
+        """What :meth:`release_state` writes, for :func:`dpgp_gpflow.io.readouts.readout_from_state` to read."""
+        return ReadoutSpec(points="Z", squares=("Lmm", "La"))
+
     @classmethod
-    def from_release_state(cls, content: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> "SoRReadout":
-        """The readout of :meth:`release_state`'s ``(content, arrays)``, with exactly the saved factors."""
-        a = take_factors("SoRReadout", content, arrays, "Z", ("Lmm", "La"))
-        return cls.from_factors(kernel_from_spec(content.get("kernel"), a["Z"].shape[1]), a["Z"], a["Lmm"], a["La"])
+    def from_file_pieces(cls, pieces: ReadoutPieces) -> "SoRReadout":
+        """The readout of a release file's parsed state (:func:`dpgp_gpflow.io.readouts.readout_from_state`),
+        with exactly the saved factors."""
+        a = pieces.arrays
+        return cls.from_factors(pieces.kernel, a["Z"], a["Lmm"], a["La"])
 
     @classmethod
     def from_factors(cls, kernel: gpflow.kernels.Kernel, Z: Any, Lmm: Any, La: Any) -> "SoRReadout":

@@ -20,7 +20,7 @@ variance are public; the outputs are clipped to public bounds at construction an
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any, Dict, Mapping, NamedTuple, Optional, Tuple, Type
+from typing import TYPE_CHECKING, Any, Dict, NamedTuple, Optional, Tuple, Type
 
 import gpflow
 import numpy as np
@@ -28,8 +28,8 @@ import tensorflow as tf
 from sklearn.cluster import KMeans
 
 from ..contract import ReleaseTerms, output_map, output_offset, output_terms
-from ..io.format import ReleaseFileError, take_factors
-from ..io.gpflow_specs import kernel_from_spec, kernel_spec, mean_function_from_spec, mean_function_spec
+from ..io.gpflow_specs import kernel_spec, mean_function_spec
+from ..io.readouts import ReadoutPieces, ReadoutSpec
 from ..streaming.terms import ChunkTerms
 from ..validation import as_inputs, is_dask_array
 from ..whole_rows.design import mark_data_derived
@@ -135,22 +135,17 @@ class SparseReadout(abc.ABC):
         return content, {"Z": self._Z.numpy(), L_name: self._L.numpy(), LB_name: self._LB.numpy()}
 
     @classmethod
-    def from_release_state(cls, content: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> "SparseReadout":
-        """The readout of :meth:`release_state`'s ``(content, arrays)``, with exactly the saved values;
-        ``ReleaseFileError`` for a malformed ``outputs`` or a mean function of another number of outputs."""
+    def release_spec(cls) -> ReadoutSpec:
+        """What :meth:`release_state` writes, for :func:`dpgp_gpflow.io.readouts.readout_from_state` to read."""
+        return ReadoutSpec(points="Z", squares=cls.factor_names, mean_function=True, outputs=True)
+
+    @classmethod
+    def from_file_pieces(cls, pieces: ReadoutPieces) -> "SparseReadout":
+        """The readout of a release file's parsed state (:func:`dpgp_gpflow.io.readouts.readout_from_state`),
+        with exactly the saved values."""
         L_name, LB_name = cls.factor_names
-        a = take_factors(cls.__name__, content, arrays, "Z", (L_name, LB_name))
-        P = content.get("outputs", 1)
-        if "outputs" in content and not (isinstance(P, int) and not isinstance(P, bool) and P >= 2):
-            raise ReleaseFileError(f"{cls.__name__}: outputs must be an integer >= 2 (absent for one output), "
-                                   f"got {P!r}")
-        readout = cls(kernel_from_spec(content.get("kernel"), a["Z"].shape[1]),
-                      mean_function_from_spec(content.get("mean_function")),
-                      a["Z"], SparseTerms(a[L_name], a[LB_name], None), P)
-        columns = int(readout._mean_function(tf.zeros([1, readout.input_dim], tf.float64)).shape[-1])
-        if columns not in (1, P):
-            raise ReleaseFileError(f"{cls.__name__}: the mean function gives {columns} outputs, the readout {P}")
-        return readout
+        a = pieces.arrays
+        return cls(pieces.kernel, pieces.mean_function, a["Z"], SparseTerms(a[L_name], a[LB_name], None), pieces.outputs)
 
 
 class DPSGPRBase(DaskRowsMixin, FactoredModelMixin):
