@@ -47,12 +47,14 @@ import tensorflow as tf
 from check_shapes import inherit_check_shapes
 from gpflow.base import InputData, MeanAndVariance
 
-from ..accounting import PrivacyAccountant, Reservation, reserve
+from ..accounting import PrivacyAccountant, Reservation
 from ..calibration import gaussian_multiplier
 from ..cloaking import DEFAULT_TOL
 from ..contract import ReleaseTerms, check_release_hyperparameters, dense_map
 from ..pipeline import cloak_outputs
+from ..measurement import Measurement, measure
 from ..mechanisms import ReleaseRequest, release_request
+from ..neighbours import relation
 from ..released import PrivateClassifier, PrivateRelease
 from ..streaming.terms import Factors
 from ..validation import as_inputs, is_dask_array, require_float64, validate_public_terms
@@ -288,8 +290,12 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
         check_release_hyperparameters(self, hyperparameters_public)
         # step 1's public terms, checked finite before any budget is reserved (a refusal draws and spends nothing)
         first = self.first_step()
-        with reserve(accountant, [request.event()] * steps) as reservation:  # the one reservation, all steps
+
+        def draw(reservation: Reservation) -> PrivateLaplaceClassifier:  # each step commits its event after its draw
             return self.release_steps(request, reservation, steps, first, rtol=rtol, tol=tol)
+
+        # the one reservation, all steps (basic composition: one event per step)
+        return measure(Measurement(request, relation(self), draw, events=(request.event(),) * steps), accountant)
 
     def first_step(self) -> Tuple[tf.Tensor, tf.Tensor]:
         """``(K, C)``: the public kernel matrix [N, N] and step 1's cloaking matrix

@@ -495,7 +495,7 @@ def test_one_validation_and_one_reservation_per_classifier_release(model, sparse
     cloaking_release did both again through a borrowed Reservation.)"""
     from collections import Counter
 
-    from dpgp_gpflow import accounting, pipeline
+    from dpgp_gpflow import accounting, measurement, pipeline
     from dpgp_gpflow.models import dp_laplace
 
     steps = 2 if which == "full-2-steps" else 1
@@ -505,7 +505,7 @@ def test_one_validation_and_one_reservation_per_classifier_release(model, sparse
         warnings.simplefilter("ignore", ReproducibleNoiseWarning)
         release()  # warm: compiled stages traced
     counts: Counter = Counter()
-    for module in (dp_laplace, pipeline, request_module, release_module):
+    for module in (dp_laplace, pipeline, measurement, request_module, release_module):  # measure reserves
         for name in COUNTED:
             if hasattr(module, name):
                 original = getattr(module, name)
