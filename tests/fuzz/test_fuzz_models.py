@@ -214,7 +214,7 @@ def test_release_fuzz(draws, regression_models, share, data):
         return
     rel = out.result
     X = as_float64(Xnew)
-    assert rel.mean.shape == (X.shape[0],) and rel.variance.shape == (X.shape[0],)
+    assert rel.mean.shape == (X.shape[0], 1) and rel.variance.shape == (X.shape[0], 1)
     assert len(draws) == 1 and int(draws[0]) == rel.rank
     assert rel.mechanism == mechanism
     C = dp.cloaking_matrix(model, X).numpy()
