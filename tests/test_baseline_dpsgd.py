@@ -154,7 +154,8 @@ def model(rows):
 
 def test_a_release_is_one_ledger_event_and_predicts_anywhere(model, draws):
     acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
-    with pytest.warns(ClippingWarning, match="1 of 40 private input"), pytest.warns(ReproducibleNoiseWarning):
+    with pytest.warns(ClippingWarning, match="1 of 40 private rows had inputs outside the public box"), \
+            pytest.warns(ReproducibleNoiseWarning):
         released = model.release_function(epsilon=1.0, delta=1e-3, clip_norm=1.0, sampling_rate=0.5, steps=4,
                                           seed=7, accountant=acc)
     assert isinstance(released, DPSGDSVGPRelease)
@@ -190,15 +191,39 @@ def test_bad_parameters_are_refused_before_reserving(model, draws, change, error
     assert draws == [] and acc.history() == [] and acc.held == (0.0, 0.0)
 
 
-@pytest.mark.parametrize("change, match", [
-    (dict(x_bounds=None), "x_bounds is required"), (dict(y_bounds=None), "y_bounds is required"),
-    (dict(x_bounds=[(0.0, 1.0), (0.0, 1.0)]), "one \\(lo, hi\\) per input column"),
-    (dict(x_bounds=[(1.0, 0.0)]), "lo < hi"),
+@pytest.mark.parametrize("change, error, match", [
+    (dict(x_bounds=None), TypeError, "x_bounds=\\[\\(lo_1, hi_1\\), ...\\], a public box .* is required"),
+    (dict(y_bounds=None), TypeError, "y_bounds=\\(lo, hi\\), public bounds on the outputs, is required"),
+    (dict(x_bounds=[(0.0, 1.0), (0.0, 1.0)]), ValueError, "2 \\(lo, hi\\) pair\\(s\\), the inputs have 1 column"),
+    (dict(x_bounds=[(1.0, 0.0)]), ValueError, "lo < hi"),
 ])
-def test_missing_or_bad_bounds_are_refused(rows, change, match):
+def test_missing_or_bad_bounds_are_refused(rows, change, error, match):
     args = dict(inducing_variable=np.zeros((2, 1)), noise_variance=0.1, x_bounds=[(0.0, 10.0)], y_bounds=(-2.0, 2.0))
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(error, match=match):
         DPSGDSVGP(rows, gpflow.kernels.SquaredExponential(), **{**args, **change})
+
+
+@pytest.mark.parametrize("x_bounds", [None, [(1.0, 0.0)], [(0.0, 1.0), (0.0, 1.0)], [(0.0, np.inf)], [(0, True)]])
+def test_a_bad_box_is_refused_as_the_whole_row_release_refuses_it(rows, x_bounds):
+    """The two models with private inputs share one rule for the box: same error type, same message."""
+    Z = np.linspace(0, 10, 4)[:, None]
+    with pytest.raises(Exception) as baseline:
+        DPSGDSVGP(rows, gpflow.kernels.SquaredExponential(), inducing_variable=Z, noise_variance=0.1,
+                  x_bounds=x_bounds, y_bounds=(-2.0, 2.0))
+    with pytest.raises(Exception) as whole_rows:
+        dp.models.DPSGPR(rows, gpflow.kernels.SquaredExponential(), Z, noise_variance=0.1, y_bounds=(-2.0, 2.0),
+                         x_bounds=x_bounds, private_inputs=True)
+    assert type(baseline.value) is type(whole_rows.value) and type(baseline.value) in (TypeError, ValueError)
+    assert str(baseline.value) == str(whole_rows.value) and "x_bounds" in str(baseline.value)
+
+
+def test_inducing_inputs_by_kmeans_on_the_private_inputs_are_refused(rows):
+    Z = dp.models.kmeans_inducing_inputs(rows[0], 3)
+    with pytest.raises(ValueError, match="computed from the inputs \\(k-means\\)"):
+        DPSGDSVGP(rows, gpflow.kernels.SquaredExponential(), inducing_variable=Z, noise_variance=0.1,
+                  x_bounds=[(0.0, 10.0)], y_bounds=(-2.0, 2.0))
+    DPSGDSVGP(rows, gpflow.kernels.SquaredExponential(), inducing_variable=Z + 0.5, noise_variance=0.1,
+              x_bounds=[(0.0, 10.0)], y_bounds=(-2.0, 2.0))  # other values: not marked
 
 
 @pytest.mark.slow

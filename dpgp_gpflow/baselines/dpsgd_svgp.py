@@ -41,9 +41,8 @@ import copy
 import functools
 import math
 import os
-import warnings
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Optional, Tuple
 
 import gpflow
 import numpy as np
@@ -54,7 +53,6 @@ from dp_accounting.pld import pld_privacy_accountant
 
 from .. import sampling
 from ..accounting import PrivacyEvent, Reservation
-from ..exceptions import ClippingWarning
 from ..measurement import Measurement, measure
 from ..mechanisms.request import release_request
 from ..mechanisms.rounding import SENSITIVITY_SAFETY
@@ -68,6 +66,7 @@ from ..validation import (
     validate_delta,
     validate_epsilon,
 )
+from ..whole_rows.design import check_public_inducing_inputs, clip_private_inputs, validate_box, warn_clipped_inputs
 
 __all__ = [
     "DPSGDSVGP",
@@ -249,31 +248,11 @@ class DPSGDSVGPRelease:
 # the release
 
 
-def _x_bounds(x_bounds: Any, input_dim: int) -> Tuple[Tuple[float, float], ...]:
-    """One public ``(lo, hi)`` per input column (:func:`~dpgp_gpflow.validation.validate_bounds` each)."""
-    if x_bounds is None:
-        raise ValueError("x_bounds is required: the inputs are private and are clipped to a public box "
-                         "[(lo_1, hi_1), ...] declared before seeing the data")
-    pairs = [x_bounds] if input_dim == 1 and np.shape(x_bounds) == (2,) else list(x_bounds)
-    if len(pairs) != input_dim:
-        raise ValueError(f"x_bounds must hold one (lo, hi) per input column ({input_dim}), got {len(pairs)}")
-    return tuple(validate_bounds(p) for p in pairs)
-
-
 def _positive(name: str, value: Any) -> float:
     value = check_real(name, value)
     if not value > 0.0:
         raise ValueError(f"{name} must be finite and > 0, got {value}")
     return value
-
-
-def _clip_inputs(X: np.ndarray, bounds: Sequence[Tuple[float, float]]) -> np.ndarray:
-    lo, hi = np.array(bounds).T
-    outside = int(np.sum((X < lo) | (X > hi)))
-    if outside:
-        warnings.warn(f"{outside} of {X.size} private input values lay outside the public box and were clipped",
-                      ClippingWarning, stacklevel=3)
-    return np.clip(X, lo, hi)
 
 
 def _batches(n: int, q: float, steps: int, seed: Optional[int]):
@@ -325,12 +304,13 @@ class DPSGDSVGP:
         self._X = as_inputs("X", X)
         self._Y = as_outputs("Y", Y, self._X.shape[0])
         self.num_data, input_dim = self._X.shape
-        self.x_bounds = _x_bounds(x_bounds, input_dim)
+        self._box = validate_box(x_bounds, input_dim)  # the rules of every model with private inputs
+        self.x_bounds = tuple((lo, hi) for lo, hi in self._box.tolist())
         if y_bounds is None:
-            raise ValueError("y_bounds is required: the outputs are private and are clipped to public bounds "
-                             "(lo, hi)")
+            raise TypeError("y_bounds=(lo, hi), public bounds on the outputs, is required")
         self.y_bounds = validate_bounds(y_bounds)
         Z = as_inputs("inducing_variable", inducing_variable, input_dim)
+        check_public_inducing_inputs(Z)
         if not isinstance(kernel, gpflow.kernels.Kernel):
             raise TypeError(f"kernel must be a gpflow kernel, got {type(kernel).__name__}")
         self.noise_variance = _positive("noise_variance", noise_variance)
@@ -383,7 +363,8 @@ class DPSGDSVGP:
                        f"{RELATION})")
 
         def mechanism(reservation: Reservation) -> DPSGDSVGPRelease:
-            X = _clip_inputs(self._X, self.x_bounds)
+            X, outside = clip_private_inputs(self._X, self._box)
+            warn_clipped_inputs(outside, self.num_data, self._box, stacklevel=2)
             Y = clip_outputs(self._Y, self.y_bounds)
             noise, reproducible = sampling.standard_normal(steps * dimension, request.seed)
             noise = noise.reshape(steps, dimension)

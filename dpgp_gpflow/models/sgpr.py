@@ -14,7 +14,6 @@ predictions at *any* inputs private by post-processing, exactly as for
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Optional, Tuple
 
 import gpflow
@@ -24,11 +23,10 @@ from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.covariances import Kuf, Kuu
 
 from .. import linalg, whole_rows
-from ..exceptions import ClippingWarning, PrivacyLeakError
+from ..exceptions import PrivacyLeakError
 from ..streaming.terms import ChunkTerms, Factors
 from ..validation import as_inputs, is_dask_array
-from ..whole_rows.design import check_public_inducing_inputs, validate_box
-from ..whole_rows.statistics import clip_private_inputs
+from ..whole_rows.design import check_public_inducing_inputs, clip_private_inputs, validate_box, warn_clipped_inputs
 from .base import inducing_inputs
 from .sgpr_base import DPSGPRBase, SparseReadout, SparseTerms
 
@@ -163,9 +161,7 @@ def _private_input_data(data: Any, kernel: Any, inducing_variable: Any, x_bounds
     check_public_inducing_inputs(inducing_inputs(inducing_variable, box.shape[0]))
     if not is_dask_array(X):
         X, outside = clip_private_inputs(X, box, clip_inputs)
-        if outside:
-            warnings.warn(f"{outside} of {X.shape[0]} private rows had inputs outside the public box {box.tolist()} "
-                          "and were clipped to it", ClippingWarning, stacklevel=3)
+        warn_clipped_inputs(outside, X.shape[0], box, stacklevel=3)
     return (X, Y), box
 
 

@@ -6,39 +6,41 @@ the box. The box ``x_bounds`` ([D, 2], one ``(lo, hi)`` per input column) is dec
 public knowledge, as the outputs' bounds are; :func:`inducing_grid` and :func:`inducing_design` build
 inducing inputs from a box alone.
 
-Inducing inputs computed from data are remembered by value (:func:`mark_data_derived`, called by
-:func:`~dpgp_gpflow.models.kmeans_inducing_inputs`), so that a whole-row model refuses them
-(:func:`check_public_inducing_inputs`) however they were wrapped (array, ``InducingPoints``).
+Inducing inputs computed from data are remembered by value (:mod:`dpgp_gpflow.provenance`, whose
+:func:`mark_data_derived`, :func:`is_data_derived` and :func:`check_public_inducing_inputs` are re-exported
+here), so that a model with private inputs refuses them however they were wrapped (array,
+``InducingPoints``). :func:`clip_private_inputs` is the one rule for private inputs outside the box (clipped
+and counted, or refused), :func:`warn_clipped_inputs` the one warning, for every model with private inputs.
 
-Privacy assumption: the box and everything here are public; nothing reads the private rows.
+Privacy assumption: the box and the inducing inputs built here are public; only :func:`clip_private_inputs`
+reads private inputs, to clip them and count the rows clipped (a count for the data owner, never released).
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
+import warnings
 from numbers import Real
-from typing import Any, Optional, Sequence, Set, Union
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from scipy.stats import qmc
 
+from ..exceptions import ClippingWarning
+# re-exported for the callers that import them from here (defined once, in provenance)
+from ..provenance import check_public_inducing_inputs, is_data_derived, mark_data_derived  # noqa: F401
+
 __all__ = [
     "DESIGNS",
-    "check_public_inducing_inputs",
-    "clip_to_box",
+    "clip_private_inputs",
     "inducing_design",
     "inducing_grid",
-    "is_data_derived",
-    "mark_data_derived",
     "validate_box",
+    "warn_clipped_inputs",
 ]
 
 #: The low-discrepancy designs :func:`inducing_design` offers (scipy.stats.qmc).
 DESIGNS = ("halton", "sobol")
-
-_DATA_DERIVED: Set[str] = set()
-
 
 def validate_box(x_bounds: Any, input_dim: Optional[int] = None) -> np.ndarray:
     """The public input box as a float64 array [D, 2] (row j: ``(lo_j, hi_j)``, finite, ``lo_j < hi_j``).
@@ -72,9 +74,23 @@ def validate_box(x_bounds: Any, input_dim: Optional[int] = None) -> np.ndarray:
     return box
 
 
-def clip_to_box(X: np.ndarray, box: np.ndarray) -> np.ndarray:
-    """``X`` [N, D] clipped to the box [D, 2], column by column (a new array)."""
-    return np.clip(X, box[:, 0], box[:, 1])
+def clip_private_inputs(X: np.ndarray, box: np.ndarray, clip_inputs: bool = True) -> Tuple[np.ndarray, int]:
+    """``(X clipped to the box, number of rows with an input outside it)`` for private inputs [N, D] and a
+    validated box [D, 2]; with ``clip_inputs=False`` a row outside is refused (``ValueError``, one line, no
+    count). The one rule for private inputs, in every model that holds them (the whole-row release at
+    construction and chunk by chunk, the DP-SGD baseline)."""
+    outside = int(np.sum(np.any((X < box[:, 0]) | (X > box[:, 1]), axis=1)))
+    if outside and not clip_inputs:
+        raise ValueError("some private inputs lie outside the public box x_bounds and clipping is off "
+                         "(clip_inputs=False): nothing was released")
+    return np.clip(X, box[:, 0], box[:, 1]), outside
+
+
+def warn_clipped_inputs(outside: int, num_rows: int, box: np.ndarray, stacklevel: int) -> None:
+    """The one ``ClippingWarning`` for private rows clipped to the box: the count, never values (public box)."""
+    if outside:
+        warnings.warn(f"{outside} of {num_rows} private rows had inputs outside the public box {box.tolist()} "
+                      "and were clipped to it", ClippingWarning, stacklevel=stacklevel + 1)
 
 
 def inducing_grid(x_bounds: Any, num: Union[int, Sequence[int]]) -> np.ndarray:
@@ -109,29 +125,3 @@ def inducing_design(x_bounds: Any, num: int, *, kind: str = "halton", seed: int 
     else:
         unit = qmc.Halton(d=D, scramble=True, seed=int(seed)).random(int(num))
     return np.asarray(qmc.scale(unit, box[:, 0], box[:, 1]), dtype=np.float64)
-
-
-def _digest(Z: Any) -> str:
-    values = np.ascontiguousarray(np.asarray(Z, dtype=np.float64))
-    return hashlib.sha256(repr(values.shape).encode() + values.tobytes()).hexdigest()
-
-
-def mark_data_derived(Z: Any) -> None:
-    """Remember ``Z`` (by the SHA-256 of its float64 values) as computed from inputs, for
-    :func:`check_public_inducing_inputs`. Called by every helper that computes inducing inputs from data."""
-    _DATA_DERIVED.add(_digest(Z))
-
-
-def is_data_derived(Z: Any) -> bool:
-    """True when ``Z`` has exactly the values of inducing inputs a data helper computed in this process."""
-    return _digest(Z) in _DATA_DERIVED
-
-
-def check_public_inducing_inputs(Z: Any) -> None:
-    """``ValueError`` (one line) when ``Z`` was computed from the (now private) inputs by a helper of this
-    package (k-means): with private inputs, inducing inputs must come from the public box alone."""
-    if is_data_derived(Z):
-        raise ValueError(
-            "these inducing inputs were computed from the inputs (k-means), which are private here: every "
-            "prediction would publish them; build them from the public box instead "
-            "(dpgp_gpflow.whole_rows.inducing_grid(x_bounds, num) or inducing_design(x_bounds, num))")

@@ -29,22 +29,11 @@ import tensorflow as tf
 from ..exceptions import ClippingWarning
 from ..streaming.chunks import ChunkSource
 from ..validation import validate_bounds
-from .design import validate_box
+from .design import clip_private_inputs, validate_box
 from .features import FeatureMap
 
-__all__ = ["GridStatistics", "RowStatistics", "Statistics", "add_statistics", "clip_private_inputs", "grid_statistics",
+__all__ = ["GridStatistics", "RowStatistics", "Statistics", "add_statistics", "grid_statistics",
            "sufficient_statistics"]
-
-
-def clip_private_inputs(X: np.ndarray, box: np.ndarray, clip_inputs: bool = True) -> Tuple[np.ndarray, int]:
-    """``(X clipped to the box, number of rows with an input outside it)`` for private inputs [N, D]; with
-    ``clip_inputs=False`` a row outside is refused (``ValueError``, one line, no count). The one rule for
-    private inputs, at construction and chunk by chunk."""
-    outside = int(np.sum(np.any((X < box[:, 0]) | (X > box[:, 1]), axis=1)))
-    if outside and not clip_inputs:
-        raise ValueError("some private inputs lie outside the public box x_bounds and clipping is off "
-                         "(clip_inputs=False): nothing was released")
-    return np.clip(X, box[:, 0], box[:, 1]), outside
 
 
 class Statistics(NamedTuple):
