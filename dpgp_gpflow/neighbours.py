@@ -44,7 +44,8 @@ import scipy.sparse
 import tensorflow as tf
 from check_shapes import check_shapes
 
-from .relations import check_relation, relation_of  # noqa: F401  (check_relation: released.py reads it here)
+# check_relation: released.py reads it here
+from .relations import check_relation, largest_person, relation_of  # noqa: F401
 from .validation import validate_groups
 
 __all__ = [
@@ -210,8 +211,7 @@ def relation(model: Any) -> str:
     ``"row (P outputs)"`` (all outputs of one row) or ``"person (groups, up to G rows[ of P outputs])"``."""
     groups = getattr(model, "groups", None)
     ids = None if groups is None else validate_groups(groups, np.size(groups))
-    largest = 1 if ids is None or not ids.size else int(np.unique(ids, return_counts=True)[1].max())
-    return relation_of(model_outputs(model), largest)
+    return relation_of(model_outputs(model), largest_person(ids))
 
 
 def refuse_groups(model: Any, what: str) -> None:

@@ -3,6 +3,7 @@ and integers, no TensorFlow, so that a release file's card is checked against th
 (:mod:`dpgp_gpflow.io.card`) and recorded with them when a model releases (:mod:`dpgp_gpflow.neighbours`,
 :mod:`dpgp_gpflow.models.one_vs_rest`).
 
+* :func:`largest_person`: the most rows of one person (public ids).
 * :func:`relation_of`: the one format of a recorded relation (``"row"``, ``"row (P outputs)"``,
   ``"person (groups, up to G rows[ of P outputs])"``); :func:`check_relation`: how a file's is read back.
 * Several classes, one-vs-rest (docs/mechanisms.md#several-classes): a neighbour changes at most
@@ -19,14 +20,25 @@ import math
 import re
 from typing import Any
 
+import numpy as np
+
 __all__ = [
     "check_relation",
     "class_relation",
     "classes_moved",
+    "largest_person",
     "multiclass_step_multiplier",
     "relation_of",
     "rows_relation",
 ]
+
+
+def largest_person(groups: Any) -> int:
+    """The largest number of rows of one person in the (validated, public) person ids ``groups``; 1 for None
+    (one row per person). The one count of a person's rows: every relation and sensitivity reads it here."""
+    if groups is None or not np.size(groups):
+        return 1
+    return int(np.unique(groups, return_counts=True)[1].max())
 
 
 def relation_of(num_outputs: int, person_rows: int) -> str:

@@ -10,7 +10,7 @@
   one person of at most g rows, :func:`largest_person`), so it changes at most ``m = min(K, 2g)`` problems
   (:func:`classes_moved`; 2 for one row per person), and each of the T Newton steps of every class is
   released at ``sqrt(m T) s`` (:func:`multiclass_step_multiplier`); the relations recorded
-  (:func:`rows_relation`, :func:`class_relation`): these four live in :mod:`dpgp_gpflow.relations` (no
+  (:func:`rows_relation`, :func:`class_relation`): these five live in :mod:`dpgp_gpflow.relations` (no
   TensorFlow: a release file's card is checked against them); each class's seed (:func:`class_seed`).
 
 Everything here is public: it reads the labels only to check them, and the groups (public) otherwise.
@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
-from ..relations import class_relation, classes_moved, multiclass_step_multiplier, rows_relation
+from ..relations import class_relation, classes_moved, largest_person, multiclass_step_multiplier, rows_relation
 from ..released import probit_approximation
 from ..validation import is_dask_array
 
@@ -80,14 +80,6 @@ def one_vs_rest_labels(labels: Any, num_classes: int) -> List[Any]:
         flat = labels.reshape((-1,))
         return [2.0 * (flat == a).astype(np.float64)[:, None] - 1.0 for a in range(num_classes)]
     return [np.where(labels == a, 1.0, -1.0)[:, None] for a in range(num_classes)]
-
-
-def largest_person(groups: Optional[np.ndarray]) -> int:
-    """The largest number of rows of one person in the (validated, public) ``groups``; 1 for None (one row
-    per person)."""
-    if groups is None or not np.size(groups):
-        return 1
-    return int(np.unique(groups, return_counts=True)[1].max())
 
 
 def class_seed(seed: Optional[int], num_classes: int, label: int) -> Optional[int]:

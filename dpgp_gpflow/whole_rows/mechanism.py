@@ -26,7 +26,7 @@ from ..accounting import Reservation
 from ..measurement import Measurement
 from ..mechanisms.request import ReleaseRequest
 from ..sampling import gaussian_grid_factor
-from ..neighbours import relation_of
+from ..relations import largest_person, relation_of
 from ..streaming.chunks import ChunkSource, LocalChunks, person_starts, source_persons
 from ..validation import validate_groups
 from .sensitivity import (
@@ -41,18 +41,11 @@ from .sensitivity import (
 )
 from .statistics import GridStatistics, RowStatistics, grid_statistics, sufficient_statistics
 
-__all__ = ["RELATION", "NoisedStatistics", "largest_person", "relation", "release_statistics", "statistics_measurement",
+__all__ = ["RELATION", "NoisedStatistics", "relation", "release_statistics", "statistics_measurement",
            "statistics_sensitivity"]
 
 #: The neighbouring relation of a whole-row release without persons: one row, inputs and outputs, replaced.
 RELATION = "row (inputs and outputs)"
-
-
-def largest_person(ids: Any) -> int:
-    """The most rows of one person in validated public ids (1 for None: one row per person)."""
-    if ids is None or not np.size(ids):
-        return 1
-    return int(np.unique(ids, return_counts=True)[1].max())
 
 
 class NoisedStatistics(NamedTuple):

@@ -19,8 +19,9 @@ from whole_rows_reference import features as reference_features
 from whole_rows_reference import statistics as reference_statistics
 
 import dpgp_gpflow as dp
+from dpgp_gpflow import neighbours, relations
 from dpgp_gpflow import whole_rows as wr
-from dpgp_gpflow.models import DPSGPR
+from dpgp_gpflow.models import DPSGPR, one_vs_rest
 from dpgp_gpflow.streaming import LocalChunks
 from dpgp_gpflow.whole_rows import mechanism as mechanism_module
 
@@ -178,3 +179,17 @@ def test_dask_rows_with_persons_and_a_grid_equal_the_in_memory_release():
         for key in ("S", "b", "q"):
             np.testing.assert_allclose(a.statistics[key], b.statistics[key], rtol=1e-9, atol=1e-9)
     assert on_dask.selection["chosen"] == local.selection["chosen"]
+
+
+def test_one_count_of_a_persons_rows():
+    """The whole-row release, the relation and the one-vs-rest models read one function for the most rows of
+    one person (dpgp_gpflow.relations.largest_person); checked against a count written here."""
+    assert mechanism_module.largest_person is relations.largest_person
+    assert one_vs_rest.largest_person is relations.largest_person
+    assert neighbours.largest_person is relations.largest_person
+    ids = np.array([3, 1, 3, 2, 3, 1, 7])
+    counts = {}
+    for i in ids.tolist():
+        counts[i] = counts.get(i, 0) + 1
+    assert relations.largest_person(ids) == max(counts.values()) == 3
+    assert relations.largest_person(None) == relations.largest_person(np.zeros(0, dtype=np.int64)) == 1
