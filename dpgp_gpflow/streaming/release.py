@@ -37,6 +37,7 @@ from ..measurement import Measurement, measure
 from ..neighbours import model_outputs, relation
 from ..released import PrivateFunction, PrivatePrediction
 from ..validation import as_inputs, require_float64
+from ..provenance import mark_data_derived
 from .chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks, check_source_shape, person_starts, source_persons
 from .dask_chunks import DaskChunks
 from .persons import ChunkPersons
@@ -58,7 +59,9 @@ def minibatch_kmeans_inducing_inputs(X: Any, num_inducing: int, *, seed: int = 0
     """Inducing inputs by scikit-learn's ``MiniBatchKMeans``, fed the public inputs a chunk at a time
     (``partial_fit``), so ``X`` may be a memory map or a Dask array. Seeded, deterministic.
 
-    Privacy assumption: ``X`` is public; the outputs are never used.
+    Privacy assumption: ``X`` is public; the outputs are never used. The centres are marked as computed from
+    the inputs (:func:`~dpgp_gpflow.provenance.mark_data_derived`): a model whose inputs are private
+    refuses them.
     """
     n = int(np.shape(X)[0])
     if not (isinstance(num_inducing, (int, np.integer)) and 1 <= num_inducing <= n):
@@ -70,7 +73,9 @@ def minibatch_kmeans_inducing_inputs(X: Any, num_inducing: int, *, seed: int = 0
         if chunk.shape[0] < num_inducing:  # a short last chunk: partial_fit needs >= k rows only at first
             chunk = np.asarray(X[max(0, n - step):n], dtype=np.float64)
         km.partial_fit(chunk)
-    return np.asarray(km.cluster_centers_, dtype=np.float64)
+    centres = np.asarray(km.cluster_centers_, dtype=np.float64)
+    mark_data_derived(centres)
+    return centres
 
 
 def _summary_chunk(X, start, terms, L):

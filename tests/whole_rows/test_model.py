@@ -12,7 +12,7 @@ import pytest
 import dpgp_gpflow as dp
 from dpgp_gpflow import whole_rows as wr
 from dpgp_gpflow.models import DPSGPR, kmeans_inducing_inputs
-from dpgp_gpflow.streaming import LocalChunks
+from dpgp_gpflow.streaming import LocalChunks, minibatch_kmeans_inducing_inputs
 
 BOX = [(0.0, 10.0)]
 BOUNDS = (-3.0, 3.0)
@@ -102,6 +102,25 @@ def test_inducing_inputs_by_kmeans_on_the_private_inputs_are_refused():
     with pytest.raises(ValueError, match="k-means"):
         DPSGPR((X, Y), _kernel(), gpflow.inducing_variables.InducingPoints(Z), noise_variance=0.2, y_bounds=BOUNDS,
                x_bounds=BOX, private_inputs=True)
+    DPSGPR((X, Y), _kernel(), Z, noise_variance=0.2, y_bounds=BOUNDS)  # public inputs: still accepted
+
+
+def test_inducing_inputs_by_streamed_kmeans_are_refused_before_reserving():
+    """``streaming.minibatch_kmeans_inducing_inputs`` marks its centres computed from the inputs: the model and
+    the streamed release refuse them (as k-means), with nothing reserved; other values are accepted."""
+    X, Y = _data()
+    Z = minibatch_kmeans_inducing_inputs(X, 5, chunk_size=40)
+    assert Z.shape == (5, 1)  # centres of the inputs: inside their range, not a design over the box
+    assert np.all((Z >= X.min()) & (Z <= X.max()))
+    _refused(lambda acc: DPSGPR((X, Y), _kernel(), gpflow.inducing_variables.InducingPoints(Z), noise_variance=0.2,
+                                y_bounds=BOUNDS, x_bounds=BOX, private_inputs=True,
+                                hyperparameters_public=True).release_function(epsilon=1.0, delta=1e-3, accountant=acc),
+             ValueError, "computed from the inputs \\(k-means\\)")
+    _refused(lambda acc: wr.release_rows(LocalChunks(X, Y, 40), _kernel(), Z, x_bounds=BOX, y_bounds=BOUNDS,
+                                         epsilon=1.0, delta=1e-3, accountant=acc, kernel_variance=3.0,
+                                         noise_variance=0.2), ValueError, "computed from the inputs \\(k-means\\)")
+    DPSGPR((X, Y), _kernel(), Z + 0.25, noise_variance=0.2, y_bounds=BOUNDS, x_bounds=BOX,
+           private_inputs=True)  # other values: not marked, accepted
     DPSGPR((X, Y), _kernel(), Z, noise_variance=0.2, y_bounds=BOUNDS)  # public inputs: still accepted
 
 
