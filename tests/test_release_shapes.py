@@ -173,6 +173,27 @@ def test_a_file_written_before_loads_as_k_by_1(data, tmp_path):
     np.testing.assert_array_equal(loaded.predict_y(Xs)[0], classifier.predict_y(Xs)[0])
 
 
+def test_old_format_function_and_multiclass_files_load_as_k_by_1(data, tmp_path):
+    X, Y, Xs = data
+    function = DPGPRFITC((X, Y), se(), X[:5], noise_variance=0.1, y_bounds=(-2.0, 2.0),
+                         hyperparameters_public=True).release_function(epsilon=1.0, delta=1e-3, seed=9)
+    classes = np.clip(np.floor(X[:, 0] / 2.0), 0, 2).astype(int)
+    several = DPMulticlassLaplaceGPC((X, classes), se(), num_classes=3, hyperparameters_public=True).release(
+        epsilon=1.0, delta=1e-3, seed=9)
+    for name, released, m in (("function", function, 5), ("multiclass", several, len(X))):
+        path = write_as_before(tmp_path / f"old_{name}.json", released, type(released).__name__, readout=True)
+        assert file_arrays(path)["releases/0/mean"] == [m]
+        loaded = dp.load(path)
+        for release in loaded.releases:
+            assert_k_by_p(release, m)
+        if name == "function":
+            for got, want in zip(loaded.predict(Xs), released.predict(Xs)):
+                assert got.shape == (K, 1)
+                np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_array_equal(loaded.predict_y(Xs)[0], released.predict_y(Xs)[0])
+
+
 def json_array(path, name):
     """An array of a release file decoded here from its base64 little-endian float64 bytes."""
     import base64
