@@ -136,12 +136,26 @@ def sqrtm_psd(S: np.ndarray) -> np.ndarray:
     return (U * np.sqrt(np.maximum(w, 0.0))) @ U.T
 
 
+#: cvxpy's optimum per (objective, vectors): a pure function of its arguments, solved once per process (the
+#: same problems are compared in several tests, e.g. test_cloaking's dense and conjugate-gradient solves)
+_CVX_SOLVED: dict = {}
+
+
 def cvx_noise_covariance(V: np.ndarray, objective: str) -> np.ndarray:
-    """The optimal ``M`` by cvxpy (CLARABEL), rescaled to exact feasibility.
+    """The optimal ``M`` by cvxpy (CLARABEL), rescaled to exact feasibility (a copy of the one solve of
+    these vectors in this process).
 
     entropy: ``max log det A s.t. v_i^T A v_i <= 1``, ``M = A^{-1}``;
     mse: ``min tr M s.t. [[M, v_i], [v_i^T, 1]] >= 0``.
     """
+    V = np.ascontiguousarray(V, dtype=np.float64)
+    key = (objective, V.shape, V.tobytes())
+    if key not in _CVX_SOLVED:
+        _CVX_SOLVED[key] = _cvx_noise_covariance_retried(V, objective)
+    return _CVX_SOLVED[key].copy()
+
+
+def _cvx_noise_covariance_retried(V: np.ndarray, objective: str) -> np.ndarray:
     import cvxpy as cp
 
     for tol in (1e-11, 1e-9):  # CLARABEL occasionally fails at the tightest setting: relax once
