@@ -229,9 +229,9 @@ class WholeRowsRelease(Released):
         return mean, variance + self.noise_variance
 
     def predict(self, Xnew: Any) -> PrivatePrediction:
-        """DP mean, the model's posterior variance and the DP noise std at ``Xnew``, each [k]."""
+        """DP mean, the model's posterior variance and the DP noise std at ``Xnew``, each [k, 1] NumPy."""
         mean, model, noise = self._terms(Xnew)
-        return PrivatePrediction(mean=mean[:, 0], variance=model[:, 0], noise_std=np.sqrt(noise[:, 0]))
+        return PrivatePrediction(mean=mean, variance=model, noise_std=np.sqrt(noise))
 
     # -- card, repr, files ---------------------------------------------------------------------------
     def privacy_card(self) -> Dict[str, Any]:

@@ -72,7 +72,9 @@ def test_predictions_equal_a_numpy_reference_from_the_released_statistics(clip):
     np.testing.assert_allclose(got_mean[:, 0], mean, rtol=1e-8, atol=1e-8)
     np.testing.assert_allclose(got_var[:, 0], model + noise, rtol=1e-8)
     pred = released.predict(Xt)
-    np.testing.assert_allclose(pred.noise_std, np.sqrt(noise), rtol=1e-8)
+    assert pred.mean.shape == pred.variance.shape == pred.noise_std.shape == (41, 1)  # [k, 1], as GPflow's
+    np.testing.assert_allclose(pred.noise_std[:, 0], np.sqrt(noise), rtol=1e-8)
+    np.testing.assert_allclose(pred.variance[:, 0], model, rtol=1e-8)
     np.testing.assert_allclose(released.predict_y(Xt)[1][:, 0], model + noise + nv, rtol=1e-8)
 
 
