@@ -15,6 +15,7 @@ import gpflow
 import numpy as np
 import pytest
 from whole_rows_reference import features as reference_features
+from whole_rows_reference import shift_in_noise_units as _shift
 
 import dpgp_gpflow as dp
 from dpgp_gpflow import whole_rows as wr
@@ -40,16 +41,6 @@ def _release(X, Y, lengthscales=CANDIDATES, seed=11, accountant=None, **options)
                                lengthscales=lengthscales, **options)
 
 
-def _shift(a, b):
-    """The L2 norm over every candidate of the released statistics' difference, in units of the noise std."""
-    rows, cols = np.triu_indices(Z.shape[0])
-    parts = []
-    for ca, cb in zip(a.candidates, b.candidates):
-        std = ca.statistics_noise_std
-        parts += [(ca.statistics["S"] - cb.statistics["S"])[rows, cols] / std["S"][rows, cols],
-                  (ca.statistics["b"] - cb.statistics["b"]) / std["b"],
-                  np.atleast_1d((ca.statistics["q"] - cb.statistics["q"]) / std["q"])]
-    return float(np.linalg.norm(np.concatenate(parts)))
 
 
 def _worst_shift():

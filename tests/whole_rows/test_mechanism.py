@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 from reference import analytic_delta
 from whole_rows_reference import features as reference_features
+from whole_rows_reference import shift_in_noise_units as _shift
 
 import dpgp_gpflow as dp
 from dpgp_gpflow import whole_rows as wr
@@ -40,15 +41,6 @@ def _release(X, Y, seed=11, accountant=None):
                                delta=DELTA, seed=seed, noise_variance=0.1, accountant=accountant)
 
 
-def _shift(a, b):
-    """The L2 norm of the released statistics' difference in units of each entry's noise std (S once per entry
-    of its upper triangle, as released)."""
-    std = a.statistics_noise_std
-    rows, cols = np.triu_indices(Z.shape[0])
-    parts = [(a.statistics["S"] - b.statistics["S"])[rows, cols] / std["S"][rows, cols],
-             (a.statistics["b"] - b.statistics["b"]) / std["b"],
-             np.atleast_1d((a.statistics["q"] - b.statistics["q"]) / std["q"])]
-    return float(np.linalg.norm(np.concatenate(parts)))
 
 
 def _neighbours():

@@ -16,6 +16,7 @@ import gpflow
 import numpy as np
 import pytest
 from whole_rows_reference import features as reference_features
+from whole_rows_reference import shift_in_noise_units as _shift
 from whole_rows_reference import statistics as reference_statistics
 
 import dpgp_gpflow as dp
@@ -61,13 +62,6 @@ def _joint_bound():
     return max(wS2 + wb2 / 4, g + wb2 / 2) + wq2
 
 
-def _shift(a, b):
-    std = a.statistics_noise_std
-    rows, cols = np.triu_indices(Z.shape[0])
-    parts = [(a.statistics["S"] - b.statistics["S"])[rows, cols] / std["S"][rows, cols],
-             (a.statistics["b"] - b.statistics["b"]) / std["b"],
-             np.atleast_1d((a.statistics["q"] - b.statistics["q"]) / std["q"])]
-    return float(np.linalg.norm(np.concatenate(parts)))
 
 
 def _neighbours():

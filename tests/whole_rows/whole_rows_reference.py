@@ -25,3 +25,16 @@ def statistics(X, Y, Z, lengthscale, box, bounds):
     yc = np.clip(np.ravel(Y), lo, hi) - (lo + hi) / 2
     P = features(Xc, Z, lengthscale)
     return P.T @ P, P.T @ yc, float(yc @ yc)
+
+
+def shift_in_noise_units(a, b) -> float:
+    """The L2 norm of two releases' statistics' difference in units of each entry's noise std: S once per entry of
+    its upper triangle (as released), then b and q; over every candidate when the releases hold several."""
+    parts = []
+    for ca, cb in zip(getattr(a, "candidates", None) or (a,), getattr(b, "candidates", None) or (b,)):
+        std = ca.statistics_noise_std
+        rows, cols = np.triu_indices(ca.statistics["S"].shape[0])
+        parts += [(ca.statistics["S"] - cb.statistics["S"])[rows, cols] / std["S"][rows, cols],
+                  (ca.statistics["b"] - cb.statistics["b"]) / std["b"],
+                  np.atleast_1d((ca.statistics["q"] - cb.statistics["q"]) / std["q"])]
+    return float(np.linalg.norm(np.concatenate(parts)))
