@@ -37,7 +37,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import csv
 import inspect
 import os
 import statistics
@@ -54,7 +53,6 @@ import gpflow  # noqa: E402
 import numpy as np  # noqa: E402
 
 from dpgp_gpflow.baselines import DPSGDSVGP, dpsgd_noise_multiplier  # noqa: E402
-from dpgp_gpflow.datasets import default_data_dir  # noqa: E402
 from dpgp_gpflow.models import DPSGPR  # noqa: E402
 
 EPSILONS = (0.5, 1.0, 2.0)
@@ -84,17 +82,12 @@ def grid(box, num):
 
 def kung():
     """All 544 people: (train X, Y), (held-out X, Y), protocol."""
-    path = Path(default_data_dir() or "") / "Howell1.csv"
-    with path.open(newline="") as f:
-        rows = list(csv.DictReader(f, delimiter=";"))
-    X = np.array([[float(r["age"])] for r in rows])
-    Y = np.array([[float(r["height"])] for r in rows])
-    perm = np.random.default_rng(0).permutation(len(X))
-    cut = int(0.8 * len(X))
-    train, test = perm[:cut], perm[cut:]
+    from whole_rows_kung import kung_split
+
+    train, test = kung_split()
     protocol = dict(Z=grid([(0.0, 90.0)], 8), x_bounds=[(0.0, 100.0)], y_bounds=(50.0, 190.0), lengthscale=15.0,
                     kernel_variance=400.0, noise_variance=25.0)
-    return (X[train], Y[train]), (X[test], Y[test]), protocol
+    return train, test, protocol
 
 
 def surface(X):
