@@ -39,23 +39,7 @@ from .predictors import (
 )
 
 __all__ = [
-    "BinNoiseVariance",
-    "BinRelease",
-    "Bins",
-    "DPSGDSVGP",
-    "DPSGDSVGPRelease",
-    "GridIntegralSE",
-    "IntegralGPR",
-    "NOISE_FLOOR",
-    "bin_means_nonprivate",
-    "clip_per_example",
-    "dpsgd_epsilon",
-    "dpsgd_noise_multiplier",
-    "fit_gp_on_bins",
-    "fit_integral_gp",
-    "make_bins",
-    "per_example_gradients",
-    "predict_bin_value",
-    "predict_integral_gp",
-    "release_bin_means",
+    "BinNoiseVariance", "BinRelease", "Bins", "DPSGDSVGP", "DPSGDSVGPRelease", "GridIntegralSE",
+    "IntegralGPR", "bin_means_nonprivate", "dpsgd_epsilon", "fit_gp_on_bins", "fit_integral_gp", "make_bins",
+    "predict_bin_value", "predict_integral_gp", "release_bin_means",
 ]

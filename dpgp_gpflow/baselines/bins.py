@@ -18,7 +18,7 @@ from check_shapes import check_shapes
 from ..kernels import grid_edges
 from ..validation import as_inputs
 
-__all__ = ["MAX_BINS", "Bins", "make_bins"]
+__all__ = ["Bins", "make_bins"]
 
 #: Most bins :func:`make_bins` builds from ``counts`` (every release allocates a few arrays of this size).
 MAX_BINS = 10**7

@@ -68,14 +68,7 @@ from ..validation import (
 )
 from ..whole_rows.design import check_public_inducing_inputs, clip_private_inputs, validate_box, warn_clipped_inputs
 
-__all__ = [
-    "DPSGDSVGP",
-    "DPSGDSVGPRelease",
-    "clip_per_example",
-    "dpsgd_epsilon",
-    "dpsgd_noise_multiplier",
-    "per_example_gradients",
-]
+__all__ = ["DPSGDSVGP", "DPSGDSVGPRelease", "dpsgd_epsilon"]
 
 #: The neighbour relation protected, as the release states it (that of the whole-row release).
 RELATION = "row (inputs and outputs), replace one"

@@ -22,12 +22,7 @@ from .bins import Bins
 from .mechanism import BinRelease
 
 __all__ = [
-    "BinNoiseVariance",
-    "IntegralGPR",
-    "NOISE_FLOOR",
-    "fit_gp_on_bins",
-    "fit_integral_gp",
-    "predict_bin_value",
+    "BinNoiseVariance", "IntegralGPR", "fit_gp_on_bins", "fit_integral_gp", "predict_bin_value",
     "predict_integral_gp",
 ]
 

@@ -19,13 +19,8 @@ from .format import (
 )
 
 __all__ = [
-    "ReleaseFileError",
-    "ReleaseFileIntegrityError",
-    "ReleaseFileKindError",
-    "ReleaseFileVersionError",
-    "inputs_hash",
-    "load",
-    "read_card",
+    "ReleaseFileError", "ReleaseFileIntegrityError", "ReleaseFileKindError", "ReleaseFileVersionError",
+    "load", "read_card",
 ]
 
 

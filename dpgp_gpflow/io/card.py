@@ -49,24 +49,7 @@ from ..validation import (
 )
 from .format import ReleaseDocument, ReleaseFileError, ReleaseFileKindError, read, take_arrays
 
-__all__ = [
-    "CARD_KINDS",
-    "CERTIFICATE_FIELD_TYPES",
-    "CheckedCard",
-    "MulticlassGuarantee",
-    "RELEASE_ARRAYS",
-    "RELEASE_FIELDS",
-    "ReleaseEntry",
-    "check_card",
-    "check_reproducible",
-    "clip_flag",
-    "multiclass_releases",
-    "read_card",
-    "read_checked_card",
-    "release_entry",
-    "release_of_card",
-    "releases_of_card",
-]
+__all__ = ["read_card"]
 
 #: The arrays of each release in a release file, under ``releases/<i>/``.
 RELEASE_ARRAYS = ("mean", "variance", "noise_std", "noise_factor")

@@ -58,30 +58,7 @@ from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
-__all__ = [
-    "ARRAY_DTYPES",
-    "FORMAT",
-    "FORMAT_VERSION",
-    "MAX_FILE_BYTES",
-    "MAX_JSON_DEPTH",
-    "ReleaseDocument",
-    "ReleaseFileError",
-    "ReleaseFileIntegrityError",
-    "ReleaseFileKindError",
-    "ReleaseFileVersionError",
-    "as_read_back",
-    "canonical_bytes",
-    "decode_array",
-    "document_sha256",
-    "encode_array",
-    "inputs_hash",
-    "provenance",
-    "read",
-    "take_arrays",
-    "take_factors",
-    "write",
-    "write_card",
-]
+__all__ = ["ReleaseFileError", "ReleaseFileIntegrityError", "ReleaseFileKindError", "ReleaseFileVersionError"]
 
 #: The ``"format"`` value of every release file.
 FORMAT = "dpgp_gpflow.release"

@@ -20,15 +20,7 @@ import tensorflow as tf
 from ..validation import check_magnitude, refuse_booleans
 from .format import ReleaseFileError, ReleaseFileKindError
 
-__all__ = [
-    "KERNEL_CLASSES",
-    "MAX_KERNEL_TERMS",
-    "MEAN_FUNCTION_CLASSES",
-    "kernel_from_spec",
-    "kernel_spec",
-    "mean_function_from_spec",
-    "mean_function_spec",
-]
+__all__: list[str] = []  # internal: the package imports these names by name
 
 #: Most kernels (leaves of Sum and Product) in one kernel specification: each costs milliseconds to build.
 MAX_KERNEL_TERMS = 64

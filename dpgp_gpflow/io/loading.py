@@ -36,7 +36,7 @@ from .format import ReleaseDocument, ReleaseFileError, ReleaseFileKindError, as_
 from .readouts import readout_from_state
 from ..released import PrivateClassifier, PrivateFunction, PrivateRelease, Released
 
-__all__ = ["READOUT_KINDS", "RELEASED_KINDS", "load", "read_card", "readout_of"]  # the file's errors: dpgp_gpflow.io
+__all__ = ["load", "read_card"]
 
 #: The readouts a release file may hold; each has ``release_state``, ``release_spec`` and ``from_file_pieces``.
 _READOUT_CLASSES = (

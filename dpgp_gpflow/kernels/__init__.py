@@ -4,13 +4,4 @@ from .gibbs import Gibbs, kde_lengthscale_function
 from .grid_integral import GridIntegralSE, grid_edges
 from .integral import IntegralSE, interval_interval, interval_point, predict_f_at_points
 
-__all__ = [
-    "Gibbs",
-    "GridIntegralSE",
-    "IntegralSE",
-    "grid_edges",
-    "interval_interval",
-    "interval_point",
-    "kde_lengthscale_function",
-    "predict_f_at_points",
-]
+__all__ = ["Gibbs", "GridIntegralSE", "IntegralSE", "kde_lengthscale_function", "predict_f_at_points"]

@@ -24,7 +24,7 @@ from gpflow.base import TensorType
 
 from .integral import IntegralSE, interval_interval, interval_point
 
-__all__ = ["GridIntegralSE", "grid_edges"]
+__all__ = ["GridIntegralSE"]
 
 
 def grid_edges(grid: Any) -> Tuple[np.ndarray, ...]:

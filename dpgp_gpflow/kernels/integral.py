@@ -27,7 +27,7 @@ from gpflow.base import MeanAndVariance, Parameter, TensorType
 from gpflow.utilities import positive
 from gpflow.utilities.model_utils import add_likelihood_noise_cov
 
-__all__ = ["IntegralSE", "interval_interval", "interval_point", "predict_f_at_points"]
+__all__ = ["IntegralSE", "predict_f_at_points"]
 
 #: Half-widths below this many lengthscales use the Taylor expansion (error ~ 1e-12 relative).
 _TAYLOR_THRESHOLD = 1e-2

@@ -31,23 +31,6 @@ from .rounding import check_noise_condition, condition_number, safe_sensitivity
 from .standard import standard_release
 
 __all__ = [
-    "NOISE_SOLVERS",
-    "NoisePlan",
-    "ReleaseRequest",
-    "check_noise_condition",
-    "check_whitened_shift",
-    "cloak",
-    "cloaking_release",
-    "condition_number",
-    "draw_and_spend",
-    "gaussian_event",
-    "noise_in_space",
-    "publish_cloaking",
-    "release_request",
-    "safe_sensitivity",
-    "shift_bound_of_norms",
+    "NoisePlan", "ReleaseRequest", "cloaking_release", "publish_cloaking", "release_request",
     "standard_release",
-    "validate_public_bounds",
-    "whitened_shift",
-    "whitening_terms",
 ]

@@ -59,21 +59,7 @@ from ..validation import check_count, check_real
 from .request import ReleaseRequest, release_request, validate_public_bounds
 from .rounding import SENSITIVITY_SAFETY, check_noise_condition, condition_number, safe_sensitivity
 
-__all__ = [
-    "NOISE_SOLVERS",
-    "WHITENING_SLACK",
-    "NoisePlan",
-    "NoiseTerms",
-    "check_whitened_shift",
-    "cloak",
-    "cloaking_release",
-    "draw_and_spend",
-    "noise_in_space",
-    "publish_cloaking",
-    "shift_bound_of_norms",
-    "whitened_shift",
-    "whitening_terms",
-]
+__all__ = ["NoisePlan", "cloaking_release", "publish_cloaking"]
 
 
 #: Relative inflation of the exact sampler's sensitivity (noise std 9e-10 larger) so that the shift

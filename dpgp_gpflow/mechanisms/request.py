@@ -31,8 +31,7 @@ from ..validation import (
     validate_seed,
 )
 
-__all__ = ["ReleaseRequest", "check_multiplier", "gaussian_event", "release_request",
-           "validate_public_bounds", "validate_tol"]
+__all__ = ["ReleaseRequest", "release_request"]
 
 
 class ReleaseRequest(NamedTuple):

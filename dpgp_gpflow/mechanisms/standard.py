@@ -26,7 +26,7 @@ from ..validation import require_finite
 from .request import ReleaseRequest, release_request
 from .rounding import condition_number, safe_sensitivity
 
-__all__ = ["standard", "standard_release"]
+__all__ = ["standard_release"]
 
 
 def standard_release(

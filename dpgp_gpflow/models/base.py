@@ -55,19 +55,7 @@ from ..validation import (
     validate_output_sensitivities,
 )
 
-__all__ = [
-    "DaskRowsMixin",
-    "FactoredModelMixin",
-    "LeakGuardMixin",
-    "PrivateModelMixin",
-    "check_mean_function",
-    "prepare_private_data",
-    "prepare_sparse_data",
-    "split_dask_rows",
-    "parameter_values",
-    "public_constant_mean",
-    "reference_coordinates",
-]
+__all__ = ["FactoredModelMixin", "LeakGuardMixin", "PrivateModelMixin"]
 
 
 def check_mean_function(mean_function: Any, input_dim: int, num_outputs: int) -> None:

@@ -77,14 +77,8 @@ from .laplace import (
 from .sgpr_base import kmeans_inducing_inputs
 
 __all__ = [
-    "DPLaplaceGPC",
-    "DPSparseLaplaceGPC",
-    "LABEL_BOUNDS",
-    "LABEL_SENSITIVITY",
-    "PrivateClassifier",
-    "PrivateLaplaceClassifier",
+    "DPLaplaceGPC", "DPSparseLaplaceGPC", "PrivateClassifier", "PrivateLaplaceClassifier",
     "PrivateSparseClassifier",
-    "check_steps",
 ]
 
 #: How far one private label can move: from -1 to +1.

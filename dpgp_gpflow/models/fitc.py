@@ -23,15 +23,7 @@ from ..released import PrivateFunction, PrivatePrediction
 from ..streaming.terms import ChunkTerms, Factors
 from .sgpr_base import DPSGPRBase, SparseReadout, SparseTerms
 
-__all__ = [
-    "DPGPRFITC",
-    "FITCChunkTerms",
-    "FITCReadout",
-    "PrivateFunction",
-    "PrivatePrediction",
-    "fitc_readout",
-    "fitc_terms",
-]
+__all__ = ["DPGPRFITC", "PrivateFunction", "PrivatePrediction"]
 
 
 @check_shapes("X: [N, D]", "Z: [M, D]")

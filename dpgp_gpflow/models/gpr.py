@@ -14,12 +14,7 @@ from ..contract import cloaking_matrix as contract_cloaking_matrix
 from ..pipeline import StandardTerms
 from .base import PrivateModelMixin, prepare_private_data, public_constant_mean
 
-__all__ = [
-    "DPGPR",
-    "cloaking_matrix",
-    "gpr_cloaking_matrix",
-    "gpr_rkhs_sensitivity",
-]
+__all__ = ["DPGPR", "cloaking_matrix", "gpr_cloaking_matrix"]
 
 
 @check_shapes("X: [N, D]", "Xnew: [M, D]", "return: [M, N]")

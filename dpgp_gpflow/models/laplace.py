@@ -32,23 +32,7 @@ from ..io.readouts import ReadoutPieces, ReadoutSpec
 from ..released import probit_approximation
 from .gpr import gpr_cloaking_matrix
 
-__all__ = [
-    "LaplaceGPC",
-    "LaplaceMode",
-    "LaplaceReadout",
-    "SoRReadout",
-    "first_newton_step_cloaking",
-    "first_step_predictive_cloaking",
-    "laplace_mode",
-    "laplace_predict",
-    "newton_step_cloaking",
-    "predict_from_latent",
-    "probit_approximation",
-    "sor_features",
-    "sor_first_step_cloaking",
-    "sor_predict_from_weights",
-    "validate_labels",
-]
+__all__ = ["LaplaceGPC"]
 
 _MAX_HALVINGS = 30
 """Step halvings tried per Newton iteration before the iteration is declared stalled."""

@@ -79,20 +79,8 @@ from .one_vs_rest import (
 from .sgpr_base import kmeans_inducing_inputs
 
 __all__ = [
-    "DPMulticlassLaplaceGPC",
-    "DPSparseMulticlassLaplaceGPC",
-    "MulticlassGuarantee",
-    "OneVsRestChunks",
+    "DPMulticlassLaplaceGPC", "DPSparseMulticlassLaplaceGPC", "OneVsRestChunks",
     "PrivateMulticlassClassifier",
-    "class_relation",
-    "class_seed",
-    "classes_moved",
-    "largest_person",
-    "multiclass_step_multiplier",
-    "multiclass_step_request",
-    "one_vs_rest_labels",
-    "one_vs_rest_probabilities",
-    "validate_class_labels",
 ]
 
 

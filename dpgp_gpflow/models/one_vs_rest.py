@@ -29,18 +29,7 @@ from ..relations import class_relation, classes_moved, largest_person, multiclas
 from ..released import probit_approximation
 from ..validation import is_dask_array
 
-__all__ = [
-    "OneVsRestModel",
-    "class_relation",
-    "class_seed",
-    "classes_moved",
-    "largest_person",
-    "multiclass_step_multiplier",
-    "one_vs_rest_labels",
-    "one_vs_rest_probabilities",
-    "rows_relation",
-    "validate_class_labels",
-]
+__all__: list[str] = []  # internal: the package imports these names by name
 
 
 class OneVsRestModel:

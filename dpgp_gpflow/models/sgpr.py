@@ -30,15 +30,7 @@ from ..whole_rows.design import check_public_inducing_inputs, clip_private_input
 from .base import inducing_inputs
 from .sgpr_base import DPSGPRBase, SparseReadout, SparseTerms
 
-__all__ = [
-    "DPSGPR",
-    "SGPRChunkTerms",
-    "SGPRReadout",
-    "sgpr_readout",
-    "sgpr_readout_and_variance",
-    "sgpr_terms",
-    "sgpr_variance",
-]
+__all__ = ["DPSGPR"]
 
 
 @check_shapes("X: [N, D]", "Z: [M, D]", "noise_variance: [broadcast N]")

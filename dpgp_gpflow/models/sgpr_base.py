@@ -35,7 +35,7 @@ from ..validation import as_inputs, is_dask_array
 from ..whole_rows.design import mark_data_derived
 from .base import DaskRowsMixin, FactoredModelMixin, centred_latent_terms, prepare_sparse_data, public_constant_mean
 
-__all__ = ["DPSGPRBase", "SparseReadout", "SparseTerms", "kmeans_inducing_inputs"]
+__all__ = ["DPSGPRBase", "kmeans_inducing_inputs"]
 
 
 def kmeans_inducing_inputs(X: Any, num_inducing: int, *, seed: int = 0) -> np.ndarray:

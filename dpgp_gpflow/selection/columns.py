@@ -33,20 +33,7 @@ from ..models.multiclass import DPMulticlassLaplaceGPC, DPSparseMulticlassLaplac
 from ..neighbours import model_outputs, relation
 from ..validation import validate_data_sensitivity, validate_output_sensitivities
 
-__all__ = [
-    "KINDS",
-    "OutputColumns",
-    "check_selectable",
-    "column",
-    "fold_model",
-    "is_classifier",
-    "is_multiclass",
-    "label_sensitivity",
-    "model_columns",
-    "num_rows",
-    "private_columns",
-    "stack_noise",
-]
+__all__: list[str] = []  # internal: the package imports these names by name
 
 #: The kinds of columns: ``"outputs"`` (one or several outputs per row) or ``"classes"`` (one-vs-rest labels).
 KINDS = ("outputs", "classes")

@@ -62,21 +62,7 @@ from .columns import (
 )
 from .utility import Fold, cv_column_utility, loss_lipschitz, person_influence, published_sensitivity, validate_utility
 
-__all__ = [
-    "RELEASE_NOISE",
-    "CrossValidation",
-    "cross_validate",
-    "check_public",
-    "cv_folds",
-    "model_groups",
-    "num_rows",
-    "release_noise_std",
-    "resolve_splits",
-    "same_grid",
-    "stacked_map",
-    "validate_grid",
-    "validate_release_noise",
-]
+__all__ = ["CrossValidation", "cross_validate", "cv_folds"]
 
 Config = Mapping[str, Any]
 Split = Tuple[np.ndarray, np.ndarray]

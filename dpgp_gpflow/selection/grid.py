@@ -35,7 +35,7 @@ import numpy as np
 from ..validation import as_float64
 from .columns import fold_model
 
-__all__ = ["CLASSIFIER_VARIANCES", "LENGTHSCALE_FACTORS", "NOISE_RATIOS", "SPACING_FLOOR", "default_grid"]
+__all__ = ["default_grid"]
 
 #: Lengthscales as fractions of each input column's range.
 LENGTHSCALE_FACTORS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0, 2.0)

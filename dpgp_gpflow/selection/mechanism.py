@@ -38,23 +38,7 @@ from .. import sampling
 from ..calibration import exponential_mechanism_log_weights
 from ..validation import validate_epsilon
 
-__all__ = [
-    "DEFAULT_BETA",
-    "MECHANISMS",
-    "MECHANISM_NAMES",
-    "draw",
-    "exponential_mechanism",
-    "generalised_exponential_mechanism",
-    "generalised_scores",
-    "gumbel_max",
-    "log_weights",
-    "permute_and_flip",
-    "permute_and_flip_probabilities",
-    "probabilities_of",
-    "selection_probabilities",
-    "validate_beta",
-    "validate_mechanism",
-]
+__all__ = ["MECHANISMS"]
 
 #: The selection mechanisms :func:`~dpgp_gpflow.selection.select_hyperparameters` offers (the first is the default).
 MECHANISMS = ("generalised_exponential", "exponential", "permute_and_flip")

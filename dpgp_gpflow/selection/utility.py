@@ -32,26 +32,7 @@ from typing import Any, List, NamedTuple, Optional, Sequence
 import numpy as np
 from scipy import special
 
-__all__ = [
-    "CLIP_FACTOR",
-    "Fold",
-    "UTILITIES",
-    "expected_absolute",
-    "expected_loss",
-    "loss_lipschitz",
-    "output_weight",
-    "person_influence",
-    "point_influence",
-    "validate_utility",
-    "cv_predictions",
-    "cv_column_utility",
-    "cv_sensitivity",
-    "cv_utility",
-    "expected_clipped_square",
-    "point_sensitivities",
-    "as_folds",
-    "published_sensitivity",
-]
+__all__ = ["UTILITIES"]
 
 #: Residuals are clipped to ``[-CLIP_FACTOR * d, CLIP_FACTOR * d]`` by the squared loss (the JMLR paper's 4d).
 CLIP_FACTOR = 4.0

@@ -18,16 +18,6 @@ from .solver import StreamedMap
 from .terms import ChunkTerms
 
 __all__ = [
-    "DEFAULT_CHUNK_SIZE",
-    "ChunkSource",
-    "ChunkTerms",
-    "LocalChunks",
-    "OneVsRestChunks",
-    "StreamedMap",
-    "cloak_function",
-    "minibatch_kmeans_inducing_inputs",
-    "predict",
-    "release_function",
-    "rows_source",
-    "streamed_map",
+    "DEFAULT_CHUNK_SIZE", "ChunkSource", "LocalChunks", "OneVsRestChunks", "cloak_function",
+    "minibatch_kmeans_inducing_inputs", "predict", "release_function", "rows_source",
 ]

@@ -25,8 +25,7 @@ import numpy as np
 
 from ..validation import require_real_dtype, validate_groups
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "ChunkSource", "LocalChunks", "check_source_shape", "output_columns", "person_bounds",
-           "person_starts", "source_persons"]
+__all__ = ["DEFAULT_CHUNK_SIZE", "ChunkSource", "LocalChunks"]
 
 #: Rows per chunk when none is given: an m x chunk block of B for m = 200 is 32 MB.
 DEFAULT_CHUNK_SIZE = 20_000

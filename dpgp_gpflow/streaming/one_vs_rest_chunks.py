@@ -18,7 +18,7 @@ import numpy as np
 
 from .chunks import ChunkSource
 
-__all__ = ["OneVsRestChunks", "check_class_labels"]
+__all__ = ["OneVsRestChunks"]
 
 
 def _check_chunk_labels(labels: np.ndarray, num_classes: int) -> None:

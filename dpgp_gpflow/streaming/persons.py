@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from ..neighbours import Neighbours, group_neighbours, neighbour_columns, output_neighbours
 
-__all__ = ["ChunkPersons", "person_columns"]
+__all__: list[str] = []  # internal: the package imports these names by name
 
 
 class ChunkPersons:

@@ -51,7 +51,7 @@ from .solver import (
 )
 from .terms import ChunkTerms, Factors, add_summaries
 
-__all__ = ["cloak_function", "minibatch_kmeans_inducing_inputs", "predict", "release_function", "streamed_map"]
+__all__ = ["cloak_function", "minibatch_kmeans_inducing_inputs", "predict", "release_function"]
 
 
 def minibatch_kmeans_inducing_inputs(X: Any, num_inducing: int, *, seed: int = 0,

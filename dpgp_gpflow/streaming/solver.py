@@ -48,19 +48,7 @@ from .chunks import ChunkSource
 from .persons import ChunkPersons, person_columns
 from .terms import ChunkTerms, Factors
 
-__all__ = [
-    "COARSE_FACTOR",
-    "COARSE_ROWS",
-    "COARSE_STEP",
-    "PIVOT_CANDIDATES",
-    "PIVOT_CANDIDATES_MAX",
-    "StreamedMap",
-    "column_spaces",
-    "optimise_noise_covariance",
-    "projection_rows",
-    "sensitivities",
-    "whitened_query",
-]
+__all__: list[str] = []  # internal: the package imports these names by name
 
 #: Above ``COARSE_FACTOR * COARSE_ROWS`` rows the working set is first grown on every k-th row
 #: (``k = min(COARSE_STEP, n // COARSE_ROWS)``, chosen by position: public; recursively), and the solve

@@ -28,8 +28,7 @@ import numpy as np
 
 from .design import validate_box
 
-__all__ = ["DEFAULT_FRACTIONS", "MAX_CANDIDATES", "choose", "default_lengthscales", "validate_lengthscales",
-           "with_lengthscales"]
+__all__ = ["DEFAULT_FRACTIONS", "default_lengthscales"]
 
 #: The default grid: these fractions of the box's width in each input column (public; chosen so that the
 #: shortest candidate is resolved by a handful of inducing inputs per column and the longest is near linear over

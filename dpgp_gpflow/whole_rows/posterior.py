@@ -30,15 +30,7 @@ from typing import NamedTuple
 import tensorflow as tf
 from check_shapes import check_shapes
 
-__all__ = [
-    "FLOOR_SCALE",
-    "SPECTRAL_FAILURE",
-    "WeightPosterior",
-    "predictive_terms",
-    "regularised_statistic",
-    "spectral_noise_bound",
-    "weight_posterior",
-]
+__all__: list[str] = []  # internal: the package imports these names by name
 
 #: The eigenvalue floor as a multiple of the spectral bound ``tau`` of the noise (public design constant,
 #: chosen on synthetic data and the !Kung protocol: docs/whole_rows.md#regularisation).

@@ -35,7 +35,7 @@ from .posterior import (
 )
 from .variances import fit_variances, sgpr_bound
 
-__all__ = ["VARIANCES", "WholeRowsRelease"]
+__all__ = ["WholeRowsRelease"]
 
 #: How a release sets the kernel variance and the noise variance: the values given, or fitted on the
 #: released statistics (:func:`~dpgp_gpflow.whole_rows.variances.fit_variances`).

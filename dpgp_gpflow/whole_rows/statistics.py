@@ -32,8 +32,7 @@ from ..validation import validate_bounds
 from .design import clip_private_inputs, validate_box
 from .features import FeatureMap
 
-__all__ = ["GridStatistics", "RowStatistics", "Statistics", "add_statistics", "grid_statistics",
-           "sufficient_statistics"]
+__all__ = ["RowStatistics", "Statistics", "sufficient_statistics"]
 
 
 class Statistics(NamedTuple):
