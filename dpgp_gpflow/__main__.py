@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Optional, Sequence
 
-__all__ = ["import_tensorflow_quietly", "main", "run_demo"]
+__all__ = ["main"]
 
 #: Train/test sizes of the public split of the 442 diabetes records.
 N_TRAIN, N_TEST = 342, 100

@@ -36,14 +36,7 @@ from .ledger import LedgerStore, LedgerTransaction, MemoryLedger, SQLiteLedger
 from .tally import EventTally
 from .validation import check_real, validate_budget_delta, validate_epsilon
 
-__all__ = [
-    "PrivacyAccountant",
-    "PrivacyEvent",
-    "Reservation",
-    "current_accountant",
-    "reserve",
-    "resolve_accountant",
-]
+__all__ = ["PrivacyAccountant", "PrivacyEvent"]
 
 #: The enclosing ``with PrivacyAccountant(...)`` blocks of this context, innermost last.
 _ACTIVE: contextvars.ContextVar[Tuple["PrivacyAccountant", ...]] = contextvars.ContextVar(

@@ -51,18 +51,8 @@ from .calibration import analytic_gaussian_epsilon
 from .validation import MIN_DELTA, check_real
 
 __all__ = [
-    "COMPOSITIONS",
-    "PrivacyEvent",
-    "basic_composition",
-    "composed_epsilon",
-    "composition_report",
-    "gdp_composition",
-    "gdp_epsilon",
-    "gdp_step_multiplier",
-    "gdp_step_request",
-    "pld_delta",
+    "PrivacyEvent", "basic_composition", "composed_epsilon", "composition_report", "gdp_composition",
     "pld_epsilon",
-    "pure_epsilon_rr_noise_parameter",
 ]
 
 #: Compositions understood by :func:`composed_epsilon` (and by a ``PrivacyAccountant``'s budget).

@@ -29,21 +29,7 @@ from .leak_guard import validate_declaration
 from .validation import validate_hyperparameter_magnitudes
 
 __all__ = [
-    "FactoredPrivateModel",
-    "PrivateModel",
-    "PublicReadout",
-    "ReleaseMap",
-    "ReleaseTerms",
-    "check_release_hyperparameters",
-    "cloaking_matrix",
-    "dense_map",
-    "latent_terms_and_readout",
-    "output_map",
-    "output_offset",
-    "output_terms",
-    "readout_and_variance",
-    "stacked",
-    "unstacked",
+    "FactoredPrivateModel", "PrivateModel", "PublicReadout", "ReleaseMap", "ReleaseTerms", "cloaking_matrix",
 ]
 
 #: A k x n cloaking matrix ``C``, or its factors ``(A, B)`` (k x m and m x n) with ``C = A B``.

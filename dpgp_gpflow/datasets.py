@@ -27,22 +27,8 @@ from typing import Sequence
 import numpy as np
 
 __all__ = [
-    "CITIBIKE_LAT_RANGE",
-    "CITIBIKE_LON_RANGE",
-    "CITIBIKE_Y_BOUNDS",
-    "DIABETES_Y_BOUNDS",
-    "SYNTHETIC_2D_Y_BOUNDS",
-    "area_downsample",
-    "default_data_dir",
-    "kung_folds",
-    "load_diabetes_1d",
-    "load_hmeq",
-    "load_kung",
-    "load_mnist_binary",
-    "make_citibike_like",
-    "make_stripes",
-    "make_synthetic_2d",
-    "stripes_test_grid",
+    "DIABETES_Y_BOUNDS", "default_data_dir", "kung_folds", "load_diabetes_1d", "load_hmeq", "load_kung",
+    "load_mnist_binary", "make_stripes", "make_synthetic_2d", "stripes_test_grid",
 ]
 
 _ENV_VAR = "DPGP_SHARED_DATA"

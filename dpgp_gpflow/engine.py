@@ -46,7 +46,7 @@ from .neighbours import Neighbours, group_neighbours, neighbour_columns, relatio
 from .released import PrivateRelease
 from .validation import check_count
 
-__all__ = ["GraphNoisePlan", "noise_plan", "publish", "whitened_sensitivity"]
+__all__ = ["GraphNoisePlan", "noise_plan", "publish"]
 
 
 class GraphNoisePlan(NamedTuple):

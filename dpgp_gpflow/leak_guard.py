@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-__all__ = ["allow_undeclared_hyperparameters", "undeclared_hyperparameters_refused", "validate_declaration"]
+__all__ = ["allow_undeclared_hyperparameters"]
 
 #: False inside ``with allow_undeclared_hyperparameters():`` (this thread or task only).
 _REFUSE: contextvars.ContextVar[bool] = contextvars.ContextVar("dpgp_gpflow_refuse_undeclared", default=True)

@@ -81,16 +81,7 @@ from .composition import COMPOSITIONS, PrivacyEvent
 from .exceptions import LedgerError
 from .tally import EventTally
 
-__all__ = [
-    "BUSY_TIMEOUT_S",
-    "LEDGER_FORMAT",
-    "LOG_COLUMNS",
-    "LedgerError",
-    "LedgerStore",
-    "LedgerTransaction",
-    "MemoryLedger",
-    "SQLiteLedger",
-]
+__all__ = ["LedgerError", "LedgerStore", "MemoryLedger", "SQLiteLedger"]
 
 #: How long an operation waits for another process's transaction on the ledger before failing.
 BUSY_TIMEOUT_S = 60.0

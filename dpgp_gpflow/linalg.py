@@ -18,7 +18,7 @@ from typing import Callable
 import tensorflow as tf
 from check_shapes import check_shapes
 
-__all__ = ["cholesky_solve", "solve", "triangular_solve"]
+__all__: list[str] = []  # internal: the package imports these names by name
 
 #: Solves of at least this many r^2 n flops are split into two blocks of columns (below, one call is
 #: as fast) ...

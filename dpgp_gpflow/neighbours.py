@@ -48,18 +48,7 @@ from check_shapes import check_shapes
 from .relations import check_relation, largest_person, relation_of  # noqa: F401
 from .validation import validate_groups
 
-__all__ = [
-    "MAX_CORNER_ROWS",
-    "Neighbours",
-    "corner_signs",
-    "group_neighbours",
-    "model_neighbours",
-    "model_outputs",
-    "neighbour_columns",
-    "output_neighbours",
-    "refuse_groups",
-    "relation",
-]
+__all__ = ["group_neighbours", "output_neighbours"]
 
 #: Persons with at most this many rows get every corner of their box (``2^(|G|-1)`` columns, exact);
 #: larger persons get the ``|G| e_i`` bound (``|G|`` columns). At 4 rows: 8 columns per 4 rows, so

@@ -49,17 +49,7 @@ from .validation import (
     validate_public_terms,
 )
 
-__all__ = [
-    "MECHANISMS",
-    "cloak_outputs",
-    "Mechanism",
-    "StandardTerms",
-    "SupportsStandardMechanism",
-    "reference_coordinates",
-    "shaped",
-    "release",
-    "release_function",
-]
+__all__ = ["MECHANISMS", "release", "release_function"]
 
 Mechanism = Literal["cloaking", "standard"]
 

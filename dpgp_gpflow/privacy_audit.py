@@ -71,7 +71,7 @@ from .released import PrivateFunction, PrivateRelease, Released
 from .sampling import GRID_EXPONENT
 from .validation import bound_columns
 
-__all__ = ["NOISE_FALSE_ALARM", "AuditReport", "NoiseTest", "ReleaseAudit", "audit", "audit_release", "noise_test"]
+__all__ = ["AuditReport", "audit"]
 
 #: Relative slack for floating point when comparing the achieved with the claimed epsilon.
 AUDIT_RTOL = 1e-6

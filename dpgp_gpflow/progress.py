@@ -7,7 +7,7 @@ from typing import Optional
 
 from tqdm.auto import tqdm
 
-__all__ = ["Progress"]
+__all__: list[str] = []  # internal: the package imports these names by name
 
 
 class Progress:

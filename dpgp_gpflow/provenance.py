@@ -18,7 +18,7 @@ from typing import Any, Set
 
 import numpy as np
 
-__all__ = ["check_public_inducing_inputs", "is_data_derived", "mark_data_derived"]
+__all__: list[str] = []  # internal: the package imports these names by name
 
 _DATA_DERIVED: Set[str] = set()
 

@@ -39,15 +39,7 @@ from .io.card import RELEASE_ARRAYS, RELEASE_FIELDS, ReleaseEntry
 from .io.format import inputs_hash, provenance, write, write_card
 from .validation import Bounds, as_inputs, bound_columns
 
-__all__ = [
-    "PrivateClassifier",
-    "PrivateFunction",
-    "PrivatePrediction",
-    "PrivateRelease",
-    "Released",
-    "clipped_by_default",
-    "probit_approximation",
-]
+__all__ = ["PrivateClassifier", "PrivateFunction", "PrivatePrediction", "PrivateRelease"]
 
 
 class Released:

@@ -42,30 +42,7 @@ from scipy import special
 
 from .exceptions import PrivacyLeakWarning, ReproducibleNoiseWarning
 
-__all__ = [
-    "DISCRETE_GAUSSIAN_FACTOR",
-    "GRID_EXPONENT",
-    "MAX_GRID_LOSS",
-    "MAX_GRID_NOISE",
-    "SAMPLERS",
-    "SMOOTHING_STD",
-    "add_laplace",
-    "add_whitened_noise",
-    "discrete_gaussian_delta_bound",
-    "float_laplace",
-    "float_standard_normal",
-    "gaussian_grid_factor",
-    "grid_factor_of_loss",
-    "grid_loss",
-    "grid_sum",
-    "gumbel",
-    "gumbel_argmax",
-    "laplace",
-    "permute_and_flip",
-    "standard_normal",
-    "validate_sampler",
-    "warn_float_sampler",
-]
+__all__: list[str] = []  # internal: the package imports these names by name
 
 #: The exact samplers' grid is ``2^GRID_EXPONENT`` times the noise scale (unit scale: 9.1e-13).
 GRID_EXPONENT = -40

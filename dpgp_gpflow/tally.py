@@ -24,7 +24,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .composition import COMPOSITIONS, PrivacyEvent, basic_composition, composed_epsilon, gdp_epsilon
 
-__all__ = ["EventTally", "ExactSum"]
+__all__: list[str] = []  # internal: the package imports these names by name
 
 #: The key an event is counted under: what composition reads of it (its description is not read).
 _Key = Tuple[str, float, float, Optional[float]]

@@ -16,49 +16,7 @@ import numpy as np
 
 from .exceptions import ClippingWarning
 
-__all__ = [
-    "Bounds",
-    "CALIBRATIONS",
-    "Calibration",
-    "MECHANISMS",
-    "MIN_DATA_SENSITIVITY",
-    "MAX_MAGNITUDE",
-    "MAX_SEED",
-    "MIN_DELTA",
-    "OBJECTIVES",
-    "Objective",
-    "as_float64",
-    "as_dask_rows",
-    "as_inputs",
-    "check_real",
-    "as_outputs",
-    "bound_columns",
-    "bounds_array",
-    "check_count",
-    "check_magnitude",
-    "check_parameter_magnitude",
-    "clip_outputs",
-    "clip_private_outputs",
-    "is_dask_array",
-    "per_output",
-    "refuse_booleans",
-    "require_float64",
-    "validate_bounds",
-    "validate_calibration",
-    "validate_data_sensitivity",
-    "validate_delta",
-    "validate_epsilon",
-    "validate_groups",
-    "validate_hyperparameter_magnitudes",
-    "validate_noise_variance",
-    "validate_objective",
-    "validate_output_bounds",
-    "validate_output_sensitivities",
-    "validate_budget_delta",
-    "require_finite",
-    "validate_public_terms",
-    "validate_seed",
-]
+__all__: list[str] = []  # internal: the package imports these names by name
 
 #: How the Gaussian noise multiplier is calibrated (:mod:`dpgp_gpflow.calibration`).
 Calibration = Literal["analytic", "classical"]
