@@ -17,6 +17,7 @@ from .validation import CALIBRATIONS, Calibration, check_real, validate_calibrat
 __all__ = [
     "CALIBRATIONS",
     "Calibration",
+    "SENSITIVITY_SAFETY",
     "analytic_gaussian_delta",
     "analytic_gaussian_epsilon",
     "analytic_gaussian_multiplier",
@@ -27,6 +28,11 @@ __all__ = [
     "validate_delta",
     "validate_epsilon",
 ]
+
+#: Multiplies every sensitivity, to absorb floating-point rounding in its computation (here, without
+#: TensorFlow, so that a release file's checks recompute sensitivities: dpgp_gpflow.io.card).
+SENSITIVITY_SAFETY = 1.0 + 1e-8
+
 
 def analytic_gaussian_delta(epsilon: float, mu: float) -> float:
     """delta(epsilon) of a Gaussian mechanism whose sensitivity / noise std is ``mu``.

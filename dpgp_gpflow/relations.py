@@ -10,6 +10,7 @@ and integers, no TensorFlow, so that a release file's card is checked against th
   ``m = min(K, 2g)`` binary problems (:func:`classes_moved`), each of the T Newton steps of every class is
   released at ``sqrt(m T) s`` (:func:`multiclass_step_multiplier`); the relations it records
   (:func:`rows_relation`, :func:`class_relation`).
+* Whole rows (inputs and outputs private, :mod:`dpgp_gpflow.whole_rows`): :func:`whole_rows_relation`.
 
 Everything here is public: counts of classes, steps, outputs and a person's rows.
 """
@@ -57,6 +58,12 @@ def classes_moved(num_classes: int, person_rows: int) -> int:
     ``g = person_rows`` rows and each row's label may move from its class to any other (a row changes the
     problems of the class it leaves and of the class it joins; 2 for one row per person). Public."""
     return min(int(num_classes), 2 * int(person_rows))
+
+
+def whole_rows_relation(person_rows: int = 1) -> str:
+    """The relation a whole-row release records: ``"row (inputs and outputs)"`` for one row, ``"person (groups,
+    up to G rows) (inputs and outputs)"`` for persons of at most ``person_rows`` G rows (:func:`relation_of`)."""
+    return f"{relation_of(1, int(person_rows))} (inputs and outputs)"
 
 
 def rows_relation(person_rows: int) -> str:

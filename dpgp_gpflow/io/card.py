@@ -35,7 +35,14 @@ from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Sequence,
 import numpy as np
 
 from ..calibration import gaussian_multiplier
-from ..relations import check_relation, class_relation, classes_moved, multiclass_step_multiplier, rows_relation
+from ..relations import (
+    check_relation,
+    class_relation,
+    classes_moved,
+    multiclass_step_multiplier,
+    rows_relation,
+    whole_rows_relation,
+)
 from ..validation import (
     MECHANISMS,
     check_real,
@@ -376,6 +383,126 @@ def multiclass_releases(document: ReleaseDocument) -> Tuple[Tuple[ReleaseEntry, 
     return releases, MulticlassGuarantee(epsilon, delta, mu, K, steps, g)
 
 
+# ---------------------------------------------------------------------------------------------
+# A whole-row release (docs/release_file.md#whole-row-releases).
+
+#: The card's fields of a whole-row release (:meth:`~dpgp_gpflow.whole_rows.WholeRowsRelease.privacy_card`).
+WHOLE_ROWS_CARD = ("epsilon", "delta", "reproducible", "clip_to_bounds", "neighbours", "mechanism", "calibration",
+                   "noise_multiplier", "sensitivity", "shares", "x_bounds", "y_bounds", "num_data", "num_inducing",
+                   "person_rows", "chunking", "variances", "kernel_variance", "noise_variance", "lengthscales",
+                   "lengthscale_candidates")
+#: Relative tolerance of a whole-row release's recomputed sensitivity and noise std: the same formula on the same
+#: public numbers gives the same floats up to a few roundings, and the sums' rounding slack it includes (a function
+#: of n and the chunking) moves the sensitivity by about 1e-12 of itself, which a coarser tolerance would miss.
+WHOLE_ROWS_RTOL = 1e-14
+#: The mechanism a whole-row card records.
+WHOLE_ROWS_MECHANISM = "gaussian (whole-row statistics)"
+
+
+class WholeRowsCard(NamedTuple):
+    """A whole-row release file's card checked (:func:`whole_rows_card`): the recomputed public numbers."""
+
+    m: int  #: M, the inducing inputs
+    candidates: int  #: B, the statistics released together (1 without a grid of lengthscales)
+    box: np.ndarray  #: x_bounds [D, 2]
+    y_bounds: Tuple[float, float]
+    noise_std: Dict[str, np.ndarray]  #: each released entry's noise std, recomputed, ``S`` as its upper triangle
+
+
+def whole_rows_arrays(arrays: Mapping[str, np.ndarray], prefix: str, m: int) -> Dict[str, np.ndarray]:
+    """``{"S", "b", "q"}`` at ``prefix`` (``S`` the upper triangle [M (M + 1) / 2], ``b`` [M], ``q`` [1])."""
+    shapes = {"S": (m * (m + 1) // 2,), "b": (m,), "q": (1,)}
+    out = take_arrays(f"{prefix}", arrays, {f"{prefix}{k}": 1 for k in shapes})
+    for k, shape in shapes.items():
+        a = out[f"{prefix}{k}"]
+        if a.shape != shape:
+            raise ReleaseFileError(f"arrays.{prefix}{k} must be {list(shape)} for M = {m}, got {list(a.shape)}")
+    return {k: out[f"{prefix}{k}"] for k in shapes}
+
+
+def whole_rows_card(document: ReleaseDocument) -> WholeRowsCard:
+    """The card and released arrays of a ``WholeRowsRelease`` file checked, every number recomputed that can be
+    (docs/release_file.md#what-loading-checks): the multiplier from (epsilon, delta, calibration); the shares
+    normalised; the relation from ``person_rows``; the sensitivity with the release's own public formula
+    (:func:`~dpgp_gpflow.whole_rows.bounds.released_sensitivity`: shares, M, n, chunking, persons, candidates);
+    each released entry's noise std from ``multiplier x sensitivity`` and the parts' scales; the box, the bounds,
+    the statistics' shapes. ``ReleaseFileError`` naming the field. TensorFlow-free."""
+    from ..whole_rows.bounds import entry_noise_std, released_sensitivity, statistic_scales, validate_shares
+    from ..whole_rows.design import validate_box
+    card, where = document.card, "card"
+    missing = [k for k in WHOLE_ROWS_CARD if k not in card]
+    if missing:
+        raise ReleaseFileError(f"card: missing field(s) {missing}")
+    epsilon = _checked(where, "epsilon", validate_epsilon, card["epsilon"])
+    delta = _checked(where, "delta", validate_delta, card["delta"])
+    calibration = _checked(where, "calibration", validate_calibration, card["calibration"])
+    if card["mechanism"] != WHOLE_ROWS_MECHANISM:
+        raise ReleaseFileError(f"card.mechanism must be {WHOLE_ROWS_MECHANISM!r}, got {card['mechanism']!r}")
+    multiplier = _card_field(card, "noise_multiplier", "float", where)
+    expected = _checked(where, "calibration", gaussian_multiplier, epsilon, delta, calibration)
+    if not math.isclose(multiplier, expected, rel_tol=RECOMPUTED_RTOL):
+        raise ReleaseFileError(f"card.noise_multiplier {multiplier!r} is not the {calibration} multiplier "
+                               f"{expected!r} of epsilon {epsilon!r} and delta {delta!r}")
+    shares = card["shares"]
+    if not (isinstance(shares, list) and len(shares) == 3 and all(_is_number(v) for v in shares)):
+        raise ReleaseFileError(f"card.shares must be three numbers, got {shares!r}")
+    normalised = _checked(where, "shares", validate_shares, shares)
+    if not np.allclose(normalised, shares, rtol=RECOMPUTED_RTOL, atol=0.0):
+        raise ReleaseFileError(f"card.shares {shares!r} are not normalised (squares summing to 1)")
+    n, m, g = _card_int(card, "num_data", 1), _card_int(card, "num_inducing", 1), _card_int(card, "person_rows", 1)
+    if card["neighbours"] != whole_rows_relation(g):
+        raise ReleaseFileError(f"card.neighbours {card['neighbours']!r} is not {whole_rows_relation(g)!r} "
+                               f"(person_rows {g})")
+    chunking = card["chunking"]
+    if not (isinstance(chunking, list) and len(chunking) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in chunking)
+            and chunking[0] <= n and chunking[1] <= n and chunking[0] * chunking[1] >= n):
+        raise ReleaseFileError(f"card.chunking must be [longest chunk's rows, chunks] covering num_data {n}, "
+                               f"got {chunking!r}")
+    candidates = card["lengthscale_candidates"]
+    if candidates is not None and not (isinstance(candidates, list) and len(candidates) >= 2):
+        raise ReleaseFileError(f"card.lengthscale_candidates must be null or a list of at least 2, got {candidates!r}")
+    B = 1 if candidates is None else len(candidates)
+    try:
+        sensitivity = released_sensitivity(shares, m=m, multiplier=multiplier, num_rows=n, chunk_rows=chunking[0],
+                                           num_chunks=chunking[1], person_rows=g, blocks=B)
+    except (ValueError, FloatingPointError) as exc:
+        raise ReleaseFileError(f"card.sensitivity: {exc}") from None
+    recorded = _card_field(card, "sensitivity", "float", where)
+    if not math.isclose(recorded, sensitivity, rel_tol=WHOLE_ROWS_RTOL):
+        raise ReleaseFileError(f"card.sensitivity {recorded!r} is not the whole-row sensitivity {sensitivity!r} of "
+                               f"its shares, M = {m}, n = {n}, chunking {chunking}, person_rows {g} and {B} block(s)")
+    box = _checked(where, "x_bounds", validate_box, card["x_bounds"])
+    y_bounds = _card_bounds(card["y_bounds"], 1, where)
+    if y_bounds is None:
+        raise ReleaseFileError("card.y_bounds: a whole-row release always has bounds")
+    for name in ("reproducible", "clip_to_bounds"):
+        if not isinstance(card[name], bool):
+            raise ReleaseFileError(f"card.{name} must be true or false, got {card[name]!r}")
+    std = entry_noise_std(multiplier * sensitivity, statistic_scales(y_bounds[1] - y_bounds[0], shares), m)
+    upper = np.triu_indices(m)
+    recomputed = {"S": std["S"][upper], "b": std["b"], "q": np.reshape(std["q"], [1])}
+    written = whole_rows_arrays(document.arrays, "noise_std/", m)
+    for k, a in recomputed.items():
+        if not np.allclose(written[k], a, rtol=WHOLE_ROWS_RTOL, atol=0.0):
+            raise ReleaseFileError(f"arrays.noise_std/{k} is not the noise std of card.noise_multiplier x "
+                                   f"card.sensitivity for its shares and bounds")
+    whole_rows_arrays(document.arrays, "statistics/", m)
+    for i in range(B if B > 1 else 0):
+        whole_rows_arrays(document.arrays, f"candidates/{i}/", m)
+    return WholeRowsCard(m, B, box, y_bounds, written)
+
+
+def whole_rows_summary(card: Mapping[str, Any]) -> str:
+    """The one-line description of a whole-row release from its (checked) card: the loaded object's ``repr``
+    and ``dpgp show``'s first line."""
+    return (f"WholeRowsRelease(mechanism='whole-row statistics', epsilon={card['epsilon']:.6g}, "
+            f"delta={card['delta']:.6g}, m={card['num_inducing']}, n={card['num_data']}, "
+            f"bounds={tuple(card['y_bounds'])}, x_bounds={card['x_bounds']}, neighbours={card['neighbours']!r}"
+            + (", clip_to_bounds=True" if card["clip_to_bounds"] else "")
+            + (", reproducible=True)" if card["reproducible"] else ")"))
+
+
 #: Object kind (its class name, as written in the file) -> the check of its card and releases. The kinds
 #: :func:`~dpgp_gpflow.io.loading.load` builds are exactly these (it checks so when it is imported).
 CARD_KINDS: Dict[str, Callable[[ReleaseDocument], Tuple[ReleaseEntry, ...]]] = {
@@ -385,6 +512,7 @@ CARD_KINDS: Dict[str, Callable[[ReleaseDocument], Tuple[ReleaseEntry, ...]]] = {
     "PrivateLaplaceClassifier": releases_of_card,
     "PrivateSparseClassifier": releases_of_card,
     "PrivateMulticlassClassifier": lambda document: multiclass_releases(document)[0],
+    "WholeRowsRelease": lambda document: (whole_rows_card(document), ())[1],  # no PrivateRelease parts
 }
 
 

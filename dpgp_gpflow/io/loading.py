@@ -31,7 +31,20 @@ from ..models.laplace import LaplaceReadout, SoRReadout
 from ..models.fitc import FITCReadout
 from ..models.multiclass_classifier import CLASS_KINDS, PrivateMulticlassClassifier
 from ..models.sgpr import SGPRReadout
-from .card import clip_flag, multiclass_releases, read_card, release_of_card, releases_of_card
+from ..whole_rows.features import FeatureMap
+from ..whole_rows.lengthscales import choose
+from ..whole_rows.mechanism import NoisedStatistics
+from ..whole_rows.released import WholeRowsRelease
+from .card import (
+    clip_flag,
+    multiclass_releases,
+    read_card,
+    release_of_card,
+    releases_of_card,
+    whole_rows_arrays,
+    whole_rows_card,
+)
+from .gpflow_specs import kernel_from_spec
 from .format import ReleaseDocument, ReleaseFileError, ReleaseFileKindError, as_read_back, read, take_arrays
 from .readouts import readout_from_state
 from ..released import PrivateClassifier, PrivateFunction, PrivateRelease, Released
@@ -156,11 +169,89 @@ def _load_multiclass(document: ReleaseDocument) -> Released:
                                        steps=steps, person_rows=guarantee.person_rows)
 
 
+def _load_whole_rows(document: ReleaseDocument) -> Released:
+    """The :class:`~dpgp_gpflow.whole_rows.WholeRowsRelease` of a verified file: its card and released arrays
+    checked (:func:`~dpgp_gpflow.io.card.whole_rows_card`, every public number recomputed), the feature map
+    rebuilt from the kernel, ``Z``, ``k_max`` and the jitter, the variances given or refitted on the statistics,
+    and with a grid every candidate rebuilt and the choice recomputed from their SGPR bounds (never read).
+    ``ReleaseFileError`` naming the field otherwise."""
+    checked = whole_rows_card(document)
+    card, content, m = document.card, document.content, checked.m
+    if not isinstance(content, dict) or set(content) != {*_WHOLE_ROWS_PIECES, "candidates", "selection"}:
+        raise ReleaseFileError(f"content must be an object with {sorted({*_WHOLE_ROWS_PIECES, 'candidates', 'selection'})}")
+    Z = take_arrays("WholeRowsRelease", document.arrays, {"inducing_inputs": 2})["inducing_inputs"]
+    if Z.shape != (m, checked.box.shape[0]):
+        raise ReleaseFileError(f"arrays.inducing_inputs must be [{m}, {checked.box.shape[0]}] (num_inducing, the "
+                               f"box's columns), got {list(Z.shape)}")
+    upper = np.triu_indices(m)
+
+    def symmetric(v: np.ndarray) -> np.ndarray:
+        S = np.zeros((m, m))
+        S[upper] = v
+        S[upper[1], upper[0]] = v
+        return S
+
+    noise_std = {"S": symmetric(checked.noise_std["S"]), "b": checked.noise_std["b"],
+                 "q": np.asarray(checked.noise_std["q"][0])}
+
+    def one(pieces: Any, prefix: str, where: str) -> WholeRowsRelease:
+        if not isinstance(pieces, dict) or set(pieces) != set(_WHOLE_ROWS_PIECES):
+            raise ReleaseFileError(f"{where} must be an object with {sorted(_WHOLE_ROWS_PIECES)}")
+        st = whole_rows_arrays(document.arrays, prefix, m)
+        noised = NoisedStatistics({"S": symmetric(st["S"]), "b": st["b"], "q": np.asarray(st["q"][0])}, noise_std,
+                                  card["num_data"], card["sensitivity"], card["noise_multiplier"],
+                                  tuple(card["shares"]), card["reproducible"], card["person_rows"],
+                                  tuple(card["chunking"]))
+        try:
+            features = FeatureMap(kernel_from_spec(pieces["kernel"], Z.shape[1]), Z, jitter=pieces["jitter"],
+                                  k_max=pieces["k_max"])
+            given = pieces["variances"] == "given"
+            return WholeRowsRelease(noised, features, x_bounds=checked.box, y_bounds=checked.y_bounds,
+                                    epsilon=card["epsilon"], delta=card["delta"], calibration=card["calibration"],
+                                    kernel_variance=pieces["kernel_variance"] if given else None,
+                                    noise_variance=pieces["noise_variance"] if given else None,
+                                    variances=pieces["variances"], clip_to_bounds=card["clip_to_bounds"])
+        except ReleaseFileError:
+            raise
+        except (TypeError, ValueError, FloatingPointError, NotImplementedError) as exc:
+            raise ReleaseFileError(f"{where}: {exc}") from None
+
+    top = {k: content[k] for k in _WHOLE_ROWS_PIECES}
+    released = one(top, "statistics/", "content")
+    entries, selection = content["candidates"], content["selection"]
+    if checked.candidates == 1:
+        if entries != [] or selection is not None:
+            raise ReleaseFileError("content.candidates must be [] and content.selection null without "
+                                   "card.lengthscale_candidates")
+        return released
+    if not (isinstance(entries, list) and len(entries) == checked.candidates):
+        raise ReleaseFileError(f"content.candidates must list the {checked.candidates} candidates of "
+                               "card.lengthscale_candidates")
+    candidates = tuple(one(e, f"candidates/{i}/", f"content.candidates[{i}]") for i, e in enumerate(entries))
+    bounds = [c.bound() for c in candidates]  # recomputed on the released statistics, never read
+    chosen = choose(bounds)
+    for name, a in released.statistics.items():
+        if not np.array_equal(a, candidates[chosen].statistics[name]):
+            raise ReleaseFileError(f"arrays.statistics/{name} is not the chosen candidate's ({chosen}: the largest "
+                                   "SGPR bound on the released statistics)")
+    lengthscales = selection.get("lengthscales") if isinstance(selection, dict) else None
+    if (lengthscales != card["lengthscale_candidates"] or released.lengthscales is None
+            or not all(np.allclose(c.lengthscales, v, rtol=1e-12, atol=0.0) for c, v in zip(candidates, lengthscales))):
+        raise ReleaseFileError("content.selection.lengthscales must be card.lengthscale_candidates, the candidates' "
+                               "kernels' lengthscales")
+    return released.with_selection(candidates, lengthscales, bounds, chosen)
+
+
+#: The public pieces of a whole-row release's content (:meth:`~dpgp_gpflow.whole_rows.WholeRowsRelease.file_content`).
+_WHOLE_ROWS_PIECES = ("kernel", "k_max", "jitter", "variances", "kernel_variance", "noise_variance")
+
+
 #: Object kind (its class name, as written in the file) -> loader of a verified document.
 RELEASED_KINDS: Dict[str, Callable[[ReleaseDocument], Released]] = {
     "PrivateRelease": _release,
     **{cls.__name__: _load_function(cls) for cls in _FUNCTION_CLASSES},
     PrivateMulticlassClassifier.__name__: _load_multiclass,
+    WholeRowsRelease.__name__: _load_whole_rows,
 }
 
 # Each loader runs its kind's card checks (io/card.py's CARD_KINDS, which lists exactly these kinds:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from ..calibration import SENSITIVITY_SAFETY  # defined there: TensorFlow-free (release files' checks read it)
+
 __all__ = ["MAX_NOISE_CONDITION", "ROUNDING_SAFETY", "SENSITIVITY_SAFETY", "check_noise_condition",
            "condition_number", "safe_sensitivity"]
 
-#: Multiplies every sensitivity, to absorb floating-point rounding in its computation.
-SENSITIVITY_SAFETY = 1.0 + 1e-8
 #: Rounding in the released k-vector can leak along weakly-noised directions by about
 #: eps_machine * cond(F) (in Mahalanobis units): the sensitivity is inflated by this much times
 #: cond(F) as well, and releases with cond(F) above MAX_NOISE_CONDITION are refused.

@@ -12,6 +12,7 @@ One concept per module:
 * :mod:`.design`: the public box, inducing inputs from it (grid, low-discrepancy design), the refusal of
   inducing inputs computed from the data;
 * :mod:`.statistics`: the sums, in one pass over row chunks (in memory or a Dask reduction);
+* :mod:`.bounds`: the public sensitivity formula (no TensorFlow);
 * :mod:`.sensitivity`: the replace-one bounds, the split of a unit sensitivity, the released vector;
 * :mod:`.mechanism`: the Gaussian mechanism on that vector, as a :class:`~dpgp_gpflow.measurement.Measurement`;
 * :mod:`.posterior`: regularisation of the released ``S``, the weights' posterior, predictions with the DP
@@ -22,14 +23,29 @@ One concept per module:
 * :mod:`.release`: :func:`release_rows` and :func:`release_model` (``DPSGPR(..., private_inputs=True)``).
 """
 
-from .design import inducing_design, inducing_grid, validate_box
-from .features import FeatureMap, kernel_bound, whitened_features
-from .lengthscales import DEFAULT_FRACTIONS, default_lengthscales
-from .mechanism import RELATION
-from .release import release_model, release_rows
-from .released import WholeRowsRelease
-from .sensitivity import DEFAULT_SHARES
-from .statistics import RowStatistics, Statistics, sufficient_statistics
+import importlib
+from typing import TYPE_CHECKING, Any, Dict
+
+#: Each public name -> its submodule, imported on first use (PEP 562, as :mod:`dpgp_gpflow` does) so that
+#: :mod:`.bounds` (the public sensitivity formula) loads without TensorFlow for a release file's checks.
+_NAMES: Dict[str, str] = {
+    "inducing_design": "design", "inducing_grid": "design", "validate_box": "design",
+    "FeatureMap": "features", "kernel_bound": "features", "whitened_features": "features",
+    "DEFAULT_FRACTIONS": "lengthscales", "default_lengthscales": "lengthscales",
+    "RELATION": "mechanism", "release_model": "release", "release_rows": "release",
+    "WholeRowsRelease": "released", "DEFAULT_SHARES": "bounds",
+    "RowStatistics": "statistics", "Statistics": "statistics", "sufficient_statistics": "statistics",
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .bounds import DEFAULT_SHARES
+    from .design import inducing_design, inducing_grid, validate_box
+    from .features import FeatureMap, kernel_bound, whitened_features
+    from .lengthscales import DEFAULT_FRACTIONS, default_lengthscales
+    from .mechanism import RELATION
+    from .release import release_model, release_rows
+    from .released import WholeRowsRelease
+    from .statistics import RowStatistics, Statistics, sufficient_statistics
 
 __all__ = [
     "DEFAULT_FRACTIONS",
@@ -49,3 +65,10 @@ __all__ = [
     "validate_box",
     "whitened_features",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A public name of :data:`_NAMES`, from its submodule on first use."""
+    if name in _NAMES:
+        return getattr(importlib.import_module(f".{_NAMES[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

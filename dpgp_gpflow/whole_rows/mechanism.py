@@ -25,15 +25,14 @@ from .. import sampling
 from ..accounting import Reservation
 from ..measurement import Measurement
 from ..mechanisms.request import ReleaseRequest
-from ..sampling import gaussian_grid_factor
-from ..relations import largest_person, relation_of
+from ..relations import largest_person, whole_rows_relation
 from ..streaming.chunks import ChunkSource, LocalChunks, person_starts, source_persons
 from ..validation import validate_groups
+from .bounds import released_sensitivity
 from .sensitivity import (
     Scales,
     entry_noise_std,
     pack,
-    release_sensitivity,
     statistic_dimension,
     statistic_scales,
     unpack,
@@ -41,7 +40,7 @@ from .sensitivity import (
 )
 from .statistics import GridStatistics, RowStatistics, grid_statistics, sufficient_statistics
 
-__all__ = ["RELATION", "NoisedStatistics", "relation", "release_statistics", "statistics_measurement",
+__all__ = ["RELATION", "NoisedStatistics", "chunking", "relation", "release_statistics", "statistics_measurement",
            "statistics_sensitivity"]
 
 #: The neighbouring relation of a whole-row release without persons: one row, inputs and outputs, replaced.
@@ -59,27 +58,32 @@ class NoisedStatistics(NamedTuple):
     shares: Tuple[float, float, float]  #: the squared shares of S, b, q
     reproducible: bool  #: the noise came from an explicit seed (not private)
     person_rows: int = 1  #: the most rows of one person protected together (public)
+    chunking: Tuple[int, int] = (0, 0)  #: the longest chunk's rows and the number of chunks summed (public)
+
+
+def chunking(source: ChunkSource) -> Tuple[int, int]:
+    """``(longest chunk's rows, number of chunks)`` of ``source``: the public chunking the sums' rounding (so the
+    sensitivity) depends on, recorded in the release (its file's checks recompute the sensitivity from it)."""
+    chunks = source.chunk_bounds()
+    return max((stop - start for start, stop in chunks), default=1), len(chunks)
 
 
 def statistics_sensitivity(source: ChunkSource, m: int, multiplier: float, shares: Any, *, person_rows: int = 1,
                            blocks: int = 1) -> float:
     """The L2 sensitivity of the released vector (``blocks`` packed vectors, one per candidate feature map) for
-    ``source``'s rows and chunking and persons of at most ``person_rows`` rows: ``G sqrt(B J)``
-    (:func:`~dpgp_gpflow.whole_rows.sensitivity.person_sensitivity`), plus the sums' rounding
-    (:func:`~dpgp_gpflow.whole_rows.sensitivity.release_sensitivity`), inflated for the exact sampler's grid
-    (:func:`~dpgp_gpflow.sampling.gaussian_grid_factor`). Public; refuses (``FloatingPointError``) chunks too
-    long for a guaranteed float64 sum."""
-    chunks = source.chunk_bounds()
-    longest = max((stop - start for start, stop in chunks), default=1)
-    exact_and_rounding = release_sensitivity(shares, m=m, num_rows=int(source.n), chunk_rows=longest,
-                                             num_chunks=len(chunks), person_rows=person_rows, blocks=blocks)
-    return exact_and_rounding * gaussian_grid_factor(multiplier, int(blocks) * statistic_dimension(m))
+    ``source``'s rows and chunking (:func:`chunking`) and persons of at most ``person_rows`` rows: ``G sqrt(B J)``
+    (:func:`~dpgp_gpflow.whole_rows.sensitivity.person_sensitivity`), plus the sums' rounding, inflated for the
+    exact sampler's grid (:func:`~dpgp_gpflow.whole_rows.bounds.released_sensitivity`). Public; refuses
+    (``FloatingPointError``) chunks too long for a guaranteed float64 sum."""
+    longest, count = chunking(source)
+    return released_sensitivity(shares, m=m, multiplier=multiplier, num_rows=int(source.n), chunk_rows=longest,
+                                num_chunks=count, person_rows=person_rows, blocks=blocks)
 
 
 def relation(person_rows: int = 1) -> str:
     """The relation a whole-row release records: :data:`RELATION` for one row, ``"person (groups, up to G rows)
-    (inputs and outputs)"`` for persons of at most G rows (:func:`~dpgp_gpflow.neighbours.relation_of`)."""
-    return f"{relation_of(1, person_rows)} (inputs and outputs)"
+    (inputs and outputs)"`` for persons of at most G rows (:func:`~dpgp_gpflow.relations.whole_rows_relation`)."""
+    return whole_rows_relation(person_rows)
 
 
 def release_statistics(request: ReleaseRequest, reservation: Reservation, source: ChunkSource, rows: Any,
@@ -104,7 +108,7 @@ def release_statistics(request: ReleaseRequest, reservation: Reservation, source
                        f"n = {blocks[0].n})")
     out = tuple(NoisedStatistics(unpack(noised[i * K:(i + 1) * K] * std, scales, m), entry_noise_std(std, scales, m),
                                  st.n, float(sensitivity), request.multiplier, validate_shares(shares), reproducible,
-                                 int(person_rows))
+                                 int(person_rows), chunking(source))
                 for i, st in enumerate(blocks))
     return out if isinstance(rows, GridStatistics) else out[0]
 

@@ -20,6 +20,8 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
+from ..io.card import whole_rows_summary
+from ..io.gpflow_specs import kernel_spec
 from ..released import PrivatePrediction, Released
 from ..validation import as_inputs, check_real
 from .features import FeatureMap
@@ -71,6 +73,8 @@ class WholeRowsRelease(Released):
         self.shares = tuple(noised.shares)
         #: the most rows of one person the release protects together (1: one row; public)
         self.person_rows = int(noised.person_rows)
+        #: the longest chunk's rows and the number of chunks summed (public; the sums' rounding depends on them)
+        self.chunking = (int(noised.chunking[0]), int(noised.chunking[1]))
         self._reproducible = bool(noised.reproducible)
         self.x_bounds = np.array(x_bounds, dtype=np.float64, copy=True)
         self.y_bounds = (float(y_bounds[0]), float(y_bounds[1]))
@@ -242,17 +246,35 @@ class WholeRowsRelease(Released):
                 "mechanism": "gaussian (whole-row statistics)", "calibration": self.calibration,
                 "noise_multiplier": self.noise_multiplier, "sensitivity": self.sensitivity,
                 "shares": list(self.shares), "x_bounds": self.x_bounds.tolist(), "y_bounds": list(self.y_bounds),
-                "num_data": self.num_data, "num_inducing": self.features.m,
+                "num_data": self.num_data, "num_inducing": self.features.m, "person_rows": self.person_rows,
+                "chunking": list(self.chunking),
                 "variances": self.variances, "kernel_variance": self.kernel_variance,
                 "noise_variance": self.noise_variance, "lengthscales": self.lengthscales,
                 "lengthscale_candidates": None if self.selection is None else self.selection["lengthscales"]}
 
     def file_content(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
-        raise NotImplementedError("release files of whole-row releases are not written yet")
+        """``(content, arrays)`` of this release's file (docs/release_file.md#whole-row-releases): the released
+        statistics as released (``S`` through its upper triangle, row by row), their noise std, ``Z``, and the
+        public pieces (kernel, ``k_max``, jitter, variances; every candidate's statistics and kernel when a grid of
+        lengthscales was released). Nothing of the rows but the released statistics."""
+        upper = np.triu_indices(self.features.m)
+        arrays = {"inducing_inputs": self.features.Z}
+        for name, a in (("statistics", self._statistics), ("noise_std", self._noise_std)):
+            arrays.update({f"{name}/S": a["S"][upper], f"{name}/b": a["b"], f"{name}/q": np.reshape(a["q"], [1])})
+        candidates = []
+        for i, c in enumerate(self.candidates):
+            st = c._statistics
+            arrays.update({f"candidates/{i}/S": st["S"][upper], f"candidates/{i}/b": st["b"],
+                           f"candidates/{i}/q": np.reshape(st["q"], [1])})
+            candidates.append(c._public_pieces())
+        content = {**self._public_pieces(), "candidates": candidates,
+                   "selection": None if self.selection is None else dict(self.selection)}
+        return content, {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()}
+
+    def _public_pieces(self) -> Dict[str, Any]:
+        return {"kernel": kernel_spec(self.features.kernel), "k_max": self.features.k_max,
+                "jitter": self.features.jitter, "variances": self.variances,
+                "kernel_variance": self.kernel_variance, "noise_variance": self.noise_variance}
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(mechanism='whole-row statistics', epsilon={self.epsilon:.6g}, "
-                f"delta={self.delta:.6g}, m={self.features.m}, n={self.num_data}, bounds={self.y_bounds}, "
-                f"x_bounds={self.x_bounds.tolist()}, neighbours={self.neighbours!r}"
-                + (", clip_to_bounds=True" if self.clip_to_bounds else "")
-                + (", reproducible=True)" if self.reproducible else ")"))
+        return whole_rows_summary(self.privacy_card())  # as ``dpgp show`` prints it from the file's card

@@ -21,7 +21,7 @@ import dpgp_gpflow as dp
 from dpgp_gpflow import whole_rows as wr
 from dpgp_gpflow.models import DPSGPR
 from dpgp_gpflow.streaming import LocalChunks
-from dpgp_gpflow.whole_rows import mechanism as mechanism_module
+from dpgp_gpflow.whole_rows import bounds as bounds_module  # the sensitivity formula the release calls
 
 BOX = [(0.0, 10.0)]
 BOUNDS = (0.0, 1.0)
@@ -71,8 +71,8 @@ def test_every_extreme_neighbour_moves_all_candidates_within_the_one_charge():
 
 @pytest.mark.slow
 def test_charging_the_grid_as_one_candidate_fails_the_same_check(monkeypatch):
-    real = mechanism_module.release_sensitivity
-    monkeypatch.setattr(mechanism_module, "release_sensitivity",
+    real = bounds_module.release_sensitivity
+    monkeypatch.setattr(bounds_module, "release_sensitivity",
                         lambda shares, **kwargs: real(shares, **{**kwargs, "blocks": 1}))
     base, worst = _worst_shift()
     assert worst > 1.2 / base.noise_multiplier

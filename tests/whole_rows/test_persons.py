@@ -24,6 +24,7 @@ from dpgp_gpflow import neighbours, relations
 from dpgp_gpflow import whole_rows as wr
 from dpgp_gpflow.models import DPSGPR, one_vs_rest
 from dpgp_gpflow.streaming import LocalChunks
+from dpgp_gpflow.whole_rows import bounds as bounds_module  # the sensitivity formula the release calls
 from dpgp_gpflow.whole_rows import mechanism as mechanism_module
 
 BOX = [(0.0, 10.0)]
@@ -104,12 +105,12 @@ def test_every_extreme_person_moves_the_release_within_its_charge():
 
 def test_charging_a_person_as_one_row_fails_the_same_check(monkeypatch):
     """The broken variant: the per-row sensitivity used for persons."""
-    real = mechanism_module.release_sensitivity
+    real = bounds_module.release_sensitivity
 
     def per_row(shares, **kwargs):
         return real(shares, **{**kwargs, "person_rows": 1})
 
-    monkeypatch.setattr(mechanism_module, "release_sensitivity", per_row)
+    monkeypatch.setattr(bounds_module, "release_sensitivity", per_row)
     base, (_, worst, _, _) = _worst()
     assert worst > 2.0 / base.noise_multiplier
 
