@@ -461,30 +461,63 @@ def _unlink(path: Path) -> None:
         pass
 
 
-def _write_then_charge(out: Path, write: Callable[[Path], Any], reservation: Optional[Reservation]) -> None:
-    """Write a result to a temporary file beside ``out``, record the spend ``reservation`` holds for what
-    was drawn (:meth:`~dpgp_gpflow.accounting.Reservation.commit_drawn`), then rename the file into place.
+class _StagedFile:
+    """A result kept before it is charged: :meth:`write` (a release's ``store`` step,
+    :class:`~dpgp_gpflow.measurement.Measurement`) writes it to a temporary file beside ``out``; leaving the
+    ``with`` block around :func:`~dpgp_gpflow.measurement.measure` renames it into place once the spend is
+    recorded. A failure before that removes the temporary file and the reservation is given back (the result
+    was never seen): ``UsageError``, nothing charged. If the rename fails after the spend is recorded, the
+    paid-for result is kept in the temporary file and named. A release's two steps (draw, write) show as a
+    bar on a terminal (:meth:`drawing`)."""
 
-    A failure before the spend is recorded removes the temporary file and leaves the reservation to be
-    given back by its owner (the result was never seen): ``UsageError``, nothing charged. If the rename
-    fails after the spend is recorded, the paid-for result is kept in the temporary file and named."""
-    tmp = out.with_name(f".{out.name}.{secrets.token_hex(8)}.tmp")
-    try:
-        write(tmp)
-        if reservation is not None:
-            reservation.commit_drawn()
-    except (OSError, ValueError) as exc:
-        _unlink(tmp)
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise UsageError(f"{out}: cannot write it ({reason}); nothing was charged") from None
-    except BaseException:
-        _unlink(tmp)
-        raise
-    try:
-        os.replace(tmp, out)
-    except OSError as exc:
-        raise UsageError(f"{out}: could not be put in place ({exc.strerror or exc}); the result is charged and "
-                         f"written to {tmp}: move it there yourself") from None
+    def __init__(self, out: Path, progress: bool = False) -> None:
+        self.out, self._progress = out, progress
+        self.tmp: Optional[Path] = None  # written, not yet in place
+        self._steps: Any = None  # a progress.Progress once the release starts
+
+    def drawing(self) -> None:
+        """The release starts (its mechanism, after any selection): the bar of its two steps."""
+        from .progress import Progress
+
+        self._steps = Progress(2, self._progress, "release")
+
+    def write(self, write: Callable[[Path], Any]) -> None:
+        if self._steps is not None:
+            self._steps.update("write")
+        tmp = self.out.with_name(f".{self.out.name}.{secrets.token_hex(8)}.tmp")
+        try:
+            write(tmp)
+        except (OSError, ValueError) as exc:
+            _unlink(tmp)
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise UsageError(f"{self.out}: cannot write it ({reason}); nothing was charged") from None
+        except BaseException:
+            _unlink(tmp)
+            raise
+        self.tmp = tmp
+        if self._steps is not None:
+            self._steps.update()
+
+    def __enter__(self) -> "_StagedFile":
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        if self._steps is not None:
+            self._steps.close()
+        tmp, self.tmp = self.tmp, None
+        if tmp is None:
+            return
+        if kind is not None:  # written, then not charged (the ledger could not record it): never seen
+            _unlink(tmp)
+            if isinstance(exc, (OSError, ValueError)):
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                raise UsageError(f"{self.out}: cannot write it ({reason}); nothing was charged") from None
+            return
+        try:
+            os.replace(tmp, self.out)
+        except OSError as exc:
+            raise UsageError(f"{self.out}: could not be put in place ({exc.strerror or exc}); the result is charged "
+                             f"and written to {tmp}: move it there yourself") from None
 
 
 def _privacy(epsilon: float, delta: float) -> Tuple[float, float]:
@@ -689,38 +722,40 @@ def _hyperparameters(model) -> dict:
             "noise_variance": float(model.likelihood.variance.numpy())}
 
 
-def _release(args, data: Path, model, Xnew: Optional[np.ndarray], epsilon: float, delta: float,
-             reservation: Reservation, out: Path, **card_extras) -> Released:
-    """Release ``model`` within ``reservation`` (held by the caller, which gives back whatever is not
-    recorded), clip to the bounds unless ``--no-clip``, write ``out`` (:func:`_write_then_charge`: the
-    spend is recorded once the file is written, before it is renamed into place). The model's
-    hyperparameters are public: given on the command line or selected privately."""
-    from .progress import Progress
-
-    steps = Progress(2, not args.quiet and sys.stderr.isatty(), "release")  # no bar in logs and pipes
+def _release(args, model, Xnew: Optional[np.ndarray], epsilon: float, delta: float, reservation: Reservation,
+             file: _StagedFile) -> Released:
+    """Release ``model`` within ``reservation`` (the deferred view :func:`~dpgp_gpflow.measurement.measure`
+    hands a release with a ``store`` step: its draw is recorded once the file is written), clipped to the
+    bounds unless ``--no-clip``. The model's hyperparameters are public: given on the command line or
+    selected privately."""
     model.declare_hyperparameters_public()
-    try:
-        drawn = reservation.deferred()  # the mechanism's commit marks its event drawn, still held
-        if args.sparse is None:
-            released = model.release(Xnew, epsilon=epsilon, delta=delta, objective=args.objective,
-                                     accountant=drawn, seed=args.seed)
-        else:
-            released = model.release_function(epsilon=epsilon, delta=delta, objective=args.objective,
-                                              accountant=drawn, seed=args.seed)
-        if not all(np.all(np.isfinite(r.noise_std)) and np.all(np.isfinite(r.noise_factor))
-                   for r in released.releases):  # public (inputs, bounds, hyperparameters, budget): not the data
-            raise ValueError("the release's noise is not finite")
-        released = released.unclipped() if args.no_clip else released.clipped()  # post-processing: free
-        steps.update("write")
+    file.drawing()
+    if args.sparse is None:
+        released = model.release(Xnew, epsilon=epsilon, delta=delta, objective=args.objective,
+                                 accountant=reservation, seed=args.seed)
+    else:
+        released = model.release_function(epsilon=epsilon, delta=delta, objective=args.objective,
+                                          accountant=reservation, seed=args.seed)
+    if not all(np.all(np.isfinite(r.noise_std)) and np.all(np.isfinite(r.noise_factor))
+               for r in released.releases):  # public (inputs, bounds, hyperparameters, budget): not the data
+        raise ValueError("the release's noise is not finite")
+    return released.unclipped() if args.no_clip else released.clipped()  # post-processing: free
+
+
+def _store(args, data: Path, model, Xnew: Optional[np.ndarray], file: _StagedFile,
+           card_extras: dict) -> Callable[[Released], None]:
+    """The ``store`` step of a release's measurement: write it to ``file`` (renamed into place once charged)
+    with its card (``card_extras`` read when it is written: a private selection adds its record first)."""
+
+    def store(released: Released) -> None:
+        extras = card_extras
         if Xnew is not None:  # public (--at or --grid): stored so that `dpgp show` can print the values at them
-            card_extras = {**card_extras, **_card_inputs(Xnew)}
-        _write_then_charge(out, lambda tmp: released.save(
+            extras = {**extras, **_card_inputs(Xnew)}
+        file.write(lambda tmp: released.save(
             tmp, inputs=Xnew if args.sparse is None else None, columns=list(args.x),
-            dataset=args.dataset or data.name, hyperparameters=_hyperparameters(model), **card_extras), reservation)
-        steps.update()
-    finally:
-        steps.close()
-    return released
+            dataset=args.dataset or data.name, hyperparameters=_hyperparameters(model), **extras))
+
+    return store
 
 
 #: ``dpgp release --at/--grid`` stores the inputs in the card (``release_inputs``, rows of numbers) when they
@@ -796,8 +831,10 @@ def cmd_release(args) -> int:
                   ("--at", args.at))
     accountant = _ledger(args)  # opened last: every check above has passed
     import_tensorflow_quietly()  # every check that needs no model has run
-    from .accounting import PrivacyEvent, reserve
+    from .accounting import PrivacyEvent
+    from .measurement import Measurement, measure
     from .mechanisms import gaussian_event
+    from .neighbours import relation
     from .selection import select_hyperparameters
 
     _noise_variance(args.noise)
@@ -812,13 +849,17 @@ def cmd_release(args) -> int:
                                                            "chosen without the outputs)")
     extras = {**_groups_card(args, groups), **({"output_columns": list(args.y)} if len(args.y) > 1 else {})}
     note = ""
-    # Held now (checked again, atomically); recorded once the release file is written; given back if not.
-    with reserve(accountant, events) as reservation:
+    file = _StagedFile(out, not args.quiet and sys.stderr.isatty())
+
+    def mechanism(reservation: Reservation) -> Released:
+        """The selection (if any), then the release, each drawn within ``reservation`` (deferred: recorded
+        once the file is written, given back if it is not)."""
+        nonlocal note
         if share is not None and grid is not None:
             folds = min(SELECTION_FOLDS, X.shape[0])
             try:
                 selection = cast("Selection", select_hyperparameters(  # a Selection: no diagnostics=True
-                    model, grid, epsilon=eps_select, folds=folds, accountant=reservation.deferred(), seed=args.seed,
+                    model, grid, epsilon=eps_select, folds=folds, accountant=reservation, seed=args.seed,
                     epsilon_release=eps_release, delta_release=delta, objective=args.objective,
                     progress=not args.quiet and sys.stderr.isatty()))
             except (ValueError, ArithmeticError) as exc:
@@ -834,9 +875,14 @@ def cmd_release(args) -> int:
                     f"{', '.join(f'{v:.4g}' for v in np.atleast_1d(chosen['lengthscales']))}, kernel variance "
                     f"{chosen['kernel_variance']:.4g}, noise variance {chosen['noise_variance']:.4g}\n")
         try:
-            released = _release(args, data, model, Xnew, eps_release, delta, reservation, out, **extras)
+            return _release(args, model, Xnew, eps_release, delta, reservation, file)
         except (ValueError, ArithmeticError) as exc:  # after a selection, its choice may be why: charged
             raise _overflow(exc, None if share is None else reservation) from None
+
+    # Held by measure (checked again, atomically); recorded once the release file is written; given back if not.
+    with file:
+        released = measure(Measurement(None, relation(model), mechanism, events=tuple(events),
+                                       store=_store(args, data, model, Xnew, file, extras)), accountant)
     if not args.quiet:  # the choice is shown once it is charged (with the release, in its file)
         sys.stderr.write(f"{note}wrote {out}: {released!r}\n")
     return 0
@@ -881,7 +927,8 @@ def cmd_predict(args) -> int:
             table = table.assign(**{f"{k}_{c}": np.asarray(v)[:, p] for k, v in values.items() for p, c in enumerate(ys)})
         else:
             table = table.assign(**{k: np.reshape(v, -1) for k, v in values.items()})
-    _write_then_charge(out, lambda tmp: table.to_csv(tmp, index=False), None)  # free: nothing to charge
+    with _StagedFile(out) as file:  # free: nothing to charge
+        file.write(lambda tmp: table.to_csv(tmp, index=False))
     if not args.quiet:
         sys.stderr.write(f"wrote {out}: {len(table)} predictions (post-processing: no privacy cost)\n")
     return 0
@@ -971,8 +1018,10 @@ def cmd_select(args) -> int:
         raise UsageError("--release-epsilon, --release-delta, --at, --grid and --sparse release after the "
                          "selection: give -o OUT.json too")
     import_tensorflow_quietly()  # every check that needs no model has run
-    from .accounting import PrivacyEvent, reserve
+    from .accounting import PrivacyEvent
+    from .measurement import Measurement, measure
     from .mechanisms import gaussian_event
+    from .neighbours import relation
     from .selection import select_hyperparameters
 
     _noise_variance(args.noise)
@@ -992,33 +1041,44 @@ def cmd_select(args) -> int:
         accountant.check_events(events)  # the selection and the release together, before either runs
     release_options = {} if release_budget is None else dict(
         epsilon_release=release_budget[0], delta_release=release_budget[1], objective=args.objective)
-    # Held now; with -o the selection and the release are recorded together once the file is written
-    # (given back if it is not: the choice is printed only after); without -o the selection is recorded
-    # when it is drawn, and printed.
-    with reserve(accountant, events) as reservation:
+    result: dict = {}
+    card = {"selection": {}, **_groups_card(args, groups)}  # the selection's record is set once it is drawn
+    file = None if out is None else _StagedFile(out, not args.quiet and sys.stderr.isatty())
+
+    def mechanism(reservation: Reservation) -> Optional[Released]:
+        """The selection, then with -o the release with its choice, drawn within ``reservation``: without -o
+        the selection is recorded when it is drawn; with -o, deferred (recorded with the release once the file
+        is written, given back if it is not: the choice is printed only after)."""
         try:
             selection = cast("Selection", select_hyperparameters(  # a Selection: no diagnostics=True
-                model, grid, epsilon=epsilon, folds=args.folds,
-                accountant=reservation if out is None else reservation.deferred(), seed=args.seed,
+                model, grid, epsilon=epsilon, folds=args.folds, accountant=reservation, seed=args.seed,
                 progress=not args.quiet and sys.stderr.isatty(), mechanism=args.mechanism, **release_options))
         except (ValueError, ArithmeticError) as exc:
             raise _overflow(exc) from None
         selection.apply(model)
         chosen = _hyperparameters(model)
         source = _GRID_SOURCES[(args.grid_lengthscale is not None, public_variances)]
-        result = {"lengthscale": chosen["lengthscales"], "kernel_variance": chosen["kernel_variance"],
-                  "noise_variance": chosen["noise_variance"], "epsilon": selection.epsilon,
-                  "mechanism": selection.mechanism, "grid": source, "configurations": len(grid), "folds": args.folds}
-        if out is not None and release_budget is not None:  # set together above
-            record = {k: result[k] for k in ("grid", "configurations", "folds", "epsilon", "mechanism")}
-            try:
-                released = _release(args, data, model, Xnew, *release_budget, reservation, out, selection=record,
-                                    **_groups_card(args, groups))
-            except (ValueError, ArithmeticError) as exc:  # the selection's choice may be why: charged
-                raise _overflow(exc, reservation) from None
-            result["release"] = str(out)
-            if not args.quiet:
-                sys.stderr.write(f"wrote {out}: {released!r}\n")
+        result.update({"lengthscale": chosen["lengthscales"], "kernel_variance": chosen["kernel_variance"],
+                       "noise_variance": chosen["noise_variance"], "epsilon": selection.epsilon,
+                       "mechanism": selection.mechanism, "grid": source, "configurations": len(grid),
+                       "folds": args.folds})
+        if file is None or release_budget is None:  # set together above
+            return None
+        card["selection"] = {k: result[k] for k in ("grid", "configurations", "folds", "epsilon", "mechanism")}
+        try:
+            return _release(args, model, Xnew, *release_budget, reservation, file)
+        except (ValueError, ArithmeticError) as exc:  # the selection's choice may be why: charged
+            raise _overflow(exc, reservation) from None
+
+    if file is None:
+        measure(Measurement(None, relation(model), mechanism, events=tuple(events)), accountant)
+    else:
+        with file:
+            released = measure(Measurement(None, relation(model), mechanism, events=tuple(events),
+                                           store=_store(args, data, model, Xnew, file, card)), accountant)
+        result["release"] = str(out)
+        if not args.quiet:
+            sys.stderr.write(f"wrote {out}: {released!r}\n")
     print(json.dumps(result))
     return 0
 

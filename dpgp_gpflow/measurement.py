@@ -6,7 +6,10 @@ checks that must pass before any budget is held (the leak guard, the terms' fini
 source), its privacy map (the ledger events it charges, computed from the request, never handed in from
 outside) and the mechanism that reads the private data, draws the noise and commits the events.
 :func:`measure` runs it in the one order every release keeps (docs/privacy_model.md#invariants):
-checks -> reserve -> mechanism (draw, then commit) -> result. A mechanism that returns without
+checks -> reserve -> mechanism (draw, then commit) -> result. A release that must be stored before it is
+charged (the command line writes its file first: a failed write charges nothing for a result nobody saw)
+states a ``store`` step: its mechanism's commits then only mark the events drawn, ``store`` runs on the
+result, and :func:`measure` records what was drawn once it is stored. A mechanism that returns without
 committing every event it reserved is a defect: :func:`measure` raises rather than publish a result
 that was not charged.
 
@@ -37,8 +40,18 @@ class Measurement(Generic[R]):
     :meth:`privacy_map` into ``reservation`` (after its draw), then returns the released object.
     ``checks`` run in order before anything is reserved and raise to refuse. ``events`` overrides the
     default privacy map (the request's one Gaussian event) for a multi-step release or a non-Gaussian one
-    (``request`` None: a pure-epsilon selection or Laplace release); it must be computed from public
-    parameters by the caller (a composition rule of :mod:`dpgp_gpflow.composition`).
+    (``request`` None: a pure-epsilon selection or Laplace release, or several events held together); it
+    must be computed from public parameters by the caller (a composition rule of
+    :mod:`dpgp_gpflow.composition`).
+
+    ``store(result)``, when given, keeps the result before it is charged (writes it where it will be
+    read): the mechanism is then handed a :meth:`~dpgp_gpflow.accounting.Reservation.deferred` view,
+    whose commits mark events drawn and still held, and :func:`measure` records them after ``store``
+    returns. If ``store`` raises, what was drawn is given back (the result was never seen). If the
+    mechanism raises after a draw whose refusal could tell something private (a refusal that depends on
+    a private selection's choice), it records that draw itself first
+    (:meth:`~dpgp_gpflow.accounting.Reservation.commit_drawn` on the view it was handed), as a mechanism
+    without ``store`` commits before it raises.
     """
 
     request: Optional[ReleaseRequest]  #: the validated Gaussian request; None for a release charged by ``events``
@@ -47,6 +60,7 @@ class Measurement(Generic[R]):
     checks: Tuple[Callable[[], Any], ...] = ()
     events: Optional[Tuple[PrivacyEvent, ...]] = None
     description: str = field(default="")
+    store: Optional[Callable[[R], Any]] = None
 
     def privacy_map(self) -> Tuple[PrivacyEvent, ...]:
         """The ledger events this release charges (default: the request's one Gaussian event)."""
@@ -61,19 +75,32 @@ def measure(measurement: Measurement[R], accountant: Any = None) -> R:
     """Run ``measurement``: its public checks, then one reservation of its privacy map in ``accountant``
     (a :class:`~dpgp_gpflow.accounting.PrivacyAccountant`, a caller's
     :class:`~dpgp_gpflow.accounting.Reservation` to commit into, or None: every enclosing accountant),
-    then its mechanism. Whatever the mechanism did not commit is given back when it raises; a mechanism
-    that returns with events still held raises ``RuntimeError`` (the result is not returned: a release is
-    never published uncharged)."""
+    then its mechanism, then its ``store`` step if it has one. Once the result exists (and is stored),
+    every event drawn through a deferred view of this reservation is recorded; whatever was not recorded
+    is given back when the mechanism or ``store`` raises. A mechanism that returns with events neither
+    committed nor drawn raises ``RuntimeError`` (the result is not returned, what it drew is given back: a
+    release is never published uncharged). A measurement with ``store`` must own its reservation
+    (``accountant`` not a Reservation: its caller would record the draws, not this routine)."""
+    owned = not isinstance(accountant, Reservation)
+    if measurement.store is not None and not owned:
+        raise TypeError("a measurement with a store step records its own draws: pass an accountant (or None), "
+                        "not a caller's Reservation")
     for check in measurement.checks:
         check()
     events: Sequence[PrivacyEvent] = measurement.privacy_map()
     with reserve(accountant, events) as reservation:
         before = reservation.uncommitted
-        result = measurement.mechanism(reservation)
-        owned = not isinstance(accountant, Reservation)
-        if owned and reservation.uncommitted:
-            raise RuntimeError(f"the mechanism returned with {reservation.uncommitted} of {before} reserved "
-                               "event(s) uncommitted: the result is not published (a release is never uncharged)")
+        if measurement.store is None:
+            result = measurement.mechanism(reservation)
+        else:
+            result = measurement.mechanism(reservation.deferred())  # its commits: drawn, still held
+            measurement.store(result)  # raises: the drawn events are given back (never seen)
+        if owned:
+            if reservation.uncommitted:  # refused before anything is recorded: what was drawn is given back
+                raise RuntimeError(f"the mechanism returned with {reservation.uncommitted} of {before} reserved "
+                                   "event(s) uncommitted: the result is not published (a release is never "
+                                   "uncharged)")
+            reservation.commit_drawn()  # the result exists (and is stored): everything drawn is charged
         return result
 
 

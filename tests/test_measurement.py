@@ -70,15 +70,9 @@ def test_over_budget_is_refused_before_the_mechanism():
     assert ran == [] and acc.spent == (0.0, 0.0)
 
 
-# The release paths that still reserve their budget themselves (issue 35 item 1: every one moves into measure).
-_NOT_YET_MEASURED = {
-    "cli.py:cmd_release", "cli.py:cmd_select",
-}
-
-
 def test_only_measure_reserves_budget():
     """Every function of the package that calls ``reserve(`` (the accountant's own module aside), by its syntax:
-    measure, and the paths not yet moved. A new door, or one moved back, fails here."""
+    measure alone (the command line's release and select included, through a store step). A new door fails here."""
     import ast
     from pathlib import Path
 
@@ -93,7 +87,106 @@ def test_only_measure_reserves_budget():
                 for call in ast.walk(fn):
                     if isinstance(call, ast.Call) and getattr(call.func, "id", getattr(call.func, "attr", "")) == "reserve":
                         sites.add(f"{rel}:{fn.name}")
-    assert sites == {"measurement.py:measure"} | _NOT_YET_MEASURED
+    assert sites == {"measurement.py:measure"}
+
+
+def test_a_draw_deferred_by_the_mechanism_is_charged_when_the_result_is_returned():
+    # a mechanism that draws through a deferred view and returns: the result exists, so it is charged (before,
+    # the draw left nothing "uncommitted" and the reservation gave it back: a result published uncharged)
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+
+    def mechanism(reservation):
+        reservation.deferred().commit("drawn, not recorded")
+        return "result"
+
+    assert measure(Measurement(_request(), "row", mechanism), acc) == "result"
+    assert acc.spent[0] == pytest.approx(1.0) and acc.held == (0.0, 0.0)
+    assert [e["description"] for e in acc.history()] == ["drawn, not recorded"]
+
+
+def _two_events():
+    from dpgp_gpflow.accounting import PrivacyEvent
+    return (PrivacyEvent(0.25, 0.0, "pure", None, "selection"), PrivacyEvent(1.0, 1e-3, "approximate", None, "release"))
+
+
+def test_a_stored_result_is_charged_after_its_store_step_and_not_before():
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+    seen = []
+
+    def mechanism(reservation):
+        reservation.commit()  # the selection, drawn
+        seen.append(("drawn", acc.spent, acc.held))
+        reservation.commit()  # the release, drawn
+        return "result"
+
+    def store(result):
+        seen.append((result, acc.spent, acc.held))
+
+    assert measure(Measurement(None, "row", mechanism, events=_two_events(), store=store), acc) == "result"
+    held = (pytest.approx(1.25), pytest.approx(1e-3))
+    assert seen == [("drawn", (0.0, 0.0), held), ("result", (0.0, 0.0), held)]  # held, not spent, until stored
+    assert acc.spent == held and acc.held == (0.0, 0.0)
+    assert [e["description"] for e in acc.history()] == ["selection", "release"]
+
+
+def test_a_store_step_that_fails_charges_nothing():
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+
+    def mechanism(reservation):
+        reservation.commit()
+        reservation.commit()
+        return "result"
+
+    def full(result):
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        measure(Measurement(None, "row", mechanism, events=_two_events(), store=full), acc)
+    assert acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
+    assert [e["status"] for e in acc.history()] in ([], ["cancelled"] * len(acc.history()))
+
+
+@pytest.mark.parametrize("records_the_selection", [True, False])
+def test_a_stored_release_failing_after_a_draw_charges_what_its_mechanism_records(records_the_selection):
+    # the command line's rule: a release refused after a private selection is charged for the selection (the
+    # refusal may depend on its choice); a refusal of public values charges nothing. The store never runs.
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+    stored = []
+
+    def mechanism(reservation):
+        reservation.commit()  # the selection, drawn
+        if records_the_selection:
+            reservation.commit_drawn()
+        raise ValueError("the release is refused")
+
+    with pytest.raises(ValueError, match="refused"):
+        measure(Measurement(None, "row", mechanism, events=_two_events(), store=stored.append), acc)
+    assert stored == [] and acc.held == (0.0, 0.0)
+    assert acc.spent == ((pytest.approx(0.25), 0.0) if records_the_selection else (0.0, 0.0))
+
+
+def test_a_stored_release_that_returns_with_events_held_is_refused():
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+
+    def mechanism(reservation):
+        reservation.commit()  # the release never drawn
+        return "result"
+
+    with pytest.raises(RuntimeError, match="uncommitted"):
+        measure(Measurement(None, "row", mechanism, events=_two_events(), store=lambda result: None), acc)
+    assert acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
+
+
+def test_a_store_step_needs_its_own_reservation():
+    from dpgp_gpflow.accounting import reserve
+
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+    ran = []
+    with reserve(acc, _two_events()) as reservation:
+        with pytest.raises(TypeError, match="store"):
+            measure(Measurement(None, "row", lambda r: ran.append(1), events=_two_events(),
+                                store=lambda result: None), reservation)
+    assert ran == [] and acc.spent == (0.0, 0.0)
 
 
 # Step composition (composition.gdp_step_request + measurement.stepwise): the one rule of multi-step releases.
