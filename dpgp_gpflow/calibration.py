@@ -14,20 +14,7 @@ import numpy as np
 
 from .validation import CALIBRATIONS, Calibration, check_real, validate_calibration, validate_delta, validate_epsilon
 
-__all__ = [
-    "CALIBRATIONS",
-    "Calibration",
-    "SENSITIVITY_SAFETY",
-    "analytic_gaussian_delta",
-    "analytic_gaussian_epsilon",
-    "analytic_gaussian_multiplier",
-    "classical_gaussian_multiplier",
-    "exponential_mechanism_log_weights",
-    "gaussian_multiplier",
-    "laplace_scale",
-    "validate_delta",
-    "validate_epsilon",
-]
+__all__ = ["gaussian_multiplier"]
 
 #: Multiplies every sensitivity, to absorb floating-point rounding in its computation (here, without
 #: TensorFlow, so that a release file's checks recompute sensitivities: dpgp_gpflow.io.card).

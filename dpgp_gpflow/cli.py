@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from .released import Released
     from .selection import Selection
 
-__all__ = ["demo", "main"]
+__all__ = ["main"]
 
 #: The share of ``dpgp release``'s epsilon spent on selecting the hyperparameters when none are given.
 DEFAULT_SELECTION_SHARE = 0.2

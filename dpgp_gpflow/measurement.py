@@ -27,7 +27,7 @@ from .accounting import PrivacyEvent, Reservation, reserve
 if TYPE_CHECKING:  # a type only: the mechanisms themselves run through measure (no import cycle at run time)
     from .mechanisms.request import ReleaseRequest
 
-__all__ = ["Measurement", "StepDraws", "measure", "stepwise"]
+__all__ = ["Measurement", "measure"]
 
 R = TypeVar("R")
 

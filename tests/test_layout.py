@@ -4,6 +4,7 @@ and the lazily importing ``__init__`` (every name of ``__all__`` resolves)."""
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import dpgp_gpflow
@@ -123,3 +124,33 @@ def test_lazy_exports_match_the_type_checking_imports():
                 names[alias.name] = node.module
     assert names == dpgp_gpflow._EXPORTS
     assert {n for n in dpgp_gpflow.__all__ if n not in names} <= modules
+
+
+def _declared_public():
+    """``{module: names}`` of every literal ``__all__`` in the package, read without importing it."""
+    declared = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+            if isinstance(target, ast.Name) and target.id == "__all__" and node.value is not None:
+                declared[_module_name(path)] = list(ast.literal_eval(node.value))
+    return declared
+
+
+def test_public_api_is_small_and_declared_by_the_packages():
+    """Issue 35: every ``__all__`` together (the public API, docs/DESIGN_MAP.md "Public API") holds at
+    most 150 distinct names, each of which exists; a module inside a subpackage declares only names its
+    subpackage (or a top-level module re-exporting it) makes public; internal helpers are imported by name."""
+    declared = _declared_public()
+    assert declared["dpgp_gpflow"] == dpgp_gpflow.__all__  # the reader above sees what Python sees
+    names = set().union(*map(set, declared.values()))
+    assert len(names) <= 150, f"{len(names)} public names"
+    top_level = set().union(*(v for m, v in declared.items() if (PACKAGE / f"{m[12:]}.py").is_file()))  # distributed
+    for module, public in declared.items():
+        assert len(public) == len(set(public)), module
+        loaded = importlib.import_module(module)
+        assert [n for n in public if not hasattr(loaded, n)] == [], module
+        package = module.rsplit(".", 1)[0]
+        if package != "dpgp_gpflow" and package in declared:
+            extra = set(public) - set(declared[package]) - top_level
+            assert not extra, f"{module} declares {sorted(extra)}, which {package} keeps internal"

@@ -12,8 +12,7 @@ import tensorflow as tf
 
 from ..calibration import SENSITIVITY_SAFETY  # defined there: TensorFlow-free (release files' checks read it)
 
-__all__ = ["MAX_NOISE_CONDITION", "ROUNDING_SAFETY", "SENSITIVITY_SAFETY", "check_noise_condition",
-           "condition_number", "safe_sensitivity"]
+__all__: list[str] = []  # internal: the package imports these names by name
 
 #: Rounding in the released k-vector can leak along weakly-noised directions by about
 #: eps_machine * cond(F) (in Mahalanobis units): the sensitivity is inflated by this much times

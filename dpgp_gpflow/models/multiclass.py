@@ -78,10 +78,7 @@ from .one_vs_rest import (
 )
 from .sgpr_base import kmeans_inducing_inputs
 
-__all__ = [
-    "DPMulticlassLaplaceGPC", "DPSparseMulticlassLaplaceGPC", "OneVsRestChunks",
-    "PrivateMulticlassClassifier",
-]
+__all__ = ["DPMulticlassLaplaceGPC", "DPSparseMulticlassLaplaceGPC", "PrivateMulticlassClassifier"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -48,22 +48,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .statistics import RowStatistics, Statistics, sufficient_statistics
 
 __all__ = [
-    "DEFAULT_FRACTIONS",
-    "DEFAULT_SHARES",
-    "FeatureMap",
-    "RELATION",
-    "RowStatistics",
-    "default_lengthscales",
-    "Statistics",
-    "WholeRowsRelease",
-    "inducing_design",
-    "inducing_grid",
-    "kernel_bound",
-    "release_model",
-    "release_rows",
-    "sufficient_statistics",
-    "validate_box",
-    "whitened_features",
+    "DEFAULT_FRACTIONS", "DEFAULT_SHARES", "default_lengthscales", "WholeRowsRelease", "inducing_design",
+    "inducing_grid", "release_model", "release_rows",
 ]
 
 

@@ -18,23 +18,7 @@ import numpy as np
 from ..calibration import SENSITIVITY_SAFETY
 from ..sampling import gaussian_grid_factor
 
-__all__ = [
-    "DEFAULT_SHARES",
-    "MAX_ROUNDING_SLACK",
-    "PARTS",
-    "Scales",
-    "entry_noise_std",
-    "joint_bound",
-    "part_bounds",
-    "person_sensitivity",
-    "release_sensitivity",
-    "released_sensitivity",
-    "rounding_factor",
-    "rounding_slack",
-    "statistic_dimension",
-    "statistic_scales",
-    "validate_shares",
-]
+__all__ = ["DEFAULT_SHARES"]
 
 
 #: Squared shares ``(w_S^2, w_b^2, w_q^2)`` of the unit total sensitivity: most to ``b`` (the predictions read

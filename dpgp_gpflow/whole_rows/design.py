@@ -30,7 +30,7 @@ from ..exceptions import ClippingWarning
 # re-exported for the callers that import them from here (defined once, in provenance)
 from ..provenance import check_public_inducing_inputs, is_data_derived, mark_data_derived  # noqa: F401
 
-__all__ = ["inducing_design", "inducing_grid", "validate_box"]
+__all__ = ["inducing_design", "inducing_grid"]
 
 #: The low-discrepancy designs :func:`inducing_design` offers (scipy.stats.qmc).
 DESIGNS = ("halton", "sobol")

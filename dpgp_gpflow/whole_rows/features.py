@@ -33,7 +33,7 @@ from check_shapes import check_shapes
 from .. import linalg
 from ..io.gpflow_specs import kernel_from_spec, kernel_spec
 
-__all__ = ["FeatureMap", "kernel_bound", "whitened_features"]
+__all__: list[str] = []  # internal: the package imports these names by name
 
 
 def kernel_bound(kernel: gpflow.kernels.Kernel) -> float:

@@ -40,8 +40,7 @@ from .sensitivity import (
 )
 from .statistics import GridStatistics, RowStatistics, grid_statistics, sufficient_statistics
 
-__all__ = ["RELATION", "NoisedStatistics", "chunking", "relation", "release_statistics", "statistics_measurement",
-           "statistics_sensitivity"]
+__all__: list[str] = []  # internal: the package imports these names by name
 
 #: The neighbouring relation of a whole-row release without persons: one row, inputs and outputs, replaced.
 RELATION = "row (inputs and outputs)"

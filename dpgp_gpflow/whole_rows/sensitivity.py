@@ -45,24 +45,7 @@ from .bounds import (
     validate_shares,
 )
 
-__all__ = [
-    "DEFAULT_SHARES",
-    "MAX_ROUNDING_SLACK",
-    "PARTS",
-    "Scales",
-    "entry_noise_std",
-    "joint_bound",
-    "pack",
-    "part_bounds",
-    "person_sensitivity",
-    "release_sensitivity",
-    "rounding_factor",
-    "rounding_slack",
-    "statistic_dimension",
-    "statistic_scales",
-    "unpack",
-    "validate_shares",
-]
+__all__ = ["DEFAULT_SHARES"]
 
 
 def _upper(m: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -32,7 +32,7 @@ from ..validation import validate_bounds
 from .design import clip_private_inputs, validate_box
 from .features import FeatureMap
 
-__all__ = ["RowStatistics", "Statistics", "sufficient_statistics"]
+__all__: list[str] = []  # internal: the package imports these names by name
 
 
 class Statistics(NamedTuple):
