@@ -70,6 +70,8 @@ from .neighbours import Neighbours, model_neighbours
 from .released import PrivateFunction, PrivateRelease, Released
 from .sampling import GRID_EXPONENT
 from .validation import bound_columns
+from .whole_rows.audit import whole_rows_audit
+from .whole_rows.released import WholeRowsRelease
 
 __all__ = ["AuditReport", "audit"]
 
@@ -352,6 +354,8 @@ def audit(released: Released, model: PrivateModel, Xnew: Optional[Any] = None) -
     the claim, every released mean lies in the span its noise covers and no noise test fails."""
     if not isinstance(released, Released):
         raise TypeError(f"expected a released object, got {type(released).__name__}")
+    if isinstance(released, WholeRowsRelease):  # no noise factor: its statistics' own audit
+        return _audit_whole_rows(released, model)
     parts = released.audit_parts(model)
     false_alarm = NOISE_FALSE_ALARM / max(sum(len(part.releases) for part, _ in parts), 1)  # shared by the releases
     reports: List[ReleaseAudit] = []
@@ -374,6 +378,23 @@ def audit(released: Released, model: PrivateModel, Xnew: Optional[Any] = None) -
     passed = (epsilon <= released.epsilon * (1.0 + AUDIT_RTOL)
               and all(r.mean_outside <= MEAN_SPAN_RTOL and not r.noise.failed for r in reports))
     return AuditReport(tuple(reports), epsilon, float(released.delta), bool(passed), noise)
+
+
+def _audit_whole_rows(release: WholeRowsRelease, model: Any) -> AuditReport:
+    """:func:`audit` of a whole-row release (docs/guides/whole_rows.md): ``mu`` from the model's bounds and persons
+    and the noise each part of the statistics actually carries, never the release's sensitivity
+    (:func:`~dpgp_gpflow.whole_rows.audit.whole_rows_audit`); its epsilon at the release's delta must not exceed
+    the claim; the noise test of the released statistics against those of the model's rows (PRIVATE), every
+    entry whitened by its noise (so ``F = I``)."""
+    pieces = whole_rows_audit(release, model)
+    epsilon = float(analytic_gaussian_epsilon(pieces.mu, release.delta))
+    k = pieces.released.size
+    eye = np.eye(k)
+    noise = noise_test(pieces.released, eye, eye, eye, np.zeros(k), pieces.recomputed, np.ones(k, dtype=bool),
+                       NOISE_FALSE_ALARM)
+    passed = epsilon <= release.epsilon * (1.0 + AUDIT_RTOL) and not noise.failed
+    report = ReleaseAudit(pieces.mu, epsilon, release.delta, release.epsilon, 0.0, 0.0, bool(passed), noise)
+    return AuditReport((report,), epsilon, release.delta, bool(passed), _noise_summary((report,)))
 
 
 def _centred_outputs(model: Any) -> Tuple[Optional[np.ndarray], str]:

@@ -54,6 +54,8 @@ from ..validation import (
     validate_objective,
     validate_output_bounds,
 )
+from ..whole_rows.bounds import entry_noise_std, released_sensitivity, statistic_scales, validate_shares
+from ..whole_rows.design import validate_box
 from .format import ReleaseDocument, ReleaseFileError, ReleaseFileKindError, read, take_arrays
 
 __all__ = ["read_card"]
@@ -427,8 +429,6 @@ def whole_rows_card(document: ReleaseDocument) -> WholeRowsCard:
     (:func:`~dpgp_gpflow.whole_rows.bounds.released_sensitivity`: shares, M, n, chunking, persons, candidates);
     each released entry's noise std from ``multiplier x sensitivity`` and the parts' scales; the box, the bounds,
     the statistics' shapes. ``ReleaseFileError`` naming the field. TensorFlow-free."""
-    from ..whole_rows.bounds import entry_noise_std, released_sensitivity, statistic_scales, validate_shares
-    from ..whole_rows.design import validate_box
     card, where = document.card, "card"
     missing = [k for k in WHOLE_ROWS_CARD if k not in card]
     if missing:

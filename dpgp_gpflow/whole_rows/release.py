@@ -151,7 +151,7 @@ def _unset_lengthscales(kernel: Any) -> bool:
             and bool(np.all(np.asarray(values.numpy()) == 1.0)))
 
 
-def _model_rows(model: Any, source: Optional[ChunkSource], chunk_size: int) -> Tuple[ChunkSource, Any]:
+def model_rows(model: Any, source: Optional[ChunkSource], chunk_size: int) -> Tuple[ChunkSource, Any]:
     """``(source, declared person ids)`` of a model's release: its rows (:func:`~dpgp_gpflow.streaming.release.rows_source`)
     with its ``groups``; in memory with groups, the rows ordered by person (a public permutation, stable: the
     statistics are sums, so the order does not change them) so that each person's rows are consecutive."""
@@ -192,7 +192,7 @@ def release_model(model: Any, *, epsilon: float, delta: float, calibration: str 
     given = variances == "given"
     kernel_variance = kernel_bound(model.kernel) if given else None
     noise_variance = float(np.asarray(model.likelihood.variance.numpy())) if given else None
-    rows, groups = _model_rows(model, source, chunk_size)
+    rows, groups = model_rows(model, source, chunk_size)
     return release_rows(rows, model.kernel, model.inducing_variable.Z.numpy(), x_bounds=model.x_bounds,
                         y_bounds=model.y_bounds, epsilon=epsilon, delta=delta, calibration=calibration, seed=seed,
                         accountant=accountant, shares=shares, clip_inputs=model.clip_inputs,

@@ -1,0 +1,115 @@
+"""The audit of a whole-row release (:func:`dpgp_gpflow.audit` builds its report from :func:`whole_rows_audit`): the privacy its noise achieves,
+recomputed from the model and the noise actually added, never from the release's claimed sensitivity.
+
+A whole-row release adds independent Gaussian noise to the entries of ``(S, b, q)`` (``S`` through its upper
+triangle). Whitening each part by the noise of its entries, a whole-row neighbour moves the whitened vector by
+at most (docs/whole_rows.md#sensitivity, :func:`~dpgp_gpflow.whole_rows.bounds.joint_bound`)
+
+    mu = G sqrt(B T J(a_S^2 / T, a_b^2 / T, a_q^2 / T)),   a_S = sqrt(2) / sigma_S,  a_b = d / sigma_b,
+    a_q = (d^2 / 4) / sigma_q,  T = a_S^2 + a_b^2 + a_q^2
+
+(``sigma_S`` the std of a diagonal entry of ``S``'s noise, the off-diagonal ones ``sigma_S / sqrt(2)``; ``d`` the
+model's bounds' width; ``G`` the model's largest person; ``B`` the candidates released together), times the
+features' rounding ``(1 + (M + 4) u)^2``. The release's shares and sensitivity are not read: the shares the
+noise actually gives are. The epsilon of a Gaussian mechanism of that ``mu`` at the release's delta must not
+exceed its claim. The noise test (PRIVATE: it reads the model's rows) recomputes the statistics from the model's
+rows and checks that the released ones differ from them by a draw of the noise described.
+
+Privacy assumption of the audit itself: the model holds the rows, kernel, inducing inputs, box and bounds the
+release was made from; its outcome is for the data owner.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, NamedTuple
+
+import numpy as np
+
+from ..relations import largest_person
+from ..streaming.chunks import DEFAULT_CHUNK_SIZE
+from .bounds import joint_bound, part_bounds
+from .design import validate_box
+from .release import model_rows
+from .statistics import RowStatistics, sufficient_statistics
+
+__all__: List[str] = []  # internal: dpgp_gpflow.audit calls whole_rows_audit
+
+_UNIT_ROUNDOFF = 2.0**-53
+#: Relative spread allowed between the noise std of entries that the mechanism gives the same noise.
+STD_RTOL = 1e-12
+
+
+def _part_stds(release: Any) -> Dict[str, float]:
+    """The noise std of each part's entries (``S``: a diagonal entry's), checked to be the one structure the
+    mechanism adds (off-diagonal ``S`` entries ``1 / sqrt(2)`` of the diagonal's, each part's entries equal);
+    ``ValueError`` otherwise."""
+    std = release.statistics_noise_std
+    m = release.features.m
+    S = std["S"]
+    diagonal = float(S[0, 0])
+    expected = np.full((m, m), diagonal / math.sqrt(2.0))
+    np.fill_diagonal(expected, diagonal)
+    out = {"S": diagonal, "b": float(std["b"][0]), "q": float(std["q"])}
+    if (not all(math.isfinite(v) and v > 0.0 for v in out.values())
+            or not np.allclose(S, expected, rtol=STD_RTOL, atol=0.0)
+            or not np.allclose(std["b"], out["b"], rtol=STD_RTOL, atol=0.0)):
+        raise ValueError("the release's statistics_noise_std is not one Gaussian noise per part (S's off-diagonal "
+                         "entries 1 / sqrt(2) of its diagonal's): it cannot be audited as a whole-row release")
+    return out
+
+
+def audited_mu(release: Any, width: float, person_rows: int) -> float:
+    """``mu`` of the module docstring: the largest whitened shift between neighbours that differ in one person
+    of at most ``person_rows`` rows (outputs of bounds' ``width``), from the noise actually added. Public."""
+    stds = _part_stds(release)
+    a2 = [(bound / stds[p]) ** 2 for p, bound in zip("Sbq", part_bounds(width))]
+    total = math.fsum(a2)
+    blocks = max(len(release.candidates), 1)
+    rounding = (1.0 + (release.features.m + 4) * _UNIT_ROUNDOFF) ** 2
+    return person_rows * math.sqrt(blocks * total * joint_bound(a2)) * rounding
+
+
+def _whitened(release: Any, statistics: Dict[str, Any]) -> np.ndarray:
+    """The released vector's entries (``S`` through its upper triangle) divided by their noise std."""
+    std = release.statistics_noise_std
+    upper = np.triu_indices(release.features.m)
+    return np.concatenate([np.asarray(statistics["S"])[upper] / std["S"][upper],
+                           np.asarray(statistics["b"]) / std["b"],
+                           np.reshape(np.asarray(statistics["q"]) / std["q"], [1])])
+
+
+class WholeRowsAudit(NamedTuple):
+    """What :func:`dpgp_gpflow.audit` needs of a whole-row release (it builds the report): ``mu`` and the released
+    and recomputed statistics, whitened by their noise (every candidate's, concatenated; PRIVATE: the recomputed
+    ones are the model's rows' sums)."""
+
+    mu: float
+    released: np.ndarray
+    recomputed: np.ndarray
+
+
+def whole_rows_audit(release: Any, model: Any) -> WholeRowsAudit:
+    """The audit's pieces of a whole-row release against the ``DPSGPR(..., private_inputs=True)`` it was released
+    from: ``mu`` from the model's bounds and persons and the noise added (:func:`audited_mu`), and every
+    candidate's statistics, released and recomputed from the model's rows (PRIVATE), whitened by the noise.
+    ``ValueError`` when the model is not one with private inputs or its public pieces (``Z``, box, bounds) are not
+    the release's."""
+    if not getattr(model, "private_inputs", False):
+        raise ValueError("a whole-row release is audited against the DPSGPR(..., private_inputs=True) it was "
+                         "released from")
+    Z = np.asarray(model.inducing_variable.Z.numpy(), dtype=np.float64)
+    box = validate_box(model.x_bounds, Z.shape[1])
+    lo, hi = (float(v) for v in model.y_bounds)
+    if (not np.array_equal(Z, release.features.Z) or not np.array_equal(box, release.x_bounds)
+            or (lo, hi) != release.y_bounds):
+        raise ValueError("the model's inducing inputs, box or bounds are not the release's: audit it against the "
+                         "model it was released from")
+    mu = audited_mu(release, hi - lo, largest_person(getattr(model, "groups", None)))
+    source, _ = model_rows(model, None, DEFAULT_CHUNK_SIZE)
+    released, recomputed = [], []
+    for c in release.candidates or (release,):
+        exact = sufficient_statistics(source, RowStatistics(c.features, box, (lo, hi), clip_inputs=model.clip_inputs))
+        released.append(_whitened(c, c.statistics))
+        recomputed.append(_whitened(c, {"S": exact.S, "b": exact.b, "q": exact.q}))
+    return WholeRowsAudit(mu, np.concatenate(released), np.concatenate(recomputed))

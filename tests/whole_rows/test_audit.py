@@ -1,0 +1,97 @@
+"""``dp.audit`` of a whole-row release (issue 36 item 6): mu from the model's bounds and the noise actually added
+(never the release's sensitivity), checked against a brute-force maximum of the whitened shift between
+whole-row neighbours; a release with less noise than it claims, or none, fails."""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+
+import gpflow
+import numpy as np
+import pytest
+
+import dpgp_gpflow as dp
+from dpgp_gpflow import whole_rows as wr
+from dpgp_gpflow.models import DPSGPR
+
+BOX = [(0.0, 10.0)]
+Z = wr.inducing_grid(BOX, 5)
+_rng = np.random.default_rng(0)
+X = _rng.uniform(0.0, 10.0, (60, 1))
+Y = np.clip(0.5 + 0.4 * np.sin(X) + 0.05 * _rng.normal(size=X.shape), 0.0, 1.0)
+
+
+def _model(Xd=X, Yd=Y):
+    return DPSGPR((Xd, Yd), gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=2.0), Z, noise_variance=0.05,
+                  y_bounds=(0.0, 1.0), x_bounds=BOX, private_inputs=True, hyperparameters_public=True)
+
+
+@pytest.fixture(scope="module")
+def released():
+    model = _model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dp.ReproducibleNoiseWarning)
+        return model, model.release_function(epsilon=1.0, delta=1e-3, seed=1)
+
+
+def _brute_force_mu(release, width: float) -> float:
+    """max over unit features at inner product c and outputs t d / 2, t' d / 2 of the squared whitened shift
+    (docs/whole_rows.md#sensitivity), on a grid; the std of each part read from the noise added."""
+    std = release.statistics_noise_std
+    a_S2 = 2.0 / std["S"][0, 0] ** 2  # ||dS||_F <= sqrt(2): whitened by the diagonal's std
+    a_b2 = width**2 / std["b"][0] ** 2
+    a_q2 = (width**2 / 4.0) ** 2 / float(std["q"]) ** 2
+    c = np.linspace(-1.0, 1.0, 201)[:, None, None]
+    t = np.linspace(-1.0, 1.0, 201)[None, :, None]
+    s = np.linspace(-1.0, 1.0, 201)[None, None, :]
+    shift2 = (a_S2 / 2.0 * (2.0 - 2.0 * c**2) + a_b2 / 4.0 * (t**2 + s**2 - 2.0 * c * t * s)
+              + a_q2 * (t**2 - s**2) ** 2)
+    return math.sqrt(float(shift2.max())), a_q2
+
+
+def test_an_honest_release_passes_with_the_mu_of_its_noise(released):
+    model, release = released
+    report = dp.audit(release, model)
+    assert report.passed and report.noise_test == "passed"
+    mu = report.releases[0].mu
+    # joint_bound adds w_q^2 to both of its cases (a bound): mu lies between the brute-force maximum and that
+    brute, a_q2 = _brute_force_mu(release, 1.0)
+    assert brute * (1 - 1e-9) <= mu <= math.sqrt(brute**2 + a_q2) * (1 + 1e-4)  # the grid misses the best c by ~1e-6
+    assert mu <= 1.0 / release.noise_multiplier  # what the release charged for
+    assert report.epsilon <= release.epsilon * (1 + 1e-6)
+
+
+def test_less_noise_than_claimed_fails(released):
+    model, release = released
+    weaker = copy.copy(release)
+    weaker._noise_std = {k: v / 2.0 for k, v in release.statistics_noise_std.items()}  # claims half the noise
+    report = dp.audit(weaker, model)
+    assert not report.passed and report.epsilon > release.epsilon
+    assert report.releases[0].mu == pytest.approx(2.0 * dp.audit(release, model).releases[0].mu, rel=1e-12)
+
+
+def test_statistics_without_their_noise_fail_the_noise_test(released):
+    model, release = released
+    exact = wr.sufficient_statistics(dp.streaming.LocalChunks(X, Y),
+                                     wr.RowStatistics(release.features, BOX, (0.0, 1.0)))
+    bare = copy.copy(release)
+    bare._statistics = {"S": exact.S, "b": exact.b, "q": np.asarray(exact.q)}
+    report = dp.audit(bare, model)
+    assert not report.passed and report.noise_test.startswith("failed") and "too little noise" in report.noise_test
+
+
+def test_a_release_of_other_rows_fails_the_noise_test(released):
+    _, release = released
+    other = _model(np.tile(X, (20, 1)), np.tile(Y, (20, 1)))  # twenty times the rows: S, b and q move far
+    report = dp.audit(release, other)
+    assert not report.passed and "too much noise" in report.noise_test
+
+
+def test_another_models_public_pieces_are_refused(released):
+    _, release = released
+    wide = DPSGPR((X, Y), gpflow.kernels.SquaredExponential(), Z, noise_variance=0.05, y_bounds=(0.0, 2.0),
+                  x_bounds=BOX, private_inputs=True)
+    with pytest.raises(ValueError, match="not the release's"):
+        dp.audit(release, wide)
