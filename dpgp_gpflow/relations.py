@@ -17,11 +17,12 @@ Everything here is public: counts of classes, steps, outputs and a person's rows
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
 import numpy as np
+
+from .composition import gdp_step_multiplier
 
 __all__: list[str] = []  # internal: the package imports these names by name
 
@@ -81,5 +82,5 @@ def class_relation(person_rows: int) -> str:
 def multiclass_step_multiplier(multiplier: float, steps: int, moved: int = 2) -> float:
     """Each Newton step's noise multiplier ``sqrt(m T) s``: a neighbour changes at most ``m = moved`` problems
     (:func:`classes_moved`; 2 for one row per person) x T steps, which compose (Gaussian DP) to
-    ``sqrt(m T) / s_step = 1 / s``."""
-    return math.sqrt(float(moved) * steps) * float(multiplier)
+    ``sqrt(m T) / s_step = 1 / s``: :func:`~dpgp_gpflow.composition.gdp_step_multiplier` of the ``m T`` draws."""
+    return gdp_step_multiplier(multiplier, moved * steps)
