@@ -520,10 +520,16 @@ def check_card(document: ReleaseDocument) -> Tuple[ReleaseEntry, ...]:
     """The releases of a verified release file (:func:`~dpgp_gpflow.io.format.read`), its kind known and its card
     checked for meaning as :data:`CARD_KINDS` says; ``ReleaseFileKindError`` for an unknown kind,
     ``ReleaseFileError`` naming the field otherwise."""
-    if document.kind not in CARD_KINDS:
-        raise ReleaseFileKindError(f"unknown kind of released object {document.kind!r}: this dpgp_gpflow loads "
-                                   f"{sorted(CARD_KINDS)} (a newer version may know it)")
+    check_kind(document.kind)
     return CARD_KINDS[document.kind](document)
+
+
+def check_kind(kind: Any) -> None:
+    """``ReleaseFileKindError`` unless ``kind`` is a kind of released object this package reads
+    (:data:`CARD_KINDS`, the same kinds :func:`~dpgp_gpflow.io.loading.load` builds)."""
+    if kind not in CARD_KINDS:
+        raise ReleaseFileKindError(f"unknown kind of released object {kind!r}: this dpgp_gpflow loads "
+                                   f"{sorted(CARD_KINDS)} (a newer version may know it)")
 
 
 def read_checked_card(path: Union[str, "os.PathLike[str]"]) -> CheckedCard:

@@ -36,6 +36,7 @@ from ..whole_rows.lengthscales import choose
 from ..whole_rows.mechanism import NoisedStatistics
 from ..whole_rows.released import WholeRowsRelease
 from .card import (
+    check_kind,
     clip_flag,
     multiclass_releases,
     read_card,
@@ -325,11 +326,8 @@ def load(path: Union[str, "os.PathLike[str]"]) -> Released:
     All are ``ValueError``. The privacy card is a claim of whoever wrote the file, not a proof.
     """
     document = read(path)
-    if document.kind not in RELEASED_KINDS:
-        raise ReleaseFileKindError(
-            f"{path}: unknown kind of released object {document.kind!r}: this dpgp_gpflow loads "
-            f"{sorted(RELEASED_KINDS)} (a newer version may know it)")
     try:
+        check_kind(document.kind)
         released = RELEASED_KINDS[document.kind](document)
         _check_exactly_written(document, released)
     except ReleaseFileError as exc:
