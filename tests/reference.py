@@ -7,6 +7,7 @@ its definition (DESIGN.md sections 2-5), so a bug in the package cannot hide in 
 from __future__ import annotations
 
 import math
+import warnings
 from functools import partial
 
 import numpy as np
@@ -266,3 +267,11 @@ def newton_map_np(K: np.ndarray, f: np.ndarray) -> np.ndarray:
     """``C = 1/2 (K^{-1} + W)^{-1}``, ``W = pi (1 - pi)`` at the public ``f`` (``f = 0``: step 1)."""
     pi = special.expit(f)
     return 0.5 * np.linalg.inv(np.linalg.inv(K) + np.diag(pi * (1.0 - pi)))
+
+
+def quiet(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` with every warning silenced (the package's own warnings are asserted where they are
+    tested)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*args, **kwargs)

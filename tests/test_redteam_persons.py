@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import warnings
 
 import gpflow
 import numpy as np
@@ -23,6 +22,7 @@ from scipy import optimize, stats
 
 import dpgp_gpflow as dp
 from forgery import forged
+from reference import quiet
 from dpgp_gpflow import PrivacyAccountant
 from dpgp_gpflow.models import (
     DPLaplaceGPC,
@@ -96,12 +96,6 @@ def worst_person_mu(whitened, rows, K):
             total = total + np.sum(shift**2, axis=1)
         worst = max(worst, float(np.sqrt(np.max(total))))
     return worst
-
-
-def quiet(fn, *args, **kwargs):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return fn(*args, **kwargs)
 
 
 def class_data(n, K, seed):

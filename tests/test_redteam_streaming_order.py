@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import warnings
 
 import gpflow
 import numpy as np
@@ -30,7 +29,7 @@ from dpgp_gpflow import PrivacyAccountant, sampling, streaming
 from dpgp_gpflow.models import DPGPRFITC, DPSparseMulticlassLaplaceGPC
 from dpgp_gpflow.streaming import LocalChunks
 
-from reference import analytic_delta, gaussian_delta_at_shift, k_se
+from reference import analytic_delta, gaussian_delta_at_shift, k_se, quiet
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -96,12 +95,6 @@ def worst_reassignment_shift(whitened, ids):
         total = sum(np.sum((coef[choice, c] @ whitened[c][:, rows].T) ** 2, axis=1) for c in range(K_CLASSES))
         worst = max(worst, float(np.sqrt(np.max(total))))
     return worst
-
-
-def quiet(fn, *args, **kwargs):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return fn(*args, **kwargs)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import warnings
 
 import gpflow
 import numpy as np
@@ -29,6 +28,7 @@ from dpgp_gpflow.models import DPSGPR, DPSparseMulticlassLaplaceGPC
 from dpgp_gpflow.models import multiclass as multiclass_module
 from dpgp_gpflow.streaming import LocalChunks
 
+from reference import quiet
 from test_cli import _ledger, _one_line, _run, _untouched
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -80,12 +80,6 @@ def worst_whitened_shift(noise_factor, C, persons, n, d):
         for signs in itertools.product((-1.0, 1.0), repeat=len(entries)):
             worst = max(worst, float(np.linalg.norm(block @ (np.array(signs) * scale))))
     return worst
-
-
-def quiet(fn, *args, **kwargs):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return fn(*args, **kwargs)
 
 
 def _rows(n, seed=0):
