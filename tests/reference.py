@@ -275,3 +275,12 @@ def quiet(fn, *args, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return fn(*args, **kwargs)
+
+
+def clipped_sine_toy(lo: float, hi: float):
+    """25 inputs uniform on [0, 6] (seed 7), ``sin(x)`` plus noise of std 0.2 clipped to ``[lo, hi]``, and 40 test
+    inputs on [-1, 7]: ``(X [25, 1], Y [25, 1], Xs [40, 1])``."""
+    rng = np.random.default_rng(7)
+    X = rng.uniform(0.0, 6.0, (25, 1))
+    Y = np.clip(np.sin(X) + 0.2 * rng.standard_normal((25, 1)), lo, hi)
+    return X, Y, np.linspace(-1.0, 7.0, 40)[:, None]

@@ -16,6 +16,8 @@ from dpgp_gpflow.io import format as release_file
 from dpgp_gpflow.models import DPGPR, DPGPRFITC, DPLaplaceGPC
 from dpgp_gpflow.released import PrivateFunction, PrivateRelease
 
+from reference import clipped_sine_toy
+
 pytestmark = pytest.mark.filterwarnings("ignore::dpgp_gpflow.ReproducibleNoiseWarning")
 
 LO, HI = -1.0, 1.0
@@ -23,10 +25,7 @@ LO, HI = -1.0, 1.0
 
 @pytest.fixture(scope="module")
 def toy():
-    rng = np.random.default_rng(7)
-    X = rng.uniform(0.0, 6.0, (25, 1))
-    Y = np.clip(np.sin(X) + 0.2 * rng.standard_normal((25, 1)), LO, HI)
-    return X, Y, np.linspace(-1.0, 7.0, 40)[:, None]
+    return clipped_sine_toy(LO, HI)
 
 
 def kernel():

@@ -26,7 +26,7 @@ from dpgp_gpflow.models import DPGPR, DPGPRFITC, DPLaplaceGPC, DPMulticlassLapla
 from dpgp_gpflow.sampling import standard_normal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "models"))
-from reference import k_se, range_projector  # noqa: E402
+from reference import clipped_sine_toy, k_se, range_projector  # noqa: E402
 from sparse_cases import fitc_reference, readout  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpgp_gpflow.ReproducibleNoiseWarning")
@@ -39,10 +39,7 @@ EPS, DELTA = 0.2, 1e-3  # a small epsilon: the noise pushes many raw means beyon
 
 @pytest.fixture(scope="module")
 def toy():
-    rng = np.random.default_rng(7)
-    X = rng.uniform(0.0, 6.0, (25, 1))
-    Y = np.clip(np.sin(X) + 0.2 * rng.standard_normal((25, 1)), LO, HI)
-    return X, Y, np.linspace(-1.0, 7.0, 40)[:, None]
+    return clipped_sine_toy(LO, HI)
 
 
 def se():
