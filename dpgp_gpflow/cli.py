@@ -731,10 +731,10 @@ def _release(args, model, Xnew: Optional[np.ndarray], epsilon: float, delta: flo
     model.declare_hyperparameters_public()
     file.drawing()
     if args.sparse is None:
-        released = model.release(Xnew, epsilon=epsilon, delta=delta, objective=args.objective,
+        released = model.release(Xnew, epsilon=epsilon, delta=delta, objective=_objective(args),
                                  accountant=reservation, seed=args.seed)
     else:
-        released = model.release_function(epsilon=epsilon, delta=delta, objective=args.objective,
+        released = model.release_function(epsilon=epsilon, delta=delta, objective=_objective(args),
                                           accountant=reservation, seed=args.seed)
     if not all(np.all(np.isfinite(r.noise_std)) and np.all(np.isfinite(r.noise_factor))
                for r in released.releases):  # public (inputs, bounds, hyperparameters, budget): not the data
@@ -772,13 +772,24 @@ def _card_inputs(Xnew: np.ndarray) -> dict:
     return {"release_inputs": Xnew[:SHOW_ROWS].tolist(), "release_inputs_rows": int(Xnew.shape[0])}
 
 
+#: ``--objective`` when not given (the noise optimiser's default).
+DEFAULT_OBJECTIVE = "mse"
+
+
+def _objective(args) -> str:
+    """``--objective``, or :data:`DEFAULT_OBJECTIVE` when not given (None: so that a whole-row release, which has
+    no noise optimiser, can refuse it when given)."""
+    return DEFAULT_OBJECTIVE if args.objective is None else args.objective
+
+
 def _selection_share(args, given: List[str]) -> float:
     """The share of epsilon for the private selection; ``UsageError`` for a partial or refused choice."""
     if given:
         missing = [n for n in ("--lengthscale", "--variance", "--noise") if n not in given]
         raise UsageError(f"{', '.join(given)} given without {', '.join(missing)}: give all three (public, chosen "
                          "without the outputs) or none (selected privately from the default grid)")
-    share = args.selection_share  # 0 or in [MIN_SELECTION_SHARE, 1): selection_share_value
+    share = DEFAULT_SELECTION_SHARE if args.selection_share is None else args.selection_share  # 0 or in
+    # [MIN_SELECTION_SHARE, 1): selection_share_value
     if share == 0.0:
         raise UsageError("no hyperparameters: give --lengthscale, --variance and --noise (public, chosen without the "
                          f"outputs), or --selection-share S in [{MIN_SELECTION_SHARE:g}, 1) to select them privately "
@@ -802,6 +813,13 @@ def selection_share_value(text: str) -> float:
 
 
 def cmd_release(args) -> int:
+    if args.private_inputs or args.x_bounds is not None:  # whole rows private: its own command
+        return cmd_release_whole_rows(args)
+    if args.inducing not in (None, "kmeans"):
+        raise UsageError(f"--inducing {args.inducing} builds the inducing inputs from the --x-bounds box: give it with "
+                         "--private-inputs --x-bounds (public inputs: k-means, the default)")
+    if args.no_clip_inputs:
+        raise UsageError("--no-clip-inputs is for private inputs: give it with --private-inputs --x-bounds")
     check_column_names(args.x, args.y, args.groups)  # before anything is read
     _seed(args)
     epsilon, delta = _privacy(args.epsilon, args.delta)
@@ -860,7 +878,7 @@ def cmd_release(args) -> int:
             try:
                 selection = cast("Selection", select_hyperparameters(  # a Selection: no diagnostics=True
                     model, grid, epsilon=eps_select, folds=folds, accountant=reservation, seed=args.seed,
-                    epsilon_release=eps_release, delta_release=delta, objective=args.objective,
+                    epsilon_release=eps_release, delta_release=delta, objective=_objective(args),
                     progress=not args.quiet and sys.stderr.isatty()))
             except (ValueError, ArithmeticError) as exc:
                 raise _overflow(exc) from None
@@ -888,6 +906,153 @@ def cmd_release(args) -> int:
     return 0
 
 
+#: ``--inducing`` choices: k-means on the (public) inputs, or a design built from the public ``--x-bounds`` box
+#: alone (:func:`~dpgp_gpflow.whole_rows.inducing_grid`, :func:`~dpgp_gpflow.whole_rows.inducing_design`).
+INDUCING = ("kmeans", "grid", "halton", "sobol")
+
+
+def _x_bounds(args) -> np.ndarray:
+    """``--x-bounds``: one ``LO HI`` pair per ``--x`` column, the public box of private inputs, as a [D, 2] array
+    (:func:`~dpgp_gpflow.whole_rows.design.validate_box`'s rule; within :data:`MAX_MAGNITUDE`). No TensorFlow."""
+    from .whole_rows.design import validate_box
+
+    values, dim = list(args.x_bounds), len(args.x)
+    if len(values) != 2 * dim:
+        raise UsageError(f"--x-bounds takes one LO HI pair per --x column ({2 * dim} number(s) for {dim} column(s)), "
+                         f"got {len(values)} number(s)")
+    try:
+        box = validate_box(np.reshape(np.asarray(values, dtype=np.float64), (dim, 2)).tolist(), dim)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"--x-bounds: {_one_line(exc).replace('x_bounds', 'the box')}") from None
+    if np.max(np.abs(box)) > MAX_MAGNITUDE:
+        raise UsageError(f"--x-bounds must lie within +-{MAX_MAGNITUDE:g} (the release would overflow): rescale the "
+                         "inputs")
+    return box
+
+
+def _whole_rows_inducing(args, dim: int) -> Tuple[str, int]:
+    """``(design, points per column)`` of a whole-row release's inducing inputs (``--inducing``, ``--sparse M``),
+    checked before anything is read from the data: never k-means (it reads the private inputs); ``grid`` needs
+    ``M = m ** D`` (``m`` points per column); default ``grid`` for one input column, ``halton`` for more."""
+    design = args.inducing or ("grid" if dim == 1 else "halton")
+    if design == "kmeans":
+        raise UsageError("--inducing kmeans with --private-inputs: k-means on the private inputs would publish their "
+                         "cluster centres in every prediction; use a design of the --x-bounds box (--inducing grid, "
+                         "halton or sobol)")
+    if args.sparse is None:
+        raise UsageError("--private-inputs needs --sparse M: a whole-row release is a sparse function on M inducing "
+                         "inputs built from the --x-bounds box (then dpgp predict OUT.json --at NEW.csv, free)")
+    if args.sparse < 1:
+        raise UsageError(f"--sparse must be at least 1, got {args.sparse}")
+    per_column = round(args.sparse ** (1.0 / dim))
+    if design == "grid" and per_column ** dim != args.sparse:
+        raise UsageError(f"--inducing grid over {dim} input columns needs --sparse M = m^{dim} (m points per column), "
+                         f"got {args.sparse}: give --sparse {max(per_column, 1) ** dim} or --inducing halton")
+    return design, per_column
+
+
+def cmd_release_whole_rows(args) -> int:
+    """``dpgp release --private-inputs --x-bounds LO HI ...``: the whole-row release
+    (``DPSGPR(..., private_inputs=True, x_bounds=...).release_function``, docs/guides/whole_rows.md), charged
+    once (one Gaussian event at ``--epsilon``, ``--delta``) when its file is written.
+
+    Privacy assumption: every row's inputs and output are private (clipped to the public box and bounds); the
+    inducing inputs come from the box alone; the lengthscales are given (public) or chosen from the box's default
+    grid inside the one release; the kernel and noise variances are given (public, both) or fitted on the
+    released statistics (post-processing)."""
+    if not args.private_inputs:
+        raise UsageError("--x-bounds is the public box of private inputs: give it with --private-inputs (without it "
+                         "the --x columns are public and need no box)")
+    if args.x_bounds is None:
+        raise UsageError("--private-inputs needs --x-bounds LO HI [LO HI ...]: a public box holding every input, one "
+                         "pair per --x column, declared without looking at the data")
+    check_column_names(args.x, args.y, args.groups)  # before anything is read
+    for given, why in ((args.at is not None, "--at"), (args.grid is not None, "--grid")):
+        if given:
+            raise UsageError(f"{why} with --private-inputs: a whole-row release is a function usable anywhere; release "
+                             f"it without {why}, then predict at your inputs for free (dpgp predict OUT.json --at "
+                             "NEW.csv)")
+    if len(args.y) > 1:
+        raise UsageError("--private-inputs releases one --y column for now")
+    if args.selection_share is not None:
+        raise UsageError("--selection-share with --private-inputs: the lengthscales are chosen inside the one "
+                         "whole-row release and the variances fitted on it, at no extra cost: omit it")
+    if args.objective is not None:
+        raise UsageError("--objective with --private-inputs: a whole-row release adds Gaussian noise to its "
+                         "statistics, with no noise optimiser: omit it")
+    _seed(args)
+    epsilon, delta = _privacy(args.epsilon, args.delta)
+    bounds = _bounds(args)
+    box = _x_bounds(args)
+    dim = len(args.x)
+    if (args.variance is None) != (args.noise is None):  # never a unit default for the other one
+        given, missing = ("--variance", "--noise") if args.noise is None else ("--noise", "--variance")
+        raise UsageError(f"{given} given without {missing}: give both (public, chosen without the data) or neither "
+                         "(fitted on the released statistics, free)")
+    _positive("--variance", args.variance)
+    _positive("--noise", args.noise)
+    lengthscales = None if args.lengthscale is None else _lengthscales(args, dim)
+    design, per_column = _whole_rows_inducing(args, dim)
+    multiplier = _multiplier(epsilon, delta)
+    data = Path(args.data)
+    table = _read(args, data, [*args.x, *args.y])
+    X = columns(table, args.x, private=True)  # private: a refusal never describes their values
+    Y = columns(table, args.y, private=True)
+    groups = person_groups(table, args.groups)
+    if args.sparse > X.shape[0]:  # the number of rows is public
+        raise UsageError(f"--sparse must be between 1 and the number of rows ({X.shape[0]}), got {args.sparse}")
+    out = _output(Path(args.output), args.force, ("--ledger", args.ledger), ("data", args.data))
+    accountant = _ledger(args)  # opened last: every check above has passed
+    import_tensorflow_quietly()  # every check that needs no model has run
+    from .measurement import Measurement, measure
+    from .mechanisms import gaussian_event
+    from .models import DPSGPR
+    from .relations import largest_person
+    from .whole_rows.design import inducing_design, inducing_grid
+    from .whole_rows.mechanism import relation
+
+    _noise_variance(args.noise)
+    ls: Any = np.ones(dim) if dim > 1 else 1.0  # placeholders: chosen from the box's default grid in the release
+    if lengthscales is not None:
+        ls = lengthscales[0] if len(lengthscales) == 1 else np.asarray(lengthscales, dtype=np.float64)
+    kernel = _kernel_class(args.kernel)(lengthscales=ls, **({} if args.variance is None else
+                                                             {"variance": args.variance}))
+    Z = inducing_grid(box, per_column) if design == "grid" else inducing_design(box, args.sparse, kind=design)
+    events = (gaussian_event(epsilon, delta, multiplier),)  # the release's one event (its request's)
+    if accountant is not None:  # refuse an over-budget release before the model is even built
+        accountant.check_events(events)
+    try:
+        model = DPSGPR((X, Y), kernel, Z, noise_variance=args.noise, y_bounds=bounds, x_bounds=box,
+                       private_inputs=True, clip_inputs=not args.no_clip_inputs, groups=groups)
+    except ValueError as exc:  # e.g. an input outside the box with --no-clip-inputs: nothing reserved
+        raise UsageError(f"{_one_line(exc).replace('(clip_inputs=False)', '(--no-clip-inputs)')}; nothing was "
+                         "charged") from None
+    extras = {**_groups_card(args, groups), "inducing": {"design": design, "points": int(Z.shape[0])}}
+    file = _StagedFile(out, not args.quiet and sys.stderr.isatty())
+
+    def mechanism(reservation: Reservation) -> Any:
+        """The whole-row release within ``reservation`` (deferred: recorded once the file is written)."""
+        file.drawing()
+        try:
+            return model.release_function(
+                epsilon=epsilon, delta=delta, seed=args.seed, accountant=reservation, hyperparameters_public=True,
+                lengthscales="kernel" if lengthscales is not None else "default",
+                variances="given" if args.noise is not None else "fit", clip_to_bounds=not args.no_clip)
+        except (ValueError, ArithmeticError) as exc:
+            raise _overflow(exc) from None
+
+    def store(released: Any) -> None:
+        file.write(lambda tmp: released.save(tmp, columns=list(args.x), dataset=args.dataset or data.name,
+                                             **extras))
+
+    with file:
+        released = measure(Measurement(None, relation(largest_person(groups)), mechanism, events=events,
+                                       store=store), accountant)
+    if not args.quiet:
+        sys.stderr.write(f"wrote {out}: {released!r}\n")
+    return 0
+
+
 def cmd_predict(args) -> int:
     import pandas as pd
 
@@ -899,9 +1064,12 @@ def cmd_predict(args) -> int:
     released, card = _load(Path(args.release))
     from .models.multiclass import PrivateMulticlassClassifier
     from .released import PrivateFunction
+    from .whole_rows.released import WholeRowsRelease
 
     if isinstance(released, PrivateMulticlassClassifier):  # several classes: a probability per class
         dim = released.input_dim
+    elif isinstance(released, WholeRowsRelease):  # whole rows private: a function too
+        dim = released.features.input_dim
     elif isinstance(released, PrivateFunction):
         dim = released.readout.input_dim
     else:
@@ -1040,7 +1208,7 @@ def cmd_select(args) -> int:
     if accountant is not None:
         accountant.check_events(events)  # the selection and the release together, before either runs
     release_options = {} if release_budget is None else dict(
-        epsilon_release=release_budget[0], delta_release=release_budget[1], objective=args.objective)
+        epsilon_release=release_budget[0], delta_release=release_budget[1], objective=_objective(args))
     result: dict = {}
     card = {"selection": {}, **_groups_card(args, groups)}  # the selection's record is set once it is drawn
     file = None if out is None else _StagedFile(out, not args.quiet and sys.stderr.isatty())
@@ -1382,7 +1550,7 @@ def _release_options(p: argparse.ArgumentParser, required_output: bool) -> None:
     p.add_argument("--at", metavar="TEST.csv", help="inputs to predict at (same column names as --x)")
     p.add_argument("--grid", type=int, metavar="N", help="predict on an N-per-axis grid over the inputs' range")
     p.add_argument("--sparse", type=int, metavar="M", help="sparse GP with M k-means inducing inputs: a function")
-    p.add_argument("--objective", choices=OBJECTIVES, default="mse",
+    p.add_argument("--objective", choices=OBJECTIVES, default=None,
                    help="what the cloaking noise covariance minimises: mse (its trace, the squared error the noise "
                         "adds; default) or entropy (its log-determinant, as in the papers)")
     p.add_argument("--dataset", help="label recorded in the ledger and the release file (default: the file name)")
@@ -1413,12 +1581,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the release's delta, in (0, 1) (the chance that the epsilon guarantee fails)")
     p.add_argument("--lengthscale", type=float, nargs="+", default=None, metavar="L",
                    help="one lengthscale, or one per --x column (public; with --variance and --noise)")
-    p.add_argument("--selection-share", type=selection_share_value, default=DEFAULT_SELECTION_SHARE, metavar="S",
+    p.add_argument("--selection-share", type=selection_share_value, default=None, metavar="S",
                    help="without --lengthscale/--variance/--noise: the share of --epsilon spent on selecting them "
                         f"privately (pure epsilon-DP; in [{MIN_SELECTION_SHARE:g}, 1), default "
                         f"{DEFAULT_SELECTION_SHARE:g}); 0 refuses instead")
     _release_options(p, required_output=True)
     _common(p)
+    p.add_argument("--private-inputs", action="store_true",
+                   help="the --x columns are private too: release whole rows (inputs and output) through "
+                        "DPSGPR(private_inputs=True) with --x-bounds, a function on --sparse M inducing inputs from "
+                        "the box (docs/guides/whole_rows.md); lengthscales not given are chosen privately inside the "
+                        "one release, --variance and --noise not given are fitted on it")
+    p.add_argument("--x-bounds", nargs="+", type=float, default=None, metavar="LO HI",
+                   help="with --private-inputs: the public box of the inputs, one LO HI pair per --x column (declared "
+                        "without looking at the data; inputs outside are clipped to it)")
+    p.add_argument("--inducing", choices=INDUCING, default=None,
+                   help="how --sparse M inducing inputs are built: kmeans on the public inputs (the default without "
+                        "--private-inputs; refused with it), or from the --x-bounds box: grid (m per column, M = m^D; "
+                        "the default for one private input column) or a halton (the default for more) or sobol design")
+    p.add_argument("--no-clip-inputs", action="store_true",
+                   help="with --private-inputs: refuse (nothing charged) when an input lies outside --x-bounds, "
+                        "instead of clipping it to the box")
     p.set_defaults(run=cmd_release)
 
     p = sub.add_parser("predict", help="predict from a released function (no privacy cost)", **_examples("predict"))
