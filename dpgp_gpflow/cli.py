@@ -24,6 +24,11 @@ epsilon given; the release gets the rest, so the total charged is the epsilon gi
 composition). Released means are clipped to ``--bounds`` (post-processing, free; ``--no-clip``
 turns it off); the privacy card records both.
 
+With ``--private-inputs --x-bounds LO HI ...`` (:func:`cmd_release_whole_rows`) the ``--x`` columns are private
+too: whole rows are released through ``DPSGPR(..., private_inputs=True)`` (docs/guides/whole_rows.md), inputs
+clipped to the public box, inducing inputs built from the box alone (never k-means), lengthscales given or chosen
+inside the one release, variances given or fitted on it; one ledger event.
+
 Start-up (issue 34): a command imports TensorFlow only once every check that needs no model has passed
 (arguments, files, columns, the output, the ledger's existence), with its start-up log silenced
 (:func:`~dpgp_gpflow.__main__.import_tensorflow_quietly`); ``dpgp budget init|show``, ``--help`` and every
