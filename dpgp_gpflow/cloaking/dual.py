@@ -82,24 +82,40 @@ def inverse_scale(w, objective: str):
     return 1.0 / w if objective == "entropy" else 1.0 / tf.sqrt(w)
 
 
-def _dual_value(vectors: tf.Tensor, weights: tf.Tensor, objective: str) -> tf.Tensor:
-    """The dual objective to minimise: ``sum(l) - log det S`` or ``sum(l) - 2 tr S^{1/2}``.
+def _trial_terms(vectors: tf.Tensor, weights: tf.Tensor, objective: str):
+    """A line search's trial weights: the dual value to minimise (``sum(l) - log det S`` or
+    ``sum(l) - 2 tr S^{1/2}``; ``+inf`` where ``S`` is singular or the weights are not finite or
+    negative, so line searches back off) and the terms ``(w, V, P, q)`` of :func:`dual_terms` at them,
+    from the one eigen-decomposition (so the step that accepts the trial does not decompose ``S``
+    again). The terms are meaningful only where the value is finite."""
 
-    ``+inf`` where ``S`` is singular or the weights are not finite (so line searches back off).
-    """
-
-    def value():
-        w = tf.linalg.eigvalsh(_weighted_gram(vectors, weights))
+    def value_and_terms():
+        w, V = tf.linalg.eigh(_weighted_gram(vectors, weights))
         bad = tf.reduce_min(w) <= 0.0
         w_safe = tf.where(w > 0.0, w, tf.ones_like(w))
         if objective == "entropy":
             v = tf.reduce_sum(weights) - tf.reduce_sum(tf.math.log(w_safe))
         else:
             v = tf.reduce_sum(weights) - 2.0 * tf.reduce_sum(tf.sqrt(w_safe))
-        return tf.where(bad, tf.constant(np.inf, tf.float64), v)
+        w = tf.maximum(w, tf.reduce_max(w) * 1e-300 + 1e-300)  # as dual_terms
+        P = tf.linalg.matmul(V, vectors, transpose_a=True)  # [r, m]
+        q = tf.reduce_sum(P * P * inverse_scale(w, objective)[:, None], axis=0)  # [m]
+        return tf.where(bad, tf.constant(np.inf, tf.float64), v), w, V, P, q
+
+    def rejected():
+        r = tf.shape(vectors)[0]
+        return (tf.constant(np.inf, tf.float64), tf.ones([r], tf.float64), tf.eye(r, dtype=tf.float64),
+                tf.zeros_like(vectors), tf.zeros_like(weights))
 
     finite = tf.logical_and(tf.reduce_all(tf.math.is_finite(weights)), tf.reduce_all(weights >= 0.0))
-    return tf.cond(finite, value, lambda: tf.constant(np.inf, tf.float64))
+    return tf.cond(finite, value_and_terms, rejected)
+
+
+def _value_of_terms(weights: tf.Tensor, w: tf.Tensor, objective: str) -> tf.Tensor:
+    """The dual value at interior ``weights`` from the (clamped) eigenvalues ``w`` of ``S``."""
+    if objective == "entropy":
+        return tf.reduce_sum(weights) - tf.reduce_sum(tf.math.log(w))
+    return tf.reduce_sum(weights) - 2.0 * tf.reduce_sum(tf.sqrt(w))
 
 
 def _dual_state(vectors: tf.Tensor, weights: tf.Tensor, objective: str):
@@ -109,11 +125,7 @@ def _dual_state(vectors: tf.Tensor, weights: tf.Tensor, objective: str):
     For interior weights (all positive, ``S`` non-singular) only: the Newton iterations keep them there.
     """
     w, V, P, q = dual_terms(vectors, weights, objective)
-    if objective == "entropy":
-        value = tf.reduce_sum(weights) - tf.reduce_sum(tf.math.log(w))
-    else:
-        value = tf.reduce_sum(weights) - 2.0 * tf.reduce_sum(tf.sqrt(w))
-    return value, 1.0 - q, w, V, P, q
+    return _value_of_terms(weights, w, objective), 1.0 - q, w, V, P, q
 
 
 def _mse_curvature(w: tf.Tensor) -> tf.Tensor:
@@ -269,68 +281,85 @@ def barrier_newton(vectors, weights0, tol, max_iter, primal_dual, objective):
     """
     dtype = tf.float64
     m = tf.cast(tf.shape(vectors)[1], dtype)
-    gap0, _, _, _ = _certificate_terms(vectors, weights0, objective)
+    # The eigen-decomposition of S at the current weights is a loop variable: computed once here (it
+    # also gives the first barrier weight), then by the line search at the trial it accepts.
+    terms0 = dual_terms(vectors, weights0, objective)
+    gap0, _, _ = duality_gap(terms0[0], terms0[3], weights0, objective)
     mu0 = tf.maximum(gap0, 1e-3) / (m * MU_START_DIV)
     inf = tf.constant(np.inf, dtype)
 
-    def cond(it, weights, slack, mu, done, met):
+    def cond(it, weights, slack, mu, done, met, *terms):
         return tf.logical_and(it < max_iter, tf.logical_not(done))
 
-    def body(it, weights, slack, mu, done, met):
-        value, grad, w, V, P, q = _dual_state(vectors, weights, objective)
-        # The certificate bounds the excess of any weights, centred or not: stop once it is met.
+    def body(it, weights, slack, mu, done, met, w, V, P, q):
+        # The certificate bounds the excess of any weights, centred or not: stop once it is met
+        # (before computing a step that would not be taken).
         gap, rel, _ = duality_gap(w, q, weights, objective)
         converged = rel <= tol
-        gb = grad - mu / weights
-        slack = tf.where(primal_dual, slack, mu / weights)
-        barrier = _barrier_curvature(slack, weights)
 
-        def dense_direction():
-            H = _dual_hessian(w, P, objective)
-            Hb = H + tf.linalg.diag(barrier)
-            # Jitter relative to the dual's own curvature, not the barrier's (which explodes on
-            # inactive points and would swamp the Newton system).
-            jitter = 1e-13 * tf.reduce_max(tf.linalg.diag_part(H))
-            Hb = Hb + jitter * tf.eye(tf.shape(Hb)[0], dtype=dtype)
-            return -tf.linalg.cholesky_solve(tf.linalg.cholesky(Hb), gb[:, None])[:, 0]
+        def newton_step():
+            value, grad = _value_of_terms(weights, w, objective), 1.0 - q
+            gb = grad - mu / weights
+            slack_ = tf.where(primal_dual, slack, mu / weights)
+            barrier = _barrier_curvature(slack_, weights)
 
-        if objective == "entropy":
-            step = dense_direction()
-        else:
-            r_dim = tf.cast(tf.shape(P)[0], dtype)
-            use_cg = r_dim * r_dim * m * m > DENSE_MSE_HESSIAN_FLOPS
-            step = tf.cond(use_cg, lambda: _mse_newton_direction(w, P, gb, barrier), dense_direction)
-        slack_step = mu / weights - slack - barrier * step  # Newton on l_i s_i = mu (primal-dual only)
-        decrement2 = -tf.reduce_sum(gb * step)
-        # Fraction to the boundary: keep every weight (and slack) strictly positive.
-        t_max = tf.minimum(tf.constant(1.0, dtype),
-                           0.99 * tf.reduce_min(tf.where(step < 0.0, -weights / step, tf.fill(tf.shape(step), inf))))
-        t_slack = tf.minimum(tf.constant(1.0, dtype), 0.99 * tf.reduce_min(
-            tf.where(slack_step < 0.0, -slack / slack_step, tf.fill(tf.shape(step), inf))))
-        phi0 = value - mu * tf.reduce_sum(tf.math.log(weights))
+            def dense_direction():
+                H = _dual_hessian(w, P, objective)
+                Hb = H + tf.linalg.diag(barrier)
+                # Jitter relative to the dual's own curvature, not the barrier's (which explodes on
+                # inactive points and would swamp the Newton system).
+                jitter = 1e-13 * tf.reduce_max(tf.linalg.diag_part(H))
+                Hb = Hb + jitter * tf.eye(tf.shape(Hb)[0], dtype=dtype)
+                return -tf.linalg.cholesky_solve(tf.linalg.cholesky(Hb), gb[:, None])[:, 0]
 
-        def ls_cond(t, k):
-            trial = weights + t * step
-            phi = _dual_value(vectors, trial, objective) - mu * tf.reduce_sum(tf.math.log(trial))
-            return tf.logical_and(k < 60, tf.logical_not(phi <= phi0 - 0.25 * t * decrement2))
+            if objective == "entropy":
+                step = dense_direction()
+            else:
+                r_dim = tf.cast(tf.shape(P)[0], dtype)
+                use_cg = r_dim * r_dim * m * m > DENSE_MSE_HESSIAN_FLOPS
+                step = tf.cond(use_cg, lambda: _mse_newton_direction(w, P, gb, barrier), dense_direction)
+            slack_step = mu / weights - slack_ - barrier * step  # Newton on l_i s_i = mu (primal-dual only)
+            decrement2 = -tf.reduce_sum(gb * step)
+            # Fraction to the boundary: keep every weight (and slack) strictly positive.
+            t_max = tf.minimum(tf.constant(1.0, dtype),
+                               0.99 * tf.reduce_min(tf.where(step < 0.0, -weights / step, tf.fill(tf.shape(step), inf))))
+            t_slack = tf.minimum(tf.constant(1.0, dtype), 0.99 * tf.reduce_min(
+                tf.where(slack_step < 0.0, -slack_ / slack_step, tf.fill(tf.shape(step), inf))))
+            phi0 = value - mu * tf.reduce_sum(tf.math.log(weights))
 
-        t, k = tf.while_loop(ls_cond, lambda t, k: (0.5 * t, k + 1), (t_max, tf.constant(0)))
-        # A failed line search means rounding error dominates the predicted decrease: stop there
-        # (the certificate then reports honestly how close we got).
-        failed = tf.logical_or(k >= 60, tf.logical_not(tf.reduce_all(tf.math.is_finite(step))))
-        stalled = tf.logical_or(failed, tf.reduce_max(tf.abs(t * step)) <= 1e-13 * tf.reduce_max(weights))
-        stay = tf.logical_or(failed, converged)
-        new_weights = tf.where(stay, weights, weights + t * step)
-        new_slack = tf.where(stay, slack, slack + t_slack * slack_step)
-        # Primal barrier: decrease mu once (roughly) centred: at the central point the gap is about m mu.
-        centred = decrement2 < CENTRED_DECREMENT
-        barrier_mu = tf.where(centred, tf.minimum(mu * MU_FACTOR, gap / (MU_GAP_DIV * m)), mu)
-        pd_mu = PRIMAL_DUAL_SIGMA * tf.reduce_sum(new_weights * new_slack) / m
-        new_mu = tf.maximum(tf.where(primal_dual, pd_mu, barrier_mu), 1e-300)
-        return it + 1, new_weights, new_slack, new_mu, tf.logical_or(converged, stalled), converged
+            def trial(t):  # Armijo's test at weights + t step, and the decomposition there
+                trial_weights = weights + t * step
+                value_t, *terms_t = _trial_terms(vectors, trial_weights, objective)
+                phi = value_t - mu * tf.reduce_sum(tf.math.log(trial_weights))
+                return (phi <= phi0 - 0.25 * t * decrement2, *terms_t)
 
-    it, weights, _, _, _, met = tf.while_loop(
-        cond, body, (tf.constant(0), weights0, mu0 / weights0, mu0, tf.constant(False), tf.constant(False)),
+            t, k, _, *terms_t = tf.while_loop(
+                lambda t, k, accepted, *_: tf.logical_and(k < 60, tf.logical_not(accepted)),
+                lambda t, k, *_: (0.5 * t, k + 1, *trial(0.5 * t)),
+                (t_max, tf.constant(0), *trial(t_max)))
+            # A failed line search means rounding error dominates the predicted decrease: stop there
+            # (the certificate then reports honestly how close we got).
+            failed = tf.logical_or(k >= 60, tf.logical_not(tf.reduce_all(tf.math.is_finite(step))))
+            stalled = tf.logical_or(failed, tf.reduce_max(tf.abs(t * step)) <= 1e-13 * tf.reduce_max(weights))
+            new_weights = tf.where(failed, weights, weights + t * step)
+            new_slack = tf.where(failed, slack_, slack_ + t_slack * slack_step)
+            # Primal barrier: decrease mu once (roughly) centred: at the central point the gap is about m mu.
+            centred = decrement2 < CENTRED_DECREMENT
+            barrier_mu = tf.where(centred, tf.minimum(mu * MU_FACTOR, gap / (MU_GAP_DIV * m)), mu)
+            pd_mu = PRIMAL_DUAL_SIGMA * tf.reduce_sum(new_weights * new_slack) / m
+            new_mu = tf.maximum(tf.where(primal_dual, pd_mu, barrier_mu), 1e-300)
+            # the decomposition at the new weights: the accepted trial's (a failed search ends the loop)
+            return (new_weights, new_slack, new_mu, stalled,
+                    *(tf.where(failed, now, then) for now, then in zip((w, V, P, q), terms_t)))
+
+        def stop():
+            return weights, slack, mu, tf.constant(True), w, V, P, q
+
+        new_weights, new_slack, new_mu, stalled, *new_terms = tf.cond(converged, stop, newton_step)
+        return (it + 1, new_weights, new_slack, new_mu, tf.logical_or(converged, stalled), converged, *new_terms)
+
+    it, weights, *_, met, _, _, _, _ = tf.while_loop(
+        cond, body, (tf.constant(0), weights0, mu0 / weights0, mu0, tf.constant(False), tf.constant(False), *terms0),
         parallel_iterations=1)
     return weights, it, met
 
