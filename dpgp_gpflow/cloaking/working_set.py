@@ -134,21 +134,20 @@ def _pivot_columns(vectors: tf.Tensor, count: tf.Tensor):
         Rc = Rc - tf.linalg.matmul(Qt, tf.linalg.matmul(Qt, Rc), transpose_a=True)  # twice is enough
         j0 = j
 
-        def pick(i, j, Rc, Qt, picks, sizes, _):
-            cn = tf.reduce_sum(Rc * Rc, axis=0)  # [T]
+        def pick(i, j, Rc, cn, Qt, picks, sizes, _):  # cn [T]: the residual norms of Rc (one pass per pick)
             a = tf.argmax(cn, output_type=tf.int32)
             col = Rc[:, a]
             size = tf.norm(col)
             q = col / tf.maximum(size, 1e-300)
             Rc = Rc - q[:, None] * tf.linalg.matvec(Rc, q, transpose_a=True)[None, :]
-            more = tf.reduce_max(tf.reduce_sum(Rc * Rc, axis=0)) >= bound
-            return (i + 1, j + 1, Rc, tf.tensor_scatter_nd_update(Qt, [[j]], q[None, :]),
+            cn = tf.reduce_sum(Rc * Rc, axis=0)
+            return (i + 1, j + 1, Rc, cn, tf.tensor_scatter_nd_update(Qt, [[j]], q[None, :]),
                     tf.tensor_scatter_nd_update(picks, [[j]], [cand[a]]),
-                    tf.tensor_scatter_nd_update(sizes, [[j]], [size]), more)
+                    tf.tensor_scatter_nd_update(sizes, [[j]], [size]), tf.reduce_max(cn) >= bound)
 
-        _, j, _, Qt, picks, sizes, _ = tf.while_loop(
+        _, j, _, _, Qt, picks, sizes, _ = tf.while_loop(
             lambda i, j, *rest: (j < count) & (i < T) & rest[-1], pick,
-            (tf.constant(0), j, Rc, Qt, picks, sizes, tf.constant(True)))
+            (tf.constant(0), j, Rc, tf.reduce_sum(Rc * Rc, axis=0), Qt, picks, sizes, tf.constant(True)))
         coeff = tf.linalg.matmul(Qt[j0:j], vectors)  # [b, n]: the new directions' components
         norms = norms - tf.reduce_sum(coeff * coeff, axis=0)
         norms = tf.tensor_scatter_nd_update(norms, picks[j0:j, None], tf.fill([j - j0], taken))
