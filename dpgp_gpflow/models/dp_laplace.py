@@ -57,6 +57,7 @@ from ..mechanisms import ReleaseRequest, release_request
 from ..neighbours import relation
 from ..released import PrivateClassifier, PrivateRelease
 from ..streaming.terms import Factors
+from ..whole_rows import classification as whole_row_classes
 from ..validation import as_inputs, is_dask_array, require_float64, validate_public_terms
 from .base import DaskRowsMixin, FactoredModelMixin, PrivateModelMixin, inducing_inputs, split_dask_rows
 from .fitc import FITCChunkTerms
@@ -404,6 +405,13 @@ class DPSparseLaplaceGPC(_LabelContract, DaskRowsMixin, FactoredModelMixin, Lapl
     (otherwise non-default values make releases refuse, :class:`~dpgp_gpflow.PrivacyLeakError`).
     ``groups`` (public integers [N]): persons, as for :class:`DPLaplaceGPC`; with Dask rows an in-memory
     array beside them (the streamed release cuts its chunks between persons, whose rows must be consecutive).
+
+    ``private_inputs=True`` (docs/whole_rows.md#classification): the inputs are private too, inside the public box
+    ``x_bounds`` (clipped to it with a count warning, or refused with ``clip_inputs=False``); ``Z`` must come from
+    the box alone and the kernel needs a public bound on ``k(x, x)``. :meth:`release` then releases the whole-row
+    statistics of the first Newton step once and returns a
+    :class:`~dpgp_gpflow.whole_rows.classification.WholeRowsClassifier`; every release that treats the inputs as
+    public refuses (:class:`~dpgp_gpflow.PrivacyLeakError`).
     """
 
     function_type = PrivateSparseClassifier
@@ -419,7 +427,19 @@ class DPSparseLaplaceGPC(_LabelContract, DaskRowsMixin, FactoredModelMixin, Lapl
         tol: float = 1e-10,
         hyperparameters_public: bool = False,
         groups: Any = None,
+        private_inputs: bool = False,
+        x_bounds: Any = None,
+        clip_inputs: bool = True,
     ) -> None:
+        if not isinstance(private_inputs, bool):
+            raise TypeError(f"private_inputs must be True or False, got {private_inputs!r}")
+        box = None
+        if private_inputs:  # whole rows private (docs/whole_rows.md#classification); refusals before anything else
+            data, box = whole_row_classes.private_input_data(data, kernel, inducing_variable, x_bounds, clip_inputs)
+        elif x_bounds is not None:
+            raise ValueError("x_bounds is the public box of private inputs: give it with private_inputs=True")
+        object.__setattr__(self, "_dp_x_bounds", box)
+        object.__setattr__(self, "_dp_clip_inputs", bool(clip_inputs))
         X, Y, dask_rows = _sparse_rows(data)
         if dask_rows is not None and is_dask_array(groups):
             raise TypeError("with Dask rows, give groups= as an in-memory array of the N public person ids "
@@ -437,6 +457,35 @@ class DPSparseLaplaceGPC(_LabelContract, DaskRowsMixin, FactoredModelMixin, Lapl
     def maximum_log_likelihood_objective(self) -> tf.Tensor:
         self._mark_private_objective()
         return super().maximum_log_likelihood_objective()
+
+    # -- whole rows private (private_inputs=True): whole_rows/classification.py ------------------
+    @property
+    def private_inputs(self) -> bool:
+        """True when the inputs are private too: :meth:`release` protects whole rows (fixed at construction)."""
+        return self.__dict__.get("_dp_x_bounds") is not None
+
+    @property
+    def x_bounds(self) -> Optional[np.ndarray]:
+        """The public box of the private inputs [D, 2] (a copy), or None when the inputs are public."""
+        box = self.__dict__.get("_dp_x_bounds")
+        return None if box is None else box.copy()
+
+    @property
+    def clip_inputs(self) -> bool:
+        """Private inputs outside the box are clipped to it (True) or refused."""
+        return bool(self.__dict__.get("_dp_clip_inputs", True))
+
+    def _public_inputs_only(self) -> None:
+        if self.private_inputs:  # every path that treats the inputs as public reads one of the methods below
+            whole_row_classes.public_inputs_refused(self)
+
+    def centred_outputs(self) -> tf.Tensor:
+        self._public_inputs_only()
+        return super().centred_outputs()
+
+    def release_function(self, **options: Any) -> Any:
+        self._public_inputs_only()
+        return super().release_function(**options)
 
     def features(self, Xnew: Any) -> tf.Tensor:
         """SoR features ``Phi = k(Xnew, Z) L_ZZ^{-T}`` [K, M] (public)."""
@@ -466,6 +515,7 @@ class DPSparseLaplaceGPC(_LabelContract, DaskRowsMixin, FactoredModelMixin, Lapl
     def latent_terms(self) -> ReleaseTerms:
         """``C_w = 1/2 (I + Phi^T Phi / 4)^{-1} Phi^T`` (m x n) and the public weight covariance
         ``(I + Phi^T Phi / 4)^{-1}``."""
+        self._public_inputs_only()
         X, _ = self.data
         Phi = self.features(X)  # [N, M]
         m = int(Phi.shape[1])
@@ -475,17 +525,20 @@ class DPSparseLaplaceGPC(_LabelContract, DaskRowsMixin, FactoredModelMixin, Lapl
 
     def public_readout(self) -> SoRReadout:
         """A frozen :class:`~dpgp_gpflow.models.laplace.SoRReadout` (kernel, ``Z``, factors)."""
+        self._public_inputs_only()
         X, _ = self.data
         return SoRReadout(self.kernel, self.inducing_variable.Z, X)
 
     def chunk_terms(self) -> SoRChunkTerms:
         """The first Newton step's public maths on a chunk of rows, for
         :func:`dpgp_gpflow.streaming.release_function` (kernel, ``Z``, ``SOR_VARIANCE``, label bounds)."""
+        self._public_inputs_only()
         return SoRChunkTerms(self.kernel, self.mean_function, self.inducing_variable.Z.numpy(), SOR_VARIANCE,
                              self.y_bounds, gpflow.config.default_jitter())
 
     def split_terms(self, train: Any, test: Any) -> ReleaseTerms:
         """``(Phi(X_test), C_w(X_train))``: the SoR first-step latent at ``test`` (offset 0)."""
+        self._public_inputs_only()
         Xtr, Xte = self._split_inputs(train, test)
         A = self.features(Xte)
         return ReleaseTerms((A, sor_first_step_cloaking(self.features(Xtr))), tf.zeros([int(A.shape[0])], dtype=A.dtype))
@@ -510,7 +563,15 @@ class DPSparseLaplaceGPC(_LabelContract, DaskRowsMixin, FactoredModelMixin, Lapl
         ``w~`` is public post-processing. ``"entropy"`` is the same either way (it is
         invariant to invertible maps). Only one step is supported (``steps=1``). Keywords
         (``epsilon``, ``delta`` required) as for :func:`dpgp_gpflow.pipeline.release_function`.
+
+        With ``private_inputs=True``: the whole-row release of the first Newton step
+        (:func:`~dpgp_gpflow.whole_rows.classification.release_classifier_model`: ``epsilon``, ``delta``,
+        ``calibration``, ``seed``, ``accountant``, ``hyperparameters_public``, ``source``, ``chunk_size``,
+        ``shares``), returning a :class:`~dpgp_gpflow.whole_rows.classification.WholeRowsClassifier`.
         """
+        if self.private_inputs:
+            whole_row_classes.check_one_step(check_steps(steps))
+            return whole_row_classes.release_classifier_model(self, **options)  # type: ignore[return-value]
         if check_steps(steps) != 1:
             raise NotImplementedError("DPSparseLaplaceGPC releases the first Newton step only (steps=1)")
         return cast(PrivateSparseClassifier, self.release_function(**options))  # function_type

@@ -62,6 +62,7 @@ from ..streaming.release import model_inputs
 from ..streaming.chunks import check_source_shape, source_persons
 from ..streaming.one_vs_rest_chunks import OneVsRestChunks, check_class_labels
 from ..validation import as_inputs, is_dask_array, require_float64, validate_groups, validate_public_terms
+from ..whole_rows import classification as whole_row_classes
 from .base import split_dask_rows
 from .dp_laplace import DPLaplaceGPC, DPSparseLaplaceGPC, PrivateSparseClassifier, check_steps
 from .multiclass_classifier import PrivateMulticlassClassifier
@@ -256,11 +257,21 @@ class DPSparseMulticlassLaplaceGPC(_OneVsRest):
     Privacy assumption: ``X``, ``Z`` and the kernel hyperparameters are public; ``groups`` (persons) as for
     :class:`DPMulticlassLaplaceGPC` (with Dask rows an in-memory array beside them; the streamed release cuts
     its chunks between persons, whose rows must be consecutive; a given source carries its rows' ids).
+
+    ``private_inputs=True`` with ``x_bounds`` (and ``clip_inputs``): whole rows private, as for
+    :class:`~dpgp_gpflow.models.DPSparseLaplaceGPC` (every problem is built so); :meth:`release` releases the K
+    classes' whole-row statistics together once (docs/whole_rows.md#classification) and returns a
+    :class:`~dpgp_gpflow.whole_rows.classification.WholeRowsClassifier`.
     """
 
     def __init__(self, data: Any, kernel: gpflow.kernels.Kernel, inducing_variable: Any, *, num_classes: int,
                  max_iter: int = 100, tol: float = 1e-10, hyperparameters_public: bool = False,
-                 groups: Any = None) -> None:
+                 groups: Any = None, private_inputs: bool = False, x_bounds: Any = None,
+                 clip_inputs: bool = True) -> None:
+        if private_inputs is True:  # clipped once here (one warning); the problems check the rest again
+            data, x_bounds = whole_row_classes.private_input_data(data, kernel, inducing_variable, x_bounds,
+                                                                  clip_inputs)
+        private = {"private_inputs": private_inputs, "x_bounds": x_bounds, "clip_inputs": clip_inputs}
         X, labels, dask_rows = split_dask_rows(data)
         if dask_rows is None:
             X, labels = _unpack(data, num_classes)
@@ -274,21 +285,40 @@ class DPSparseMulticlassLaplaceGPC(_OneVsRest):
         object.__setattr__(self, "_dp_dask_rows", dask_rows)
         super().__init__(X, labels, kernel, int(num_classes), lambda y, ids: DPSparseLaplaceGPC(
             (X, y), kernel, inducing_variable, max_iter=max_iter, tol=tol,
-            hyperparameters_public=hyperparameters_public, groups=ids), groups)
+            hyperparameters_public=hyperparameters_public, groups=ids, **private), groups)
 
     @property
     def dask_rows(self) -> Optional[Tuple[Any, Any]]:
         """The ``(X, labels)`` Dask arrays the model was built from (labels [N, 1]), or None in memory."""
         return self.__dict__.get("_dp_dask_rows")
 
+    @property
+    def private_inputs(self) -> bool:
+        """True when the inputs are private too (whole rows; every problem is built so)."""
+        return bool(self.problems[0].private_inputs)
+
     def release(self, *, epsilon: float, delta: float, steps: int = 1, objective: str = "mse",
                 calibration: str = "analytic", seed: Optional[int] = None,
                 accountant: Optional[PrivacyAccountant] = None, hyperparameters_public: bool = False,
-                rtol: Optional[float] = None, tol: float = DEFAULT_TOL) -> PrivateMulticlassClassifier:
+                rtol: Optional[float] = None, tol: float = DEFAULT_TOL, **whole_rows: Any) -> PrivateMulticlassClassifier:
         """Release the first Newton step ``w1 = C_w y_a`` of each class's m SoR weights; (epsilon, delta)-DP
         in total, each at multiplier ``sqrt(m) s(epsilon, delta)`` (``m = 2``, with groups ``min(K, 2g)``; one
         ledger event, as
-        :meth:`DPMulticlassLaplaceGPC.release`). ``steps=1`` only; only ``calibration="analytic"``."""
+        :meth:`DPMulticlassLaplaceGPC.release`). ``steps=1`` only; only ``calibration="analytic"``.
+
+        With ``private_inputs=True``: the whole-row release of every class's first Newton step, one draw and one
+        ledger event (:func:`~dpgp_gpflow.whole_rows.classification.release_classifier_model`; ``source``,
+        ``chunk_size`` and ``shares`` as there); ``objective``, ``rtol`` and ``tol`` do not apply."""
+        if self.private_inputs:
+            whole_row_classes.check_one_step(check_steps(steps))
+            if objective != "mse" or rtol is not None or tol != DEFAULT_TOL:
+                raise TypeError("objective, rtol and tol do not apply to a whole-row release (private inputs): it "
+                                "releases the statistics once, with no noise optimiser")
+            return whole_row_classes.release_classifier_model(  # type: ignore[return-value]
+                self, epsilon=epsilon, delta=delta, calibration=calibration, seed=seed, accountant=accountant,
+                hyperparameters_public=hyperparameters_public, **whole_rows)
+        if whole_rows:
+            raise TypeError(f"unexpected keyword argument(s) {sorted(whole_rows)}")
         if check_steps(steps) != 1:
             raise NotImplementedError("DPSparseMulticlassLaplaceGPC releases the first Newton step only (steps=1)")
         if self.dask_rows is not None:
@@ -332,7 +362,10 @@ class DPSparseMulticlassLaplaceGPC(_OneVsRest):
         classical calibration is refused (``NotImplementedError``). Keywords as for
         :func:`dpgp_gpflow.streaming.release_function` (``max_iter``, ``chunk_size``). With the same seed each
         class equals the in-memory release up to floating-point summation order and the signs of the noise's
-        eigenvectors (docs/guides/scaling.md). Privacy assumptions as for :meth:`release`; the chunking is public."""
+        eigenvectors (docs/guides/scaling.md). Privacy assumptions as for :meth:`release`; the chunking is public.
+        With ``private_inputs=True``: refused (``PrivacyLeakError``); :meth:`release` streams (``source=``)."""
+        if self.private_inputs:
+            whole_row_classes.public_inputs_refused(self)
         steps, request, step_request = self._request(epsilon, delta, 1, calibration, objective, seed,
                                                      hyperparameters_public, rtol, tol)
         rows = rows_source(self, source, chunk_size)
