@@ -88,6 +88,9 @@ def _neighbours(groups: Any, n: Optional[int]) -> Optional[Neighbours]:
     return group_neighbours(groups, np.shape(groups)[0] if n is None else n)
 
 
+# explicit tf.while_loop / tf.cond throughout: nothing for autograph to convert, and converting it in a user's
+# tf.function (autograph on by default) made tracing about three times slower
+@tf.autograph.experimental.do_not_convert
 @check_shapes("C: [k, n]")
 def noise_plan(
     C: tf.Tensor,

@@ -35,13 +35,27 @@ def problem(n=60, k=25, seed=0):
     return C, y
 
 
+_COMPILED: dict = {}
+
+
+def compiled_plan(objective: str = "mse"):
+    """noise_plan (d = 4, b = 2, analytic (EPS, DELTA)) inside a user's tf.function of C of unknown shape
+    (autograph on, as by default): one function per objective, shared by the tests below, since tracing the
+    optimiser's graph is what costs (seconds); each test reads its tracing count where it matters."""
+    if objective not in _COMPILED:
+        s = gaussian_multiplier(EPS, DELTA, "analytic")
+        _COMPILED[objective] = tf.function(
+            lambda C: engine.noise_plan(C, noise_multiplier=s, data_sensitivity=4.0, output_bound=2.0,
+                                        objective=objective),
+            input_signature=[tf.TensorSpec([None, None], tf.float64)])
+    return _COMPILED[objective]
+
+
 @pytest.mark.parametrize("objective", ["mse", "entropy"])
 def test_graph_plan_matches_the_eager_release(objective):
     """Same rank, rtol, noise and sensitivity as cloaking_release (which the audits check)."""
     C, y = problem()
-    s = gaussian_multiplier(EPS, DELTA, "analytic")
-    plan = tf.function(lambda C: engine.noise_plan(C, noise_multiplier=s, data_sensitivity=4.0, output_bound=2.0,
-                                                   objective=objective))(tf.constant(C))
+    plan = compiled_plan(objective)(tf.constant(C))
     rel = cloaking_release(tf.constant(C), tf.constant(y), np.zeros(len(C)), np.zeros(len(C)), data_sensitivity=4.0,
                            output_bound=2.0, epsilon=EPS, delta=DELTA, objective=objective, seed=1)
     assert int(plan.rank) == rel.rank and float(plan.rtol) == rel.rtol
@@ -67,13 +81,34 @@ def test_plan_sensitivity_is_the_mahalanobis_norm_of_its_own_factor():
 
 
 def test_a_user_tf_function_does_not_retrace_for_new_shapes_of_the_same_rank():
-    s = gaussian_multiplier(EPS, DELTA, "analytic")
-    step = tf.function(lambda C: engine.noise_plan(C, noise_multiplier=s, data_sensitivity=4.0, output_bound=2.0),
-                       input_signature=[tf.TensorSpec([None, None], tf.float64)])
+    step = compiled_plan("mse")  # perhaps already called (test_graph_plan_matches_the_eager_release): traced once
     for seed, (n, k) in enumerate([(40, 10), (55, 20), (70, 15)]):
         plan = step(tf.constant(problem(n, k, seed)[0]))
         assert plan.noise_factor.shape == (k, int(plan.rank))
     assert step.experimental_get_tracing_count() == 1
+
+
+class _Traced(Exception):
+    """Stops a trace as soon as noise_plan's body has made its first call."""
+
+
+def test_a_user_tf_function_runs_the_plan_as_written_not_converted_by_autograph(monkeypatch):
+    """noise_plan is explicit graph code (tf.while_loop, tf.cond): autograph, on by default in a user's
+    tf.function, must leave it as written (converting it made tracing about three times slower). The first
+    helper its body calls is called from engine.py itself, not from autograph's converted copy."""
+    callers = []
+    original = engine.candidate_rtols
+
+    def spy(*args, **kwargs):
+        callers.append(sys._getframe(1).f_code.co_filename)
+        original(*args, **kwargs)
+        raise _Traced
+
+    monkeypatch.setattr(engine, "candidate_rtols", spy)
+    user = tf.function(lambda C: engine.noise_plan(C, noise_multiplier=4.0, data_sensitivity=1.0, output_bound=0.5))
+    with pytest.raises(_Traced):
+        user.get_concrete_function(tf.TensorSpec([None, None], tf.float64))
+    assert callers == [engine.__file__]
 
 
 def test_publish_draws_and_spends_once_and_refuses_a_plan_for_another_budget():
