@@ -91,7 +91,7 @@ def _contract(model: Any, protocol: type = PrivateModel) -> None:
                         "(see dpgp_gpflow.contract)")
 
 
-def _bounds(model: PrivateModel) -> Optional[Tuple[float, float]]:
+def recorded_bounds(model: PrivateModel) -> Optional[Tuple[float, float]]:
     """The model's bounds for the mechanism's record: its pair, or None for one pair per output
     (:func:`shaped` records those; the model validated each output's sensitivity against its own)."""
     if per_output(model.y_bounds):
@@ -137,7 +137,7 @@ def cloak_outputs(model: PrivateModel, request: ReleaseRequest, reservation: Res
     neighbours = model_neighbours(model, int(tf.size(y_centred)))
     return _marked(model, shaped(model, cloak(request, reservation, C, y_centred, offset, variance,
                                                data_sensitivity=model.data_sensitivity,
-                                               output_bound=model.output_bound, y_bounds=_bounds(model),
+                                               output_bound=model.output_bound, y_bounds=recorded_bounds(model),
                                                neighbours=neighbours, **options)))
 
 
@@ -201,7 +201,7 @@ def release(
             return _marked(model, standard(request._replace(objective=None), reservation, mean, terms.variance,
                                            standard_terms.prior_covariance,
                                            sensitivity=float(standard_terms.unit_sensitivity) * model.data_sensitivity,
-                                           data_sensitivity=model.data_sensitivity, y_bounds=_bounds(model)))
+                                           data_sensitivity=model.data_sensitivity, y_bounds=recorded_bounds(model)))
         return cloak_outputs(model, request, reservation, terms.map, terms.offset, terms.variance, rtol=rtol, tol=tol)
 
     rel = measure(Measurement(request, relation(model), draw), accountant)  # the one reservation

@@ -11,7 +11,9 @@ reservation; :func:`cloaking_release` is the public wrapper that validates and r
 Exact noise (``sampler="exact"``, the default; docs/exact_sampling.md): the release computes the
 whitened query ``z = F^{-1} (V y) / (s Delta)`` (:func:`whitening_terms`), whose L2 sensitivity is at
 most ``1/s`` once ``Delta`` is inflated for the floating-point error of the query and the grid
-rounding; :func:`publish_cloaking` recomputes that shift from ``W`` itself and refuses a mismatch;
+rounding (:func:`whitened_sensitivity_of_norms`); :func:`publish_cloaking` recomputes that shift from ``W``
+itself (:func:`shift_of_norms`; ``W`` held whole, :class:`DenseQuery`, or by chunks,
+:class:`~dpgp_gpflow.streaming.solver.StreamedQuery`) and refuses a mismatch;
 :func:`draw_and_spend` adds exact discrete-Gaussian noise on a grid
 (:func:`dpgp_gpflow.sampling.standard_normal`, :func:`dpgp_gpflow.sampling.grid_sum`), re-colours
 (``s Delta F (z + xi)``, post-processing) and charges: the one draw of every exact cloaking release,
@@ -22,7 +24,7 @@ floating-point draw ``V y + s Delta F xi`` (warns :class:`~dpgp_gpflow.PrivacyLe
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Protocol, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
@@ -150,35 +152,59 @@ def shift_bound_of_norms(largest, total, n, data_sensitivity, output_bound):
     """``d max_i ||w_i|| + 2 gamma_n b sum_i ||w_i||`` (with the safety factor) from a public ``W``'s column
     norms (``largest = max_i ||w_i||``, ``total = sum_i ||w_i||``, ``n`` columns): the L2 shift of ``W y``
     between neighbours, computed in float64 in any summation order. Plain arithmetic: tensors (in a graph)
-    or floats (the streamed release, whose norms come chunk by chunk)."""
+    or floats."""
     unit = float(np.finfo(np.float64).eps) / 2.0
     gamma_n = n * unit / (1.0 - n * unit)
     return SENSITIVITY_SAFETY * (data_sensitivity * largest + 2.0 * gamma_n * output_bound * total)
 
 
-def _shift_bound(W, data_sensitivity, output_bound, neighbours: Optional[Neighbours] = None):
-    """:func:`shift_bound_of_norms` of a public ``W`` [r, n] held whole (:func:`whitening_terms`): with
-    ``neighbours`` (persons) the neighbour term is ``d max_j ||W A_j||`` over the neighbour map's columns,
-    the rounding term stays ``2 gamma_n b sum_i ||w_i||`` over the columns of ``W`` itself (``W y`` is
-    computed with ``W``)."""
+def _whitened_norms(W, neighbours: Optional[Neighbours] = None):
+    """The column norms a shift bound reads from a public ``W`` [r, n] held whole: ``max_i ||w_i||`` (with
+    ``neighbours``, persons: ``max_j ||W A_j||`` over the neighbour map's columns) and ``sum_i ||w_i||``
+    over the columns of ``W`` itself (the rounding of ``W y``, computed with ``W``)."""
     norms = tf.norm(W, axis=0)  # [n]
     largest = tf.reduce_max(norms) if neighbours is None else \
         tf.reduce_max(tf.norm(neighbour_columns(W, neighbours), axis=0))
-    return shift_bound_of_norms(largest, tf.reduce_sum(norms), tf.cast(tf.shape(W)[1], tf.float64),
-                                data_sensitivity, output_bound)
+    return largest, tf.reduce_sum(norms)
 
 
 def whitened_shift(whitening, data_sensitivity, output_bound, multiplier, neighbours: Optional[Neighbours] = None):
     """The whitened query's L2 shift ``mu`` recomputed from the whitening matrix ``W`` [r, n] itself (already
-    divided by ``s Delta``): ``_shift_bound`` plus the grid rounding ``sqrt(r) 2^GRID_EXPONENT``; infinite
+    divided by ``s Delta``): :func:`shift_bound_of_norms` plus the grid rounding ``sqrt(r) 2^GRID_EXPONENT``; infinite
     when the grid's loss at ``multiplier`` exceeds ``MAX_GRID_LOSS``. The one formula every exact cloaking
     release is checked with (:func:`check_whitened_shift`: ``mu K <= 1/s``); ``neighbours``: the persons'
     neighbour map (None: one row per person). Graph-safe; public."""
     W = tf.convert_to_tensor(whitening, tf.float64)
     d, b, s = (tf.convert_to_tensor(x, tf.float64) for x in (data_sensitivity, output_bound, multiplier))
-    r = tf.cast(tf.shape(W)[0], tf.float64)
-    mu = _shift_bound(W, d, b, neighbours) + tf.sqrt(r) * 2.0**GRID_EXPONENT
+    largest, total = _whitened_norms(W, neighbours)
+    return shift_of_norms(largest, total, tf.shape(W)[1], tf.shape(W)[0], d, b, s)
+
+
+def shift_of_norms(largest, total, n, rank, data_sensitivity, output_bound, multiplier):
+    """:func:`whitened_shift` from the whitening matrix's column norms (``largest = max_j ||W a_j||`` over
+    the neighbour map's columns, ``total = sum_i ||w_i||``, ``n`` columns, ``rank`` rows): the one formula
+    of the whitened query's L2 shift, for a ``W`` held whole or recomputed chunk by chunk
+    (:class:`~dpgp_gpflow.streaming.solver.StreamedQuery`). Graph-safe (tensors or floats); public."""
+    d, b, s, largest, total = (tf.convert_to_tensor(x, tf.float64)
+                               for x in (data_sensitivity, output_bound, multiplier, largest, total))
+    r = tf.cast(rank, tf.float64)
+    mu = shift_bound_of_norms(largest, total, tf.cast(n, tf.float64), d, b) + tf.sqrt(r) * 2.0**GRID_EXPONENT
     return tf.where(grid_loss(s, tf.sqrt(r)) <= MAX_GRID_LOSS, mu, tf.constant(np.inf, tf.float64))
+
+
+def whitened_sensitivity_of_norms(sensitivity, largest, total, n, rank, data_sensitivity, output_bound, multiplier):
+    """The exact sampler's sensitivity ``Delta`` (:func:`whitening_terms`) from the column norms of
+    ``F^{-1} V`` (as :func:`shift_of_norms` takes them): the cloaking ``sensitivity`` or, if larger, the
+    shift bound of ``F^{-1} V y``, inflated by the grid factor and ``WHITENING_SLACK``. The one formula for
+    a ``W`` held whole or by chunks. Graph-safe; public."""
+    d, b, s, largest, total, sensitivity = (tf.convert_to_tensor(x, tf.float64) for x in (
+        data_sensitivity, output_bound, multiplier, largest, total, sensitivity))
+    loss = grid_loss(s, tf.sqrt(tf.cast(rank, tf.float64)))
+    # WHITENING_SLACK covers the rounding of recomputing the bound from the rescaled W (norms of
+    # r entries: a relative error of order r ulp), which would otherwise refuse some valid releases.
+    return tf.maximum(sensitivity, shift_bound_of_norms(largest, total, tf.cast(n, tf.float64), d, b)) \
+        * grid_factor_of_loss(loss) \
+        * WHITENING_SLACK
 
 
 @check_shapes("solved: [r, n]")
@@ -194,16 +220,12 @@ def whitening_terms(solved, sensitivity, multiplier, data_sensitivity, output_bo
     is the cloaking sensitivity or, if larger, this bound, inflated by the grid factor
     (:func:`~dpgp_gpflow.sampling.gaussian_grid_factor`). The shift is checked where the noise is drawn
     (:func:`publish_cloaking`, from ``W`` itself). With ``neighbours`` (persons) the neighbour term is
-    ``d max_j ||W A_j||`` (:func:`_shift_bound`).
+    ``d max_j ||W A_j||`` (:func:`_whitened_norms`).
     """
     W = solved  # [r, n]: F^{-1} V, public
-    r = tf.cast(tf.shape(W)[0], tf.float64)
-    loss = grid_loss(multiplier, tf.sqrt(r))
-    # WHITENING_SLACK covers the rounding of recomputing the bound below from the rescaled W (norms of
-    # r entries: a relative error of order r ulp), which would otherwise refuse some valid releases.
-    delta_ = tf.maximum(sensitivity, _shift_bound(W, data_sensitivity, output_bound, neighbours)) \
-        * grid_factor_of_loss(loss) \
-        * WHITENING_SLACK
+    largest, total = _whitened_norms(W, neighbours)
+    delta_ = whitened_sensitivity_of_norms(sensitivity, largest, total, tf.shape(W)[1], tf.shape(W)[0],
+                                           data_sensitivity, output_bound, multiplier)
     return delta_, W / (multiplier * delta_)
 
 
@@ -430,18 +452,63 @@ def _description(objective: str, k: int) -> str:
     return f"cloaking release ({objective}) of {k} values"
 
 
-def publish_cloaking(*, noise_factor: tf.Tensor, whitening: tf.Tensor, y_centred: tf.Tensor, offset: Any,
+class WhitenedQuery(Protocol):
+    """The whitened query ``z = W y_c`` of an exact cloaking release, as :func:`publish_cloaking` reads it: its
+    L2 shift recomputed from ``W`` itself (before anything is drawn) and its value (PRIVATE: the only number
+    computed from the outputs). Held whole (:class:`DenseQuery`: the in-memory and compiled releases) or
+    recomputed chunk by chunk (:class:`~dpgp_gpflow.streaming.solver.StreamedQuery`)."""
+
+    @property
+    def rank(self) -> int:
+        """The number of rows of ``W``: the dimension of ``z``."""
+
+    def shift(self, data_sensitivity: float, output_bound: float, multiplier: float) -> float:
+        """The L2 shift ``mu`` of ``W y_c`` between neighbours, recomputed from ``W`` (:func:`shift_of_norms`)."""
+
+    def values(self) -> np.ndarray:
+        """``z = W y_c`` ([r], PRIVATE)."""
+
+
+class DenseQuery:
+    """:class:`WhitenedQuery` of a whitening matrix ``W`` [r, n] held whole and the clipped centred outputs
+    ``y_centred`` [n]; ``neighbours``: the persons' neighbour map (None: one row per person)."""
+
+    def __init__(self, whitening: Any, y_centred: Any, neighbours: Optional[Neighbours] = None) -> None:
+        self.whitening = tf.convert_to_tensor(whitening, tf.float64)
+        self.y_centred, self.neighbours = y_centred, neighbours
+        if neighbours is not None and neighbours.size != int(self.whitening.shape[1]):
+            raise ValueError(f"the neighbour map has {neighbours.size} rows but the whitening matrix "
+                             f"{self.whitening.shape}")
+
+    @property
+    def rank(self) -> int:
+        return int(self.whitening.shape[0])
+
+    def shift(self, data_sensitivity: float, output_bound: float, multiplier: float) -> float:
+        d_, b_, s_ = (tf.constant(float(x), tf.float64) for x in (data_sensitivity, output_bound, multiplier))
+        return float(_whitened_shift(self.whitening, d_, b_, s_) if self.neighbours is None
+                     else whitened_shift(self.whitening, d_, b_, s_, self.neighbours))
+
+    def values(self) -> np.ndarray:
+        return tf.linalg.matvec(self.whitening, self.y_centred).numpy()
+
+
+def publish_cloaking(*, noise_factor: tf.Tensor, whitening: Any, y_centred: Any, offset: Any,
                      variance: Any, sensitivity: float, multiplier: float, output_bound: float,
                      reservation: Reservation, seed: Optional[int], neighbours: Optional[Neighbours] = None,
                      **record: Any) -> PrivateRelease:
-    """The host's part of every exact cloaking release: check the whitening matrix, whiten the query
-    (``z = W y_c``), add exact grid noise (:func:`dpgp_gpflow.sampling.standard_normal`,
-    :func:`~dpgp_gpflow.sampling.grid_sum`), re-colour (``offset + noise_factor z``: post-processing) and
-    charge ``reservation``.
+    """The host's part of every exact cloaking release (in memory, compiled or streamed): check the whitened
+    query's shift, whiten the query (``z = W y_c``), add exact grid noise
+    (:func:`dpgp_gpflow.sampling.standard_normal`, :func:`~dpgp_gpflow.sampling.grid_sum`), re-colour
+    (``offset + noise_factor z``: post-processing) and charge ``reservation``.
+
+    ``whitening``: the matrix ``W`` [r, n] (then ``y_centred`` [n] are the outputs it whitens), or a
+    :class:`WhitenedQuery` that reads its outputs itself (``y_centred=None``; the streamed release's
+    :class:`~dpgp_gpflow.streaming.solver.StreamedQuery`, ``W`` recomputed chunk by chunk).
 
     Trusts no plan: before anything is drawn it validates the declared ``record["data_sensitivity"]`` and
     ``output_bound`` (:func:`validate_public_bounds`, against ``record["y_bounds"]``), recomputes the L2
-    shift of ``W y_c`` from ``whitening`` itself (:func:`whitened_shift`) and refuses (``FloatingPointError``,
+    shift of ``W y_c`` from ``W`` itself (:func:`shift_of_norms`) and refuses (``FloatingPointError``,
     the caller's ``reservation`` is then cancelled, nothing charged) unless it is at most ``1 / (s K)`` for
     the ``multiplier`` being charged; with ``neighbours`` (persons) that shift is recomputed over every
     extreme change of a person (:func:`whitened_shift`). Privacy assumptions: ``y_centred`` moves by at most
@@ -450,19 +517,24 @@ def publish_cloaking(*, noise_factor: tf.Tensor, whitening: tf.Tensor, y_centred
     is post-processing).
     """
     d, b = validate_public_bounds(record["data_sensitivity"], output_bound, record.get("y_bounds"))
-    whitening = tf.convert_to_tensor(whitening, tf.float64)
-    if whitening.shape.rank != 2 or int(whitening.shape[0]) == 0 or int(whitening.shape[0]) != int(noise_factor.shape[1]):
-        raise ValueError(f"the whitening matrix {whitening.shape} does not match the noise factor {noise_factor.shape}")
-    if neighbours is not None and neighbours.size != int(whitening.shape[1]):
-        raise ValueError(f"the neighbour map has {neighbours.size} rows but the whitening matrix {whitening.shape}")
-    d_, b_, s_ = (tf.constant(x, tf.float64) for x in (d, b, float(multiplier)))
-    mu = float(_whitened_shift(whitening, d_, b_, s_) if neighbours is None
-               else whitened_shift(whitening, d_, b_, s_, neighbours))
-    check_whitened_shift(mu, multiplier, int(whitening.shape[0]))  # refused here: nothing drawn, nothing charged
+    if y_centred is None:
+        if neighbours is not None:
+            raise ValueError("a whitened query that reads its own outputs carries its own persons: neighbours=None")
+        query = whitening
+    else:
+        whitening = tf.convert_to_tensor(whitening, tf.float64)
+        if whitening.shape.rank != 2:
+            raise ValueError(f"the whitening matrix {whitening.shape} does not match the noise factor "
+                             f"{noise_factor.shape}")
+        query = DenseQuery(whitening, y_centred, neighbours)
+    if query.rank == 0 or query.rank != int(noise_factor.shape[1]):
+        raise ValueError(f"the whitening matrix ({query.rank} rows) does not match the noise factor "
+                         f"{noise_factor.shape}")
+    mu = query.shift(d, b, float(multiplier))
+    check_whitened_shift(mu, multiplier, query.rank)  # refused here: nothing drawn, nothing charged
     record["data_sensitivity"] = d
-    return draw_and_spend(tf.linalg.matvec(whitening, y_centred).numpy(), noise_factor=noise_factor, offset=offset,
-                          variance=variance, sensitivity=sensitivity, multiplier=multiplier, reservation=reservation,
-                          seed=seed, **record)
+    return draw_and_spend(query.values(), noise_factor=noise_factor, offset=offset, variance=variance,
+                          sensitivity=sensitivity, multiplier=multiplier, reservation=reservation, seed=seed, **record)
 
 
 def draw_and_spend(z: np.ndarray, *, noise_factor: tf.Tensor, offset: Any, variance: Any, sensitivity: float,

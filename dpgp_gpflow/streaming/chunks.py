@@ -11,7 +11,7 @@ checked against the model's (:func:`source_persons`), never from the source's ro
 Privacy assumption: the functions mapped over chunks are those of :mod:`dpgp_gpflow.streaming.terms`
 and :mod:`dpgp_gpflow.streaming.solver`; they return public-shape summaries (m x m sums, per-point
 maxima, a working set's columns) and, from the outputs, only the one linear query that the release
-whitens and noises (:func:`dpgp_gpflow.streaming.solver.whitened_query`). Loops here are over chunks,
+whitens and noises (:class:`dpgp_gpflow.streaming.solver.StreamedQuery`). Loops here are over chunks,
 never over data points.
 """
 

@@ -30,9 +30,10 @@ from ..accounting import PrivacyAccountant, Reservation
 from ..cloaking import DEFAULT_TOL, candidate_rtols, first_harmless
 from ..cloaking.rank import bias_rounding, projection_bias
 from ..contract import check_release_hyperparameters
-from ..pipeline import reference_coordinates, shaped
-from ..mechanisms import (ReleaseRequest, check_noise_condition, condition_number, draw_and_spend, release_request,
+from ..pipeline import recorded_bounds, reference_coordinates, shaped
+from ..mechanisms import (ReleaseRequest, check_noise_condition, condition_number, publish_cloaking, release_request,
                           safe_sensitivity)
+from ..mechanisms.cloaking import whitened_sensitivity_of_norms
 from ..measurement import Measurement, measure
 from ..neighbours import model_outputs, relation
 from ..released import PrivateFunction, PrivatePrediction
@@ -43,11 +44,11 @@ from .dask_chunks import DaskChunks
 from .persons import ChunkPersons
 from .solver import (
     StreamedMap,
+    StreamedQuery,
     column_spaces,
     optimise_noise_covariance,
     projection_rows,
     sensitivities,
-    whitened_query,
 )
 from .terms import ChunkTerms, Factors, add_summaries
 
@@ -255,16 +256,18 @@ def cloak_function(
     if not math.isfinite(qmax):
         raise FloatingPointError("the sensitivity is not finite: the noise covariance is singular")
     noise_sensitivity = float(safe_sensitivity(d, qmax, condition))
-    # the outputs are read here, once, chunk by chunk (clipped first): z = W y
-    sensitivity, z = whitened_query(cmap, basis, factor_u, noise_sensitivity, (w_largest, w_total), multiplier,
-                                    d, b)
+    r = int(basis.shape[1])
+    sensitivity = float(whitened_sensitivity_of_norms(noise_sensitivity, w_largest, w_total, cmap.num_entries, r,
+                                                      d, b, multiplier))
     noise_factor = tf.linalg.matmul(space.basis, tf.constant(factor_u)) * (multiplier * sensitivity)  # [m, r]
     m = int(basis.shape[0])  # P outputs: the m P latents, stacked output by output
-    rel = draw_and_spend(  # the latents' offset is 0
-        z, noise_factor=noise_factor, offset=np.zeros(m), variance=np.zeros(m), sensitivity=sensitivity,
-        multiplier=multiplier, reservation=reservation, seed=seed, epsilon=epsilon, delta=delta,
+    # the outputs are read once, chunk by chunk (clipped first), where publish_cloaking checks the shift: z = W y
+    rel = publish_cloaking(  # the latents' offset is 0
+        noise_factor=noise_factor, whitening=StreamedQuery(cmap, basis, factor_u, multiplier * sensitivity),
+        y_centred=None, offset=np.zeros(m), variance=np.zeros(m), sensitivity=sensitivity, multiplier=multiplier,
+        output_bound=b, reservation=reservation, seed=seed, epsilon=epsilon, delta=delta,
         data_sensitivity=d, calibration=request.calibration, objective=objective, certificate=noise.certificate,
-        rank=int(basis.shape[1]), rtol=space.rtol, bias_bound=bias_bound, y_bounds=tuple(model.y_bounds))
+        rank=r, rtol=space.rtol, bias_bound=bias_bound, y_bounds=recorded_bounds(model))
     if cmap.persons is not None:  # the relation protected, shaped [m, P] for P outputs, as in memory
         rel = shaped(model, rel)
     function_type = getattr(model, "function_type", PrivateFunction)

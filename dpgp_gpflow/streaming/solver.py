@@ -17,7 +17,7 @@ the chunk's public inputs by :class:`~dpgp_gpflow.streaming.terms.ChunkTerms`):
   maxima and sums over chunks.
 
 Privacy assumption: every function here is public (a function of ``C``) except
-:func:`whitened_query`, which returns the one linear query ``W y`` of the clipped centred outputs
+:class:`StreamedQuery`, which computes the one linear query ``W y`` of the clipped centred outputs
 that the release noises; workers return only these public-shape results.
 """
 
@@ -42,8 +42,7 @@ from ..cloaking import (
     working_set,
 )
 from ..cloaking.working_set import DUPLICATE_RTOL
-from ..mechanisms.cloaking import WHITENING_SLACK, check_whitened_shift, shift_bound_of_norms
-from ..sampling import GRID_EXPONENT, gaussian_grid_factor
+from ..mechanisms.cloaking import shift_of_norms
 from .chunks import ChunkSource
 from .persons import ChunkPersons, person_columns
 from .terms import ChunkTerms, Factors
@@ -401,27 +400,35 @@ def _query_combine(a, b):
     return max(a[0], b[0]), a[1] + b[1], a[2] + b[2]
 
 
-def whitened_query(cmap: StreamedMap, basis: np.ndarray, factor_u: np.ndarray, noise_sensitivity: float,
-                   whitened_norms: Tuple[float, float], multiplier: float, data_sensitivity: float,
-                   output_bound: float) -> Tuple[float, np.ndarray]:
-    """The exact sampler's sensitivity ``Delta`` and whitened query ``z = W y`` (``mechanisms.cloaking.whitening_terms``).
+class StreamedQuery:
+    """The whitened query ``z = W y`` of the exact sampler, ``W = F_u^{-1} basis^T C / divisor`` (``divisor =
+    s Delta``, :func:`~dpgp_gpflow.mechanisms.cloaking.whitened_sensitivity_of_norms`), recomputed chunk by
+    chunk and never formed: the :class:`~dpgp_gpflow.mechanisms.cloaking.WhitenedQuery` that
+    :func:`~dpgp_gpflow.mechanisms.publish_cloaking` checks and draws for, as it does every exact cloaking release.
 
-    ``whitened_norms``: ``max_i ||w_i||`` and ``sum_i ||w_i||`` from :func:`sensitivities`. PRIVATE result ``z`` (r numbers): the only thing computed from the outputs; everything else is
-    public. The shift bound ``d max_i ||w_i|| + 2 gamma_n b sum_i ||w_i||`` holds for any summation
-    order, chunked or not; it is recomputed from the rescaled matrix actually used and the release is
-    refused if it exceeds ``1 / (s K)``. With persons (``cmap.persons``) its first term is
-    ``d max_j ||W A_j||`` over the corner columns; the rounding term stays over the n rows.
-    """
-    n, r = cmap.num_entries, int(basis.shape[1])
-    d, b = float(data_sensitivity), float(output_bound)
+    :meth:`shift` makes the one pass over the chunks (the outputs are read there, clipped first): ``max_i
+    ||w_i||`` (with persons, ``cmap.persons``: ``max_j ||W A_j||`` over the corner columns) and ``sum_i
+    ||w_i||`` of the rescaled matrix actually used, whose shift it returns
+    (:func:`~dpgp_gpflow.mechanisms.cloaking.shift_of_norms`: the bound holds for any summation order,
+    chunked or not), and ``z`` with them, which :meth:`values` returns (PRIVATE: r numbers, the only thing
+    computed from the outputs; nothing is drawn unless the shift passed its check)."""
 
-    def shift_bound(largest: float, total: float) -> float:
-        return float(shift_bound_of_norms(largest, total, n, d, b))
+    def __init__(self, cmap: StreamedMap, basis: np.ndarray, factor_u: np.ndarray, divisor: float) -> None:
+        self.cmap, self.basis, self.factor_u, self.divisor = cmap, basis, factor_u, float(divisor)
+        self._z: Optional[np.ndarray] = None
 
-    largest, total = whitened_norms
-    sensitivity = max(float(noise_sensitivity), shift_bound(largest, total)) * gaussian_grid_factor(multiplier, r) \
-        * WHITENING_SLACK
-    largest, total, z = cmap.source.map_reduce(_query_chunk, _query_combine, cmap.terms, cmap.factors, basis,
-                                               factor_u, multiplier * sensitivity, cmap.persons)
-    check_whitened_shift(shift_bound(largest, total) + math.sqrt(r) * 2.0**GRID_EXPONENT, multiplier)
-    return sensitivity, z
+    @property
+    def rank(self) -> int:
+        return int(self.basis.shape[1])
+
+    def shift(self, data_sensitivity: float, output_bound: float, multiplier: float) -> float:
+        cmap = self.cmap
+        largest, total, self._z = cmap.source.map_reduce(_query_chunk, _query_combine, cmap.terms, cmap.factors,
+                                                         self.basis, self.factor_u, self.divisor, cmap.persons)
+        return float(shift_of_norms(largest, total, cmap.num_entries, self.rank, data_sensitivity, output_bound,
+                                    multiplier))
+
+    def values(self) -> np.ndarray:
+        if self._z is None:
+            raise RuntimeError("the whitened query's shift is checked before its value is read")
+        return self._z

@@ -3,6 +3,8 @@ committing one event into it (release_function is validation + one reservation +
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 
@@ -10,7 +12,11 @@ import dpgp_gpflow as dp
 from dpgp_gpflow import streaming
 from dpgp_gpflow.accounting import reserve
 from dpgp_gpflow.mechanisms import release_request
+from dpgp_gpflow.mechanisms import cloaking as cloaking_module
+from dpgp_gpflow.mechanisms.rounding import SENSITIVITY_SAFETY
 from dpgp_gpflow.models import DPSGPR
+from dpgp_gpflow.sampling import DISCRETE_GAUSSIAN_FACTOR, GRID_EXPONENT
+from dpgp_gpflow.streaming.solver import StreamedQuery
 
 from test_streaming import _model  # noqa: E402
 
@@ -39,3 +45,65 @@ def test_cloak_function_refuses_without_an_objective_and_commits_nothing():
             with pytest.raises(ValueError, match="objective"):
                 streaming.cloak_function(model, request, reservation)
         assert acc.spent[0] == 0.0
+
+
+def _publish_spy(monkeypatch):
+    """Record the keyword arguments of every call of publish_cloaking by the streamed release."""
+    module = importlib.import_module("dpgp_gpflow.streaming.release")
+    original, calls = module.publish_cloaking, []
+
+    def spy(**kwargs):
+        calls.append(kwargs)
+        return original(**kwargs)
+
+    monkeypatch.setattr(module, "publish_cloaking", spy)
+    return calls
+
+
+def test_the_streamed_release_goes_through_publish_cloaking_with_the_shift_of_its_whole_whitening(monkeypatch):
+    """The streamed release publishes through publish_cloaking (the one check-draw-spend step) with a query
+    that never forms W; the shift it checks and the query it noises are those of W held whole (NumPy:
+    W = F_u^{-1} basis^T C / (s Delta), y_c the clipped outputs, mu = S (d max ||w_i|| + 2 gamma_n b
+    sum ||w_i||) + sqrt(r) 2^G), and the release re-colours with the factor it was handed."""
+    model = _model(DPSGPR, 400, 8)
+    calls = _publish_spy(monkeypatch)
+    released = streaming.release_function(model, epsilon=0.5, delta=1e-4, seed=5, chunk_size=150)
+    assert len(calls) == 1
+    kw = calls[0]
+    query = kw["whitening"]
+    assert isinstance(query, StreamedQuery) and kw["y_centred"] is None
+    X, Y = (np.asarray(a, dtype=np.float64) for a in model.data)
+    C = query.cmap.terms.columns(X, query.cmap.factors).numpy()  # [m, n]: the released map whole
+    W = np.linalg.solve(query.factor_u, query.basis.T @ C) / query.divisor  # [r, n]
+    y_c = np.clip(Y[:, 0], -2.0, 2.0)  # the prior mean is the bounds' midpoint, 0
+    s, d, b = kw["multiplier"], float(model.data_sensitivity), kw["output_bound"]
+    assert b == pytest.approx(2.0)
+    mu = query.shift(d, b, s)
+    np.testing.assert_allclose(query.values(), W @ y_c, rtol=1e-9, atol=1e-12 * np.abs(W @ y_c).max())
+    norms = np.linalg.norm(W, axis=0)
+    unit = np.finfo(np.float64).eps / 2
+    gamma = W.shape[1] * unit / (1 - W.shape[1] * unit)
+    reference = SENSITIVITY_SAFETY * (d * norms.max() + 2 * gamma * b * norms.sum()) \
+        + np.sqrt(W.shape[0]) * 2.0**GRID_EXPONENT
+    assert mu == pytest.approx(reference, rel=1e-9)
+    assert 0.0 < mu * DISCRETE_GAUSSIAN_FACTOR <= 1.0 / s  # what publish_cloaking checked before the draw
+    np.testing.assert_array_equal(released.release.noise_factor, np.asarray(kw["noise_factor"]))
+
+
+def test_a_streamed_query_with_too_large_a_shift_is_refused_by_publish_cloaking_and_charges_nothing(monkeypatch):
+    """A whitened query scaled up twofold (a plan for another sensitivity) fails publish_cloaking's shift
+    check: FloatingPointError before any draw, nothing charged."""
+    module = importlib.import_module("dpgp_gpflow.streaming.release")
+
+    class Doubled(StreamedQuery):
+        def __init__(self, cmap, basis, factor_u, divisor):
+            super().__init__(cmap, basis, factor_u, divisor / 2.0)
+
+    monkeypatch.setattr(module, "StreamedQuery", Doubled)
+    draws = []
+    monkeypatch.setattr(cloaking_module, "draw_and_spend", lambda *a, **k: draws.append(1))
+    model = _model(DPSGPR, 200, 6)
+    with dp.PrivacyAccountant(epsilon=2.0, delta=1e-2) as acc:
+        with pytest.raises(FloatingPointError, match="exceeds"):
+            streaming.release_function(model, epsilon=0.5, delta=1e-4, seed=5, accountant=acc, chunk_size=80)
+        assert acc.spent == (0.0, 0.0) and len(acc.ledger) == 0 and draws == []
