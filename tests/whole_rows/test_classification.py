@@ -311,3 +311,23 @@ def test_refusals_charge_nothing():
         model.release(epsilon=1.0, delta=1e-3, accountant=acc).save("/nonexistent/x.json")
     assert acc.spent == pytest.approx((1.0, 1e-3)) and acc.held == (0.0, 0.0)  # only the one release made
     assert [e["status"] for e in acc.history()] == ["cancelled", "committed"]  # the labels' refusal gave back
+
+
+def test_a_model_with_persons_and_a_streamed_source_release_the_same_statistics():
+    """Model-level persons (groups=): the person relation and G times the row sensitivity; the same release from a
+    chunked source carrying the ids equals the in-memory one (same seed; sums in another order)."""
+    X1, Y1 = _toy(120, 5, 3)
+    ids = np.repeat(np.arange(40), 3)
+    Zt = wr.inducing_grid(TOY_BOX, 3)
+    build = dict(num_classes=3, private_inputs=True, x_bounds=TOY_BOX, hyperparameters_public=True)
+    persons = dp.models.DPSparseMulticlassLaplaceGPC((X1, Y1), _kernel(1.0), Zt, groups=ids, **build)
+    rows = dp.models.DPSparseMulticlassLaplaceGPC((X1, Y1), _kernel(1.0), Zt, **build)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dp.ReproducibleNoiseWarning)
+        a = persons.release(epsilon=1.0, delta=1e-3, seed=3)
+        b = persons.release(epsilon=1.0, delta=1e-3, seed=3, source=LocalChunks(X1, Y1, 7, groups=ids))
+        c = rows.release(epsilon=1.0, delta=1e-3, seed=3)
+    assert a.neighbours == "person (groups, up to 3 rows) (inputs and outputs)" and a.person_rows == 3
+    assert a.sensitivity / c.sensitivity == pytest.approx(3.0, rel=1e-6)
+    for key in ("S", "b"):
+        np.testing.assert_allclose(a.statistics[key], b.statistics[key], rtol=1e-9, atol=1e-9 * a.sensitivity)
