@@ -10,7 +10,7 @@ import math
 import sys
 import warnings
 from numbers import Real
-from typing import Any, Literal, Optional, Tuple, Union
+from typing import Any, Dict, Literal, Optional, Tuple, Union
 
 import numpy as np
 
@@ -158,16 +158,78 @@ def validate_noise_variance(noise_variance: object) -> Optional[float]:
     return value
 
 
+#: The last value read through each parameter's transform (:func:`parameter_value`), and each transform's
+#: positivity (:func:`_positive_parameter`), by ``id``, each with a weak reference to check the object is the same.
+_READS: Dict[int, Tuple[Any, Any, bytes, np.ndarray]] = {}
+_POSITIVE: Dict[Tuple[int, Tuple[int, ...]], Tuple[Any, bool]] = {}
+_FIXED: Dict[int, Tuple[Any, bool]] = {}
+_MAX_READS = 4096
+
+
+def _fixed_transform(transform: Any) -> bool:
+    """True when a transform has no variables of its own (its output depends on its input alone; remembered per
+    transform: a bijector's variables are set when it is built)."""
+    hit = _FIXED.get(id(transform))
+    if hit is not None and hit[0]() is transform:
+        return hit[1]
+    try:
+        fixed = not tuple(getattr(transform, "variables", ()))
+    except Exception:  # noqa: BLE001 (not a module: treat as changing)
+        return False
+    import weakref
+
+    if len(_FIXED) > _MAX_READS:
+        _FIXED.clear()
+    try:
+        _FIXED[id(transform)] = (weakref.ref(transform), fixed)
+    except TypeError:  # no weak reference to it: not remembered
+        pass
+    return fixed
+
+
+def parameter_value(parameter: Any) -> np.ndarray:
+    """A copy of a GPflow parameter's (constrained) value, ``parameter.numpy()``: read through its transform only
+    when the parameter's unconstrained value or its transform changed since this process last read it (a TFP
+    bijector call costs milliseconds; the unconstrained variable microseconds). Anything else: its ``numpy()``."""
+    transform = getattr(parameter, "transform", None)
+    raw_variable = getattr(parameter, "unconstrained_variable", None)
+    if transform is None or raw_variable is None or not _fixed_transform(transform):
+        return np.array(parameter.numpy(), copy=True)
+    raw = np.asarray(raw_variable.numpy()).tobytes()
+    hit = _READS.get(id(parameter))
+    if hit is not None and hit[0]() is parameter and hit[1]() is transform and hit[2] == raw:
+        return hit[3].copy()
+    value = np.array(parameter.numpy(), copy=True)
+    import weakref  # here: this module is imported before anything heavy
+
+    if len(_READS) > _MAX_READS:  # parameters of models long gone: forget them all
+        _READS.clear()
+    _READS[id(parameter)] = (weakref.ref(parameter), weakref.ref(transform), raw, value.copy())
+    return value
+
+
 def _positive_parameter(parameter: Any) -> bool:
     """True when a GPflow parameter's transform maps onto the positive numbers (GPflow's ``positive()``:
-    lengthscales, variances), read from the transform itself (probed far below its range)."""
+    lengthscales, variances), read from the transform itself (probed far below its range; remembered per
+    transform without variables and shape)."""
     transform = getattr(parameter, "transform", None)
     if transform is None:
         return False
+    key = (id(transform), tuple(int(v) for v in parameter.shape))
+    hit = _POSITIVE.get(key)
+    if hit is not None and hit[0]() is transform:
+        return hit[1]
     try:
-        return bool(np.all(np.asarray(transform.forward(np.full(parameter.shape, -1e3))) >= 0.0))
+        positive = bool(np.all(np.asarray(transform.forward(np.full(parameter.shape, -1e3))) >= 0.0))
     except Exception:  # noqa: BLE001 (a transform that is not elementwise: no positivity to read)
-        return False
+        positive = False
+    if _fixed_transform(transform):
+        import weakref
+
+        if len(_POSITIVE) > _MAX_READS:
+            _POSITIVE.clear()
+        _POSITIVE[key] = (weakref.ref(transform), positive)
+    return positive
 
 
 def validate_hyperparameter_magnitudes(model: Any) -> None:
@@ -184,7 +246,7 @@ def validate_hyperparameter_magnitudes(model: Any) -> None:
     for path, parameter in gpflow.utilities.parameter_dict(model).items():
         if not isinstance(parameter, gpflow.Parameter):  # a variable may hold data (private outputs): never read
             continue
-        check_parameter_magnitude(f"the hyperparameter {path}", parameter, parameter.numpy())
+        check_parameter_magnitude(f"the hyperparameter {path}", parameter, parameter_value(parameter))
 
 
 def check_parameter_magnitude(name: str, parameter: Any, values: Any) -> None:

@@ -46,6 +46,7 @@ from ..validation import (
     clip_outputs,
     clip_private_outputs,
     is_dask_array,
+    parameter_value,
     require_float64,
     validate_bounds,
     validate_data_sensitivity,
@@ -245,7 +246,7 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.
 def parameter_values(module: Any) -> Dict[str, np.ndarray]:
     """A copy of every parameter's value of a GPflow module, by its ``parameter_dict`` path: what the
     leak guard records as public, and what a cross-validation remembers it was computed with."""
-    return {path: np.array(p.numpy(), copy=True) for path, p in gpflow.utilities.parameter_dict(module).items()}
+    return {path: parameter_value(p) for path, p in gpflow.utilities.parameter_dict(module).items()}
 
 
 class LeakGuardMixin:

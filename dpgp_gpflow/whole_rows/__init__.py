@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Dict
 #: :mod:`.bounds` (the public sensitivity formula) loads without TensorFlow for a release file's checks.
 _NAMES: Dict[str, str] = {
     "inducing_design": "design", "inducing_grid": "design", "validate_box": "design",
-    "FeatureMap": "features", "kernel_bound": "features", "whitened_features": "features",
+    "FeatureMap": "features", "feature_map": "features", "kernel_bound": "features", "whitened_features": "features",
     "DEFAULT_FRACTIONS": "lengthscales", "default_lengthscales": "lengthscales",
     "RELATION": "mechanism", "release_model": "release", "release_rows": "release",
     "WholeRowsRelease": "released", "DEFAULT_SHARES": "bounds",
@@ -40,7 +40,7 @@ _NAMES: Dict[str, str] = {
 if TYPE_CHECKING:  # pragma: no cover
     from .bounds import DEFAULT_SHARES
     from .design import inducing_design, inducing_grid, validate_box
-    from .features import FeatureMap, kernel_bound, whitened_features
+    from .features import FeatureMap, feature_map, kernel_bound, whitened_features
     from .lengthscales import DEFAULT_FRACTIONS, default_lengthscales
     from .mechanism import RELATION
     from .release import release_model, release_rows

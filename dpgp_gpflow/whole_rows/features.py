@@ -23,7 +23,9 @@ leave :mod:`dpgp_gpflow.whole_rows.statistics`.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+import weakref
+from collections import OrderedDict
+from typing import Any, Dict, Optional, Tuple
 
 import gpflow
 import numpy as np
@@ -32,6 +34,7 @@ from check_shapes import check_shapes
 
 from .. import linalg
 from ..io.gpflow_specs import kernel_from_spec, kernel_spec
+from ..validation import parameter_value
 
 __all__: list[str] = []  # internal: the package imports these names by name
 
@@ -47,7 +50,7 @@ def kernel_bound(kernel: gpflow.kernels.Kernel) -> float:
     if isinstance(kernel, gpflow.kernels.Product):
         return float(np.prod([kernel_bound(k) for k in kernel.kernels]))
     if isinstance(kernel, (gpflow.kernels.Stationary, gpflow.kernels.Constant)):
-        variance = float(np.asarray(kernel.variance.numpy(), dtype=np.float64))
+        variance = float(np.asarray(parameter_value(kernel.variance), dtype=np.float64))
         if not (np.isfinite(variance) and variance > 0.0):
             raise ValueError(f"the kernel's variance must be finite and > 0, got {variance}")
         return variance
@@ -116,9 +119,23 @@ class FeatureMap:
         return int(self.Z.shape[1])
 
     def __call__(self, X: Any) -> tf.Tensor:
-        """:func:`whitened_features` of ``X`` [N, D] -> [N, M]."""
-        return whitened_features(self.kernel, tf.constant(self.Z), self.L, tf.convert_to_tensor(X, tf.float64),
-                                 self.k_max)
+        """:func:`whitened_features` of ``X`` [N, D] -> [N, M] (through the compiled function once
+        :meth:`compile` ran)."""
+        X = tf.convert_to_tensor(X, tf.float64)
+        compiled = self.__dict__.get("_compiled")
+        if compiled is not None:
+            return compiled(X)
+        return whitened_features(self.kernel, tf.constant(self.Z), self.L, X, self.k_max)
+
+    def compile(self) -> "FeatureMap":
+        """Trace :func:`whitened_features` over this map's public pieces once (one ``tf.function`` for every N):
+        worth its tracing for a map used again and again (:func:`feature_map` compiles a map on its reuse). A
+        map is immutable, so the trace stays valid; it is not pickled (a Dask worker runs the eager function)."""
+        if self.__dict__.get("_compiled") is None:
+            kernel, Z, L, k_max = self.kernel, tf.constant(self.Z), self.L, self.k_max
+            self._compiled = tf.function(lambda X: whitened_features(kernel, Z, L, X, k_max),
+                                         input_signature=[tf.TensorSpec([None, self.input_dim], tf.float64)])
+        return self
 
     def unit_variance(self, X: Any) -> tf.Tensor:
         """``k(x, x) / k_max`` at ``X`` [N] (1 for a stationary kernel; public)."""
@@ -140,3 +157,51 @@ class FeatureMap:
         self.k_max = float(state["k_max"])
         self.jitter = float(state["jitter"])
         self.L = tf.constant(state["L"])  # the client's factor itself: every worker sums the same features
+
+
+#: How many feature maps :func:`feature_map` keeps (each holds a frozen kernel, ``Z``, ``L`` and its compiled
+#: features).
+MAP_CACHE_SIZE = 16
+_MAPS: "OrderedDict[Tuple[Any, ...], Tuple[Any, FeatureMap]]" = OrderedDict()
+
+
+def _kernels(kernel: Any) -> Tuple[Any, ...]:
+    """The kernel and, for a ``Sum`` / ``Product`` (:func:`kernel_bound`'s combinations), every kernel inside."""
+    inner = kernel.kernels if isinstance(kernel, gpflow.kernels.Combination) else ()
+    return (kernel, *(k for sub in inner for k in _kernels(sub)))
+
+
+def _map_key(kernel: gpflow.kernels.Kernel, Z: np.ndarray) -> Optional[Tuple[Any, ...]]:
+    """What a :class:`FeatureMap` of ``kernel`` and ``Z`` at the default jitter depends on: the kernel object, every
+    parameter's unconstrained value and transform (read without the transform: cheap), every kernel's
+    ``active_dims``, ``Z`` and the jitter. None (do not reuse) when a transform has variables of its own."""
+    values = []
+    for path, p in gpflow.utilities.parameter_dict(kernel).items():
+        transform = getattr(p, "transform", None)
+        if transform is not None and tuple(getattr(transform, "variables", None) or ()):
+            return None
+        raw = p.unconstrained_variable if isinstance(p, gpflow.Parameter) else p
+        values.append((path, id(transform), np.asarray(raw.numpy()).tobytes()))
+    dims = tuple(repr(getattr(k, "active_dims", None)) for k in _kernels(kernel))
+    return (id(kernel), type(kernel), tuple(values), dims, Z.shape, Z.tobytes(), gpflow.config.default_jitter())
+
+
+def feature_map(kernel: gpflow.kernels.Kernel, Z: Any) -> FeatureMap:
+    """``FeatureMap(kernel, Z)`` (default jitter and ``k_max``), the same object again when this kernel object, with
+    the same parameter values, was mapped on the same ``Z`` before in this process: a map is public and immutable
+    (a frozen copy of the kernel), so repeated releases of one model skip the kernel's freezing and the Cholesky
+    factor, and from the second on use the compiled features (:meth:`FeatureMap.compile`). Public: kernel and
+    ``Z`` only."""
+    Z = np.asarray(Z, dtype=np.float64)
+    key = _map_key(kernel, Z) if Z.ndim == 2 else None
+    if key is None:
+        return FeatureMap(kernel, Z)
+    hit = _MAPS.get(key)
+    if hit is not None and hit[0]() is kernel:  # the same object (an id is reused only after it died)
+        _MAPS.move_to_end(key)
+        return hit[1].compile()
+    features = FeatureMap(kernel, Z)
+    _MAPS[key] = (weakref.ref(kernel), features)
+    while len(_MAPS) > MAP_CACHE_SIZE:
+        _MAPS.popitem(last=False)
+    return features

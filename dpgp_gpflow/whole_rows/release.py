@@ -28,9 +28,9 @@ from ..measurement import measure
 from ..mechanisms.request import release_request
 from ..streaming.chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks
 from ..streaming.release import rows_source
-from ..validation import require_float64, validate_bounds, validate_noise_variance
+from ..validation import parameter_value, require_float64, validate_bounds, validate_noise_variance
 from .design import check_public_inducing_inputs, validate_box
-from .features import FeatureMap, kernel_bound
+from .features import FeatureMap, feature_map, kernel_bound
 from .mechanism import NoisedStatistics, statistics_measurement
 from .lengthscales import choose, default_lengthscales, validate_lengthscales, with_lengthscales
 from .released import VARIANCES, WholeRowsRelease
@@ -114,7 +114,7 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
         validate_noise_variance(noise_variance)
     candidates = _lengthscale_candidates(lengthscales, kernel, box)
     kernels = [kernel] if candidates is None else [with_lengthscales(kernel, v) for v in candidates]
-    maps = [FeatureMap(k, Z) for k in kernels]
+    maps = [feature_map(k, Z) for k in kernels]
     if variances == "given" and kernel_variance is None:
         kernel_variance = maps[0].k_max
     grid = [RowStatistics(features, box, bounds, clip_inputs=clip_inputs) for features in maps]
@@ -148,7 +148,7 @@ def _unset_lengthscales(kernel: Any) -> bool:
     (1.0): none were given, so a model release chooses them privately from the default grid."""
     values = getattr(kernel, "lengthscales", None)
     return (isinstance(kernel, gpflow.kernels.Stationary) and values is not None
-            and bool(np.all(np.asarray(values.numpy()) == 1.0)))
+            and bool(np.all(parameter_value(values) == 1.0)))
 
 
 def model_rows(model: Any, source: Optional[ChunkSource], chunk_size: int) -> Tuple[ChunkSource, Any]:
@@ -191,9 +191,9 @@ def release_model(model: Any, *, epsilon: float, delta: float, calibration: str 
         lengthscales = "default" if _unset_lengthscales(model.kernel) else "kernel"
     given = variances == "given"
     kernel_variance = kernel_bound(model.kernel) if given else None
-    noise_variance = float(np.asarray(model.likelihood.variance.numpy())) if given else None
+    noise_variance = float(parameter_value(model.likelihood.variance)) if given else None
     rows, groups = model_rows(model, source, chunk_size)
-    return release_rows(rows, model.kernel, model.inducing_variable.Z.numpy(), x_bounds=model.x_bounds,
+    return release_rows(rows, model.kernel, parameter_value(model.inducing_variable.Z), x_bounds=model.x_bounds,
                         y_bounds=model.y_bounds, epsilon=epsilon, delta=delta, calibration=calibration, seed=seed,
                         accountant=accountant, shares=shares, clip_inputs=model.clip_inputs,
                         kernel_variance=kernel_variance, noise_variance=noise_variance, variances=variances,

@@ -52,6 +52,66 @@ def test_rows_of_too_large_a_norm_are_put_back_on_the_unit_sphere():
     assert np.all(norms <= 1.0 + 1e-12) and norms.max() == pytest.approx(1.0)
 
 
+def test_a_feature_map_is_reused_only_for_the_same_kernel_object_values_and_inducing_inputs():
+    """Repeated releases of one model reuse its map (compiled on reuse); any change of a value, of the inducing
+    inputs or of the kernel object gives a fresh map that equals a NumPy reference at the new values."""
+    Z = np.linspace(0.0, 10.0, 5)[:, None]
+    X = np.linspace(-3.0, 13.0, 40)[:, None]
+    kernel = gpflow.kernels.SquaredExponential(variance=2.0, lengthscales=2.5)
+    first = wr.feature_map(kernel, Z)
+    assert isinstance(first, wr.FeatureMap) and first.__dict__.get("_compiled") is None  # one use: eager
+    again = wr.feature_map(kernel, Z.copy())
+    assert again is first and first.__dict__.get("_compiled") is not None  # reused: compiled
+    kernel.lengthscales.assign(4.0)
+    changed = wr.feature_map(kernel, Z)
+    assert changed is not first
+    np.testing.assert_allclose(changed(X).numpy(), reference_features(X, Z, 4.0), rtol=1e-9, atol=1e-12)
+    kernel.variance.assign(3.0)  # k_max: features of k / k_max, the same at unit scale, but a map of its own
+    assert wr.feature_map(kernel, Z) is not changed and wr.feature_map(kernel, Z).k_max == pytest.approx(3.0)
+    assert wr.feature_map(kernel, Z + 1.0) is not wr.feature_map(kernel, Z)
+    twin = gpflow.kernels.SquaredExponential(variance=3.0, lengthscales=4.0)  # equal values, another object
+    assert wr.feature_map(twin, Z) is not wr.feature_map(kernel, Z)
+    inner = gpflow.kernels.Matern32(lengthscales=1.0)
+    summed = kernel + inner
+    before = wr.feature_map(summed, Z)
+    inner.lengthscales.assign(2.0)  # a value inside a Sum
+    assert wr.feature_map(summed, Z) is not before
+
+
+@pytest.mark.slow
+def test_compiled_features_equal_the_eager_ones_and_a_numpy_reference():
+    rng = np.random.default_rng(3)
+    Z = rng.uniform(0, 10, (7, 2))
+    X = np.vstack([rng.uniform(-20, 30, (300, 2)), Z])
+    kernel = gpflow.kernels.SquaredExponential(variance=5.0, lengthscales=2.0)
+    eager = wr.FeatureMap(kernel, Z)(X).numpy()
+    compiled = wr.FeatureMap(kernel, Z).compile()
+    for rows in (X, X[:3]):  # one trace for every number of rows
+        np.testing.assert_allclose(compiled(rows).numpy(), reference_features(rows, Z, 2.0), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(compiled(X).numpy(), eager, rtol=1e-12, atol=1e-14)
+    assert np.all(np.linalg.norm(compiled(X).numpy(), axis=1) <= 1.0 + 1e-12)
+
+
+def test_parameter_value_follows_every_assignment_and_equals_the_parameters_own_value():
+    """The leak guard's reads (validation.parameter_value) remember a value only while the unconstrained value
+    and the transform are the same objects and bytes."""
+    from dpgp_gpflow.validation import parameter_value
+
+    kernel = gpflow.kernels.SquaredExponential(variance=2.0, lengthscales=[1.5, 3.0])
+    for value in ([1.5, 3.0], [1.5, 3.0], [2.0, 3.0], [2.0, 1e-3]):
+        kernel.lengthscales.assign(value)
+        got = parameter_value(kernel.lengthscales)
+        np.testing.assert_array_equal(got, kernel.lengthscales.numpy())
+        np.testing.assert_allclose(got, value, rtol=1e-12)
+    got[0] = -1.0  # a copy: the remembered value is not changed by its caller
+    assert parameter_value(kernel.lengthscales)[0] == pytest.approx(2.0)
+    kernel.variance = gpflow.Parameter(5.0, transform=gpflow.utilities.positive(lower=1.0))  # a new parameter
+    assert parameter_value(kernel.variance) == pytest.approx(5.0)
+    plain = gpflow.Parameter(np.array([1.0, -2.0]))  # no transform
+    plain.assign([3.0, 4.0])
+    np.testing.assert_array_equal(parameter_value(plain), [3.0, 4.0])
+
+
 def test_grid_and_design_come_from_the_box_alone():
     grid = wr.inducing_grid([(0.0, 90.0)], 8)
     np.testing.assert_array_equal(grid[:, 0], np.linspace(0, 90, 8))
