@@ -1,6 +1,6 @@
 """The ``dpgp`` command line end to end on CSVs written here: in this process (``_run``), and in a fresh
-process (``dpgp``, ``dpgp_many``: one TensorFlow start-up each) where the process itself is tested (exit codes
-through the entry point, nothing but one line on stderr)."""
+process (``dpgp``: one TensorFlow start-up) where the process itself is tested (the exit code through the entry
+point, stderr clean of TensorFlow's log lines and tracebacks)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ import pandas as pd
 import pytest
 
 import dpgp_gpflow as dp
-from dpgp_gpflow.cli import main, sniff_separator
+from dpgp_gpflow.cli import main
+from dpgp_gpflow.io.tables import sniff_separator
 from dpgp_gpflow.models import DPGPR
 from dpgp_gpflow.selection import default_grid
 from dpgp_gpflow.io.loading import read_card
@@ -37,32 +38,6 @@ def dpgp(*args, cwd: Path) -> subprocess.CompletedProcess:
     code = "import sys, dpgp_gpflow.cli; sys.exit(dpgp_gpflow.cli.main())"
     return subprocess.run([sys.executable, "-c", code, *map(str, args)], cwd=cwd, env=ENV, capture_output=True,
                           text=True, timeout=240)
-
-
-_MANY = """
-import contextlib, io, json, sys
-import dpgp_gpflow.cli
-results = []
-for argv in json.loads(sys.argv[1]):
-    err, out = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-        try:
-            code = dpgp_gpflow.cli.main(argv)
-        except SystemExit as exc:
-            code = exc.code
-    results.append([code, err.getvalue(), out.getvalue()])
-print(json.dumps(results))
-"""
-
-
-def dpgp_many(argvs, cwd: Path, stdout: bool = False) -> list:
-    """Run ``dpgp`` once per argument list, all in one fresh process (one TensorFlow start-up);
-    returns ``[exit code, stderr]`` per run (``[exit code, stderr, stdout]`` with ``stdout=True``)."""
-    proc = subprocess.run([sys.executable, "-c", _MANY, json.dumps(argvs)], cwd=cwd, env=ENV, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
-    return results if stdout else [r[:2] for r in results]
 
 
 @pytest.fixture(scope="module")
@@ -159,8 +134,10 @@ HELP_AND_USAGE = [["--help"], ["release"], ["demo", "--epsilon", "0"], ["budget"
 @pytest.fixture(scope="module")
 def fresh_process(work) -> dict:
     """The command lines of the three tests below (help and usage errors, bad release input, select's
-    refusals) run in ONE fresh process of the console script's entry point (one TensorFlow start-up, not
-    three): ``{test: [[exit code, stderr, stdout], ...]}``, each test's runs in its order."""
+    refusals) run through ``main`` in this process (:func:`_run_out`, warnings ignored as the user's
+    ``PYTHONWARNINGS=ignore`` would; the console script's own process is tested by
+    test_budget_release_show_predict_end_to_end and tests/test_cli_startup.py):
+    ``{test: [[exit code, stderr, stdout], ...]}``, each test's runs in its order."""
     pd.DataFrame({"age": [], "height": []}).to_csv(work / "empty.csv", index=False)
     pd.DataFrame({"age": [1.0, 2.0], "height": [100.0, np.nan]}).to_csv(work / "nan.csv", index=False)
     pd.DataFrame({"label": ["a", "b"], "height": [100.0, 110.0]}).to_csv(work / "text.csv", index=False)
@@ -170,7 +147,8 @@ def fresh_process(work) -> dict:
     select = [[*SELECT, *bad, "--ledger", "selbad.sqlite"] for bad, _ in SELECT_BAD]
     select.append([*SELECT, "--ledger", "selbad.sqlite"])  # over budget (0.5 > 0.1)
     groups = {"help": HELP_AND_USAGE, "bad": [_release_argv(bad) for bad, _ in BAD_INPUTS], "select": select}
-    results = dpgp_many([argv for argvs in groups.values() for argv in argvs], cwd=work, stdout=True)
+    results = [[code, stderr, stdout] for code, stdout, stderr in
+               (_run_out(argv, work) for argvs in groups.values() for argv in argvs)]
     assert len(results) == sum(len(argvs) for argvs in groups.values())
     out, start = {}, 0
     for name, argvs in groups.items():
@@ -178,7 +156,6 @@ def fresh_process(work) -> dict:
     return out
 
 
-@pytest.mark.slow
 def test_bad_input_exits_2_with_one_line_and_spends_nothing(work, fresh_process):
     results = fresh_process["bad"]
     assert len(results) == len(BAD_INPUTS)
@@ -215,7 +192,6 @@ def test_select_chooses_from_the_grid_and_charges_the_ledger(work):
     assert ledger.spent[0] == pytest.approx(1.0) and "permute-and-flip" in ledger.ledger[-1].description
 
 
-@pytest.mark.slow
 def test_help_and_usage_errors(fresh_process):
     (code, _, stdout), *errors = fresh_process["help"]
     assert code == 0 and "release" in stdout and "budget" in stdout
@@ -357,7 +333,6 @@ SELECT_BAD = [
 ]
 
 
-@pytest.mark.slow
 def test_select_refusals_are_one_line_and_spend_nothing(work, fresh_process):
     results = fresh_process["select"]
     assert len(results) == len(SELECT_BAD) + 1

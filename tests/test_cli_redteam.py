@@ -61,7 +61,7 @@ def test_numbers_that_read_as_decimal_or_thousands_commas_are_refused_not_guesse
     _untouched(ledger)
     # either flag settles it, and the values are read as pandas reads them with that flag
     for flag, pandas_option in (("--thousands", {"thousands": ","}), ("--decimal", {"decimal": ","})):
-        from dpgp_gpflow.cli import columns, csv_format, read_table
+        from dpgp_gpflow.io.tables import columns, csv_format, read_table
         table = read_table(work / "ambiguous.csv", *csv_format(None, None if flag == "--thousands" else ",",
                                                                 "," if flag == "--thousands" else None))
         expected = pd.read_csv(work / "ambiguous.csv", sep=";", **pandas_option)["y"].to_numpy()

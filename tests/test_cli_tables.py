@@ -21,7 +21,8 @@ import pandas as pd
 import pytest
 
 import dpgp_gpflow as dp
-from dpgp_gpflow.cli import STORED_INPUT_VALUES, UsageError, columns, main, read_table, sniff_decimal
+from dpgp_gpflow.cli import STORED_INPUT_VALUES, main
+from dpgp_gpflow.io.tables import TableError, columns, read_table, sniff_decimal
 
 from conftest import shared_data_dir
 from test_cli import ENV, _ledger, _one_line, _run, _untouched
@@ -68,7 +69,7 @@ def test_a_comma_decimal_file_is_read_as_pandas_reads_it_with_no_flag(work):
     np.testing.assert_array_equal(got, reference[["age", "weight", "height"]].to_numpy())
     np.testing.assert_array_equal(got, pd.read_csv(work / "data.csv").to_numpy())  # as written with '.'
     # the explicit flag wins over the guess: the same file read with '.' is refused, never misread
-    with pytest.raises(UsageError, match=r"column 'age', line 2: non-numeric value '[\d,]+' \(a decimal comma\?"):
+    with pytest.raises(TableError, match=r"column 'age', line 2: non-numeric value '[\d,]+' \(a decimal comma\?"):
         columns(read_table(work / "komma.csv", decimal="."), ["age"])
 
 
@@ -392,7 +393,7 @@ def test_a_large_grid_stores_its_first_rows_and_show_prints_them(work, capsys):
 
 
 def test_a_tab_separator_can_be_written_as_backslash_t(work, tmp_path):
-    from dpgp_gpflow.cli import csv_format
+    from dpgp_gpflow.io.tables import csv_format
 
     (tmp_path / "t.tsv").write_text("age\theight\n1,5\t150\n")  # a comma in a TAB file: no ragged row
     for given in ("\\t", "tab", "\t"):
