@@ -350,7 +350,7 @@ def barrier_newton(vectors, weights0, tol, max_iter, primal_dual, objective):
             new_mu = tf.maximum(tf.where(primal_dual, pd_mu, barrier_mu), 1e-300)
             # the decomposition at the new weights: the accepted trial's (a failed search ends the loop)
             return (new_weights, new_slack, new_mu, stalled,
-                    *(tf.where(failed, now, then) for now, then in zip((w, V, P, q), terms_t)))
+                    *tf.cond(failed, lambda: (w, V, P, q), lambda: tuple(terms_t)))
 
         def stop():
             return weights, slack, mu, tf.constant(True), w, V, P, q
