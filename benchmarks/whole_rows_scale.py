@@ -15,6 +15,7 @@ Usage::
     python benchmarks/whole_rows_scale.py                   # n = 10^6, 5 releases per lengthscale
     python benchmarks/whole_rows_scale.py --n 10000000 --releases 2 --lengthscales 15   # 10^7 rows (< 5 min)
     python benchmarks/whole_rows_scale.py --quick           # n = 20,000, 2 releases (smoke test)
+    python benchmarks/whole_rows_scale.py --dask --releases 1 --lengthscales 15   # + one release on a Dask LocalCluster
 """
 
 from __future__ import annotations
@@ -37,7 +38,38 @@ TARGET_S = {10**6: 30.0, 10**7: 300.0}
 TARGET_RATIO = 1.05
 
 
-def worker(n: int, releases: int, lengthscales) -> None:
+def dask_case(model, X, Y, rmse, Xte, workers: int = 2, seed: int = 7) -> dict:
+    """One release of ``model``'s rows in memory and one through a Dask ``LocalCluster`` (``workers`` single-threaded
+    workers in this process, chunks of 20,000 rows), both with the explicit ``seed``: the same noise, so the two
+    released statistics differ only by the rounding of the sums (their order differs)."""
+    import warnings
+
+    import dask.array as da
+    import distributed
+    import numpy as np
+
+    import dpgp_gpflow as dp
+    from dpgp_gpflow.streaming.dask_chunks import DaskChunks
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dp.ReproducibleNoiseWarning)
+        t0 = time.perf_counter()
+        local = model.release_function(epsilon=EPSILON, delta=DELTA, seed=seed)
+        local_s = time.perf_counter() - t0
+        with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=False,
+                                      dashboard_address=None) as cluster, distributed.Client(cluster):
+            source = DaskChunks(da.from_array(X, chunks=(20_000, X.shape[1])), da.from_array(Y, chunks=(20_000, 1)))
+            t0 = time.perf_counter()
+            on_dask = model.release_function(epsilon=EPSILON, delta=DELTA, seed=seed, source=source)
+            dask_s = time.perf_counter() - t0
+    std = local.statistics_noise_std
+    gap = max(float(np.max(np.abs(on_dask.statistics[k] - local.statistics[k]) / std[k])) for k in ("S", "b", "q"))
+    mean_gap = float(np.max(np.abs(on_dask.predict_f(Xte)[0] - local.predict_f(Xte)[0])))
+    return {"workers": workers, "local_s": local_s, "dask_s": dask_s, "gap_in_noise_std": gap, "mean_gap": mean_gap,
+            "rmse_local": rmse(local.predict_f(Xte)[0]), "rmse_dask": rmse(on_dask.predict_f(Xte)[0])}
+
+
+def worker(n: int, releases: int, lengthscales, dask: bool = False) -> None:
     _common.quiet_tensorflow()
     import warnings
 
@@ -82,6 +114,8 @@ def worker(n: int, releases: int, lengthscales) -> None:
         nonprivate = rmse(np.clip(features(Xte).numpy() @ u + rows.midpoint, *bounds)[:, None])
         cases.append({"lengthscale": lengthscale, "model_s": model_s, "release_s": times, "rmse_private": errors,
                       "rmse_nonprivate": nonprivate})
+        if dask:
+            cases[-1]["dask"] = dask_case(model, np.asarray(X), np.asarray(Y), rmse, Xte)
         del model
     print(json.dumps({"n": n, "m": int(Z.shape[0]), "data_s": data_s, "cases": cases,
                       "cores": len(os.sched_getaffinity(0))}))
@@ -96,10 +130,13 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="smoke test (writes results/quick/)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="wall-clock limit, s (default 1800)")
     parser.add_argument("--out-dir", type=Path, default=None, help="where to write the fragment")
+    parser.add_argument("--dask", action="store_true",
+                        help="also one release through a Dask LocalCluster (2 workers) against one in memory, same "
+                             "seed (fragment whole_rows_scale_dask[_n])")
     parser.add_argument("--worker", nargs=2, type=int, metavar=("N", "RELEASES"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        worker(*args.worker, args.lengthscales)
+        worker(*args.worker, args.lengthscales, args.dask)
         return 0
     n = args.n or (20_000 if args.quick else 10**6)
     releases = args.releases or (2 if args.quick else 5)
@@ -109,7 +146,8 @@ def main(argv=None) -> int:
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     print(f"whole-row release: n = {n}, {releases} releases (timeout {args.timeout:g} s) ...", flush=True)
     res = _common.run_isolated([sys.executable, str(Path(__file__).resolve()), "--worker", str(n), str(releases),
-                                "--lengthscales", *(str(v) for v in args.lengthscales)], timeout=args.timeout, env=env)
+                                "--lengthscales", *(str(v) for v in args.lengthscales), *(["--dask"] if args.dask else [])],
+                               timeout=args.timeout, env=env)
     out = None if res["timed_out"] else _common.last_json_line(res["stdout"])
     if out is None:
         why = f"timeout (> {args.timeout:g} s)" if res["timed_out"] else f"failed (exit {res['returncode']})"
@@ -134,6 +172,17 @@ def main(argv=None) -> int:
         table = _common.markdown_table(
             ["n", "M", "lengthscale", "release (s), median", "release (s), each", "RMSE non-private SGPR",
              "RMSE private, median", "private / non-private"], table_rows)
+        for case in out["cases"]:
+            if "dask" in case:
+                c = case["dask"]
+                equal = c["gap_in_noise_std"] <= 1e-6
+                lines.append(
+                    f"Dask LocalCluster (lengthscale {case['lengthscale']:g}; {c['workers']} single-threaded workers in "
+                    f"this process, chunks of 20,000 rows; the same explicit seed as one release in memory): one release "
+                    f"{c['dask_s']:.1f} s (in memory {c['local_s']:.1f} s); released statistics differ by at most "
+                    f"{c['gap_in_noise_std']:.2g} of their noise std (the sums' rounding), predicted means by at most "
+                    f"{c['mean_gap']:.2g}; RMSE {c['rmse_dask']:.4f} on Dask vs {c['rmse_local']:.4f} in memory: "
+                    f"**{'equal' if equal else 'NOT equal'}** to the local run (to rounding, <= 1e-6 noise std).")
         lines.append(f"Peak RSS of the process: {res['maxrss_bytes'] / 2**30:.2f} GiB; data generation "
                      f"{out['data_s']:.1f} s.")
         body = "\n\n".join([table, *lines])
@@ -144,7 +193,8 @@ def main(argv=None) -> int:
              "20,000, exact sampler); RMSE against the noise-free surface at 2,000 uniform points. The non-private "
              "column is SGPR's mean with the same inducing inputs and hyperparameters, from the exact statistics. "
              "One fresh process; release time excludes data generation and model construction.")
-    name = "whole_rows_scale" if n == 10**6 else f"whole_rows_scale_{n}"
+    name = ("whole_rows_scale" if n == 10**6 else f"whole_rows_scale_{n}").replace(
+        "whole_rows_scale", "whole_rows_scale_dask" if args.dask else "whole_rows_scale", 1)
     path = _common.write_fragment(name, f"Whole rows private at scale, n = {n:,} (issue 36)",
                                   "\n\n".join([intro, body]), machine=machine, started=started, quick=args.quick,
                                   out_dir=args.out_dir)
