@@ -44,7 +44,7 @@ from ..released import Released, probit_approximation
 from ..streaming.chunks import DEFAULT_CHUNK_SIZE, ChunkSource
 from ..validation import as_inputs, is_dask_array, require_float64
 from .design import check_public_inducing_inputs, clip_private_inputs, validate_box, warn_clipped_inputs
-from .features import FeatureMap, kernel_bound
+from .features import FeatureMap, feature_map, kernel_bound
 from .mechanism import NoisedStatistics, relation, statistics_measurement
 from .posterior import (
     FLOOR_SCALE,
@@ -352,7 +352,7 @@ def release_classifier_rows(source: ChunkSource, kernel: Any, inducing_inputs: A
     box = validate_box(x_bounds, Z.shape[1] if Z.ndim == 2 else None)
     kernel_bound(kernel)
     check_public_inducing_inputs(Z)
-    features = FeatureMap(kernel, Z)
+    features = feature_map(kernel, Z)  # a model's repeated releases reuse the public map
     classes = [None] if num_classes is None else list(range(int(num_classes)))
     blocks = [LabelStatistics(features, box, label=a, num_classes=num_classes, clip_inputs=clip_inputs)
               for a in classes]
