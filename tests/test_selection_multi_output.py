@@ -395,16 +395,29 @@ def test_optimised_release_noise_is_the_fold_releases_own_noise():
 # The selection probabilities over every neighbour
 
 
+_NEIGHBOUR_CASES: dict = {}
+
+
+def neighbour_case(sizes, seed):
+    """The data, cross-validation, release noise and NumPy fold maps of one case of the test below, computed
+    once and shared by its three mechanisms (the same public splits and utilities; only the mechanism differs)."""
+    key = (None if sizes is None else tuple(sizes), seed)
+    if key not in _NEIGHBOUR_CASES:
+        X, Y, groups = outputs_data(9, 2, seed=seed, sizes=sizes)
+        cv = cross_validate(gpr(X, Y, groups), GRID, folds=3, split_seed=seed)
+        noise = [cv.noise_std(i, 1.0, 0.01) for i in range(len(GRID))]
+        maps = [reference_maps(X, cv.splits, config) for config in GRID]
+        _NEIGHBOUR_CASES[key] = (X, Y, groups, cv, noise, maps)
+    return _NEIGHBOUR_CASES[key]
+
+
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 @pytest.mark.parametrize("sizes", [None, [2, 1, 3, 2]])
 def test_selection_probabilities_are_epsilon_dp_over_every_neighbour(mechanism, sizes):
     eps = 0.7
     for seed in range(2):
-        X, Y, groups = outputs_data(9, 2, seed=seed, sizes=sizes)
+        X, Y, groups, cv, noise, maps = neighbour_case(sizes, seed)
         d_p = BOUNDS[:2, 1] - BOUNDS[:2, 0]
-        cv = cross_validate(gpr(X, Y, groups), GRID, folds=3, split_seed=seed)
-        noise = [cv.noise_std(i, 1.0, 0.01) for i in range(len(GRID))]
-        maps = [reference_maps(X, cv.splits, config) for config in GRID]
 
         def probabilities(values):
             u = [reference_utility(maps[i], cv.splits, values, BOUNDS[:2], d_p, noise[i]) for i in range(len(GRID))]
