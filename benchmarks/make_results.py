@@ -41,6 +41,7 @@ SCRIPTS = {
     "whole_rows_scale_10000000": "benchmarks/whole_rows_scale.py",
     "whole_rows_lengthscales": "benchmarks/whole_rows_lengthscales.py",
     "whole_rows_headroom": "benchmarks/whole_rows_headroom.py",
+    "whole_rows_scale_dask": "benchmarks/whole_rows_scale.py",
 }
 
 HEADER = """# Benchmark results

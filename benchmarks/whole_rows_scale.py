@@ -195,7 +195,8 @@ def main(argv=None) -> int:
              "One fresh process; release time excludes data generation and model construction.")
     name = ("whole_rows_scale" if n == 10**6 else f"whole_rows_scale_{n}").replace(
         "whole_rows_scale", "whole_rows_scale_dask" if args.dask else "whole_rows_scale", 1)
-    path = _common.write_fragment(name, f"Whole rows private at scale, n = {n:,} (issue 36)",
+    title = f"Whole rows private at scale, n = {n:,}" + (", and on a Dask LocalCluster" if args.dask else "")
+    path = _common.write_fragment(name, f"{title} (issue 36)",
                                   "\n\n".join([intro, body]), machine=machine, started=started, quick=args.quick,
                                   out_dir=args.out_dir)
     print(body)
