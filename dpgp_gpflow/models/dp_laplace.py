@@ -208,7 +208,9 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
     """
 
     def __init__(self, data: Any, kernel: gpflow.kernels.Kernel, *, max_iter: int = 100, tol: float = 1e-10,
-                 hyperparameters_public: bool = False, groups: Any = None) -> None:
+                 hyperparameters_public: bool = False, groups: Any = None, private_inputs: bool = False) -> None:
+        if private_inputs is not False:
+            raise NotImplementedError(whole_row_classes.FULL_GP_REFUSAL)
         X, Y = _unpack(data)
         self._hold_groups(groups, X.shape[0])
         super().__init__((X, Y), kernel, max_iter=max_iter, tol=tol)

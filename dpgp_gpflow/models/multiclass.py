@@ -214,7 +214,10 @@ class DPMulticlassLaplaceGPC(_OneVsRest):
     """
 
     def __init__(self, data: Any, kernel: gpflow.kernels.Kernel, *, num_classes: int, max_iter: int = 100,
-                 tol: float = 1e-10, hyperparameters_public: bool = False, groups: Any = None) -> None:
+                 tol: float = 1e-10, hyperparameters_public: bool = False, groups: Any = None,
+                 private_inputs: bool = False) -> None:
+        if private_inputs is not False:
+            raise NotImplementedError(whole_row_classes.FULL_GP_REFUSAL)
         X, labels = _unpack(data, num_classes)
         super().__init__(X, labels, kernel, int(num_classes), lambda y, ids: DPLaplaceGPC(
             (X, y), kernel, max_iter=max_iter, tol=tol, hyperparameters_public=hyperparameters_public, groups=ids),

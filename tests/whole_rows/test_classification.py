@@ -281,6 +281,10 @@ def test_refusals_charge_nothing():
         dp.models.DPSparseLaplaceGPC((X1, Y1), kernel, 4, **build)
     with pytest.raises(ValueError, match="computed from the inputs"):
         dp.models.DPSparseLaplaceGPC((X1, Y1), kernel, dp.models.kmeans_inducing_inputs(X1, 4), **build)
+    with pytest.raises(NotImplementedError, match="full-GP classifiers"):
+        dp.models.DPLaplaceGPC((X1, Y1), kernel, private_inputs=True)
+    with pytest.raises(NotImplementedError, match="full-GP classifiers"):
+        dp.models.DPMulticlassLaplaceGPC((X1, (Y1[:, 0] > 0).astype(int)), kernel, num_classes=2, private_inputs=True)
     with pytest.raises(NotImplementedError, match="bound on k"):
         dp.models.DPSparseLaplaceGPC((X1, Y1), gpflow.kernels.Linear(), Zt, **build)
     with pytest.raises(NotImplementedError, match="bound on k"):
