@@ -8,9 +8,11 @@ it inside its own ``tf.function``, on any device. :func:`publish` then does the 
 only part that touches the private outputs: reserve the budget, whiten the query, draw exact noise
 from the OS CSPRNG (:mod:`dpgp_gpflow.sampling`), re-colour, charge the accountant.
 
-The eager release path (:func:`dpgp_gpflow.mechanisms.cloaking_release`) runs the same compiled stages
-(``cloaking.OPTIMISERS``, ``mechanisms.NOISE_SOLVERS``, the whitening); here they are composed in one
-graph, with the rank rule's one loop (:func:`~dpgp_gpflow.cloaking.first_harmless`) traced into it.
+The sequence is the one every cloaking release runs (:func:`dpgp_gpflow.mechanisms.cloaking.plan_cloaking`:
+rank rule, optimiser, sensitivity, whitening), here over a traced provider of ``C``'s column operations
+(:class:`_TracedColumns`), so the whole plan is one graph, the rank rule's loop
+(:func:`~dpgp_gpflow.cloaking.first_harmless`) traced into it; the eager release runs it over
+:class:`~dpgp_gpflow.mechanisms.NoisePlan` (compiled stages), the streamed one over chunks.
 
 Privacy assumption: ``C`` (and so the plan) is a function of public inputs and hyperparameters only;
 the plan never sees ``y``. docs/guides/compiled_engine.md has the details and a Keras example.
@@ -29,11 +31,12 @@ from check_shapes import check_shapes
 
 from . import cloaking
 from .accounting import PrivacyAccountant, Reservation
-from .cloaking import DEFAULT_TOL, candidate_rtols, first_harmless, mahalanobis_terms, projection_terms, working_set
+from .cloaking import DEFAULT_TOL, candidate_rtols, mahalanobis_terms, projection_terms, working_set
 from .cloaking.rank import bias_rounding, projection_bias
 from .measurement import Measurement, measure
 from .mechanisms.request import validate_tol
 from .mechanisms.rounding import MAX_NOISE_CONDITION
+from .mechanisms.cloaking import plan_cloaking
 from .mechanisms import (
     noise_in_space,
     publish_cloaking,
@@ -138,47 +141,22 @@ def noise_plan(
     singular, left, _ = cloaking.singular_pairs(C, min(candidates))
     tf.debugging.assert_positive(singular[0], "the cloaking matrix is zero: nothing to release privately")
     ranks = tf.reduce_sum(tf.cast(singular[None, :] > rtols[:, None] * singular[0], tf.int32), axis=1)
-
-    def projection(i) -> Tuple[tf.Tensor, tf.Tensor]:  # ||C_j - P_j||_1 and max_i |P_ji| of candidate i
-        basis = left[:, :ranks[i]]
-        vectors = tf.linalg.matmul(basis, C, transpose_a=True)
-        l1, largest = projection_terms(C, basis, vectors,
-                                       None if neighbours is None else neighbour_columns(vectors, neighbours))
-        return l1, largest
-
-    def ratio_and_bias(i) -> Tuple[tf.Tensor, tf.Tensor]:
-        l1, largest = projection(i)
-        return projection_bias(l1, largest, b, d, rounding)
-
-    l1_0, largest_0 = projection(0)  # candidate 0's terms, formed once: the rounding and the loop's start
-    rounding = bias_rounding(l1_0, largest_0, b)
-
-    # the first candidate whose projection is harmless (the rank rule's one loop)
-    i, _, bias_bound = first_harmless(ratio_and_bias, tf.shape(rtols)[0], s,
-                                      first=projection_bias(l1_0, largest_0, b, d, rounding))
+    columns = _TracedColumns(C, singular, left, ranks, rtols, neighbours, d, b, objective, tol,
+                             check_count("max_iter", max_iter))
+    planned = plan_cloaking(columns, s, d, b, first=columns.first)  # the one sequence, traced
+    chosen = planned.chosen
+    i, noise = chosen.index, chosen.noise
     first = tf.argmax(tf.cast(tf.equal(ranks, ranks[i]), tf.int32), output_type=tf.int32)  # rtol that first gave r
-    basis = left[:, :ranks[i]]
-    vectors = tf.linalg.matmul(basis, C, transpose_a=True)  # [r, n]: exact sensitivity vectors
-    noise = noise_in_space(  # the constraints: the columns of vectors A (vectors itself per row)
-        neighbour_columns(vectors, neighbours), singular[:ranks[i]], d, tf.constant(float(tol), tf.float64),
-        tf.constant(check_count("max_iter", max_iter)),
-        tf.constant(int(working_set.DENSE_POINTS)), tf.constant(float(working_set.DUPLICATE_RTOL), tf.float64),
-        objective=objective)
-    tf.debugging.assert_less_equal(noise.condition, tf.constant(MAX_NOISE_CONDITION, tf.float64),
-                                   "the noise covariance is too ill-conditioned to be guaranteed; use a larger rtol")
-    # the whitening acts on the outputs themselves: F^{-1} basis^T C (as the eager path's _cloaking_noise)
-    solved = noise.solved if neighbours is None else \
-        tf.ensure_shape(mahalanobis_terms(noise.factor, vectors)[0], [None, neighbours.size])
-    delta_, whitening = whitening_terms(solved, noise.sensitivity, s, d, b, neighbours)
+    whitening = planned.whitening
     return GraphNoisePlan(
-        noise_factor=tf.linalg.matmul(basis, noise.factor) * (s * delta_),
+        noise_factor=planned.noise_factor,
         whitening=whitening,
-        basis=basis,
-        sensitivity=delta_,
+        basis=chosen.space.basis,
+        sensitivity=planned.sensitivity,
         noise_multiplier=s,
         rank=ranks[i],
         rtol=rtols[first],
-        bias_bound=bias_bound,
+        bias_bound=chosen.bias_bound,
         relative_gap=noise.relative_gap,
         gap=noise.gap,
         iterations=noise.iterations,
@@ -186,6 +164,54 @@ def noise_plan(
         shift=whitened_shift(whitening, d, b, s, neighbours),
         neighbour_count=tf.shape(C)[1] if neighbours is None else tf.constant(neighbours.count, tf.int32),
     )
+
+
+class _TracedColumns:
+    """The traced provider of the one cloaking sequence (:func:`~dpgp_gpflow.mechanisms.cloaking.plan_cloaking`):
+    the column operations of ``C`` [k, n] as graph ops, the candidate spaces the leading ``ranks[i]`` left
+    singular vectors ``left`` of one factorisation; with ``neighbours`` (persons) the optimiser's constraints,
+    the sensitivity, the noise floor and the whitened shift are over the columns of ``C A``, the whitening acts
+    on the outputs themselves (as :class:`~dpgp_gpflow.mechanisms.NoisePlan`'s). A noise that cannot be
+    guaranteed fails the graph's assertion (``tf.errors.InvalidArgumentError``). Public: ``C`` only."""
+
+    def __init__(self, C, singular, left, ranks, rtols, neighbours, d, b, objective, tol, max_iter) -> None:
+        self.C, self.singular, self.left, self.ranks, self.neighbours = C, singular, left, ranks, neighbours
+        self.d, self.b, self.objective, self.tol, self.max_iter = d, b, objective, tol, max_iter
+        self.candidate_count = tf.shape(rtols)[0]
+        l1_0, largest_0 = self._projection(0)  # candidate 0's terms, formed once: the rounding and the loop's start
+        self.rounding = bias_rounding(l1_0, largest_0, b)
+        self.first = projection_bias(l1_0, largest_0, b, d, self.rounding)
+
+    def _vectors(self, i):
+        basis = self.left[:, :self.ranks[i]]
+        return basis, tf.linalg.matmul(basis, self.C, transpose_a=True)  # [r, n]: exact sensitivity vectors
+
+    def _projection(self, i) -> Tuple[tf.Tensor, tf.Tensor]:  # ||C_j - P_j||_1 and max_i |P_ji| of candidate i
+        basis, vectors = self._vectors(i)
+        return projection_terms(self.C, basis, vectors,
+                                None if self.neighbours is None else neighbour_columns(vectors, self.neighbours))
+
+    def ratio_and_bias(self, i) -> Tuple[tf.Tensor, tf.Tensor]:
+        return projection_bias(*self._projection(i), self.b, self.d, self.rounding)
+
+    def noise(self, i):
+        basis, vectors = self._vectors(i)
+        noise = noise_in_space(  # the constraints: the columns of vectors A (vectors itself per row)
+            neighbour_columns(vectors, self.neighbours), self.singular[:self.ranks[i]], self.d,
+            tf.constant(float(self.tol), tf.float64), tf.constant(self.max_iter),
+            tf.constant(int(working_set.DENSE_POINTS)), tf.constant(float(working_set.DUPLICATE_RTOL), tf.float64),
+            objective=self.objective)
+        tf.debugging.assert_less_equal(
+            noise.condition, tf.constant(MAX_NOISE_CONDITION, tf.float64),
+            "the noise covariance is too ill-conditioned to be guaranteed; use a larger rtol")
+        if self.neighbours is not None:  # the whitening acts on the outputs themselves: F^{-1} basis^T C
+            noise = noise._replace(solved=tf.ensure_shape(mahalanobis_terms(noise.factor, vectors)[0],
+                                                          [None, self.neighbours.size]))
+        return types.SimpleNamespace(basis=basis), noise
+
+    def whiten(self, space, noise, multiplier, data_sensitivity, output_bound):
+        return whitening_terms(noise.solved, noise.sensitivity, multiplier, data_sensitivity, output_bound,
+                               self.neighbours)
 
 
 def publish(

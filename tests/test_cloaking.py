@@ -731,3 +731,40 @@ def test_repeated_solves_of_the_same_shapes_do_not_retrace(monkeypatch, objectiv
     for seed in (33, 34, 35):
         optimise_noise_covariance(tf.constant(random_vectors(4, 300, seed)), objective, tol=TOL)
     assert [f.experimental_get_tracing_count() for f in compiled] == before
+
+
+def test_plan_cloaking_runs_the_sequence_once_over_any_provider_of_the_column_operations():
+    """The one sequence (rank rule, then the noise of the chosen candidate only, then its whitening, then
+    the noise factor basis F s Delta) over a provider of made-up column operations: the first candidate
+    whose bias ratio is at most 1% of s is chosen (here the second: 0.5 > 0.01 s >= 0.001), only its noise
+    is solved, and the noise factor is the NumPy product."""
+    from types import SimpleNamespace
+
+    from dpgp_gpflow.mechanisms.cloaking import plan_cloaking
+
+    rng = np.random.default_rng(3)
+    basis = [np.linalg.qr(rng.standard_normal((5, r)))[0] for r in (1, 2, 3)]
+    factor = [np.tril(rng.standard_normal((r, r))) + 3 * np.eye(r) for r in (1, 2, 3)]
+    asked = []
+
+    class Fake:
+        candidate_count = 3
+
+        def ratio_and_bias(self, i):
+            asked.append(("rank", int(i)))
+            return tf.constant([0.5, 0.001, 0.0][int(i)], tf.float64), tf.constant([7.0, 3.0, 1.0][int(i)], tf.float64)
+
+        def noise(self, i):
+            asked.append(("noise", int(i)))
+            return SimpleNamespace(basis=tf.constant(basis[int(i)])), SimpleNamespace(factor=tf.constant(factor[int(i)]))
+
+        def whiten(self, space, noise, multiplier, d, b):
+            asked.append(("whiten", multiplier, d, b))
+            return 2.5, "W"
+
+    s = 2.0
+    plan = plan_cloaking(Fake(), s, 0.7, 1.3)
+    assert asked == [("rank", 0), ("rank", 1), ("noise", 1), ("whiten", s, 0.7, 1.3)]
+    assert int(plan.chosen.index) == 1 and float(plan.chosen.bias_bound) == 3.0
+    assert plan.sensitivity == 2.5 and plan.whitening == "W"
+    np.testing.assert_allclose(plan.noise_factor.numpy(), basis[1] @ factor[1] * (s * 2.5), rtol=1e-14)

@@ -39,7 +39,7 @@ class ColumnSpace(NamedTuple):
 
     @property
     def rank(self) -> int:
-        return int(self.vectors.shape[0])
+        return int(self.basis.shape[1])  # the streamed release leaves ``vectors`` implicit (None)
 
 
 

@@ -3,10 +3,13 @@ the optimised covariance, the mean projected onto the ``r`` directions that rece
 
 A release publishes ``v~ = offset + C (y - m) + noise`` where ``C`` (k x n) is public (a function of
 public inputs and hyperparameters), ``y - m`` are the clipped, publicly centred private outputs and
-``offset`` is public. :class:`NoisePlan` chooses the rank and the noise (:mod:`dpgp_gpflow.cloaking`:
-public, no draw); :func:`cloak` releases for a validated request (:mod:`.request`) into the caller's
-reservation; :func:`cloaking_release` is the public wrapper that validates and runs it through
-:func:`~dpgp_gpflow.measurement.measure` (one reservation).
+``offset`` is public. :func:`plan_cloaking` is the one sequence of every cloaking release's noise (rank
+rule, optimiser, sensitivity from the factor used, whitening, noise factor; :mod:`dpgp_gpflow.cloaking`:
+public, no draw), run over a provider of the column operations (:class:`ReleaseColumns`): :class:`NoisePlan`
+(``C`` in memory), the compiled engine's traced one (:mod:`dpgp_gpflow.engine`) or the streamed release's
+chunked one (:class:`~dpgp_gpflow.streaming.release.ChunkedRelease`); :func:`cloak` releases for a validated
+request (:mod:`.request`) into the caller's reservation; :func:`cloaking_release` is the public wrapper that
+validates and runs it through :func:`~dpgp_gpflow.measurement.measure` (one reservation).
 
 Exact noise (``sampler="exact"``, the default; docs/exact_sampling.md): the release computes the
 whitened query ``z = F^{-1} (V y) / (s Delta)`` (:func:`whitening_terms`), whose L2 sensitivity is at
@@ -91,6 +94,15 @@ class NoiseTerms(NamedTuple):
     solved: tf.Tensor  #: [r, n] ``factor^{-1} vectors``: the whitened sensitivity vectors
 
 
+@check_shapes("singular_values: [r]", "return: [r]")
+def optimiser_scale(singular_values, objective: str):
+    """The coordinates the noise optimiser works in: the basis coordinates times this scale. Entropy:
+    whitened coordinates (invariant objective, best conditioned); mse: the trace must be taken in the
+    output coordinates, so only rescaled by ``s_1``. Graph-safe; public."""
+    s = tf.convert_to_tensor(singular_values, tf.float64)
+    return (1.0 / s) if objective == "entropy" else tf.fill(tf.shape(s), 1.0 / s[0])
+
+
 @check_shapes("vectors: [r, n]", "singular_values: [r]")
 def noise_in_space(vectors, singular_values, data_sensitivity, tol, max_iter, dense_points, duplicate_rtol,
                          objective):
@@ -98,10 +110,7 @@ def noise_in_space(vectors, singular_values, data_sensitivity, tol, max_iter, de
     Mahalanobis sensitivity (with the safety factors), its condition number, the optimiser's certificate
     terms and the whitened vectors ``factor^{-1} vectors`` (r x n, one solve for the sensitivity and the
     whitening); pure TensorFlow."""
-    s = singular_values
-    # entropy: optimise in whitened coordinates (invariant objective, best conditioned);
-    # mse: the trace must be taken in the output coordinates, so only rescale by s_1.
-    scale = (1.0 / s) if objective == "entropy" else tf.fill(tf.shape(s), 1.0 / s[0])  # [r]
+    scale = optimiser_scale(singular_values, objective)  # [r]
     scaled = vectors * scale[:, None]  # [r, n]
     solve = optimise_tensors(scaled, tf.zeros_like(scaled[0]), tol, max_iter, dense_points, duplicate_rtol, objective)
     factor = solve.eigenvectors * solve.scales[None, :]
@@ -329,23 +338,109 @@ class NoisePlan:
         except FloatingPointError as exc:
             return exc
 
-    def choose(self, multiplier: float) -> Tuple[ColumnSpace, _Noise, float]:
-        """The column space, the (unit-multiplier) noise and the largest worst-case projection bias of
-        a release with ``multiplier``."""
+    # -- the dense provider of the one sequence (:func:`plan_cloaking`) --
+
+    @property
+    def candidate_count(self) -> int:
+        """The number of candidate column spaces (nested, narrowest first)."""
         if not self._spaces:  # a matrix with no candidate space (column_spaces refuses a zero C first)
             raise ValueError("the cloaking matrix has no column space to release in")
-        i, _, _ = first_harmless(lambda i: tuple(self._candidate(int(i))[2:0:-1]), len(self._spaces), multiplier)
-        chosen = self._candidates[int(i)]
-        if chosen[3] is None:  # solved cold: the noise depends on C and the settings alone
+        return len(self._spaces)
+
+    def ratio_and_bias(self, i) -> Tuple[Any, Any]:
+        """The rank rule's terms of candidate ``i`` (:func:`~dpgp_gpflow.cloaking.rank.projection_bias`)."""
+        return tuple(self._candidate(int(i))[2:0:-1])
+
+    def noise(self, i) -> Tuple[ColumnSpace, _Noise]:
+        """Candidate ``i``'s column space and its (unit-multiplier) noise, solved once (cached: the noise
+        depends on ``C`` and the settings alone); a noise that cannot be guaranteed raises, each time."""
+        chosen = self._candidate(int(i))
+        if chosen[3] is None:
             chosen[3] = self._solve(chosen[0])
         if isinstance(chosen[3], FloatingPointError):
             raise FloatingPointError(str(chosen[3]))
-        return chosen[0], chosen[3], float(chosen[1])
+        return chosen[0], chosen[3]
+
+    def whiten(self, space: ColumnSpace, noise: _Noise, multiplier: float, data_sensitivity: float,
+               output_bound: float) -> Tuple[float, tf.Tensor]:
+        """The exact sampler's sensitivity and whitening matrix ``W`` (held whole) of ``noise``."""
+        return _whitening_matrix(space, noise, multiplier, data_sensitivity, output_bound, self._neighbours)
+
+    def choose(self, multiplier: float) -> Tuple[ColumnSpace, _Noise, float]:
+        """The column space, the (unit-multiplier) noise and the largest worst-case projection bias of
+        a release with ``multiplier`` (:func:`choose_noise`)."""
+        chosen = choose_noise(self, multiplier)
+        return chosen.space, chosen.noise, float(chosen.bias_bound)
 
     def noise_std(self, multiplier: float) -> np.ndarray:
         """The release's ``noise_std`` (k) at ``multiplier``; raises where the release would."""
         space, noise, _ = self.choose(multiplier)
         return multiplier * row_norms(_unit_noise_factor(space, noise)).numpy()
+
+
+class ReleaseColumns(Protocol):
+    """The column operations of one cloaking release's sequence (:func:`plan_cloaking`), over the public map
+    ``C``: held whole (:class:`NoisePlan`, in memory), traced into a graph (:mod:`dpgp_gpflow.engine`) or
+    recomputed by chunks (:class:`dpgp_gpflow.streaming.release.ChunkedRelease`). Everything is public."""
+
+    @property
+    def candidate_count(self) -> Any:
+        """The number of candidate column spaces (nested, narrowest first)."""
+
+    def ratio_and_bias(self, i: Any) -> Tuple[Any, Any]:
+        """Candidate ``i``'s rank-rule terms (:func:`~dpgp_gpflow.cloaking.rank.projection_bias`)."""
+
+    def noise(self, i: Any) -> Tuple[Any, Any]:
+        """Candidate ``i``'s column space and its optimised noise: ``factor`` (basis coordinates, unit
+        multiplier), ``sensitivity`` against that factor (safety factors included), ``certificate``;
+        refused (raises) if it cannot be guaranteed."""
+
+    def whiten(self, space: Any, noise: Any, multiplier: Any, data_sensitivity: Any,
+               output_bound: Any) -> Tuple[Any, Any]:
+        """The exact sampler's sensitivity ``Delta`` (:func:`whitened_sensitivity_of_norms`) and the whitened
+        query's matrix (``W`` [r, n], or a :class:`WhitenedQuery` that reads the outputs itself)."""
+
+
+class ChosenNoise(NamedTuple):
+    """The rank rule's choice and the noise optimised for it (public)."""
+
+    index: Any  #: the candidate chosen
+    space: Any  #: its column space (``basis`` [k, r])
+    noise: Any  #: its noise (``factor`` [r, r] in basis coordinates, ``sensitivity``, ``certificate``)
+    bias_bound: Any  #: the largest worst-case projection bias of any released value
+
+
+class CloakingPlan(NamedTuple):
+    """What an exact cloaking release draws with (public): the chosen noise, the exact sampler's sensitivity
+    ``Delta``, the noise factor ``basis F s Delta`` [k, r] and the whitening (``W`` or a :class:`WhitenedQuery`)
+    that :func:`publish_cloaking` checks and draws for."""
+
+    chosen: ChosenNoise
+    sensitivity: Any
+    noise_factor: Any
+    whitening: Any
+
+
+def choose_noise(columns: ReleaseColumns, multiplier: Any, first: Optional[Tuple[Any, Any]] = None) -> ChosenNoise:
+    """The rank rule (:func:`~dpgp_gpflow.cloaking.first_harmless`, ``first``: candidate 0's terms when the
+    provider has them) and the optimiser with the sensitivity against the noise it returns, over ``columns``."""
+    i, _, bias = first_harmless(columns.ratio_and_bias, columns.candidate_count, multiplier, first=first)
+    space, noise = columns.noise(i)
+    return ChosenNoise(i, space, noise, bias)
+
+
+def plan_cloaking(columns: ReleaseColumns, multiplier: Any, data_sensitivity: Any, output_bound: Any,
+                  first: Optional[Tuple[Any, Any]] = None) -> CloakingPlan:
+    """The one sequence of every exact cloaking release, over a provider of its column operations (dense,
+    traced or chunked): column space and rank rule, noise optimiser, sensitivity from the noise covariance
+    actually used (:func:`choose_noise`), the exact sampler's sensitivity and whitening (``columns.whiten``,
+    :func:`whitened_sensitivity_of_norms`) and the noise factor; the hand-off is :func:`publish_cloaking`
+    (which rechecks the whitened shift from the whitening itself, draws and spends). Graph-safe when the
+    provider is. Privacy assumption: ``C``, the bounds and ``multiplier`` are public; no output enters."""
+    chosen = choose_noise(columns, multiplier, first)
+    sensitivity, whitening = columns.whiten(chosen.space, chosen.noise, multiplier, data_sensitivity, output_bound)
+    noise_factor = tf.linalg.matmul(chosen.space.basis, chosen.noise.factor) * (multiplier * sensitivity)  # [k, r]
+    return CloakingPlan(chosen, sensitivity, noise_factor, whitening)
 
 
 def cloaking_release(
@@ -426,17 +521,14 @@ def cloak(request: ReleaseRequest, reservation: Reservation, C: Any, y_centred: 
     if plan.n != n:
         raise ValueError(f"the cloaking matrix has {plan.n} columns but there are {n} outputs")
     description = _description(objective, plan.k)
-    space, noise, bias_bound = plan.choose(multiplier)
-    record = dict(epsilon=request.epsilon, delta=request.delta, data_sensitivity=data_sensitivity,
-                  calibration=request.calibration, objective=objective, certificate=noise.certificate,
-                  rank=space.rank, rtol=space.rtol, bias_bound=bias_bound, y_bounds=y_bounds)
     if request.sampler == "exact":  # whiten, add grid noise exactly, re-colour (post-processing)
-        sensitivity, W = _whitening_matrix(space, noise, multiplier, data_sensitivity, output_bound, neighbours)
-        noise_factor = tf.linalg.matmul(space.basis, noise.factor) * (multiplier * sensitivity)  # [k, r]
-        return publish_cloaking(noise_factor=noise_factor, whitening=W, y_centred=y_centred, offset=offset,
-                                variance=variance, sensitivity=sensitivity, multiplier=multiplier,
-                                output_bound=output_bound, reservation=reservation, seed=seed,
-                                neighbours=neighbours, **record)
+        planned = plan_cloaking(plan, multiplier, data_sensitivity, output_bound)
+        return publish_cloaking(noise_factor=planned.noise_factor, whitening=planned.whitening, y_centred=y_centred,
+                                offset=offset, variance=variance, sensitivity=planned.sensitivity,
+                                multiplier=multiplier, output_bound=output_bound, reservation=reservation, seed=seed,
+                                neighbours=neighbours, **release_record(request, data_sensitivity, planned.chosen, y_bounds))
+    space, noise, bias_bound = plan.choose(multiplier)
+    record = release_record(request, data_sensitivity, ChosenNoise(None, space, noise, bias_bound), y_bounds)
     sampling.warn_float_sampler(description)
     sensitivity = noise.sensitivity
     noise_factor = _unit_noise_factor(space, noise) * multiplier  # [k, r]
@@ -446,6 +538,15 @@ def cloak(request: ReleaseRequest, reservation: Reservation, C: Any, y_centred: 
     released = tf.reshape(tf.cast(offset, tf.float64), [-1]) + tf.linalg.matvec(space.basis, coords)
     reservation.commit(description)
     return _cloaking_record(released, noise_factor, variance, sensitivity, multiplier, reproducible, **record)
+
+
+def release_record(request: ReleaseRequest, data_sensitivity: Any, chosen: ChosenNoise, y_bounds: Any) -> Dict[str, Any]:
+    """What a cloaking release records of its request and of the noise chosen (host values): every cloaking
+    release's, in memory, compiled or streamed."""
+    return dict(epsilon=request.epsilon, delta=request.delta, data_sensitivity=data_sensitivity,
+                calibration=request.calibration, objective=request.objective, certificate=chosen.noise.certificate,
+                rank=int(chosen.space.rank), rtol=float(chosen.space.rtol), bias_bound=float(chosen.bias_bound),
+                y_bounds=y_bounds)
 
 
 def _description(objective: str, k: int) -> str:

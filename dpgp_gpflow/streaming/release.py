@@ -5,7 +5,10 @@ The same release as :meth:`~dpgp_gpflow.models.DPSGPR.release_function` (and ``D
 contract, same rank rule, same optimiser, same exact sampler, same accounting. What changes is only
 where the numbers come from: the m x m factors from chunk sums, the column space from a tall-skinny
 QR, the rank rule's biases, the optimiser's leverages and certificate, the sensitivity and the
-whitened query from reductions over row chunks (:mod:`dpgp_gpflow.streaming.solver`). Memory is
+whitened query from reductions over row chunks (:mod:`dpgp_gpflow.streaming.solver`), supplied by
+:class:`ChunkedRelease` to the one sequence every cloaking release runs
+(:func:`~dpgp_gpflow.mechanisms.cloaking.plan_cloaking`) and published by the one check, draw and spend
+(:func:`~dpgp_gpflow.mechanisms.publish_cloaking`). Memory is
 O(m^2 + m c + r |work|) for chunks of c rows, plus the inputs themselves (which may be a memory map
 or a Dask array).
 
@@ -20,20 +23,20 @@ never the source's row order. The noise is drawn once, here, from :mod:`dpgp_gpf
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Optional
+from typing import Any, Dict, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
 from sklearn.cluster import MiniBatchKMeans
 
 from ..accounting import PrivacyAccountant, Reservation
-from ..cloaking import DEFAULT_TOL, candidate_rtols, first_harmless
+from ..cloaking import DEFAULT_TOL, candidate_rtols
 from ..cloaking.rank import bias_rounding, projection_bias
 from ..contract import check_release_hyperparameters
 from ..pipeline import recorded_bounds, reference_coordinates, shaped
 from ..mechanisms import (ReleaseRequest, check_noise_condition, condition_number, publish_cloaking, release_request,
                           safe_sensitivity)
-from ..mechanisms.cloaking import whitened_sensitivity_of_norms
+from ..mechanisms.cloaking import optimiser_scale, plan_cloaking, release_record, whitened_sensitivity_of_norms
 from ..measurement import Measurement, measure
 from ..neighbours import model_outputs, relation
 from ..released import PrivateFunction, PrivatePrediction
@@ -232,7 +235,7 @@ def cloak_function(
     :class:`~dpgp_gpflow.released.PrivateFunction`) of the release, the frozen readout and ``R``.
     Privacy assumptions: see the module docstring.
     """
-    epsilon, delta, multiplier, seed = request.epsilon, request.delta, request.multiplier, request.seed
+    multiplier, seed = request.multiplier, request.seed
     objective = request.objective
     if objective is None:
         raise ValueError("a streamed cloaking release needs the request's objective ('mse' or 'entropy')")
@@ -241,48 +244,77 @@ def cloak_function(
     cmap = streamed_map(model, source, chunk_size=chunk_size, reference_inputs=reference_inputs)
     # output_bound: set on the terms by streamed_map from the chunks' summaries
     d, b = float(model.data_sensitivity), float(cmap.terms.output_bound)  # type: ignore[attr-defined]
-    space, bias_bound, coordinate_max = _choose_space(cmap, rtols, multiplier, d, b)
-    basis = space.basis.numpy()  # [m, r]
-    s = space.singular_values.numpy()
-    scale = 1.0 / s if objective == "entropy" else np.full(s.shape, 1.0 / s[0])
-    noise = optimise_noise_covariance(cmap, (basis * scale[None, :]).T, objective, tol=float(tol),
-                                      max_iter=int(max_iter), stats=stats,
-                                      rowmax=coordinate_max[:basis.shape[1]] * scale)
-    factor_s = noise.factor.numpy()  # [r, r] in scaled coordinates
-    factor_u = factor_s / scale[:, None]  # [r, r] in basis coordinates
-    condition = float(condition_number(factor_u))
-    check_noise_condition(condition)
-    qmax, w_largest, w_total = sensitivities(cmap, basis, factor_s, scale, factor_u)
-    if not math.isfinite(qmax):
-        raise FloatingPointError("the sensitivity is not finite: the noise covariance is singular")
-    noise_sensitivity = float(safe_sensitivity(d, qmax, condition))
-    r = int(basis.shape[1])
-    sensitivity = float(whitened_sensitivity_of_norms(noise_sensitivity, w_largest, w_total, cmap.num_entries, r,
-                                                      d, b, multiplier))
-    noise_factor = tf.linalg.matmul(space.basis, tf.constant(factor_u)) * (multiplier * sensitivity)  # [m, r]
-    m = int(basis.shape[0])  # P outputs: the m P latents, stacked output by output
+    columns = ChunkedRelease(cmap, rtols, objective, d, b, tol=float(tol), max_iter=int(max_iter), stats=stats)
+    planned = plan_cloaking(columns, multiplier, d, b)
+    m = int(planned.noise_factor.shape[0])  # P outputs: the m P latents, stacked output by output
     # the outputs are read once, chunk by chunk (clipped first), where publish_cloaking checks the shift: z = W y
     rel = publish_cloaking(  # the latents' offset is 0
-        noise_factor=noise_factor, whitening=StreamedQuery(cmap, basis, factor_u, multiplier * sensitivity),
-        y_centred=None, offset=np.zeros(m), variance=np.zeros(m), sensitivity=sensitivity, multiplier=multiplier,
-        output_bound=b, reservation=reservation, seed=seed, epsilon=epsilon, delta=delta,
-        data_sensitivity=d, calibration=request.calibration, objective=objective, certificate=noise.certificate,
-        rank=r, rtol=space.rtol, bias_bound=bias_bound, y_bounds=recorded_bounds(model))
+        noise_factor=planned.noise_factor, whitening=planned.whitening, y_centred=None, offset=np.zeros(m),
+        variance=np.zeros(m), sensitivity=planned.sensitivity, multiplier=multiplier, output_bound=b,
+        reservation=reservation, seed=seed, **release_record(request, d, planned.chosen, recorded_bounds(model)))
     if cmap.persons is not None:  # the relation protected, shaped [m, P] for P outputs, as in memory
         rel = shaped(model, rel)
     function_type = getattr(model, "function_type", PrivateFunction)
     return function_type(rel, cmap.terms.readout(cmap.factors), cmap.factors.R)
 
 
-def _choose_space(cmap: StreamedMap, rtols, multiplier: float, d: float, b: float):
-    """The rank rule (:func:`~dpgp_gpflow.cloaking.first_harmless`, public): the first candidate space whose
-    worst-case projection bias is below ``BIAS_FRACTION`` of the least noise its values could carry.
-    Also returns :func:`~dpgp_gpflow.streaming.solver.projection_rows`' largest coordinates."""
-    spaces = column_spaces(cmap, rtols)
-    rows, coordinate_max = projection_rows(cmap, spaces)
-    rounding = bias_rounding(*rows[0], b)
-    i, _, bias = first_harmless(lambda i: projection_bias(*rows[int(i)], b, d, rounding), len(spaces), multiplier)
-    return spaces[int(i)], float(bias), coordinate_max
+class _StreamedNoise(NamedTuple):
+    """A column space's noise, optimised by chunks (:func:`~dpgp_gpflow.streaming.solver.optimise_noise_covariance`)."""
+
+    factor: tf.Tensor  #: [r, r] in basis coordinates (unit multiplier)
+    sensitivity: float  #: the Mahalanobis sensitivity against ``factor`` (safety factors included)
+    certificate: Any  #: the optimiser's certificate
+    largest: float  #: ``max_i ||w_i||`` (persons: ``max_j ||W A_j||``) of ``W = factor^{-1} basis^T C``
+    total: float  #: ``sum_i ||w_i||``
+
+
+class ChunkedRelease:
+    """The chunked provider of the one cloaking sequence (:func:`~dpgp_gpflow.mechanisms.cloaking.plan_cloaking`):
+    the column operations of the released map ``cmap`` by reductions over its chunks: the candidate spaces
+    (a tall-skinny QR) and their rank-rule terms (one pass for all), the noise optimiser over
+    :class:`~dpgp_gpflow.streaming.solver.StreamedColumns`, the sensitivity and ``W``'s norms (one pass), and
+    the whitened query (:class:`~dpgp_gpflow.streaming.solver.StreamedQuery`). Public: nothing here reads an
+    output but the query, which :func:`~dpgp_gpflow.mechanisms.publish_cloaking` checks and draws for."""
+
+    def __init__(self, cmap: StreamedMap, rtols, objective: str, data_sensitivity: float, output_bound: float, *,
+                 tol: float, max_iter: int, stats: Dict[str, Any]) -> None:
+        self.cmap, self.objective, self.d = cmap, objective, float(data_sensitivity)
+        self.tol, self.max_iter, self.stats = tol, max_iter, stats
+        self.spaces = column_spaces(cmap, rtols)
+        self._rows, self._coordinate_max = projection_rows(cmap, self.spaces)
+        self._rounding = bias_rounding(*self._rows[0], float(output_bound))
+        self._output_bound = float(output_bound)
+
+    @property
+    def candidate_count(self) -> int:
+        return len(self.spaces)
+
+    def ratio_and_bias(self, i):
+        return projection_bias(*self._rows[int(i)], self._output_bound, self.d, self._rounding)
+
+    def noise(self, i):
+        space = self.spaces[int(i)]
+        basis = space.basis.numpy()  # [m, r]
+        scale = optimiser_scale(space.singular_values, self.objective).numpy()
+        noise = optimise_noise_covariance(self.cmap, (basis * scale[None, :]).T, self.objective, tol=self.tol,
+                                          max_iter=self.max_iter, stats=self.stats,
+                                          rowmax=self._coordinate_max[:basis.shape[1]] * scale)
+        factor_s = noise.factor.numpy()  # [r, r] in scaled coordinates
+        factor_u = factor_s / scale[:, None]  # [r, r] in basis coordinates
+        condition = float(condition_number(factor_u))
+        check_noise_condition(condition)
+        qmax, largest, total = sensitivities(self.cmap, basis, factor_s, scale, factor_u)
+        if not math.isfinite(qmax):
+            raise FloatingPointError("the sensitivity is not finite: the noise covariance is singular")
+        return space, _StreamedNoise(tf.constant(factor_u), float(safe_sensitivity(self.d, qmax, condition)),
+                                     noise.certificate, largest, total)
+
+    def whiten(self, space, noise, multiplier, data_sensitivity, output_bound):
+        sensitivity = float(whitened_sensitivity_of_norms(noise.sensitivity, noise.largest, noise.total,
+                                                          self.cmap.num_entries, space.rank, data_sensitivity,
+                                                          output_bound, multiplier))
+        return sensitivity, StreamedQuery(self.cmap, space.basis.numpy(), noise.factor.numpy(),
+                                          multiplier * sensitivity)
 
 
 def predict(function: PrivateFunction, Xnew: Any, chunk_size: int = DEFAULT_CHUNK_SIZE) -> PrivatePrediction:
