@@ -14,8 +14,8 @@ What is checked here (``docs/release_file.md#what-loading-checks``), after :func
   (epsilon, delta, calibration); ``neighbours`` a relation of the release's number of outputs
   (:func:`~dpgp_gpflow.relations.check_relation`); its arrays' shapes against ``k`` and ``outputs``; a
   posterior variance >= 0; some noise; the rank and ``noise_std`` recomputed from ``noise_factor``;
-* the card's totals (basic composition; a multi-class file's Gaussian-DP guarantee recomputed from its
-  public counts, :func:`multiclass_releases`), ``reproducible`` against every release's (one seed seeds
+* the card's totals (basic composition; a multi-class file's, or a binary classifier's of several Newton steps,
+  Gaussian-DP guarantee recomputed from its public counts, :func:`multiclass_releases`, :func:`laplace_releases`), ``reproducible`` against every release's (one seed seeds
   them all), ``clip_to_bounds`` (a release file of one release: only with bounds).
 
 What only :func:`~dpgp_gpflow.io.loading.load` checks: the readout (kernel, mean function, inducing inputs
@@ -35,6 +35,7 @@ from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Sequence,
 import numpy as np
 
 from ..calibration import gaussian_multiplier
+from ..composition import gdp_step_multiplier
 from ..relations import (
     check_relation,
     class_relation,
@@ -330,6 +331,47 @@ def release_of_card(document: ReleaseDocument) -> Tuple[ReleaseEntry, ...]:
     return releases
 
 
+def laplace_releases(document: ReleaseDocument) -> Tuple[Tuple[ReleaseEntry, ...], Optional[Tuple[float, float, float]]]:
+    """The releases of a verified ``PrivateLaplaceClassifier`` file and, for Newton steps composed in Gaussian DP
+    (``composition: "gaussian-dp"``), the whole's ``(epsilon, delta, mu)`` recomputed from the card's ``epsilon``,
+    ``delta`` and the count of steps T, never read: ``mu = 1 / s(epsilon, delta)`` (analytic), every step an
+    analytic cloaking release at ``delta`` with multiplier ``sqrt(T) s``, so the T steps compose to ``mu``
+    (docs/mechanisms.md#laplace-classification). Without ``composition`` (one step, or a file written before the
+    step rule: each step at ``(epsilon / T, delta / T)``): basic composition (:func:`releases_of_card`), None."""
+    card = document.card
+    if "composition" not in card:
+        return releases_of_card(document), None
+    if card["composition"] != "gaussian-dp":
+        raise ReleaseFileError(f"card.composition must be 'gaussian-dp' or absent, got {card['composition']!r}")
+    releases = _entries(card, document.arrays)
+    steps = _card_int(card, "steps", 2)
+    if len(releases) != steps:
+        raise ReleaseFileError(f"card.releases must be a list of steps = {steps} releases, got {len(releases)}")
+    try:
+        epsilon, delta = validate_epsilon(card.get("epsilon")), validate_delta(card.get("delta"))
+        s = gaussian_multiplier(epsilon, delta, "analytic")
+    except (TypeError, ValueError) as exc:
+        raise ReleaseFileError(f"card.epsilon / card.delta: {exc}") from None
+    mu = card.get("mu")
+    if not (isinstance(mu, float) and math.isclose(mu, 1.0 / s, rel_tol=RECOMPUTED_RTOL)):
+        raise ReleaseFileError(f"card.mu {mu!r} is not 1 / s(epsilon, delta) = {1.0 / s!r} (analytic)")
+    step = gdp_step_multiplier(s, steps)
+    for i, r in enumerate(releases):
+        where = f"card.releases[{i}]"
+        if (r["mechanism"], r["calibration"]) != ("cloaking", "analytic"):
+            raise ReleaseFileError(f"{where}: a Newton step is an analytic cloaking release, got "
+                                   f"{r['mechanism']!r} and {r['calibration']!r}")
+        if r["delta"] != delta:
+            raise ReleaseFileError(f"{where}.delta {r['delta']!r} is not the release's delta {delta!r}")
+        if not math.isclose(r["noise_multiplier"], step, rel_tol=RECOMPUTED_RTOL):
+            raise ReleaseFileError(f"{where}.noise_multiplier {r['noise_multiplier']!r} is not sqrt({steps}) "
+                                   f"s(epsilon, delta) = {step!r}")
+    check_reproducible(card, releases)
+    if card.get("clip_to_bounds", False) is not False:
+        raise ReleaseFileError("card.clip_to_bounds must be false: a classifier's latents are never clipped")
+    return releases, (epsilon, delta, float(mu))
+
+
 def _card_int(card: Mapping[str, Any], name: str, least: int) -> int:
     value = card.get(name)
     if not (isinstance(value, int) and not isinstance(value, bool) and value >= least):
@@ -509,7 +551,7 @@ CARD_KINDS: Dict[str, Callable[[ReleaseDocument], Tuple[ReleaseEntry, ...]]] = {
     "PrivateRelease": release_of_card,
     "PrivateFunction": releases_of_card,
     "PrivateClassifier": releases_of_card,
-    "PrivateLaplaceClassifier": releases_of_card,
+    "PrivateLaplaceClassifier": lambda document: laplace_releases(document)[0],
     "PrivateSparseClassifier": releases_of_card,
     "PrivateMulticlassClassifier": lambda document: multiclass_releases(document)[0],
     "WholeRowsRelease": lambda document: (whole_rows_card(document), ())[1],  # no PrivateRelease parts

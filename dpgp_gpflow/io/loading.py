@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import dataclasses
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, TypeVar, Union, cast
 
 import numpy as np
 import tensorflow as tf
@@ -38,6 +38,7 @@ from ..whole_rows.released import WholeRowsRelease
 from .card import (
     check_kind,
     clip_flag,
+    laplace_releases,
     multiclass_releases,
     read_card,
     release_of_card,
@@ -88,11 +89,18 @@ def _function(cls: Type[_Function], releases: Tuple[PrivateRelease, ...], readou
 
 
 def _load_function(cls: Type[PrivateFunction]) -> Callable[[ReleaseDocument], Released]:
-    """The loader of a verified file of kind ``cls``: its releases (:func:`~dpgp_gpflow.io.card.releases_of_card`),
-    coordinates ``R`` [m, m], readout (:func:`readout_of`, checked to map the release's m latents of P
-    outputs) and the card's ``clip_to_bounds`` (absent: false, older files)."""
+    """The loader of a verified file of kind ``cls``: its releases (:func:`~dpgp_gpflow.io.card.releases_of_card`;
+    for a :class:`~dpgp_gpflow.models.dp_laplace.PrivateLaplaceClassifier` :func:`~dpgp_gpflow.io.card.laplace_releases`,
+    with the Gaussian-DP guarantee of its steps when the card states one), coordinates ``R`` [m, m], readout
+    (:func:`readout_of`, checked to map the release's m latents of P outputs) and the card's ``clip_to_bounds``
+    (absent: false, older files)."""
     def load_function(document: ReleaseDocument) -> Released:
-        releases = tuple(PrivateRelease.from_entry(e) for e in releases_of_card(document))
+        composed = None
+        if cls is PrivateLaplaceClassifier:
+            entries, composed = laplace_releases(document)
+        else:
+            entries = releases_of_card(document)
+        releases = tuple(PrivateRelease.from_entry(e) for e in entries)
         P = releases[-1].num_outputs
         m = releases[-1].mean.shape[0] * P  # the latents, stacked output by output
         coordinates = None
@@ -109,6 +117,8 @@ def _load_function(cls: Type[PrivateFunction]) -> Callable[[ReleaseDocument], Re
             raise ReleaseFileError(f"the readout maps {int(probe.shape[1])} latent values of "
                                    f"{int(getattr(readout, 'num_outputs', 1))} output(s), the release has {m} of {P}")
         function = _function(cls, releases, readout, coordinates)
+        if composed is not None:  # recomputed from the card's public counts (laplace_releases), never read
+            function = cast(PrivateLaplaceClassifier, function).composed(*composed)
         if clip_flag(document.card):
             try:
                 function = function.clipped()

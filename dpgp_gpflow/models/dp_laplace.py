@@ -21,16 +21,20 @@ predictions at any inputs from the released vector and frozen public pieces only
 the labels), latent variance plus the DP noise variance propagated to the prediction (the papers
 left it out). Predictions cost no privacy budget.
 
-Composition over Newton steps (``steps = T``): each step is released at ``(epsilon / T, delta / T)``,
-so the T releases are ``(epsilon, delta)``-DP together by basic composition. As every release of the
-pipeline (:mod:`dpgp_gpflow.pipeline`), :meth:`DPLaplaceGPC.release` validates the privacy parameters
-once (:func:`~dpgp_gpflow.mechanisms.release_request`) and takes one reservation, for all T steps, before
-the first one (a budget too small for all T steps draws nothing); each step's mechanism
-(:func:`~dpgp_gpflow.pipeline.cloak_outputs`) neither validates nor reserves and commits its one event
-after its draw. Each step is charged as a Gaussian event with its ``mu``, so an accountant created with
-``composition="gdp"`` or ``"pld"`` composes the steps exactly (``sqrt(T) mu``), and the reservation uses
-that composition too. A refusal before the first draw charges nothing; one at step ``t + 1`` leaves the
-``t`` steps already drawn charged, since it is computed from their released latents.
+Composition over Newton steps (``steps = T``): the one step rule of every multi-step release
+(:func:`~dpgp_gpflow.composition.gdp_step_request`, as the multi-class classifiers): each step is released at
+noise multiplier ``sqrt(T) s(epsilon, delta)``, so the T Gaussian steps compose exactly, in Gaussian DP, to
+``mu = sqrt(T (1 / (sqrt(T) s))^2) = 1 / s``: one release ``(epsilon, delta)``-DP (docs/mechanisms.md#laplace-classification).
+Only ``calibration="analytic"`` composes so: ``steps > 1`` with ``"classical"`` raises ``NotImplementedError``
+before anything is reserved. As every release of the pipeline (:mod:`dpgp_gpflow.pipeline`),
+:meth:`DPLaplaceGPC.release` validates the privacy parameters once
+(:func:`~dpgp_gpflow.mechanisms.release_request`) and reserves ONE Gaussian event ``(epsilon, delta, mu = 1/s)``
+before the first step (a budget too small draws nothing); each step's mechanism
+(:func:`~dpgp_gpflow.pipeline.cloak_outputs`) neither validates nor reserves and counts its draw
+(:func:`~dpgp_gpflow.measurement.stepwise`); the event is committed after the last draw. A refusal before the
+first draw charges nothing; one at step ``t + 1`` (computed from the released latents of step ``t``) charges
+the whole event once: what was drawn is bounded by it. Files of releases made before this rule (each step at
+``(epsilon / T, delta / T)``, basic composition) still load.
 
 The loop over the Newton steps is :meth:`DPLaplaceGPC.release_steps` (for a validated request and a
 reservation taken by the caller), used by :meth:`DPLaplaceGPC.release` and by the one-vs-rest release of
@@ -39,7 +43,7 @@ several classes (:mod:`dpgp_gpflow.models.multiclass`, which calibrates and char
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple, cast
+from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 import gpflow
 import numpy as np
@@ -48,11 +52,11 @@ from check_shapes import inherit_check_shapes
 from gpflow.base import InputData, MeanAndVariance
 
 from ..accounting import PrivacyAccountant, Reservation
-from ..calibration import gaussian_multiplier
 from ..cloaking import DEFAULT_TOL
 from ..contract import ReleaseTerms, check_release_hyperparameters, dense_map
 from ..pipeline import cloak_outputs
-from ..measurement import Measurement, measure
+from ..composition import gdp_composition, gdp_step_multiplier, gdp_step_request
+from ..measurement import Measurement, StepDraws, measure, stepwise
 from ..mechanisms import ReleaseRequest, release_request
 from ..neighbours import relation
 from ..released import PrivateClassifier, PrivateRelease
@@ -97,8 +101,42 @@ class PrivateLaplaceClassifier(PrivateClassifier):
     (:class:`~dpgp_gpflow.models.laplace.LaplaceReadout`): ``E[f*] = k*^T K^{-1} f~``,
     ``V[f*] = k** - k*^T (K + W^{-1})^{-1} k*`` plus the DP noise ``k*^T K^{-1} F`` propagated."""
 
-    def __init__(self, releases: List[PrivateRelease], readout: LaplaceReadout) -> None:
+    _composed: Optional[Tuple[float, float, float]] = None  #: (epsilon, delta, mu) of steps composed in Gaussian DP
+
+    def __init__(self, releases: List[PrivateRelease], readout: LaplaceReadout, *,
+                 composed: Optional[Tuple[float, float, float]] = None) -> None:
         super().__init__(releases[-1], readout, releases=releases)
+        self._composed = composed
+
+    def composed(self, epsilon: float, delta: float, mu: float) -> "PrivateLaplaceClassifier":
+        """This classifier as one release of its steps composed in Gaussian DP: ``(epsilon, delta)`` and ``mu``
+        of the whole (:meth:`DPLaplaceGPC.release` of several steps; a file's card checked by
+        :func:`~dpgp_gpflow.io.card.laplace_releases`). Without it the steps compose by basic composition."""
+        self._composed = (float(epsilon), float(delta), float(mu))
+        return self
+
+    @property
+    def epsilon(self) -> float:
+        """The epsilon of the whole release: Gaussian-DP composition of its steps when :meth:`composed`, else
+        the sum of theirs (one step, a one-vs-rest class, or a file written before the step rule)."""
+        return super().epsilon if self._composed is None else self._composed[0]
+
+    @property
+    def delta(self) -> float:
+        return super().delta if self._composed is None else self._composed[1]
+
+    def privacy_card(self) -> Dict[str, Any]:
+        """:meth:`Released.privacy_card`, and for steps composed in Gaussian DP ``composition="gaussian-dp"``,
+        the whole's ``mu`` and ``steps``."""
+        card = super().privacy_card()
+        if self._composed is not None:
+            card.update(composition="gaussian-dp", mu=self._composed[2], steps=len(self.releases))
+        return card
+
+    def audited_mu(self, model: Any, mus: Sequence[float]) -> Optional[float]:
+        """``sqrt(sum mu_t^2)`` of the steps' audited ``mu`` for steps composed in Gaussian DP (a neighbour
+        moves every step); None (each step against its own claim) otherwise."""
+        return None if self._composed is None else gdp_composition(mus)
 
     @property
     def latent(self) -> np.ndarray:
@@ -149,13 +187,10 @@ def _step_seed(seed: Optional[int], step: int) -> Optional[int]:
 
 
 def _step_request(request: ReleaseRequest, steps: int) -> ReleaseRequest:
-    """The request of each of ``steps`` releases composing to the validated ``request``: ``(epsilon / steps,
-    delta / steps)`` (basic composition) at their own noise multiplier; ``request`` itself for one step."""
-    if steps == 1:
-        return request
-    epsilon, delta = request.epsilon / steps, request.delta / steps
-    return request._replace(epsilon=epsilon, delta=delta, multiplier=gaussian_multiplier(epsilon, delta,
-                                                                                         request.calibration))
+    """The request of each of ``steps`` Newton steps composing, in Gaussian DP, to the validated ``request``
+    (:func:`~dpgp_gpflow.composition.gdp_step_request` at multiplier ``sqrt(steps) s``); ``request`` itself for
+    one step. ``NotImplementedError`` for several steps at ``calibration="classical"``."""
+    return gdp_step_request(request, gdp_step_multiplier(request.multiplier, steps))
 
 
 def _unpack(data: Any) -> Tuple[np.ndarray, Any]:
@@ -272,27 +307,39 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
 
         Step 1 releases ``f1 = C y`` with ``C = 1/2 (K^{-1} + I/4)^{-1}``; step ``t + 1`` releases
         ``f_{t+1} = C_t y + b_t`` linearised at the released ``f~_t`` (public), with ``b_t`` as the
-        public offset. Each step is a cloaking release of the n training latents with d = 2 at
-        ``(epsilon / steps, delta / steps)`` (basic composition); the whole budget is reserved before
-        the first step and each step is charged to ``accountant`` (or the innermost
-        ``with PrivacyAccountant(...)``). An explicit ``seed`` makes every step reproducible (step
+        public offset. Each step is a cloaking release of the n training latents with d = 2 at noise
+        multiplier ``sqrt(steps) s(epsilon, delta)``, so the steps compose in Gaussian DP to ``mu = 1 / s``
+        (:func:`~dpgp_gpflow.composition.gdp_step_request`): one Gaussian event ``(epsilon, delta)`` reserved
+        before the first step and charged to ``accountant`` (or the innermost ``with PrivacyAccountant(...)``)
+        after the last draw, or after a later step's refusal (what was drawn is charged). ``steps > 1`` needs
+        ``calibration="analytic"`` (``NotImplementedError`` otherwise, before anything is reserved). An
+        explicit ``seed`` makes every step reproducible (step
         ``t > 0`` uses a seed derived from ``(seed, t)``) and NOT private against its holder.
 
         Returns a :class:`PrivateLaplaceClassifier` predicting from the last released latents with
-        ``W`` at the last step's linearisation point (``I/4`` for one step).
+        ``W`` at the last step's linearisation point (``I/4`` for one step); its ``epsilon``, ``delta`` are the
+        requested ones (with ``mu`` and ``steps`` on its card for several steps).
         """
         steps = check_steps(steps)
-        request = _step_request(release_request(epsilon, delta, calibration=calibration, objective=objective,
-                                                seed=seed, rtol=rtol, tol=tol), steps)
+        request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed,
+                                  rtol=rtol, tol=tol)
+        step_request = _step_request(request, steps)
         check_release_hyperparameters(self, hyperparameters_public)
         # step 1's public terms, checked finite before any budget is reserved (a refusal draws and spends nothing)
         first = self.first_step()
+        if steps == 1:
+            return measure(Measurement(request, relation(self),
+                                       lambda reservation: self.release_steps(request, reservation, 1, first,
+                                                                              rtol=rtol, tol=tol)), accountant)
+        description = f"Laplace release of {steps} Newton steps (Gaussian-DP composition)"
 
-        def draw(reservation: Reservation) -> PrivateLaplaceClassifier:  # each step commits its event after its draw
-            return self.release_steps(request, reservation, steps, first, rtol=rtol, tol=tol)
+        def draw(draws: StepDraws) -> PrivateLaplaceClassifier:  # every step counts its draw into draws
+            return self.release_steps(step_request, draws, steps, first, rtol=rtol, tol=tol)
 
-        # the one reservation, all steps (basic composition: one event per step)
-        return measure(Measurement(request, relation(self), draw, events=(request.event(),) * steps), accountant)
+        # the one reservation of the one event; committed after the last draw (or after a failed later step)
+        classifier = measure(Measurement(request, relation(self), stepwise(draw, step_request.event(), description),
+                                         description=description), accountant)
+        return classifier.composed(request.epsilon, request.delta, 1.0 / request.multiplier)
 
     def first_step(self) -> Tuple[tf.Tensor, tf.Tensor]:
         """``(K, C)``: the public kernel matrix [N, N] and step 1's cloaking matrix

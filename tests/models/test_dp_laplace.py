@@ -16,7 +16,7 @@ import gpflow
 import numpy as np
 import pytest
 import tensorflow as tf
-from reference import gaussian_delta_at_shift, k_se, mahalanobis_shifts, projection_bias
+from reference import gaussian_delta_at_shift, k_se, mahalanobis_shifts, projection_bias, reference_multiplier
 from scipy import special
 
 import dpgp_gpflow.mechanisms.cloaking as release_module
@@ -230,9 +230,18 @@ def test_exact_audit_two_steps(two_steps, problem):
     X, Y, _ = problem
     K = K_np(X)
     r1, r2 = two_steps.releases
-    _exact_checks(r1, C_first_np(K), EPS / 2, DELTA / 2)
+    # each step at sqrt(2) s(EPS, DELTA) (s by root-finding of the analytic delta): the two compose in Gaussian
+    # DP to mu = 1 / s, the whole (EPS, DELTA)
+    step = math.sqrt(2.0) * reference_multiplier(EPS, DELTA)
     C2, b2, W = newton_affine_np(K, r1.mean[:, 0])
-    _exact_checks(r2, C2, EPS / 2, DELTA / 2)
+    mus = []
+    for rel, C_ref in ((r1, C_first_np(K)), (r2, C2)):
+        assert rel.noise_multiplier == pytest.approx(step, rel=1e-9)
+        mus.append(mu_np(rel.noise_factor, C_ref))
+        assert mus[-1] <= (1.0 / step) * (1 + 1e-6)
+        assert gaussian_delta_at_shift(rel.epsilon, 1.0 / step) == pytest.approx(DELTA, rel=1e-6)
+    assert gaussian_delta_at_shift(EPS, math.hypot(*mus)) <= DELTA * (1 + 1e-9)
+    assert two_steps.epsilon == EPS and two_steps.delta == DELTA
     assert auditing.audit_exact(r2, np.zeros((0, len(X))), C_ref=C2, data_sensitivity=D).passed
     # the second step is C2 y + b2 (from the released f~_1) plus noise in range(F2)
     # (the offset b2 is public and added as is; C2 y is projected onto the noise span)
@@ -409,29 +418,35 @@ def _gdp_epsilon(mu: float, delta: float) -> float:
     return hi
 
 
-def test_two_steps_under_gdp_composition_fit_a_tighter_budget(model):
-    """Under a Gaussian-DP accountant the two steps compose to sqrt(2) mu: a budget below the basic
-    sum (epsilon = 1) but above the exact composition accepts both steps."""
-    s = gaussian_multiplier(0.5, DELTA / 2, "analytic")
-    eps_2 = _gdp_epsilon(math.sqrt(2.0) / s, DELTA)
-    assert eps_2 < 0.95
-    acc = PrivacyAccountant(epsilon=1.001 * eps_2, delta=DELTA, composition="gdp")
+@pytest.mark.parametrize("composition", ["basic", "gdp"])
+def test_two_steps_need_the_requested_budget_not_twice(model, composition):
+    """The T steps compose in Gaussian DP to one event (epsilon, delta): a budget of exactly (EPS, DELTA) takes
+    both steps under any accountant (before: each step at (EPS / 2, DELTA / 2), one event each)."""
+    acc = PrivacyAccountant(epsilon=EPS, delta=DELTA, composition=composition)
     pc = quiet_release(model, epsilon=EPS, delta=DELTA, steps=2, seed=0, accountant=acc)
-    assert len(acc.ledger) == 2 and len(pc.releases) == 2
-    assert all(ev.mu == pytest.approx(1.0 / s) for ev in acc.ledger)
+    assert len(acc.ledger) == 1 and len(pc.releases) == 2
+    assert acc.ledger[0].mu == pytest.approx(1.0 / reference_multiplier(EPS, DELTA), rel=1e-9)
 
 
-def test_two_steps_charge_the_accountant_twice(model):
+def test_two_steps_charge_the_accountant_once(model):
+    """One ledger event (EPS, DELTA, mu = 1 / s) for both steps; each step at multiplier sqrt(2) s, tighter than
+    basic composition's s(EPS / 2, DELTA / 2), recording its own epsilon at DELTA."""
     acc = PrivacyAccountant(epsilon=EPS, delta=DELTA)
     pc = quiet_release(model, epsilon=EPS, delta=DELTA, steps=2, seed=0, accountant=acc)
-    assert len(acc.ledger) == 2 and len(pc.releases) == 2
-    s = gaussian_multiplier(EPS / 2, DELTA / 2, "analytic")
-    for ev, rel in zip(acc.ledger, pc.releases):
-        assert ev.epsilon == pytest.approx(EPS / 2) and ev.delta == pytest.approx(DELTA / 2)
-        assert ev.kind == "gaussian" and ev.mu == pytest.approx(1.0 / s)
-        assert rel.epsilon == pytest.approx(EPS / 2) and rel.noise_multiplier == pytest.approx(s)
-    assert acc.spent == pytest.approx((EPS, DELTA))
-    assert pc.epsilon == pytest.approx(EPS) and pc.delta == pytest.approx(DELTA)
+    s = reference_multiplier(EPS, DELTA)
+    assert len(acc.ledger) == 1 and len(pc.releases) == 2
+    (ev,) = acc.ledger
+    assert ev.kind == "gaussian" and ev.mu == pytest.approx(1.0 / s, rel=1e-9)
+    assert (ev.epsilon, ev.delta) == (EPS, DELTA) and acc.spent == pytest.approx((EPS, DELTA))
+    step_epsilon = _gdp_epsilon(1.0 / (math.sqrt(2.0) * s), DELTA)
+    for rel in pc.releases:
+        assert rel.noise_multiplier == pytest.approx(math.sqrt(2.0) * s, rel=1e-9)
+        assert rel.noise_multiplier < reference_multiplier(EPS / 2, DELTA / 2)  # GDP's tighter bound
+        assert rel.epsilon == pytest.approx(step_epsilon, rel=1e-8) and rel.delta == DELTA
+    assert (pc.epsilon, pc.delta) == (EPS, DELTA)  # the whole, not the sum of the steps'
+    card = pc.privacy_card()
+    assert card["composition"] == "gaussian-dp" and card["steps"] == 2
+    assert card["mu"] == pytest.approx(1.0 / s, rel=1e-9)
 
 
 def _forbidden_draw(calls):
@@ -448,12 +463,8 @@ def test_over_budget_raises_before_drawing(model, sparse_model, monkeypatch, whi
     monkeypatch.setattr(sampling_module, "standard_normal", _forbidden_draw(calls))
     acc = PrivacyAccountant(epsilon=0.6, delta=DELTA)  # enough for one step at eps/2, not for two
     if which.endswith("gdp"):
-        # one step at (1/2, 1/200) is mu = 1/s; two compose to sqrt(2)/s, which is (eps_2, 0.01)-DP
-        s = gaussian_multiplier(0.5, DELTA / 2, "analytic")
-        eps_2 = _gdp_epsilon(math.sqrt(2.0) / s, DELTA)
-        eps_1 = _gdp_epsilon(1.0 / s, DELTA)
-        assert eps_1 < 0.97 * eps_2
-        acc = PrivacyAccountant(epsilon=0.5 * (eps_1 + eps_2), delta=DELTA, composition="gdp")
+        # the two steps are one event (1, DELTA) in any composition: a budget just below it refuses
+        acc = PrivacyAccountant(epsilon=0.999, delta=DELTA, composition="gdp")
     with pytest.raises(BudgetExceededError):
         if which.startswith("full-2-steps"):
             model.release(epsilon=1.0, delta=DELTA, steps=2, accountant=acc)
@@ -480,6 +491,8 @@ def test_invalid_arguments_raise_before_drawing(model, sparse_model, monkeypatch
         sparse_model.release(epsilon=EPS, delta=1.5)
     with pytest.raises(NotImplementedError):
         sparse_model.release(epsilon=EPS, delta=DELTA, steps=2)
+    with pytest.raises(NotImplementedError, match="calibration='analytic'"):  # steps compose in Gaussian DP
+        model.release(epsilon=EPS, delta=DELTA, steps=2, calibration="classical")
     assert calls == []
 
 
@@ -518,7 +531,8 @@ def test_one_validation_and_one_reservation_per_classifier_release(model, sparse
     held = accounting.Reservation.__init__
 
     def holding(self, *args, **kwargs):
-        counts["held"] += 1
+        if not isinstance(self, measurement.StepDraws):  # the steps' counter of draws holds no budget
+            counts["held"] += 1
         held(self, *args, **kwargs)
 
     monkeypatch.setattr(accounting.Reservation, "__init__", holding)
@@ -527,9 +541,9 @@ def test_one_validation_and_one_reservation_per_classifier_release(model, sparse
         released = release()
     assert counts["validate_epsilon"] == 1 and counts["validate_delta"] == 1
     assert counts["reserve"] == 1 and counts["held"] == 1
-    # the multiplier: once for one step; with T steps also that of each step, (epsilon / T, delta / T)
-    assert counts["gaussian_multiplier"] == (1 if steps == 1 else 2)
-    assert len(acc.ledger) == steps == len(released.releases) and acc.spent == pytest.approx((EPS, DELTA))
+    # the multiplier once: each of T steps is at sqrt(T) times it (Gaussian-DP composition)
+    assert counts["gaussian_multiplier"] == 1
+    assert len(acc.ledger) == 1 and len(released.releases) == steps and acc.spent == pytest.approx((EPS, DELTA))
     assert acc.held == (0.0, 0.0)
 
 
@@ -567,16 +581,16 @@ def test_a_release_that_raises_midway_charges_nothing(model, monkeypatch, draws,
     assert (acc.ledger, acc.spent, acc.remaining) == before and acc.held == (0.0, 0.0)
 
 
-def test_a_refusal_at_a_later_newton_step_charges_the_steps_already_drawn(model, monkeypatch, draws):
+def test_a_refusal_at_a_later_newton_step_charges_the_whole_event_once(model, monkeypatch, draws):
     """Step 2 is linearised at step 1's released latents, so a refusal there is computed from them: step 1
-    was drawn and stays charged (post-processing of a DP output is free only once it is paid for); step 2's
-    share of the reservation is given back, nothing is left held."""
+    was drawn, so the release's one event (EPS, DELTA) is charged once (it bounds what was drawn); nothing is
+    left held."""
     acc = PrivacyAccountant(epsilon=3.0, delta=0.1)
     calls = _raising_publish(monkeypatch, at_call=2)
     with pytest.raises(FloatingPointError, match="midway"):
         model.release(epsilon=EPS, delta=DELTA, steps=2, accountant=acc)
     assert calls == [1, 1] and len(draws) == 1
-    assert len(acc.ledger) == 1 and acc.spent == pytest.approx((EPS / 2, DELTA / 2)) and acc.held == (0.0, 0.0)
+    assert len(acc.ledger) == 1 and acc.spent == pytest.approx((EPS, DELTA)) and acc.held == (0.0, 0.0)
 
 
 def test_classifier_releases_are_marked_and_refuse_clipping(one_step, two_steps, sparse_release):
