@@ -162,10 +162,11 @@ def _dual_hessian(w: tf.Tensor, P: tf.Tensor, objective: str) -> tf.Tensor:
     return H
 
 
-def _mse_hessian_vector(w: tf.Tensor, P: tf.Tensor, v: tf.Tensor) -> tf.Tensor:
-    """Exact mse dual Hessian times ``v`` in O(r^2 m): ``(Hv)_j = p_j^T (E o (P diag(v) P^T)) p_j``."""
+def _mse_hessian_vector(E: tf.Tensor, P: tf.Tensor, v: tf.Tensor) -> tf.Tensor:
+    """Exact mse dual Hessian times ``v`` in O(r^2 m): ``(Hv)_j = p_j^T (E o (P diag(v) P^T)) p_j``, with
+    ``E = _mse_curvature(w)`` (formed once per Newton step, not per product)."""
     G = tf.linalg.matmul(P * v[None, :], P, transpose_b=True)  # [r, r]
-    return tf.reduce_sum(P * tf.linalg.matmul(_mse_curvature(w) * G, P), axis=0)
+    return tf.reduce_sum(P * tf.linalg.matmul(E * G, P), axis=0)
 
 
 def _barrier_curvature(slack, weights):
@@ -200,8 +201,10 @@ def _mse_newton_direction(w, P, gb, barrier):
         inside = tf.linalg.cholesky_solve(Lp, tf.gather(v, block)[:, None])[:, 0]
         return tf.tensor_scatter_nd_update(v * diagonal, rows, inside)
 
+    E = _mse_curvature(w)
+
     def apply(v):
-        return _mse_hessian_vector(w, P, v) + barrier * v
+        return _mse_hessian_vector(E, P, v) + barrier * v
 
     b = -gb
     x = precondition(b)
