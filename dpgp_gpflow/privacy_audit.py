@@ -71,6 +71,7 @@ from .released import PrivateFunction, PrivateRelease, Released
 from .sampling import GRID_EXPONENT
 from .validation import bound_columns
 from .whole_rows.audit import whole_rows_audit
+from .whole_rows.classification import WholeRowsClassifier
 from .whole_rows.released import WholeRowsRelease
 
 __all__ = ["AuditReport", "audit"]
@@ -354,7 +355,7 @@ def audit(released: Released, model: PrivateModel, Xnew: Optional[Any] = None) -
     the claim, every released mean lies in the span its noise covers and no noise test fails."""
     if not isinstance(released, Released):
         raise TypeError(f"expected a released object, got {type(released).__name__}")
-    if isinstance(released, WholeRowsRelease):  # no noise factor: its statistics' own audit
+    if isinstance(released, (WholeRowsRelease, WholeRowsClassifier)):  # no noise factor: the statistics' own audit
         return _audit_whole_rows(released, model)
     parts = released.audit_parts(model)
     false_alarm = NOISE_FALSE_ALARM / max(sum(len(part.releases) for part, _ in parts), 1)  # shared by the releases
@@ -380,7 +381,7 @@ def audit(released: Released, model: PrivateModel, Xnew: Optional[Any] = None) -
     return AuditReport(tuple(reports), epsilon, float(released.delta), bool(passed), noise)
 
 
-def _audit_whole_rows(release: WholeRowsRelease, model: Any) -> AuditReport:
+def _audit_whole_rows(release: Any, model: Any) -> AuditReport:
     """:func:`audit` of a whole-row release (docs/guides/whole_rows.md): ``mu`` from the model's bounds and persons
     and the noise each part of the statistics actually carries, never the release's sensitivity
     (:func:`~dpgp_gpflow.whole_rows.audit.whole_rows_audit`); its epsilon at the release's delta must not exceed

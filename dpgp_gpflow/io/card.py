@@ -471,15 +471,33 @@ def whole_rows_card(document: ReleaseDocument) -> WholeRowsCard:
     (:func:`~dpgp_gpflow.whole_rows.bounds.released_sensitivity`: shares, M, n, chunking, persons, candidates);
     each released entry's noise std from ``multiplier x sensitivity`` and the parts' scales; the box, the bounds,
     the statistics' shapes. ``ReleaseFileError`` naming the field. TensorFlow-free."""
-    card, where = document.card, "card"
+    card = document.card
     missing = [k for k in WHOLE_ROWS_CARD if k not in card]
     if missing:
         raise ReleaseFileError(f"card: missing field(s) {missing}")
+    candidates = card["lengthscale_candidates"]
+    if candidates is not None and not (isinstance(candidates, list) and len(candidates) >= 2):
+        raise ReleaseFileError(f"card.lengthscale_candidates must be null or a list of at least 2, got {candidates!r}")
+    B = 1 if candidates is None else len(candidates)
+    checked = _whole_rows_statistics(document, WHOLE_ROWS_MECHANISM, B, f"{B} block(s)",
+                                     lambda: _card_bounds(card["y_bounds"], 1, "card"))
+    whole_rows_arrays(document.arrays, "statistics/", checked.m)
+    for i in range(B if B > 1 else 0):
+        whole_rows_arrays(document.arrays, f"candidates/{i}/", checked.m)
+    return checked
+
+
+def _whole_rows_statistics(document: ReleaseDocument, mechanism: str, B: int, blocks: str,
+                           y_bounds: Callable[[], Any]) -> WholeRowsCard:
+    """The checks every whole-row card shares (regression and classifiers): privacy parameters, mechanism,
+    multiplier, shares, relation, chunking, the sensitivity of ``B`` blocks recomputed (``blocks`` names them in
+    the error), the box, the bounds (``y_bounds()``), the booleans and the noise std arrays recomputed."""
+    card, where = document.card, "card"
     epsilon = _checked(where, "epsilon", validate_epsilon, card["epsilon"])
     delta = _checked(where, "delta", validate_delta, card["delta"])
     calibration = _checked(where, "calibration", validate_calibration, card["calibration"])
-    if card["mechanism"] != WHOLE_ROWS_MECHANISM:
-        raise ReleaseFileError(f"card.mechanism must be {WHOLE_ROWS_MECHANISM!r}, got {card['mechanism']!r}")
+    if card["mechanism"] != mechanism:
+        raise ReleaseFileError(f"card.mechanism must be {mechanism!r}, got {card['mechanism']!r}")
     multiplier = _card_field(card, "noise_multiplier", "float", where)
     expected = _checked(where, "calibration", gaussian_multiplier, epsilon, delta, calibration)
     if not math.isclose(multiplier, expected, rel_tol=RECOMPUTED_RTOL):
@@ -501,10 +519,6 @@ def whole_rows_card(document: ReleaseDocument) -> WholeRowsCard:
             and chunking[0] <= n and chunking[1] <= n and chunking[0] * chunking[1] >= n):
         raise ReleaseFileError(f"card.chunking must be [longest chunk's rows, chunks] covering num_data {n}, "
                                f"got {chunking!r}")
-    candidates = card["lengthscale_candidates"]
-    if candidates is not None and not (isinstance(candidates, list) and len(candidates) >= 2):
-        raise ReleaseFileError(f"card.lengthscale_candidates must be null or a list of at least 2, got {candidates!r}")
-    B = 1 if candidates is None else len(candidates)
     try:
         sensitivity = released_sensitivity(shares, m=m, multiplier=multiplier, num_rows=n, chunk_rows=chunking[0],
                                            num_chunks=chunking[1], person_rows=g, blocks=B)
@@ -513,15 +527,15 @@ def whole_rows_card(document: ReleaseDocument) -> WholeRowsCard:
     recorded = _card_field(card, "sensitivity", "float", where)
     if not math.isclose(recorded, sensitivity, rel_tol=WHOLE_ROWS_RTOL):
         raise ReleaseFileError(f"card.sensitivity {recorded!r} is not the whole-row sensitivity {sensitivity!r} of "
-                               f"its shares, M = {m}, n = {n}, chunking {chunking}, person_rows {g} and {B} block(s)")
+                               f"its shares, M = {m}, n = {n}, chunking {chunking}, person_rows {g} and {blocks}")
     box = _checked(where, "x_bounds", validate_box, card["x_bounds"])
-    y_bounds = _card_bounds(card["y_bounds"], 1, where)
-    if y_bounds is None:
+    bounds = y_bounds()
+    if bounds is None:
         raise ReleaseFileError("card.y_bounds: a whole-row release always has bounds")
     for name in ("reproducible", "clip_to_bounds"):
         if not isinstance(card[name], bool):
             raise ReleaseFileError(f"card.{name} must be true or false, got {card[name]!r}")
-    std = entry_noise_std(multiplier * sensitivity, statistic_scales(y_bounds[1] - y_bounds[0], shares), m)
+    std = entry_noise_std(multiplier * sensitivity, statistic_scales(bounds[1] - bounds[0], shares), m)
     upper = np.triu_indices(m)
     recomputed = {"S": std["S"][upper], "b": std["b"], "q": np.reshape(std["q"], [1])}
     written = whole_rows_arrays(document.arrays, "noise_std/", m)
@@ -529,20 +543,64 @@ def whole_rows_card(document: ReleaseDocument) -> WholeRowsCard:
         if not np.allclose(written[k], a, rtol=WHOLE_ROWS_RTOL, atol=0.0):
             raise ReleaseFileError(f"arrays.noise_std/{k} is not the noise std of card.noise_multiplier x "
                                    f"card.sensitivity for its shares and bounds")
-    whole_rows_arrays(document.arrays, "statistics/", m)
-    for i in range(B if B > 1 else 0):
-        whole_rows_arrays(document.arrays, f"candidates/{i}/", m)
-    return WholeRowsCard(m, B, box, y_bounds, written)
+    return WholeRowsCard(m, B, box, bounds, written)
+
+
+#: The card's fields of a whole-row classifier (:meth:`~dpgp_gpflow.whole_rows.classification.WholeRowsClassifier.privacy_card`).
+WHOLE_ROWS_CLASSIFIER_CARD = ("epsilon", "delta", "reproducible", "clip_to_bounds", "neighbours", "mechanism",
+                              "calibration", "noise_multiplier", "sensitivity", "shares", "x_bounds", "num_data",
+                              "num_inducing", "num_classes", "person_rows", "chunking", "kernel_variance",
+                              "newton_steps")
+#: The mechanism a whole-row classifier's card records.
+WHOLE_ROWS_CLASSIFIER_MECHANISM = "gaussian (whole-row statistics, labels)"
+#: The labels as outputs of a whole-row classifier: ``t in {-1, +1}`` in the bounds ``(-1, +1)`` (public rule).
+LABEL_BOUNDS = (-1.0, 1.0)
+
+
+def whole_rows_classifier_card(document: ReleaseDocument) -> WholeRowsCard:
+    """The card and released arrays of a ``WholeRowsClassifier`` file checked as :func:`whole_rows_card` (the same
+    checks), with the classifier's public counts: ``num_classes`` (null: binary, one block; K >= 2: K blocks, the
+    sensitivity recomputed for K blocks), one Newton step, the label bounds ``(-1, +1)``, latents never clipped,
+    ``kernel_variance`` > 0 and the blocks' statistics ``statistics/<a>/`` of the card's M. TensorFlow-free."""
+    card = document.card
+    missing = [k for k in WHOLE_ROWS_CLASSIFIER_CARD if k not in card]
+    if missing:
+        raise ReleaseFileError(f"card: missing field(s) {missing}")
+    K = card["num_classes"]
+    if K is not None and not (isinstance(K, int) and not isinstance(K, bool) and K >= 2):
+        raise ReleaseFileError(f"card.num_classes must be null (binary) or an integer >= 2, got {K!r}")
+    if card["newton_steps"] != 1 or isinstance(card["newton_steps"], bool):
+        raise ReleaseFileError(f"card.newton_steps must be 1 (one Newton step from the statistics), got "
+                               f"{card['newton_steps']!r}")
+    if card["clip_to_bounds"] is not False:
+        raise ReleaseFileError("card.clip_to_bounds must be false: a classifier's latents are never clipped")
+    _checked("card", "kernel_variance", _positive, "kernel_variance", card["kernel_variance"])
+    B = 1 if K is None else K
+    checked = _whole_rows_statistics(document, WHOLE_ROWS_CLASSIFIER_MECHANISM, B,
+                                     "binary labels" if K is None else f"{K} classes", lambda: LABEL_BOUNDS)
+    for a in range(B):
+        whole_rows_arrays(document.arrays, f"statistics/{a}/", checked.m)
+    return checked
 
 
 def whole_rows_summary(card: Mapping[str, Any]) -> str:
-    """The one-line description of a whole-row release from its (checked) card: the loaded object's ``repr``
-    and ``dpgp show``'s first line."""
+    """The one-line description of a whole-row release or classifier from its (checked) card: the loaded object's
+    ``repr`` and ``dpgp show``'s first line."""
+    if card.get("mechanism") == WHOLE_ROWS_CLASSIFIER_MECHANISM:
+        K = card["num_classes"]
+        kind = "binary" if K is None else f"{K} classes (one-vs-rest)"
+        return (f"WholeRowsClassifier({kind}, n={card['num_data']}, M={card['num_inducing']}, "
+                f"epsilon={card['epsilon']:g}, delta={card['delta']:g}, neighbours={card['neighbours']!r}"
+                + (", reproducible=True)" if card["reproducible"] else ")"))
     return (f"WholeRowsRelease(mechanism='whole-row statistics', epsilon={card['epsilon']:.6g}, "
             f"delta={card['delta']:.6g}, m={card['num_inducing']}, n={card['num_data']}, "
             f"bounds={tuple(card['y_bounds'])}, x_bounds={card['x_bounds']}, neighbours={card['neighbours']!r}"
             + (", clip_to_bounds=True" if card["clip_to_bounds"] else "")
             + (", reproducible=True)" if card["reproducible"] else ")"))
+
+
+#: The kinds of whole-row objects: no PrivateRelease parts, their one line from :func:`whole_rows_summary`.
+WHOLE_ROWS_KINDS = ("WholeRowsRelease", "WholeRowsClassifier")
 
 
 #: Object kind (its class name, as written in the file) -> the check of its card and releases. The kinds
@@ -555,6 +613,7 @@ CARD_KINDS: Dict[str, Callable[[ReleaseDocument], Tuple[ReleaseEntry, ...]]] = {
     "PrivateSparseClassifier": releases_of_card,
     "PrivateMulticlassClassifier": lambda document: multiclass_releases(document)[0],
     "WholeRowsRelease": lambda document: (whole_rows_card(document), ())[1],  # no PrivateRelease parts
+    "WholeRowsClassifier": lambda document: (whole_rows_classifier_card(document), ())[1],
 }
 
 

@@ -34,6 +34,7 @@ from ..models.sgpr import SGPRReadout
 from ..whole_rows.features import FeatureMap
 from ..whole_rows.lengthscales import choose
 from ..whole_rows.mechanism import NoisedStatistics
+from ..whole_rows.classification import WholeRowsClassifier
 from ..whole_rows.released import WholeRowsRelease
 from .card import (
     check_kind,
@@ -45,6 +46,7 @@ from .card import (
     releases_of_card,
     whole_rows_arrays,
     whole_rows_card,
+    whole_rows_classifier_card,
 )
 from .gpflow_specs import kernel_from_spec
 from .format import ReleaseDocument, ReleaseFileError, ReleaseFileKindError, as_read_back, read, take_arrays
@@ -253,6 +255,54 @@ def _load_whole_rows(document: ReleaseDocument) -> Released:
     return released.with_selection(candidates, lengthscales, bounds, chosen)
 
 
+def _symmetric(v: np.ndarray, m: int) -> np.ndarray:
+    """The symmetric [M, M] matrix of its upper triangle ``v`` (row by row, as the file holds ``S``)."""
+    upper = np.triu_indices(m)
+    S = np.zeros((m, m))
+    S[upper] = v
+    S[upper[1], upper[0]] = v
+    return S
+
+
+def _load_whole_rows_classifier(document: ReleaseDocument) -> Released:
+    """The :class:`~dpgp_gpflow.whole_rows.classification.WholeRowsClassifier` of a verified file: its card and
+    released arrays checked (:func:`~dpgp_gpflow.io.card.whole_rows_classifier_card`, the whole-row card checks
+    with the public counts), the feature map rebuilt from the kernel, ``Z``, ``k_max`` and the jitter, each
+    block's statistics with the recomputed noise std; the loaded object's own card must be the file's (e.g.
+    ``kernel_variance`` is ``k_max``). ``ReleaseFileError`` naming the field otherwise."""
+    checked = whole_rows_classifier_card(document)
+    card, content, m = document.card, document.content, checked.m
+    if not isinstance(content, dict) or set(content) != {"kernel", "k_max", "jitter"}:
+        raise ReleaseFileError("content must be an object with ['jitter', 'k_max', 'kernel']")
+    Z = take_arrays("WholeRowsClassifier", document.arrays, {"inducing_inputs": 2})["inducing_inputs"]
+    if Z.shape != (m, checked.box.shape[0]):
+        raise ReleaseFileError(f"arrays.inducing_inputs must be [{m}, {checked.box.shape[0]}] (num_inducing, the "
+                               f"box's columns), got {list(Z.shape)}")
+    noise_std = {"S": _symmetric(checked.noise_std["S"], m), "b": checked.noise_std["b"],
+                 "q": np.asarray(checked.noise_std["q"][0])}
+    blocks = []
+    for a in range(checked.candidates):
+        st = whole_rows_arrays(document.arrays, f"statistics/{a}/", m)
+        blocks.append(NoisedStatistics({"S": _symmetric(st["S"], m), "b": st["b"], "q": np.asarray(st["q"][0])},
+                                       noise_std, card["num_data"], card["sensitivity"], card["noise_multiplier"],
+                                       tuple(card["shares"]), card["reproducible"], card["person_rows"],
+                                       tuple(card["chunking"])))
+    try:
+        features = FeatureMap(kernel_from_spec(content["kernel"], Z.shape[1]), Z, jitter=content["jitter"],
+                              k_max=content["k_max"])
+        released = WholeRowsClassifier(blocks, features, x_bounds=checked.box, num_classes=card["num_classes"],
+                                       epsilon=card["epsilon"], delta=card["delta"], calibration=card["calibration"])
+    except ReleaseFileError:
+        raise
+    except (TypeError, ValueError, FloatingPointError, NotImplementedError) as exc:
+        raise ReleaseFileError(f"content: {exc}") from None
+    own = as_read_back(released.privacy_card(), "card")
+    place = _difference({k: card[k] for k in own}, own, "card")
+    if place:
+        raise ReleaseFileError(f"{place}: not what the loaded WholeRowsClassifier records")
+    return released
+
+
 #: The public pieces of a whole-row release's content (:meth:`~dpgp_gpflow.whole_rows.WholeRowsRelease.file_content`).
 _WHOLE_ROWS_PIECES = ("kernel", "k_max", "jitter", "variances", "kernel_variance", "noise_variance")
 
@@ -263,6 +313,7 @@ RELEASED_KINDS: Dict[str, Callable[[ReleaseDocument], Released]] = {
     **{cls.__name__: _load_function(cls) for cls in _FUNCTION_CLASSES},
     PrivateMulticlassClassifier.__name__: _load_multiclass,
     WholeRowsRelease.__name__: _load_whole_rows,
+    WholeRowsClassifier.__name__: _load_whole_rows_classifier,
 }
 
 # Each loader runs its kind's card checks (io/card.py's CARD_KINDS, which lists exactly these kinds:

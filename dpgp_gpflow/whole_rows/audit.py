@@ -22,7 +22,7 @@ release was made from; its outcome is for the data owner.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, NamedTuple
+from typing import Any, Dict, List, NamedTuple, Tuple
 
 import numpy as np
 
@@ -30,8 +30,9 @@ from ..relations import largest_person
 from ..streaming.chunks import DEFAULT_CHUNK_SIZE
 from .bounds import joint_bound, part_bounds
 from .design import validate_box
+from .classification import LABEL_BOUNDS, LabelStatistics, OneVsRestStatistics, WholeRowsClassifier
 from .release import model_rows
-from .statistics import RowStatistics, sufficient_statistics
+from .statistics import RowStatistics, grid_statistics, sufficient_statistics
 
 __all__: List[str] = []  # internal: dpgp_gpflow.audit calls whole_rows_audit
 
@@ -41,16 +42,20 @@ STD_RTOL = 1e-12
 
 
 def _part_stds(release: Any) -> Dict[str, float]:
-    """The noise std of each part's entries (``S``: a diagonal entry's), checked to be the one structure the
-    mechanism adds (off-diagonal ``S`` entries ``1 / sqrt(2)`` of the diagonal's, each part's entries equal);
-    ``ValueError`` otherwise."""
-    std = release.statistics_noise_std
-    m = release.features.m
-    S = std["S"]
+    """The noise std of each part's entries of a whole-row release (``S``: a diagonal entry's)
+    (:func:`_block_stds`)."""
+    return _block_stds(release.statistics_noise_std, release.features.m)
+
+
+def _block_stds(std: Dict[str, Any], m: int) -> Dict[str, float]:
+    """The noise std of each part's entries of one block ``std`` (``S``: a diagonal entry's), checked to be the
+    one structure the mechanism adds (off-diagonal ``S`` entries ``1 / sqrt(2)`` of the diagonal's, each part's
+    entries equal); ``ValueError`` otherwise."""
+    S = np.asarray(std["S"])
     diagonal = float(S[0, 0])
     expected = np.full((m, m), diagonal / math.sqrt(2.0))
     np.fill_diagonal(expected, diagonal)
-    out = {"S": diagonal, "b": float(std["b"][0]), "q": float(std["q"])}
+    out = {"S": diagonal, "b": float(np.asarray(std["b"])[0]), "q": float(std["q"])}
     if (not all(math.isfinite(v) and v > 0.0 for v in out.values())
             or not np.allclose(S, expected, rtol=STD_RTOL, atol=0.0)
             or not np.allclose(std["b"], out["b"], rtol=STD_RTOL, atol=0.0)):
@@ -62,21 +67,27 @@ def _part_stds(release: Any) -> Dict[str, float]:
 def audited_mu(release: Any, width: float, person_rows: int) -> float:
     """``mu`` of the module docstring: the largest whitened shift between neighbours that differ in one person
     of at most ``person_rows`` rows (outputs of bounds' ``width``), from the noise actually added. Public."""
-    stds = _part_stds(release)
+    return _mu(_part_stds(release), width, person_rows, max(len(release.candidates), 1), release.features.m)
+
+
+def _mu(stds: Dict[str, float], width: float, person_rows: int, blocks: int, m: int) -> float:
+    """``mu`` of ``blocks`` blocks each carrying the part noise ``stds`` (:func:`audited_mu`)."""
     a2 = [(bound / stds[p]) ** 2 for p, bound in zip("Sbq", part_bounds(width))]
     total = math.fsum(a2)
-    blocks = max(len(release.candidates), 1)
-    rounding = (1.0 + (release.features.m + 4) * _UNIT_ROUNDOFF) ** 2
+    rounding = (1.0 + (m + 4) * _UNIT_ROUNDOFF) ** 2
     return person_rows * math.sqrt(blocks * total * joint_bound(a2)) * rounding
 
 
 def _whitened(release: Any, statistics: Dict[str, Any]) -> np.ndarray:
     """The released vector's entries (``S`` through its upper triangle) divided by their noise std."""
-    std = release.statistics_noise_std
-    upper = np.triu_indices(release.features.m)
-    return np.concatenate([np.asarray(statistics["S"])[upper] / std["S"][upper],
-                           np.asarray(statistics["b"]) / std["b"],
-                           np.reshape(np.asarray(statistics["q"]) / std["q"], [1])])
+    return _whitened_block(release.statistics_noise_std, statistics, release.features.m)
+
+
+def _whitened_block(std: Dict[str, Any], statistics: Dict[str, Any], m: int) -> np.ndarray:
+    upper = np.triu_indices(m)
+    return np.concatenate([np.asarray(statistics["S"])[upper] / np.asarray(std["S"])[upper],
+                           np.asarray(statistics["b"]) / np.asarray(std["b"]),
+                           np.reshape(np.asarray(statistics["q"]) / np.asarray(std["q"]), [1])])
 
 
 class WholeRowsAudit(NamedTuple):
@@ -94,7 +105,9 @@ def whole_rows_audit(release: Any, model: Any) -> WholeRowsAudit:
     from: ``mu`` from the model's bounds and persons and the noise added (:func:`audited_mu`), and every
     candidate's statistics, released and recomputed from the model's rows (PRIVATE), whitened by the noise.
     ``ValueError`` when the model is not one with private inputs or its public pieces (``Z``, box, bounds) are not
-    the release's."""
+    the release's. A :class:`~.classification.WholeRowsClassifier` is audited by :func:`classifier_audit`."""
+    if isinstance(release, WholeRowsClassifier):
+        return classifier_audit(release, model)
     if not getattr(model, "private_inputs", False):
         raise ValueError("a whole-row release is audited against the DPSGPR(..., private_inputs=True) it was "
                          "released from")
@@ -112,4 +125,51 @@ def whole_rows_audit(release: Any, model: Any) -> WholeRowsAudit:
         exact = sufficient_statistics(source, RowStatistics(c.features, box, (lo, hi), clip_inputs=model.clip_inputs))
         released.append(_whitened(c, c.statistics))
         recomputed.append(_whitened(c, {"S": exact.S, "b": exact.b, "q": exact.q}))
+    return WholeRowsAudit(mu, np.concatenate(released), np.concatenate(recomputed))
+
+
+def _blocks(parts: Dict[str, Any], B: int) -> List[Dict[str, np.ndarray]]:
+    """A classifier's statistics (or noise std) block by block: as they are for one block, else along axis 0."""
+    return [{k: np.asarray(v) if B == 1 else np.asarray(v)[a] for k, v in parts.items()} for a in range(B)]
+
+
+def classifier_audit(release: Any, model: Any) -> WholeRowsAudit:
+    """The audit's pieces of a :class:`~.classification.WholeRowsClassifier` against the sparse Laplace classifier
+    (``private_inputs=True``) it was released from: ``mu`` of the module docstring with the labels' width
+    ``d = 2``, ``G`` the model's largest person and ``B`` the model's number of blocks (1 binary, K one-vs-rest),
+    from the noise each block actually carries (every block's checked to be one structure; never the release's
+    sensitivity or shares); every block's statistics, released and recomputed from the model's rows (PRIVATE),
+    whitened. ``ValueError`` when the model is not one with private inputs or its public pieces (``Z``, box,
+    number of classes) are not the release's."""
+    if not getattr(model, "private_inputs", False):
+        raise ValueError("a whole-row classifier is audited against the sparse Laplace classifier "
+                         "(private_inputs=True) it was released from")
+    first = getattr(model, "problems", (model,))[0]
+    num_classes = getattr(model, "num_classes", None)
+    m = release.features.m
+    Z = np.asarray(first.inducing_variable.Z.numpy(), dtype=np.float64)
+    box = validate_box(first.x_bounds, Z.shape[1])
+    if (num_classes != release.num_classes or not np.array_equal(Z, release.features.Z)
+            or not np.array_equal(box, release.x_bounds)):
+        raise ValueError("the model's number of classes, inducing inputs or box are not the release's: audit it "
+                         "against the model it was released from")
+    B = 1 if num_classes is None else int(num_classes)
+    std = release.statistics_noise_std
+    stds = _blocks(std, B)
+    parts = [_block_stds(s, m) for s in stds]
+    if not all(np.allclose(list(p.values()), list(parts[0].values()), rtol=STD_RTOL, atol=0.0) for p in parts):
+        raise ValueError("the release's blocks do not carry the same noise: it cannot be audited as a whole-row "
+                         "classifier")
+    source, groups = model_rows(model, None, DEFAULT_CHUNK_SIZE)
+    lo, hi = LABEL_BOUNDS
+    mu = _mu(parts[0], hi - lo, largest_person(groups), B, m)
+    exact: Tuple[Any, ...]
+    if num_classes is None:
+        exact = (sufficient_statistics(source, LabelStatistics(release.features, box, clip_inputs=first.clip_inputs)),)
+    else:
+        exact = grid_statistics(source, OneVsRestStatistics([
+            LabelStatistics(release.features, box, label=a, num_classes=B, clip_inputs=first.clip_inputs)
+            for a in range(B)]))
+    released = [_whitened_block(s, r, m) for s, r in zip(stds, _blocks(release.statistics, B))]
+    recomputed = [_whitened_block(s, {"S": e.S, "b": e.b, "q": e.q}, m) for s, e in zip(stds, exact)]
     return WholeRowsAudit(mu, np.concatenate(released), np.concatenate(recomputed))

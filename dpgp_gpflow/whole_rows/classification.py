@@ -35,6 +35,8 @@ import tensorflow as tf
 
 from ..contract import check_release_hyperparameters
 from ..exceptions import PrivacyLeakError
+from ..io.card import LABEL_BOUNDS, whole_rows_summary
+from ..io.gpflow_specs import kernel_spec
 from ..measurement import measure
 from ..models.base import inducing_inputs
 from ..mechanisms.request import release_request
@@ -60,8 +62,8 @@ from .statistics import GridStatistics, RowStatistics
 
 __all__: list[str] = []  # internal: the models import these names by name
 
-#: The labels as outputs: ``t in {-1, +1}`` inside the bounds ``(-1, +1)`` (width d = 2, midpoint 0).
-LABEL_BOUNDS = (-1.0, 1.0)
+#: The labels as outputs: ``t in {-1, +1}`` inside the bounds ``(-1, +1)`` (width d = 2, midpoint 0): LABEL_BOUNDS,
+#: defined with the release file's checks (:mod:`dpgp_gpflow.io.card`, TensorFlow-free), which recompute the noise.
 #: Squared shares of ``(S, b, q)``: ``q = sum t^2 = n`` is public, so it gets a negligible share (it is released,
 #: with a huge noise, and never read). The regression split's ``S`` share, the rest to ``b``: in NumPy simulations
 #: of the released statistics (toy 2-D problems, n = 2000, M = 16, epsilon 1 and 3) the held-out accuracy moved by
@@ -108,6 +110,8 @@ class OneVsRestStatistics(GridStatistics):
     every block's sums ``(S, b_a, q)`` of one chunk with the features computed once (``S`` and ``q = c`` are the
     same in every block; ``b_a = Phi^T t_a``). Equal to the blocks' own sums (:class:`GridStatistics`), K times
     cheaper. Picklable (Dask workers)."""
+
+    blocks_are = "classes"
 
     def __init__(self, rows: Sequence[LabelStatistics]) -> None:
         super().__init__(rows)
@@ -320,15 +324,29 @@ class WholeRowsClassifier(Released):
                 "num_inducing": self.features.m, "num_classes": self.num_classes, "person_rows": self.person_rows,
                 "chunking": list(self.chunking), "kernel_variance": self.kernel_variance, "newton_steps": 1}
 
-    def save(self, path: Any, **_: Any) -> Any:  # type: ignore[override]
-        """Not yet: release files hold whole-row regressions only (``NotImplementedError``, nothing written)."""
-        raise NotImplementedError("release files of whole-row classifiers are not supported yet: keep the object, "
-                                  "or its statistics and statistics_noise_std")
+    def file_content(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+        """``(content, arrays)`` of this classifier's release file (docs/release_file.md#whole-row-classifiers): each
+        block's statistics as released (``statistics/<a>/S`` the upper triangle row by row, ``b``, ``q``; one block
+        binary, K one-vs-rest), their noise std once (every block's is the same), ``Z`` and the public pieces
+        (kernel, ``k_max``, jitter). Nothing of the rows but the released statistics."""
+        m = self.features.m
+        upper = np.triu_indices(m)
+        blocks = 1 if self.num_classes is None else self.num_classes
+        S = np.reshape(self._statistics["S"], (blocks, m, m))
+        b = np.reshape(self._statistics["b"], (blocks, m))
+        q = np.reshape(self._statistics["q"], (blocks,))
+        std = {k: np.reshape(v, (blocks, -1))[0] for k, v in self._noise_std.items()}
+        arrays = {"inducing_inputs": self.features.Z, "noise_std/S": np.reshape(std["S"], (m, m))[upper],
+                  "noise_std/b": std["b"], "noise_std/q": std["q"]}
+        for a in range(blocks):
+            arrays.update({f"statistics/{a}/S": S[a][upper], f"statistics/{a}/b": b[a],
+                           f"statistics/{a}/q": q[a:a + 1]})
+        content = {"kernel": kernel_spec(self.features.kernel), "k_max": self.features.k_max,
+                   "jitter": self.features.jitter}
+        return content, {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()}
 
     def __repr__(self) -> str:
-        kind = "binary" if self.num_classes is None else f"{self.num_classes} classes (one-vs-rest)"
-        return (f"WholeRowsClassifier({kind}, n={self.num_data}, M={self.features.m}, epsilon={self.epsilon:g}, "
-                f"delta={self.delta:g}, neighbours={self.neighbours!r})")
+        return whole_rows_summary(self.privacy_card())  # as ``dpgp show`` prints it from the file's card
 
 
 # ---------------------------------------------------------------------------------------------

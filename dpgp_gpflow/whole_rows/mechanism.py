@@ -103,7 +103,7 @@ def release_statistics(request: ReleaseRequest, reservation: Reservation, source
     z = np.concatenate([pack(st.S, st.b, st.q, scales).numpy() for st in blocks]) / std  # L2 shift <= 1 / s
     noised, reproducible = sampling.add_whitened_noise(z, request.seed)
     K = statistic_dimension(m)
-    reservation.commit(f"whole-row statistics ({z.size} values, M = {m}, {len(blocks)} candidate(s), "
+    reservation.commit(f"whole-row statistics ({z.size} values, M = {m}, {len(blocks)} {grid.blocks_are}, "
                        f"n = {blocks[0].n})")
     out = tuple(NoisedStatistics(unpack(noised[i * K:(i + 1) * K] * std, scales, m), entry_noise_std(std, scales, m),
                                  st.n, float(sensitivity), request.multiplier, validate_shares(shares), reproducible,
@@ -159,4 +159,4 @@ def statistics_measurement(request: ReleaseRequest, source: ChunkSource, rows: A
     declared = validate_groups(groups, int(np.shape(groups)[0])) if groups is not None else None
     return Measurement(request, relation(largest_person(declared)), mechanism, checks=(*checks, own_checks),
                        description=f"whole-row statistics (M = {features.m}"
-                                   + (f", {len(grid.rows)} candidates" if len(grid.rows) > 1 else "") + ")")
+                                   + (f", {len(grid.rows)} {grid.blocks_are}" if len(grid.rows) > 1 else "") + ")")

@@ -106,6 +106,8 @@ class GridStatistics:
     over the rows gives every candidate's sums. Picklable (Dask workers)."""
 
     shared_on_dask = True
+    #: what its blocks are (the ledger's event text): candidate feature maps here, classes for a classifier's
+    blocks_are = "candidate(s)"
 
     def __init__(self, rows: Any) -> None:
         self.rows = tuple(rows)
