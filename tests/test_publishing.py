@@ -266,10 +266,10 @@ def test_a_wrong_version_or_unknown_kind_is_refused(saved, tmp_path):
     with pytest.raises(release_file.ReleaseFileKindError, match="unknown kernel class 'ArcCosine'"):
         dp.load(_edited(saved["sparse-classifier"], tmp_path, kernel, rehash=True))
 
-    def totals(raw):  # consistent hash, inconsistent card
+    def totals(raw):  # consistent hash, inconsistent card: the whole's mu is recomputed from (epsilon, delta)
         raw["card"]["epsilon"] = 0.5
 
-    with pytest.raises(release_file.ReleaseFileError, match="not the total"):
+    with pytest.raises(release_file.ReleaseFileError, match=r"card\.mu .* is not 1 / s\(epsilon, delta\)"):
         dp.load(_edited(saved["laplace-2-steps"], tmp_path, totals, rehash=True))
 
     bad = tmp_path / "not_a_release.json"

@@ -18,6 +18,7 @@ import pytest
 
 import dpgp_gpflow as dp
 from forgery import forged
+from reference import reference_multiplier
 from dpgp_gpflow.io import format as release_file, gpflow_specs, loading as publishing
 from dpgp_gpflow.models import (
     DPGPR,
@@ -38,6 +39,19 @@ FAST = 5.0
 
 def se():
     return gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=1.2)
+
+
+def basic_steps(model, epsilon, delta, steps, seed):
+    """A binary release of ``steps`` Newton steps as written before the one step rule: each step at
+    ``(epsilon / steps, delta / steps)`` with its own multiplier, one ledger event each (basic composition)."""
+    from dpgp_gpflow.mechanisms import release_request
+    from dpgp_gpflow.measurement import Measurement, measure
+    from dpgp_gpflow.neighbours import relation
+
+    step = release_request(epsilon / steps, delta / steps, seed=seed)
+    first = model.first_step()
+    return measure(Measurement(step, relation(model), lambda r: model.release_steps(step, r, steps, first),
+                               events=(step.event(),) * steps))
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +78,8 @@ def files(tmp_path_factory):
         "function-clipped": function.clipped(),
         "laplace-2-steps": DPLaplaceGPC((X, labels), se(), hyperparameters_public=True).release(
             epsilon=1.0, delta=1e-3, steps=2, seed=4),
+        "laplace-2-steps-basic": basic_steps(DPLaplaceGPC((X, labels), se(), hyperparameters_public=True), 1.0, 1e-3,
+                                             2, seed=4),
         "sparse-classifier": DPSparseLaplaceGPC((X, labels), se(), Z, hyperparameters_public=True).release(
             epsilon=1.0, delta=1e-3, seed=5),
         # three classes, two Newton steps, persons of two rows (m = min(3, 4) = 3): six releases
@@ -190,6 +206,20 @@ MEANINGLESS = [  # (honest file, edit, the error must match)
     ("cloaking", lambda raw: raw["card"].update(reproducible=False), r"card\.reproducible False is not that of the"),
     ("laplace-2-steps", setter("delta", 0.5, i=1), r"card\.releases\[1\]\.noise_multiplier"),
     ("laplace-2-steps", setter("epsilon", -0.5, i=1), r"card\.releases\[1\]\.epsilon: epsilon must be > 0"),
+    # a binary classifier's Newton steps: the whole guarantee recomputed from epsilon, delta and the count of steps
+    ("laplace-2-steps", card_set(mu=0.1), r"card\.mu 0\.1 is not 1 / s\(epsilon, delta\)"),
+    ("laplace-2-steps", card_set(epsilon=0.5), r"card\.mu .* is not 1 / s\(epsilon, delta\)"),
+    ("laplace-2-steps", smaller_claim_with_its_mu, r"card\.releases\[0\]\.noise_multiplier .* is not sqrt\(2\) s"),
+    ("laplace-2-steps", card_set(steps=3), r"card\.releases must be a list of steps = 3 releases"),
+    ("laplace-2-steps", card_set(steps=1), r"card\.steps must be an integer >= 2"),
+    ("laplace-2-steps", card_set(composition="basic"), r"card\.composition must be 'gaussian-dp' or absent"),
+    ("laplace-2-steps", card_set(clip_to_bounds=True), r"card\.clip_to_bounds must be false"),
+    ("laplace-2-steps", setter("delta", 5e-4, i=0, total=False), r"card\.releases\[0\]\.(noise_multiplier|delta)"),
+    ("laplace-2-steps", lambda raw: [raw["card"].pop(k) for k in ("composition", "mu", "steps")],
+     r"card\.epsilon 1\.0 is not the total of the releases"),  # the steps' own claims do not sum to it
+    ("laplace-2-steps-basic", lambda raw: (smaller_claim_with_its_mu(raw), raw["card"].update(
+        epsilon=1.0, composition="gaussian-dp", mu=1.0 / reference_multiplier(1.0, 1e-3), steps=2)),
+     r"card\.releases\[0\]\.(noise_multiplier|delta)"),  # an old file cannot claim the tighter rule
     ("function", lambda raw: put(raw, "releases/0/noise_std", 2.0 * array(raw, "releases/0/noise_std")),
      r"card\.releases\[0\]: noise_std is not the row norms"),
     ("sparse-classifier", setter("noise_multiplier", 1.0), r"card\.releases\[0\]\.noise_multiplier 1\.0 is not"),
@@ -250,7 +280,8 @@ def test_a_consistent_forgery_without_meaning_is_refused(files, tmp_path, name, 
 
 
 @pytest.mark.parametrize("name", ["cloaking", "cloaking-clipped", "classical", "standard", "function",
-                                  "function-clipped", "laplace-2-steps", "sparse-classifier", "multiclass",
+                                  "function-clipped", "laplace-2-steps", "laplace-2-steps-basic", "sparse-classifier",
+                                  "multiclass",
                                   "sparse-multiclass"])
 def test_honest_files_of_every_kind_still_load(files, tmp_path, name):
     loaded = dp.load(files[name])
@@ -260,6 +291,22 @@ def test_honest_files_of_every_kind_still_load(files, tmp_path, name):
     again = loaded.save(tmp_path / "again.json")
     assert release_file.read(again).arrays.keys() == release_file.read(files[name]).arrays.keys()
     assert dp.load(again).privacy_card() == loaded.privacy_card()
+
+
+def test_an_old_binary_file_of_basic_steps_still_loads(files):
+    """A binary classifier of two Newton steps written before the one step rule (each step at (epsilon / 2,
+    delta / 2), no ``composition`` on the card) loads with its basic-composition totals; a new one states the
+    Gaussian-DP composition of steps at sqrt(2) s(epsilon, delta)."""
+    old, new = dp.load(files["laplace-2-steps-basic"]), dp.load(files["laplace-2-steps"])
+    assert "composition" not in old.privacy_card() and (old.epsilon, old.delta) == (1.0, 1e-3)
+    for r in old.releases:
+        assert (r.epsilon, r.delta) == (0.5, 5e-4)
+        assert r.noise_multiplier == pytest.approx(reference_multiplier(0.5, 5e-4), rel=1e-9)
+    card = new.privacy_card()
+    assert (card["composition"], card["steps"], new.epsilon, new.delta) == ("gaussian-dp", 2, 1.0, 1e-3)
+    assert card["mu"] == pytest.approx(1.0 / reference_multiplier(1.0, 1e-3), rel=1e-9)
+    for r in new.releases:
+        assert r.noise_multiplier == pytest.approx(np.sqrt(2.0) * reference_multiplier(1.0, 1e-3), rel=1e-9)
 
 
 def test_duplicate_keys_are_refused(files, tmp_path):
