@@ -239,3 +239,21 @@ def test_the_audit_reads_the_model_and_refuses_another(saved):
         dp.audit(original, _model(4, X, Y % 4))
     with pytest.raises(ValueError, match="not the release's"):
         dp.audit(saved["binary"][1], saved["three"][0])
+
+
+def test_a_classifier_of_persons_saves_and_audits_with_their_size(tmp_path):
+    """Persons of 3 rows: the card's sensitivity is 3 times the closed form, the file loads, and the audit's mu
+    (from the model's persons, never the card) is 3 times that of the noise carried."""
+    X, Y = _rows(90, 2, 3)
+    kernel = gpflow.kernels.SquaredExponential(variance=2.0, lengthscales=1.5)
+    model = dp.models.DPSparseMulticlassLaplaceGPC((X, Y), kernel, Z, num_classes=3, groups=np.repeat(np.arange(30), 3),
+                                                   private_inputs=True, x_bounds=BOX, hyperparameters_public=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dp.ReproducibleNoiseWarning)
+        released = model.release(epsilon=1.0, delta=1e-3, seed=6)
+    card = dp.io.read_card(released.save(tmp_path / "persons.json"))
+    expected = 3 * math.sqrt(3 * _closed_form_J(SHARES))
+    assert card["person_rows"] == 3 and expected <= card["sensitivity"] <= expected * (1 + 1e-6)
+    loaded = dp.load(tmp_path / "persons.json")
+    report = dp.audit(loaded, model)
+    assert report.passed and report.releases[0].mu == pytest.approx(_closed_form_mu(loaded, 3, 3), rel=1e-12)
