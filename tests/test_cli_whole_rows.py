@@ -196,3 +196,29 @@ def test_a_private_inputs_bad_cell_is_refused_without_its_value(work):
     assert code == 2 and stderr.count("\n") == 1 and "the private column 'age'" in stderr, stderr
     assert "12" not in stderr.split("line 5")[-1] and "345" not in stderr, stderr
     assert not (work / "bad.json").exists()
+
+
+def test_groups_release_protects_persons_as_the_python_api(work):
+    code, _, stderr = _run(["release", "inside.csv", "--x", "age", "weight", "--y", "height", "--bounds", "60", "180",
+                            "--groups", "person", "--private-inputs", "--x-bounds", *np.ravel(BOX), "--sparse", "8",
+                            "--inducing", "sobol", "--lengthscale", "20", "--variance", "100", "--noise", "10",
+                            "--epsilon", EPSILON, "--delta", DELTA, "--seed", "5", "-o", "persons.json", "--quiet"],
+                           work)
+    assert code == 0, stderr
+    frame = pd.read_csv(work / "inside.csv")
+    X, Y = frame[["age", "weight"]].to_numpy(), frame[["height"]].to_numpy()
+    ids = frame["person"].to_numpy()  # persons 0 to 24, two rows each but person 0 (its first row is not here)
+    lo, hi = np.array(BOX).T
+    Z = qmc.scale(qmc.Sobol(d=2, scramble=True, seed=0).random_base2(3), lo, hi)  # 8 points, from the box
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = dp.models.DPSGPR((X, Y), gpflow.kernels.SquaredExponential(lengthscales=20.0, variance=100.0), Z,
+                                 noise_variance=10.0, y_bounds=(60.0, 180.0), x_bounds=BOX, private_inputs=True,
+                                 groups=ids, hyperparameters_public=True)
+        expected = model.release_function(epsilon=EPSILON, delta=DELTA, seed=5)
+    got = dp.load(work / "persons.json")
+    np.testing.assert_allclose(got.features.Z, Z, rtol=1e-12)
+    _assert_same_release(got, expected)
+    assert got.neighbours == "person (groups, up to 2 rows) (inputs and outputs)"
+    card = dp.io.read_card(work / "persons.json")
+    assert card["groups"] == {"column": "person", "persons": 25, "largest_rows": 2}
