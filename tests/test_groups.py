@@ -235,6 +235,36 @@ def test_the_whitened_shift_is_rechecked_with_the_groups_before_anything_is_draw
     assert accountant.spent[0] == pytest.approx(EPS)
 
 
+def test_a_query_object_from_outside_is_refused_before_anything_is_drawn(problem):
+    """publish_cloaking recomputes the shift of the W it whitens with; a query object of another class (its
+    shift a number handed in) is refused, whatever it claims; nothing is charged."""
+    X, Y, groups, Xs, C = problem
+    model = gpr(X, Y)
+    request = release_request(EPS, DELTA, objective="mse")
+    plan = engine.noise_plan(tf.constant(C), noise_multiplier=request.multiplier, data_sensitivity=D,
+                             output_bound=model.output_bound)
+    rank = int(plan.rank)
+
+    class Forged:  # a raw statistic of y with a claimed shift of 0
+        def shift(self, *args):
+            return 0.0
+
+        def values(self):
+            return np.full(rank, float(np.sum(Y)))
+
+    Forged.rank = rank
+    accountant = PrivacyAccountant(epsilon=10.0, delta=0.5)
+    record = dict(epsilon=EPS, delta=DELTA, data_sensitivity=D, calibration="analytic", objective="mse",
+                  certificate=None, rank=rank, rtol=float(plan.rtol), bias_bound=0.0, y_bounds=(LO, HI))
+    with pytest.raises(TypeError, match="whitened queries"):
+        with reserve(accountant, [request.event()]) as reservation:
+            publish_cloaking(noise_factor=plan.noise_factor, whitening=Forged(), y_centred=None,
+                             offset=np.zeros(len(Xs)), variance=np.zeros(len(Xs)), sensitivity=float(plan.sensitivity),
+                             multiplier=request.multiplier, output_bound=model.output_bound, reservation=reservation,
+                             seed=None, **record)
+    assert accountant.spent == (0.0, 0.0)
+
+
 # ---------------------------------------------------------------------------------------------
 # (d) persons above the corner limit: the bound
 

@@ -570,6 +570,20 @@ class WhitenedQuery(Protocol):
         """``z = W y_c`` ([r], PRIVATE)."""
 
 
+#: The :class:`WhitenedQuery` classes :func:`publish_cloaking` accepts: the package's own, whose ``shift``
+#: recomputes the L2 shift from the ``W`` whose values it returns (:func:`trusted_query` registers one).
+_TRUSTED_QUERIES: set = set()
+
+
+def trusted_query(cls: type) -> type:
+    """Class decorator: ``cls`` is one of the package's :class:`WhitenedQuery` classes, which
+    :func:`publish_cloaking` accepts (a query object of any other class is refused: its ``shift`` would be a
+    number handed in from outside)."""
+    _TRUSTED_QUERIES.add(cls)
+    return cls
+
+
+@trusted_query
 class DenseQuery:
     """:class:`WhitenedQuery` of a whitening matrix ``W`` [r, n] held whole and the clipped centred outputs
     ``y_centred`` [n]; ``neighbours``: the persons' neighbour map (None: one row per person)."""
@@ -621,6 +635,11 @@ def publish_cloaking(*, noise_factor: tf.Tensor, whitening: Any, y_centred: Any,
     if y_centred is None:
         if neighbours is not None:
             raise ValueError("a whitened query that reads its own outputs carries its own persons: neighbours=None")
+        if type(whitening) not in _TRUSTED_QUERIES:
+            raise TypeError("publish_cloaking takes a whitening matrix W with y_centred, or one of the package's "
+                            f"whitened queries ({sorted(c.__name__ for c in _TRUSTED_QUERIES)}), not "
+                            f"{type(whitening).__name__}: a query's shift is recomputed by the package, never "
+                            "taken from outside")
         query = whitening
     else:
         whitening = tf.convert_to_tensor(whitening, tf.float64)

@@ -42,7 +42,7 @@ from ..cloaking import (
     working_set,
 )
 from ..cloaking.working_set import DUPLICATE_RTOL
-from ..mechanisms.cloaking import shift_of_norms
+from ..mechanisms.cloaking import shift_of_norms, trusted_query
 from .chunks import ChunkSource
 from .persons import ChunkPersons, person_columns
 from .terms import ChunkTerms, Factors
@@ -400,6 +400,7 @@ def _query_combine(a, b):
     return max(a[0], b[0]), a[1] + b[1], a[2] + b[2]
 
 
+@trusted_query
 class StreamedQuery:
     """The whitened query ``z = W y`` of the exact sampler, ``W = F_u^{-1} basis^T C / divisor`` (``divisor =
     s Delta``, :func:`~dpgp_gpflow.mechanisms.cloaking.whitened_sensitivity_of_norms`), recomputed chunk by
