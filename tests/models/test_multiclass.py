@@ -16,7 +16,8 @@ from pathlib import Path
 import gpflow
 import numpy as np
 import pytest
-from reference import k_se, newton_map_np
+from conftest import classifier_kernel as kernel
+from reference import CLASSIFIER_LS, CLASSIFIER_VAR, K_np, newton_map_np
 from scipy import optimize, special
 
 import dpgp_gpflow as dp
@@ -36,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "audits"))
 import auditing  # noqa: E402
 
 EPS, DELTA = 1.0, 0.01
-VAR, LS = 1.2, 1.0
+VAR, LS = CLASSIFIER_VAR, CLASSIFIER_LS
 D = 2.0  # a binary label moves from -1 to +1
 JITTER = 1e-6
 K_CLASSES = 3
@@ -45,14 +46,6 @@ K_CLASSES = 3
 def s_reference(epsilon: float, delta: float) -> float:
     """The smallest s with delta(eps; mu = 1/s) <= delta, solved from the Balle-Wang profile."""
     return optimize.brentq(lambda s: auditing.gaussian_delta(epsilon, 1.0 / s) - delta, 0.05, 100.0, xtol=1e-14)
-
-
-def kernel():
-    return gpflow.kernels.SquaredExponential(variance=VAR, lengthscales=LS)
-
-
-def K_np(A, B=None):
-    return k_se(A, A if B is None else B, variance=VAR, lengthscale=LS)
 
 
 def seed_reference(seed: int, num_classes: int, label: int) -> int:
@@ -262,11 +255,12 @@ def test_two_classes_reproduce_the_binary_classifier_at_the_step_multiplier(prob
     seed = 21
     released = quiet(DPMulticlassLaplaceGPC((X, labels), kernel(), num_classes=2, hyperparameters_public=True).release,
                      epsilon=EPS, delta=DELTA, steps=steps, seed=seed)
-    e = _binary_epsilon(math.sqrt(2 * steps) * s_reference(EPS, DELTA))  # binary steps run at (eps/T, delta/T)
+    # binary steps run at sqrt(T) s(e, DELTA) (Gaussian-DP steps): sqrt(2 T) s(EPS, DELTA) when s(e, DELTA) = sqrt(2) s
+    e = _binary_epsilon(math.sqrt(2) * s_reference(EPS, DELTA))
     y1 = np.where(labels == 1, 1.0, -1.0)[:, None]
     for a, y in ((1, y1), (0, -y1)):  # class 0 against the rest is class 1 with the labels' signs flipped
         binary = quiet(DPLaplaceGPC((X, y), kernel(), hyperparameters_public=True).release,
-                       epsilon=steps * e, delta=steps * DELTA, steps=steps, seed=seed_reference(seed, 2, a))
+                       epsilon=e, delta=DELTA, steps=steps, seed=seed_reference(seed, 2, a))
         for mine, ref in zip(released.classifiers[a].releases, binary.releases):
             assert mine.noise_multiplier == pytest.approx(ref.noise_multiplier, rel=1e-9)
             np.testing.assert_allclose(mine.mean, ref.mean, rtol=1e-7, atol=1e-9)
