@@ -369,7 +369,7 @@ def laplace_releases(document: ReleaseDocument) -> Tuple[Tuple[ReleaseEntry, ...
     check_reproducible(card, releases)
     if card.get("clip_to_bounds", False) is not False:
         raise ReleaseFileError("card.clip_to_bounds must be false: a classifier's latents are never clipped")
-    return releases, (epsilon, delta, float(mu))
+    return releases, (epsilon, delta, 1.0 / s)  # recomputed, never read
 
 
 def _card_int(card: Mapping[str, Any], name: str, least: int) -> int:
@@ -424,7 +424,7 @@ def multiclass_releases(document: ReleaseDocument) -> Tuple[Tuple[ReleaseEntry, 
     check_reproducible(card, releases)
     if card.get("clip_to_bounds", False) is not False:
         raise ReleaseFileError("card.clip_to_bounds must be false: a classifier's latents are never clipped")
-    return releases, MulticlassGuarantee(epsilon, delta, mu, K, steps, g)
+    return releases, MulticlassGuarantee(epsilon, delta, 1.0 / s, K, steps, g)  # mu recomputed
 
 
 # ---------------------------------------------------------------------------------------------

@@ -173,7 +173,7 @@ def _kernels(kernel: Any) -> Tuple[Any, ...]:
 
 def _map_key(kernel: gpflow.kernels.Kernel, Z: np.ndarray) -> Optional[Tuple[Any, ...]]:
     """What a :class:`FeatureMap` of ``kernel`` and ``Z`` at the default jitter depends on: the kernel object, every
-    parameter's unconstrained value and transform (read without the transform: cheap), every kernel's
+    parameter's unconstrained value and transform (read without the transform: cheap), every kernel's class and
     ``active_dims``, ``Z`` and the jitter. None (do not reuse) when a transform has variables of its own."""
     values = []
     for path, p in gpflow.utilities.parameter_dict(kernel).items():
@@ -181,8 +181,10 @@ def _map_key(kernel: gpflow.kernels.Kernel, Z: np.ndarray) -> Optional[Tuple[Any
         if transform is not None and tuple(getattr(transform, "variables", None) or ()):
             return None
         raw = p.unconstrained_variable if isinstance(p, gpflow.Parameter) else p
-        values.append((path, id(transform), np.asarray(raw.numpy()).tobytes()))
-    dims = tuple(repr(getattr(k, "active_dims", None)) for k in _kernels(kernel))
+        values.append((path, type(transform), id(transform), np.asarray(raw.numpy()).tobytes()))
+    # every kernel's class and active_dims: a kernel inside a Sum replaced by another class sharing the same
+    # Parameter objects changes the key
+    dims = tuple((type(k), repr(getattr(k, "active_dims", None))) for k in _kernels(kernel))
     return (id(kernel), type(kernel), tuple(values), dims, Z.shape, Z.tobytes(), gpflow.config.default_jitter())
 
 

@@ -76,6 +76,13 @@ def test_a_feature_map_is_reused_only_for_the_same_kernel_object_values_and_indu
     before = wr.feature_map(summed, Z)
     inner.lengthscales.assign(2.0)  # a value inside a Sum
     assert wr.feature_map(summed, Z) is not before
+    # a kernel inside a Sum replaced by another class sharing the same Parameter objects (the same values)
+    mapped = wr.feature_map(summed, Z)
+    other = gpflow.kernels.Matern12()
+    other.variance, other.lengthscales = inner.variance, inner.lengthscales
+    summed.kernels[1] = other
+    fresh = wr.feature_map(summed, Z)
+    assert fresh is not mapped and isinstance(fresh.kernel.kernels[1], gpflow.kernels.Matern12)
 
 
 @pytest.mark.slow
