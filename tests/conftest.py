@@ -41,6 +41,13 @@ set_enable_check_shapes(True)
 gpflow.config.set_default_float("float64")
 
 
+def classifier_kernel() -> gpflow.kernels.SquaredExponential:
+    """A fresh copy of the classifier tests' kernel (tests/models), the one reference.K_np computes in NumPy."""
+    from reference import CLASSIFIER_LS, CLASSIFIER_VAR
+
+    return gpflow.kernels.SquaredExponential(variance=CLASSIFIER_VAR, lengthscales=CLASSIFIER_LS)
+
+
 #: Every sampler of :mod:`dpgp_gpflow.sampling` that draws DP noise, and how to read the number of
 #: coordinates of a draw from its arguments.
 _SAMPLERS = {

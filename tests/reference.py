@@ -51,6 +51,16 @@ def k_se(A, B, variance=1.0, lengthscale=1.0) -> np.ndarray:
     return variance * np.exp(-0.5 * _sqdist(A, B, lengthscale))
 
 
+#: The classifier tests' kernel (tests/models: the binary, sparse and multi-class Laplace classifiers): a squared
+#: exponential of variance 1.2 and lengthscale 1 (GPflow's side: conftest.classifier_kernel).
+CLASSIFIER_VAR, CLASSIFIER_LS = 1.2, 1.0
+
+
+def K_np(A, B=None) -> np.ndarray:
+    """The classifier tests' kernel matrix ``k(A, B)`` (``k(A, A)`` without ``B``)."""
+    return k_se(A, A if B is None else B, variance=CLASSIFIER_VAR, lengthscale=CLASSIFIER_LS)
+
+
 def k_matern52(A, B, variance=1.0, lengthscale=1.0) -> np.ndarray:
     r = np.sqrt(_sqdist(A, B, lengthscale))
     s5 = math.sqrt(5.0)

@@ -23,7 +23,8 @@ from pathlib import Path
 import gpflow
 import numpy as np
 import pytest
-from reference import k_se, mahalanobis_shifts, newton_map_np, range_projector
+from conftest import classifier_kernel as kernel
+from reference import CLASSIFIER_LS, CLASSIFIER_VAR, K_np, mahalanobis_shifts, newton_map_np, range_projector
 
 import dpgp_gpflow as dp
 from dpgp_gpflow import PrivacyAccountant, ReproducibleNoiseWarning
@@ -41,17 +42,9 @@ import auditing  # noqa: E402
 pytestmark = pytest.mark.filterwarnings("ignore::dpgp_gpflow.exceptions.ReproducibleNoiseWarning")
 
 EPS, DELTA = 1.0, 0.01
-VAR, LS = 1.2, 1.0
+VAR, LS = CLASSIFIER_VAR, CLASSIFIER_LS
 D = 2.0  # a label flips from -1 to +1
 JITTER = 1e-6
-
-
-def kernel():
-    return gpflow.kernels.SquaredExponential(variance=VAR, lengthscales=LS)
-
-
-def K_np(A, B=None):
-    return k_se(A, A if B is None else B, variance=VAR, lengthscale=LS)
 
 
 def sor_map_np(X: np.ndarray, Z: np.ndarray) -> np.ndarray:

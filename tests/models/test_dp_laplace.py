@@ -16,7 +16,9 @@ import gpflow
 import numpy as np
 import pytest
 import tensorflow as tf
-from reference import gaussian_delta_at_shift, k_se, mahalanobis_shifts, projection_bias, reference_multiplier
+from conftest import classifier_kernel as kernel
+from reference import (CLASSIFIER_LS, CLASSIFIER_VAR, K_np, gaussian_delta_at_shift, k_se, mahalanobis_shifts,
+                       projection_bias, reference_multiplier)
 from scipy import special
 
 import dpgp_gpflow.mechanisms.cloaking as release_module
@@ -36,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "audits"))
 import auditing  # noqa: E402
 
 EPS, DELTA = 1.0, 0.01
-VAR, LS = 1.2, 1.0
+VAR, LS = CLASSIFIER_VAR, CLASSIFIER_LS
 D = 2.0  # one label moves from -1 to +1
 JITTER = 1e-6  # gpflow's default_jitter, used by the DP predictions
 
@@ -52,14 +54,6 @@ def make_problem(n: int = 30, seed: int = 0):
     y = np.where(np.sin(X[:, 0]) + 0.5 * X[:, 1] - 1.5 + 0.4 * rng.standard_normal(n) > 0, 1.0, -1.0)
     Xnew = rng.uniform(-0.5, 6.5, (7, 2))
     return X, y[:, None], Xnew
-
-
-def kernel():
-    return gpflow.kernels.SquaredExponential(variance=VAR, lengthscales=LS)
-
-
-def K_np(A, B=None):
-    return k_se(A, A if B is None else B, variance=VAR, lengthscale=LS)
 
 
 def C_first_np(K: np.ndarray) -> np.ndarray:

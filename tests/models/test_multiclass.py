@@ -16,7 +16,8 @@ from pathlib import Path
 import gpflow
 import numpy as np
 import pytest
-from reference import k_se, newton_map_np
+from conftest import classifier_kernel as kernel
+from reference import CLASSIFIER_LS, CLASSIFIER_VAR, K_np, newton_map_np
 from scipy import optimize, special
 
 import dpgp_gpflow as dp
@@ -36,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "audits"))
 import auditing  # noqa: E402
 
 EPS, DELTA = 1.0, 0.01
-VAR, LS = 1.2, 1.0
+VAR, LS = CLASSIFIER_VAR, CLASSIFIER_LS
 D = 2.0  # a binary label moves from -1 to +1
 JITTER = 1e-6
 K_CLASSES = 3
@@ -45,14 +46,6 @@ K_CLASSES = 3
 def s_reference(epsilon: float, delta: float) -> float:
     """The smallest s with delta(eps; mu = 1/s) <= delta, solved from the Balle-Wang profile."""
     return optimize.brentq(lambda s: auditing.gaussian_delta(epsilon, 1.0 / s) - delta, 0.05, 100.0, xtol=1e-14)
-
-
-def kernel():
-    return gpflow.kernels.SquaredExponential(variance=VAR, lengthscales=LS)
-
-
-def K_np(A, B=None):
-    return k_se(A, A if B is None else B, variance=VAR, lengthscale=LS)
 
 
 def seed_reference(seed: int, num_classes: int, label: int) -> int:
