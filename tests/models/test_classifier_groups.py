@@ -159,10 +159,24 @@ def test_without_persons_the_release_is_bit_identical_to_before(groups):
     X, y = _record_problem()
     kw = {} if groups == "none" else {"groups": np.arange(len(X))[::-1]}  # every person one row: A = I
     full = DPLaplaceGPC((X, y), kernel(), hyperparameters_public=True, **kw)
-    rel = full.release(epsilon=EPS, delta=DELTA, steps=2, seed=5)
+    # the record was made when each of the two steps ran at (EPS / 2, DELTA / 2): the same steps, by the same
+    # loop, at those requests (the release now composes its steps in Gaussian DP, at sqrt(2) s(EPS, DELTA))
+    from dpgp_gpflow.mechanisms import release_request
+    from dpgp_gpflow.measurement import Measurement, measure
+    from dpgp_gpflow.neighbours import relation
+
+    step, first = release_request(EPS / 2, DELTA / 2, seed=5), full.first_step()
+    rel = measure(Measurement(step, relation(full), lambda r: full.release_steps(step, r, 2, first),
+                              events=(step.event(),) * 2))
     assert [_hex(r) for r in rel.releases] == [list(s) for s in _BEFORE_FULL]
     assert all(r.neighbours == "row" for r in rel.releases)
     _assert_newton_steps(X, y[:, 0], rel.releases, seed=5)  # and correct, against NumPy
+    now = full.release(epsilon=EPS, delta=DELTA, steps=2, seed=5)  # the release itself: as without groups, correct
+    plain = DPLaplaceGPC((X, y), kernel(), hyperparameters_public=True).release(epsilon=EPS, delta=DELTA, steps=2,
+                                                                                 seed=5)
+    assert [_hex(r) for r in now.releases] == [_hex(r) for r in plain.releases]
+    assert all(r.neighbours == "row" for r in now.releases)
+    _assert_newton_steps(X, y[:, 0], now.releases, seed=5)
     sparse = DPSparseLaplaceGPC((X, y), kernel(), X[::3], hyperparameters_public=True, **kw)
     sparse_release = sparse.release(epsilon=EPS, delta=DELTA, seed=5).release
     assert _hex(sparse_release) == _BEFORE_SPARSE
