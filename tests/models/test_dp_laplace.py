@@ -443,6 +443,24 @@ def test_two_steps_charge_the_accountant_once(model):
     assert card["mu"] == pytest.approx(1.0 / s, rel=1e-9)
 
 
+def test_the_audit_recomputes_the_whole_mu_of_the_steps(two_steps, model, problem):
+    """dp.audit of a two-step release: the whole's mu is sqrt(mu_1^2 + mu_2^2) of the steps' recomputed mu
+    (NumPy: the label flips' whitened shifts through each step's map), its epsilon at DELTA within the claim;
+    the same steps claiming a smaller whole fail."""
+    from dpgp_gpflow.privacy_audit import audit
+
+    X, _, _ = problem
+    K = K_np(X)
+    r1, r2 = two_steps.releases
+    C2, _, _ = newton_affine_np(K, r1.mean[:, 0])
+    mu = math.hypot(mu_np(r1.noise_factor, C_first_np(K)), mu_np(r2.noise_factor, C2))
+    report = audit(two_steps, model)
+    assert report.passed and report.delta == DELTA
+    assert report.epsilon == pytest.approx(_gdp_epsilon(mu, DELTA), rel=1e-5) and report.epsilon <= EPS * (1 + 1e-6)
+    forged = PrivateLaplaceClassifier(list(two_steps.releases), two_steps.readout).composed(0.5, DELTA, 0.1)
+    assert not audit(forged, model).passed
+
+
 def _forbidden_draw(calls):
     def draw(size, seed=None):
         calls.append(size)
