@@ -15,8 +15,9 @@ What is checked here (``docs/release_file.md#what-loading-checks``), after :func
   (:func:`~dpgp_gpflow.relations.check_relation`); its arrays' shapes against ``k`` and ``outputs``; a
   posterior variance >= 0; some noise; the rank and ``noise_std`` recomputed from ``noise_factor``;
 * the card's totals (basic composition; a multi-class file's, or a binary classifier's of several Newton steps,
-  Gaussian-DP guarantee recomputed from its public counts, :func:`multiclass_releases`, :func:`laplace_releases`), ``reproducible`` against every release's (one seed seeds
-  them all), ``clip_to_bounds`` (a release file of one release: only with bounds).
+  Gaussian-DP guarantee recomputed from its public counts, :func:`multiclass_releases`,
+  :func:`laplace_releases`), ``reproducible`` against every release's (one seed seeds them all),
+  ``clip_to_bounds`` (a release file of one release: only with bounds).
 
 What only :func:`~dpgp_gpflow.io.loading.load` checks: the readout (kernel, mean function, inducing inputs
 and factors rebuilt and evaluated), the coordinates, a multi-class file's classes, and that the file holds

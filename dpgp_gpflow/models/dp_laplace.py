@@ -24,7 +24,8 @@ left it out). Predictions cost no privacy budget.
 Composition over Newton steps (``steps = T``): the one step rule of every multi-step release
 (:func:`~dpgp_gpflow.composition.gdp_step_request`, as the multi-class classifiers): each step is released at
 noise multiplier ``sqrt(T) s(epsilon, delta)``, so the T Gaussian steps compose exactly, in Gaussian DP, to
-``mu = sqrt(T (1 / (sqrt(T) s))^2) = 1 / s``: one release ``(epsilon, delta)``-DP (docs/mechanisms.md#laplace-classification).
+``mu = sqrt(T (1 / (sqrt(T) s))^2) = 1 / s``: one release ``(epsilon, delta)``-DP
+(docs/mechanisms.md#laplace-classification).
 Only ``calibration="analytic"`` composes so: ``steps > 1`` with ``"classical"`` raises ``NotImplementedError``
 before anything is reserved. As every release of the pipeline (:mod:`dpgp_gpflow.pipeline`),
 :meth:`DPLaplaceGPC.release` validates the privacy parameters once
