@@ -26,11 +26,12 @@ def cmd_predict(args) -> int:
     released, card = load_release(Path(args.release))
     from ..models.multiclass import PrivateMulticlassClassifier
     from ..released import PrivateFunction
+    from ..whole_rows.classification import WholeRowsClassifier
     from ..whole_rows.released import WholeRowsRelease
 
     if isinstance(released, PrivateMulticlassClassifier):  # several classes: a probability per class
         dim = released.input_dim
-    elif isinstance(released, WholeRowsRelease):  # whole rows private: a function too
+    elif isinstance(released, (WholeRowsRelease, WholeRowsClassifier)):  # whole rows private: a function too
         dim = released.features.input_dim
     elif isinstance(released, PrivateFunction):
         dim = released.readout.input_dim
@@ -46,9 +47,13 @@ def cmd_predict(args) -> int:
         names = [c for c in inputs.frame.columns][: dim]
     Xq = columns(inputs, names)
     table = pd.DataFrame(Xq, columns=names)  # the inputs as read (numbers, whatever their CSV format)
-    if isinstance(released, PrivateMulticlassClassifier):
+    if isinstance(released, PrivateMulticlassClassifier) or (isinstance(released, WholeRowsClassifier)
+                                                             and released.num_classes is not None):
         P = released.predict_y(Xq)[0]
         table = table.assign(**{f"p_class_{c}": P[:, c] for c in range(P.shape[1])}, predicted_class=P.argmax(axis=1))
+    elif isinstance(released, WholeRowsClassifier):  # binary: the probability of label +1
+        p = np.reshape(released.predict_y(Xq)[0], -1)
+        table = table.assign(probability=p, predicted_label=np.reshape(released.predict_class(Xq), -1).astype(int))
     else:
         pred = released.predict(Xq)
         values = {"mean": pred.mean, "variance": pred.variance, "noise_std": pred.noise_std}

@@ -88,8 +88,9 @@ def _values_table(arrays: dict, card: dict) -> List[str]:
 def _summary(checked) -> str:
     """One line of a checked release file (:class:`~dpgp_gpflow.io.card.CheckedCard`): its kind, total budget and
     last release, as the loaded object's repr shows them."""
-    if checked.kind == "WholeRowsRelease":  # no PrivateRelease parts: its own line, from the card
-        from ..io.card import whole_rows_summary
+    from ..io.card import WHOLE_ROWS_KINDS, whole_rows_summary
+
+    if checked.kind in WHOLE_ROWS_KINDS:  # no PrivateRelease parts: its own line, from the card
 
         return whole_rows_summary(checked.card)
     card, last = checked.card, checked.releases[-1]

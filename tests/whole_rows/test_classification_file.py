@@ -257,3 +257,34 @@ def test_a_classifier_of_persons_saves_and_audits_with_their_size(tmp_path):
     loaded = dp.load(tmp_path / "persons.json")
     report = dp.audit(loaded, model)
     assert report.passed and report.releases[0].mu == pytest.approx(_closed_form_mu(loaded, 3, 3), rel=1e-12)
+
+
+@pytest.mark.parametrize("name", ["binary", "three"])
+def test_dpgp_show_and_predict_read_a_classifier_file(saved, name, tmp_path):
+    """``dpgp show`` prints the file's one line (it crashed on a classifier: no PrivateRelease parts) and ``dpgp
+    predict`` writes the classifier's probabilities and labels at new inputs, equal to the saved object's."""
+    import contextlib
+    import io
+
+    import pandas as pd
+
+    from dpgp_gpflow.cli import main
+
+    _, original, path, _ = saved[name]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["show", str(path)]) == 0
+    assert out.getvalue().startswith(f"{path}: WholeRowsClassifier(")
+    pd.DataFrame(XQ, columns=["x0", "x1"]).to_csv(tmp_path / "at.csv", index=False)
+    with contextlib.redirect_stderr(io.StringIO()):
+        assert main(["predict", str(path), "--at", str(tmp_path / "at.csv"), "--output", str(tmp_path / "p.csv"),
+                     "--quiet"]) == 0
+    table = pd.read_csv(tmp_path / "p.csv")
+    P = original.predict_y(XQ)[0]
+    np.testing.assert_allclose(table[["x0", "x1"]].to_numpy(), XQ, rtol=1e-12)
+    if name == "binary":
+        np.testing.assert_allclose(table["probability"].to_numpy(), P[:, 0], rtol=1e-9)
+        np.testing.assert_array_equal(table["predicted_label"].to_numpy(), np.where(P[:, 0] >= 0.5, 1, -1))
+    else:
+        np.testing.assert_allclose(table[[f"p_class_{c}" for c in range(3)]].to_numpy(), P, rtol=1e-9)
+        np.testing.assert_array_equal(table["predicted_class"].to_numpy(), P.argmax(axis=1))
