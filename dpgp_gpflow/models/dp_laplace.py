@@ -63,6 +63,7 @@ from ..neighbours import relation
 from ..released import PrivateClassifier, PrivateRelease
 from ..streaming.terms import Factors
 from ..whole_rows import classification as whole_row_classes
+from ..whole_rows.inputs import PrivateInputsMixin, private_input_data
 from ..validation import as_inputs, is_dask_array, require_float64, validate_public_terms
 from .base import DaskRowsMixin, FactoredModelMixin, PrivateModelMixin, inducing_inputs, split_dask_rows
 from .fitc import FITCChunkTerms
@@ -436,7 +437,7 @@ class SoRChunkTerms(FITCChunkTerms):
         return SoRReadout.from_factors(self._kernel, self.Z, factors.L, factors.LB)
 
 
-class DPSparseLaplaceGPC(_LabelContract, DaskRowsMixin, FactoredModelMixin, LaplaceGPC):
+class DPSparseLaplaceGPC(_LabelContract, DaskRowsMixin, FactoredModelMixin, PrivateInputsMixin, LaplaceGPC):
     """Subset-of-regressors Laplace GP classifier with a one-shot DP release of its m weights.
 
     ``DPSparseLaplaceGPC((X, Y), kernel, inducing_variable)``: ``inducing_variable`` is an
@@ -485,11 +486,10 @@ class DPSparseLaplaceGPC(_LabelContract, DaskRowsMixin, FactoredModelMixin, Lapl
             raise TypeError(f"private_inputs must be True or False, got {private_inputs!r}")
         box = None
         if private_inputs:  # whole rows private (docs/whole_rows.md#classification); refusals before anything else
-            data, box = whole_row_classes.private_input_data(data, kernel, inducing_variable, x_bounds, clip_inputs)
+            data, box = private_input_data(data, kernel, inducing_variable, x_bounds, clip_inputs)
         elif x_bounds is not None:
             raise ValueError("x_bounds is the public box of private inputs: give it with private_inputs=True")
-        object.__setattr__(self, "_dp_x_bounds", box)
-        object.__setattr__(self, "_dp_clip_inputs", bool(clip_inputs))
+        self._hold_private_inputs(box, clip_inputs)
         X, Y, dask_rows = _sparse_rows(data)
         if dask_rows is not None and is_dask_array(groups):
             raise TypeError("with Dask rows, give groups= as an in-memory array of the N public person ids "
@@ -509,22 +509,6 @@ class DPSparseLaplaceGPC(_LabelContract, DaskRowsMixin, FactoredModelMixin, Lapl
         return super().maximum_log_likelihood_objective()
 
     # -- whole rows private (private_inputs=True): whole_rows/classification.py ------------------
-    @property
-    def private_inputs(self) -> bool:
-        """True when the inputs are private too: :meth:`release` protects whole rows (fixed at construction)."""
-        return self.__dict__.get("_dp_x_bounds") is not None
-
-    @property
-    def x_bounds(self) -> Optional[np.ndarray]:
-        """The public box of the private inputs [D, 2] (a copy), or None when the inputs are public."""
-        box = self.__dict__.get("_dp_x_bounds")
-        return None if box is None else box.copy()
-
-    @property
-    def clip_inputs(self) -> bool:
-        """Private inputs outside the box are clipped to it (True) or refused."""
-        return bool(self.__dict__.get("_dp_clip_inputs", True))
-
     def _public_inputs_only(self) -> None:
         if self.private_inputs:  # every path that treats the inputs as public reads one of the methods below
             whole_row_classes.public_inputs_refused(self)

@@ -63,6 +63,7 @@ from ..streaming.chunks import check_source_shape, source_persons
 from ..streaming.one_vs_rest_chunks import OneVsRestChunks, check_class_labels
 from ..validation import as_inputs, is_dask_array, require_float64, validate_groups, validate_public_terms
 from ..whole_rows import classification as whole_row_classes
+from ..whole_rows.inputs import private_input_data
 from .base import split_dask_rows
 from .dp_laplace import DPLaplaceGPC, DPSparseLaplaceGPC, PrivateSparseClassifier, check_steps
 from .multiclass_classifier import PrivateMulticlassClassifier
@@ -272,8 +273,7 @@ class DPSparseMulticlassLaplaceGPC(_OneVsRest):
                  groups: Any = None, private_inputs: bool = False, x_bounds: Any = None,
                  clip_inputs: bool = True) -> None:
         if private_inputs is True:  # clipped once here (one warning); the problems check the rest again
-            data, x_bounds = whole_row_classes.private_input_data(data, kernel, inducing_variable, x_bounds,
-                                                                  clip_inputs)
+            data, x_bounds = private_input_data(data, kernel, inducing_variable, x_bounds, clip_inputs)
         private = {"private_inputs": private_inputs, "x_bounds": x_bounds, "clip_inputs": clip_inputs}
         X, labels, dask_rows = split_dask_rows(data)
         if dask_rows is None:

@@ -25,9 +25,7 @@ from gpflow.covariances import Kuf, Kuu
 from .. import linalg, whole_rows
 from ..exceptions import PrivacyLeakError
 from ..streaming.terms import ChunkTerms, Factors
-from ..validation import as_inputs, is_dask_array
-from ..whole_rows.design import check_public_inducing_inputs, clip_private_inputs, validate_box, warn_clipped_inputs
-from .base import inducing_inputs
+from ..whole_rows.inputs import PrivateInputsMixin, private_input_data
 from .sgpr_base import DPSGPRBase, SparseReadout, SparseTerms
 
 __all__ = ["DPSGPR"]
@@ -132,32 +130,7 @@ class SGPRChunkTerms(ChunkTerms):
                            self.num_outputs)
 
 
-def _private_input_data(data: Any, kernel: Any, inducing_variable: Any, x_bounds: Any, clip_inputs: Any,
-                        groups: Any) -> Tuple[Any, np.ndarray]:
-    """``((X clipped to the box, Y), box)`` for a model whose inputs are private (Dask rows: as given, clipped
-    chunk by chunk where they are read). Refuses, in one line each: no box, a box of another width, a kernel
-    without a public bound on ``k(x, x)``, inducing inputs computed from the inputs (k-means), inputs outside
-    the box with ``clip_inputs=False``; warns with the count of rows clipped. ``groups`` (persons) are validated
-    where every model holds them (the release protects a person's whole rows: docs/whole_rows.md#persons)."""
-    if not isinstance(clip_inputs, bool):
-        raise TypeError(f"clip_inputs must be True or False, got {clip_inputs!r}")
-    try:
-        X, Y = data
-    except (TypeError, ValueError) as exc:
-        raise TypeError("data must be a pair (X, Y)") from exc
-    if not is_dask_array(X):
-        X = as_inputs("X", X)
-    dim = int(X.shape[1]) if len(X.shape) == 2 else None
-    box = validate_box(x_bounds, dim)
-    whole_rows.kernel_bound(kernel)
-    check_public_inducing_inputs(inducing_inputs(inducing_variable, box.shape[0]))
-    if not is_dask_array(X):
-        X, outside = clip_private_inputs(X, box, clip_inputs)
-        warn_clipped_inputs(outside, X.shape[0], box, stacklevel=3)
-    return (X, Y), box
-
-
-class DPSGPR(DPSGPRBase, gpflow.models.SGPR):
+class DPSGPR(DPSGPRBase, PrivateInputsMixin, gpflow.models.SGPR):
     """GPflow's ``SGPR`` (Titsias' variational sparse GP) with public output bounds and DP releases.
 
     ``DPSGPR((X, Y), kernel, inducing_variable, noise_variance=..., y_bounds=(lo, hi))``. The
@@ -195,34 +168,16 @@ class DPSGPR(DPSGPRBase, gpflow.models.SGPR):
             raise TypeError(f"private_inputs must be True or False, got {private_inputs!r}")
         box = None
         if private_inputs:
-            data, box = _private_input_data(data, kernel, inducing_variable, x_bounds, clip_inputs,
-                                            options.get("groups"))
+            data, box = private_input_data(data, kernel, inducing_variable, x_bounds, clip_inputs)
         elif x_bounds is not None:
             raise ValueError("x_bounds is the public box of private inputs: give it with private_inputs=True")
         super().__init__(data, kernel, inducing_variable, noise_variance, y_bounds, **options)
         if private_inputs and self.num_outputs != 1:
             raise NotImplementedError("private_inputs=True takes one output per row for now (Y [N, 1])")
-        object.__setattr__(self, "_dp_x_bounds", box)
-        object.__setattr__(self, "_dp_clip_inputs", bool(clip_inputs))
+        self._hold_private_inputs(box, clip_inputs)
         object.__setattr__(self, "_dp_noise_variance_given", noise_variance is not None)
 
-    # -- whole rows private (private_inputs=True) -----------------------------------------------
-    @property
-    def private_inputs(self) -> bool:
-        """True when the inputs are private too: releases protect whole rows (fixed at construction)."""
-        return self.__dict__.get("_dp_x_bounds") is not None
-
-    @property
-    def x_bounds(self) -> Optional[np.ndarray]:
-        """The public box of the private inputs [D, 2] (a copy), or None when the inputs are public."""
-        box = self.__dict__.get("_dp_x_bounds")
-        return None if box is None else box.copy()
-
-    @property
-    def clip_inputs(self) -> bool:
-        """Private inputs outside the box are clipped to it (True) or refused."""
-        return bool(self.__dict__.get("_dp_clip_inputs", True))
-
+    # -- whole rows private (private_inputs=True; private_inputs, x_bounds, clip_inputs: PrivateInputsMixin) ---
     @property
     def noise_variance_given(self) -> bool:
         """True when ``noise_variance`` was given at construction (a whole-row release then uses the model's

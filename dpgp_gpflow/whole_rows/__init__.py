@@ -11,6 +11,8 @@ One concept per module:
 * :mod:`.features`: the whitened features and the public bound on ``k(x, x)`` that bounds them;
 * :mod:`.design`: the public box, inducing inputs from it (grid, low-discrepancy design), the refusal of
   inducing inputs computed from the data;
+* :mod:`.inputs`: the one rule a model with ``private_inputs=True`` applies when it is built (box, kernel
+  bound, public inducing inputs, clipping) and what it holds (:class:`~.inputs.PrivateInputsMixin`);
 * :mod:`.statistics`: the sums, in one pass over row chunks (in memory or a Dask reduction);
 * :mod:`.bounds`: the public sensitivity formula (no TensorFlow);
 * :mod:`.sensitivity`: the replace-one bounds, the split of a unit sensitivity, the released vector;

@@ -44,8 +44,8 @@ from ..models.laplace import validate_labels
 from ..models.one_vs_rest import one_vs_rest_probabilities, validate_class_labels
 from ..released import Released, probit_approximation
 from ..streaming.chunks import DEFAULT_CHUNK_SIZE, ChunkSource
-from ..validation import as_inputs, is_dask_array, require_float64
-from .design import check_public_inducing_inputs, clip_private_inputs, validate_box, warn_clipped_inputs
+from ..validation import as_inputs, require_float64
+from .design import check_public_inducing_inputs, clip_private_inputs, validate_box
 from .features import FeatureMap, feature_map, kernel_bound
 from .mechanism import NoisedStatistics, relation, statistics_measurement
 from .posterior import (
@@ -139,34 +139,6 @@ class OneVsRestStatistics(GridStatistics):
                   "n": int(X.shape[0]), "clipped_inputs": outside, "clipped_outputs": 0}
         return {"blocks": tuple({**shared, "b": b[:, a]} for a in range(len(self.rows)))}
 
-
-
-def private_input_data(data: Any, kernel: Any, inducing_variable: Any, x_bounds: Any,
-                       clip_inputs: Any) -> Tuple[Tuple[Any, Any], np.ndarray]:
-    """``((X clipped to the box, labels), box)`` for a classifier whose inputs are private (Dask inputs: as
-    given, clipped chunk by chunk where they are read). Refuses, in one line each, before the model is built: no
-    box, a box of another width, a kernel without a public bound on ``k(x, x)``, a number of inducing inputs
-    (k-means on the private inputs) or inducing inputs computed from data, inputs outside the box with
-    ``clip_inputs=False``; warns with the count of rows clipped (never values)."""
-    if not isinstance(clip_inputs, bool):
-        raise TypeError(f"clip_inputs must be True or False, got {clip_inputs!r}")
-    try:
-        X, Y = data
-    except (TypeError, ValueError) as exc:
-        raise TypeError("data must be a pair (X, labels)") from exc
-    if isinstance(inducing_variable, (int, np.integer)) and not isinstance(inducing_variable, bool):
-        raise ValueError("with private inputs the inducing inputs must be public: give them as an array built from "
-                         "the box alone (dpgp_gpflow.whole_rows.inducing_grid(x_bounds, num) or inducing_design), "
-                         "not a number to fit by k-means on the private inputs")
-    if not is_dask_array(X):
-        X = as_inputs("X", X)
-    box = validate_box(x_bounds, int(X.shape[1]) if len(X.shape) == 2 else None)
-    kernel_bound(kernel)
-    check_public_inducing_inputs(inducing_inputs(inducing_variable, box.shape[0]))
-    if not is_dask_array(X):
-        X, outside = clip_private_inputs(X, box, clip_inputs)
-        warn_clipped_inputs(outside, int(X.shape[0]), box, stacklevel=3)
-    return (X, Y), box
 
 
 def public_inputs_refused(model: Any) -> None:
