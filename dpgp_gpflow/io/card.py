@@ -348,6 +348,15 @@ def laplace_releases(document: ReleaseDocument) -> Tuple[Tuple[ReleaseEntry, ...
     steps = _card_int(card, "steps", 2)
     if len(releases) != steps:
         raise ReleaseFileError(f"card.releases must be a list of steps = {steps} releases, got {len(releases)}")
+    epsilon, delta, s = _gaussian_dp_whole(card)
+    step = gdp_step_multiplier(s, steps)
+    _gaussian_dp_steps(card, releases, delta, step, "a Newton step", f"sqrt({steps})")
+    return releases, (epsilon, delta, 1.0 / s)  # recomputed, never read
+
+
+def _gaussian_dp_whole(card: Mapping[str, Any]) -> Tuple[float, float, float]:
+    """``(epsilon, delta, s)`` of a release whose steps compose in Gaussian DP: the card's epsilon and delta
+    validated, ``s`` their analytic multiplier and the card's ``mu`` checked to be ``1 / s`` (never used)."""
     try:
         epsilon, delta = validate_epsilon(card.get("epsilon")), validate_delta(card.get("delta"))
         s = gaussian_multiplier(epsilon, delta, "analytic")
@@ -356,21 +365,29 @@ def laplace_releases(document: ReleaseDocument) -> Tuple[Tuple[ReleaseEntry, ...
     mu = card.get("mu")
     if not (isinstance(mu, float) and math.isclose(mu, 1.0 / s, rel_tol=RECOMPUTED_RTOL)):
         raise ReleaseFileError(f"card.mu {mu!r} is not 1 / s(epsilon, delta) = {1.0 / s!r} (analytic)")
-    step = gdp_step_multiplier(s, steps)
+    return epsilon, delta, s
+
+
+def _gaussian_dp_steps(card: Mapping[str, Any], releases: Sequence[ReleaseEntry], delta: float, step: float,
+                       what: str, count: str, relation: Optional[str] = None) -> None:
+    """Every step of a Gaussian-DP multi-step release: an analytic cloaking release at the whole's ``delta`` with
+    the recomputed multiplier ``step`` (``count`` s, as its message says) and, if given, the rows' ``relation``;
+    then the card's reproducibility flag and ``clip_to_bounds`` false (a classifier's latents)."""
     for i, r in enumerate(releases):
         where = f"card.releases[{i}]"
         if (r["mechanism"], r["calibration"]) != ("cloaking", "analytic"):
-            raise ReleaseFileError(f"{where}: a Newton step is an analytic cloaking release, got "
+            raise ReleaseFileError(f"{where}: {what} is an analytic cloaking release, got "
                                    f"{r['mechanism']!r} and {r['calibration']!r}")
         if r["delta"] != delta:
             raise ReleaseFileError(f"{where}.delta {r['delta']!r} is not the release's delta {delta!r}")
         if not math.isclose(r["noise_multiplier"], step, rel_tol=RECOMPUTED_RTOL):
-            raise ReleaseFileError(f"{where}.noise_multiplier {r['noise_multiplier']!r} is not sqrt({steps}) "
+            raise ReleaseFileError(f"{where}.noise_multiplier {r['noise_multiplier']!r} is not {count} "
                                    f"s(epsilon, delta) = {step!r}")
+        if relation is not None and r["neighbours"] != relation:
+            raise ReleaseFileError(f"{where}.neighbours {r['neighbours']!r} is not {relation!r}")
     check_reproducible(card, releases)
     if card.get("clip_to_bounds", False) is not False:
         raise ReleaseFileError("card.clip_to_bounds must be false: a classifier's latents are never clipped")
-    return releases, (epsilon, delta, 1.0 / s)  # recomputed, never read
 
 
 def _card_int(card: Mapping[str, Any], name: str, least: int) -> int:
@@ -395,14 +412,7 @@ def multiclass_releases(document: ReleaseDocument) -> Tuple[Tuple[ReleaseEntry, 
     if not isinstance(entries, list) or len(entries) != K * steps:
         raise ReleaseFileError(f"card.releases must be a list of num_classes x steps = {K * steps} releases")
     releases = _entries(card, document.arrays)
-    try:
-        epsilon, delta = validate_epsilon(card.get("epsilon")), validate_delta(card.get("delta"))
-        s = gaussian_multiplier(epsilon, delta, "analytic")
-    except (TypeError, ValueError) as exc:
-        raise ReleaseFileError(f"card.epsilon / card.delta: {exc}") from None
-    mu = card.get("mu")
-    if not (isinstance(mu, float) and math.isclose(mu, 1.0 / s, rel_tol=RECOMPUTED_RTOL)):
-        raise ReleaseFileError(f"card.mu {mu!r} is not 1 / s(epsilon, delta) = {1.0 / s!r} (analytic)")
+    epsilon, delta, s = _gaussian_dp_whole(card)
     moved = classes_moved(K, g)
     if card.get("classes_moved") != moved:
         raise ReleaseFileError(f"card.classes_moved {card.get('classes_moved')!r} is not min(num_classes, 2 person_rows) "
@@ -410,21 +420,8 @@ def multiclass_releases(document: ReleaseDocument) -> Tuple[Tuple[ReleaseEntry, 
     if card.get("neighbours") != class_relation(g):
         raise ReleaseFileError(f"card.neighbours {card.get('neighbours')!r} is not {class_relation(g)!r} (person_rows {g})")
     step = multiclass_step_multiplier(s, steps, moved)
-    for i, r in enumerate(releases):
-        where = f"card.releases[{i}]"
-        if (r["mechanism"], r["calibration"]) != ("cloaking", "analytic"):
-            raise ReleaseFileError(f"{where}: a multi-class step is an analytic cloaking release, got "
-                                   f"{r['mechanism']!r} and {r['calibration']!r}")
-        if r["delta"] != delta:
-            raise ReleaseFileError(f"{where}.delta {r['delta']!r} is not the release's delta {delta!r}")
-        if not math.isclose(r["noise_multiplier"], step, rel_tol=RECOMPUTED_RTOL):
-            raise ReleaseFileError(f"{where}.noise_multiplier {r['noise_multiplier']!r} is not sqrt({moved} x {steps}) "
-                                   f"s(epsilon, delta) = {step!r}")
-        if r["neighbours"] != rows_relation(g):
-            raise ReleaseFileError(f"{where}.neighbours {r['neighbours']!r} is not {rows_relation(g)!r}")
-    check_reproducible(card, releases)
-    if card.get("clip_to_bounds", False) is not False:
-        raise ReleaseFileError("card.clip_to_bounds must be false: a classifier's latents are never clipped")
+    _gaussian_dp_steps(card, releases, delta, step, "a multi-class step", f"sqrt({moved} x {steps})",
+                       rows_relation(g))
     return releases, MulticlassGuarantee(epsilon, delta, 1.0 / s, K, steps, g)  # mu recomputed
 
 

@@ -39,13 +39,12 @@ from ..io.card import LABEL_BOUNDS, whole_rows_summary
 from ..io.gpflow_specs import kernel_spec
 from ..measurement import measure
 from ..models.base import inducing_inputs
-from ..mechanisms.request import release_request
 from ..models.laplace import validate_labels
 from ..models.one_vs_rest import one_vs_rest_probabilities, validate_class_labels
 from ..released import Released, probit_approximation
 from ..streaming.chunks import DEFAULT_CHUNK_SIZE, ChunkSource
-from ..validation import as_inputs, require_float64
-from .design import check_public_inducing_inputs, clip_private_inputs, validate_box
+from ..validation import as_inputs
+from .design import check_public_inducing_inputs, clip_private_inputs
 from .features import FeatureMap, feature_map, kernel_bound
 from .mechanism import NoisedStatistics, relation, statistics_measurement
 from .posterior import (
@@ -57,7 +56,7 @@ from .posterior import (
     spectral_noise_bound,
     weight_posterior,
 )
-from .release import model_rows
+from .release import model_rows, public_setup
 from .statistics import GridStatistics, RowStatistics
 
 __all__: list[str] = []  # internal: the models import these names by name
@@ -336,18 +335,10 @@ def release_classifier_rows(source: ChunkSource, kernel: Any, inducing_inputs: A
     ``kernel``: public, with a bound on ``k(x, x)``; its variance is the step's ``sigma_f^2``. ``inducing_inputs``
     and ``x_bounds``: public (from the box alone). ``groups``, ``checks``, ``shares``, ``seed``, ``accountant``,
     ``calibration`` as for :func:`~dpgp_gpflow.whole_rows.release_rows`."""
-    require_float64()
-    request = release_request(epsilon, delta, calibration=calibration, objective=None, seed=seed)
-    if not isinstance(source, ChunkSource):
-        raise TypeError(f"source must be a dpgp_gpflow.streaming.ChunkSource, got {type(source).__name__}")
-    if isinstance(groups, str) and groups == "source":
-        groups = getattr(source, "groups", None)
+    request, groups, Z, box = public_setup(source, kernel, inducing_inputs, x_bounds, epsilon, delta, calibration,
+                                           seed, groups)
     if num_classes is not None:
         validate_class_labels(np.zeros(0, np.int64), num_classes, 0)  # num_classes alone
-    Z = np.asarray(inducing_inputs, dtype=np.float64)
-    box = validate_box(x_bounds, Z.shape[1] if Z.ndim == 2 else None)
-    kernel_bound(kernel)
-    check_public_inducing_inputs(Z)
     features = feature_map(kernel, Z)  # a model's repeated releases reuse the public map
     classes = [None] if num_classes is None else list(range(int(num_classes)))
     blocks = [LabelStatistics(features, box, label=a, num_classes=num_classes, clip_inputs=clip_inputs)

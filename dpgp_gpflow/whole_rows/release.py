@@ -68,6 +68,25 @@ def _lengthscale_candidates(lengthscales: Any, kernel: Any, box: np.ndarray) -> 
     return validate_lengthscales(kernel, lengthscales, box.shape[0])
 
 
+def public_setup(source: Any, kernel: Any, inducing_inputs: Any, x_bounds: Any, epsilon: float, delta: float,
+                 calibration: str, seed: Optional[int], groups: Any) -> Tuple[Any, Any, np.ndarray, np.ndarray]:
+    """``(request, groups, Z, box)``: the public checks every whole-row release makes before it reads a row, in
+    one line each: the privacy parameters (:func:`~dpgp_gpflow.mechanisms.request.release_request`), a chunk
+    source, the box, a kernel with a public bound on ``k(x, x)``, inducing inputs not computed from data;
+    ``groups="source"`` resolved to the ids the source carries (None: one row per person)."""
+    require_float64()
+    request = release_request(epsilon, delta, calibration=calibration, objective=None, seed=seed)
+    if not isinstance(source, ChunkSource):
+        raise TypeError(f"source must be a dpgp_gpflow.streaming.ChunkSource, got {type(source).__name__}")
+    if isinstance(groups, str) and groups == "source":
+        groups = getattr(source, "groups", None)
+    Z = np.asarray(inducing_inputs, dtype=np.float64)
+    box = validate_box(x_bounds, Z.shape[1] if Z.ndim == 2 else None)
+    kernel_bound(kernel)  # refuses a kernel without a public bound on k(x, x), in one line
+    check_public_inducing_inputs(Z)
+    return request, groups, Z, box
+
+
 def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bounds: Any, y_bounds: Any,
                  epsilon: float, delta: float, calibration: str = "analytic", seed: Optional[int] = None,
                  accountant: Any = None, shares: Any = DEFAULT_SHARES, clip_inputs: bool = True,
@@ -97,17 +116,9 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
     ``checks``: the caller's public checks (e.g. the leak guard), run before anything is reserved.
     ``accountant``, ``seed`` and ``calibration`` as for every release.
     """
-    require_float64()
-    request = release_request(epsilon, delta, calibration=calibration, objective=None, seed=seed)
-    if not isinstance(source, ChunkSource):
-        raise TypeError(f"source must be a dpgp_gpflow.streaming.ChunkSource, got {type(source).__name__}")
-    if isinstance(groups, str) and groups == "source":
-        groups = getattr(source, "groups", None)
-    Z = np.asarray(inducing_inputs, dtype=np.float64)
-    box = validate_box(x_bounds, Z.shape[1] if Z.ndim == 2 else None)
+    request, groups, Z, box = public_setup(source, kernel, inducing_inputs, x_bounds, epsilon, delta, calibration,
+                                           seed, groups)
     bounds = validate_bounds(y_bounds)
-    kernel_bound(kernel)  # refuses a kernel without a public bound on k(x, x), in one line
-    check_public_inducing_inputs(Z)
     validate_shares(shares)
     variances = _resolve_variances(variances, kernel_variance, noise_variance)
     if noise_variance is not None:
