@@ -41,7 +41,7 @@ from ..measurement import measure
 from ..models.base import inducing_inputs
 from ..models.laplace import validate_labels
 from ..models.one_vs_rest import one_vs_rest_probabilities, validate_class_labels
-from ..released import Released, probit_approximation
+from ..released import probit_approximation
 from ..streaming.chunks import DEFAULT_CHUNK_SIZE, ChunkSource
 from ..validation import as_inputs
 from .design import check_public_inducing_inputs, clip_private_inputs
@@ -57,6 +57,7 @@ from .posterior import (
     weight_posterior,
 )
 from .release import model_rows, public_setup
+from .released import StatisticsRelease
 from .statistics import GridStatistics, RowStatistics
 
 __all__: list[str] = []  # internal: the models import these names by name
@@ -167,7 +168,7 @@ def check_one_step(steps: int) -> None:
 # What the release returns.
 
 
-class WholeRowsClassifier(Released):
+class WholeRowsClassifier(StatisticsRelease):
     """A DP release of the whole-row statistics of labelled rows and the sparse Laplace classifier (the first
     Newton step from ``f = 0``) they define: binary (``num_classes`` None, labels -1 / +1) or one-vs-rest of
     ``num_classes`` classes.
@@ -224,32 +225,9 @@ class WholeRowsClassifier(Released):
         return {k: v.copy() for k, v in self._statistics.items()}
 
     @property
-    def statistics_noise_std(self) -> Dict[str, np.ndarray]:
-        """The std of the Gaussian noise of each entry of :attr:`statistics`, same keys and shapes (copies)."""
-        return {k: v.copy() for k, v in self._noise_std.items()}
-
-    @property
-    def epsilon(self) -> float:
-        return self._epsilon
-
-    @property
-    def delta(self) -> float:
-        return self._delta
-
-    @property
-    def reproducible(self) -> bool:
-        """True when the noise came from an explicit seed (not private against its holder)."""
-        return self._reproducible
-
-    @property
     def clip_to_bounds(self) -> bool:
         """False: a classifier's latents are not bounded by its labels' bounds."""
         return False
-
-    @property
-    def releases(self) -> Tuple[Any, ...]:
-        """No :class:`~dpgp_gpflow.released.PrivateRelease` parts: one release of statistics."""
-        return ()
 
     @property
     def neighbours(self) -> str:

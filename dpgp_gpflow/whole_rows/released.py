@@ -44,7 +44,46 @@ __all__ = ["WholeRowsRelease"]
 VARIANCES = ("given", "fit")
 
 
-class WholeRowsRelease(Released):
+class StatisticsRelease(Released):
+    """What every release of noised whole-row statistics holds (:class:`WholeRowsRelease`,
+    :class:`~dpgp_gpflow.whole_rows.classification.WholeRowsClassifier`): the released statistics
+    (``_statistics``), their noise std (``_noise_std``), the guarantee (``_epsilon``, ``_delta``) and whether the
+    noise came from an explicit seed (``_reproducible``), set by the subclass; its ``statistics`` property says
+    their shapes."""
+
+    _statistics: Dict[str, np.ndarray]
+    _noise_std: Dict[str, np.ndarray]
+    _epsilon: float
+    _delta: float
+    _reproducible: bool
+
+    @property
+    def statistics_noise_std(self) -> Dict[str, np.ndarray]:
+        """The std of the Gaussian noise of each entry of :attr:`statistics`, same keys and shapes (copies)."""
+        return {k: v.copy() for k, v in self._noise_std.items()}
+
+    @property
+    def epsilon(self) -> float:
+        """The release's epsilon."""
+        return self._epsilon
+
+    @property
+    def delta(self) -> float:
+        """The release's delta."""
+        return self._delta
+
+    @property
+    def reproducible(self) -> bool:
+        """True when the noise came from an explicit seed (not private against its holder)."""
+        return self._reproducible
+
+    @property
+    def releases(self) -> Tuple[Any, ...]:
+        """No :class:`~dpgp_gpflow.released.PrivateRelease` parts: one release of statistics (:meth:`privacy_card`)."""
+        return ()
+
+
+class WholeRowsRelease(StatisticsRelease):
     """A DP release of the whole-row statistics ``(S, b, q)`` and the sparse GP they define.
 
     ``predict_f(Xnew)`` gives the mean and variance [k, 1] (NumPy) anywhere: the mean ``c + phi(x)^T u`` (clipped
@@ -101,34 +140,9 @@ class WholeRowsRelease(Released):
         return {k: v.copy() for k, v in self._statistics.items()}
 
     @property
-    def statistics_noise_std(self) -> Dict[str, np.ndarray]:
-        """The std of the Gaussian noise of each entry of :attr:`statistics`, same keys and shapes (copies)."""
-        return {k: v.copy() for k, v in self._noise_std.items()}
-
-    @property
-    def epsilon(self) -> float:
-        """The release's epsilon."""
-        return self._epsilon
-
-    @property
-    def delta(self) -> float:
-        """The release's delta."""
-        return self._delta
-
-    @property
-    def reproducible(self) -> bool:
-        """True when the noise came from an explicit seed (not private against its holder)."""
-        return self._reproducible
-
-    @property
     def clip_to_bounds(self) -> bool:
         """Predicted means are clipped to ``y_bounds`` (post-processing; :meth:`unclipped` for the raw ones)."""
         return self._clip_to_bounds
-
-    @property
-    def releases(self) -> Tuple[Any, ...]:
-        """No :class:`~dpgp_gpflow.released.PrivateRelease` parts: one release of statistics (:meth:`privacy_card`)."""
-        return ()
 
     @property
     def neighbours(self) -> str:
