@@ -26,6 +26,8 @@ from dpgp_gpflow import whole_rows as wr
 from dpgp_gpflow.io import ReleaseFileError
 from dpgp_gpflow.io import format as release_file
 
+from forgery import forged
+
 BOX = [(-3.0, 3.0), (-3.0, 3.0)]
 Z = wr.inducing_grid(BOX, 3)  # M = 9
 M = 9
@@ -63,16 +65,6 @@ def saved(tmp_path_factory):
             released = model.release(epsilon=1.0, delta=1e-3, seed=4, accountant=acc)
         out[name] = (model, released, released.save(folder / f"{name}.json"), acc)
     return out
-
-
-def _forged(source: Path, tmp_path: Path, edit) -> Path:
-    """``source`` edited and its hash recomputed: only the card's and the loader's checks can refuse it."""
-    raw = json.loads(Path(source).read_text())
-    edit(raw)
-    raw["sha256"] = release_file.document_sha256(raw)
-    path = tmp_path / "forged.json"
-    path.write_text(json.dumps(raw))
-    return path
 
 
 def _array(raw, name) -> np.ndarray:
@@ -153,7 +145,7 @@ LOAD_FORGERIES = {
 
 @pytest.mark.parametrize("what", sorted(FORGERIES))
 def test_a_forged_card_is_refused_by_the_card_checks_and_by_load(saved, tmp_path, what):
-    path = _forged(saved["three"][2], tmp_path, FORGERIES[what])
+    path = forged(saved["three"][2], tmp_path, FORGERIES[what])
     for read in (dp.io.read_card, dp.load):
         with pytest.raises(ReleaseFileError) as caught:
             read(path)
@@ -162,7 +154,7 @@ def test_a_forged_card_is_refused_by_the_card_checks_and_by_load(saved, tmp_path
 
 @pytest.mark.parametrize("what", sorted(LOAD_FORGERIES))
 def test_a_forgery_of_the_public_pieces_is_refused_by_load(saved, tmp_path, what):
-    path = _forged(saved["three"][2], tmp_path, LOAD_FORGERIES[what])
+    path = forged(saved["three"][2], tmp_path, LOAD_FORGERIES[what])
     with pytest.raises(ReleaseFileError) as caught:
         dp.load(path)
     assert "\n" not in str(caught.value)
@@ -172,7 +164,7 @@ def test_a_forged_binary_card_is_refused(saved, tmp_path):
     for edit in (lambda raw: raw["card"].update(num_classes=3),  # 3 blocks claimed, sensitivity of one
                  lambda raw: raw["card"].update(sensitivity=raw["card"]["sensitivity"] * 0.9)):
         with pytest.raises(ReleaseFileError, match="sensitivity"):
-            dp.io.read_card(_forged(saved["binary"][2], tmp_path, edit))
+            dp.io.read_card(forged(saved["binary"][2], tmp_path, edit))
 
 
 def test_the_card_is_checked_and_shown_without_tensorflow(saved):
@@ -222,9 +214,9 @@ def test_an_honest_classifier_passes_the_audit_with_the_mu_of_its_noise(saved, n
 
 def test_a_forged_classifier_with_less_noise_fails_the_audit(saved):
     model, original, _, _ = saved["three"]
-    forged = dp.load(saved["three"][2])
-    forged._noise_std = {k: v / 2.0 for k, v in original.statistics_noise_std.items()}  # claims half the noise
-    report = dp.audit(forged, model)
+    cheat = dp.load(saved["three"][2])
+    cheat._noise_std = {k: v / 2.0 for k, v in original.statistics_noise_std.items()}  # claims half the noise
+    report = dp.audit(cheat, model)
     assert not report.passed and report.epsilon > original.epsilon
     assert report.releases[0].mu == pytest.approx(2.0 * _closed_form_mu(original, 3), rel=1e-12)
 

@@ -27,6 +27,8 @@ from dpgp_gpflow.io import ReleaseFileError, ReleaseFileIntegrityError
 from dpgp_gpflow.io import format as release_file
 from dpgp_gpflow.streaming import LocalChunks
 
+from forgery import forged
+
 BOX = [(0.0, 10.0)]
 BOUNDS = (0.0, 1.0)
 Z = wr.inducing_grid(BOX, 4)
@@ -50,16 +52,6 @@ def saved(tmp_path_factory):
     one = _release(noise_variance=0.1)
     grid = _release(lengthscales=[2.0, 4.0, 8.0])  # variances fitted, the lengthscale chosen from a grid
     return {"one": (one, one.save(folder / "one.json")), "grid": (grid, grid.save(folder / "grid.json"))}
-
-
-def _forged(source: Path, tmp_path: Path, edit) -> Path:
-    """``source`` edited and its hash recomputed (as tests/forgery.py): only the loader's checks can refuse it."""
-    raw = json.loads(Path(source).read_text())
-    edit(raw)
-    raw["sha256"] = release_file.document_sha256(raw)
-    path = tmp_path / "forged.json"
-    path.write_text(json.dumps(raw))
-    return path
 
 
 def _set_array(raw, name, values) -> None:
@@ -131,7 +123,7 @@ FORGERIES = {
 
 @pytest.mark.parametrize("what", sorted(FORGERIES))
 def test_a_consistent_forgery_is_refused(saved, tmp_path, what):
-    path = _forged(saved["one"][1], tmp_path, FORGERIES[what])
+    path = forged(saved["one"][1], tmp_path, FORGERIES[what])
     with pytest.raises(ReleaseFileError):
         dp.load(path)
 
@@ -146,7 +138,7 @@ GRID_FORGERIES = {
 
 @pytest.mark.parametrize("what", sorted(GRID_FORGERIES))
 def test_a_consistent_forgery_of_a_grid_is_refused(saved, tmp_path, what):
-    path = _forged(saved["grid"][1], tmp_path, GRID_FORGERIES[what])
+    path = forged(saved["grid"][1], tmp_path, GRID_FORGERIES[what])
     with pytest.raises(ReleaseFileError):
         dp.load(path)
 
@@ -163,9 +155,9 @@ def test_edited_statistics_without_the_hash_are_refused(saved, tmp_path):
 def test_the_card_checks_refuse_without_tensorflow(saved, tmp_path):
     """``dp.read_card`` (and so ``dpgp show``) refuses a forged card; ``dpgp show`` prints the card and imports
     neither TensorFlow nor GPflow."""
-    forged = _forged(saved["one"][1], tmp_path, FORGERIES["the sensitivity lowered"])
+    forged_path = forged(saved["one"][1], tmp_path, FORGERIES["the sensitivity lowered"])
     with pytest.raises(ReleaseFileError, match="sensitivity"):
-        dp.io.read_card(forged)
+        dp.io.read_card(forged_path)
     child = ("import contextlib, io, sys, dpgp_gpflow.cli\n"
              "out = io.StringIO()\n"
              "with contextlib.redirect_stdout(out):\n"
