@@ -41,7 +41,7 @@ from ..measurement import measure
 from ..models.base import inducing_inputs
 from ..models.laplace import validate_labels
 from ..models.one_vs_rest import one_vs_rest_probabilities, validate_class_labels
-from ..released import probit_approximation
+from ..released import Released, probit_approximation
 from ..streaming.chunks import DEFAULT_CHUNK_SIZE, ChunkSource
 from ..validation import as_inputs
 from .design import check_public_inducing_inputs, clip_private_inputs
@@ -168,7 +168,7 @@ def check_one_step(steps: int) -> None:
 # What the release returns.
 
 
-class WholeRowsClassifier(StatisticsRelease):
+class WholeRowsClassifier(StatisticsRelease, Released):
     """A DP release of the whole-row statistics of labelled rows and the sparse Laplace classifier (the first
     Newton step from ``f = 0``) they define: binary (``num_classes`` None, labels -1 / +1) or one-vs-rest of
     ``num_classes`` classes.

@@ -44,8 +44,8 @@ __all__ = ["WholeRowsRelease"]
 VARIANCES = ("given", "fit")
 
 
-class StatisticsRelease(Released):
-    """What every release of noised whole-row statistics holds (:class:`WholeRowsRelease`,
+class StatisticsRelease:
+    """Mixin: what every release of noised whole-row statistics holds (:class:`WholeRowsRelease`,
     :class:`~dpgp_gpflow.whole_rows.classification.WholeRowsClassifier`): the released statistics
     (``_statistics``), their noise std (``_noise_std``), the guarantee (``_epsilon``, ``_delta``) and whether the
     noise came from an explicit seed (``_reproducible``), set by the subclass; its ``statistics`` property says
@@ -83,7 +83,7 @@ class StatisticsRelease(Released):
         return ()
 
 
-class WholeRowsRelease(StatisticsRelease):
+class WholeRowsRelease(StatisticsRelease, Released):
     """A DP release of the whole-row statistics ``(S, b, q)`` and the sparse GP they define.
 
     ``predict_f(Xnew)`` gives the mean and variance [k, 1] (NumPy) anywhere: the mean ``c + phi(x)^T u`` (clipped
