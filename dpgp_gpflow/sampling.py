@@ -6,7 +6,7 @@ exact samplers, which draw from the operating system's entropy with exact intege
 * :func:`standard_normal`: the discrete Gaussian on the grid ``2^GRID_EXPONENT Z`` with scale 1;
 * :func:`laplace`: the discrete Laplace on the same grid with scale 1;
 * :func:`gumbel_argmax`: an exact exponential-mechanism draw (report-noisy-max with Gumbel noise);
-* :func:`permute_and_flip`: an exact permute-and-flip draw (uniform order and Bernoulli(exp(-gamma))
+* :func:`permute_and_flip_index`: an exact permute-and-flip draw (uniform order and Bernoulli(exp(-gamma))
   coins of Canonne, Kamath & Steinke in rational arithmetic, from the CSPRNG).
 
 A grid sample is only safe when the value it perturbs is rounded to the same grid and the two are
@@ -244,7 +244,7 @@ def _bernoulli_exp_unit(gamma: Fraction, rng: secrets.SystemRandom) -> bool:
     return k % 2 == 1
 
 
-def permute_and_flip(log_weights: Any, seed: Optional[int] = None) -> Tuple[int, bool]:
+def permute_and_flip_index(log_weights: Any, seed: Optional[int] = None) -> Tuple[int, bool]:
     """One permute-and-flip draw (McKenna & Sheldon 2020) over ``log_weights`` and whether it is
     reproducible: visit the candidates in a uniformly random order and return the first ``r`` whose
     coin, heads with probability ``exp(w_r - max(w))``, lands heads (the best one always does).

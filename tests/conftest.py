@@ -57,7 +57,7 @@ _SAMPLERS = {
     "float_standard_normal": lambda args, kwargs: args[0] if args else kwargs["size"],
     "float_laplace": lambda args, kwargs: args[0] if args else kwargs["size"],
     "gumbel_argmax": lambda args, kwargs: int(np.size(args[0] if args else kwargs["log_weights"])),
-    "permute_and_flip": lambda args, kwargs: int(np.size(args[0] if args else kwargs["log_weights"])),
+    "permute_and_flip_index": lambda args, kwargs: int(np.size(args[0] if args else kwargs["log_weights"])),
     "add_laplace": lambda args, kwargs: int(np.size(args[0] if args else kwargs["values"])),
 }
 

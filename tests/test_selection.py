@@ -349,11 +349,11 @@ def test_permute_and_flip_seeded_frequencies_and_reproducibility():
     log_w = 2.0 * PF_U / (2 * 1.5)
     draws = 20_000
     with pytest.warns(ReproducibleNoiseWarning):
-        first = [sampling.permute_and_flip(log_w, seed=31337 + i)[0] for i in range(3)]
+        first = [sampling.permute_and_flip_index(log_w, seed=31337 + i)[0] for i in range(3)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ReproducibleNoiseWarning)
-        again = [sampling.permute_and_flip(log_w, seed=31337 + i) for i in range(3)]
-        counts = np.bincount([sampling.permute_and_flip(log_w, seed=i)[0] for i in range(draws)], minlength=p.size)
+        again = [sampling.permute_and_flip_index(log_w, seed=31337 + i) for i in range(3)]
+        counts = np.bincount([sampling.permute_and_flip_index(log_w, seed=i)[0] for i in range(draws)], minlength=p.size)
     assert [a[0] for a in again] == first and all(a[1] for a in again)  # same seed, same draw, marked
     assert stats.chisquare(counts, draws * p).pvalue > 1e-3, (counts, draws * p)
 
@@ -364,16 +364,16 @@ def test_permute_and_flip_exact_draws_match_the_closed_form():
     draws = 6000
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # seed None: no warning
-        results = [sampling.permute_and_flip(log_w) for _ in range(draws)]
+        results = [sampling.permute_and_flip_index(log_w) for _ in range(draws)]
     assert not any(r for _, r in results)
     counts = np.bincount([i for i, _ in results], minlength=p.size)
     assert stats.chisquare(counts, draws * p).pvalue > 1e-6, (counts, draws * p)
     index, probs = permute_and_flip(PF_U, 2.0, 1.5)
     assert 0 <= index < PF_U.size and np.allclose(probs, p)
     with pytest.raises(ValueError):
-        sampling.permute_and_flip([0.0, math.inf])
+        sampling.permute_and_flip_index([0.0, math.inf])
     with pytest.raises(ValueError):
-        sampling.permute_and_flip([])
+        sampling.permute_and_flip_index([])
 
 
 @pytest.mark.parametrize("gamma", [Fraction(0), Fraction(1, 3), Fraction(1), Fraction(27, 10), Fraction(0.1)])

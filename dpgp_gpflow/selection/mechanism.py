@@ -22,7 +22,7 @@ probability ``exp(w_r - max w)``, lands heads; its expected utility is never bel
 mechanism's (McKenna & Sheldon, Theorem 2).
 
 The draws are exact by default (:func:`dpgp_gpflow.sampling.gumbel_argmax`,
-:func:`dpgp_gpflow.sampling.permute_and_flip`; docs/exact_sampling.md). ``sampler="float"`` is the
+:func:`dpgp_gpflow.sampling.permute_and_flip_index`; docs/exact_sampling.md). ``sampler="float"`` is the
 earlier floating-point Gumbel-max of the exponential mechanism, which is not exact (Ilvento 2020),
 for speed comparisons only (warns).
 """
@@ -182,7 +182,7 @@ def draw(log_weights: Any, mechanism: str = "generalised_exponential", seed: Opt
     is reproducible (an explicit ``seed``, which warns). Exact with ``seed=None``: Gumbel-max for
     the (generalised) exponential mechanism, a random order and exact coins for permute-and-flip."""
     if validate_mechanism(mechanism) == "permute_and_flip":
-        return sampling.permute_and_flip(log_weights, seed)
+        return sampling.permute_and_flip_index(log_weights, seed)
     return gumbel_max(log_weights, seed)
 
 
@@ -213,5 +213,5 @@ def permute_and_flip(utilities: Any, epsilon: float, sensitivity: float, *,
     """One epsilon-DP permute-and-flip draw with coins ``exp(epsilon (u - max u) / (2 sensitivity))``;
     returns ``(index, probabilities)``. The probabilities are private; only the index may be published.
     Charges nothing: :func:`select_hyperparameters` does the accounting."""
-    index, _ = sampling.permute_and_flip(exponential_mechanism_log_weights(utilities, epsilon, sensitivity), seed)
+    index, _ = sampling.permute_and_flip_index(exponential_mechanism_log_weights(utilities, epsilon, sensitivity), seed)
     return index, permute_and_flip_probabilities(utilities, epsilon, sensitivity)
