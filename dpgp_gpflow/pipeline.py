@@ -42,14 +42,14 @@ from .measurement import Measurement, measure
 from .neighbours import model_neighbours, model_outputs, relation
 from .released import PrivateFunction, PrivateRelease, clipped_by_default
 from .validation import (
-    MECHANISMS,
+    RELEASE_MECHANISMS,
     as_inputs,
     per_output,
     require_float64,
     validate_public_terms,
 )
 
-__all__ = ["MECHANISMS", "release", "release_function"]
+__all__ = ["RELEASE_MECHANISMS", "release", "release_function"]
 
 Mechanism = Literal["cloaking", "standard"]
 
@@ -172,8 +172,8 @@ def release(
     classifier's latents); ``.unclipped()`` gives the raw DP mean.
     """
     _contract(model)
-    if mechanism not in MECHANISMS:
-        raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
+    if mechanism not in RELEASE_MECHANISMS:
+        raise ValueError(f"mechanism must be one of {RELEASE_MECHANISMS}, got {mechanism!r}")
     if mechanism == "standard" and model_outputs(model) > 1:
         raise NotImplementedError("the standard mechanism does not support several outputs (Y [N, P]) yet: "
                                   "use mechanism='cloaking'")

@@ -22,7 +22,7 @@ __all__: list[str] = []  # internal: the package imports these names by name
 Calibration = Literal["analytic", "classical"]
 CALIBRATIONS: Tuple[str, ...] = ("analytic", "classical")
 #: The Gaussian release mechanisms (:mod:`dpgp_gpflow.pipeline`): the cloaking method and Hall et al.'s.
-MECHANISMS: Tuple[str, ...] = ("cloaking", "standard")
+RELEASE_MECHANISMS: Tuple[str, ...] = ("cloaking", "standard")
 #: What the cloaking noise covariance minimises (:mod:`dpgp_gpflow.cloaking`).
 Objective = Literal["mse", "entropy"]
 OBJECTIVES: Tuple[str, ...] = ("mse", "entropy")

@@ -46,7 +46,7 @@ from ..relations import (
     whole_rows_relation,
 )
 from ..validation import (
-    MECHANISMS,
+    RELEASE_MECHANISMS,
     check_real,
     per_output,
     validate_calibration,
@@ -196,11 +196,11 @@ def _check_meaning(where: str, fields: Mapping[str, Any], a: Mapping[str, np.nda
     delta, calibration), the rank and ``noise_std`` (stacked output by output) recomputed from ``noise_factor``."""
     epsilon = _checked(where, "epsilon", validate_epsilon, fields["epsilon"])
     delta = _checked(where, "delta", validate_delta, fields["delta"])
-    # MECHANISMS: both Gaussian, so every release has 0 < delta < 1
+    # RELEASE_MECHANISMS: both Gaussian, so every release has 0 < delta < 1
 
     mechanism = fields["mechanism"]
-    if mechanism not in MECHANISMS:
-        raise ReleaseFileError(f"{where}.mechanism must be one of {MECHANISMS}, got {mechanism!r}")
+    if mechanism not in RELEASE_MECHANISMS:
+        raise ReleaseFileError(f"{where}.mechanism must be one of {RELEASE_MECHANISMS}, got {mechanism!r}")
     calibration = _checked(where, "calibration", validate_calibration, fields["calibration"])
     if mechanism == "standard":
         if fields["objective"] is not None or fields["certificate"] is not None:
