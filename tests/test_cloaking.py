@@ -264,7 +264,7 @@ def test_spread_violators_take_one_per_cluster_of_near_copies():
 
 @pytest.mark.parametrize("r, n, count", [(6, 400, 6), (20, 3000, 20), (12, 100, 12), (8, 30, 12)])
 def test_pivot_columns_are_those_of_scipy_pivoted_qr(r, n, count):
-    """Blocked pivoting (``n`` above ``PIVOT_CANDIDATES * count``: several blocks, each read once)
+    """Blocked pivoting (``n`` above ``PIVOT_BLOCK_FACTOR * count``: several blocks, each read once)
     picks what LAPACK's column-pivoted QR picks, with its residual norms |R_jj|; with fewer columns
     than ``count`` the extra picks have residual zero."""
     rng = np.random.default_rng(r + n)

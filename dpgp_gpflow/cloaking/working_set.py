@@ -102,7 +102,7 @@ def _indicator(indices: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
 
 
 #: Column-pivoted Gram-Schmidt on a wide matrix works in blocks of this many times ``count`` candidates.
-PIVOT_CANDIDATES = 10
+PIVOT_BLOCK_FACTOR = 10
 
 
 def _pivot_columns(vectors: tf.Tensor, count: tf.Tensor):
@@ -111,14 +111,14 @@ def _pivot_columns(vectors: tf.Tensor, count: tf.Tensor):
     they span the leading directions of ``vectors``; and each pick's residual norm (non-increasing).
 
     Blocked, so that a wide matrix is read once per block rather than rewritten per pick: a block
-    takes the ``PIVOT_CANDIDATES * count`` columns of largest residual norm (all columns when there
+    takes the ``PIVOT_BLOCK_FACTOR * count`` columns of largest residual norm (all columns when there
     are no more), pivots among them on their exact residuals, and keeps picking while the pick's
     residual is at least every other column's: the pick the unblocked method would make. The other
     columns' residual norms are then downdated by one product with the block's new directions.
     O(count r n) at worst, matrix products only.
     """
     r, n = tf.shape(vectors)[0], tf.shape(vectors)[1]
-    T = tf.minimum(PIVOT_CANDIDATES * tf.maximum(count, 1), n)
+    T = tf.minimum(PIVOT_BLOCK_FACTOR * tf.maximum(count, 1), n)
     norms0 = tf.reduce_sum(vectors * vectors, axis=0)  # [n]
     slack = 1e-12 * tf.reduce_max(norms0)  # the downdated norms' rounding
     taken = tf.constant(-np.inf, vectors.dtype)

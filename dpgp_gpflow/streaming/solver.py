@@ -57,9 +57,9 @@ COARSE_FACTOR = 3
 COARSE_STEP = 10
 
 #: Columns by norm among which the working set's r pivoted-QR columns are chosen (at least 8 r), ...
-PIVOT_CANDIDATES = 2000
+MIN_PIVOT_CANDIDATES = 2000
 #: ... quadrupled (one more pass each time) until the choice is provably that of all columns, up to this.
-PIVOT_CANDIDATES_MAX = 2**16
+MAX_PIVOT_CANDIDATES = 2**16
 
 
 class StreamedMap(NamedTuple):
@@ -263,7 +263,7 @@ class StreamedColumns:
 
     def start(self, rank) -> Tuple[tf.Tensor, tf.Tensor]:
         """:meth:`~dpgp_gpflow.cloaking.ColumnProvider.start`. The r pivoted columns are chosen among the largest columns and
-        those of largest leverage, with more candidates (up to ``PIVOT_CANDIDATES_MAX``) until the last
+        those of largest leverage, with more candidates (up to ``MAX_PIVOT_CANDIDATES``) until the last
         pivot's residual exceeds every other column's norm, which makes the choice that of all columns
         (reported in ``stats["pivots_exact"]``)."""
         r, n = int(rank), self.cmap.num_columns
@@ -271,7 +271,7 @@ class StreamedColumns:
             idx, cols, _ = self.gather(np.setdiff1d(np.arange(n), self.excluded))
             return tf.constant(idx, tf.int32), tf.constant(cols)
         G = self._map(_gram_chunk, _gram_combine, self.excluded)["G"]
-        k_lev, k_norm = int(working_set.start_size(r, n)), max(8 * r, PIVOT_CANDIDATES) + 1
+        k_lev, k_norm = int(working_set.start_size(r, n)), max(8 * r, MIN_PIVOT_CANDIDATES) + 1
         while True:  # more candidates until the pivots are provably those of all columns (or the cap)
             lev_top, norm_top = self._map(_select_chunk, _select_combine(k_lev, k_norm), self.excluded, G, k_lev,
                                           k_norm)
@@ -280,7 +280,7 @@ class StreamedColumns:
             pivots, picked = (x.numpy() for x in pivot_columns(cand_cols, r))
             complete = norm_top[0].size < k_norm  # every column is a candidate
             exact = complete or bool(picked[r - 1] > float(norm_top[1][-1]))
-            if exact or k_norm > PIVOT_CANDIDATES_MAX:
+            if exact or k_norm > MAX_PIVOT_CANDIDATES:
                 break
             k_norm = 4 * (k_norm - 1) + 1
         self.stats["pivots_exact"] = exact
