@@ -28,6 +28,7 @@ anywhere in the public box, its label any label), or with ``groups`` in all the 
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
@@ -103,6 +104,11 @@ class LabelStatistics(RowStatistics):
 
     def __call__(self, X: np.ndarray, Y: np.ndarray, start: int) -> Dict[str, Any]:
         return super().__call__(X, self.signs(Y), start)
+
+    def check_labels(self, X: np.ndarray, Y: np.ndarray, start: int) -> int:
+        """The chunk's labels checked (:meth:`signs`), nothing kept: 0 (a pass before anything is reserved)."""
+        self.signs(Y)
+        return 0
 
 
 class OneVsRestStatistics(GridStatistics):
@@ -312,7 +318,8 @@ def release_classifier_rows(source: ChunkSource, kernel: Any, inducing_inputs: A
     else integer labels ``0 .. K-1``, the K one-vs-rest blocks released together (sensitivity ``sqrt(K J)``).
     ``kernel``: public, with a bound on ``k(x, x)``; its variance is the step's ``sigma_f^2``. ``inducing_inputs``
     and ``x_bounds``: public (from the box alone). ``groups``, ``checks``, ``shares``, ``seed``, ``accountant``,
-    ``calibration`` as for :func:`~dpgp_gpflow.whole_rows.release_rows`."""
+    ``calibration`` as for :func:`~dpgp_gpflow.whole_rows.release_rows`. Every label is checked in a pass over
+    ``source`` before anything is reserved (a malformed label: ``ValueError``, nothing reserved or drawn)."""
     request, groups, Z, box = public_setup(source, kernel, inducing_inputs, x_bounds, epsilon, delta, calibration,
                                            seed, groups)
     if num_classes is not None:
@@ -328,9 +335,13 @@ def release_classifier_rows(source: ChunkSource, kernel: Any, inducing_inputs: A
                                    num_classes=num_classes, epsilon=request.epsilon, delta=request.delta,
                                    calibration=request.calibration)
 
+    def labels() -> None:  # every chunk's labels, before anything is reserved (a refusal spends nothing)
+        if int(getattr(source, "num_outputs", 1)) == 1:  # else refused by the release's own checks
+            source.map_reduce(blocks[0].check_labels, operator.add)
+
     public = (lambda: kernel_bound(kernel), lambda: check_public_inducing_inputs(Z))
     measurement = statistics_measurement(request, source, rows, shares=shares, then=released,
-                                         checks=(*public, *checks), groups=groups)
+                                         checks=(*public, *checks, labels), groups=groups)
     return measure(measurement, accountant)
 
 

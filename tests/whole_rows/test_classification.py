@@ -313,7 +313,27 @@ def test_refusals_charge_nothing():
                                    accountant=acc)
     model.release(epsilon=1.0, delta=1e-3, accountant=acc)  # the one release made (its file: test_classification_file.py)
     assert acc.spent == pytest.approx((1.0, 1e-3)) and acc.held == (0.0, 0.0)  # only the one release made
-    assert [e["status"] for e in acc.history()] == ["cancelled", "committed"]  # the labels' refusal gave back
+    assert [e["status"] for e in acc.history()] == ["committed"]  # the labels' refusal reserved nothing
+
+
+@pytest.mark.parametrize("num_classes, labels", [
+    (None, T * np.array([[1.0], [1.0], [1.0], [1.0], [0.5], [1.0]])),  # one label not -1 / +1, in the 2nd chunk
+    (None, (T > 0).astype(float)),  # labels in {0, 1}
+    (3, np.array([0, 1, 2, 2, 3, 0])),  # a class out of 0 .. K-1, in the 2nd chunk
+    (3, np.array([0, 1, 2, 2, 1.5, 0])),  # not an integer
+])
+def test_a_malformed_label_source_is_refused_before_anything_is_reserved(draws, monkeypatch, num_classes, labels):
+    """A chunk source's labels are checked before the reservation (as a model's are when it is built): the
+    accountant is never asked to reserve, its ledger holds no event and no noise is drawn."""
+    import dpgp_gpflow.measurement as measurement_module
+
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+    reserved = []
+    monkeypatch.setattr(measurement_module, "reserve", lambda *a: reserved.append(a) or pytest.fail("reserved"))
+    with pytest.raises(ValueError, match=r"labels must be -1 or \+1" if num_classes is None else r"integer|0\.\.2"):
+        _release(X, labels, num_classes, accountant=acc)
+    assert reserved == [] and acc.history() == [] and acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
+    assert draws == []
 
 
 def test_a_model_with_persons_and_a_streamed_source_release_the_same_statistics():
