@@ -422,7 +422,18 @@ class StreamedQuery:
     def rank(self) -> int:
         return int(self.basis.shape[1])
 
+    @property
+    def output_bound(self) -> float:
+        """The bound on ``|y_c|`` of the outputs this query reads, clipped and centred by ``cmap.terms`` (public)."""
+        return float(self.cmap.terms.output_bound)  # type: ignore[attr-defined]
+
     def shift(self, data_sensitivity: float, output_bound: float, multiplier: float) -> float:
+        """The L2 shift of ``z`` (the one pass over the chunks). ``output_bound`` must be the query's own
+        (:attr:`output_bound`): a shift checked with another bound than the outputs' clipping would not bound
+        them; ``ValueError`` before any output is read (nothing drawn)."""
+        if float(output_bound) != self.output_bound:
+            raise ValueError(f"the shift is checked with output_bound {output_bound!r}, but the query's outputs are "
+                             f"clipped and centred within {self.output_bound!r}: they must be one value")
         cmap = self.cmap
         largest, total, self._z = cmap.source.map_reduce(_query_chunk, _query_combine, cmap.terms, cmap.factors,
                                                          self.basis, self.factor_u, self.divisor, cmap.persons)

@@ -109,3 +109,30 @@ def test_a_streamed_query_with_too_large_a_shift_is_refused_by_publish_cloaking_
         with pytest.raises(FloatingPointError, match="exceeds"):
             streaming.release_function(model, epsilon=0.5, delta=1e-4, seed=5, accountant=acc, chunk_size=80)
         assert acc.spent == (0.0, 0.0) and len(acc.ledger) == 0 and draws == []
+
+
+@pytest.mark.parametrize("factor", [0.5, 2.0])
+def test_a_shift_checked_with_another_bound_than_the_querys_clipping_is_refused_before_any_output_is_read(
+        monkeypatch, factor):
+    """The streamed query clips and centres the outputs within its terms' bound (2 for bounds (-2, 2) and mean
+    0); a shift checked with any other bound (smaller: it would not bound them) is refused before the pass over
+    the outputs: ValueError, nothing drawn, nothing charged."""
+    module = importlib.import_module("dpgp_gpflow.streaming.release")
+    original, queries = module.publish_cloaking, []
+
+    def other_bound(**kwargs):
+        queries.append(kwargs["whitening"])
+        return original(**{**kwargs, "output_bound": factor * kwargs["output_bound"]})
+
+    monkeypatch.setattr(module, "publish_cloaking", other_bound)
+    draws = []
+    monkeypatch.setattr(cloaking_module, "draw_and_spend", lambda *a, **k: draws.append(1))
+    model = _model(DPSGPR, 200, 6)
+    with dp.PrivacyAccountant(epsilon=2.0, delta=1e-2) as acc:
+        with pytest.raises(ValueError, match="output_bound"):
+            streaming.release_function(model, epsilon=0.5, delta=1e-4, seed=5, accountant=acc, chunk_size=80)
+        assert acc.spent == (0.0, 0.0) and len(acc.ledger) == 0 and draws == []
+    (query,) = queries
+    assert query.output_bound == pytest.approx(2.0)
+    with pytest.raises(RuntimeError, match="checked before"):  # the outputs were never read
+        query.values()
