@@ -14,7 +14,7 @@ these include the public training inputs, as ``k(X*, X)`` needs them; never the 
 
 To make a new readout loadable, give it ``release_state()``, ``release_spec()`` (what the state holds:
 :class:`~dpgp_gpflow.io.readouts.ReadoutSpec`) and the classmethod ``from_file_pieces(pieces)`` (as
-:class:`~dpgp_gpflow.models.fitc.FITCReadout` has) and add its class to ``_READOUT_CLASSES``: one line.
+:class:`~dpgp_gpflow.readouts.FITCReadout` has) and add its class to ``_READOUT_CLASSES``: one line.
 """
 
 from __future__ import annotations
@@ -27,10 +27,8 @@ import numpy as np
 import tensorflow as tf
 
 from ..models.dp_laplace import PrivateLaplaceClassifier, PrivateSparseClassifier
-from ..models.laplace import LaplaceReadout, SoRReadout
-from ..models.fitc import FITCReadout
 from ..models.multiclass_classifier import CLASS_KINDS, PrivateMulticlassClassifier
-from ..models.sgpr import SGPRReadout
+from ..readouts import FITCReadout, LaplaceReadout, SGPRReadout, SoRReadout
 from ..whole_rows.features import FeatureMap
 from ..whole_rows.lengthscales import choose
 from ..whole_rows.mechanism import NoisedStatistics

@@ -1,7 +1,7 @@
 """A readout's state in a release file, read here from the spec its class registers (``docs/release_file.md#readouts``).
 
-A readout (:class:`~dpgp_gpflow.models.sgpr_base.SparseReadout`, :class:`~dpgp_gpflow.models.laplace.LaplaceReadout`,
-:class:`~dpgp_gpflow.models.laplace.SoRReadout`) writes ``release_state()``: ``content`` with ``input_dim``, its
+A readout (:class:`~dpgp_gpflow.readouts.SparseReadout`, :class:`~dpgp_gpflow.readouts.LaplaceReadout`,
+:class:`~dpgp_gpflow.readouts.SoRReadout`) writes ``release_state()``: ``content`` with ``input_dim``, its
 kernel's specification (and a mean function's, and ``outputs`` P > 1) and its arrays. It registers what that
 state holds with ``release_spec()`` (a :class:`ReadoutSpec`) and builds itself from the parsed pieces with
 ``from_file_pieces(pieces)`` (a :class:`ReadoutPieces`); it never parses the file itself. :func:`readout_from_state`

@@ -2,6 +2,7 @@
 through :mod:`dpgp_gpflow.pipeline`."""
 
 from ..contract import PrivateModel
+from ..readouts import SGPRReadout
 from ..released import PrivateClassifier, PrivateFunction, PrivatePrediction
 from .base import FactoredModelMixin, LeakGuardMixin, PrivateModelMixin
 from .dp_laplace import DPLaplaceGPC, DPSparseLaplaceGPC, PrivateLaplaceClassifier, PrivateSparseClassifier
@@ -9,7 +10,7 @@ from .fitc import DPGPRFITC
 from .gpr import DPGPR, cloaking_matrix, gpr_cloaking_matrix, gpr_rkhs_sensitivity
 from .laplace import LaplaceGPC
 from .multiclass import DPMulticlassLaplaceGPC, DPSparseMulticlassLaplaceGPC, PrivateMulticlassClassifier
-from .sgpr import DPSGPR, SGPRReadout
+from .sgpr import DPSGPR
 from .sgpr_base import DPSGPRBase, kmeans_inducing_inputs
 
 __all__ = [

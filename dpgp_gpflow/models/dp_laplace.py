@@ -60,6 +60,7 @@ from ..composition import gdp_composition, gdp_step_multiplier, gdp_step_request
 from ..measurement import Measurement, StepDraws, measure, stepwise
 from ..mechanisms import ReleaseRequest, release_request
 from ..neighbours import relation
+from ..readouts import LaplaceReadout, SoRReadout
 from ..released import PrivateClassifier, PrivateRelease
 from ..streaming.terms import Factors
 from ..whole_rows import classification as whole_row_classes
@@ -71,8 +72,6 @@ from .gpr import gpr_cloaking_matrix_and_variance
 from .laplace import (
     LaplaceGPC,
     LaplaceMode,
-    LaplaceReadout,
-    SoRReadout,
     first_newton_step_cloaking,
     laplace_mode,
     newton_step_cloaking,
@@ -100,7 +99,7 @@ LABEL_BOUNDS = (-1.0, 1.0)
 
 class PrivateLaplaceClassifier(PrivateClassifier):
     """Full-GP released classifier from the last released training latents ``f~``
-    (:class:`~dpgp_gpflow.models.laplace.LaplaceReadout`): ``E[f*] = k*^T K^{-1} f~``,
+    (:class:`~dpgp_gpflow.readouts.LaplaceReadout`): ``E[f*] = k*^T K^{-1} f~``,
     ``V[f*] = k** - k*^T (K + W^{-1})^{-1} k*`` plus the DP noise ``k*^T K^{-1} F`` propagated."""
 
     _composed: Optional[Tuple[float, float, float]] = None  #: (epsilon, delta, mu) of steps composed in Gaussian DP
@@ -152,7 +151,7 @@ class PrivateLaplaceClassifier(PrivateClassifier):
 
 
 class PrivateSparseClassifier(PrivateClassifier):
-    """SoR released classifier (:class:`~dpgp_gpflow.models.laplace.SoRReadout`): ``E[f*] = Phi* w~``,
+    """SoR released classifier (:class:`~dpgp_gpflow.readouts.SoRReadout`): ``E[f*] = Phi* w~``,
     ``V[f*] = Phi* (I + Phi^T W Phi)^{-1} Phi*^T`` plus the DP noise ``Phi* F_w`` propagated. The SoR
     variance shrinks to 0 far from the inducing inputs (a property of SoR, not of the mechanism)."""
 
@@ -558,7 +557,7 @@ class DPSparseLaplaceGPC(_LabelContract, DaskRowsMixin, FactoredModelMixin, Priv
         return ReleaseTerms(sor_first_step_cloaking(Phi), tf.zeros([m], dtype=tf.float64), covariance)
 
     def public_readout(self) -> SoRReadout:
-        """A frozen :class:`~dpgp_gpflow.models.laplace.SoRReadout` (kernel, ``Z``, factors)."""
+        """A frozen :class:`~dpgp_gpflow.readouts.SoRReadout` (kernel, ``Z``, factors)."""
         self._public_inputs_only()
         X, _ = self.data
         return SoRReadout(self.kernel, self.inducing_variable.Z, X)

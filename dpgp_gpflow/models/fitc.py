@@ -9,7 +9,7 @@ inputs private by post-processing: "release once, query anywhere".
 
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Any
 
 import gpflow
 import numpy as np
@@ -20,8 +20,9 @@ from gpflow.covariances import Kuf, Kuu
 from .. import linalg
 from ..contract import PublicReadout
 from ..released import PrivateFunction, PrivatePrediction
+from ..readouts import FITCReadout, SparseTerms
 from ..streaming.terms import ChunkTerms, Factors
-from .sgpr_base import DPSGPRBase, SparseReadout, SparseTerms
+from .sgpr_base import DPSGPRBase
 
 __all__ = ["DPGPRFITC", "PrivateFunction", "PrivatePrediction"]
 
@@ -43,36 +44,6 @@ def fitc_terms(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, X: tf.Tensor, noise_
     LB = tf.linalg.cholesky(tf.eye(M, dtype=X.dtype) + tf.linalg.matmul(V / nu, V, transpose_b=True))
     B = linalg.cholesky_solve(LB, V / nu)  # [M, N]
     return SparseTerms(Luu, LB, B)
-
-
-@check_shapes("Xnew: [K, D]", "Z: [M, D]", "Luu: [M, M]", "return: [K, M]")
-def fitc_readout(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, Luu: tf.Tensor, Xnew: tf.Tensor) -> tf.Tensor:
-    """``A(Xnew) = k(Xnew, Z) L_uu^{-T}``: maps the inducing values to predictions (public).
-
-    ``k(Z, Xnew)`` directly (what ``Kuf`` of ``InducingPoints`` computes) rather than through a fresh
-    ``InducingPoints``, whose variable would make this untraceable by ``tf.function`` (SavedModel export).
-    """
-    kus = kernel(Z, Xnew)  # [M, K]
-    return tf.transpose(linalg.triangular_solve(Luu, kus))
-
-
-class FITCReadout(SparseReadout):
-    """Frozen public pieces of a FITC model: ``A(x) = k(x, Z) L_uu^{-T}``, the prior mean, and the
-    FITC posterior variance ``k(x, x) - |w|^2 + |L_B^{-1} w|^2`` with ``w = L_uu^{-1} k(Z, x)``
-    (a release file names ``L_uu`` ``Luu``)."""
-
-    factor_names = ("Luu", "LB")
-
-    @staticmethod
-    def readout_at(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, LB: tf.Tensor,
-                   Xnew: tf.Tensor) -> tf.Tensor:
-        return fitc_readout(kernel, Z, L, Xnew)
-
-    def single_readout_and_variance(self, Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-        """One output's readout and variance from one solve with ``L_uu``."""
-        A = fitc_readout(self._kernel, self._Z, self._L, Xnew)  # [K, M]
-        iA = linalg.triangular_solve(self._LB, tf.transpose(A))
-        return A, self._kernel(Xnew, full_cov=False) - tf.reduce_sum(tf.square(A), 1) + tf.reduce_sum(tf.square(iA), 0)
 
 
 class FITCChunkTerms(ChunkTerms):

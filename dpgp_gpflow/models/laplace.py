@@ -11,13 +11,16 @@ The gradient is affine in ``y`` (``grad = y / 2 + (1/2 - pi)``) and ``W`` does n
 ``b`` functions of public quantities only: :func:`first_newton_step_cloaking` and
 :func:`newton_step_cloaking` give that matrix, which the DP classifiers cloak (docs/mechanisms.md#laplace-classification).
 :func:`predict_from_latent` and the SoR helpers predict from a (noisy) latent vector without
-reading labels.
+reading labels; the released classifiers' frozen readouts (:class:`~dpgp_gpflow.readouts.LaplaceReadout`,
+:class:`~dpgp_gpflow.readouts.SoRReadout`) and the factors they share with this module
+(:func:`~dpgp_gpflow.readouts.b_cholesky`, :func:`~dpgp_gpflow.readouts.weight_precision_cholesky`) are in
+:mod:`dpgp_gpflow.readouts`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional
 
 import gpflow
 import numpy as np
@@ -27,8 +30,7 @@ from gpflow.base import InputData, MeanAndVariance, RegressionData
 from gpflow.models import GPModel, InternalDataTrainingLossMixin
 from gpflow.models.util import data_input_to_tensor
 
-from ..io.gpflow_specs import kernel_spec
-from ..io.readouts import ReadoutPieces, ReadoutSpec
+from ..readouts import b_cholesky, weight_precision_cholesky
 from ..released import probit_approximation
 from .gpr import gpr_cloaking_matrix
 
@@ -65,18 +67,11 @@ def _w_diag(f: tf.Tensor) -> tf.Tensor:
     return tf.sigmoid(f) * tf.sigmoid(-f)
 
 
-def _b_cholesky(K: tf.Tensor, sqrt_w: tf.Tensor) -> tf.Tensor:
-    """Lower Cholesky factor of ``B = I + W^1/2 K W^1/2``; ``sqrt_w`` is [N, 1]."""
-    n = tf.shape(K)[0]
-    B = tf.eye(n, dtype=K.dtype) + sqrt_w * K * tf.transpose(sqrt_w)  # [N, N]
-    return tf.linalg.cholesky(B)
-
-
 def _newton_a(K: tf.Tensor, y: tf.Tensor, f: tf.Tensor) -> tf.Tensor:
     """One Newton step of GPML Alg. 3.1 from ``f``: returns ``a`` with ``f_new = K a``."""
     w = _w_diag(f)  # [N, 1]
     sqrt_w = tf.sqrt(w)
-    L = _b_cholesky(K, sqrt_w)  # [N, N]
+    L = b_cholesky(K, sqrt_w)  # [N, N]
     b = w * f + (y + 1.0) / 2.0 - tf.sigmoid(f)  # [N, 1]
     c = tf.linalg.triangular_solve(L, sqrt_w * tf.matmul(K, b), lower=True)  # [N, 1]
     return b - sqrt_w * tf.linalg.triangular_solve(L, c, lower=True, adjoint=True)  # [N, 1]
@@ -85,7 +80,7 @@ def _newton_a(K: tf.Tensor, y: tf.Tensor, f: tf.Tensor) -> tf.Tensor:
 def _posterior_covariance(K: tf.Tensor, w: tf.Tensor) -> tf.Tensor:
     """``(K^{-1} + W)^{-1} = K - K W^1/2 B^{-1} W^1/2 K`` (stable form, no inverse of K)."""
     sqrt_w = tf.sqrt(w)  # [N, 1]
-    L = _b_cholesky(K, sqrt_w)  # [N, N]
+    L = b_cholesky(K, sqrt_w)  # [N, N]
     V = tf.linalg.triangular_solve(L, sqrt_w * K, lower=True)  # [N, N]
     return K - tf.matmul(V, V, transpose_a=True)  # [N, N]
 
@@ -185,7 +180,7 @@ def laplace_mode(K: tf.Tensor, y: tf.Tensor, *, max_iter: int = 100, tol: float 
     f_step = tf.matmul(K, a_step)
     a = a_loop + (a_step - tf.stop_gradient(a_step))
     f = f_loop + (f_step - tf.stop_gradient(f_step))
-    L = _b_cholesky(K, tf.sqrt(_w_diag(f)))
+    L = b_cholesky(K, tf.sqrt(_w_diag(f)))
     lml = (
         -0.5 * tf.reduce_sum(a * f)
         + _log_lik(y, f)
@@ -201,7 +196,7 @@ def _laplace_predict_terms(
     grad = (y + 1.0) / 2.0 - tf.sigmoid(f_hat)  # [N, 1]
     mean = tf.matmul(Kxs, grad, transpose_a=True)  # [M, 1]
     sqrt_w = tf.sqrt(_w_diag(f_hat))  # [N, 1]
-    L = _b_cholesky(K, sqrt_w)  # [N, N]
+    L = b_cholesky(K, sqrt_w)  # [N, N]
     v = tf.linalg.triangular_solve(L, sqrt_w * Kxs, lower=True)  # [N, M]
     return mean, v
 
@@ -313,7 +308,7 @@ def predict_from_latent(
     alpha = tf.linalg.cholesky_solve(Lk, tf.convert_to_tensor(f_train, dtype=dtype))  # [N, 1]
     mean = tf.matmul(Kxs, alpha, transpose_a=True)  # [M, 1]
     sqrt_w = tf.sqrt(tf.convert_to_tensor(W_diag, dtype=dtype))[:, None]  # [N, 1]
-    L = _b_cholesky(K, sqrt_w)  # [N, N]
+    L = b_cholesky(K, sqrt_w)  # [N, N]
     v = tf.linalg.triangular_solve(L, sqrt_w * Kxs, lower=True)  # [N, M]
     var = tf.convert_to_tensor(kss_diag, dtype=dtype)[:, None] - tf.reduce_sum(tf.square(v), 0)[:, None]
     return mean, var
@@ -337,13 +332,6 @@ def sor_features(Kmm: tf.Tensor, Knm: tf.Tensor) -> tf.Tensor:
     return tf.transpose(tf.linalg.triangular_solve(Lmm, tf.transpose(Knm), lower=True))  # [N, M]
 
 
-def _weight_precision_cholesky(Phi: tf.Tensor, W_diag: tf.Tensor) -> tf.Tensor:
-    """Cholesky factor of ``I + Phi^T W Phi`` [M, M]."""
-    m = tf.shape(Phi)[1]
-    A = tf.eye(m, dtype=Phi.dtype) + tf.matmul(Phi, W_diag[:, None] * Phi, transpose_a=True)
-    return tf.linalg.cholesky(A)
-
-
 @check_shapes("Phi: [N, M]", "return: [M, N]")
 def sor_first_step_cloaking(Phi: tf.Tensor) -> tf.Tensor:
     """Weight-space cloaking matrix ``C_w = 1/2 (I + Phi^T Phi / 4)^{-1} Phi^T``: ``w1 = C_w y``.
@@ -354,7 +342,7 @@ def sor_first_step_cloaking(Phi: tf.Tensor) -> tf.Tensor:
     """
     Phi = tf.convert_to_tensor(Phi, dtype=gpflow.config.default_float())
     W_diag = tf.fill([tf.shape(Phi)[0]], tf.constant(0.25, dtype=Phi.dtype))
-    La = _weight_precision_cholesky(Phi, W_diag)  # [M, M]
+    La = weight_precision_cholesky(Phi, W_diag)  # [M, M]
     return 0.5 * tf.linalg.cholesky_solve(La, tf.transpose(Phi))  # [M, N]
 
 
@@ -381,136 +369,10 @@ def sor_predict_from_weights(
     Phi = tf.convert_to_tensor(Phi, dtype=dtype)
     Phi_new = tf.convert_to_tensor(Phi_new, dtype=dtype)
     mean = tf.matmul(Phi_new, tf.convert_to_tensor(w, dtype=dtype))  # [N_new, 1]
-    La = _weight_precision_cholesky(Phi, tf.convert_to_tensor(W_diag, dtype=dtype))  # [M, M]
+    La = weight_precision_cholesky(Phi, tf.convert_to_tensor(W_diag, dtype=dtype))  # [M, M]
     v = tf.linalg.triangular_solve(La, tf.transpose(Phi_new), lower=True)  # [M, N_new]
     var = tf.reduce_sum(tf.square(v), axis=0)[:, None]  # [N_new, 1]
     return mean, var
-
-
-class LaplaceReadout:
-    """Frozen public pieces of a full-GP Laplace prediction from released training latents ``f~``:
-    ``E[f*] = k*^T K^{-1} f~`` (``K^{-1}`` by a Cholesky solve of ``K + jitter I``, factored once) and
-    ``V[f*] = k** - k*^T (K + W^{-1})^{-1} k*`` with the public ``W`` (see :func:`predict_from_latent`).
-
-    Privacy assumption: ``X``, the kernel and ``W`` are public (``W = I/4`` from ``f0 = 0``, or ``W``
-    at a released latent vector).
-    """
-
-    def __init__(self, kernel: gpflow.kernels.Kernel, X: tf.Tensor, W_diag: tf.Tensor, jitter: float) -> None:
-        self._kernel = gpflow.utilities.freeze(kernel)
-        self._X = tf.constant(X)
-        self.W_diag = tf.constant(tf.reshape(tf.convert_to_tensor(W_diag, dtype=self._X.dtype), [-1]))  # [N]
-        self.input_dim = int(self._X.shape[1])
-        K = self._kernel(self._X)
-        n = int(self._X.shape[0])
-        self._Lk = tf.linalg.cholesky(K + float(jitter) * tf.eye(n, dtype=K.dtype))  # [N, N]
-        self._sqrt_w = tf.sqrt(self.W_diag)[:, None]  # [N, 1]
-        self._LB = _b_cholesky(K, self._sqrt_w)  # [N, N]
-
-    def readout(self, Xnew: tf.Tensor) -> tf.Tensor:
-        return tf.transpose(tf.linalg.cholesky_solve(self._Lk, self._kernel(self._X, Xnew)))  # [K, N]
-
-    def offset(self, Xnew: tf.Tensor) -> tf.Tensor:
-        return tf.zeros([tf.shape(Xnew)[0]], dtype=Xnew.dtype)
-
-    def variance(self, Xnew: tf.Tensor) -> tf.Tensor:
-        v = tf.linalg.triangular_solve(self._LB, self._sqrt_w * self._kernel(self._X, Xnew), lower=True)  # [N, K]
-        return self._kernel(Xnew, full_cov=False) - tf.reduce_sum(tf.square(v), 0)
-
-    def release_state(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
-        """``(content, arrays)`` of a release file (``docs/release_file.md#readouts``): the kernel as a
-        specification; the public training inputs ``X``, ``W`` and the Cholesky factors ``Lk`` (of
-        ``K + jitter I``) and ``LB`` as arrays. ``X`` is needed to predict (``k(X*, X)``); it is public,
-        and no label or statistic of the labels is saved.
-
-        ``NotImplementedError`` when the kernel is not one a release file holds.
-        """
-        content = {"input_dim": self.input_dim, "kernel": kernel_spec(self._kernel)}
-        return content, {"X": self._X.numpy(), "W_diag": self.W_diag.numpy(), "Lk": self._Lk.numpy(),
-                         "LB": self._LB.numpy()}
-
-    @staticmethod
-    def release_spec() -> ReadoutSpec:
-        """What :meth:`release_state` writes, for :func:`dpgp_gpflow.io.readouts.readout_from_state` to read."""
-        return ReadoutSpec(points="X", squares=("Lk", "LB"), vectors=("W_diag",), nonnegative=("W_diag",))
-
-    @classmethod
-    def from_file_pieces(cls, pieces: ReadoutPieces) -> "LaplaceReadout":
-        """The readout of a release file's parsed state (:func:`dpgp_gpflow.io.readouts.readout_from_state`),
-        with exactly the saved factors."""
-        a = pieces.arrays
-        readout = cls.__new__(cls)  # the factors as saved: nothing recomputed
-        readout._kernel = pieces.kernel
-        readout._X = tf.constant(a["X"])
-        readout.W_diag = tf.constant(a["W_diag"])
-        readout.input_dim = int(a["X"].shape[1])
-        readout._Lk = tf.constant(a["Lk"])
-        readout._sqrt_w = tf.sqrt(readout.W_diag)[:, None]
-        readout._LB = tf.constant(a["LB"])
-        return readout
-
-
-class SoRReadout:
-    """Frozen public pieces of a SoR Laplace prediction from released weights ``w~``: features
-    ``Phi* = k(X*, Z) L_ZZ^{-T}`` (``L_ZZ`` factored once) and the variance
-    ``diag(Phi* (I + Phi^T W Phi)^{-1} Phi*^T)`` at ``W = I/4`` (the first step from ``w0 = 0``).
-
-    Privacy assumption: ``X``, ``Z`` and the kernel are public.
-    """
-
-    def __init__(self, kernel: gpflow.kernels.Kernel, Z: tf.Tensor, X: tf.Tensor) -> None:
-        self._kernel = gpflow.utilities.freeze(kernel)
-        self.Z = tf.constant(Z)
-        self.input_dim = int(self.Z.shape[1])
-        m = int(self.Z.shape[0])
-        Kmm = self._kernel(self.Z)
-        self._Lmm = tf.linalg.cholesky(Kmm + gpflow.config.default_jitter() * tf.eye(m, dtype=Kmm.dtype))
-        Phi = self.readout(tf.convert_to_tensor(X, dtype=Kmm.dtype))  # [N, M]
-        self._La = _weight_precision_cholesky(Phi, tf.fill([tf.shape(Phi)[0]], tf.constant(0.25, dtype=Phi.dtype)))
-
-    def readout(self, Xnew: tf.Tensor) -> tf.Tensor:
-        return tf.transpose(tf.linalg.triangular_solve(self._Lmm, self._kernel(self.Z, Xnew), lower=True))  # [K, M]
-
-    def offset(self, Xnew: tf.Tensor) -> tf.Tensor:
-        return tf.zeros([tf.shape(Xnew)[0]], dtype=Xnew.dtype)
-
-    def variance(self, Xnew: tf.Tensor) -> tf.Tensor:
-        v = tf.linalg.triangular_solve(self._La, tf.transpose(self.readout(Xnew)), lower=True)  # [M, K]
-        return tf.reduce_sum(tf.square(v), axis=0)
-
-    def release_state(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
-        """``(content, arrays)`` of a release file (``docs/release_file.md#readouts``): the kernel as a
-        specification; ``Z`` and the Cholesky factors ``Lmm`` and ``La`` as arrays (the training inputs
-        are not needed once ``La`` is factored).
-
-        ``NotImplementedError`` when the kernel is not one a release file holds.
-        """
-        content = {"input_dim": self.input_dim, "kernel": kernel_spec(self._kernel)}
-        return content, {"Z": self.Z.numpy(), "Lmm": self._Lmm.numpy(), "La": self._La.numpy()}
-
-    @staticmethod
-    def release_spec() -> ReadoutSpec:
-        """What :meth:`release_state` writes, for :func:`dpgp_gpflow.io.readouts.readout_from_state` to read."""
-        return ReadoutSpec(points="Z", squares=("Lmm", "La"))
-
-    @classmethod
-    def from_file_pieces(cls, pieces: ReadoutPieces) -> "SoRReadout":
-        """The readout of a release file's parsed state (:func:`dpgp_gpflow.io.readouts.readout_from_state`),
-        with exactly the saved factors."""
-        a = pieces.arrays
-        return cls.from_factors(pieces.kernel, a["Z"], a["Lmm"], a["La"])
-
-    @classmethod
-    def from_factors(cls, kernel: gpflow.kernels.Kernel, Z: Any, Lmm: Any, La: Any) -> "SoRReadout":
-        """The readout with the given factors ``Lmm = chol(K_ZZ + jitter I)`` and ``La = chol(I + Phi^T
-        Phi / 4)`` (e.g. summed over row chunks), nothing recomputed. Public."""
-        readout = cls.__new__(cls)
-        readout._kernel = gpflow.utilities.freeze(kernel)
-        readout.Z = tf.constant(Z)
-        readout.input_dim = int(readout.Z.shape[1])
-        readout._Lmm = tf.constant(Lmm)
-        readout._La = tf.constant(La)
-        return readout
 
 
 def validate_labels(Y: object) -> np.ndarray:

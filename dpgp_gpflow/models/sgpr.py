@@ -1,4 +1,5 @@
-"""Titsias' variational sparse GP regression with DP releases: :class:`DPSGPR` and :class:`SGPRReadout`.
+"""Titsias' variational sparse GP regression with DP releases: :class:`DPSGPR` (its readout,
+:class:`~dpgp_gpflow.readouts.SGPRReadout`, is in :mod:`dpgp_gpflow.readouts`).
 
 With ``sigma^2`` the noise variance, ``L = chol(K_uu + jitter I)``, ``A = L^{-1} K_uf / sigma`` and
 ``L_B = chol(I + A A^T)``, the SGPR predictive mean (Titsias 2009; GPflow's ``SGPR.predict_f``) is
@@ -14,7 +15,7 @@ predictions at *any* inputs private by post-processing, exactly as for
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Optional
 
 import gpflow
 import numpy as np
@@ -24,9 +25,10 @@ from gpflow.covariances import Kuf, Kuu
 
 from .. import linalg, whole_rows
 from ..exceptions import PrivacyLeakError
+from ..readouts import SGPRReadout, SparseTerms
 from ..streaming.terms import ChunkTerms, Factors
 from ..whole_rows.inputs import PrivateInputsMixin, private_input_data
-from .sgpr_base import DPSGPRBase, SparseReadout, SparseTerms
+from .sgpr_base import DPSGPRBase
 
 __all__ = ["DPSGPR"]
 
@@ -50,51 +52,6 @@ def sgpr_terms(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, X: tf.Tensor, noise_
     LB = tf.linalg.cholesky(tf.linalg.matmul(A, A, transpose_b=True) + tf.eye(M, dtype=X.dtype))
     B = linalg.triangular_solve(LB, A / sigma, lower=True)  # [M, N]
     return SparseTerms(L, LB, B)
-
-
-def _sgpr_solves(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, LB: tf.Tensor, Xnew: tf.Tensor):
-    """``L^{-1} k(Z, Xnew)`` and ``L_B^{-1} L^{-1} k(Z, Xnew)`` ([M, K] each). ``k(Z, Xnew)`` directly (what
-    ``Kuf`` of ``InducingPoints`` computes), so that this traces in ``tf.function`` (SavedModel export)
-    without creating a variable per call."""
-    tmp1 = linalg.triangular_solve(L, kernel(Z, Xnew), lower=True)
-    return tmp1, linalg.triangular_solve(LB, tmp1, lower=True)
-
-
-@check_shapes("Xnew: [K, D]", "Z: [M, D]", "L: [M, M]", "LB: [M, M]", "return[0]: [K, M]", "return[1]: [K]")
-def sgpr_readout_and_variance(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, LB: tf.Tensor,
-                              Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-    """:func:`sgpr_readout` and :func:`sgpr_variance` from the same two solves (public)."""
-    tmp1, tmp2 = _sgpr_solves(kernel, Z, L, LB, Xnew)
-    variance = kernel(Xnew, full_cov=False) + tf.reduce_sum(tf.square(tmp2), 0) - tf.reduce_sum(tf.square(tmp1), 0)
-    return tf.transpose(tmp2), variance
-
-
-@check_shapes("Xnew: [K, D]", "Z: [M, D]", "L: [M, M]", "LB: [M, M]", "return: [K, M]")
-def sgpr_readout(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, LB: tf.Tensor, Xnew: tf.Tensor) -> tf.Tensor:
-    """``a(Xnew) = (L_B^{-1} L^{-1} k(Z, Xnew))^T``: maps the latent values ``c`` to predictions (public)."""
-    return tf.transpose(_sgpr_solves(kernel, Z, L, LB, Xnew)[1])
-
-
-@check_shapes("Xnew: [K, D]", "Z: [M, D]", "L: [M, M]", "LB: [M, M]", "return: [K]")
-def sgpr_variance(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, LB: tf.Tensor, Xnew: tf.Tensor) -> tf.Tensor:
-    """SGPR posterior variance of f: ``k(x, x) + |L_B^{-1} L^{-1} k(Z, x)|^2 - |L^{-1} k(Z, x)|^2`` (public)."""
-    return sgpr_readout_and_variance(kernel, Z, L, LB, Xnew)[1]
-
-
-class SGPRReadout(SparseReadout):
-    """Frozen public pieces of an SGPR model: ``a(x) = (L_B^{-1} L^{-1} k(Z, x))^T``, the prior mean,
-    and the SGPR posterior variance."""
-
-    factor_names = ("L", "LB")
-
-    @staticmethod
-    def readout_at(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, LB: tf.Tensor,
-                   Xnew: tf.Tensor) -> tf.Tensor:
-        return sgpr_readout(kernel, Z, L, LB, Xnew)
-
-    def single_readout_and_variance(self, Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-        """One output's readout and variance from the same two solves."""
-        return sgpr_readout_and_variance(self._kernel, self._Z, self._L, self._LB, Xnew)
 
 
 class SGPRChunkTerms(ChunkTerms):

@@ -1,6 +1,7 @@
 """What the sparse regression models share: :class:`DPSGPRBase` (as GPflow's ``SGPRBase`` is for its
-``SGPR`` and ``GPRFITC``), their factors :class:`SparseTerms`, the frozen :class:`SparseReadout`, and
-:func:`kmeans_inducing_inputs`.
+``SGPR`` and ``GPRFITC``) and :func:`kmeans_inducing_inputs`; their factors and frozen readout
+(:class:`~dpgp_gpflow.readouts.SparseTerms`, :class:`~dpgp_gpflow.readouts.SparseReadout`) are in
+:mod:`dpgp_gpflow.readouts`.
 
 A sparse model's predictive mean is ``m(x) + a(x) B (y - m(X))``: the outputs reach every prediction
 through the m latent values ``B (y - m(X))``, so one private release of them makes predictions at
@@ -19,17 +20,15 @@ variance are public; the outputs are clipped to public bounds at construction an
 
 from __future__ import annotations
 
-import abc
-from typing import TYPE_CHECKING, Any, Dict, NamedTuple, Optional, Tuple, Type
+from typing import TYPE_CHECKING, Any, Optional, Tuple, Type
 
 import gpflow
 import numpy as np
 import tensorflow as tf
 from sklearn.cluster import KMeans
 
-from ..contract import ReleaseTerms, output_map, output_offset, output_terms
-from ..io.gpflow_specs import kernel_spec, mean_function_spec
-from ..io.readouts import ReadoutPieces, ReadoutSpec
+from ..contract import ReleaseTerms
+from ..readouts import SparseReadout, SparseTerms
 from ..streaming.terms import ChunkTerms
 from ..validation import as_inputs, is_dask_array
 from ..whole_rows.design import mark_data_derived
@@ -53,99 +52,6 @@ def kmeans_inducing_inputs(X: Any, num_inducing: int, *, seed: int = 0) -> np.nd
     centres = np.asarray(km.cluster_centers_, dtype=np.float64)
     mark_data_derived(centres)
     return centres
-
-
-class SparseTerms(NamedTuple):
-    """Public factors of a sparse regression model (functions of the inputs, ``Z`` and the
-    hyperparameters only)."""
-
-    L: tf.Tensor  #: [M, M] Cholesky of K_uu (with GPflow's default jitter)
-    LB: tf.Tensor  #: [M, M] Cholesky of I + the model's m x m sum
-    B: Optional[tf.Tensor]  #: [M, N] the map from the centred outputs to the latent values (None in a readout)
-
-
-class SparseReadout(abc.ABC):
-    """Frozen public pieces of a sparse model: the readout ``a(x)`` of its latent values, the prior
-    mean and the posterior variance, from frozen copies of the kernel and mean function and constants
-    for ``Z``, ``L`` and ``L_B`` (all public), so that training the model later changes nothing here.
-
-    ``num_outputs`` (P, default 1): a model of P outputs sharing the kernel reads its mP latents stacked
-    output by output: :meth:`readout` is ``I_P kron a(x)`` [kP, mP], :meth:`offset` and :meth:`variance`
-    [kP] stacked alike (:func:`~dpgp_gpflow.contract.output_terms`, the one convention).
-
-    A subclass gives :meth:`readout_at` and :meth:`single_readout_and_variance` (one output's), and the
-    names of ``L`` and ``L_B`` in a release file (:attr:`factor_names`, ``docs/release_file.md#readouts``).
-    """
-
-    #: the names of ``L`` and ``L_B`` among a release file's arrays
-    factor_names: Tuple[str, str] = ("L", "LB")
-
-    def __init__(self, kernel: gpflow.kernels.Kernel, mean_function: gpflow.functions.MeanFunction,
-                 Z: tf.Tensor, terms: SparseTerms, num_outputs: int = 1) -> None:
-        self._kernel = gpflow.utilities.freeze(kernel)
-        self._mean_function = gpflow.utilities.freeze(mean_function)
-        self._Z = tf.constant(Z)
-        self._L = tf.constant(terms.L)
-        self._LB = tf.constant(terms.LB)
-        self.input_dim = int(self._Z.shape[1])
-        #: P: the number of outputs read from the stacked latents (public)
-        self.num_outputs = int(num_outputs)
-
-    @staticmethod
-    @abc.abstractmethod
-    def readout_at(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, LB: tf.Tensor,
-                   Xnew: tf.Tensor) -> tf.Tensor:
-        """The readout ``a(Xnew)`` [K, M] of the model with these factors (public)."""
-
-    @abc.abstractmethod
-    def single_readout_and_variance(self, Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-        """One output's readout ``a(Xnew)`` [K, M] and the posterior variance of f at ``Xnew`` [K] (public)."""
-
-    def readout(self, Xnew: tf.Tensor) -> tf.Tensor:
-        """``a(Xnew)`` [K, M] (P outputs: ``I_P kron a(Xnew)`` [KP, MP])."""
-        return output_map(self.readout_at(self._kernel, self._Z, self._L, self._LB, Xnew), self.num_outputs)
-
-    def offset(self, Xnew: tf.Tensor) -> tf.Tensor:
-        """The prior mean at ``Xnew`` [K] (P outputs: [KP], stacked)."""
-        return output_offset(self._mean_function(Xnew), self.num_outputs)
-
-    def variance(self, Xnew: tf.Tensor) -> tf.Tensor:
-        return self.readout_and_variance(Xnew)[1]
-
-    def readout_and_variance(self, Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-        """:meth:`readout` and :meth:`variance` from the same solves."""
-        A, variance = self.single_readout_and_variance(Xnew)
-        if self.num_outputs == 1:
-            return A, variance
-        terms = output_terms(A, tf.zeros_like(A[:, :1]), variance, self.num_outputs)
-        return terms.map, terms.variance
-
-    def release_state(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
-        """``(content, arrays)`` of a release file (``docs/release_file.md#readouts``): the kernel and mean
-        function as specifications (and ``outputs``: P, for P > 1 outputs), ``Z``, ``L`` and ``L_B`` as
-        arrays. All public; no outputs.
-
-        ``NotImplementedError`` when the kernel or mean function is not one a release file holds.
-        """
-        content = {"input_dim": self.input_dim, "kernel": kernel_spec(self._kernel),
-                   "mean_function": mean_function_spec(self._mean_function)}
-        if self.num_outputs > 1:
-            content["outputs"] = self.num_outputs
-        L_name, LB_name = self.factor_names
-        return content, {"Z": self._Z.numpy(), L_name: self._L.numpy(), LB_name: self._LB.numpy()}
-
-    @classmethod
-    def release_spec(cls) -> ReadoutSpec:
-        """What :meth:`release_state` writes, for :func:`dpgp_gpflow.io.readouts.readout_from_state` to read."""
-        return ReadoutSpec(points="Z", squares=cls.factor_names, mean_function=True, outputs=True)
-
-    @classmethod
-    def from_file_pieces(cls, pieces: ReadoutPieces) -> "SparseReadout":
-        """The readout of a release file's parsed state (:func:`dpgp_gpflow.io.readouts.readout_from_state`),
-        with exactly the saved values."""
-        L_name, LB_name = cls.factor_names
-        a = pieces.arrays
-        return cls(pieces.kernel, pieces.mean_function, a["Z"], SparseTerms(a[L_name], a[LB_name], None), pieces.outputs)
 
 
 class DPSGPRBase(DaskRowsMixin, FactoredModelMixin):
