@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import gpflow
 import numpy as np
@@ -82,6 +82,11 @@ def whitened_features(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor,
     return phi / tf.maximum(norms, tf.constant(1.0, tf.float64))
 
 
+def _features(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, k_max: float, X: tf.Tensor) -> tf.Tensor:
+    """:func:`whitened_features` in :meth:`FeatureMap.apply`'s argument order."""
+    return whitened_features(kernel, Z, L, X, k_max)
+
+
 class FeatureMap:
     """The public pieces of :func:`whitened_features`: a frozen copy of the kernel, ``Z`` [M, D], ``k_max`` and
     the jitter, with ``L`` computed once. It pickles through the kernel's release-file specification
@@ -121,20 +126,36 @@ class FeatureMap:
     def __call__(self, X: Any) -> tf.Tensor:
         """:func:`whitened_features` of ``X`` [N, D] -> [N, M] (through the compiled function once
         :meth:`compile` ran)."""
-        X = tf.convert_to_tensor(X, tf.float64)
-        compiled = self.__dict__.get("_compiled")
-        if compiled is not None:
-            return compiled(X)
-        return whitened_features(self.kernel, tf.constant(self.Z), self.L, X, self.k_max)
+        return self.apply(_features, tf.convert_to_tensor(X, tf.float64))
+
+    @property
+    def compiled(self) -> bool:
+        """Whether :meth:`compile` ran: :meth:`apply` then traces its functions once and reuses the trace."""
+        return self.__dict__.get("_compiled") is not None
+
+    def apply(self, fn: Callable[..., Any], *args: tf.Tensor) -> Any:
+        """``fn(kernel, Z, L, k_max, *args)`` over this map's public pieces: eager, or once :meth:`compile` ran,
+        through one ``tf.function`` of ``args`` per ``fn`` (traced once for every number of rows: each arg's
+        first dimension is free; cached on the map, which is immutable, so the trace stays valid; not pickled:
+        a Dask worker's copy starts eager). ``fn`` must be a module-level function (the cache key)."""
+        traces = self.__dict__.get("_compiled")
+        if traces is None:
+            return fn(self.kernel, tf.constant(self.Z), self.L, self.k_max, *args)
+        traced = traces.get(fn)
+        if traced is None:
+            kernel, Z, L, k_max = self.kernel, tf.constant(self.Z), self.L, self.k_max
+            traced = tf.function(lambda *a: fn(kernel, Z, L, k_max, *a), autograph=False,
+                                 input_signature=[tf.TensorSpec([None, *a.shape[1:]], a.dtype) for a in args])
+            traces[fn] = traced
+        return traced(*args)
 
     def compile(self) -> "FeatureMap":
-        """Trace :func:`whitened_features` over this map's public pieces once (one ``tf.function`` for every N):
-        worth its tracing for a map used again and again (:func:`feature_map` compiles a map on its reuse). A
-        map is immutable, so the trace stays valid; it is not pickled (a Dask worker runs the eager function)."""
+        """From now on, run :meth:`apply`'s functions (the features, a chunk's sums) compiled: worth its tracing
+        (a fraction of a second each) for a map used on many chunks or again and again (:func:`feature_map`
+        compiles a map on its reuse, :class:`~dpgp_gpflow.whole_rows.statistics.RowStatistics` after its first
+        chunk). The same operations as eagerly, so the same numbers up to rounding."""
         if self.__dict__.get("_compiled") is None:
-            kernel, Z, L, k_max = self.kernel, tf.constant(self.Z), self.L, self.k_max
-            self._compiled = tf.function(lambda X: whitened_features(kernel, Z, L, X, k_max),
-                                         input_signature=[tf.TensorSpec([None, self.input_dim], tf.float64)])
+            self._compiled: Dict[Any, Any] = {}
         return self
 
     def unit_variance(self, X: Any) -> tf.Tensor:

@@ -23,13 +23,16 @@ from __future__ import annotations
 import warnings
 from typing import Any, Dict, NamedTuple, Tuple
 
+import gpflow
 import numpy as np
 import tensorflow as tf
+from check_shapes import check_shapes
 
 from ..exceptions import ClippingWarning
 from ..streaming.chunks import ChunkSource
 from ..validation import validate_bounds
 from .design import clip_private_inputs, validate_box
+from . import features as feature_maps
 from .features import FeatureMap
 
 __all__: list[str] = []  # internal: the package imports these names by name
@@ -44,6 +47,18 @@ class Statistics(NamedTuple):
     n: int  #: the number of rows (public under replace-one neighbours)
     clipped_inputs: int  #: rows with an input outside the box (a count for the data owner)
     clipped_outputs: int  #: outputs outside the bounds (a count for the data owner)
+
+
+@check_shapes("Z: [M, D]", "L: [M, M]", "X: [N, D]", "yc: [N]", "return[0]: [M, M]", "return[1]: [M]", "return[2]: []")
+def chunk_sums(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, k_max: float, X: tf.Tensor,
+               yc: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """One chunk's ``(S, b, q)`` from its clipped inputs ``X`` and centred clipped outputs ``yc`` (PRIVATE values;
+    the kernel, ``Z``, ``L`` and ``k_max`` public): one function, so that
+    :meth:`~dpgp_gpflow.whole_rows.features.FeatureMap.apply` runs it as one compiled graph per chunk."""
+    # looked up in its module when traced (one definition, which the tests can replace by a broken variant)
+    phi = feature_maps.whitened_features(kernel, Z, L, X, k_max)  # [c, M], each row of norm <= 1
+    return (tf.linalg.matmul(phi, phi, transpose_a=True), tf.linalg.matvec(phi, yc, transpose_a=True),
+            tf.reduce_sum(tf.square(yc)))
 
 
 def add_statistics(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
@@ -67,6 +82,11 @@ class RowStatistics:
         if not isinstance(clip_inputs, (bool, np.bool_)):
             raise TypeError(f"clip_inputs must be True or False, got {clip_inputs!r}")
         self.clip_inputs = bool(clip_inputs)
+        self._chunks = 0  # chunks summed by this object (in this process)
+
+    #: compile the feature map's chunk sums from this many chunks on (None: never; a map reused across releases is
+    #: compiled already, :func:`~dpgp_gpflow.whole_rows.features.feature_map`)
+    compile_after = 1
 
     @property
     def midpoint(self) -> float:
@@ -89,11 +109,14 @@ class RowStatistics:
         lo, hi = self.y_bounds
         outside_y = int(np.sum((Y < lo) | (Y > hi)))
         yc = tf.constant(np.clip(Y, lo, hi) - self.midpoint)  # [c], |y_c| <= d / 2
-        phi = self.features(X)  # [c, M], each row of norm <= 1
+        if self.compile_after is not None and self._chunks >= self.compile_after:
+            self.features.compile()  # tracing (a fraction of a second) pays for itself over the remaining chunks
+        self._chunks += 1
+        S, b, q = self.features.apply(chunk_sums, tf.constant(X), yc)
         return {
-            "S": tf.linalg.matmul(phi, phi, transpose_a=True).numpy(),  # [M, M]
-            "b": tf.linalg.matvec(phi, yc, transpose_a=True).numpy(),  # [M]
-            "q": float(tf.reduce_sum(tf.square(yc))),
+            "S": S.numpy(),  # [M, M]
+            "b": b.numpy(),  # [M]
+            "q": float(q),
             "n": int(X.shape[0]),
             "clipped_inputs": outside_x,
             "clipped_outputs": outside_y,

@@ -57,6 +57,28 @@ def test_chunked_statistics_equal_the_numpy_reference(chunk_size):
     assert stats.clipped_outputs == int(np.sum((Y < -2) | (Y > 4)))
 
 
+def test_a_pass_over_several_chunks_compiles_its_sums_once_after_the_first_chunk():
+    """One chunk: eager (no tracing for a one-chunk pass); from the second chunk on, one compiled trace of the
+    chunk's sums for every chunk length, reused by later passes; the sums still equal the NumPy reference."""
+    from dpgp_gpflow.whole_rows.statistics import chunk_sums
+
+    X, Y = _rows(173)
+    Z, rows = _rows_statistics()
+    S, b, q = reference_statistics(X, Y, Z, LENGTHSCALE, BOX, BOUNDS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dp.ClippingWarning)
+        one = wr.sufficient_statistics(LocalChunks(X, Y, 173), rows)
+        assert not rows.features.compiled
+        for chunk_size in (50, 7):
+            stats = wr.sufficient_statistics(LocalChunks(X, Y, chunk_size), rows)
+            assert rows.features.compiled
+            assert rows.features._compiled[chunk_sums].experimental_get_tracing_count() == 1
+            for got in (stats, one):
+                np.testing.assert_allclose(got.S, S, rtol=1e-10, atol=1e-10)
+                np.testing.assert_allclose(got.b, b, rtol=1e-10, atol=1e-10)
+                assert got.q == pytest.approx(q, rel=1e-12)
+
+
 def test_dask_reduction_equals_the_in_memory_statistics():
     da = pytest.importorskip("dask.array")
     from dpgp_gpflow.distributed import DaskChunks
