@@ -24,7 +24,6 @@ import copy
 import dataclasses
 import math
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, NamedTuple, Optional, Sequence, Tuple, Union, cast
@@ -35,8 +34,9 @@ from check_shapes import check_shapes
 
 from .cloaking import OptimiserCertificate, row_norms
 from .contract import PublicReadout, readout_and_variance, stacked
-from .io.card import RELEASE_ARRAYS, RELEASE_FIELDS, ReleaseEntry
-from .io.format import inputs_hash, provenance, write, write_card
+from .io.card import RELEASE_FIELDS, ReleaseEntry
+from .io.format import provenance, write_card
+from .io.writing import VALUE_ARRAYS, function_content, register, releases_content, write_released
 from .validation import Bounds, as_inputs, bound_columns
 
 __all__ = ["PrivateClassifier", "PrivateFunction", "PrivatePrediction", "PrivateRelease"]
@@ -88,15 +88,6 @@ class Released:
         return {"epsilon": self.epsilon, "delta": self.delta, "reproducible": self.reproducible,
                 "clip_to_bounds": self.clip_to_bounds, "releases": [r.release_card() for r in self.releases]}
 
-    def file_content(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
-        """``(content, arrays)`` of this object's release file (the card is added by :meth:`save`)."""
-        arrays: Dict[str, np.ndarray] = {}
-        for i, r in enumerate(self.releases):
-            for name in RELEASE_ARRAYS:  # one output's values are written [k] (the file format's shape)
-                a = np.asarray(getattr(r, name), dtype=np.float64)
-                arrays[f"releases/{i}/{name}"] = a[:, 0] if name in _VALUE_ARRAYS and r.num_outputs == 1 else a
-        return {}, arrays
-
     def save(self, path: Union[str, "os.PathLike[str]"], *, inputs: Any = None, **card_extras: Any) -> Path:
         """Write this object to a release file at ``path`` (one JSON file, ``docs/release_file.md``); read it
         back with :func:`dpgp_gpflow.load`. Saving is post-processing: it costs no privacy budget.
@@ -107,30 +98,9 @@ class Released:
         ``Xnew``), or an ``inputs_hash=`` string passed as is. Other keywords are added to the card as
         they are (plain JSON values; the card's own keys are refused). ``NotImplementedError`` when a
         piece has no file form (a readout without ``release_state``, a kernel outside the supported list).
+        The file's content is composed by :mod:`dpgp_gpflow.io.writing` from this object's public state.
         """
-        cls = type(self)
-        if not cls.__module__.startswith("dpgp_gpflow."):
-            raise NotImplementedError(
-                f"cannot save a {cls.__module__}.{cls.__qualname__}: release files hold dpgp_gpflow's own released "
-                "classes only (a subclass would load as a class without its own behaviour)")
-        content, arrays = self.file_content()
-        card = self.privacy_card()
-        reserved = set(card) | {"software", "created"}
-        clash = sorted(reserved & set(card_extras))
-        if clash:
-            raise ValueError(f"card_extras may not set the card's own keys {clash}")
-        recorded = card_extras.pop("inputs_hash", None)
-        if recorded is not None and not (isinstance(recorded, str) and re.fullmatch(r"[0-9a-f]{64}", recorded)):
-            raise ValueError(f"inputs_hash must be 64 lower-case hex digits (a SHA-256), got {recorded!r}")
-        if inputs is not None:
-            computed = inputs_hash(inputs)
-            if recorded is not None and recorded != computed:
-                raise ValueError("inputs_hash does not match the SHA-256 of the inputs given")
-            recorded = computed
-        card.update(provenance())
-        card["inputs_hash"] = recorded
-        card.update(card_extras)
-        return write(path, cls.__name__, card, content, arrays)
+        return write_released(self, path, inputs=inputs, **card_extras)
 
     def __repr__(self) -> str:
         last = self.releases[-1]
@@ -208,7 +178,7 @@ class PrivateRelease(Released):
     neighbours: Optional[str] = None
 
     def __post_init__(self) -> None:
-        for name in _VALUE_ARRAYS:  # one output given as [k] (a mechanism's vector, a release file): [k, 1]
+        for name in VALUE_ARRAYS:  # one output given as [k] (a mechanism's vector, a release file): [k, 1]
             if np.ndim(getattr(self, name)) == 1:
                 object.__setattr__(self, name, np.reshape(getattr(self, name), (-1, 1)))
         for name in ("clip_to_bounds", "classifier_latent"):
@@ -448,25 +418,6 @@ class PrivateFunction(Released):
 
     # -- publishing -----------------------------------------------------------------------------
 
-    def file_content(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
-        """The releases' arrays, ``R`` (``coordinates``) and the readout's frozen public state
-        (``readout/...``): ``docs/release_file.md#functions-and-classifiers``. Nothing here needs the
-        private outputs or, except for a Laplace readout (``k(X*, X)``), the training inputs."""
-        content, arrays = super().file_content()
-        state = getattr(self._readout, "release_state", None)
-        readout_cls = type(self._readout)
-        if state is None or not readout_cls.__module__.startswith("dpgp_gpflow."):
-            raise NotImplementedError(
-                f"cannot save the readout {readout_cls.__qualname__}: a release file holds dpgp_gpflow's readouts that "
-                "define release_state() (export_saved_model needs no file form)")
-        readout_content, readout_arrays = state()
-        content = {**content, "readout": {"kind": readout_cls.__name__, "state": readout_content},
-                   "coordinates": self.coordinates is not None}
-        if self.coordinates is not None:
-            arrays["coordinates"] = self.coordinates.numpy()
-        arrays.update({f"readout/{name}": np.asarray(a) for name, a in readout_arrays.items()})
-        return content, arrays
-
     def _serving_outputs(self, Xnew: tf.Tensor) -> Dict[str, tf.Tensor]:
         mean, var, noise_std = self._terms(Xnew)  # [k, P] each, as predict
         return {"mean": mean, "variance": var, "noise_std": noise_std}
@@ -545,10 +496,10 @@ class PrivateClassifier(PrivateFunction):
 
 
 # ---------------------------------------------------------------------------------------------
-# The values of a release file (docs/release_file.md; read by dpgp_gpflow.io).
+# What their release files hold (docs/release_file.md): composed by dpgp_gpflow.io.writing, read by dpgp_gpflow.io.
 
-#: The per-value arrays of a release: [k, P] in memory; in a file [k, P] for P > 1 and [k] for one output.
-_VALUE_ARRAYS = ("mean", "variance", "noise_std")
+register(Released, releases_content)
+register(PrivateFunction, function_content)
 
 
 def _clips_by_default(release: PrivateRelease) -> bool:

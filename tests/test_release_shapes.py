@@ -19,6 +19,7 @@ import dpgp_gpflow as dp
 from dpgp_gpflow import engine
 from dpgp_gpflow.calibration import gaussian_multiplier
 from dpgp_gpflow.io.format import provenance, write
+from dpgp_gpflow.io.writing import file_content
 from dpgp_gpflow.mechanisms import cloaking_release
 from dpgp_gpflow.models import DPGPR, DPGPRFITC, DPLaplaceGPC, DPMulticlassLaplaceGPC
 
@@ -148,7 +149,7 @@ def write_as_before(path, released, kind, *, readout=False):
         arrays[f"releases/{i}/noise_factor"] = np.asarray(r.noise_factor)
     content = {}
     if readout:  # the readout's part, as the function writes it (unchanged)
-        content, theirs = released.file_content()
+        content, theirs = file_content(released)
         arrays.update({n: a for n, a in theirs.items() if not n.startswith("releases/")})
     return write(path, kind, card, content, arrays)
 

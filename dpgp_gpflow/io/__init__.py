@@ -1,5 +1,6 @@
 """Release files: the file format (:mod:`.format`: one self-describing JSON document per released
-object, written by :meth:`dpgp_gpflow.released.Released.save`, checked for integrity), the privacy card
+object, checked for integrity), what each kind of object writes (:mod:`.writing`, which
+:meth:`dpgp_gpflow.released.Released.save` runs), the privacy card
 (:mod:`.card`: read and checked for meaning without TensorFlow, :func:`~dpgp_gpflow.io.card.read_card`),
 the GPflow pieces of a readout (:mod:`.gpflow_specs`: kernels and mean functions) and loading
 (:mod:`.loading`: :func:`~dpgp_gpflow.io.loading.load` rebuilds the released object). docs/release_file.md

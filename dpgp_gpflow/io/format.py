@@ -3,9 +3,9 @@
 This module is the file format only: it writes and reads the document, encodes arrays, checks the
 format version and the SHA-256 of the content; it needs neither TensorFlow nor GPflow (the public GPflow
 pieces a readout holds, kernel and mean function, become specifications in :mod:`.gpflow_specs`; the
-privacy card is checked by :mod:`.card`). What goes *in* a file is decided by the
-released objects (:meth:`dpgp_gpflow.released.Released.save`) and the readouts; which class a file
-loads into is decided by :func:`dpgp_gpflow.io.loading.load`.
+privacy card is checked by :mod:`.card`). What goes *in* a file is composed by :mod:`.writing` from
+the released objects' public state and the readouts' ``release_state``; which class a file loads into is
+decided by :func:`dpgp_gpflow.io.loading.load`.
 
 Layout (format ``"dpgp_gpflow.release"``, ``format_version`` 1), a single JSON object::
 

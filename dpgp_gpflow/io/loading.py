@@ -49,6 +49,7 @@ from .card import (
 from .gpflow_specs import kernel_from_spec
 from .format import ReleaseDocument, ReleaseFileError, ReleaseFileKindError, as_read_back, read, take_arrays
 from .readouts import readout_from_state
+from .writing import WHOLE_ROWS_PIECES, file_content
 from ..released import PrivateClassifier, PrivateFunction, PrivateRelease, Released
 
 __all__ = ["load", "read_card"]
@@ -188,8 +189,8 @@ def _load_whole_rows(document: ReleaseDocument) -> Released:
     ``ReleaseFileError`` naming the field otherwise."""
     checked = whole_rows_card(document)
     card, content, m = document.card, document.content, checked.m
-    if not isinstance(content, dict) or set(content) != {*_WHOLE_ROWS_PIECES, "candidates", "selection"}:
-        raise ReleaseFileError(f"content must be an object with {sorted({*_WHOLE_ROWS_PIECES, 'candidates', 'selection'})}")
+    if not isinstance(content, dict) or set(content) != {*WHOLE_ROWS_PIECES, "candidates", "selection"}:
+        raise ReleaseFileError(f"content must be an object with {sorted({*WHOLE_ROWS_PIECES, 'candidates', 'selection'})}")
     Z = take_arrays("WholeRowsRelease", document.arrays, {"inducing_inputs": 2})["inducing_inputs"]
     if Z.shape != (m, checked.box.shape[0]):
         raise ReleaseFileError(f"arrays.inducing_inputs must be [{m}, {checked.box.shape[0]}] (num_inducing, the "
@@ -206,8 +207,8 @@ def _load_whole_rows(document: ReleaseDocument) -> Released:
                  "q": np.asarray(checked.noise_std["q"][0])}
 
     def one(pieces: Any, prefix: str, where: str) -> WholeRowsRelease:
-        if not isinstance(pieces, dict) or set(pieces) != set(_WHOLE_ROWS_PIECES):
-            raise ReleaseFileError(f"{where} must be an object with {sorted(_WHOLE_ROWS_PIECES)}")
+        if not isinstance(pieces, dict) or set(pieces) != set(WHOLE_ROWS_PIECES):
+            raise ReleaseFileError(f"{where} must be an object with {sorted(WHOLE_ROWS_PIECES)}")
         st = whole_rows_arrays(document.arrays, prefix, m)
         noised = NoisedStatistics({"S": symmetric(st["S"]), "b": st["b"], "q": np.asarray(st["q"][0])}, noise_std,
                                   card["num_data"], card["sensitivity"], card["noise_multiplier"],
@@ -227,7 +228,7 @@ def _load_whole_rows(document: ReleaseDocument) -> Released:
         except (TypeError, ValueError, FloatingPointError, NotImplementedError) as exc:
             raise ReleaseFileError(f"{where}: {exc}") from None
 
-    top = {k: content[k] for k in _WHOLE_ROWS_PIECES}
+    top = {k: content[k] for k in WHOLE_ROWS_PIECES}
     released = one(top, "statistics/", "content")
     entries, selection = content["candidates"], content["selection"]
     if checked.candidates == 1:
@@ -301,10 +302,6 @@ def _load_whole_rows_classifier(document: ReleaseDocument) -> Released:
     return released
 
 
-#: The public pieces of a whole-row release's content (:meth:`~dpgp_gpflow.whole_rows.WholeRowsRelease.file_content`).
-_WHOLE_ROWS_PIECES = ("kernel", "k_max", "jitter", "variances", "kernel_variance", "noise_variance")
-
-
 #: Object kind (its class name, as written in the file) -> loader of a verified document.
 RELEASED_KINDS: Dict[str, Callable[[ReleaseDocument], Released]] = {
     "PrivateRelease": _release,
@@ -363,8 +360,8 @@ def _difference(found: Any, expected: Any, where: str) -> Any:
 
 def _check_exactly_written(document: ReleaseDocument, released: Released) -> None:
     """``ReleaseFileError`` unless the file's content and array names are what ``released`` writes
-    (:meth:`~dpgp_gpflow.released.Released.file_content`, recomputed): nothing unknown is carried."""
-    content, arrays = released.file_content()
+    (:func:`~dpgp_gpflow.io.writing.file_content`, recomputed): nothing unknown is carried."""
+    content, arrays = file_content(released)
     unknown = sorted(set(document.arrays) - set(arrays))
     if unknown:
         raise ReleaseFileError(f"arrays: unknown array(s) {unknown}; a {document.kind} file holds {sorted(arrays)}")

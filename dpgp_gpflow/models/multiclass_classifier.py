@@ -4,19 +4,19 @@ K released one-vs-rest classifiers (one per class) made by :mod:`dpgp_gpflow.mod
 (epsilon, delta)-DP together by Gaussian-DP composition of their steps (docs/mechanisms.md#several-classes):
 predictions (post-processing, free to query), the whole's privacy card, its audit against the model
 (:meth:`PrivateMulticlassClassifier.audit_parts`, :meth:`PrivateMulticlassClassifier.audited_mu`) and its
-release file (written here; read by :func:`dpgp_gpflow.io.loading.load`, its guarantee checked by
-:func:`~dpgp_gpflow.io.card.multiclass_releases`).
+release file (written by :func:`dpgp_gpflow.io.writing.classes_writer`; read by :func:`dpgp_gpflow.io.loading.load`,
+its guarantee checked by :func:`~dpgp_gpflow.io.card.multiclass_releases`).
 """
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Dict, Optional, Sequence, Tuple, Type
 
 import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
+from ..io.writing import classes_writer, register
 from ..released import PrivateClassifier, PrivateRelease, Released
 from .dp_laplace import PrivateLaplaceClassifier, PrivateSparseClassifier
 from .one_vs_rest import OneVsRestModel, class_relation, classes_moved, one_vs_rest_probabilities
@@ -131,36 +131,6 @@ class PrivateMulticlassClassifier(Released):
         """The number of input columns it predicts at (public)."""
         return int(self._classifiers[0].readout.input_dim)
 
-    def file_content(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
-        """Every release under ``releases/<i>/`` (class by class), and per class its classifier's kind, readout
-        (``kind``, ``state``) and coordinates flag (``content.classes``), each readout's arrays by index into a
-        pool ``readout/<j>`` in which identical arrays are stored once (every class shares ``X`` and, for one
-        step or the sparse variant, every factor): docs/release_file.md#several-classes."""
-        content, arrays = super().file_content()
-        pool: Dict[Tuple[str, Tuple[int, ...], str], int] = {}
-        classes = []
-        for a, classifier in enumerate(self._classifiers):
-            kind = type(classifier).__name__
-            if CLASS_KINDS.get(kind) is not type(classifier):
-                raise NotImplementedError(f"cannot save a multi-class release of {kind}s: a release file holds "
-                                          f"{sorted(CLASS_KINDS)}")
-            own, own_arrays = classifier.file_content()
-            refs = {}
-            for name in sorted(own_arrays):
-                if not name.startswith("readout/"):
-                    continue
-                value = np.ascontiguousarray(own_arrays[name])
-                key = (value.dtype.str, value.shape, hashlib.sha256(value.tobytes()).hexdigest())
-                if key not in pool:
-                    pool[key] = len(pool)
-                    arrays[f"readout/{pool[key]}"] = value
-                refs[name[len("readout/"):]] = pool[key]
-            if own["coordinates"]:
-                arrays[f"classes/{a}/coordinates"] = own_arrays["coordinates"]
-            classes.append({"kind": kind, "readout": own["readout"], "coordinates": own["coordinates"],
-                            "readout_arrays": refs})
-        return {**content, "classes": classes}, arrays
-
     @check_shapes("return[0]: [N, K]", "return[1]: [N, K]")
     def predict_f(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray]:
         """DP latent means [k, K] and variances [k, K], NumPy: each class's public Laplace variance plus the DP
@@ -181,3 +151,5 @@ class PrivateMulticlassClassifier(Released):
 
 #: The classifier of each class a multi-class release file holds, by kind (its class name).
 CLASS_KINDS: Dict[str, Type[PrivateClassifier]] = {cls.__name__: cls for cls in (PrivateLaplaceClassifier, PrivateSparseClassifier)}
+
+register(PrivateMulticlassClassifier, classes_writer(CLASS_KINDS))  # its file: dpgp_gpflow.io.writing

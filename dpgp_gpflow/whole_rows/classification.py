@@ -37,7 +37,7 @@ import tensorflow as tf
 from ..contract import check_release_hyperparameters
 from ..exceptions import PrivacyLeakError
 from ..io.card import LABEL_BOUNDS, whole_rows_summary
-from ..io.gpflow_specs import kernel_spec
+from ..io.writing import register, whole_rows_classifier_content
 from ..measurement import measure
 from ..models.base import inducing_inputs
 from ..models.laplace import validate_labels
@@ -279,29 +279,11 @@ class WholeRowsClassifier(StatisticsRelease, Released):
                 "num_inducing": self.features.m, "num_classes": self.num_classes, "person_rows": self.person_rows,
                 "chunking": list(self.chunking), "kernel_variance": self.kernel_variance, "newton_steps": 1}
 
-    def file_content(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
-        """``(content, arrays)`` of this classifier's release file (docs/release_file.md#whole-row-classifiers): each
-        block's statistics as released (``statistics/<a>/S`` the upper triangle row by row, ``b``, ``q``; one block
-        binary, K one-vs-rest), their noise std once (every block's is the same), ``Z`` and the public pieces
-        (kernel, ``k_max``, jitter). Nothing of the rows but the released statistics."""
-        m = self.features.m
-        upper = np.triu_indices(m)
-        blocks = 1 if self.num_classes is None else self.num_classes
-        S = np.reshape(self._statistics["S"], (blocks, m, m))
-        b = np.reshape(self._statistics["b"], (blocks, m))
-        q = np.reshape(self._statistics["q"], (blocks,))
-        std = {k: np.reshape(v, (blocks, -1))[0] for k, v in self._noise_std.items()}
-        arrays = {"inducing_inputs": self.features.Z, "noise_std/S": np.reshape(std["S"], (m, m))[upper],
-                  "noise_std/b": std["b"], "noise_std/q": std["q"]}
-        for a in range(blocks):
-            arrays.update({f"statistics/{a}/S": S[a][upper], f"statistics/{a}/b": b[a],
-                           f"statistics/{a}/q": q[a:a + 1]})
-        content = {"kernel": kernel_spec(self.features.kernel), "k_max": self.features.k_max,
-                   "jitter": self.features.jitter}
-        return content, {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()}
-
     def __repr__(self) -> str:
         return whole_rows_summary(self.privacy_card())  # as ``dpgp show`` prints it from the file's card
+
+
+register(WholeRowsClassifier, whole_rows_classifier_content)  # its file: dpgp_gpflow.io.writing
 
 
 # ---------------------------------------------------------------------------------------------

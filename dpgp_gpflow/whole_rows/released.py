@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..io.card import whole_rows_summary
-from ..io.gpflow_specs import kernel_spec
+from ..io.writing import register, whole_rows_content
 from ..released import PrivatePrediction, Released
 from ..validation import as_inputs, check_real
 from .features import FeatureMap
@@ -266,29 +266,8 @@ class WholeRowsRelease(StatisticsRelease, Released):
                 "noise_variance": self.noise_variance, "lengthscales": self.lengthscales,
                 "lengthscale_candidates": None if self.selection is None else self.selection["lengthscales"]}
 
-    def file_content(self) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
-        """``(content, arrays)`` of this release's file (docs/release_file.md#whole-row-releases): the released
-        statistics as released (``S`` through its upper triangle, row by row), their noise std, ``Z``, and the
-        public pieces (kernel, ``k_max``, jitter, variances; every candidate's statistics and kernel when a grid of
-        lengthscales was released). Nothing of the rows but the released statistics."""
-        upper = np.triu_indices(self.features.m)
-        arrays = {"inducing_inputs": self.features.Z}
-        for name, a in (("statistics", self._statistics), ("noise_std", self._noise_std)):
-            arrays.update({f"{name}/S": a["S"][upper], f"{name}/b": a["b"], f"{name}/q": np.reshape(a["q"], [1])})
-        candidates = []
-        for i, c in enumerate(self.candidates):
-            st = c._statistics
-            arrays.update({f"candidates/{i}/S": st["S"][upper], f"candidates/{i}/b": st["b"],
-                           f"candidates/{i}/q": np.reshape(st["q"], [1])})
-            candidates.append(c._public_pieces())
-        content = {**self._public_pieces(), "candidates": candidates,
-                   "selection": None if self.selection is None else dict(self.selection)}
-        return content, {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()}
-
-    def _public_pieces(self) -> Dict[str, Any]:
-        return {"kernel": kernel_spec(self.features.kernel), "k_max": self.features.k_max,
-                "jitter": self.features.jitter, "variances": self.variances,
-                "kernel_variance": self.kernel_variance, "noise_variance": self.noise_variance}
-
     def __repr__(self) -> str:
         return whole_rows_summary(self.privacy_card())  # as ``dpgp show`` prints it from the file's card
+
+
+register(WholeRowsRelease, whole_rows_content)  # its file: dpgp_gpflow.io.writing
