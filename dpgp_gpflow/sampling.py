@@ -58,7 +58,8 @@ MAX_GRID_NOISE = 2.0**12
 SAMPLERS = ("exact", "float")
 
 _GRID = 2.0**GRID_EXPONENT
-_UNIT_ROUNDOFF = 2.0**-53
+#: float64's unit roundoff u = 2^-53 (round to nearest), the one value every rounding bound of the package uses.
+UNIT_ROUNDOFF = 2.0**-53
 
 
 def validate_sampler(sampler: Any) -> str:
@@ -351,7 +352,7 @@ def grid_loss(multiplier: Any, sqrt_dimension: Any) -> Any:
 
 def grid_factor_of_loss(loss: Any) -> Any:
     """:func:`gaussian_grid_factor` from its :func:`grid_loss` (floats or tensors), rounded up."""
-    return DISCRETE_GAUSSIAN_FACTOR / (1.0 - loss) * (1.0 + 4.0 * _UNIT_ROUNDOFF)
+    return DISCRETE_GAUSSIAN_FACTOR / (1.0 - loss) * (1.0 + 4.0 * UNIT_ROUNDOFF)
 
 
 def _log_theta_tail(a: float) -> float:
@@ -418,7 +419,7 @@ def add_laplace(values: Any, scales: Any, epsilon: float, seed: Optional[int] = 
         raise ValueError("values must be finite and scales positive and finite")
     if not (epsilon > 0.0 and math.isfinite(epsilon)):
         raise ValueError(f"epsilon must be positive and finite, got {epsilon}")
-    shrink = 1.0 - _GRID / epsilon - 8.0 * _UNIT_ROUNDOFF
+    shrink = 1.0 - _GRID / epsilon - 8.0 * UNIT_ROUNDOFF
     if not shrink >= 0.5:
         raise ValueError(f"epsilon={epsilon} is too small for the exact sampler's grid (2^{GRID_EXPONENT})")
     z, reproducible = laplace(values.size, seed)  # the module's one Laplace draw (tests substitute it)

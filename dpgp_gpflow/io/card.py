@@ -551,7 +551,8 @@ WHOLE_ROWS_CLASSIFIER_CARD = ("epsilon", "delta", "reproducible", "clip_to_bound
                               "newton_steps")
 #: The mechanism a whole-row classifier's card records.
 WHOLE_ROWS_CLASSIFIER_MECHANISM = "gaussian (whole-row statistics, labels)"
-#: The labels as outputs of a whole-row classifier: ``t in {-1, +1}`` in the bounds ``(-1, +1)`` (public rule).
+#: The public bounds of a binary classifier's labels ``t in {-1, +1}`` (centred at the public constant 0): every
+#: classifier's (:mod:`dpgp_gpflow.models.dp_laplace`, the whole-row classifier) and its file's.
 LABEL_BOUNDS = (-1.0, 1.0)
 
 

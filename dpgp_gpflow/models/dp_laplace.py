@@ -57,6 +57,7 @@ from ..cloaking import DEFAULT_TOL
 from ..contract import ReleaseTerms, check_release_hyperparameters, dense_map
 from ..pipeline import cloak_outputs
 from ..composition import gdp_composition, gdp_step_multiplier, gdp_step_request
+from ..io.card import LABEL_BOUNDS
 from ..measurement import Measurement, StepDraws, measure, stepwise
 from ..mechanisms import ReleaseRequest, release_request
 from ..neighbours import relation
@@ -89,8 +90,6 @@ __all__ = [
 
 #: How far one private label can move: from -1 to +1.
 LABEL_SENSITIVITY = 2.0
-#: Public bounds of the labels (centred at the public constant 0).
-LABEL_BOUNDS = (-1.0, 1.0)
 
 
 # ---------------------------------------------------------------------------------------------

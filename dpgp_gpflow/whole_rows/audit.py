@@ -27,6 +27,7 @@ from typing import Any, Dict, List, NamedTuple, Tuple
 import numpy as np
 
 from ..relations import largest_person
+from ..sampling import UNIT_ROUNDOFF
 from ..streaming.chunks import DEFAULT_CHUNK_SIZE
 from .bounds import joint_bound, part_bounds
 from .design import validate_box
@@ -36,7 +37,6 @@ from .statistics import RowStatistics, grid_statistics, sufficient_statistics
 
 __all__: List[str] = []  # internal: dpgp_gpflow.audit calls whole_rows_audit
 
-_UNIT_ROUNDOFF = 2.0**-53
 #: Relative spread allowed between the noise std of entries that the mechanism gives the same noise.
 STD_RTOL = 1e-12
 
@@ -74,7 +74,7 @@ def _mu(stds: Dict[str, float], width: float, person_rows: int, blocks: int, m: 
     """``mu`` of ``blocks`` blocks each carrying the part noise ``stds`` (:func:`audited_mu`)."""
     a2 = [(bound / stds[p]) ** 2 for p, bound in zip("Sbq", part_bounds(width))]
     total = math.fsum(a2)
-    rounding = (1.0 + (m + 4) * _UNIT_ROUNDOFF) ** 2
+    rounding = (1.0 + (m + 4) * UNIT_ROUNDOFF) ** 2
     return person_rows * math.sqrt(blocks * total * joint_bound(a2)) * rounding
 
 

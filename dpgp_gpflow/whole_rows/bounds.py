@@ -16,7 +16,7 @@ from typing import Any, Dict, NamedTuple, Tuple
 import numpy as np
 
 from ..calibration import SENSITIVITY_SAFETY
-from ..sampling import gaussian_grid_factor
+from ..sampling import UNIT_ROUNDOFF, gaussian_grid_factor
 
 __all__ = ["DEFAULT_SHARES"]
 
@@ -35,8 +35,6 @@ PARTS = ("S", "b", "q")
 #: A release whose floating-point slack (:func:`rounding_factor`) would exceed this is refused.
 MAX_ROUNDING_SLACK = 0.01
 
-
-_UNIT_ROUNDOFF = 2.0**-53
 
 
 class Scales(NamedTuple):
@@ -116,7 +114,7 @@ def rounding_slack(num_rows: int, chunk_rows: int, num_chunks: int, dimension: i
     units where each row's term of each entry has magnitude at most 1. ``FloatingPointError`` when it exceeds
     :data:`MAX_ROUNDING_SLACK` (use smaller chunks). Public."""
     n, c = int(num_rows), int(chunk_rows)
-    steps = (c + int(num_chunks) + 8) * _UNIT_ROUNDOFF
+    steps = (c + int(num_chunks) + 8) * UNIT_ROUNDOFF
     if not steps < 0.5:
         raise FloatingPointError(f"chunks of {c} rows are too long for a float64 sum")
     slack = 2.0 * math.sqrt(int(dimension)) * steps * n / (1.0 - steps)
@@ -155,7 +153,7 @@ def rounding_factor(num_rows: int, chunk_rows: int, num_chunks: int, m: int) -> 
     most ``(1 + (M + 4) u)^2 + 2 sqrt(K) t``, times :data:`~dpgp_gpflow.mechanisms.rounding.SENSITIVITY_SAFETY`.
     ``FloatingPointError`` when the slack exceeds :data:`MAX_ROUNDING_SLACK` (use smaller chunks). Public."""
     slack = rounding_slack(num_rows, chunk_rows, num_chunks, statistic_dimension(m))
-    return ((1.0 + (int(m) + 4) * _UNIT_ROUNDOFF) ** 2 + slack) * SENSITIVITY_SAFETY
+    return ((1.0 + (int(m) + 4) * UNIT_ROUNDOFF) ** 2 + slack) * SENSITIVITY_SAFETY
 
 
 def release_sensitivity(shares: Any, *, m: int, num_rows: int, chunk_rows: int, num_chunks: int,
@@ -167,7 +165,7 @@ def release_sensitivity(shares: Any, *, m: int, num_rows: int, chunk_rows: int, 
     :data:`~dpgp_gpflow.mechanisms.rounding.SENSITIVITY_SAFETY`. Public."""
     exact = person_sensitivity(shares, person_rows, blocks)
     slack = rounding_slack(num_rows, chunk_rows, num_chunks, int(blocks) * statistic_dimension(m))
-    return (exact * (1.0 + (int(m) + 4) * _UNIT_ROUNDOFF) ** 2 + slack) * SENSITIVITY_SAFETY
+    return (exact * (1.0 + (int(m) + 4) * UNIT_ROUNDOFF) ** 2 + slack) * SENSITIVITY_SAFETY
 
 
 
