@@ -25,7 +25,8 @@ and ``whole_rows_scale``'s medians, which validates the simulation. Every other 
   same (epsilon, delta) under Gaussian-DP composition) and ``u_j = (lambda I + S^)^{-1} (b~_j + S^ u_{j-1})``.
   ``R_j = z sqrt(sigma^2 + v_{j-1})`` is public: ``v_{j-1}`` is the mean over the histogram's cell centres of the
   first-order DP-noise variance of the previous estimate (the package's ``V_DP``, post-processing of the earlier
-  releases). ``z = 2`` was chosen among {1.5, 2, 3, 4} and the fractions among a few splits on these same rows
+  releases; with a histogram first, weighted by the noised counts). ``z = 2`` was chosen among {1.5, 2, 3, 4},
+  the fractions among a few splits and the histogram variant's scale 1.5 among {1, 1.5, 2} on these same rows
   (optimistic figures: an upper estimate of what such a scheme gives, not a tuned result);
 * **ceiling of the residual schemes** (an oracle): one residual release at the whole budget around the
   non-private ``u*`` with ``R = 2 sigma`` (public): what a perfect first stage would allow.
@@ -164,37 +165,43 @@ def constants(shares=DEFAULT_SHARES, floor_scale=FLOOR_SCALE, aware=False):
 
 
 def histogram_first(p, mu, rng, shares=DEFAULT_SHARES):
-    """``(S^, b~, sigma_b)``: noised cell counts on the public grid (sensitivity sqrt 2) and ``b`` in one
-    Gaussian-DP budget ``mu`` (squared shares as the package's; ``q``'s share unused here)."""
+    """``(S^, b~, sigma_b, counts~)``: noised cell counts on the public grid (sensitivity sqrt 2, floored at 0) and
+    ``b`` in one Gaussian-DP budget ``mu`` (squared shares as the package's; ``q``'s share unused here)."""
     w_S2, w_b2, _ = validate_shares(shares)
     counts = np.maximum(p.counts + math.sqrt(2.0) / (mu * math.sqrt(w_S2)) * rng.standard_normal(p.counts.size), 0.0)
     b_std = p.d / (mu * math.sqrt(w_b2))
-    return (p.Pc * counts[:, None]).T @ p.Pc, p.b + b_std * rng.standard_normal(p.M), b_std
+    return (p.Pc * counts[:, None]).T @ p.Pc, p.b + b_std * rng.standard_normal(p.M), b_std, counts
 
 
 def histogram(p, mu, rng):
-    S_hat, b, b_std = histogram_first(p, mu, rng)
+    S_hat, b, b_std, _ = histogram_first(p, mu, rng)
     return _aware(S_hat, b, p.lam, b_std**2 / p.kernel_variance)
 
 
-def residuals(fractions, first="release"):
-    """Release 1 at ``f_1 mu^2``, then residual releases at ``f_j mu^2`` with the public ``R_j`` (docstring)."""
+def residuals(fractions, first="release", scale=1.0):
+    """Release 1 at ``f_1 mu^2``, then residual releases at ``f_j mu^2`` with the public ``R_j`` (docstring). With
+    ``first="histogram"`` the first release is :func:`histogram_first`, every solve is noise-aware, the solves use
+    ``scale * S^`` (an over-estimate keeps the iteration contracting when ``S^`` under-estimates ``S``: it
+    converges when ``S < 2 scale S^ + lambda I``) and ``v`` is averaged with the noised counts as weights."""
     def run(p, mu, rng):
         mu1 = mu * math.sqrt(fractions[0])
         if first == "release":
             S_hat, b, b_std, offdiag = one_release(p, mu1, rng)
-            solve = lambda rhs, std: _ridge(S_hat, rhs, p.lam)  # noqa: E731
+            weights = np.full(p.Pc.shape[0], 1.0 / p.Pc.shape[0])
+            solve = lambda S, rhs, std: _ridge(S, rhs, p.lam)  # noqa: E731
         else:
-            (S_hat, b, b_std), offdiag = histogram_first(p, mu1, rng), 0.0
-            solve = lambda rhs, std: _aware(S_hat, rhs, p.lam, std**2 / p.kernel_variance)  # noqa: E731
-        u = solve(b, b_std)
+            S_hat, b, b_std, counts = histogram_first(p, mu1, rng)
+            offdiag, weights = 0.0, counts / max(float(np.sum(counts)), 1e-300)
+            solve = lambda S, rhs, std: _aware(S, rhs, p.lam, std**2 / p.kernel_variance)  # noqa: E731
+        u = solve(S_hat, b, b_std)
+        P = scale * S_hat
         for f in fractions[1:]:
-            H = np.linalg.solve(S_hat + p.lam * np.eye(p.M), p.Pc.T)  # [M, cells]
-            v = float(np.mean((b_std**2 + offdiag**2 * (u @ u)) * np.sum(H * H, axis=0) + offdiag**2 * (u @ H) ** 2))
+            H = np.linalg.solve(P + p.lam * np.eye(p.M), p.Pc.T)  # [M, cells]
+            v = float(weights @ ((b_std**2 + offdiag**2 * (u @ u)) * np.sum(H * H, axis=0) + offdiag**2 * (u @ H) ** 2))
             R = min(Z_RESIDUAL * math.sqrt(p.noise_variance + v), p.d)
             b_std, offdiag = 2.0 * R / (mu * math.sqrt(f)), 0.0
             b_j = p.Phi.T @ np.clip(p.yc - p.Phi @ u, -R, R) + b_std * rng.standard_normal(p.M)
-            u = solve(b_j + S_hat @ u, b_std)
+            u = solve(P, b_j + P @ u, b_std)
         return u
     return run
 
@@ -221,6 +228,8 @@ VARIANTS = (
     ("3 releases (0.5, 0.25, 0.25), residuals, public R", residuals((0.5, 0.25, 0.25))),
     ("4 releases (0.4, 0.2, 0.2, 0.2), residuals, public R", residuals((0.4, 0.2, 0.2, 0.2))),
     ("3 releases, histogram S first, residuals, public R", residuals((0.5, 0.25, 0.25), first="histogram")),
+    ("5 releases (0.3, 0.15, 0.15, 0.15, 0.25), histogram S first (x 1.5), residuals, public R",
+     residuals((0.3, 0.15, 0.15, 0.15, 0.25), first="histogram", scale=1.5)),
     ("ceiling: one residual release around the exact u*, R = 2 sigma", ceiling),
 )
 
