@@ -31,6 +31,7 @@ from ..sampling import UNIT_ROUNDOFF
 from ..streaming.chunks import DEFAULT_CHUNK_SIZE
 from .bounds import joint_bound, part_bounds
 from .design import validate_box
+from .features import kernel_bound
 from .classification import LABEL_BOUNDS, LabelStatistics, OneVsRestStatistics, WholeRowsClassifier
 from .release import model_rows
 from .statistics import RowStatistics, grid_statistics, sufficient_statistics
@@ -78,6 +79,15 @@ def _mu(stds: Dict[str, float], width: float, person_rows: int, blocks: int, m: 
     return person_rows * math.sqrt(blocks * total * joint_bound(a2)) * rounding
 
 
+def check_kernel_bound(features: Any, box: np.ndarray) -> None:
+    """``ValueError`` unless the release's ``k_max`` is its kernel's public bound on ``k(x, x)`` over the model's
+    box, recomputed here (:func:`~dpgp_gpflow.whole_rows.features.kernel_bound`), never read from the release."""
+    expected = kernel_bound(features.kernel, box)
+    if not math.isclose(float(features.k_max), expected, rel_tol=1e-12):
+        raise ValueError(f"the release's k_max {float(features.k_max):.17g} is not its kernel's bound on k(x, x) over "
+                         f"the model's box, {expected:.17g}: audit it against the model it was released from")
+
+
 def _whitened(release: Any, statistics: Dict[str, Any]) -> np.ndarray:
     """The released vector's entries (``S`` through its upper triangle) divided by their noise std."""
     return _whitened_block(release.statistics_noise_std, statistics, release.features.m)
@@ -122,6 +132,7 @@ def whole_rows_audit(release: Any, model: Any) -> WholeRowsAudit:
     source, _ = model_rows(model, None, DEFAULT_CHUNK_SIZE)
     released, recomputed = [], []
     for c in release.candidates or (release,):
+        check_kernel_bound(c.features, box)
         exact = sufficient_statistics(source, RowStatistics(c.features, box, (lo, hi), clip_inputs=model.clip_inputs))
         released.append(_whitened(c, c.statistics))
         recomputed.append(_whitened(c, {"S": exact.S, "b": exact.b, "q": exact.q}))
@@ -153,6 +164,7 @@ def classifier_audit(release: Any, model: Any) -> WholeRowsAudit:
             or not np.array_equal(box, release.x_bounds)):
         raise ValueError("the model's number of classes, inducing inputs or box are not the release's: audit it "
                          "against the model it was released from")
+    check_kernel_bound(release.features, box)
     B = 1 if num_classes is None else int(num_classes)
     std = release.statistics_noise_std
     stds = _blocks(std, B)

@@ -306,7 +306,7 @@ def release_classifier_rows(source: ChunkSource, kernel: Any, inducing_inputs: A
                                            seed, groups)
     if num_classes is not None:
         validate_class_labels(np.zeros(0, np.int64), num_classes, 0)  # num_classes alone
-    features = feature_map(kernel, Z)  # a model's repeated releases reuse the public map
+    features = feature_map(kernel, Z, box)  # a model's repeated releases reuse the public map
     classes = [None] if num_classes is None else list(range(int(num_classes)))
     blocks = [LabelStatistics(features, box, label=a, num_classes=num_classes, clip_inputs=clip_inputs)
               for a in classes]
@@ -321,7 +321,7 @@ def release_classifier_rows(source: ChunkSource, kernel: Any, inducing_inputs: A
         if int(getattr(source, "num_outputs", 1)) == 1:  # else refused by the release's own checks
             source.map_reduce(blocks[0].check_labels, operator.add)
 
-    public = (lambda: kernel_bound(kernel), lambda: check_public_inducing_inputs(Z))
+    public = (lambda: kernel_bound(kernel, box), lambda: check_public_inducing_inputs(Z))
     measurement = statistics_measurement(request, source, rows, shares=shares, then=released,
                                          checks=(*public, *checks, labels), groups=groups)
     return measure(measurement, accountant)

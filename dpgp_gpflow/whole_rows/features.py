@@ -39,25 +39,70 @@ from ..validation import parameter_value
 __all__: list[str] = []  # internal: the package imports these names by name
 
 
-def kernel_bound(kernel: gpflow.kernels.Kernel) -> float:
-    """The public bound ``k_max >= k(x, x)`` over every input (so over any box): a stationary kernel's
-    ``variance`` (``k(x, x)`` is that everywhere), a ``Constant`` kernel's, and for ``Sum`` / ``Product`` of
-    such kernels the sum / product of their bounds. Any other kernel is refused with one line naming it
-    (``NotImplementedError``): its ``k(x, x)`` varies with ``x`` and needs a bound over the box that this
-    release does not compute yet. Public: reads the kernel's parameters only."""
+def kernel_bound(kernel: gpflow.kernels.Kernel, x_bounds: Any = None) -> float:
+    """The public bound ``k_max >= k(x, x)`` for every ``x`` in the box ``x_bounds`` ([D, 2]; None: no box, then
+    only kernels whose ``k(x, x)`` is the same everywhere have one), attained where the kernel allows:
+
+    * stationary kernels (and ``Periodic`` of one), ``Constant``: the ``variance`` (``k(x, x)`` everywhere);
+    * ``Linear``: ``sum_d variance_d max(lo_d^2, hi_d^2)`` over its active columns of the box (at a corner);
+    * ``Polynomial``: ``(s_max + offset)^degree`` with ``s_max`` the ``Linear`` part's bound (``offset >= 0``
+      and a whole ``degree >= 1``: increasing in ``s >= 0``, so also at a corner);
+    * ``Sum`` / ``Product``: the sum / product of their kernels' bounds (each ``k_i(x, x) >= 0``).
+
+    Any other kernel (``ArcCosine``, ``ChangePoints``, ``White``, multi-output kernels, ...) is refused with one
+    line naming it (``NotImplementedError``), as is a kernel that needs the box when none is given. Public:
+    reads the kernel's parameters and the box only."""
+    box = None if x_bounds is None else np.asarray(x_bounds, dtype=np.float64)
     if isinstance(kernel, gpflow.kernels.Sum):
-        return float(sum(kernel_bound(k) for k in kernel.kernels))
+        return float(sum(kernel_bound(k, box) for k in kernel.kernels))
     if isinstance(kernel, gpflow.kernels.Product):
-        return float(np.prod([kernel_bound(k) for k in kernel.kernels]))
+        return float(np.prod([kernel_bound(k, box) for k in kernel.kernels]))
+    if isinstance(kernel, gpflow.kernels.Periodic):
+        return kernel_bound(kernel.base_kernel, box)
     if isinstance(kernel, (gpflow.kernels.Stationary, gpflow.kernels.Constant)):
-        variance = float(np.asarray(parameter_value(kernel.variance), dtype=np.float64))
-        if not (np.isfinite(variance) and variance > 0.0):
-            raise ValueError(f"the kernel's variance must be finite and > 0, got {variance}")
-        return variance
+        return _positive("variance", parameter_value(kernel.variance))
+    if isinstance(kernel, gpflow.kernels.Linear):  # Polynomial too
+        hi = _linear_bound(kernel, box)
+        if not isinstance(kernel, gpflow.kernels.Polynomial):
+            return _positive("bound", hi)
+        offset = float(np.asarray(parameter_value(kernel.offset), dtype=np.float64))
+        degree = float(np.asarray(kernel.degree, dtype=np.float64))
+        if not (np.isfinite(offset) and offset >= 0.0):
+            raise ValueError(f"the Polynomial kernel's offset must be finite and >= 0, got {offset}")
+        if not (np.isfinite(degree) and degree >= 1.0 and degree == round(degree)):
+            raise NotImplementedError(f"whole-row privacy takes a Polynomial kernel of whole degree >= 1, got "
+                                      f"degree {degree:g}")
+        # t^degree is increasing in t = s + offset >= 0: largest at s = s_max
+        return _positive("bound", (hi + offset) ** degree)
     raise NotImplementedError(
-        f"whole-row privacy needs a public bound on k(x, x), and {type(kernel).__module__}.{type(kernel).__qualname__} "
-        "has none here: use a stationary kernel (SquaredExponential, Matern12/32/52, RationalQuadratic, Exponential, "
-        "Cosine), Constant, or a Sum / Product of them")
+        f"whole-row privacy needs a public bound on k(x, x) over the box, and {type(kernel).__module__}."
+        f"{type(kernel).__qualname__} has none here: use a stationary kernel (SquaredExponential, Matern12/32/52, "
+        "RationalQuadratic, Exponential, Cosine, Periodic of one), Constant, Linear, Polynomial, or a Sum / Product "
+        "of them")
+
+
+def _positive(what: str, value: Any) -> float:
+    value = float(np.asarray(value, dtype=np.float64))
+    if not (np.isfinite(value) and value > 0.0):
+        raise ValueError(f"the kernel's {what} must be finite and > 0, got {value}")
+    return value
+
+
+def _linear_bound(kernel: gpflow.kernels.Linear, box: Optional[np.ndarray]) -> float:
+    """The largest value over the box of a ``Linear`` kernel's ``k(x, x) = sum_d variance_d x_d^2`` (its active
+    columns of the box; ARD or one variance): each ``x_d^2`` is largest at the end of its interval farther
+    from 0."""
+    if box is None:
+        raise NotImplementedError(f"the k(x, x) of a {type(kernel).__name__} kernel grows with |x|: its bound needs "
+                                  "the public box (kernel_bound(kernel, x_bounds))")
+    if box.ndim != 2 or box.shape[1] != 2 or not np.all(np.isfinite(box)):
+        raise ValueError(f"x_bounds must be a finite [D, 2] array, got shape {box.shape}")
+    columns = np.arange(box.shape[0])[kernel.active_dims]
+    lo, hi = box[columns, 0], box[columns, 1]
+    variance = np.broadcast_to(np.asarray(parameter_value(kernel.variance), dtype=np.float64), lo.shape)
+    if not np.all(np.isfinite(variance) & (variance > 0.0)):
+        raise ValueError(f"the Linear kernel's variance must be finite and > 0, got {variance}")
+    return float(np.sum(variance * np.maximum(lo ** 2, hi ** 2)))
 
 
 @check_shapes("Z: [M, D]", "return: [M, M]")
@@ -92,17 +137,17 @@ class FeatureMap:
     the jitter, with ``L`` computed once. It pickles through the kernel's release-file specification
     (:func:`~dpgp_gpflow.io.gpflow_specs.kernel_spec`), so Dask workers rebuild exactly the same public map.
 
-    ``k_max`` (default :func:`kernel_bound`) must bound ``k(x, x)``; a larger public value is safe (smaller
+    ``k_max`` (default :func:`kernel_bound` over the box ``x_bounds``) must bound ``k(x, x)`` there; a larger public value is safe (smaller
     features), a smaller one is clipped by the unit-norm rescaling and changes the model, never the privacy.
     """
 
     def __init__(self, kernel: gpflow.kernels.Kernel, Z: Any, *, jitter: Optional[float] = None,
-                 k_max: Optional[float] = None) -> None:
+                 k_max: Optional[float] = None, x_bounds: Any = None) -> None:
         self.Z = np.array(Z, dtype=np.float64, copy=True)
         if self.Z.ndim != 2 or self.Z.shape[0] < 1 or not np.all(np.isfinite(self.Z)):
             raise ValueError(f"Z must be a finite [M, D] array with M >= 1, got shape {self.Z.shape}")
         self.kernel = gpflow.utilities.freeze(kernel)
-        self.k_max = kernel_bound(kernel) if k_max is None else float(k_max)
+        self.k_max = kernel_bound(kernel, x_bounds) if k_max is None else float(k_max)
         if not (np.isfinite(self.k_max) and self.k_max > 0.0):
             raise ValueError(f"k_max must be finite and > 0, got {self.k_max}")
         self.jitter = float(gpflow.config.default_jitter() if jitter is None else jitter)
@@ -192,10 +237,10 @@ def _kernels(kernel: Any) -> Tuple[Any, ...]:
     return (kernel, *(k for sub in inner for k in _kernels(sub)))
 
 
-def _map_key(kernel: gpflow.kernels.Kernel, Z: np.ndarray) -> Optional[Tuple[Any, ...]]:
+def _map_key(kernel: gpflow.kernels.Kernel, Z: np.ndarray, box: Optional[np.ndarray]) -> Optional[Tuple[Any, ...]]:
     """What a :class:`FeatureMap` of ``kernel`` and ``Z`` at the default jitter depends on: the kernel object, every
-    parameter's unconstrained value and transform (read without the transform: cheap), every kernel's class and
-    ``active_dims``, ``Z`` and the jitter. None (do not reuse) when a transform has variables of its own."""
+    parameter's unconstrained value and transform (read without the transform: cheap), every kernel's class,
+    ``active_dims`` and (Polynomial) degree, ``Z``, the box (``k_max``) and the jitter. None (do not reuse) when a transform has variables of its own."""
     values = []
     for path, p in gpflow.utilities.parameter_dict(kernel).items():
         transform = getattr(p, "transform", None)
@@ -205,25 +250,29 @@ def _map_key(kernel: gpflow.kernels.Kernel, Z: np.ndarray) -> Optional[Tuple[Any
         values.append((path, type(transform), id(transform), np.asarray(raw.numpy()).tobytes()))
     # every kernel's class and active_dims: a kernel inside a Sum replaced by another class sharing the same
     # Parameter objects changes the key
-    dims = tuple((type(k), repr(getattr(k, "active_dims", None))) for k in _kernels(kernel))
-    return (id(kernel), type(kernel), tuple(values), dims, Z.shape, Z.tobytes(), gpflow.config.default_jitter())
+    dims = tuple((type(k), repr(getattr(k, "active_dims", None)), repr(getattr(k, "degree", None)))
+                 for k in _kernels(kernel))
+    where = None if box is None else (box.shape, box.tobytes())
+    return (id(kernel), type(kernel), tuple(values), dims, Z.shape, Z.tobytes(), where, gpflow.config.default_jitter())
 
 
-def feature_map(kernel: gpflow.kernels.Kernel, Z: Any) -> FeatureMap:
-    """``FeatureMap(kernel, Z)`` (default jitter and ``k_max``), the same object again when this kernel object, with
-    the same parameter values, was mapped on the same ``Z`` before in this process: a map is public and immutable
+def feature_map(kernel: gpflow.kernels.Kernel, Z: Any, x_bounds: Any = None) -> FeatureMap:
+    """``FeatureMap(kernel, Z, x_bounds=x_bounds)`` (default jitter; ``k_max`` the kernel's bound over the box), the
+    same object again when this kernel object, with the same parameter values, was mapped on the same ``Z`` and
+    box before in this process: a map is public and immutable
     (a frozen copy of the kernel), so repeated releases of one model skip the kernel's freezing and the Cholesky
     factor, and from the second on use the compiled features (:meth:`FeatureMap.compile`). Public: kernel and
     ``Z`` only."""
     Z = np.asarray(Z, dtype=np.float64)
-    key = _map_key(kernel, Z) if Z.ndim == 2 else None
+    box = None if x_bounds is None else np.asarray(x_bounds, dtype=np.float64)
+    key = _map_key(kernel, Z, box) if Z.ndim == 2 else None
     if key is None:
-        return FeatureMap(kernel, Z)
+        return FeatureMap(kernel, Z, x_bounds=box)
     hit = _MAPS.get(key)
     if hit is not None and hit[0]() is kernel:  # the same object (an id is reused only after it died)
         _MAPS.move_to_end(key)
         return hit[1].compile()
-    features = FeatureMap(kernel, Z)
+    features = FeatureMap(kernel, Z, x_bounds=box)
     _MAPS[key] = (weakref.ref(kernel), features)
     while len(_MAPS) > MAP_CACHE_SIZE:
         _MAPS.popitem(last=False)

@@ -40,7 +40,7 @@ def private_input_data(data: Any, kernel: Any, inducing_variable: Any, x_bounds:
     if not is_dask_array(X):
         X = as_inputs("X", X)
     box = validate_box(x_bounds, int(X.shape[1]) if len(X.shape) == 2 else None)
-    kernel_bound(kernel)
+    kernel_bound(kernel, box)  # refuses a kernel without a public bound on k(x, x) over the box
     check_public_inducing_inputs(inducing_inputs(inducing_variable, box.shape[0]))
     if not is_dask_array(X):
         X, outside = clip_private_inputs(X, box, clip_inputs)

@@ -82,7 +82,7 @@ def public_setup(source: Any, kernel: Any, inducing_inputs: Any, x_bounds: Any, 
         groups = getattr(source, "groups", None)
     Z = np.asarray(inducing_inputs, dtype=np.float64)
     box = validate_box(x_bounds, Z.shape[1] if Z.ndim == 2 else None)
-    kernel_bound(kernel)  # refuses a kernel without a public bound on k(x, x), in one line
+    kernel_bound(kernel, box)  # refuses a kernel without a public bound on k(x, x) over the box, in one line
     check_public_inducing_inputs(Z)
     return request, groups, Z, box
 
@@ -125,7 +125,7 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
         validate_noise_variance(noise_variance)
     candidates = _lengthscale_candidates(lengthscales, kernel, box)
     kernels = [kernel] if candidates is None else [with_lengthscales(kernel, v) for v in candidates]
-    maps = [feature_map(k, Z) for k in kernels]
+    maps = [feature_map(k, Z, box) for k in kernels]
     if variances == "given" and kernel_variance is None:
         kernel_variance = maps[0].k_max
     grid = [RowStatistics(features, box, bounds, clip_inputs=clip_inputs) for features in maps]
@@ -144,7 +144,7 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
         return releases[chosen].with_selection(tuple(releases), candidates, fitted, chosen)
 
     public = (lambda: validate_box(box, maps[0].input_dim), lambda: validate_bounds(bounds),
-              lambda: [kernel_bound(k) for k in kernels], lambda: check_public_inducing_inputs(Z))
+              lambda: [kernel_bound(k, box) for k in kernels], lambda: check_public_inducing_inputs(Z))
     measurement = statistics_measurement(request, source, grid[0] if candidates is None else GridStatistics(grid),
                                          shares=shares, then=released, checks=(*public, *checks), groups=groups)
     return measure(measurement, accountant)
@@ -201,7 +201,7 @@ def release_model(model: Any, *, epsilon: float, delta: float, calibration: str 
     if lengthscales is None:
         lengthscales = "default" if _unset_lengthscales(model.kernel) else "kernel"
     given = variances == "given"
-    kernel_variance = kernel_bound(model.kernel) if given else None
+    kernel_variance = kernel_bound(model.kernel, model.x_bounds) if given else None
     noise_variance = float(parameter_value(model.likelihood.variance)) if given else None
     rows, groups = model_rows(model, source, chunk_size)
     return release_rows(rows, model.kernel, parameter_value(model.inducing_variable.Z), x_bounds=model.x_bounds,

@@ -95,3 +95,24 @@ def test_another_models_public_pieces_are_refused(released):
                   x_bounds=BOX, private_inputs=True)
     with pytest.raises(ValueError, match="not the release's"):
         dp.audit(release, wide)
+
+
+def test_a_linear_plus_se_release_works_end_to_end_and_its_audit_recomputes_the_bound_over_the_box():
+    """k(x, x) of Linear + SE varies over the box: k_max is Linear's variance times the larger end's square plus
+    SE's variance (closed form here), the release predicts anywhere, and the audit recomputes k_max from the
+    kernel and the model's box (a release whose k_max is not that bound is refused)."""
+    kernel = gpflow.kernels.Linear(variance=0.01) + gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=2.0)
+    model = DPSGPR((X, Y), kernel, Z, noise_variance=0.05, y_bounds=(0.0, 1.0), x_bounds=BOX, private_inputs=True,
+                   hyperparameters_public=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dp.ReproducibleNoiseWarning)
+        release = model.release_function(epsilon=1.0, delta=1e-3, seed=1)
+    assert release.features.k_max == pytest.approx(0.01 * 10.0**2 + 1.0, rel=1e-14)
+    mean, var = release.predict_f(np.linspace(0.0, 10.0, 7)[:, None])
+    assert mean.shape == (7, 1) and np.all(np.isfinite(mean)) and np.all(var > 0.0)
+    report = dp.audit(release, model)
+    assert report.passed and report.noise_test == "passed"
+    forged = copy.copy(release)
+    forged.features = wr.FeatureMap(release.features.kernel, Z, k_max=1.0)  # the SE part's bound alone
+    with pytest.raises(ValueError, match="k_max"):
+        dp.audit(forged, model)

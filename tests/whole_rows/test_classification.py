@@ -286,9 +286,9 @@ def test_refusals_charge_nothing():
     with pytest.raises(NotImplementedError, match="full-GP classifiers"):
         dp.models.DPMulticlassLaplaceGPC((X1, (Y1[:, 0] > 0).astype(int)), kernel, num_classes=2, private_inputs=True)
     with pytest.raises(NotImplementedError, match="bound on k"):
-        dp.models.DPSparseLaplaceGPC((X1, Y1), gpflow.kernels.Linear(), Zt, **build)
+        dp.models.DPSparseLaplaceGPC((X1, Y1), gpflow.kernels.ArcCosine(), Zt, **build)
     with pytest.raises(NotImplementedError, match="bound on k"):
-        dp.models.DPSparseMulticlassLaplaceGPC((X1, (Y1[:, 0] > 0).astype(int)), gpflow.kernels.Linear(), Zt,
+        dp.models.DPSparseMulticlassLaplaceGPC((X1, (Y1[:, 0] > 0).astype(int)), gpflow.kernels.ArcCosine(), Zt,
                                                num_classes=2, **build)
     with pytest.raises(ValueError, match="outside the public box"):
         dp.models.DPSparseLaplaceGPC((X1 * 2.0, Y1), kernel, Zt, clip_inputs=False, **build)

@@ -23,13 +23,68 @@ def test_kernel_bound_is_k_of_x_x_for_stationary_kernels_and_their_sums_and_prod
         np.testing.assert_allclose(kernel(X, full_cov=False).numpy(), wr.kernel_bound(kernel), rtol=1e-12)
 
 
-@pytest.mark.parametrize("kernel", [gpflow.kernels.Linear(), gpflow.kernels.Polynomial(),
-                                    gpflow.kernels.SquaredExponential() + gpflow.kernels.Linear()])
-def test_a_kernel_without_a_bound_is_refused_in_one_line_naming_it(kernel):
+def _box_points(box, num=41):
+    """A dense grid over the box and every corner of it (brute force for the largest k(x, x))."""
+    axes = [np.linspace(lo, hi, num) for lo, hi in box]
+    grid = np.stack([g.reshape(-1) for g in np.meshgrid(*axes, indexing="ij")], axis=1)
+    corners = np.array(np.meshgrid(*[(lo, hi) for lo, hi in box], indexing="ij")).reshape(len(box), -1).T
+    return grid, corners
+
+
+VARYING = {
+    "linear": lambda: gpflow.kernels.Linear(variance=0.7),
+    "linear-ard-active": lambda: gpflow.kernels.Linear(variance=[0.3, 2.0], active_dims=[0, 2]),
+    "polynomial-3": lambda: gpflow.kernels.Polynomial(degree=3.0, variance=0.2, offset=0.5),
+    "polynomial-2-sliced": lambda: gpflow.kernels.Polynomial(degree=2.0, variance=[1.5, 0.1], offset=2.0,
+                                                             active_dims=slice(1, 3)),
+    "linear+se": lambda: gpflow.kernels.Linear(variance=0.4) + gpflow.kernels.SquaredExponential(variance=2.0),
+    "polynomial*matern": lambda: gpflow.kernels.Polynomial(degree=1.0, offset=0.1) * gpflow.kernels.Matern32(variance=3.0),
+}
+#: a box whose columns lie left of 0, across it (the larger end negative) and right of 0
+VARYING_BOX = [(-4.0, -1.5), (-3.0, 2.0), (0.5, 2.5)]
+
+
+@pytest.mark.parametrize("name", sorted(VARYING))
+def test_the_bound_of_a_varying_kernel_holds_over_the_box_and_is_attained_at_a_corner(name):
+    kernel = VARYING[name]()
+    bound = wr.kernel_bound(kernel, VARYING_BOX)
+    grid, corners = _box_points(VARYING_BOX)
+    on_grid = kernel(grid, full_cov=False).numpy()
+    at_corners = kernel(corners, full_cov=False).numpy()
+    assert on_grid.max() <= bound * (1 + 1e-12)
+    np.testing.assert_allclose(at_corners.max(), bound, rtol=1e-12)  # exact: the largest k(x, x) of the box
+    assert wr.FeatureMap(kernel, Z=np.zeros((1, 3)), x_bounds=VARYING_BOX).k_max == pytest.approx(bound, rel=1e-15)
+
+
+def test_the_linear_bound_is_the_closed_form_per_active_column():
+    kernel = gpflow.kernels.Linear(variance=[0.3, 2.0], active_dims=[0, 2])
+    expected = 0.3 * 4.0**2 + 2.0 * 2.5**2  # columns 0 and 2: the ends farther from 0
+    assert wr.kernel_bound(kernel, VARYING_BOX) == pytest.approx(expected, rel=1e-15)
+    poly = gpflow.kernels.Polynomial(degree=2.0, variance=0.5, offset=1.0)
+    assert wr.kernel_bound(poly, VARYING_BOX) == pytest.approx((0.5 * (16.0 + 9.0 + 6.25) + 1.0) ** 2, rel=1e-14)
+
+
+def test_a_periodic_kernel_is_bounded_by_its_base_kernels_variance():
+    kernel = gpflow.kernels.Periodic(gpflow.kernels.SquaredExponential(variance=2.5), period=3.0)
+    assert wr.kernel_bound(kernel) == pytest.approx(2.5)
+    X = np.random.default_rng(0).uniform(-50, 50, (40, 1))
+    np.testing.assert_allclose(kernel(X, full_cov=False).numpy(), 2.5, rtol=1e-12)
+
+
+@pytest.mark.parametrize("kernel, box, named", [
+    (gpflow.kernels.ArcCosine(), [(0.0, 1.0)], "ArcCosine"),
+    (gpflow.kernels.White(), [(0.0, 1.0)], "White"),
+    (gpflow.kernels.ChangePoints([gpflow.kernels.Linear(), gpflow.kernels.SquaredExponential()], [0.5]), [(0.0, 1.0)],
+     "ChangePoints"),
+    (gpflow.kernels.Linear(), None, "Linear"),  # grows with |x|: needs the box
+    (gpflow.kernels.SquaredExponential() + gpflow.kernels.Polynomial(), None, "Polynomial"),
+    (gpflow.kernels.Polynomial(degree=2.5), [(0.0, 1.0)], "degree 2.5"),
+])
+def test_a_kernel_without_a_bound_is_refused_in_one_line_naming_it(kernel, box, named):
     with pytest.raises(NotImplementedError) as info:
-        wr.kernel_bound(kernel)
+        wr.kernel_bound(kernel, box)
     message = str(info.value)
-    assert "\n" not in message and ("Linear" in message or "Polynomial" in message)
+    assert "\n" not in message and named in message
 
 
 def test_features_equal_a_numpy_reference_and_their_norm_is_at_most_one_anywhere():

@@ -126,8 +126,8 @@ def test_inducing_inputs_by_streamed_kmeans_are_refused_before_reserving():
 
 def test_a_kernel_without_a_bound_is_refused():
     X, Y = _data()
-    with pytest.raises(NotImplementedError, match="Linear"):
-        DPSGPR((X, Y), gpflow.kernels.Linear(), wr.inducing_grid(BOX, 3), noise_variance=0.2, y_bounds=BOUNDS,
+    with pytest.raises(NotImplementedError, match="ArcCosine"):
+        DPSGPR((X, Y), gpflow.kernels.ArcCosine(), wr.inducing_grid(BOX, 3), noise_variance=0.2, y_bounds=BOUNDS,
                x_bounds=BOX, private_inputs=True)
 
 
