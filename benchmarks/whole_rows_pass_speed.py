@@ -7,13 +7,14 @@ noise variance 0.5): ``DPSGPR(..., private_inputs=True, hyperparameters_public=T
 version and n: the first release of the process (it includes TensorFlow's one-time start-up), the second (the
 first on a reused feature map), and the median of the next ones (steady state). Each version runs in fresh
 processes, alternately (before, after, before, after, ...) so that the shared machine's load falls on both
-alike; the earlier commit's package comes from ``git archive`` into a temporary directory (``PYTHONPATH``). The
+alike; each version's package comes from ``git archive`` of its commit into a temporary directory
+(``PYTHONPATH``; so uncommitted edits in the working tree are not measured). The
 two versions' released statistics at the same seed are compared (in units of their noise std: the change of
 the released numbers, float round-off only).
 
 Usage::
 
-    python benchmarks/whole_rows_pass_speed.py                       # before = 7f3cad5, n = 10^4 and 10^5
+    python benchmarks/whole_rows_pass_speed.py                       # 7f3cad5 against HEAD, n = 10^4 and 10^5
     python benchmarks/whole_rows_pass_speed.py --before <rev> --rounds 3 --releases 9
     python benchmarks/whole_rows_pass_speed.py --quick               # one round, few releases
 """
@@ -70,6 +71,7 @@ def export(rev: str, into: Path) -> Path:
     """The package ``dpgp_gpflow`` of commit ``rev`` under ``into`` (``git archive``; nothing else)."""
     archive = subprocess.run(["git", "archive", rev, "dpgp_gpflow"], cwd=_common.REPO_ROOT, check=True,
                              capture_output=True).stdout
+    into.mkdir(parents=True, exist_ok=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     return into
 
@@ -77,6 +79,7 @@ def export(rev: str, into: Path) -> Path:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", default=BEFORE, help=f"the earlier commit (default {BEFORE})")
+    parser.add_argument("--after", default="HEAD", help="the later commit (default HEAD)")
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="rows (default 10^4 10^5)")
     parser.add_argument("--rounds", type=int, default=None, help="processes per version (default 3; quick 1)")
     parser.add_argument("--releases", type=int, default=None, help="releases per process and n (default 9; quick 4)")
@@ -94,16 +97,15 @@ def main(argv=None) -> int:
     machine = _common.machine_info(gpus=[])
     before_rev = subprocess.run(["git", "rev-parse", "--short", args.before], cwd=_common.REPO_ROOT, check=True,
                                 capture_output=True, text=True).stdout.strip()
-    after_rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=_common.REPO_ROOT, check=True,
+    after_rev = subprocess.run(["git", "rev-parse", "--short", args.after], cwd=_common.REPO_ROOT, check=True,
                                capture_output=True, text=True).stdout.strip()
     runs = {"before": [], "after": []}
     with tempfile.TemporaryDirectory() as tmp:
-        old = export(args.before, Path(tmp))
+        trees = {v: export(rev, Path(tmp) / v) for v, rev in (("before", args.before), ("after", args.after))}
         for r in range(rounds):
             for version in ("before", "after"):
                 env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-                if version == "before":
-                    env["PYTHONPATH"] = str(old) + os.pathsep + env.get("PYTHONPATH", "")
+                env["PYTHONPATH"] = str(trees[version]) + os.pathsep + env.get("PYTHONPATH", "")
                 argv = [sys.executable, str(Path(__file__).resolve()), "--worker", str(releases),
                         "--sizes", *(str(n) for n in args.sizes)]
                 res = _common.run_isolated(argv, timeout=args.timeout, env=env)
@@ -111,7 +113,7 @@ def main(argv=None) -> int:
                 if out is None:
                     print(res["stderr"][-3000:])
                     raise SystemExit(f"{version} round {r}: failed")
-                expected = str(old) if version == "before" else str(_common.REPO_ROOT)
+                expected = str(trees[version].resolve())
                 if not out["package"].startswith(expected):
                     raise SystemExit(f"{version}: imported {out['package']}, expected under {expected}")
                 runs[version].append(out)
@@ -139,7 +141,7 @@ def main(argv=None) -> int:
     intro = (f"One whole-row release, `DPSGPR(..., private_inputs=True, hyperparameters_public=True)."
              f"release_function(epsilon=1, delta=0.01)`, on the synthetic 2-D protocol of `whole_rows_vs_dpsgd.py` "
              f"(49 inducing inputs, EQ kernel, chunks of 20,000 rows). Before = commit {before_rev} (its package by "
-             f"`git archive`), after = this tree (HEAD {after_rev} and its working tree); {rounds} fresh process(es) per "
+             f"`git archive`), after = commit {after_rev} (likewise); {rounds} fresh process(es) per "
              f"version, alternately; each builds the model once and releases {releases} times per n. 1st: the "
              "process's first release (TensorFlow's start-up included); 2nd: the second (the model's feature map "
              "reused); steady: the median of the later releases over every process. The last column compares the "

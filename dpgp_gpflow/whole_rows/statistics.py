@@ -66,6 +66,12 @@ def add_statistics(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
     return {key: a[key] + b[key] for key in a}
 
 
+#: The most rows of a chunk whose features exist at once: a longer chunk (e.g. a Dask partition of 10^6 rows) is
+#: summed slice by slice, so its features [SLICE_ROWS, M] stay small (memory O(SLICE_ROWS M) per worker, and
+#: faster: they stay in cache). Chunks up to this length are summed in one piece.
+SLICE_ROWS = 32_768
+
+
 class RowStatistics:
     """The per-chunk function of :func:`sufficient_statistics`: the public feature map, box and bounds, and
     whether inputs outside the box are clipped (``clip_inputs``) or refused. Picklable (Dask workers)."""
@@ -108,15 +114,19 @@ class RowStatistics:
         X, outside_x = clip_private_inputs(X, self.box, self.clip_inputs)
         lo, hi = self.y_bounds
         outside_y = int(np.sum((Y < lo) | (Y > hi)))
-        yc = tf.constant(np.clip(Y, lo, hi) - self.midpoint)  # [c], |y_c| <= d / 2
+        yc = np.clip(Y, lo, hi) - self.midpoint  # [c], |y_c| <= d / 2
         if self.compile_after is not None and self._chunks >= self.compile_after:
             self.features.compile()  # tracing (a fraction of a second) pays for itself over the remaining chunks
         self._chunks += 1
-        S, b, q = self.features.apply(chunk_sums, tf.constant(X), yc)
+        S, b, q = 0.0, 0.0, 0.0
+        for i in range(0, max(X.shape[0], 1), SLICE_ROWS):  # one slice for a chunk of up to SLICE_ROWS rows
+            part = self.features.apply(chunk_sums, tf.constant(X[i:i + SLICE_ROWS]), tf.constant(yc[i:i + SLICE_ROWS]))
+            S, b, q = (S + part[0].numpy(), b + part[1].numpy(), q + float(part[2])) if i else (
+                part[0].numpy(), part[1].numpy(), float(part[2]))
         return {
-            "S": S.numpy(),  # [M, M]
-            "b": b.numpy(),  # [M]
-            "q": float(q),
+            "S": S,  # [M, M]
+            "b": b,  # [M]
+            "q": q,
             "n": int(X.shape[0]),
             "clipped_inputs": outside_x,
             "clipped_outputs": outside_y,

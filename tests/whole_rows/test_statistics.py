@@ -79,6 +79,21 @@ def test_a_pass_over_several_chunks_compiles_its_sums_once_after_the_first_chunk
                 assert got.q == pytest.approx(q, rel=1e-12)
 
 
+def test_a_chunk_longer_than_a_slice_is_summed_slice_by_slice_to_the_same_statistics(monkeypatch):
+    from dpgp_gpflow.whole_rows import statistics as statistics_module
+
+    X, Y = _rows(173)
+    Z, rows = _rows_statistics()
+    monkeypatch.setattr(statistics_module, "SLICE_ROWS", 40)  # 173 rows in one chunk: 5 slices
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dp.ClippingWarning)
+        stats = wr.sufficient_statistics(LocalChunks(X, Y, 173), rows)
+    S, b, q = reference_statistics(X, Y, Z, LENGTHSCALE, BOX, BOUNDS)
+    np.testing.assert_allclose(stats.S, S, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(stats.b, b, rtol=1e-10, atol=1e-10)
+    assert stats.q == pytest.approx(q, rel=1e-12) and stats.n == 173
+
+
 def test_dask_reduction_equals_the_in_memory_statistics():
     da = pytest.importorskip("dask.array")
     from dpgp_gpflow.distributed import DaskChunks
