@@ -30,6 +30,11 @@ too: whole rows are released through ``DPSGPR(..., private_inputs=True)`` (docs/
 clipped to the public box, inducing inputs built from the box alone (never k-means), lengthscales given or chosen
 inside the one release, variances given or fitted on it; one ledger event.
 
+With ``--classes K`` (:mod:`.classify`) the ``--y`` column holds labels ``0 .. K-1`` and ``dpgp release`` releases
+a Laplace GP classifier (full GP, ``--sparse M``, or whole rows with ``--private-inputs``; public ``--lengthscale``
+and ``--variance``), labels checked before the ledger is opened, one event charged once its file is written;
+``dpgp predict`` writes class probabilities (docs/getting_started.md#classifiers).
+
 Start-up (issue 34): a command imports TensorFlow only once every check that needs no model has passed
 (arguments, files, columns, the output, the ledger's existence), with its start-up log silenced
 (:func:`~dpgp_gpflow.__main__.import_tensorflow_quietly`); ``dpgp budget init|show``, ``--help`` and every
@@ -39,7 +44,7 @@ such refusal never import it (``tests/test_cli_startup.py``; times in ``benchmar
 
 The package holds one module per concern: :mod:`.parsing` (the options), :mod:`.common` (the checks and the
 staged result file every command shares), :mod:`.release`, :mod:`.whole_rows`, :mod:`.select`,
-:mod:`.predict`, :mod:`.show`, :mod:`.budget` (and the demo) and :mod:`.entry` (:func:`main`); tables are read
+:mod:`.classify`, :mod:`.predict`, :mod:`.show`, :mod:`.budget` (and the demo) and :mod:`.entry` (:func:`main`); tables are read
 by :mod:`dpgp_gpflow.io.tables`.
 """
 

@@ -183,6 +183,8 @@ def checked_privacy(epsilon: float, delta: float) -> Tuple[float, float]:
 
 def checked_bounds(args) -> Any:
     """``--bounds``: one ``LO HI`` pair for every ``--y`` column, or one pair per column (in their order)."""
+    if args.bounds is None:  # optional for a classifier only (dpgp release --classes)
+        raise UsageError("the following arguments are required: --bounds (the public bounds of the output)")
     values, outputs = list(args.bounds), len(args.y)
     if len(values) not in (2, 2 * outputs):
         per_column = "" if outputs == 1 else f" or one LO HI per --y column ({2 * outputs} numbers)"

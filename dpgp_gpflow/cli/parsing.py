@@ -67,7 +67,10 @@ EXAMPLES = {
   # a spreadsheet's CSV: ';' and decimal commas are guessed; thousands separators (1.234,5) are accepted
   # only when given, and the marks can be given when the guess cannot tell:
   dpgp release kung-de.csv --x age --y height --bounds 40 200 --epsilon 1 --delta 1e-6 --grid 50 \\
-       --sep ";" --decimal , --thousands . -o kung.json""",
+       --sep ";" --decimal , --thousands . -o kung.json
+  # a classifier of the labels 0 / 1 in the column male (public hyperparameters), sparse on 20 inducing inputs:
+  dpgp release Howell1.csv --x height weight --y male --classes 2 --lengthscale 10 --variance 4 --sparse 20 \\
+       --epsilon 1 --delta 1e-6 -o male.json""",
     "predict": """\
   dpgp predict kung-fn.json --at ages.csv -o pred.csv
   dpgp predict kung-fn.json --at ages.csv --sep ";" -o pred.csv --force""",
@@ -115,7 +118,7 @@ def _csv_options(p: argparse.ArgumentParser) -> None:
                         "or . in 1.234,5; default: none, and numbers written with one are refused)")
 
 
-def _data_options(p: argparse.ArgumentParser, variance_help: str, noise_help: str) -> None:
+def _data_options(p: argparse.ArgumentParser, variance_help: str, noise_help: str, classes: bool = False) -> None:
     p.add_argument("data", help="CSV or Parquet file with the inputs and the private output")
     p.add_argument("--x", nargs="+", required=True, metavar="COL", help="public input column(s)")
     p.add_argument("--y", nargs="+", required=True, metavar="COL",
@@ -125,9 +128,9 @@ def _data_options(p: argparse.ArgumentParser, variance_help: str, noise_help: st
                    help="public column of person identifiers (numbers or text): rows with the same value belong to "
                         "one person, and the release protects all of a person's outputs together (repeated "
                         "visits; docs/guides/groups.md); default: one row per person")
-    p.add_argument("--bounds", nargs="+", type=float, required=True, metavar="LO HI",
+    p.add_argument("--bounds", nargs="+", type=float, required=not classes, metavar="LO HI",
                    help="public bounds of the output: LO HI, for every --y column, or one LO HI per --y column "
-                        "(values outside are clipped)")
+                        "(values outside are clipped)" + ("; required, except with --classes" if classes else ""))
     p.add_argument("--kernel", choices=sorted(KERNELS), default="se",
                    help="the GP kernel: se (squared exponential, the default), matern52 or matern32")
     p.add_argument("--variance", type=float, default=None, help=variance_help)  # never a unit default
@@ -166,7 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "the rest, so the total charged is --epsilon. Released means are clipped to --bounds unless "
                     "--no-clip.")
     _data_options(p, "kernel variance (public; with --lengthscale and --noise, else selected privately)",
-                  "likelihood noise variance (public; with --lengthscale and --variance, else selected privately)")
+                  "likelihood noise variance (public; with --lengthscale and --variance, else selected privately)",
+                  classes=True)
     p.add_argument("--epsilon", type=float, required=True, help="the total epsilon (selection included)")
     p.add_argument("--delta", type=float, required=True,
                    help="the release's delta, in (0, 1) (the chance that the epsilon guarantee fails)")
@@ -193,6 +197,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-clip-inputs", action="store_true",
                    help="with --private-inputs: refuse (nothing charged) when an input lies outside --x-bounds, "
                         "instead of clipping it to the box")
+    p.add_argument("--classes", type=int, default=None, metavar="K",
+                   help="release a classifier: the --y column holds labels 0 .. K-1 (2: labels 0 / 1); the full-GP "
+                        "Laplace classifier, or with --sparse M the sparse one (with --private-inputs --x-bounds: "
+                        "whole rows); public --lengthscale and --variance, no --bounds or --noise "
+                        "(docs/getting_started.md#classifiers)")
+    p.add_argument("--steps", type=int, default=None, metavar="T",
+                   help="with --classes and no --sparse: T Newton steps, composed to --epsilon, --delta (default 1)")
     p.set_defaults(run=cmd_release)
 
     p = sub.add_parser("predict", help="predict from a released function (no privacy cost)", **_examples("predict"))
@@ -202,7 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     _csv_options(p)
     p.add_argument("-o", "--output", required=True, metavar="PRED.csv",
                    help="CSV file to write: the inputs with mean, variance and noise_std columns (a function of "
-                        "several --y columns: mean_COL, variance_COL and noise_std_COL for each)")
+                        "several --y columns: mean_COL, variance_COL and noise_std_COL for each; a classifier: "
+                        "probability and predicted_label for two classes, else p_class_0 ... and predicted_class)")
     p.add_argument("--force", action="store_true", help="overwrite PRED.csv")
     _common(p)
     p.set_defaults(run=cmd_predict)

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..io.tables import columns
+from .classify import label_names
 from .common import StagedFile, UsageError, checked_output, load_release, output_names, read_args_table
 
 __all__: list = []  # internal: the package's entry point is dpgp_gpflow.cli.main
@@ -25,7 +26,7 @@ def cmd_predict(args) -> int:
     out = checked_output(Path(args.output), args.force, ("release", args.release), ("--at", args.at))
     released, card = load_release(Path(args.release))
     from ..models.multiclass import PrivateMulticlassClassifier
-    from ..released import PrivateFunction
+    from ..released import PrivateClassifier, PrivateFunction
     from ..whole_rows.classification import WholeRowsClassifier
     from ..whole_rows.released import WholeRowsRelease
 
@@ -51,9 +52,11 @@ def cmd_predict(args) -> int:
                                                              and released.num_classes is not None):
         P = released.predict_y(Xq)[0]
         table = table.assign(**{f"p_class_{c}": P[:, c] for c in range(P.shape[1])}, predicted_class=P.argmax(axis=1))
-    elif isinstance(released, WholeRowsClassifier):  # binary: the probability of label +1
+    elif isinstance(released, (WholeRowsClassifier, PrivateClassifier)):  # binary: the probability of label +1
         p = np.reshape(released.predict_y(Xq)[0], -1)
-        table = table.assign(probability=p, predicted_label=np.reshape(released.predict_class(Xq), -1).astype(int))
+        negative, positive = label_names(card, 2)  # 0 / 1 for a file of dpgp release --classes 2
+        predicted = np.where(np.reshape(released.predict_class(Xq), -1) > 0, positive, negative)
+        table = table.assign(probability=p, predicted_label=predicted.astype(int))
     else:
         pred = released.predict(Xq)
         values = {"mean": pred.mean, "variance": pred.variance, "noise_std": pred.noise_std}

@@ -42,6 +42,7 @@ from .common import (
     read_args_table,
     refusal,
 )
+from .classify import cmd_release_classifier
 from .whole_rows import cmd_release_whole_rows
 
 if TYPE_CHECKING:
@@ -178,6 +179,10 @@ def selection_share_value(text: str) -> float:
 
 
 def cmd_release(args) -> int:
+    if args.classes is not None or args.steps is not None:  # labels: a classifier, its own command
+        if args.classes is None:
+            raise UsageError("--steps is for a classifier's Newton steps: give it with --classes K")
+        return cmd_release_classifier(args)
     if args.private_inputs or args.x_bounds is not None:  # whole rows private: its own command
         return cmd_release_whole_rows(args)
     if args.inducing not in (None, "kmeans"):

@@ -41,7 +41,7 @@ __all__: list = []  # internal: the package's entry point is dpgp_gpflow.cli.mai
 INDUCING = ("kmeans", "grid", "halton", "sobol")
 
 
-def _x_bounds(args) -> np.ndarray:
+def checked_x_bounds(args) -> np.ndarray:
     """``--x-bounds``: one ``LO HI`` pair per ``--x`` column, the public box of private inputs, as a [D, 2] array
     (:func:`~dpgp_gpflow.whole_rows.design.validate_box`'s rule; within :data:`MAX_MAGNITUDE`). No TensorFlow."""
     from ..whole_rows.design import validate_box
@@ -60,7 +60,7 @@ def _x_bounds(args) -> np.ndarray:
     return box
 
 
-def _whole_rows_inducing(args, dim: int) -> Tuple[str, int]:
+def whole_rows_inducing(args, dim: int) -> Tuple[str, int]:
     """``(design, points per column)`` of a whole-row release's inducing inputs (``--inducing``, ``--sparse M``),
     checked before anything is read from the data: never k-means (it reads the private inputs); ``grid`` needs
     ``M = m ** D`` (``m`` points per column); default ``grid`` for one input column, ``halton`` for more."""
@@ -113,7 +113,7 @@ def cmd_release_whole_rows(args) -> int:
     check_seed(args)
     epsilon, delta = checked_privacy(args.epsilon, args.delta)
     bounds = checked_bounds(args)
-    box = _x_bounds(args)
+    box = checked_x_bounds(args)
     dim = len(args.x)
     if (args.variance is None) != (args.noise is None):  # never a unit default for the other one
         given, missing = ("--variance", "--noise") if args.noise is None else ("--noise", "--variance")
@@ -122,7 +122,7 @@ def cmd_release_whole_rows(args) -> int:
     checked_positive("--variance", args.variance)
     checked_positive("--noise", args.noise)
     lengthscales = None if args.lengthscale is None else checked_lengthscales(args, dim)
-    design, per_column = _whole_rows_inducing(args, dim)
+    design, per_column = whole_rows_inducing(args, dim)
     multiplier = checked_multiplier(epsilon, delta)
     data = Path(args.data)
     table = read_args_table(args, data, [*args.x, *args.y])
