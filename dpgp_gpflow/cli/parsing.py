@@ -162,12 +162,14 @@ def build_parser() -> argparse.ArgumentParser:
                                 help="the command to run (dpgp COMMAND --help for its options)")
 
     p = sub.add_parser(
-        "release", help="release DP predictions (or a DP function with --sparse)", **_examples("release"),
+        "release", help="release DP predictions (or a DP function with --sparse, a classifier with --classes)",
+        **_examples("release"),
         description="Release DP predictions. Hyperparameters: give --lengthscale, --variance and --noise (public: "
                     "chosen without the outputs), or none of them to select them privately from the public default "
                     "grid (dpgp_gpflow.selection.default_grid) with --selection-share of --epsilon; the release gets "
                     "the rest, so the total charged is --epsilon. Released means are clipped to --bounds unless "
-                    "--no-clip.")
+                    "--no-clip. With --classes K: a classifier of the labels 0 .. K-1 in --y "
+                    "(docs/getting_started.md#classifiers).")
     _data_options(p, "kernel variance (public; with --lengthscale and --noise, else selected privately)",
                   "likelihood noise variance (public; with --lengthscale and --variance, else selected privately)",
                   classes=True)

@@ -317,7 +317,9 @@ def release_classifier_rows(source: ChunkSource, kernel: Any, inducing_inputs: A
                                    num_classes=num_classes, epsilon=request.epsilon, delta=request.delta,
                                    calibration=request.calibration)
 
-    def labels() -> None:  # every chunk's labels, before anything is reserved (a refusal spends nothing)
+    # Every chunk's labels, before anything is reserved (a refusal spends nothing). It reads the private labels only
+    # to check them, as a model's constructor does: a refusal says that some label is malformed, no count or value.
+    def labels() -> None:
         if int(getattr(source, "num_outputs", 1)) == 1:  # else refused by the release's own checks
             source.map_reduce(blocks[0].check_labels, operator.add)
 
