@@ -252,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "(without TensorFlow): size, JSON, format version, SHA-256; every release's privacy parameters, "
                     "noise multiplier (recomputed), sensitivities, bounds, neighbours, rank and noise std (recomputed "
                     "from the noise factor), variances >= 0; the totals, the reproducible and clip flags; a "
-                    "multi-class file's whole guarantee (recomputed). Refused with one line otherwise. The readout "
+                    "multi-class or multi-step classifier file's whole guarantee (composition, mu, steps; recomputed). Refused with one line otherwise. The readout "
                     "(kernel, inducing inputs, factors) and that the file holds nothing else are verified when the "
                     "file is loaded: dpgp predict, dpgp_gpflow.load.", **_examples("show"))
     p.add_argument("release", metavar="OUT.json", help="a release file (dpgp release -o OUT.json)")
