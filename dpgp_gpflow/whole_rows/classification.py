@@ -96,19 +96,26 @@ class LabelStatistics(RowStatistics):
 
     def signs(self, Y: np.ndarray) -> np.ndarray:
         """The chunk's labels as ``t`` [c] in {-1, +1}."""
-        Y = np.asarray(Y)
-        if self.num_classes is None:
-            return validate_labels(Y.reshape(-1, 1))[:, 0]
-        labels = validate_class_labels(Y, self.num_classes, int(Y.shape[0]))
-        return np.where(labels == self.label, 1.0, -1.0)
+        return label_signs(Y, self.label, self.num_classes)
 
     def __call__(self, X: np.ndarray, Y: np.ndarray, start: int) -> Dict[str, Any]:
         return super().__call__(X, self.signs(Y), start)
 
-    def check_labels(self, X: np.ndarray, Y: np.ndarray, start: int) -> int:
-        """The chunk's labels checked (:meth:`signs`), nothing kept: 0 (a pass before anything is reserved)."""
-        self.signs(Y)
-        return 0
+
+def label_signs(Y: Any, label: Optional[int], num_classes: Optional[int]) -> np.ndarray:
+    """A chunk's labels checked and as ``t`` [c] in {-1, +1}: binary (``num_classes`` None) labels -1 / +1, else
+    integers ``0 .. num_classes - 1``, ``+1`` for ``label``. The errors carry no statistic of the labels."""
+    Y = np.asarray(Y)
+    if num_classes is None:
+        return validate_labels(Y.reshape(-1, 1))[:, 0]
+    labels = validate_class_labels(Y, num_classes, int(Y.shape[0]))
+    return np.where(labels == label, 1.0, -1.0)
+
+
+def _labels_checked(X: np.ndarray, Y: np.ndarray, start: int, num_classes: Optional[int]) -> int:
+    """One chunk's labels checked (:func:`label_signs`), nothing kept: 0. Picklable (Dask workers), no kernel."""
+    label_signs(Y, 0, num_classes)
+    return 0
 
 
 class OneVsRestStatistics(GridStatistics):
@@ -321,7 +328,7 @@ def release_classifier_rows(source: ChunkSource, kernel: Any, inducing_inputs: A
     # to check them, as a model's constructor does: a refusal says that some label is malformed, no count or value.
     def labels() -> None:
         if int(getattr(source, "num_outputs", 1)) == 1:  # else refused by the release's own checks
-            source.map_reduce(blocks[0].check_labels, operator.add)
+            source.map_reduce(_labels_checked, operator.add, num_classes)
 
     public = (lambda: kernel_bound(kernel, box), lambda: check_public_inducing_inputs(Z))
     measurement = statistics_measurement(request, source, rows, shares=shares, then=released,
