@@ -103,6 +103,9 @@ def _indicator(indices: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
 
 #: Column-pivoted Gram-Schmidt on a wide matrix works in blocks of this many times ``count`` candidates.
 PIVOT_BLOCK_FACTOR = 10
+#: Within a block the candidates' residual norms are downdated after each pick (one read of the block per
+#: pick, not a rewrite); one that falls below this fraction of its last exact value is recomputed (LAPACK's).
+DOWNDATE_RTOL = float(np.sqrt(np.finfo(np.float64).eps))
 
 
 def _pivot_columns(vectors: tf.Tensor, count: tf.Tensor):
@@ -113,8 +116,10 @@ def _pivot_columns(vectors: tf.Tensor, count: tf.Tensor):
     Blocked, so that a wide matrix is read once per block rather than rewritten per pick: a block
     takes the ``PIVOT_BLOCK_FACTOR * count`` columns of largest residual norm (all columns when there
     are no more), pivots among them on their exact residuals, and keeps picking while the pick's
-    residual is at least every other column's: the pick the unblocked method would make. The other
-    columns' residual norms are then downdated by one product with the block's new directions.
+    residual is at least every other column's: the pick the unblocked method would make. Within the block
+    a pick's residual is formed exactly (against every direction picked) and the others' norms are
+    downdated by its direction (recomputed when cancellation took most of their digits: LAPACK's rule);
+    the other columns' residual norms are then downdated by one product with the block's new directions.
     O(count r n) at worst, matrix products only.
     """
     r, n = tf.shape(vectors)[0], tf.shape(vectors)[1]
@@ -134,20 +139,35 @@ def _pivot_columns(vectors: tf.Tensor, count: tf.Tensor):
         Rc = Rc - tf.linalg.matmul(Qt, tf.linalg.matmul(Qt, Rc), transpose_a=True)  # twice is enough
         j0 = j
 
-        def pick(i, j, Rc, cn, Qt, picks, sizes, _):  # cn [T]: the residual norms of Rc (one pass per pick)
+        def orthogonal(R, Qt):  # R less its components along the directions picked so far (twice is enough)
+            R = R - tf.linalg.matmul(Qt, tf.linalg.matmul(Qt, R), transpose_a=True)
+            return R - tf.linalg.matmul(Qt, tf.linalg.matmul(Qt, R), transpose_a=True)
+
+        def exact_norms(Qt, cn, ref, lost):  # the lost candidates' residual norms recomputed
+            where = tf.cast(tf.where(lost), tf.int32)
+            fresh = tf.reduce_sum(tf.square(orthogonal(tf.gather(Rc, where[:, 0], axis=1), Qt)), axis=0)
+            return tf.tensor_scatter_nd_update(cn, where, fresh), tf.tensor_scatter_nd_update(ref, where, fresh)
+
+        def pick(i, j, cn, ref, Qt, picks, sizes, _):  # cn [T]: the candidates' squared residual norms
             a = tf.argmax(cn, output_type=tf.int32)
-            col = Rc[:, a]
+            col = orthogonal(Rc[:, a:a + 1], Qt)[:, 0]  # the pick's residual, exact
             size = tf.norm(col)
-            q = col / tf.maximum(size, 1e-300)
-            Rc = Rc - q[:, None] * tf.linalg.matvec(Rc, q, transpose_a=True)[None, :]
-            cn = tf.reduce_sum(Rc * Rc, axis=0)
-            return (i + 1, j + 1, Rc, cn, tf.tensor_scatter_nd_update(Qt, [[j]], q[None, :]),
-                    tf.tensor_scatter_nd_update(picks, [[j]], [cand[a]]),
+            # a residual at rounding level is no new direction (Qt keeps orthonormal rows)
+            q = tf.where(size > 1e-13 * tf.norm(Rc[:, a]), col / tf.maximum(size, 1e-300), tf.zeros_like(col))
+            Qt = tf.tensor_scatter_nd_update(Qt, [[j]], q[None, :])
+            coeff = tf.linalg.matvec(Rc, q, transpose_a=True)  # [T]: q is orthogonal to the earlier picks
+            cn = tf.tensor_scatter_nd_update(cn - coeff * coeff, [[a]], [taken])
+            # a downdated norm that lost most of its digits is recomputed from the residuals (as LAPACK's geqp3)
+            lost = (cn > taken) & (cn < DOWNDATE_RTOL * ref)
+            cn, ref = tf.cond(tf.reduce_any(lost) & (j + 1 < count), lambda: exact_norms(Qt, cn, ref, lost),
+                              lambda: (cn, ref))
+            return (i + 1, j + 1, cn, ref, Qt, tf.tensor_scatter_nd_update(picks, [[j]], [cand[a]]),
                     tf.tensor_scatter_nd_update(sizes, [[j]], [size]), tf.reduce_max(cn) >= bound)
 
+        cn0 = tf.reduce_sum(Rc * Rc, axis=0)
         _, j, _, _, Qt, picks, sizes, _ = tf.while_loop(
             lambda i, j, *rest: (j < count) & (i < T) & rest[-1], pick,
-            (tf.constant(0), j, Rc, tf.reduce_sum(Rc * Rc, axis=0), Qt, picks, sizes, tf.constant(True)))
+            (tf.constant(0), j, cn0, cn0, Qt, picks, sizes, tf.constant(True)))
         coeff = tf.linalg.matmul(Qt[j0:j], vectors)  # [b, n]: the new directions' components
         norms = norms - tf.reduce_sum(coeff * coeff, axis=0)
         norms = tf.tensor_scatter_nd_update(norms, picks[j0:j, None], tf.fill([j - j0], taken))
