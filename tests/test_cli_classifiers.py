@@ -84,12 +84,12 @@ def _api_release(mode: str, frame: pd.DataFrame, path: Path) -> object:
             released = DPLaplaceGPC((X, sick), kernel, hyperparameters_public=True).release(
                 steps=2, objective="mse", **options)
         elif mode == "sparse2":
-            released = DPSparseLaplaceGPC((X, sick), kernel, kmeans_inducing_inputs(X, 6),
+            released = DPSparseLaplaceGPC((X, sick), kernel, kmeans_inducing_inputs(X, 4),
                                           hyperparameters_public=True).release(objective="mse", **options)
         elif mode == "sparse3":
             groups = frame["person"].to_numpy(np.int64)
             extras["groups"] = {"column": "person", "persons": N // 2, "largest_rows": 2}
-            released = DPSparseMulticlassLaplaceGPC((X, kind), kernel, kmeans_inducing_inputs(X, 6), num_classes=3,
+            released = DPSparseMulticlassLaplaceGPC((X, kind), kernel, kmeans_inducing_inputs(X, 4), num_classes=3,
                                                     hyperparameters_public=True, groups=groups).release(
                 objective="mse", **options)
         else:  # whole rows: inducing inputs from the box alone
@@ -108,8 +108,8 @@ def _api_release(mode: str, frame: pd.DataFrame, path: Path) -> object:
 
 MODES = {
     "full2": ["--y", "sick", "--classes", "2", "--steps", "2"],
-    "sparse2": ["--y", "sick", "--classes", "2", "--sparse", "6"],
-    "sparse3": ["--y", "kind", "--classes", "3", "--sparse", "6", "--groups", "person"],
+    "sparse2": ["--y", "sick", "--classes", "2", "--sparse", "4"],
+    "sparse3": ["--y", "kind", "--classes", "3", "--sparse", "4", "--groups", "person"],
     "rows2": ["--y", "sick", "--classes", "2", "--sparse", "9", "--inducing", "grid", "--private-inputs", "--x-bounds",
               "0", "10", "0", "10"],
     "rows3": ["--y", "kind", "--classes", "3", "--sparse", "8", "--private-inputs", "--x-bounds", "0", "10", "0", "10"],
