@@ -768,3 +768,38 @@ def test_plan_cloaking_runs_the_sequence_once_over_any_provider_of_the_column_op
     assert int(plan.chosen.index) == 1 and float(plan.chosen.bias_bound) == 3.0
     assert plan.sensitivity == 2.5 and plan.whitening == "W"
     np.testing.assert_allclose(plan.noise_factor.numpy(), basis[1] @ factor[1] * (s * 2.5), rtol=1e-14)
+
+
+@pytest.mark.parametrize("objective", ["mse", "entropy"])
+def test_the_float_sampler_runs_the_one_sequence(monkeypatch, objective):
+    """sampler='float' goes through plan_cloaking and publish_cloaking like the exact sampler (issue 35 item 2):
+    the same rank and noise, no whitening inflation, only the draw differs."""
+    from dpgp_gpflow import PrivacyLeakWarning
+    from dpgp_gpflow.mechanisms import cloaking as mech
+
+    rng = np.random.default_rng(5)
+    X = np.sort(rng.uniform(0.0, 5.0, 30))
+    Xs = np.linspace(0.0, 5.0, 8)
+    K = np.exp(-0.5 * (X[:, None] - X[None]) ** 2) + 0.1 * np.eye(30)
+    C = np.linalg.solve(K, np.exp(-0.5 * (Xs[:, None] - X[None]) ** 2).T).T  # [8, 30], independent of the package
+    y = np.clip(rng.normal(size=30), -1.0, 1.0)
+    calls = []
+    plan, publish = mech.plan_cloaking, mech.publish_cloaking
+    monkeypatch.setattr(mech, "plan_cloaking", lambda *a, **kw: calls.append(("plan", kw.get("sampler"))) or
+                        plan(*a, **kw))
+    monkeypatch.setattr(mech, "publish_cloaking", lambda **kw: calls.append(("publish", None)) or publish(**kw))
+    kw = dict(data_sensitivity=2.0, output_bound=1.0, epsilon=1.0, delta=1e-3, objective=objective, seed=3)
+    exact = cloaking_release(tf.constant(C), tf.constant(y), np.zeros(8), np.zeros(8), **kw)
+    with pytest.warns(PrivacyLeakWarning, match="sampler='float'"):
+        flt = cloaking_release(tf.constant(C), tf.constant(y), np.zeros(8), np.zeros(8), sampler="float", **kw)
+    assert calls == [("plan", "exact"), ("publish", None), ("plan", "float"), ("publish", None)]
+    assert flt.rank == exact.rank and flt.bias_bound == exact.bias_bound
+    assert flt.sensitivity < exact.sensitivity <= flt.sensitivity * (1 + 1e-9)  # no grid inflation
+    # the same noise shape: the factors differ by the ratio of the two sensitivities alone
+    np.testing.assert_allclose(flt.noise_factor * (exact.sensitivity / flt.sensitivity), exact.noise_factor,
+                               rtol=1e-12, atol=1e-12 * np.abs(exact.noise_factor).max())
+    # the float mean is the projection of C y onto the noise's range plus noise in that range
+    P = range_projector(flt.noise_factor)
+    w = np.linalg.lstsq(flt.noise_factor, flt.mean[:, 0] - P @ C @ y, rcond=None)[0]
+    np.testing.assert_allclose(flt.noise_factor @ w, flt.mean[:, 0] - P @ C @ y, atol=1e-10)
+    assert np.all(np.abs(w) < 6.0)

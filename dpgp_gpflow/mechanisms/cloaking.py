@@ -429,17 +429,37 @@ def choose_noise(columns: ReleaseColumns, multiplier: Any, first: Optional[Tuple
     return ChosenNoise(i, space, noise, bias)
 
 
+class FloatProjection(NamedTuple):
+    """The query of a ``sampler="float"`` cloaking release (public, dense only): the projection ``V`` [r, n]
+    (``basis^T C``), the basis [k, r] and the noise factor ``F`` [r, r] (basis coordinates, unit multiplier);
+    :func:`publish_cloaking` draws ``offset + basis (V y + s Delta F xi)`` in floating point (no grid, no
+    whitened shift: not an exact sample, warned)."""
+
+    vectors: Any
+    basis: Any
+    factor: Any
+
+
 def plan_cloaking(columns: ReleaseColumns, multiplier: Any, data_sensitivity: Any, output_bound: Any,
-                  first: Optional[Tuple[Any, Any]] = None) -> CloakingPlan:
-    """The one sequence of every exact cloaking release, over a provider of its column operations (dense,
+                  first: Optional[Tuple[Any, Any]] = None, sampler: str = "exact") -> CloakingPlan:
+    """The one sequence of every cloaking release, over a provider of its column operations (dense,
     traced or chunked): column space and rank rule, noise optimiser, sensitivity from the noise covariance
     actually used (:func:`choose_noise`), the exact sampler's sensitivity and whitening (``columns.whiten``,
     :func:`whitened_sensitivity_of_norms`) and the noise factor; the hand-off is :func:`publish_cloaking`
-    (which rechecks the whitened shift from the whitening itself, draws and spends). Graph-safe when the
-    provider is. Privacy assumption: ``C``, the bounds and ``multiplier`` are public; no output enters."""
+    (which rechecks the whitened shift from the whitening itself, draws and spends). ``sampler="float"``
+    (dense providers): no whitening, the cloaking sensitivity itself and a :class:`FloatProjection` to draw
+    for. Graph-safe when the provider is. Privacy assumption: ``C``, the bounds and ``multiplier`` are public;
+    no output enters."""
     chosen = choose_noise(columns, multiplier, first)
-    sensitivity, whitening = columns.whiten(chosen.space, chosen.noise, multiplier, data_sensitivity, output_bound)
-    noise_factor = tf.linalg.matmul(chosen.space.basis, chosen.noise.factor) * (multiplier * sensitivity)  # [k, r]
+    if sampler == "float":  # the floating-point draw: no grid, so no whitening nor its inflation
+        sensitivity, whitening = chosen.noise.sensitivity, FloatProjection(chosen.space.vectors, chosen.space.basis,
+                                                                           chosen.noise.factor)
+    else:
+        sensitivity, whitening = columns.whiten(chosen.space, chosen.noise, multiplier, data_sensitivity,
+                                                output_bound)
+    unit = tf.linalg.matmul(chosen.space.basis, chosen.noise.factor)  # [k, r]
+    # the float sampler's factor keeps its earlier association ((basis F Delta) s), bit for bit
+    noise_factor = unit * sensitivity * multiplier if sampler == "float" else unit * (multiplier * sensitivity)
     return CloakingPlan(chosen, sensitivity, noise_factor, whitening)
 
 
@@ -520,24 +540,12 @@ def cloak(request: ReleaseRequest, reservation: Reservation, C: Any, y_centred: 
         plan = NoisePlan(C, **settings)
     if plan.n != n:
         raise ValueError(f"the cloaking matrix has {plan.n} columns but there are {n} outputs")
-    description = _description(objective, plan.k)
-    if request.sampler == "exact":  # whiten, add grid noise exactly, re-colour (post-processing)
-        planned = plan_cloaking(plan, multiplier, data_sensitivity, output_bound)
-        return publish_cloaking(noise_factor=planned.noise_factor, whitening=planned.whitening, y_centred=y_centred,
-                                offset=offset, variance=variance, sensitivity=planned.sensitivity,
-                                multiplier=multiplier, output_bound=output_bound, reservation=reservation, seed=seed,
-                                neighbours=neighbours, **release_record(request, data_sensitivity, planned.chosen, y_bounds))
-    space, noise, bias_bound = plan.choose(multiplier)
-    record = release_record(request, data_sensitivity, ChosenNoise(None, space, noise, bias_bound), y_bounds)
-    sampling.warn_float_sampler(description)
-    sensitivity = noise.sensitivity
-    noise_factor = _unit_noise_factor(space, noise) * multiplier  # [k, r]
-    xi, reproducible = sampling.float_standard_normal(space.rank, seed)
-    coords = tf.linalg.matvec(space.vectors, y_centred)  # [r]: the mean projected onto the basis
-    coords = coords + (multiplier * sensitivity) * tf.linalg.matvec(noise.factor, tf.constant(xi))
-    released = tf.reshape(tf.cast(offset, tf.float64), [-1]) + tf.linalg.matvec(space.basis, coords)
-    reservation.commit(description)
-    return _cloaking_record(released, noise_factor, variance, sensitivity, multiplier, reproducible, **record)
+    # the one sequence; only the draw differs between samplers (publish_cloaking)
+    planned = plan_cloaking(plan, multiplier, data_sensitivity, output_bound, sampler=request.sampler)
+    return publish_cloaking(noise_factor=planned.noise_factor, whitening=planned.whitening, y_centred=y_centred,
+                            offset=offset, variance=variance, sensitivity=planned.sensitivity,
+                            multiplier=multiplier, output_bound=output_bound, reservation=reservation, seed=seed,
+                            neighbours=neighbours, **release_record(request, data_sensitivity, planned.chosen, y_bounds))
 
 
 def release_record(request: ReleaseRequest, data_sensitivity: Any, chosen: ChosenNoise, y_bounds: Any) -> Dict[str, Any]:
@@ -632,6 +640,11 @@ def publish_cloaking(*, noise_factor: tf.Tensor, whitening: Any, y_centred: Any,
     is post-processing).
     """
     d, b = validate_public_bounds(record["data_sensitivity"], output_bound, record.get("y_bounds"))
+    if isinstance(whitening, FloatProjection):  # sampler="float": the same plan, a floating-point draw
+        record["data_sensitivity"] = d
+        return _draw_float(whitening, y_centred, noise_factor=noise_factor, offset=offset, variance=variance,
+                           sensitivity=sensitivity, multiplier=multiplier, reservation=reservation, seed=seed,
+                           **record)
     if y_centred is None:
         if neighbours is not None:
             raise ValueError("a whitened query that reads its own outputs carries its own persons: neighbours=None")
@@ -669,6 +682,22 @@ def draw_and_spend(z: np.ndarray, *, noise_factor: tf.Tensor, offset: Any, varia
     z, reproducible = sampling.add_whitened_noise(z, seed)
     released = tf.reshape(tf.cast(offset, tf.float64), [-1]) + tf.linalg.matvec(noise_factor, tf.constant(z))
     reservation.commit(_description(record["objective"], int(noise_factor.shape[0])))
+    return _cloaking_record(released, noise_factor, variance, sensitivity, multiplier, reproducible, **record)
+
+
+def _draw_float(projection: FloatProjection, y_centred: Any, *, noise_factor: tf.Tensor, offset: Any, variance: Any,
+                sensitivity: float, multiplier: float, reservation: Reservation, seed: Optional[int],
+                **record: Any) -> PrivateRelease:
+    """The ``sampler="float"`` draw and spend (warns :class:`~dpgp_gpflow.PrivacyLeakWarning`): ``offset + basis
+    (V y_c + s Delta F xi)`` with floating-point normals ``xi`` (:func:`dpgp_gpflow.sampling.float_standard_normal`)."""
+    description = _description(record["objective"], int(noise_factor.shape[0]))
+    sampling.warn_float_sampler(description)
+    y_centred = tf.reshape(tf.convert_to_tensor(y_centred, tf.float64), [-1])
+    xi, reproducible = sampling.float_standard_normal(int(projection.factor.shape[0]), seed)
+    coords = tf.linalg.matvec(projection.vectors, y_centred)  # [r]: the mean projected onto the basis
+    coords = coords + (multiplier * sensitivity) * tf.linalg.matvec(projection.factor, tf.constant(xi))
+    released = tf.reshape(tf.cast(offset, tf.float64), [-1]) + tf.linalg.matvec(projection.basis, coords)
+    reservation.commit(description)
     return _cloaking_record(released, noise_factor, variance, sensitivity, multiplier, reproducible, **record)
 
 
