@@ -103,6 +103,26 @@ def optimiser_scale(singular_values, objective: str):
     return (1.0 / s) if objective == "entropy" else tf.fill(tf.shape(s), 1.0 / s[0])
 
 
+def factor_in_basis(factor, scale):
+    """The optimiser's noise factor (in its coordinates: the basis coordinates times ``scale``,
+    :func:`optimiser_scale`) in basis coordinates, and its condition number: the one conversion of every
+    provider (dense, traced, chunked). Graph-safe; public."""
+    unscaled = tf.convert_to_tensor(factor, tf.float64) / tf.convert_to_tensor(scale, tf.float64)[:, None]
+    return unscaled, condition_number(unscaled)
+
+
+def checked_noise(condition: Any, sensitivity: Any) -> float:
+    """The host's refusal of a noise that cannot be guaranteed (``FloatingPointError``), for the dense and
+    chunked providers: a condition number over the limit (:func:`check_noise_condition`) or a sensitivity
+    that is not finite. Returns the sensitivity (a float)."""
+    check_noise_condition(float(condition))
+    sensitivity = float(sensitivity)
+    if not math.isfinite(sensitivity):
+        raise FloatingPointError("the sensitivity is not finite: the noise covariance is singular, or the data "
+                                 "sensitivity times its Mahalanobis norm overflows float64")
+    return sensitivity
+
+
 @check_shapes("vectors: [r, n]", "singular_values: [r]")
 def noise_in_space(vectors, singular_values, data_sensitivity, tol, max_iter, dense_points, duplicate_rtol,
                          objective):
@@ -114,12 +134,12 @@ def noise_in_space(vectors, singular_values, data_sensitivity, tol, max_iter, de
     scaled = vectors * scale[:, None]  # [r, n]
     solve = optimise_tensors(scaled, tf.zeros_like(scaled[0]), tol, max_iter, dense_points, duplicate_rtol, objective)
     factor = solve.eigenvectors * solve.scales[None, :]
-    condition = condition_number(factor / scale[:, None])
+    unscaled, condition = factor_in_basis(factor, scale)
     # The sensitivity of the released r-vector against the factor actually used (scaled coordinates:
     # ||F^{-1} diag(scale) beta_i|| == ||(diag(1/scale) F)^{-1} beta_i||, so nothing is lost).
     solved, norm2 = mahalanobis_terms(factor, scaled)
     sensitivity = safe_sensitivity(data_sensitivity, norm2, condition)
-    return NoiseTerms(factor / scale[:, None], sensitivity, condition, solve.gap, solve.relative_gap,
+    return NoiseTerms(unscaled, sensitivity, condition, solve.gap, solve.relative_gap,
                       solve.iterations, solve.support, solved)
 
 
@@ -141,11 +161,7 @@ def _cloaking_noise(space: ColumnSpace, objective: str, d: float, tol: float, ma
         tf.constant(int(max_iter), tf.int32), tf.constant(int(working_set.DENSE_POINTS), tf.int32),
         tf.constant(float(working_set.DUPLICATE_RTOL), tf.float64))
     factor, solved = terms.factor, terms.solved
-    condition, sensitivity = float(terms.condition), float(terms.sensitivity)
-    check_noise_condition(condition)
-    if not math.isfinite(sensitivity):
-        raise FloatingPointError("the sensitivity is not finite: the noise covariance is singular, or the data "
-                                 "sensitivity times its Mahalanobis norm overflows float64")
+    sensitivity = checked_noise(terms.condition, terms.sensitivity)
     if neighbours is not None:  # the whitening acts on the actual outputs: F^{-1} basis^T C
         solved = mahalanobis_terms(factor, space.vectors)[0]
     certificate = certificate_of(objective, terms.gap, terms.relative_gap, tol, terms.iterations, terms.support)

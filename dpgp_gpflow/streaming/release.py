@@ -22,7 +22,6 @@ never the source's row order. The noise is drawn once, here, from :mod:`dpgp_gpf
 
 from __future__ import annotations
 
-import math
 from typing import Any, Dict, NamedTuple, Optional
 
 import numpy as np
@@ -34,9 +33,10 @@ from ..cloaking import DEFAULT_TOL, candidate_rtols
 from ..cloaking.rank import bias_rounding, projection_bias
 from ..contract import check_release_hyperparameters
 from ..pipeline import recorded_bounds, reference_coordinates, shaped
-from ..mechanisms import (ReleaseRequest, check_noise_condition, condition_number, publish_cloaking, release_request,
+from ..mechanisms import (ReleaseRequest, check_noise_condition, publish_cloaking, release_request,
                           safe_sensitivity)
-from ..mechanisms.cloaking import optimiser_scale, plan_cloaking, release_record, whitened_sensitivity_of_norms
+from ..mechanisms.cloaking import (checked_noise, factor_in_basis, optimiser_scale, plan_cloaking, release_record,
+                                  whitened_sensitivity_of_norms)
 from ..measurement import Measurement, measure
 from ..neighbours import model_outputs, relation
 from ..released import PrivateFunction, PrivatePrediction
@@ -299,15 +299,11 @@ class ChunkedRelease:
         noise = optimise_noise_covariance(self.cmap, (basis * scale[None, :]).T, self.objective, tol=self.tol,
                                           max_iter=self.max_iter, stats=self.stats,
                                           rowmax=self._coordinate_max[:basis.shape[1]] * scale)
-        factor_s = noise.factor.numpy()  # [r, r] in scaled coordinates
-        factor_u = factor_s / scale[:, None]  # [r, r] in basis coordinates
-        condition = float(condition_number(factor_u))
-        check_noise_condition(condition)
-        qmax, largest, total = sensitivities(self.cmap, basis, factor_s, scale, factor_u)
-        if not math.isfinite(qmax):
-            raise FloatingPointError("the sensitivity is not finite: the noise covariance is singular")
-        return space, _StreamedNoise(tf.constant(factor_u), float(safe_sensitivity(self.d, qmax, condition)),
-                                     noise.certificate, largest, total)
+        factor_u, condition = factor_in_basis(noise.factor, scale)  # [r, r] in basis coordinates
+        check_noise_condition(float(condition))  # before the pass over the chunks
+        qmax, largest, total = sensitivities(self.cmap, basis, noise.factor.numpy(), scale, factor_u.numpy())
+        sensitivity = checked_noise(condition, safe_sensitivity(self.d, qmax, condition))
+        return space, _StreamedNoise(factor_u, sensitivity, noise.certificate, largest, total)
 
     def whiten(self, space, noise, multiplier, data_sensitivity, output_bound):
         sensitivity = float(whitened_sensitivity_of_norms(noise.sensitivity, noise.largest, noise.total,
