@@ -242,7 +242,7 @@ class ColumnProvider(Protocol):
 
     def start(self, rank: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
         """The cold start's working set, indices ([w], int32) and columns ([r, w]): every column when there
-        are at most ``DENSE_POINTS``; else the ``max(4 r, 500)`` of largest leverage under unit weights
+        are at most ``DENSE_POINTS``; else the ``max(r, START_POINTS)`` of largest leverage under unit weights
         and ``r`` spanning ones chosen by column-pivoted Gram-Schmidt (:func:`pivot_columns`), so that
         the restricted problem is well posed."""
 
@@ -252,9 +252,16 @@ class ColumnProvider(Protocol):
         maximum, and the ``count`` largest above 1 among the columns not in ``keep`` (indices)."""
 
 
+#: A cold start takes the ``max(r, START_POINTS)`` columns of largest leverage (and r spanning ones): the
+#: optimum's support is typically a little over r points (211 at r = 170 in benchmarks/overhead.py's
+#: 1000 x 200 case), and every column in the working set costs each Newton step O(r^2); the rounds
+#: add the violators left out.
+START_POINTS = 200
+
+
 def start_size(rank: tf.Tensor, n: tf.Tensor) -> tf.Tensor:
-    """How many columns of largest leverage a cold start takes: ``min(max(4 r, 500), n)``."""
-    return tf.minimum(tf.maximum(4 * rank, 500), n)
+    """How many columns of largest leverage a cold start takes: ``min(max(r, START_POINTS), n)``."""
+    return tf.minimum(tf.maximum(rank, START_POINTS), n)
 
 
 class DenseColumns:
