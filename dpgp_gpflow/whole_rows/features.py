@@ -232,9 +232,9 @@ _MAPS: "OrderedDict[Tuple[Any, ...], Tuple[Any, FeatureMap]]" = OrderedDict()
 
 
 def _kernels(kernel: Any) -> Tuple[Any, ...]:
-    """The kernel and, for a ``Sum`` / ``Product`` (:func:`kernel_bound`'s combinations), every kernel inside."""
-    inner = kernel.kernels if isinstance(kernel, gpflow.kernels.Combination) else ()
-    return (kernel, *(k for sub in inner for k in _kernels(sub)))
+    """The kernel and every kernel inside it, at any depth (a ``Sum`` / ``Product``'s terms, a ``Periodic``'s
+    ``base_kernel``), in ``tf.Module``'s deterministic order."""
+    return (kernel, *(m for m in kernel.submodules if isinstance(m, gpflow.kernels.Kernel)))
 
 
 def _map_key(kernel: gpflow.kernels.Kernel, Z: np.ndarray, box: Optional[np.ndarray]) -> Optional[Tuple[Any, ...]]:

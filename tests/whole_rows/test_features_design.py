@@ -138,6 +138,14 @@ def test_a_feature_map_is_reused_only_for_the_same_kernel_object_values_and_indu
     summed.kernels[1] = other
     fresh = wr.feature_map(summed, Z)
     assert fresh is not mapped and isinstance(fresh.kernel.kernels[1], gpflow.kernels.Matern12)
+    # the same inside a Periodic kernel: its base kernel replaced, the Parameter objects shared
+    periodic = gpflow.kernels.Periodic(gpflow.kernels.SquaredExponential(lengthscales=0.7), period=3.0)
+    mapped = wr.feature_map(periodic, Z)
+    base = gpflow.kernels.Matern12()
+    base.variance, base.lengthscales = periodic.base_kernel.variance, periodic.base_kernel.lengthscales
+    periodic.base_kernel = base
+    fresh = wr.feature_map(periodic, Z)
+    assert fresh is not mapped and isinstance(fresh.kernel.base_kernel, gpflow.kernels.Matern12)
 
 
 @pytest.mark.slow
