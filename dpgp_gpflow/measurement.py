@@ -19,10 +19,12 @@ part that reads the private data, and it does so inside the reservation.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, Sequence, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
 from .accounting import PrivacyEvent, Reservation, reserve
+from .relations import relation_of, whole_rows_relation
 
 if TYPE_CHECKING:  # a type only: the mechanisms themselves run through measure (no import cycle at run time)
     from .mechanisms.request import ReleaseRequest
@@ -30,6 +32,25 @@ if TYPE_CHECKING:  # a type only: the mechanisms themselves run through measure 
 __all__ = ["Measurement", "measure"]
 
 R = TypeVar("R")
+
+
+class SensitivityPath(NamedTuple):
+    """What a mechanism's sensitivity is computed for (public): persons of at most ``person_rows`` rows, each
+    row of ``num_outputs`` outputs, and (``inputs``) the rows' inputs private too (whole rows). A
+    :class:`Measurement` that states it must protect exactly :meth:`relation`."""
+
+    person_rows: int = 1
+    num_outputs: int = 1
+    inputs: bool = False
+
+    def relation(self) -> str:
+        """The one relation a release of this sensitivity path protects, as its card records it
+        (:func:`~dpgp_gpflow.relations.relation_of`, :func:`~dpgp_gpflow.relations.whole_rows_relation`)."""
+        if self.inputs:
+            if int(self.num_outputs) != 1:
+                raise ValueError("a whole-row release has one output per row")
+            return whole_rows_relation(self.person_rows)
+        return relation_of(self.num_outputs, self.person_rows)
 
 
 @dataclass(frozen=True)
@@ -52,6 +73,11 @@ class Measurement(Generic[R]):
     a private selection's choice), it records that draw itself first
     (:meth:`~dpgp_gpflow.accounting.Reservation.commit_drawn` on the view it was handed), as a mechanism
     without ``store`` commits before it raises.
+
+    ``path``, when given, is the :class:`SensitivityPath` the mechanism's sensitivity is computed for:
+    :func:`measure` refuses (``ValueError``, before anything is reserved) a ``relation`` that is not that
+    path's, and the released object's recorded relation (a result with a ``neighbours`` field: its card's
+    ``neighbours``) is the measurement's.
     """
 
     request: Optional[ReleaseRequest]  #: the validated Gaussian request; None for a release charged by ``events``
@@ -61,6 +87,13 @@ class Measurement(Generic[R]):
     events: Optional[Tuple[PrivacyEvent, ...]] = None
     description: str = field(default="")
     store: Optional[Callable[[R], Any]] = None
+    path: Optional[SensitivityPath] = None
+
+    def check_relation(self) -> None:
+        """``ValueError`` unless ``relation`` is the one its ``path`` protects (no path: not checked)."""
+        if self.path is not None and self.relation != self.path.relation():
+            raise ValueError(f"this release states the relation {self.relation!r} but its mechanism's sensitivity "
+                             f"covers {self.path.relation()!r}: refused before anything is reserved")
 
     def privacy_map(self) -> Tuple[PrivacyEvent, ...]:
         """The ledger events this release charges (default: the request's one Gaussian event)."""
@@ -85,15 +118,16 @@ def measure(measurement: Measurement[R], accountant: Any = None) -> R:
     if measurement.store is not None and not owned:
         raise TypeError("a measurement with a store step records its own draws: pass an accountant (or None), "
                         "not a caller's Reservation")
+    measurement.check_relation()
     for check in measurement.checks:
         check()
     events: Sequence[PrivacyEvent] = measurement.privacy_map()
     with reserve(accountant, events) as reservation:
         before = reservation.uncommitted
         if measurement.store is None:
-            result = measurement.mechanism(reservation)
-        else:
-            result = measurement.mechanism(reservation.deferred())  # its commits: drawn, still held
+            result = _recording(measurement.mechanism(reservation), measurement)
+        else:  # its commits: drawn, still held
+            result = _recording(measurement.mechanism(reservation.deferred()), measurement)
             measurement.store(result)  # raises: the drawn events are given back (never seen)
         if owned:
             if reservation.uncommitted:  # refused before anything is recorded: what was drawn is given back
@@ -102,6 +136,15 @@ def measure(measurement: Measurement[R], accountant: Any = None) -> R:
                                    "uncharged)")
             reservation.commit_drawn()  # the result exists (and is stored): everything drawn is charged
         return result
+
+
+def _recording(result: R, measurement: Measurement[R]) -> R:
+    """``result`` recording the measurement's relation (a dataclass with a ``neighbours`` field, when the
+    measurement states its sensitivity path): the card's relation comes from the measurement."""
+    if measurement.path is not None and dataclasses.is_dataclass(result) and not isinstance(result, type) \
+            and any(f.name == "neighbours" for f in dataclasses.fields(result)):
+        return dataclasses.replace(result, neighbours=measurement.relation)  # type: ignore[type-var]
+    return result
 
 
 class StepDraws(Reservation):

@@ -45,6 +45,7 @@ import tensorflow as tf
 from check_shapes import check_shapes
 
 # check_relation: released.py reads it here
+from .measurement import SensitivityPath
 from .relations import check_relation, largest_person, relation_of  # noqa: F401
 from .validation import validate_groups
 
@@ -198,9 +199,15 @@ def relation(model: Any) -> str:
     """The neighbouring relation a model's releases protect, as a release records it
     (``PrivateRelease.neighbours``, the card's ``neighbours``): ``"row"`` (one output of one row),
     ``"row (P outputs)"`` (all outputs of one row) or ``"person (groups, up to G rows[ of P outputs])"``."""
+    return sensitivity_path(model).relation()
+
+
+def sensitivity_path(model: Any) -> SensitivityPath:
+    """What a model's releases' sensitivity is computed for (:class:`~dpgp_gpflow.measurement.SensitivityPath`):
+    its persons' largest number of rows (its public ``groups``; 1 without) and its outputs per row."""
     groups = getattr(model, "groups", None)
     ids = None if groups is None else validate_groups(groups, np.size(groups))
-    return relation_of(model_outputs(model), largest_person(ids))
+    return SensitivityPath(largest_person(ids), model_outputs(model))
 
 
 def refuse_groups(model: Any, what: str) -> None:

@@ -39,7 +39,7 @@ from .contract import (
 from .mechanisms import ReleaseRequest, cloak, release_request
 from .mechanisms.standard import standard
 from .measurement import Measurement, measure
-from .neighbours import model_neighbours, model_outputs, relation
+from .neighbours import model_neighbours, model_outputs, relation, sensitivity_path
 from .released import PrivateFunction, PrivateRelease, clipped_by_default
 from .validation import (
     RELEASE_MECHANISMS,
@@ -204,7 +204,8 @@ def release(
                                            data_sensitivity=model.data_sensitivity, y_bounds=recorded_bounds(model)))
         return cloak_outputs(model, request, reservation, terms.map, terms.offset, terms.variance, rtol=rtol, tol=tol)
 
-    rel = measure(Measurement(request, relation(model), draw), accountant)  # the one reservation
+    path = sensitivity_path(model)  # the relation is checked against it; the card's is the measurement's
+    rel = measure(Measurement(request, path.relation(), draw, path=path), accountant)  # the one reservation
     return clipped_by_default(rel)  # post-processing, free: rel.unclipped() is the raw DP mean
 
 
@@ -263,7 +264,8 @@ def release_function(
         return function_type(*_latent_release(model, request, reservation, latent=latent, readout=readout,
                                               reference_inputs=reference_inputs, rtol=rtol, tol=tol))
 
-    return measure(Measurement(request, relation(model), draw), accountant)  # the one reservation
+    path = sensitivity_path(model)
+    return measure(Measurement(request, path.relation(), draw, path=path), accountant)  # the one reservation
 
 
 def _check_reference_offset(model: Any, offset: Any, reference_inputs: Any) -> None:

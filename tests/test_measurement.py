@@ -250,3 +250,63 @@ def test_stepwise_charges_the_whole_once_after_a_draw_and_nothing_before(fail_af
     assert [e["description"] for e in acc.history() if e["status"] != "cancelled"] == charged
     assert acc.held == (0.0, 0.0)
     assert acc.spent[0] == pytest.approx(1.0 if charged else 0.0)
+
+
+# -- the relation a measurement protects (issue 35 item 1): checked against its sensitivity path, recorded by it --
+
+@pytest.mark.parametrize("stated, path", [
+    ("row", dict(inputs=True)),  # a whole-row sensitivity must protect whole rows
+    ("row (inputs and outputs)", dict()),  # and an outputs-only one must not claim them
+    ("row", dict(person_rows=3)),  # a persons sensitivity protects persons
+    ("person (groups, up to 2 rows)", dict(person_rows=3)),
+    ("row", dict(num_outputs=2)),  # all outputs of a row
+])
+def test_a_relation_its_sensitivity_does_not_cover_is_refused_before_anything_is_reserved(stated, path):
+    from dpgp_gpflow.measurement import SensitivityPath
+
+    def mechanism(reservation):  # pragma: no cover - must not run
+        raise AssertionError("the mechanism ran")
+
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+    with pytest.raises(ValueError, match="sensitivity covers"):
+        measure(Measurement(_request(), stated, mechanism, path=SensitivityPath(**path)), acc)
+    assert acc.history() == [] and acc.held == (0.0, 0.0)
+
+
+def test_the_recorded_relation_is_the_measurements():
+    import dataclasses
+
+    from dpgp_gpflow.measurement import SensitivityPath
+
+    @dataclasses.dataclass(frozen=True)
+    class Result:
+        neighbours: object = None
+
+    def mechanism(reservation):
+        reservation.commit("drawn")
+        return Result(neighbours="row")  # what the mechanism wrote is replaced by the measurement's relation
+
+    acc = dp.PrivacyAccountant(epsilon=4.0, delta=1e-2)
+    for path, text in [(SensitivityPath(3), "person (groups, up to 3 rows)"),
+                       (SensitivityPath(1, 2), "row (2 outputs)"),
+                       (SensitivityPath(2, 1, True), "person (groups, up to 2 rows) (inputs and outputs)")]:
+        assert measure(Measurement(_request(), text, mechanism, path=path), acc).neighbours == text
+    assert len(acc.history()) == 3
+
+
+def test_a_model_release_records_its_measurements_relation(monkeypatch):
+    import gpflow
+
+    from dpgp_gpflow import pipeline
+
+    seen = []
+    monkeypatch.setattr(pipeline, "measure", lambda m, acc=None: seen.append(m) or measure(m, acc))
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0.0, 5.0, (12, 1))
+    Y = rng.uniform(0.0, 1.0, (12, 1))
+    groups = np.repeat(np.arange(4), 3)  # four persons of three rows
+    model = dp.models.DPGPR((X, Y), gpflow.kernels.SquaredExponential(), y_bounds=(0.0, 1.0), noise_variance=0.5,
+                            hyperparameters_public=True, groups=groups)
+    rel = model.release(np.linspace(0.0, 5.0, 4)[:, None], epsilon=1.0, delta=1e-3, seed=1)
+    assert seen[0].path == (3, 1, False) and seen[0].relation == "person (groups, up to 3 rows)"
+    assert rel.neighbours == "person (groups, up to 3 rows)"
