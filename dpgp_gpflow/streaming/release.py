@@ -38,7 +38,7 @@ from ..mechanisms import (ReleaseRequest, check_noise_condition, publish_cloakin
 from ..mechanisms.cloaking import (checked_noise, factor_in_basis, optimiser_scale, plan_cloaking, release_record,
                                   whitened_sensitivity_of_norms)
 from ..measurement import Measurement, measure
-from ..neighbours import model_outputs, relation
+from ..neighbours import model_outputs, sensitivity_path
 from ..released import PrivateFunction, PrivatePrediction
 from ..validation import as_inputs, require_float64
 from ..provenance import mark_data_derived
@@ -202,7 +202,8 @@ def release_function(
         return cloak_function(model, request, reservation, reference_inputs=reference_inputs, rtol=rtol, tol=tol,
                               max_iter=max_iter, source=source, chunk_size=chunk_size, stats=stats)
 
-    return measure(Measurement(request, relation(model), draw), accountant)  # the one reservation
+    path = sensitivity_path(model)  # the relation is checked against it before anything is reserved
+    return measure(Measurement(request, path.relation(), draw, path=path), accountant)  # the one reservation
 
 
 def cloak_function(
