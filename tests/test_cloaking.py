@@ -803,3 +803,34 @@ def test_the_float_sampler_runs_the_one_sequence(monkeypatch, objective):
     w = np.linalg.lstsq(flt.noise_factor, flt.mean[:, 0] - P @ C @ y, rcond=None)[0]
     np.testing.assert_allclose(flt.noise_factor @ w, flt.mean[:, 0] - P @ C @ y, atol=1e-10)
     assert np.all(np.abs(w) < 6.0)
+
+
+def test_a_float_projection_from_outside_is_refused_before_anything_is_drawn_or_charged(draws):
+    """publish_cloaking recomputes the float sampler's sensitivity from the projection it is handed (found by
+    review: a FloatProjection of the raw outputs with sensitivity 1e-12 released them within 1e-11 and charged).
+    The needed shift here is the closed form d max_i ||F^{-1} V e_i|| = 2 for V = F = I."""
+    from dpgp_gpflow import PrivacyAccountant
+    from dpgp_gpflow.accounting import reserve
+    from dpgp_gpflow.mechanisms import publish_cloaking, release_request
+    from dpgp_gpflow.mechanisms.cloaking import FloatProjection
+
+    n = 6
+    y = np.linspace(-1.0, 1.0, n)
+    eye = tf.eye(n, dtype=tf.float64)
+    request = release_request(1.0, 1e-5, objective="mse", sampler="float")
+    record = dict(epsilon=1.0, delta=1e-5, data_sensitivity=2.0, calibration="analytic", objective="mse",
+                  certificate=None, rank=n, rtol=0.0, bias_bound=0.0, y_bounds=(-1.0, 1.0))
+    acc = PrivacyAccountant(epsilon=10.0, delta=0.5)
+    for forged in (1e-12, 2.0 * (1.0 - 1e-6)):
+        with pytest.raises(FloatingPointError, match="below the shift 2 recomputed"):
+            with reserve(acc, [request.event()]) as r:
+                publish_cloaking(noise_factor=eye * forged, whitening=FloatProjection(eye, eye, eye), y_centred=y,
+                                 offset=np.zeros(n), variance=np.zeros(n), sensitivity=forged,
+                                 multiplier=request.multiplier, output_bound=1.0, reservation=r, seed=None, **record)
+    assert acc.spent == (0.0, 0.0) and draws == []
+    with pytest.warns(Warning), reserve(acc, [request.event()]) as r:  # the closed form itself is accepted
+        out = publish_cloaking(noise_factor=eye, whitening=FloatProjection(eye, eye, eye), y_centred=y,
+                               offset=np.zeros(n), variance=np.zeros(n), sensitivity=2.0,
+                               multiplier=request.multiplier, output_bound=1.0, reservation=r, seed=1, **record)
+    np.testing.assert_allclose(out.noise_factor, 2.0 * request.multiplier * np.eye(n))  # recomputed, not handed in
+    assert acc.spent[0] > 0.0

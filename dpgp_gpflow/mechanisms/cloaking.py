@@ -70,6 +70,9 @@ __all__ = ["NoisePlan", "cloaking_release", "publish_cloaking"]
 #: Relative inflation of the exact sampler's sensitivity (noise std 9e-10 larger) so that the shift
 #: recomputed from the rescaled whitening matrix, with its own rounding, stays within the bound.
 WHITENING_SLACK = 1.0 + 2.0**-30
+#: Relative rounding allowed when the float sampler's sensitivity is checked against the shift recomputed from
+#: its projection (a solve with ``F``: a relative error of order r ulp times F's condition number).
+FLOAT_SENSITIVITY_RTOL = 1e-9
 
 
 class _Noise(NamedTuple):
@@ -658,8 +661,8 @@ def publish_cloaking(*, noise_factor: tf.Tensor, whitening: Any, y_centred: Any,
     d, b = validate_public_bounds(record["data_sensitivity"], output_bound, record.get("y_bounds"))
     if isinstance(whitening, FloatProjection):  # sampler="float": the same plan, a floating-point draw
         record["data_sensitivity"] = d
-        return _draw_float(whitening, y_centred, noise_factor=noise_factor, offset=offset, variance=variance,
-                           sensitivity=sensitivity, multiplier=multiplier, reservation=reservation, seed=seed,
+        return _draw_float(whitening, y_centred, offset=offset, variance=variance, sensitivity=sensitivity,
+                           multiplier=multiplier, reservation=reservation, seed=seed, neighbours=neighbours,
                            **record)
     if y_centred is None:
         if neighbours is not None:
@@ -701,14 +704,32 @@ def draw_and_spend(z: np.ndarray, *, noise_factor: tf.Tensor, offset: Any, varia
     return _cloaking_record(released, noise_factor, variance, sensitivity, multiplier, reproducible, **record)
 
 
-def _draw_float(projection: FloatProjection, y_centred: Any, *, noise_factor: tf.Tensor, offset: Any, variance: Any,
-                sensitivity: float, multiplier: float, reservation: Reservation, seed: Optional[int],
+def _draw_float(projection: FloatProjection, y_centred: Any, *, offset: Any, variance: Any, sensitivity: float,
+                multiplier: float, reservation: Reservation, seed: Optional[int], neighbours: Optional[Neighbours],
                 **record: Any) -> PrivateRelease:
     """The ``sampler="float"`` draw and spend (warns :class:`~dpgp_gpflow.PrivacyLeakWarning`): ``offset + basis
-    (V y_c + s Delta F xi)`` with floating-point normals ``xi`` (:func:`dpgp_gpflow.sampling.float_standard_normal`)."""
+    (V y_c + s Delta F xi)`` with floating-point normals ``xi`` (:func:`dpgp_gpflow.sampling.float_standard_normal`).
+    Trusts no plan: before anything is drawn, ``Delta`` is checked against the L2 shift of ``F^{-1} V y_c``
+    recomputed from the projection itself (``d max_i ||F^{-1} V e_i||``; with ``neighbours``, over every person)
+    and refused (``FloatingPointError``, nothing charged) when smaller; the noise factor is recomputed from it."""
+    V = tf.convert_to_tensor(projection.vectors, tf.float64)
+    F = tf.convert_to_tensor(projection.factor, tf.float64)
+    basis = tf.convert_to_tensor(projection.basis, tf.float64)
+    y_centred = tf.reshape(tf.convert_to_tensor(y_centred, tf.float64), [-1])
+    if V.shape.rank != 2 or F.shape != (V.shape[0], V.shape[0]) or basis.shape.rank != 2 \
+            or basis.shape[1] != V.shape[0] or V.shape[1] != y_centred.shape[0] or V.shape[0] == 0:
+        raise ValueError(f"a float projection needs V [r, n], F [r, r] and a basis [k, r] for {y_centred.shape[0]} "
+                         f"outputs, got {V.shape}, {F.shape}, {basis.shape}")
+    largest, _ = _whitened_norms(tf.linalg.solve(F, V), neighbours)
+    needed = float(record["data_sensitivity"]) * float(largest)
+    if not (math.isfinite(needed) and float(sensitivity) >= needed * (1.0 - FLOAT_SENSITIVITY_RTOL)):
+        raise FloatingPointError(f"the float sampler's sensitivity {float(sensitivity):.6g} is below the shift "
+                                 f"{needed:.6g} recomputed from its projection (a plan made for other outputs or "
+                                 "another noise?); this release cannot be guaranteed: nothing was drawn or charged")
+    unit = tf.linalg.matmul(basis, F)  # [k, r]
+    noise_factor = unit * sensitivity * multiplier  # plan_cloaking's association, bit for bit
     description = _description(record["objective"], int(noise_factor.shape[0]))
     sampling.warn_float_sampler(description)
-    y_centred = tf.reshape(tf.convert_to_tensor(y_centred, tf.float64), [-1])
     xi, reproducible = sampling.float_standard_normal(int(projection.factor.shape[0]), seed)
     coords = tf.linalg.matvec(projection.vectors, y_centred)  # [r]: the mean projected onto the basis
     coords = coords + (multiplier * sensitivity) * tf.linalg.matvec(projection.factor, tf.constant(xi))
