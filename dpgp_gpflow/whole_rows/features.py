@@ -81,6 +81,17 @@ def kernel_bound(kernel: gpflow.kernels.Kernel, x_bounds: Any = None) -> float:
         "of them")
 
 
+def constant_diagonal(kernel: gpflow.kernels.Kernel) -> bool:
+    """Whether ``k(x, x)`` is the same at every ``x`` (stationary kernels, ``Periodic`` of one, ``Constant``, and
+    ``Sum`` / ``Product`` of them): then ``sum_i k(x_i, x_i) = n k_max``, which the variance fit and the lengthscale
+    choice on the released statistics rely on (:mod:`.variances`). Public: reads the kernel's classes only."""
+    if isinstance(kernel, (gpflow.kernels.Sum, gpflow.kernels.Product)):
+        return all(constant_diagonal(k) for k in kernel.kernels)
+    if isinstance(kernel, gpflow.kernels.Periodic):
+        return constant_diagonal(kernel.base_kernel)
+    return isinstance(kernel, (gpflow.kernels.Stationary, gpflow.kernels.Constant))
+
+
 def _positive(what: str, value: Any) -> float:
     value = float(np.asarray(value, dtype=np.float64))
     if not (np.isfinite(value) and value > 0.0):

@@ -30,7 +30,7 @@ from ..streaming.chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks
 from ..streaming.release import rows_source
 from ..validation import parameter_value, require_float64, validate_bounds, validate_noise_variance
 from .design import check_public_inducing_inputs, validate_box
-from .features import FeatureMap, feature_map, kernel_bound
+from .features import FeatureMap, constant_diagonal, feature_map, kernel_bound
 from .mechanism import NoisedStatistics, statistics_measurement
 from .lengthscales import choose, default_lengthscales, validate_lengthscales, with_lengthscales
 from .released import VARIANCES, WholeRowsRelease
@@ -124,6 +124,10 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
     if noise_variance is not None:
         validate_noise_variance(noise_variance)
     candidates = _lengthscale_candidates(lengthscales, kernel, box)
+    if variances == "fit" and not constant_diagonal(kernel):  # (a lengthscale grid needs a stationary kernel)
+        raise NotImplementedError(
+            "fitting the variances on the released statistics assumes k(x, x) is the same everywhere, and a "
+            f"{type(kernel).__name__} kernel's varies with x: give noise_variance= (variances='given')")
     kernels = [kernel] if candidates is None else [with_lengthscales(kernel, v) for v in candidates]
     maps = [feature_map(k, Z, box) for k in kernels]
     if variances == "given" and kernel_variance is None:

@@ -116,3 +116,22 @@ def test_a_linear_plus_se_release_works_end_to_end_and_its_audit_recomputes_the_
     forged.features = wr.FeatureMap(release.features.kernel, Z, k_max=1.0)  # the SE part's bound alone
     with pytest.raises(ValueError, match="k_max"):
         dp.audit(forged, model)
+
+
+def test_variances_fit_and_lengthscale_choice_are_refused_for_a_kernel_whose_k_x_x_varies(draws):
+    """The variance fit and the lengthscale choice read sum_i k(x_i, x_i) as n k_max (true when k(x, x) is the
+    same everywhere); for Linear + SE it is not (found by review: the fit gave a kernel-variance factor 0.14 where
+    49 was right), so both are refused before anything is reserved (given variances release: the test above)."""
+    kernel = gpflow.kernels.Linear(variance=0.01) + gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=2.0)
+    acc = dp.PrivacyAccountant(epsilon=10.0, delta=1e-2)
+    model = DPSGPR((X, Y), kernel, Z, y_bounds=(0.0, 1.0), x_bounds=BOX, private_inputs=True,
+                   hyperparameters_public=True)
+    with pytest.raises(NotImplementedError, match="k\\(x, x\\) is the same everywhere"):
+        model.release_function(epsilon=1.0, delta=1e-3, accountant=acc, lengthscales="kernel")  # fit by default
+    with pytest.raises(TypeError, match="one stationary kernel"):  # a lengthscale grid needs a stationary kernel
+        model.release_function(epsilon=1.0, delta=1e-3, accountant=acc, lengthscales=[[1.0], [3.0]])
+    assert acc.spent == (0.0, 0.0) and draws == []
+    from dpgp_gpflow.whole_rows.features import constant_diagonal
+
+    assert constant_diagonal(gpflow.kernels.Periodic(gpflow.kernels.Matern32()) * gpflow.kernels.Constant())
+    assert not constant_diagonal(gpflow.kernels.Polynomial() + gpflow.kernels.SquaredExponential())
