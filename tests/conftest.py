@@ -5,12 +5,26 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+#: Under xdist (pyproject.toml: ``-n 2`` on a 2-core machine) each worker computes on one thread: two workers of
+#: two BLAS and two TensorFlow threads each fought over the two cores (measured side by side, tests/models and
+#: test_pipeline not slow on 2 workers: 141-144 s with the default threads, 125-128 s with one). Set before numpy
+#: and TensorFlow start their thread pools; a single-process run (-n 0) keeps the defaults.
+XDIST_WORKER = "PYTEST_XDIST_WORKER" in os.environ
+if XDIST_WORKER:
+    for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, "1")
 from pathlib import Path
 
-import gpflow
-import numpy as np
-import pytest
-from check_shapes import set_enable_check_shapes
+import tensorflow as tf
+
+if XDIST_WORKER:
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+
+import gpflow  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from check_shapes import set_enable_check_shapes  # noqa: E402
 
 from dpgp_gpflow import sampling
 
