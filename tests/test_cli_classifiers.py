@@ -7,7 +7,6 @@ refusals (labels, options) leave the ledger as it was and write nothing; a relea
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import warnings
@@ -18,9 +17,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from reference import reference_multiplier
+from test_cli import _run
 
 import dpgp_gpflow as dp
-from dpgp_gpflow.cli import main
 from dpgp_gpflow.models import (
     DPLaplaceGPC,
     DPSparseLaplaceGPC,
@@ -49,16 +48,6 @@ def work(tmp_path_factory) -> Path:
     return d
 
 
-def _run(argv, work: Path, stdout=None):
-    err = io.StringIO()
-    with warnings.catch_warnings(), contextlib.redirect_stderr(err), contextlib.chdir(work), \
-            (contextlib.redirect_stdout(stdout) if stdout is not None else contextlib.nullcontext()):
-        warnings.simplefilter("ignore")
-        try:
-            code = main([str(a) for a in argv])
-        except SystemExit as exc:
-            code = exc.code
-    return code, err.getvalue()
 
 
 def _document(path: Path) -> dict:
