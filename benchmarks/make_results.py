@@ -43,6 +43,8 @@ SCRIPTS = {
     "whole_rows_lengthscales": "benchmarks/whole_rows_lengthscales.py",
     "whole_rows_headroom": "benchmarks/whole_rows_headroom.py",
     "whole_rows_scale_dask": "benchmarks/whole_rows_scale.py",
+    "whole_rows_pass_speed": "benchmarks/whole_rows_pass_speed.py",
+    "whole_rows_projection": "benchmarks/whole_rows_projection.py",
 }
 
 HEADER = """# Benchmark results
