@@ -476,9 +476,8 @@ def plan_cloaking(columns: ReleaseColumns, multiplier: Any, data_sensitivity: An
     else:
         sensitivity, whitening = columns.whiten(chosen.space, chosen.noise, multiplier, data_sensitivity,
                                                 output_bound)
-    unit = tf.linalg.matmul(chosen.space.basis, chosen.noise.factor)  # [k, r]
-    # the float sampler's factor keeps its earlier association ((basis F Delta) s), bit for bit
-    noise_factor = unit * sensitivity * multiplier if sampler == "float" else unit * (multiplier * sensitivity)
+    # (the float draw recomputes its factor from the projection: publish_cloaking trusts no plan)
+    noise_factor = tf.linalg.matmul(chosen.space.basis, chosen.noise.factor) * (multiplier * sensitivity)  # [k, r]
     return CloakingPlan(chosen, sensitivity, noise_factor, whitening)
 
 
@@ -727,7 +726,7 @@ def _draw_float(projection: FloatProjection, y_centred: Any, *, offset: Any, var
                                  f"{needed:.6g} recomputed from its projection (a plan made for other outputs or "
                                  "another noise?); this release cannot be guaranteed: nothing was drawn or charged")
     unit = tf.linalg.matmul(basis, F)  # [k, r]
-    noise_factor = unit * sensitivity * multiplier  # plan_cloaking's association, bit for bit
+    noise_factor = unit * sensitivity * multiplier  # the float sampler's association ((basis F Delta) s), bit for bit
     description = _description(record["objective"], int(noise_factor.shape[0]))
     sampling.warn_float_sampler(description)
     xi, reproducible = sampling.float_standard_normal(int(projection.factor.shape[0]), seed)
