@@ -1,6 +1,6 @@
 """Benchmark: the noise-covariance optimiser on the !Kung problem of AISTATS 2018 Figure 1.
 
-Ours (``dpgp_gpflow.cloaking.optimise_noise_covariance``: barrier Newton on the dual with a
+Ours (``dpgp_gpflow.noise_planning.optimise_noise_covariance``: barrier Newton on the dual with a
 duality-gap certificate) against the published algorithm (AISTATS 2018 supplementary,
 Algorithm 2, FINDLAMBDA), written here in numpy as the baseline: gradient descent on the dual
 ``g(l) = sum(l) - log det(B diag(l) B^T)`` with learning rate 0.05, ``l ~ U(0.1, 0.9)`` (seeded),
@@ -46,7 +46,7 @@ import gpflow  # noqa: E402
 import numpy as np  # noqa: E402
 
 import dpgp_gpflow  # noqa: E402
-from dpgp_gpflow.cloaking import column_space, optimise_noise_covariance  # noqa: E402
+from dpgp_gpflow.noise_planning import column_space, optimise_noise_covariance  # noqa: E402
 from dpgp_gpflow.datasets import load_kung  # noqa: E402
 from dpgp_gpflow.models import DPGPR  # noqa: E402
 
@@ -246,7 +246,7 @@ def main(argv=None) -> int:
 
     # -- full release path -------------------------------------------------------------------------
     # The mse objective refuses rtol below MIN_MSE_RTOL, so mse and entropy are compared at cmp_rtol.
-    cmp_rtol = max(args.rtol, float(dpgp_gpflow.cloaking.MIN_MSE_RTOL))
+    cmp_rtol = max(args.rtol, float(dpgp_gpflow.noise_planning.MIN_MSE_RTOL))
     configs = [(f"entropy, rtol {args.rtol:g}", dict(objective="entropy", rtol=args.rtol))]
     if cmp_rtol != args.rtol:
         configs.append((f"entropy, rtol {cmp_rtol:g}", dict(objective="entropy", rtol=cmp_rtol)))

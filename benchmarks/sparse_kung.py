@@ -44,7 +44,7 @@ import gpflow  # noqa: E402
 import numpy as np  # noqa: E402
 
 import dpgp_gpflow  # noqa: E402
-from dpgp_gpflow.cloaking import noise_std_lower_bound  # noqa: E402
+from dpgp_gpflow.noise_planning import noise_std_lower_bound  # noqa: E402
 from dpgp_gpflow.datasets import kung_folds, load_kung  # noqa: E402
 from dpgp_gpflow.kernels import Gibbs, kde_lengthscale_function  # noqa: E402
 from dpgp_gpflow.models import DPGPR, DPGPRFITC, kmeans_inducing_inputs  # noqa: E402

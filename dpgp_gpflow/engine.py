@@ -11,7 +11,7 @@ from the OS CSPRNG (:mod:`dpgp_gpflow.sampling`), re-colour, charge the accounta
 The sequence is the one every cloaking release runs (:func:`dpgp_gpflow.mechanisms.cloaking.plan_cloaking`:
 rank rule, optimiser, sensitivity, whitening), here over a traced provider of ``C``'s column operations
 (:class:`_TracedColumns`), so the whole plan is one graph, the rank rule's loop
-(:func:`~dpgp_gpflow.cloaking.first_harmless`) traced into it; the eager release runs it over
+(:func:`~dpgp_gpflow.noise_planning.first_harmless`) traced into it; the eager release runs it over
 :class:`~dpgp_gpflow.mechanisms.NoisePlan` (compiled stages), the streamed one over chunks.
 
 Privacy assumption: ``C`` (and so the plan) is a function of public inputs and hyperparameters only;
@@ -29,10 +29,10 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
-from . import cloaking
+from . import noise_planning
 from .accounting import PrivacyAccountant, Reservation
-from .cloaking import DEFAULT_TOL, candidate_rtols, mahalanobis_terms, projection_terms, working_set
-from .cloaking.rank import bias_rounding, projection_bias
+from .noise_planning import DEFAULT_TOL, candidate_rtols, mahalanobis_terms, projection_terms, working_set
+from .noise_planning.rank import bias_rounding, projection_bias
 from .measurement import Measurement, measure
 from .mechanisms.request import validate_tol
 from .mechanisms.rounding import MAX_NOISE_CONDITION
@@ -115,7 +115,7 @@ def noise_plan(
     host; ``objective``, ``rtol``, ``tol`` and ``max_iter`` are Python values (they shape the graph; a bad
     ``rtol`` or a ``tol`` not finite and > 0 is refused, as by every release).
     Same rank rule, optimiser and sensitivity as :func:`dpgp_gpflow.mechanisms.cloaking_release` for a
-    dense ``C`` (:func:`~dpgp_gpflow.cloaking.singular_pairs`; the eager path may use a randomised SVD on
+    dense ``C`` (:func:`~dpgp_gpflow.noise_planning.singular_pairs`; the eager path may use a randomised SVD on
     large matrices). A plan that cannot be guaranteed (a noise factor too ill-conditioned, a whitened shift
     too large) raises ``tf.errors.InvalidArgumentError`` when it runs.
 
@@ -138,7 +138,7 @@ def noise_plan(
     neighbours = _neighbours(groups, C.shape[1])
     if neighbours is not None:  # the map is a constant of n rows: C's columns are checked when the graph runs
         C = tf.ensure_shape(C, [None, neighbours.size])
-    singular, left, _ = cloaking.singular_pairs(C, min(candidates))
+    singular, left, _ = noise_planning.singular_pairs(C, min(candidates))
     tf.debugging.assert_positive(singular[0], "the cloaking matrix is zero: nothing to release privately")
     ranks = tf.reduce_sum(tf.cast(singular[None, :] > rtols[:, None] * singular[0], tf.int32), axis=1)
     columns = _TracedColumns(C, singular, left, ranks, rtols, neighbours, d, b, objective, tol,
@@ -271,7 +271,7 @@ def publish(
         if float(plan.noise_multiplier) != multiplier:
             raise ValueError(f"this plan was made for noise multiplier {float(plan.noise_multiplier)!r}, but "
                              f"(epsilon={epsilon}, delta={delta}, {calibration}) needs {multiplier!r}")
-        certificate = cloaking.certificate_of(objective, plan.gap, plan.relative_gap, tol, plan.iterations, plan.support)
+        certificate = noise_planning.certificate_of(objective, plan.gap, plan.relative_gap, tol, plan.iterations, plan.support)
         # clipped to the declared bound the plan's shift assumes (what every model's release does first):
         # a caller's unclipped outputs are never trusted, and nothing about them is said
         clipped = tf.clip_by_value(tf.reshape(tf.convert_to_tensor(y_centred, dtype=tf.float64), [-1]),

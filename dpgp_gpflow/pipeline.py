@@ -25,7 +25,7 @@ import tensorflow as tf
 from check_shapes import check_shapes
 
 from .accounting import PrivacyAccountant, Reservation
-from .cloaking import DEFAULT_TOL
+from .noise_planning import DEFAULT_TOL
 from .contract import (
     FactoredPrivateModel,
     PrivateModel,

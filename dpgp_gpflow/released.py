@@ -32,7 +32,7 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
-from .cloaking import OptimiserCertificate, row_norms
+from .noise_planning import OptimiserCertificate, row_norms
 from .contract import PublicReadout, readout_and_variance, stacked
 from .io.card import RELEASE_FIELDS, ReleaseEntry
 from .io.format import provenance, write_card

@@ -23,7 +23,7 @@ Calibration = Literal["analytic", "classical"]
 CALIBRATIONS: Tuple[str, ...] = ("analytic", "classical")
 #: The Gaussian release mechanisms (:mod:`dpgp_gpflow.pipeline`): the cloaking method and Hall et al.'s.
 RELEASE_MECHANISMS: Tuple[str, ...] = ("cloaking", "standard")
-#: What the cloaking noise covariance minimises (:mod:`dpgp_gpflow.cloaking`).
+#: What the cloaking noise covariance minimises (:mod:`dpgp_gpflow.noise_planning`).
 Objective = Literal["mse", "entropy"]
 OBJECTIVES: Tuple[str, ...] = ("mse", "entropy")
 

@@ -148,7 +148,7 @@ def sqrtm_psd(S: np.ndarray) -> np.ndarray:
 
 
 #: cvxpy's optimum per (objective, vectors): a pure function of its arguments, solved once per process (the
-#: same problems are compared in several tests, e.g. test_cloaking's dense and conjugate-gradient solves)
+#: same problems are compared in several tests, e.g. test_noise_planning's dense and conjugate-gradient solves)
 _CVX_SOLVED: dict = {}
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dpgp_gpflow.cloaking import dual
+from dpgp_gpflow.noise_planning import dual
 
 
 def _numpy_relative_gap(vectors: np.ndarray, weights: np.ndarray, objective: str) -> float:

@@ -312,9 +312,9 @@ def test_the_engine_runs_on_a_logical_device_with_no_python_op_in_its_graph():
 def test_repeated_releases_of_new_shapes_do_not_retrace_the_compiled_stages():
     """The eager release path's compiled stages (noise solver, whitening, projection terms) have stable
     signatures: once traced, releases of other sizes trace nothing new."""
-    from dpgp_gpflow import cloaking, mechanisms as release
+    from dpgp_gpflow import mechanisms as release, noise_planning
 
-    stages = (release.NOISE_SOLVERS["mse"], release.cloaking._whitening, cloaking.space._projection_block)
+    stages = (release.NOISE_SOLVERS["mse"], release.cloaking._whitening, noise_planning.space._projection_block)
 
     def one(n, k, seed):
         C, y = problem(n, k, seed)

@@ -30,7 +30,7 @@ import sparse_cases  # noqa: E402
 import dpgp_gpflow as dp  # noqa: E402
 from dpgp_gpflow import engine  # noqa: E402
 from dpgp_gpflow.accounting import PrivacyAccountant, reserve  # noqa: E402
-from dpgp_gpflow.cloaking import column_space, projection_rows  # noqa: E402
+from dpgp_gpflow.noise_planning import column_space, projection_rows  # noqa: E402
 from dpgp_gpflow.mechanisms import cloaking_release, release_request  # noqa: E402
 from dpgp_gpflow.mechanisms.cloaking import publish_cloaking  # noqa: E402
 from dpgp_gpflow.models import DPGPR, DPGPRFITC, DPSGPR  # noqa: E402

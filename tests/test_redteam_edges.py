@@ -24,7 +24,7 @@ import tensorflow as tf
 import dpgp_gpflow as dp
 from dpgp_gpflow import engine, streaming
 from dpgp_gpflow.calibration import gaussian_multiplier
-from dpgp_gpflow.cloaking import optimise_noise_covariance
+from dpgp_gpflow.noise_planning import optimise_noise_covariance
 from dpgp_gpflow.io import format as release_file, loading
 from dpgp_gpflow.io.format import ReleaseFileError, ReleaseFileVersionError
 from dpgp_gpflow.mechanisms import check_whitened_shift, cloaking_release

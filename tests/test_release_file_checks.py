@@ -403,7 +403,7 @@ def test_dpgp_show_prints_one_line(files, tmp_path):
 
 def test_the_card_checks_know_exactly_the_kinds_and_fields_loading_builds():
     """io/card.py (no TensorFlow) names the kinds and the certificate's fields; loading builds exactly those."""
-    from dpgp_gpflow.cloaking import OptimiserCertificate
+    from dpgp_gpflow.noise_planning import OptimiserCertificate
     from dpgp_gpflow.io import card
 
     assert set(card.CARD_KINDS) == set(publishing.RELEASED_KINDS)

@@ -71,7 +71,7 @@ RELEASE_FIELD_TYPES: Dict[str, str] = {
     "rtol": "float?", "bias_bound": "float", "reproducible": "bool",
 }
 RELEASE_FIELDS = tuple(RELEASE_FIELD_TYPES)
-#: The fields of a release's ``certificate`` (those of :class:`~dpgp_gpflow.cloaking.OptimiserCertificate`,
+#: The fields of a release's ``certificate`` (those of :class:`~dpgp_gpflow.noise_planning.OptimiserCertificate`,
 #: which tests/test_release_file_checks.py compares) and their JSON types.
 CERTIFICATE_FIELD_TYPES: Dict[str, str] = {
     "objective": "str", "gap": "float", "relative_gap": "float", "tol": "float", "iterations": "int",
@@ -184,7 +184,7 @@ def _positive(name: str, value: float) -> float:
 
 def _row_norms(F: np.ndarray) -> np.ndarray:
     """Euclidean norm of each row of ``F``, scaled by its largest entry so that tiny rows do not underflow
-    (as :func:`~dpgp_gpflow.cloaking.row_norms` computes a release's ``noise_std``)."""
+    (as :func:`~dpgp_gpflow.noise_planning.row_norms` computes a release's ``noise_std``)."""
     scale = np.max(np.abs(F), axis=1, keepdims=True)  # [k, 1]
     safe = np.where(scale > 0.0, scale, 1.0)
     return scale[:, 0] * np.linalg.norm(F / safe, axis=1)

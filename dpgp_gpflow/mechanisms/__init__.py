@@ -9,7 +9,7 @@
 :func:`.standard.standard`, are imported from their modules by :mod:`dpgp_gpflow.pipeline`);
 * :mod:`.rounding`: what floating-point rounding costs every release (safety factors, refusals).
 
-The noise a cloaking release adds is chosen in :mod:`dpgp_gpflow.cloaking` (public computations);
+The noise a cloaking release adds is chosen in :mod:`dpgp_gpflow.noise_planning` (public computations);
 models reach these through :mod:`dpgp_gpflow.pipeline`.
 """
 

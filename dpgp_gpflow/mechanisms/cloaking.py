@@ -4,7 +4,7 @@ the optimised covariance, the mean projected onto the ``r`` directions that rece
 A release publishes ``v~ = offset + C (y - m) + noise`` where ``C`` (k x n) is public (a function of
 public inputs and hyperparameters), ``y - m`` are the clipped, publicly centred private outputs and
 ``offset`` is public. :func:`plan_cloaking` is the one sequence of every cloaking release's noise (rank
-rule, optimiser, sensitivity from the factor used, whitening, noise factor; :mod:`dpgp_gpflow.cloaking`:
+rule, optimiser, sensitivity from the factor used, whitening, noise factor; :mod:`dpgp_gpflow.noise_planning`:
 public, no draw), run over a provider of the column operations (:class:`ReleaseColumns`): :class:`NoisePlan`
 (``C`` in memory), the compiled engine's traced one (:mod:`dpgp_gpflow.engine`) or the streamed release's
 chunked one (:class:`~dpgp_gpflow.streaming.release.ChunkedRelease`); :func:`cloak` releases for a validated
@@ -35,7 +35,7 @@ from check_shapes import check_shapes
 
 from .. import sampling
 from ..accounting import PrivacyAccountant, Reservation
-from ..cloaking import (
+from ..noise_planning import (
     DEFAULT_TOL,
     ColumnSpace,
     certificate_of,
@@ -48,8 +48,8 @@ from ..cloaking import (
     row_norms,
     working_set,
 )
-from ..cloaking.dual import COUNT_SPEC, MATRIX_SPEC, REAL_SPEC, VECTOR_SPEC
-from ..cloaking.rank import bias_rounding, candidate_rtols, projection_bias
+from ..noise_planning.dual import COUNT_SPEC, MATRIX_SPEC, REAL_SPEC, VECTOR_SPEC
+from ..noise_planning.rank import bias_rounding, candidate_rtols, projection_bias
 from ..measurement import Measurement, measure
 from ..neighbours import Neighbours, neighbour_columns
 from ..released import PrivateRelease
@@ -181,8 +181,7 @@ def shift_bound_of_norms(largest, total, n, data_sensitivity, output_bound):
     norms (``largest = max_i ||w_i||``, ``total = sum_i ||w_i||``, ``n`` columns): the L2 shift of ``W y``
     between neighbours, computed in float64 in any summation order. Plain arithmetic: tensors (in a graph)
     or floats."""
-    unit = float(np.finfo(np.float64).eps) / 2.0
-    gamma_n = n * unit / (1.0 - n * unit)
+    gamma_n = n * sampling.UNIT_ROUNDOFF / (1.0 - n * sampling.UNIT_ROUNDOFF)
     return SENSITIVITY_SAFETY * (data_sensitivity * largest + 2.0 * gamma_n * output_bound * total)
 
 
@@ -297,16 +296,16 @@ def check_whitened_shift(mu: float, multiplier: float, rank: Optional[int] = Non
 class NoisePlan:
     """The noise a cloaking release of ``C`` would add, as a function of the noise multiplier,
     without drawing any: it orchestrates the rank rule of :func:`cloaking_release`, whose terms
-    (:func:`~dpgp_gpflow.cloaking.rank.bias_rounding`, :func:`~dpgp_gpflow.cloaking.rank.projection_bias`,
-    :func:`~dpgp_gpflow.cloaking.rank.projection_is_harmless`) and its loop
-    (:func:`~dpgp_gpflow.cloaking.rank.first_harmless`) are shared with the graph-mode plan
+    (:func:`~dpgp_gpflow.noise_planning.rank.bias_rounding`, :func:`~dpgp_gpflow.noise_planning.rank.projection_bias`,
+    :func:`~dpgp_gpflow.noise_planning.rank.projection_is_harmless`) and its loop
+    (:func:`~dpgp_gpflow.noise_planning.rank.first_harmless`) are shared with the graph-mode plan
     (:func:`dpgp_gpflow.engine.noise_plan`) and the streamed release.
 
     ``rtol=None``: candidate ranks (:func:`candidate_rtols`) are tried in order, and the first whose
     projection is harmless is solved to ``tol``: for every prediction j, the exact worst-case bias
     of projecting, ``b ||C_j - P_j||_1`` (:func:`projection_rows`, ``b = output_bound``), must be at
     most ``BIAS_FRACTION`` of ``s d max_i |P_ji|``, a lower bound on the noise std of prediction j
-    in any release of the projection ``P`` (:func:`~dpgp_gpflow.cloaking.noise_std_lower_bound`). No optimisation is needed
+    in any release of the projection ``P`` (:func:`~dpgp_gpflow.noise_planning.noise_std_lower_bound`). No optimisation is needed
     to choose the rank. (docs/mechanisms.md#rank-rule explains why; the original papers' rule compares the 2-norm bound ``s_{r+1} sqrt(n) b`` with the smallest
     noise std instead; that needs a solve per candidate, and lets the least noised prediction,
     e.g. one far from all data, dictate the rank for all.) Every solve is cached, so other
@@ -367,7 +366,7 @@ class NoisePlan:
         return len(self._spaces)
 
     def ratio_and_bias(self, i) -> Tuple[Any, Any]:
-        """The rank rule's terms of candidate ``i`` (:func:`~dpgp_gpflow.cloaking.rank.projection_bias`)."""
+        """The rank rule's terms of candidate ``i`` (:func:`~dpgp_gpflow.noise_planning.rank.projection_bias`)."""
         return tuple(self._candidate(int(i))[2:0:-1])
 
     def noise(self, i) -> Tuple[ColumnSpace, _Noise]:
@@ -407,7 +406,7 @@ class ReleaseColumns(Protocol):
         """The number of candidate column spaces (nested, narrowest first)."""
 
     def ratio_and_bias(self, i: Any) -> Tuple[Any, Any]:
-        """Candidate ``i``'s rank-rule terms (:func:`~dpgp_gpflow.cloaking.rank.projection_bias`)."""
+        """Candidate ``i``'s rank-rule terms (:func:`~dpgp_gpflow.noise_planning.rank.projection_bias`)."""
 
     def noise(self, i: Any) -> Tuple[Any, Any]:
         """Candidate ``i``'s column space and its optimised noise: ``factor`` (basis coordinates, unit
@@ -441,7 +440,7 @@ class CloakingPlan(NamedTuple):
 
 
 def choose_noise(columns: ReleaseColumns, multiplier: Any, first: Optional[Tuple[Any, Any]] = None) -> ChosenNoise:
-    """The rank rule (:func:`~dpgp_gpflow.cloaking.first_harmless`, ``first``: candidate 0's terms when the
+    """The rank rule (:func:`~dpgp_gpflow.noise_planning.first_harmless`, ``first``: candidate 0's terms when the
     provider has them) and the optimiser with the sensitivity against the noise it returns, over ``columns``."""
     i, _, bias = first_harmless(columns.ratio_and_bias, columns.candidate_count, multiplier, first=first)
     space, noise = columns.noise(i)

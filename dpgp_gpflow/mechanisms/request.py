@@ -16,8 +16,8 @@ from typing import Any, NamedTuple, Optional, Tuple
 
 from ..accounting import PrivacyEvent
 from ..calibration import gaussian_multiplier
-from ..cloaking.optimiser import DEFAULT_TOL
-from ..cloaking.rank import candidate_rtols
+from ..noise_planning.optimiser import DEFAULT_TOL
+from ..noise_planning.rank import candidate_rtols
 from ..sampling import MAX_GRID_LOSS, grid_loss, validate_sampler
 from ..validation import (
     MAX_MAGNITUDE,
@@ -57,7 +57,7 @@ def release_request(epsilon: Any, delta: Any, *, calibration: Any = "analytic", 
                     sampler: Any = "exact", seed: Any = None, rtol: Optional[float] = None,
                     tol: Any = DEFAULT_TOL) -> ReleaseRequest:
     """Validate a Gaussian release's parameters (in this order: objective and the cloaking ``rtol`` unless
-    the objective is None (:func:`~dpgp_gpflow.cloaking.rank.candidate_rtols`), sampler, seed, epsilon,
+    the objective is None (:func:`~dpgp_gpflow.noise_planning.rank.candidate_rtols`), sampler, seed, epsilon,
     delta, calibration, the optimiser's ``tol`` (:func:`validate_tol`)) and compute its noise multiplier:
     the only place a release does either, before anything is reserved."""
     if objective is not None:

@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from .. import sampling
 from ..accounting import PrivacyAccountant, Reservation
-from ..cloaking import row_norms
+from ..noise_planning import row_norms
 from ..measurement import Measurement, measure
 from ..released import PrivateRelease
 from ..sampling import gaussian_grid_factor

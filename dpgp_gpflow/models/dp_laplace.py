@@ -53,7 +53,7 @@ from check_shapes import inherit_check_shapes
 from gpflow.base import InputData, MeanAndVariance
 
 from ..accounting import PrivacyAccountant, Reservation
-from ..cloaking import DEFAULT_TOL
+from ..noise_planning import DEFAULT_TOL
 from ..contract import ReleaseTerms, check_release_hyperparameters, dense_map
 from ..pipeline import cloak_outputs
 from ..composition import gdp_composition, gdp_step_multiplier, gdp_step_request

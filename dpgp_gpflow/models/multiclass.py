@@ -48,7 +48,7 @@ from gpflow.base import MeanAndVariance
 from gpflow.models import BayesianModel, InternalDataTrainingLossMixin
 
 from ..accounting import PrivacyAccountant, Reservation
-from ..cloaking import DEFAULT_TOL
+from ..noise_planning import DEFAULT_TOL
 from ..composition import gdp_step_request
 from ..contract import check_release_hyperparameters, dense_map, latent_terms_and_readout
 from ..io.card import MulticlassGuarantee

@@ -35,7 +35,7 @@ import tensorflow as tf
 from gpflow.utilities import deepcopy, multiple_assign, parameter_dict
 
 from ..calibration import gaussian_multiplier
-from ..cloaking import DEFAULT_TOL, noise_std_lower_bound
+from ..noise_planning import DEFAULT_TOL, noise_std_lower_bound
 from ..contract import PrivateModel, dense_map, output_terms, unstacked
 from ..models.base import parameter_values
 from ..models.multiclass import multiclass_step_multiplier
@@ -364,7 +364,7 @@ class CrossValidation:
         ``(epsilon_release, delta_release)`` would add (zeros when no release budget is given).
 
         ``release_noise="bound"`` (default): ``s d max_i |C_ji|``
-        (:func:`~dpgp_gpflow.cloaking.noise_std_lower_bound`), the least noise any Gaussian release
+        (:func:`~dpgp_gpflow.noise_planning.noise_std_lower_bound`), the least noise any Gaussian release
         of those predictions can add, one pass over ``C``; ``"optimised"``: the cloaking release's
         own noise (:class:`~dpgp_gpflow.mechanisms.NoisePlan`, one noise optimisation per fold; ``inf``
         where that release would be refused). With ``groups`` both protect persons: the bound is taken

@@ -29,8 +29,8 @@ import tensorflow as tf
 from sklearn.cluster import MiniBatchKMeans
 
 from ..accounting import PrivacyAccountant, Reservation
-from ..cloaking import DEFAULT_TOL, candidate_rtols
-from ..cloaking.rank import bias_rounding, projection_bias
+from ..noise_planning import DEFAULT_TOL, candidate_rtols
+from ..noise_planning.rank import bias_rounding, projection_bias
 from ..contract import check_release_hyperparameters
 from ..pipeline import recorded_bounds, reference_coordinates, shaped
 from ..mechanisms import (ReleaseRequest, check_noise_condition, publish_cloaking, release_request,

@@ -1,7 +1,7 @@
 """The cloaking release's public computations, chunk by chunk: column space, rank rule, noise optimiser.
 
-The in-memory release (:class:`~dpgp_gpflow.mechanisms.NoisePlan`, :func:`~dpgp_gpflow.cloaking.column_spaces`,
-:func:`~dpgp_gpflow.cloaking.optimise_noise_covariance`) reads the m x n released map ``C = R B``
+The in-memory release (:class:`~dpgp_gpflow.mechanisms.NoisePlan`, :func:`~dpgp_gpflow.noise_planning.column_spaces`,
+:func:`~dpgp_gpflow.noise_planning.optimise_noise_covariance`) reads the m x n released map ``C = R B``
 whole. Here every quantity it needs is a reduction over column chunks ``C[:, chunk]`` (computed from
 the chunk's public inputs by :class:`~dpgp_gpflow.streaming.terms.ChunkTerms`):
 
@@ -9,7 +9,7 @@ the chunk's public inputs by :class:`~dpgp_gpflow.streaming.terms.ChunkTerms`):
   SVD has the singular values and left vectors of ``C`` (no Gram matrix: no squared condition number);
 * the rank rule's per-row l1 bias and largest projected entry: sums and maxima over chunks;
 * the noise optimiser: the columns are a provider (:class:`StreamedColumns`) of the one working-set
-  loop (:func:`dpgp_gpflow.cloaking.working_set.solve_noise`, the in-memory optimiser's): each pass
+  loop (:func:`dpgp_gpflow.noise_planning.working_set.solve_noise`, the in-memory optimiser's): each pass
   (leverages ``q_i``, the certificate, the most violated points) is a reduction over chunks, and only
   the working set's columns (r x |work|) are held. Only where the loop starts is the streamed
   release's own (a public subsample's solution on very long inputs; pivots among candidates);
@@ -29,9 +29,9 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from .. import cloaking
+from .. import noise_planning
 from .. import linalg
-from ..cloaking import (
+from ..noise_planning import (
     ColumnSpace,
     NoiseCovariance,
     Violators,
@@ -41,7 +41,7 @@ from ..cloaking import (
     pivot_columns,
     working_set,
 )
-from ..cloaking.working_set import DUPLICATE_RTOL
+from ..noise_planning.working_set import DUPLICATE_RTOL
 from ..mechanisms.cloaking import shift_of_norms, trusted_query
 from .chunks import ChunkSource
 from .persons import ChunkPersons, person_columns
@@ -106,12 +106,12 @@ def _tsqr_combine(a, b):
 
 
 def column_spaces(cmap: StreamedMap, rtols) -> List[ColumnSpace]:
-    """The column spaces of ``C`` for each tolerance, as :func:`dpgp_gpflow.cloaking.column_spaces`
+    """The column spaces of ``C`` for each tolerance, as :func:`dpgp_gpflow.noise_planning.column_spaces`
     gives them, but with ``vectors`` left implicit (None): they are ``basis^T C``, recomputed per chunk.
 
     ``C^T = Q R_C`` by a tall-skinny QR over the chunks, so ``C = R_C^T Q^T`` and the SVD of the m x m
     ``R_C^T`` gives the singular values and left vectors of ``C`` (small: no need for the Gram matrix
-    of :func:`~dpgp_gpflow.cloaking.singular_pairs`). Public.
+    of :func:`~dpgp_gpflow.noise_planning.singular_pairs`). Public.
     """
     R = cmap.source.map_inputs(_tsqr_chunk, _tsqr_combine, cmap.terms, cmap.factors)
     s, u, _ = tf.linalg.svd(tf.constant(R.T), full_matrices=False)
@@ -146,7 +146,7 @@ def _projection_combine(a, b):
 
 
 def projection_rows(cmap: StreamedMap, spaces: List[ColumnSpace]) -> Tuple[List[Tuple[np.ndarray, np.ndarray]], np.ndarray]:
-    """:func:`dpgp_gpflow.cloaking.projection_rows` for every space, in one pass over the chunks; and
+    """:func:`dpgp_gpflow.noise_planning.projection_rows` for every space, in one pass over the chunks; and
     ``max_i |u_j^T C_i|`` for every direction ``u_j`` of the widest space (the spaces are nested: the
     first r directions of the widest), from which the optimiser's duplicate keys are scaled. With
     persons (``cmap.persons``) the floor and the coordinates' maxima are over the columns of ``C A``
@@ -240,7 +240,7 @@ def _gather_combine(a, b):
 
 
 class StreamedColumns:
-    """The vectors ``T C_i`` (r x n, never formed) as a :class:`~dpgp_gpflow.cloaking.ColumnProvider`:
+    """The vectors ``T C_i`` (r x n, never formed) as a :class:`~dpgp_gpflow.noise_planning.ColumnProvider`:
     every pass is a reduction over the chunks of ``cmap`` (local or Dask), holding one chunk's columns
     at a time. With persons (``cmap.persons``) the vectors are the corner columns ``T C A_j`` (r x N_c),
     each chunk forming those of its own persons; indices are then global corner-column indices. The
@@ -262,7 +262,7 @@ class StreamedColumns:
         return self._map(_gather_chunk, _gather_combine, wanted, rowmax)
 
     def start(self, rank) -> Tuple[tf.Tensor, tf.Tensor]:
-        """:meth:`~dpgp_gpflow.cloaking.ColumnProvider.start`. The r pivoted columns are chosen among the largest columns and
+        """:meth:`~dpgp_gpflow.noise_planning.ColumnProvider.start`. The r pivoted columns are chosen among the largest columns and
         those of largest leverage, with more candidates (up to ``MAX_PIVOT_CANDIDATES``) until the last
         pivot's residual exceeds every other column's norm, which makes the choice that of all columns
         (reported in ``stats["pivots_exact"]``)."""
@@ -300,13 +300,13 @@ class StreamedColumns:
 def optimise_noise_covariance(cmap: StreamedMap, T: np.ndarray, objective: str, *, tol: float,
                               max_iter: int = 2000, stats: Optional[Dict[str, Any]] = None,
                               rowmax: Optional[np.ndarray] = None) -> NoiseCovariance:
-    """:func:`dpgp_gpflow.cloaking.optimise_noise_covariance` of the vectors ``T C`` (r x n, never formed):
-    the same loop and certificate (:func:`dpgp_gpflow.cloaking.working_set.solve_noise`) over
+    """:func:`dpgp_gpflow.noise_planning.optimise_noise_covariance` of the vectors ``T C`` (r x n, never formed):
+    the same loop and certificate (:func:`dpgp_gpflow.noise_planning.working_set.solve_noise`) over
     :class:`StreamedColumns`. Only *where* the loop starts is the streamed release's own: above
     ``COARSE_FACTOR * COARSE_ROWS`` columns, from the solution on a public subsample (every k-th row,
     recursively; not with persons, whose corner columns a row subsample does not give: a cold start);
     and duplicates are found by one pass of 64-bit hashes
-    (:func:`~dpgp_gpflow.cloaking.column_hashes`).
+    (:func:`~dpgp_gpflow.noise_planning.column_hashes`).
 
     ``T`` (r x m) is public: the scaled basis of the chosen column space. ``rowmax``: ``max_i |T C_i|``
     per row if known (e.g. from :func:`projection_rows`; else one more pass), the scale of the
@@ -367,7 +367,7 @@ def _duplicates(hashes: np.ndarray, n: int) -> np.ndarray:
 def _sensitivity_chunk(X, start, terms, factors, basis, factor_scaled, scale, factor_u, persons=None):
     V = _columns(X, terms, factors, basis.T)  # [r, c]: basis^T C, per row
     VA = person_columns(V, start, persons)[0]  # [r, c_A]: unscaled sensitivity vectors (basis^T C A)
-    norm2 = cloaking.max_mahalanobis_norm2(tf.constant(factor_scaled), VA * tf.constant(scale)[:, None])
+    norm2 = noise_planning.max_mahalanobis_norm2(tf.constant(factor_scaled), VA * tf.constant(scale)[:, None])
     W = linalg.solve(factor_u, V)  # [r, c]
     WA = tf.norm(person_columns(W, start, persons)[0], axis=0).numpy()  # ||W A_j||
     return float(norm2), float(WA.max()), math.fsum(tf.norm(W, axis=0).numpy())
@@ -379,7 +379,7 @@ def _sensitivity_combine(a, b):
 
 def sensitivities(cmap: StreamedMap, basis: np.ndarray, factor_scaled: np.ndarray, scale: np.ndarray,
                   factor_u: np.ndarray) -> Tuple[float, float, float]:
-    """``max_i ||F_s^{-1} v_i||^2`` over the scaled vectors (for :func:`~dpgp_gpflow.cloaking.mahalanobis_sensitivity`),
+    """``max_i ||F_s^{-1} v_i||^2`` over the scaled vectors (for :func:`~dpgp_gpflow.noise_planning.mahalanobis_sensitivity`),
     and ``max_i ||w_i||`` and ``sum_i ||w_i||`` of ``W = F_u^{-1} V`` (for the exact sampler). With persons
     (``cmap.persons``) the two maxima are over the corner columns (``V A``, ``W A``), the sum over the
     rows' ``w_i`` (the rounding of ``W y``). Public."""

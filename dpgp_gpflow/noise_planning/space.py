@@ -17,6 +17,7 @@ import tensorflow as tf
 from check_shapes import check_shapes
 
 from ..neighbours import Neighbours, neighbour_columns
+from ..sampling import UNIT_ROUNDOFF
 from .dual import MATRIX_SPEC
 from .rank import validate_rtol
 
@@ -107,7 +108,7 @@ def _gram_pairs(C: tf.Tensor, min_rtol: float):
     least) and the rounding bound of :func:`singular_pairs`, from the eigendecomposition of the
     smaller of ``C C^T`` and ``C^T C``. Graph-safe."""
     k, n = tf.shape(C)[0], tf.shape(C)[1]
-    eps = float(np.finfo(np.float64).eps)
+    eps = 2.0 * UNIT_ROUNDOFF  # machine epsilon
 
     def eigen(G):
         lam, vec = tf.linalg.eigh(0.5 * (G + tf.transpose(G)))

@@ -32,7 +32,7 @@ BIAS_ROUNDING = 1e-12
 
 def bias_rounding(l1, largest, output_bound) -> tf.Tensor:
     """The bias that counts as none (:data:`BIAS_ROUNDING`), from the widest candidate's
-    :func:`~dpgp_gpflow.cloaking.projection_rows` terms ``l1`` and ``largest`` ([k] each). Graph-safe."""
+    :func:`~dpgp_gpflow.noise_planning.projection_rows` terms ``l1`` and ``largest`` ([k] each). Graph-safe."""
     return BIAS_ROUNDING * tf.reduce_max(output_bound * (l1 + largest))
 
 

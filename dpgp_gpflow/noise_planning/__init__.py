@@ -1,4 +1,4 @@
-"""Choosing the DP noise of a linear release ``v = C y``: the cloaking method's public computations.
+"""The noise planner: choosing the DP noise of a linear release ``v = C y`` (the cloaking method).
 
 Pure TensorFlow functions of tensors, float64 throughout; the model classes build the cloaking
 matrix ``C`` and :mod:`dpgp_gpflow.mechanisms` draws the noise. The maths is in

@@ -25,10 +25,10 @@ from reference import (
     sqrtm_psd,
 )
 
-import dpgp_gpflow.cloaking as cloaking
+import dpgp_gpflow.noise_planning as noise_planning
 from dpgp_gpflow.calibration import analytic_gaussian_multiplier
-from dpgp_gpflow.cloaking.dual import _dual_state
-from dpgp_gpflow.cloaking import (
+from dpgp_gpflow.noise_planning.dual import _dual_state
+from dpgp_gpflow.noise_planning import (
     column_space,
     column_spaces,
     mahalanobis_sensitivity,
@@ -138,8 +138,8 @@ def test_both_barrier_variants_reach_the_cvxpy_optimum(solved, name, objective, 
     """The restricted solve on all columns, primal barrier or primal-dual, from the cold start, certified
     to 1e-7: its weights' dual bound (NumPy, independently) is within 1e-6 of cvxpy's optimum."""
     V, _, M_cvx = solved(name, objective)
-    start = np.full(V.shape[1], cloaking.best_uniform_weight(tf.constant(V), objective))
-    weights, steps, _ = cloaking.restricted_dual_solve(tf.constant(V), tf.constant(start), objective, 1e-7, 500,
+    start = np.full(V.shape[1], noise_planning.best_uniform_weight(tf.constant(V), objective))
+    weights, steps, _ = noise_planning.restricted_dual_solve(tf.constant(V), tf.constant(start), objective, 1e-7, 500,
                                                        primal_dual=primal_dual)
     assert 0 < int(steps) < 500  # converged or stalled at rounding, not out of steps
     ref = objective_value(M_cvx, objective)
@@ -222,7 +222,7 @@ def test_working_set_path_matches_the_dense_solve(monkeypatch, objective):
     solve (itself checked against cvxpy above); for entropy also against cvxpy directly."""
     V = random_vectors(2, 560, 11)
     dense = optimise_noise_covariance(tf.constant(V), objective, tol=TOL)
-    monkeypatch.setattr(cloaking.working_set, "DENSE_POINTS", 50)
+    monkeypatch.setattr(noise_planning.working_set, "DENSE_POINTS", 50)
     ours = optimise_noise_covariance(tf.constant(V), objective, tol=TOL)
     F, Fd = factor_np(ours), factor_np(dense)
     assert leverages(F @ F.T, V).max() <= 1.0 + LEV_TOL
@@ -239,7 +239,7 @@ def test_wide_support_working_sets_reach_the_cvxpy_optimum(monkeypatch, objectiv
     near-active, so each round's violators are spread (``spread_violators``), not the top r by
     leverage. Forced through working sets, the solve still reaches cvxpy's optimum."""
     V = gp_vectors(objective, n=400, k=12, rtol=1e-5, lengthscale=1.0)
-    monkeypatch.setattr(cloaking.working_set, "DENSE_POINTS", 50)
+    monkeypatch.setattr(noise_planning.working_set, "DENSE_POINTS", 50)
     assert_cvxpy_optimum(V, objective, optimise_noise_covariance(tf.constant(V), objective, tol=TOL))
 
 
@@ -256,9 +256,9 @@ def test_spread_violators_take_one_per_cluster_of_near_copies():
     whitened = np.stack(columns, axis=1)[:, order]
     position = {int(j): i for i, j in enumerate(order)}
     leaders = [position[0], position[4], position[8]]  # the k = 0 member of each cluster
-    np.testing.assert_array_equal(cloaking.spread_violators(whitened, 10).numpy(), sorted(leaders))
-    np.testing.assert_array_equal(cloaking.spread_violators(whitened, 2).numpy(), sorted(leaders[:2]))
-    assert cloaking.spread_violators(np.zeros((5, 0)), 3).numpy().shape == (0,)
+    np.testing.assert_array_equal(noise_planning.spread_violators(whitened, 10).numpy(), sorted(leaders))
+    np.testing.assert_array_equal(noise_planning.spread_violators(whitened, 2).numpy(), sorted(leaders[:2]))
+    assert noise_planning.spread_violators(np.zeros((5, 0)), 3).numpy().shape == (0,)
 
 
 
@@ -270,7 +270,7 @@ def test_pivot_columns_are_those_of_scipy_pivoted_qr(r, n, count):
     rng = np.random.default_rng(r + n)
     x = np.sort(rng.uniform(0.0, 10.0, n))  # smooth columns: near-copies, decaying directions
     V = np.stack([np.cos(j * x / 3.0) * np.exp(-0.2 * j) for j in range(r)]) + 1e-4 * rng.standard_normal((r, n))
-    picks, sizes = (a.numpy() for a in cloaking.pivot_columns(V, count))
+    picks, sizes = (a.numpy() for a in noise_planning.pivot_columns(V, count))
     _, R, order = scipy.linalg.qr(V, pivoting=True, mode="economic")
     kept = min(count, r, n)
     np.testing.assert_array_equal(picks[:kept], order[:kept])
@@ -297,20 +297,20 @@ def test_mse_newton_direction_solves_the_barrier_newton_system(mu, primal_dual):
                   for e in np.eye(40)], axis=1)
     gb = mse_gradient_np(V, weights) - mu / weights
     slack = mu / weights * (np.random.default_rng(7).uniform(0.2, 5.0, 40) if primal_dual else 1.0)
-    w, _, P, _ = cloaking.dual.dual_terms(tf.constant(V), tf.constant(weights), "mse")
-    x = cloaking.dual._mse_newton_direction(w, P, tf.constant(gb), tf.constant(slack / weights)).numpy()
+    w, _, P, _ = noise_planning.dual.dual_terms(tf.constant(V), tf.constant(weights), "mse")
+    x = noise_planning.dual._mse_newton_direction(w, P, tf.constant(gb), tf.constant(slack / weights)).numpy()
     residual = (H + np.diag(slack / weights)) @ x + gb
-    assert np.linalg.norm(residual) <= 1.5 * cloaking.dual.CG_RTOL * np.linalg.norm(gb)
+    assert np.linalg.norm(residual) <= 1.5 * noise_planning.dual.CG_RTOL * np.linalg.norm(gb)
 
 
 def test_conjugate_gradient_newton_reaches_the_cvxpy_optimum(monkeypatch):
     """With every mse Newton direction taken by preconditioned CG (normally only for large problems),
     the solve still reaches cvxpy's optimum on every problem. One test over the problems: the CG optimiser
     is traced once (a trace per problem cost about 10 s each and tested nothing more)."""
-    monkeypatch.setattr(cloaking.dual, "DENSE_MSE_HESSIAN_FLOPS", 0.0)
+    monkeypatch.setattr(noise_planning.dual, "DENSE_MSE_HESSIAN_FLOPS", 0.0)
     # recompiled (same signature) so that the patched threshold is read when it is traced
-    monkeypatch.setattr(cloaking.optimiser, "OPTIMISERS", cloaking.compile_per_objective(
-        cloaking.optimise_tensors, cloaking.OPTIMISERS["mse"].input_signature))
+    monkeypatch.setattr(noise_planning.optimiser, "OPTIMISERS", noise_planning.compile_per_objective(
+        noise_planning.optimise_tensors, noise_planning.OPTIMISERS["mse"].input_signature))
     for name, problem in PROBLEMS.items():
         V = problem("mse")
         try:
@@ -335,7 +335,7 @@ def test_repeated_vectors_reach_the_cvxpy_optimum(objective):
     base = random_vectors(3, 7, 21)
     V = base[:, [0, 1, 1, 2, 3, 3, 3, 4, 5, 6, 6]]
     V = V + 1e-14 * np.abs(V).max() * random_vectors(3, V.shape[1], 22)  # rounding-level differences
-    assert cloaking.working_set._distinct_columns(tf.constant(V), cloaking.working_set.DUPLICATE_RTOL).numpy().size == 7
+    assert noise_planning.working_set._distinct_columns(tf.constant(V), noise_planning.working_set.DUPLICATE_RTOL).numpy().size == 7
     assert_cvxpy_optimum(V, objective, optimise_noise_covariance(tf.constant(V), objective, tol=TOL))
 
 
@@ -351,14 +351,14 @@ def test_column_hashes_are_those_of_the_rounded_keys_in_any_chunking():
     V[0, 31] = 0.0
     rowmax = np.abs(V).max(axis=1)
     rtol = tf.constant(1e-8, tf.float64)
-    h = cloaking.column_hashes(tf.constant(V), tf.constant(rowmax), rtol).numpy()
+    h = noise_planning.column_hashes(tf.constant(V), tf.constant(rowmax), rtol).numpy()
     keys = np.round(V / (rowmax[:, None] * 1e-8)) + 0.0
     _, first, group = np.unique(keys, axis=1, return_index=True, return_inverse=True)
     assert np.array_equal(h[first[group.ravel()]], h) and np.unique(h).size == first.size == 29
-    chunks = np.concatenate([cloaking.column_hashes(tf.constant(V[:, a:b]), tf.constant(rowmax), rtol).numpy()
+    chunks = np.concatenate([noise_planning.column_hashes(tf.constant(V[:, a:b]), tf.constant(rowmax), rtol).numpy()
                              for a, b in [(0, 7), (7, 25), (25, 40)]])
     np.testing.assert_array_equal(chunks, h)
-    odd = tf.random.stateless_uniform([6], seed=[cloaking.working_set.HASH_SEED, 0], minval=None, maxval=None,
+    odd = tf.random.stateless_uniform([6], seed=[noise_planning.working_set.HASH_SEED, 0], minval=None, maxval=None,
                                       dtype=tf.uint64).numpy() | np.uint64(1)
     with np.errstate(over="ignore"):
         ref = (keys.astype(np.int64).view(np.uint64) * odd[:, None]).sum(axis=0, dtype=np.uint64)
@@ -371,8 +371,8 @@ def test_too_coarse_a_merge_falls_back_to_all_vectors(monkeypatch, objective):
     is not the binding one), the certificate over all vectors fails and the optimiser solves
     over all of them instead: still the cvxpy optimum."""
     V = np.array([[1.0, 0.0, 1.4, 0.3], [0.0, 1.0, 0.0, 0.3]])
-    monkeypatch.setattr(cloaking.working_set, "DUPLICATE_RTOL", 0.9)
-    assert cloaking.working_set._distinct_columns(tf.constant(V), 0.9).numpy().tolist() == [0, 1, 3]
+    monkeypatch.setattr(noise_planning.working_set, "DUPLICATE_RTOL", 0.9)
+    assert noise_planning.working_set._distinct_columns(tf.constant(V), 0.9).numpy().tolist() == [0, 1, 3]
     assert_cvxpy_optimum(V, objective, optimise_noise_covariance(tf.constant(V), objective, tol=TOL))
 
 
@@ -468,7 +468,7 @@ def check_column_space(C: np.ndarray, rtol: float):
     np.testing.assert_allclose(basis.T @ basis, np.eye(r), atol=1e-10)
     # The Gram path squares the singular values: Weyl bounds its eigenvalues' error by
     # delta = (k + n) eps ||C||_F^2, so s_j errs by at most delta / s_j; the SVD path is exact.
-    gram = rtol >= cloaking.space.GRAM_MIN_RTOL and min(C.shape) <= cloaking.space.GRAM_EIGH_MAX
+    gram = rtol >= noise_planning.space.GRAM_MIN_RTOL and min(C.shape) <= noise_planning.space.GRAM_EIGH_MAX
     delta = sum(C.shape) * np.finfo(float).eps * np.sum(C * C) if gram else 0.0
     np.testing.assert_allclose(space.singular_values.numpy(), s[:r], rtol=1e-8,
                                atol=1e-12 * s[0] + delta / s[r - 1])
@@ -519,17 +519,17 @@ def test_column_space_of_a_factored_matrix():
 @pytest.fixture
 def randomised_svd(monkeypatch):
     """Make small matrices take the randomised-SVD path; yields the list of its calls' results."""
-    monkeypatch.setattr(cloaking.space, "RANDOMISED_SVD_MIN", 40)
-    monkeypatch.setattr(cloaking.space, "RANDOMISED_SVD_SAMPLE", 16)
+    monkeypatch.setattr(noise_planning.space, "RANDOMISED_SVD_MIN", 40)
+    monkeypatch.setattr(noise_planning.space, "RANDOMISED_SVD_SAMPLE", 16)
     calls = []
-    original = cloaking.space._leading_singular_triplets
+    original = noise_planning.space._leading_singular_triplets
 
     def spy(*args):
         out = original(*args)
         calls.append(out)
         return out
 
-    monkeypatch.setattr(cloaking.space, "_leading_singular_triplets", spy)
+    monkeypatch.setattr(noise_planning.space, "_leading_singular_triplets", spy)
     return calls
 
 
@@ -586,7 +586,7 @@ def test_optimiser_rejects_bad_arguments():
 def test_projection_rows_against_numpy(monkeypatch, block_entries):
     """Per-row l1 norm of ``C - P`` and max |P| for ``P`` the projection onto the leading r left
     singular vectors, dense and factored, against a NumPy SVD."""
-    monkeypatch.setattr(cloaking.space, "BLOCK_ENTRIES", block_entries)
+    monkeypatch.setattr(noise_planning.space, "BLOCK_ENTRIES", block_entries)
     rng = np.random.default_rng(11)
     A, B = rng.standard_normal((37, 6)), rng.standard_normal((6, 50))
     A[:, 3:] *= 1e-3  # three strong directions, three weak
@@ -596,7 +596,7 @@ def test_projection_rows_against_numpy(monkeypatch, block_entries):
     U = np.linalg.svd(C, full_matrices=False)[0][:, :3]
     P = U @ (U.T @ C)
     for given in (C, (A, B)):
-        l1, largest = cloaking.projection_rows(given, space)
+        l1, largest = noise_planning.projection_rows(given, space)
         np.testing.assert_allclose(l1, np.abs(C - P).sum(axis=1), rtol=1e-8, atol=1e-12)
         np.testing.assert_allclose(largest, np.abs(P).max(axis=1), rtol=1e-10)
     assert l1.min() > 0.0  # the weak directions are dropped: every row moves
@@ -606,21 +606,21 @@ def test_projection_rows_against_numpy(monkeypatch, block_entries):
 def test_rank_rule_terms_against_numpy():
     """The rank rule's terms (shared by the eager, graph-mode and streamed plans) against their
     definition written out in NumPy: bias within the rounding level counts as none, a bias over a
-    zero noise floor is never harmless, and the rule's threshold is cloaking.rank.BIAS_FRACTION times s."""
+    zero noise floor is never harmless, and the rule's threshold is noise_planning.rank.BIAS_FRACTION times s."""
     l1 = np.array([0.0, 2e-3, 1e-20, 5e-2, 3e-2])
     largest = np.array([1.0, 0.5, 0.0, 2.0, 0.25])
     b, d = 50.0, 3.0
-    rounding = float(cloaking.rank.bias_rounding(l1, largest, b))
+    rounding = float(noise_planning.rank.bias_rounding(l1, largest, b))
     assert rounding == pytest.approx(1e-12 * np.max(b * (l1 + largest)), rel=1e-15)
-    ratio, bias = cloaking.rank.projection_bias(l1, largest, b, d, rounding)
+    ratio, bias = noise_planning.rank.projection_bias(l1, largest, b, d, rounding)
     expected = max(b * l1[j] / (d * largest[j]) for j in range(5) if b * l1[j] > rounding)
     assert float(ratio) == pytest.approx(expected, rel=1e-14)  # row 2 (zero floor) is rounding: ignored
     assert float(bias) == pytest.approx(b * 5e-2, rel=1e-15)
-    assert bool(cloaking.rank.projection_is_harmless(ratio, expected / cloaking.rank.BIAS_FRACTION))
-    assert not bool(cloaking.rank.projection_is_harmless(ratio, 0.999 * expected / cloaking.rank.BIAS_FRACTION))
+    assert bool(noise_planning.rank.projection_is_harmless(ratio, expected / noise_planning.rank.BIAS_FRACTION))
+    assert not bool(noise_planning.rank.projection_is_harmless(ratio, 0.999 * expected / noise_planning.rank.BIAS_FRACTION))
     l1[2] = 1e-3  # a real bias where the projected value carries no noise at all
-    assert float(cloaking.rank.projection_bias(l1, largest, b, d, rounding)[0]) == np.inf
-    assert float(cloaking.rank.projection_bias(np.zeros(5), largest, b, d, rounding)[0]) == 0.0
+    assert float(noise_planning.rank.projection_bias(l1, largest, b, d, rounding)[0]) == np.inf
+    assert float(noise_planning.rank.projection_bias(np.zeros(5), largest, b, d, rounding)[0]) == 0.0
 
 
 @pytest.mark.parametrize("objective", OBJECTIVES)
@@ -681,9 +681,9 @@ def test_noise_plan_reused_across_budgets():
 
 def test_noise_std_lower_bound_closed_form(monkeypatch):
     """``s d max_i |C_ji|``, computed in NumPy; the factored form (A, B) gives the same."""
-    from dpgp_gpflow.cloaking import noise_std_lower_bound
+    from dpgp_gpflow.noise_planning import noise_std_lower_bound
 
-    monkeypatch.setattr(cloaking.space, "BLOCK_ENTRIES", 400)  # 10 rows per block: many blocks
+    monkeypatch.setattr(noise_planning.space, "BLOCK_ENTRIES", 400)  # 10 rows per block: many blocks
     rng = np.random.default_rng(7)
     A, B = rng.standard_normal((2500, 3)), rng.standard_normal((3, 40))
     expected = 2.5 * 3.0 * np.abs(A @ B).max(axis=1)
@@ -699,7 +699,7 @@ def test_noise_std_lower_bound_closed_form(monkeypatch):
 def test_every_release_respects_the_noise_lower_bound(case, objective):
     """No release adds less noise than the Cauchy-Schwarz bound allows (for the matrix it releases,
     the projection ``P C``); with one prediction, or one training point, the optimum attains it."""
-    from dpgp_gpflow.cloaking import noise_std_lower_bound
+    from dpgp_gpflow.noise_planning import noise_std_lower_bound
 
     C = random_vectors(8, 30, 5) if case == "random-8x30" else RANK_CASES[case]()
     k, n = C.shape
@@ -723,8 +723,8 @@ def test_repeated_solves_of_the_same_shapes_do_not_retrace(monkeypatch, objectiv
     """The compiled optimiser stages keep stable signatures: once a problem of given shapes has been
     solved (here twice, through the dense or the working-set path), solving another problem of the
     same shapes traces nothing new."""
-    monkeypatch.setattr(cloaking.working_set, "DENSE_POINTS", dense_points)
-    compiled = (cloaking.OPTIMISERS[objective],)
+    monkeypatch.setattr(noise_planning.working_set, "DENSE_POINTS", dense_points)
+    compiled = (noise_planning.OPTIMISERS[objective],)
     for seed in (31, 32):
         optimise_noise_covariance(tf.constant(random_vectors(4, 300, seed)), objective, tol=TOL)
     before = [f.experimental_get_tracing_count() for f in compiled]
