@@ -281,17 +281,22 @@ def test_a_wrong_version_or_unknown_kind_is_refused(saved, tmp_path):
         dp.load(bad)
 
 
-def test_an_unknown_kernel_is_refused_at_save(toy, tmp_path):
-    X, Y, _, _, Z = toy
-    kernel = gpflow.kernels.Periodic(se(), period=3.0)
-    pf = DPGPRFITC((X, Y), kernel, Z, noise_variance=0.1, y_bounds=(LO, HI), **PUBLIC).release_function(
-        epsilon=1.0, delta=1e-3, seed=6)
-    path = tmp_path / "periodic.json"
-    with pytest.raises(NotImplementedError, match="cannot save a .*Periodic kernel"):
-        pf.save(path)
-    assert not path.exists() and list(tmp_path.iterdir()) == []
-    with pytest.raises(NotImplementedError, match="Polynomial"):
-        gpflow_specs.kernel_spec(gpflow.kernels.Polynomial())
+def test_a_kernel_no_file_holds_is_refused_before_the_release_and_a_values_release_takes_it(toy, tmp_path):
+    """A function's file holds its kernel: Periodic (once refused at save, after the release was charged) saves
+    and loads predicting as the original; a kernel no file holds (ArcCosine) is refused before anything is
+    reserved; a release of values at given inputs holds no kernel and takes it."""
+    X, Y, _, Xs, Z = toy
+    pf = DPGPRFITC((X, Y), gpflow.kernels.Periodic(se(), period=3.0), Z, noise_variance=0.1, y_bounds=(LO, HI),
+                   **PUBLIC).release_function(epsilon=1.0, delta=1e-3, seed=6)
+    loaded = dp.load(pf.save(tmp_path / "periodic.json"))
+    np.testing.assert_allclose(loaded.predict(Xs).mean, pf.predict(Xs).mean, rtol=1e-12)
+    model = DPGPRFITC((X, Y), gpflow.kernels.ArcCosine(), Z, noise_variance=0.1, y_bounds=(LO, HI), **PUBLIC)
+    accountant = dp.PrivacyAccountant(epsilon=5.0, delta=1e-2)
+    with pytest.raises(NotImplementedError, match="cannot save a .*ArcCosine kernel.*nothing was reserved"):
+        model.release_function(epsilon=1.0, delta=1e-3, accountant=accountant)
+    assert accountant.history() == [] and accountant.held == (0.0, 0.0) and accountant.spent == (0.0, 0.0)
+    values = model.release(Xs, epsilon=1.0, delta=1e-3, seed=6, accountant=accountant)
+    np.testing.assert_array_equal(dp.load(values.save(tmp_path / "values.json")).mean, values.mean)
 
 
 def test_card_extras_and_inputs_hash_are_checked(released, toy, tmp_path):

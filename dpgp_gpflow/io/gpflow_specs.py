@@ -5,8 +5,11 @@ needs GPflow and TensorFlow (:mod:`.format` and :mod:`.card` need neither): what
 :func:`dpgp_gpflow.io.loading.load` runs to rebuild a readout, never ``dpgp show``.
 
 Reading never executes anything from the file: kernels are rebuilt only from a fixed list of GPflow
-classes (:data:`KERNEL_CLASSES`) with a fixed list of parameters each, at most :data:`MAX_KERNEL_TERMS`
-of them, each parameter positive, finite and within the releases' range.
+classes (:data:`KERNEL_CLASSES`, ``Periodic`` of one of :data:`PERIODIC_BASES`, ``Sum`` and ``Product``) with a
+fixed list of parameters each, at most :data:`MAX_KERNEL_TERMS` of them, each parameter positive, finite and
+within the releases' range. Every release whose file holds its kernel (a function, a classifier, a whole-row
+release) checks :func:`check_file_pieces` before anything is reserved, so no result is charged that ``save``
+would then refuse.
 """
 
 from __future__ import annotations
@@ -38,14 +41,22 @@ KERNEL_CLASSES: Dict[str, Tuple[type, Tuple[str, ...]]] = {
     "Constant": (gpflow.kernels.Constant, ("variance",)),
     "White": (gpflow.kernels.White, ("variance",)),
     "Linear": (gpflow.kernels.Linear, ("variance",)),
+    "Cosine": (gpflow.kernels.Cosine, ("variance", "lengthscales")),
+    # ``degree`` is a number, not a GPflow Parameter
+    "Polynomial": (gpflow.kernels.Polynomial, ("variance", "offset", "degree")),
 }
+#: The parameters one number each (the others: one number or one per active input column).
+_SCALARS = ("alpha", "degree")
+#: The base kernels of a ``Periodic`` kernel a release file may hold (GPflow's isotropic stationary kernels).
+PERIODIC_BASES = ("SquaredExponential", "Matern12", "Matern32", "Matern52", "Exponential", "RationalQuadratic")
 _COMBINATIONS: Dict[str, type] = {"Sum": gpflow.kernels.Sum, "Product": gpflow.kernels.Product}
 #: The mean functions a release file may hold.
 MEAN_FUNCTION_CLASSES: Tuple[str, ...] = ("Zero", "Constant")
 
 
 def _value(param: Any) -> Any:
-    return np.asarray(tf.convert_to_tensor(param).numpy(), dtype=np.float64).tolist()
+    # a Parameter or tensor as its value; a plain number (Polynomial's degree) as given, never through float32
+    return np.asarray(param.numpy() if hasattr(param, "numpy") else param, dtype=np.float64).tolist()
 
 
 def _active_dims_spec(dims: Any) -> Any:
@@ -58,7 +69,8 @@ def _active_dims_spec(dims: Any) -> Any:
 
 def kernel_spec(kernel: gpflow.kernels.Kernel) -> Dict[str, Any]:
     """``{"class", "active_dims", "parameters"}`` of a kernel (``{"class": "Sum"|"Product", "kernels"}``
-    for a combination) with the parameters' current values; ``NotImplementedError`` for a kernel class
+    for a combination, ``{"class": "Periodic", "base_kernel", "parameters": {"period"}}``) with the parameters'
+    current values; ``NotImplementedError`` for a kernel class
     outside :data:`KERNEL_CLASSES` (subclasses included: their maths may differ) or a kernel that
     :func:`kernel_from_spec` would refuse (over :data:`MAX_KERNEL_TERMS` kernels, nested too deeply)."""
     spec = _kernel_spec(kernel)
@@ -69,18 +81,41 @@ def kernel_spec(kernel: gpflow.kernels.Kernel) -> Dict[str, Any]:
     return spec
 
 
+def check_file_pieces(kernel: Optional[gpflow.kernels.Kernel],
+                      mean_function: Optional[gpflow.functions.MeanFunction] = None) -> None:
+    """``NotImplementedError`` (one line) unless a release file can hold ``kernel`` (and ``mean_function``):
+    what a release whose file holds them (a released function or classifier, a whole-row release) checks
+    before anything is reserved, so that nothing is charged for a result ``save`` would then refuse (``kernel``
+    None: a model without one, whose readout is not the package's, has no file form to check). Public: reads
+    the kernel's classes and parameters only."""
+    try:
+        if kernel is not None:
+            kernel_spec(kernel)
+        if mean_function is not None:
+            mean_function_spec(mean_function)
+    except NotImplementedError as exc:
+        raise NotImplementedError(f"{exc}; this release's file would hold it, so the release is refused before "
+                                  "anything is reserved (nothing was reserved)") from None
+
+
 def _kernel_spec(kernel: gpflow.kernels.Kernel) -> Dict[str, Any]:
     cls = type(kernel)
     for name, combo in _COMBINATIONS.items():
         if cls is combo:
             return {"class": name, "kernels": [_kernel_spec(k) for k in kernel.kernels]}
+    if cls is gpflow.kernels.Periodic:  # its active_dims are its base kernel's
+        base = _kernel_spec(kernel.base_kernel)
+        if base["class"] not in PERIODIC_BASES:
+            raise NotImplementedError(f"cannot save a Periodic kernel of a {base['class']} kernel: a release file "
+                                      f"holds Periodic of {list(PERIODIC_BASES)}")
+        return {"class": "Periodic", "base_kernel": base, "parameters": {"period": _value(kernel.period)}}
     for name, (known, params) in KERNEL_CLASSES.items():
         if cls is known:
             return {"class": name, "active_dims": _active_dims_spec(kernel.active_dims),
                     "parameters": {p: _value(getattr(kernel, p)) for p in params}}
     raise NotImplementedError(
         f"cannot save a {cls.__module__}.{cls.__qualname__} kernel: a release file holds only the GPflow kernels "
-        f"{sorted(KERNEL_CLASSES)} and Sum / Product of them (export_saved_model has no such list)")
+        f"{sorted(KERNEL_CLASSES)}, Periodic of one and Sum / Product of them (export_saved_model has no such list)")
 
 
 def _check_kernel_size(spec: Any) -> None:
@@ -107,6 +142,8 @@ def _parameter(cls_name: str, name: str, value: Any) -> np.ndarray:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise ReleaseFileError(f"kernel {cls_name}: parameter {name} must be a number or a list of numbers") from exc
+    if name in _SCALARS and arr.size != 1:
+        raise ReleaseFileError(f"kernel {cls_name}: parameter {name} must be one number")
     if arr.ndim > 1 or arr.size == 0 or not np.all(np.isfinite(arr)) or not np.all(arr > 0):
         raise ReleaseFileError(f"kernel {cls_name}: parameter {name} must be positive and finite, a scalar or a vector")
     try:  # the releases' own rule for a positive scale: no subnormal (1e-320) or overflowing value
@@ -141,9 +178,10 @@ def _check_dimensions(cls_name: str, active_dims: Any, arrays: Mapping[str, np.n
         count = len(range(input_dim) if active_dims is None else range(input_dim)[active_dims])
         if count == 0:
             raise ReleaseFileError(f"kernel {cls_name}: active_dims select none of the file's {input_dim} input column(s)")
-    lengthscales = arrays.get("lengthscales")
-    if lengthscales is not None and lengthscales.size not in (1, count):
-        raise ReleaseFileError(f"kernel {cls_name}: {lengthscales.size} lengthscales for {count} active input column(s)")
+    for name in ("lengthscales", "period") + (("variance",) if cls_name in ("Linear", "Polynomial") else ()):
+        values = arrays.get(name)
+        if values is not None and values.size not in (1, count):
+            raise ReleaseFileError(f"kernel {cls_name}: {values.size} {name} for {count} active input column(s)")
 
 
 def kernel_from_spec(spec: Any, input_dim: Optional[int] = None) -> gpflow.kernels.Kernel:
@@ -177,9 +215,11 @@ def _kernel_from_spec(spec: Any, input_dim: Optional[int] = None) -> gpflow.kern
         if set(spec) != {"class", "kernels"} or not isinstance(parts, list) or not parts:
             raise ReleaseFileError(f"kernel {name}: needs exactly a non-empty list \"kernels\"")
         return _COMBINATIONS[name]([_kernel_from_spec(p, input_dim) for p in parts])
+    if name == "Periodic":
+        return _periodic_from_spec(spec, input_dim)
     if name not in KERNEL_CLASSES:
         raise ReleaseFileKindError(f"unknown kernel class {name!r}; a release file holds {sorted(KERNEL_CLASSES)}, "
-                                   "Sum and Product")
+                                   "Periodic, Sum and Product")
     cls, params = KERNEL_CLASSES[name]
     values = spec.get("parameters")
     if set(spec) != {"class", "active_dims", "parameters"} or not isinstance(values, dict) or set(values) != set(params):
@@ -191,6 +231,26 @@ def _kernel_from_spec(spec: Any, input_dim: Optional[int] = None) -> gpflow.kern
     kernel = gpflow.utilities.freeze(cls(active_dims=active_dims, **arrays))
     for p, arr in arrays.items():  # exactly the saved values (no round trip through a transform)
         setattr(kernel, p, tf.constant(arr))
+    return kernel
+
+
+def _periodic_from_spec(spec: Dict[str, Any], input_dim: Optional[int]) -> gpflow.kernels.Kernel:
+    """``Periodic`` of a base kernel of :data:`PERIODIC_BASES` (a leaf: no nesting), with its ``period``."""
+    base_spec, values = spec.get("base_kernel"), spec.get("parameters")
+    if (set(spec) != {"class", "base_kernel", "parameters"} or not isinstance(values, dict) or set(values) != {"period"}
+            or not isinstance(base_spec, dict) or base_spec.get("class") not in PERIODIC_BASES):
+        raise ReleaseFileError(f"kernel Periodic: needs class, parameters {{period}} and a base_kernel of "
+                               f"{list(PERIODIC_BASES)}")
+    base = _kernel_from_spec(base_spec, input_dim)
+    period = _parameter("Periodic", "period", values["period"])
+    if input_dim is not None:
+        _check_dimensions("Periodic", _active_dims("Periodic", base_spec["active_dims"]), {"period": period},
+                          int(input_dim))
+    try:
+        kernel = gpflow.utilities.freeze(gpflow.kernels.Periodic(base, period=period))
+    except (TypeError, ValueError) as exc:
+        raise ReleaseFileError(f"kernel Periodic: {exc}") from None
+    kernel.period = tf.constant(period)  # exactly the saved value
     return kernel
 
 

@@ -58,6 +58,7 @@ from ..contract import ReleaseTerms, check_release_hyperparameters, dense_map
 from ..pipeline import cloak_outputs
 from ..composition import gdp_composition, gdp_step_multiplier, gdp_step_request
 from ..io.card import LABEL_BOUNDS
+from ..io.gpflow_specs import check_file_pieces
 from ..measurement import Measurement, StepDraws, measure, stepwise
 from ..mechanisms import ReleaseRequest, release_request
 from ..neighbours import relation
@@ -325,6 +326,7 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
                                   rtol=rtol, tol=tol)
         step_request = _step_request(request, steps)
         check_release_hyperparameters(self, hyperparameters_public)
+        check_file_pieces(self.kernel)  # the classifier's file holds it
         # step 1's public terms, checked finite before any budget is reserved (a refusal draws and spends nothing)
         first = self.first_step()
         if steps == 1:

@@ -52,6 +52,7 @@ from ..noise_planning import DEFAULT_TOL
 from ..composition import gdp_step_request
 from ..contract import check_release_hyperparameters, dense_map, latent_terms_and_readout
 from ..io.card import MulticlassGuarantee
+from ..io.gpflow_specs import check_file_pieces
 from ..measurement import Measurement, StepDraws, measure, stepwise
 from ..mechanisms import ReleaseRequest, release_request
 from ..neighbours import relation
@@ -166,6 +167,7 @@ class _OneVsRest(OneVsRestModel, BayesianModel, InternalDataTrainingLossMixin):
         step_request = multiclass_step_request(request, steps, self.classes_moved)
         for problem in self.problems:
             check_release_hyperparameters(problem, hyperparameters_public)
+            check_file_pieces(problem.kernel)  # the classifiers' file holds it
         return steps, request, step_request
 
     def _release_classes(self, step_release: StepRelease, request: ReleaseRequest, step_request: ReleaseRequest,

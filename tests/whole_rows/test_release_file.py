@@ -173,3 +173,38 @@ def test_the_card_checks_refuse_without_tensorflow(saved, tmp_path):
     original = saved["one"][0]
     assert shown[0] == f"{saved['one'][1]}: {original!r}"
     assert "  neighbours: row (inputs and outputs)" in shown and "  chunking: [7, 6]" in shown
+
+
+# -- every kernel a whole-row release accepts saves and loads (save refused Cosine, Polynomial and Periodic after
+# the release was charged); each class's file form alone: tests/test_release_file_kernels.py
+
+BOX2 = [(0.0, 10.0), (-1.0, 1.0)]
+Z2 = wr.inducing_grid(BOX2, 3)  # M = 9
+X2 = np.column_stack([_rng.uniform(0.0, 10.0, 30), _rng.uniform(-1.0, 1.0, 30)])
+Y2 = np.clip(0.5 + 0.3 * np.sin(X2[:, :1]) + 0.1 * X2[:, 1:], 0.0, 1.0)
+XQ2 = np.column_stack([np.linspace(-1.0, 11.0, 7), np.linspace(-1.5, 1.5, 7)])  # inside and outside the box
+K = gpflow.kernels
+KERNELS = {
+    "cosine": lambda: K.Cosine(variance=1.5, lengthscales=[15.0, 4.0]),
+    "polynomial": lambda: K.Polynomial(degree=2.0, variance=[0.02, 0.5], offset=0.3),
+    "periodic": lambda: K.Periodic(K.SquaredExponential(variance=1.2, lengthscales=0.8, active_dims=[0]), period=4.0),
+    "linear-active-dims + constant": lambda: K.Linear(variance=0.4, active_dims=[1]) + K.Constant(0.3),
+    "sum": lambda: K.Matern32(lengthscales=3.0) + K.Periodic(K.Matern52(lengthscales=1.0), period=[5.0, 2.0]),
+    "product": lambda: K.SquaredExponential(lengthscales=3.0, active_dims=[0]) * K.Polynomial(degree=1.0,
+                                                                                              active_dims=[1]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_every_kernel_a_release_accepts_saves_and_loads_predicting_the_same(name, tmp_path):
+    """The in-memory release is the reference: the loaded file predicts the same means and variances (before,
+    save refused Cosine, Polynomial and Periodic after the release was charged)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dp.ReproducibleNoiseWarning)
+        released = wr.release_rows(LocalChunks(X2, Y2, 11), KERNELS[name](), Z2, x_bounds=BOX2, y_bounds=BOUNDS,
+                                   epsilon=1.0, delta=1e-3, seed=5, noise_variance=0.05)
+    loaded = dp.load(released.save(tmp_path / "k.json"))
+    assert type(loaded.features.kernel) is type(released.features.kernel)
+    assert loaded.features.k_max == released.features.k_max
+    for a, b in zip(released.predict_f(XQ2), loaded.predict_f(XQ2)):
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-300)
