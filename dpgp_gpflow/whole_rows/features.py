@@ -209,7 +209,7 @@ class FeatureMap:
         """From now on, run :meth:`apply`'s functions (the features, a chunk's sums) compiled: worth its tracing
         (a fraction of a second each) for a map used on many chunks or again and again (:func:`feature_map`
         compiles a map on its reuse, :class:`~dpgp_gpflow.whole_rows.statistics.RowStatistics` after its first
-        chunk). The same operations as eagerly, so the same numbers up to rounding."""
+        few chunks, ``compile_after``). The same operations as eagerly, so the same numbers up to rounding."""
         if self.__dict__.get("_compiled") is None:
             self._compiled: Dict[Any, Any] = {}
         return self

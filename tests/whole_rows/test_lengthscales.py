@@ -47,15 +47,16 @@ def _worst_shift():
     base = _release(X, Y)
     grid = np.linspace(0.0, 10.0, 2001)[:, None]
     lo, hi = BOUNDS
+    # the corners and the widest point of each candidate's features (each distinct point once)
+    widest = [float(grid[np.argmax(np.linalg.norm(reference_features(grid, Z, ell), axis=1)), 0]) for ell in CANDIDATES]
+    points = sorted({0.0, 10.0, *widest})
     worst = 0.0
-    for ell in CANDIDATES:  # the widest point of each candidate's features, and the corners
-        widest = grid[np.argmax(np.linalg.norm(reference_features(grid, Z, ell), axis=1))]
-        for i in range(X.shape[0]):
-            for x in (np.array([0.0]), np.array([10.0]), widest):
-                X2, Y2 = X.copy(), Y.copy()
-                X2[i] = x
-                Y2[i] = lo if Y[i, 0] >= (lo + hi) / 2 else hi
-                worst = max(worst, _shift(base, _release(X2, Y2)))
+    for i in range(X.shape[0]):
+        for x in points:
+            X2, Y2 = X.copy(), Y.copy()
+            X2[i] = x
+            Y2[i] = lo if Y[i, 0] >= (lo + hi) / 2 else hi
+            worst = max(worst, _shift(base, _release(X2, Y2)))
     return base, worst
 
 
