@@ -4,7 +4,8 @@ The chunk source of the streamed release of several classes
 (:meth:`~dpgp_gpflow.models.DPSparseMulticlassLaplaceGPC.release_streamed`): the rows of a source of
 ``(X, labels)`` with integer labels ``0 .. K-1``, every chunk's labels seen as class ``label``'s binary
 labels (``+1`` for the class, ``-1`` for the rest, the binary classifiers' convention) and checked on the
-way; :func:`check_class_labels` reads every label once, before anything is reserved.
+way; :func:`check_labels` reads every label once, before anything is reserved (also for the whole-row
+classifiers).
 
 Privacy assumption: a public per-chunk relabelling of the private labels, inside the streamed release's own
 passes (:mod:`dpgp_gpflow.streaming`); the checks' errors carry no statistic of the labels.
@@ -12,6 +13,7 @@ passes (:mod:`dpgp_gpflow.streaming`); the checks' errors carry no statistic of 
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Callable, List, Tuple
 
 import numpy as np
@@ -37,19 +39,22 @@ def _one_vs_rest_chunk(X: np.ndarray, Y: np.ndarray, start: int, fn: Callable[..
     return fn(X, np.where(Y == label, 1.0, -1.0), start, *args)
 
 
-def _labels_checked(X: np.ndarray, Y: np.ndarray, start: int, num_classes: int) -> bool:
-    _check_chunk_labels(Y, num_classes)
+def _labels_checked(X: np.ndarray, Y: np.ndarray, start: int, check: Callable[..., Any], *args: Any) -> bool:
+    check(Y, *args)
     return True
 
 
-def _both(a: bool, b: bool) -> bool:
-    return a and b
+def check_labels(source: ChunkSource, check: Callable[..., Any], *args: Any) -> None:
+    """Read every label of ``source`` once, before anything is reserved: ``check(labels, *args)`` on each chunk's
+    labels (module-level: Dask workers run it) raises ``ValueError`` with no statistic of the labels. The
+    classifiers' one label pass: integers ``0 .. K-1`` (:func:`check_class_labels`), or the whole-row
+    classifiers' binary or integer labels (:func:`~dpgp_gpflow.whole_rows.classification.label_signs`)."""
+    source.map_reduce(_labels_checked, operator.and_, check, *args)
 
 
 def check_class_labels(source: ChunkSource, num_classes: int) -> None:
-    """Read every label of ``source`` (one pass over its chunks): ``ValueError`` unless each is an integer in
-    ``0 .. num_classes - 1`` (no statistic of the private labels in the message)."""
-    source.map_reduce(_labels_checked, _both, num_classes)
+    """:func:`check_labels`: ``ValueError`` unless every label is an integer in ``0 .. num_classes - 1``."""
+    check_labels(source, _check_chunk_labels, num_classes)
 
 
 class OneVsRestChunks(ChunkSource):

@@ -28,7 +28,6 @@ anywhere in the public box, its label any label), or with ``groups`` in all the 
 from __future__ import annotations
 
 import math
-import operator
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
@@ -44,6 +43,7 @@ from ..models.laplace import validate_labels
 from ..models.one_vs_rest import one_vs_rest_probabilities, validate_class_labels
 from ..released import Released, probit_approximation
 from ..streaming.chunks import DEFAULT_CHUNK_SIZE, ChunkSource
+from ..streaming.one_vs_rest_chunks import check_labels
 from ..validation import as_inputs
 from .design import check_public_inducing_inputs, clip_private_inputs
 from .features import FeatureMap, feature_map, kernel_bound
@@ -110,12 +110,6 @@ def label_signs(Y: Any, label: Optional[int], num_classes: Optional[int]) -> np.
         return validate_labels(Y.reshape(-1, 1))[:, 0]
     labels = validate_class_labels(Y, num_classes, int(Y.shape[0]))
     return np.where(labels == label, 1.0, -1.0)
-
-
-def _labels_checked(X: np.ndarray, Y: np.ndarray, start: int, num_classes: Optional[int]) -> int:
-    """One chunk's labels checked (:func:`label_signs`), nothing kept: 0. Picklable (Dask workers), no kernel."""
-    label_signs(Y, 0, num_classes)
-    return 0
 
 
 class OneVsRestStatistics(GridStatistics):
@@ -328,7 +322,7 @@ def release_classifier_rows(source: ChunkSource, kernel: Any, inducing_inputs: A
     # to check them, as a model's constructor does: a refusal says that some label is malformed, no count or value.
     def labels() -> None:
         if int(getattr(source, "num_outputs", 1)) == 1:  # else refused by the release's own checks
-            source.map_reduce(_labels_checked, operator.add, num_classes)
+            check_labels(source, label_signs, 0, num_classes)
 
     public = (lambda: kernel_bound(kernel, box), lambda: check_public_inducing_inputs(Z))
     measurement = statistics_measurement(request, source, rows, shares=shares, then=released,
