@@ -20,7 +20,6 @@ the plan never sees ``y``. docs/guides/compiled_engine.md has the details and a 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import types
 from typing import Any, NamedTuple, Optional, Tuple, Union
@@ -45,7 +44,7 @@ from .mechanisms import (
     whitened_shift,
     whitening_terms,
 )
-from .neighbours import Neighbours, group_neighbours, neighbour_columns, relation
+from .neighbours import Neighbours, group_neighbours, neighbour_columns, sensitivity_path
 from .released import PrivateRelease
 from .validation import check_count
 
@@ -265,7 +264,7 @@ def publish(
         raise ValueError(f"this plan protects {int(plan.neighbour_count)} extreme changes but the groups given to "
                          f"publish have {count}: publish with the groups= the plan was made with")
     epsilon, delta, multiplier = request.epsilon, request.delta, request.multiplier
-    protected = relation(types.SimpleNamespace(groups=groups))  # recorded as every model's release records it
+    path = sensitivity_path(types.SimpleNamespace(groups=groups))  # the persons of groups, as a model's releases
 
     def draw(reservation: Reservation) -> PrivateRelease:  # publish_cloaking commits the one event after its draw
         if float(plan.noise_multiplier) != multiplier:
@@ -290,9 +289,9 @@ def publish(
             epsilon=epsilon, delta=delta, data_sensitivity=data_sensitivity, calibration=request.calibration,
             objective=objective, certificate=certificate, rank=int(plan.rank), rtol=float(plan.rtol),
             bias_bound=float(plan.bias_bound), y_bounds=y_bounds, neighbours=neighbours)
-        return dataclasses.replace(release, neighbours=protected)  # the relation it protects ("row" per row)
+        return release  # recording the measurement's relation ("row" per row)
 
-    return measure(Measurement(request, protected, draw), accountant)
+    return measure(Measurement(request, path.relation(), draw, path=path), accountant)
 
 
 def whitened_sensitivity(whitening: Any, multiplier: float, neighbours: Optional[Neighbours] = None) -> float:

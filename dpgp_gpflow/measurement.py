@@ -13,18 +13,24 @@ result, and :func:`measure` records what was drawn once it is stored. A mechanis
 committing every event it reserved is a defect: :func:`measure` raises rather than publish a result
 that was not charged.
 
-Privacy assumption: the checks and the privacy map read only public values; the mechanism is the only
-part that reads the private data, and it does so inside the reservation.
+Every release states its :class:`SensitivityPath` (what its sensitivity is computed for): :func:`measure`
+refuses a relation that path does not protect before anything is reserved, and the released object records
+the measurement's relation (:func:`_recording`).
+
+Privacy assumption: the privacy map and the checks read public values, but for a check that validates the
+form of private data before it is used (a classifier's labels in their set, as a model's constructor checks
+them): its refusal says only that some value is malformed, never a count or a value. The mechanism is the
+only part that reads the private data to release it, and it does so inside the reservation.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Generic, NamedTuple, Optional, Sequence, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, NamedTuple, Optional, Sequence, Tuple, TypeVar, cast
 
 from .accounting import PrivacyEvent, Reservation, reserve
-from .relations import relation_of, whole_rows_relation
+from .relations import class_relation, relation_of, whole_rows_relation
 
 if TYPE_CHECKING:  # a type only: the mechanisms themselves run through measure (no import cycle at run time)
     from .mechanisms.request import ReleaseRequest
@@ -36,20 +42,25 @@ R = TypeVar("R")
 
 class SensitivityPath(NamedTuple):
     """What a mechanism's sensitivity is computed for (public): persons of at most ``person_rows`` rows, each
-    row of ``num_outputs`` outputs, and (``inputs``) the rows' inputs private too (whole rows). A
-    :class:`Measurement` that states it must protect exactly :meth:`relation`."""
+    row of ``num_outputs`` outputs, (``inputs``) the rows' inputs private too (whole rows), and (``classes``)
+    each row's label moved between the one-vs-rest problems of several classes. A :class:`Measurement` that
+    states it must protect exactly :meth:`relation`."""
 
     person_rows: int = 1
     num_outputs: int = 1
     inputs: bool = False
+    classes: bool = False
 
     def relation(self) -> str:
         """The one relation a release of this sensitivity path protects, as its card records it
-        (:func:`~dpgp_gpflow.relations.relation_of`, :func:`~dpgp_gpflow.relations.whole_rows_relation`)."""
-        if self.inputs:
-            if int(self.num_outputs) != 1:
-                raise ValueError("a whole-row release has one output per row")
+        (:func:`~dpgp_gpflow.relations.relation_of`, :func:`~dpgp_gpflow.relations.whole_rows_relation`,
+        :func:`~dpgp_gpflow.relations.class_relation`)."""
+        if (self.inputs or self.classes) and int(self.num_outputs) != 1:
+            raise ValueError("a whole-row or several-class release has one output (label) per row")
+        if self.inputs:  # a whole row's label moves with it: the whole-row relation, classes or not
             return whole_rows_relation(self.person_rows)
+        if self.classes:
+            return class_relation(self.person_rows)
         return relation_of(self.num_outputs, self.person_rows)
 
 
@@ -76,8 +87,7 @@ class Measurement(Generic[R]):
 
     ``path``, when given, is the :class:`SensitivityPath` the mechanism's sensitivity is computed for:
     :func:`measure` refuses (``ValueError``, before anything is reserved) a ``relation`` that is not that
-    path's, and the released object's recorded relation (a result with a ``neighbours`` field: its card's
-    ``neighbours``) is the measurement's.
+    path's, and the released object records the measurement's relation (:func:`_recording`).
     """
 
     request: Optional[ReleaseRequest]  #: the validated Gaussian request; None for a release charged by ``events``
@@ -138,12 +148,32 @@ def measure(measurement: Measurement[R], accountant: Any = None) -> R:
         return result
 
 
+#: The fields in which a released dataclass records its relation (a release's card's ``neighbours``).
+RELATION_FIELDS = ("neighbours", "relation")
+
+
 def _recording(result: R, measurement: Measurement[R]) -> R:
-    """``result`` recording the measurement's relation (a dataclass with a ``neighbours`` field, when the
-    measurement states its sensitivity path): the card's relation comes from the measurement."""
-    if measurement.path is not None and dataclasses.is_dataclass(result) and not isinstance(result, type) \
-            and any(f.name == "neighbours" for f in dataclasses.fields(result)):
-        return dataclasses.replace(result, neighbours=measurement.relation)  # type: ignore[type-var]
+    """``result`` recording the relation of a measurement that states its sensitivity path: the card's relation
+    comes from the measurement. A dataclass with a field of :data:`RELATION_FIELDS` gets it there; an object with
+    ``recorded_as(relation)`` (a released function: each of its releases) is recorded by it; any other result
+    whose ``neighbours`` says another relation is a defect, refused (``RuntimeError``: what its mechanism
+    committed stays charged, a drawn result never published)."""
+    relation = measurement.relation
+    if measurement.path is None:
+        return result
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        for name in RELATION_FIELDS:
+            if any(f.name == name for f in dataclasses.fields(result)):
+                if getattr(result, name) == relation:
+                    return result
+                return dataclasses.replace(result, **{name: relation})  # type: ignore[type-var]
+    recorded_as = getattr(result, "recorded_as", None)
+    if callable(recorded_as):
+        return cast(R, recorded_as(relation))
+    own = getattr(result, "neighbours", None)
+    if isinstance(own, str) and own != relation:
+        raise RuntimeError(f"the release records the relation {own!r} but its measurement protects {relation!r}: "
+                           "not published")
     return result
 
 

@@ -35,6 +35,7 @@ so are the per-output bounds and data sensitivities.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -67,6 +68,9 @@ class Neighbours:
     values: np.ndarray  #: [nnz] float64: +-1 on a corner, |G| on the bound's columns
     count: int  #: N_c, the number of extreme changes (columns)
     size: int  #: n, the number of rows
+    #: the persons it protects, as a release records them (:func:`group_neighbours`, :func:`output_neighbours`);
+    #: None for a map built otherwise, which no release records (:func:`path_of`)
+    path: Optional[SensitivityPath] = None
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, Neighbours) and (self.count, self.size) == (other.count, other.size)
@@ -99,7 +103,8 @@ def group_neighbours(groups: Any, num_data: int, scales: Any = None) -> Optional
     relation, ``A = I``: the release is then exactly the per-row one). ``scales`` ([num_data] in (0, 1],
     default all 1): entry i moves by at most ``scales[i] d`` (a heterogeneous box: several outputs with
     their own sensitivities, module docstring); the map is ``diag(scales)`` times the homogeneous one.
-    Loops over the distinct group sizes only. Public."""
+    Loops over the distinct group sizes only. Without ``scales`` the map records its persons' path
+    (:class:`~dpgp_gpflow.measurement.SensitivityPath` of the largest person); with them, the caller's. Public."""
     ids = validate_groups(groups, num_data)
     n = int(num_data)
     scale = None
@@ -117,7 +122,7 @@ def group_neighbours(groups: Any, num_data: int, scales: Any = None) -> Optional
         if scale is None:
             return None
         index = np.arange(n, dtype=np.int64)
-        return Neighbours(index, index, scale, n, n)
+        return Neighbours(index, index, scale, n, n)  # scales: the caller's path (output_neighbours)
     rows, columns, values = [], [], []
     count = 0
     for g in np.unique(sizes):
@@ -141,7 +146,8 @@ def group_neighbours(groups: Any, num_data: int, scales: Any = None) -> Optional
     weights = np.concatenate(values).astype(np.float64)
     if scale is not None:  # the heterogeneous box: D times the homogeneous map
         weights = weights * scale[entries]
-    return Neighbours(entries, np.concatenate(columns).astype(np.int64), weights, int(count), n)
+    return Neighbours(entries, np.concatenate(columns).astype(np.int64), weights, int(count), n,
+                      None if scale is not None else SensitivityPath(int(sizes.max())))
 
 
 @check_shapes("M: [r, n]", "return: [r, c]")
@@ -191,23 +197,46 @@ def output_neighbours(groups: Any, num_rows: int, sensitivities: Any) -> Optiona
     d = np.asarray(sensitivities, dtype=np.float64).reshape(-1)
     n = int(num_rows)
     ids = validate_groups(groups, n)
+    path = SensitivityPath(largest_person(ids), int(d.size))  # persons of whole rows, every output
     ids = np.arange(n, dtype=np.int64) if ids is None else ids
-    return group_neighbours(np.tile(ids, d.size), n * d.size, np.repeat(d / d.max(), n))
+    neighbours = group_neighbours(np.tile(ids, d.size), n * d.size, np.repeat(d / d.max(), n))
+    return None if neighbours is None else dataclasses.replace(neighbours, path=path)
+
+
+def path_of(neighbours: Optional[Neighbours]) -> SensitivityPath:
+    """The sensitivity path a release over ``neighbours`` protects: one row (None), or the persons the map
+    records (:attr:`Neighbours.path`). ``ValueError`` for a map that records none (built by hand): its relation
+    cannot be recorded, so it is refused before anything is reserved."""
+    if neighbours is None:
+        return SensitivityPath()
+    if neighbours.path is None:
+        raise ValueError("this neighbour map does not record the persons it protects, so no release can record its "
+                         "relation: build it with dpgp_gpflow.neighbours.group_neighbours or output_neighbours "
+                         "(nothing was reserved)")
+    return neighbours.path
 
 
 def relation(model: Any) -> str:
     """The neighbouring relation a model's releases protect, as a release records it
     (``PrivateRelease.neighbours``, the card's ``neighbours``): ``"row"`` (one output of one row),
-    ``"row (P outputs)"`` (all outputs of one row) or ``"person (groups, up to G rows[ of P outputs])"``."""
+    ``"row (P outputs)"`` (all outputs of one row) or ``"person (groups, up to G rows[ of P outputs])"``; whole
+    rows and several classes as :func:`sensitivity_path` says."""
     return sensitivity_path(model).relation()
 
 
 def sensitivity_path(model: Any) -> SensitivityPath:
     """What a model's releases' sensitivity is computed for (:class:`~dpgp_gpflow.measurement.SensitivityPath`):
-    its persons' largest number of rows (its public ``groups``; 1 without) and its outputs per row."""
+    its persons' largest number of rows (its public ``groups``; 1 without) and its outputs per row; whole rows
+    for a model of private inputs (``private_inputs``), label moves between classes for a one-vs-rest model
+    of several classes (its ``problems`` and ``num_classes``). Public."""
     groups = getattr(model, "groups", None)
     ids = None if groups is None else validate_groups(groups, np.size(groups))
-    return SensitivityPath(largest_person(ids), model_outputs(model))
+    rows = largest_person(ids)
+    if getattr(model, "private_inputs", False) is True:
+        return SensitivityPath(rows, inputs=True)
+    if getattr(model, "problems", None) is not None and getattr(model, "num_classes", None) is not None:
+        return SensitivityPath(rows, classes=True)
+    return SensitivityPath(rows, model_outputs(model))
 
 
 def refuse_groups(model: Any, what: str) -> None:

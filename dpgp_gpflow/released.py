@@ -365,6 +365,17 @@ class PrivateFunction(Released):
     def releases(self) -> Tuple[PrivateRelease, ...]:
         return self._releases
 
+    def recorded_as(self, relation: str) -> "PrivateFunction":
+        """This function with each of its releases recording ``relation`` (its measurement's, set by
+        :func:`~dpgp_gpflow.measurement.measure`): itself when they do. Metadata only."""
+        if all(r.neighbours == relation for r in (self.release, *self._releases)):
+            return self
+        function = copy.copy(self)
+        function.release = dataclasses.replace(self.release, neighbours=relation)
+        function._releases = tuple(function.release if r is self.release else
+                                   dataclasses.replace(r, neighbours=relation) for r in self._releases)
+        return function
+
     @property
     def epsilon(self) -> float:
         """Total epsilon of the releases (basic composition)."""

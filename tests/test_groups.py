@@ -34,6 +34,7 @@ from dpgp_gpflow.noise_planning import column_space, projection_rows  # noqa: E4
 from dpgp_gpflow.mechanisms import cloaking_release, release_request  # noqa: E402
 from dpgp_gpflow.mechanisms.cloaking import publish_cloaking  # noqa: E402
 from dpgp_gpflow.models import DPGPR, DPGPRFITC, DPSGPR  # noqa: E402
+from dpgp_gpflow.measurement import SensitivityPath  # noqa: E402
 from dpgp_gpflow.neighbours import MAX_CORNER_ROWS, Neighbours, group_neighbours, neighbour_columns  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpgp_gpflow.exceptions.ReproducibleNoiseWarning")
@@ -157,7 +158,7 @@ def test_groups_none_and_one_row_per_person_are_identical_to_the_per_row_release
     np.testing.assert_array_equal(base.mean, direct.mean)
     np.testing.assert_array_equal(base.noise_factor, direct.noise_factor)
     # the grouped code path handed the identity map gives the same release up to rounding
-    identity = Neighbours(np.arange(n), np.arange(n), np.ones(n), n, n)
+    identity = Neighbours(np.arange(n), np.arange(n), np.ones(n), n, n, SensitivityPath())  # protects a row
     via_map = cloaking_release(terms.map, model.centred_outputs(), terms.offset, terms.variance, data_sensitivity=D,
                                output_bound=model.output_bound, epsilon=EPS, delta=DELTA, seed=11, y_bounds=(LO, HI),
                                neighbours=identity)

@@ -308,5 +308,5 @@ def test_a_model_release_records_its_measurements_relation(monkeypatch):
     model = dp.models.DPGPR((X, Y), gpflow.kernels.SquaredExponential(), y_bounds=(0.0, 1.0), noise_variance=0.5,
                             hyperparameters_public=True, groups=groups)
     rel = model.release(np.linspace(0.0, 5.0, 4)[:, None], epsilon=1.0, delta=1e-3, seed=1)
-    assert seen[0].path == (3, 1, False) and seen[0].relation == "person (groups, up to 3 rows)"
+    assert seen[0].path == (3, 1, False, False) and seen[0].relation == "person (groups, up to 3 rows)"
     assert rel.neighbours == "person (groups, up to 3 rows)"

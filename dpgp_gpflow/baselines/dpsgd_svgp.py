@@ -53,7 +53,7 @@ from dp_accounting.pld import pld_privacy_accountant
 
 from .. import sampling
 from ..accounting import PrivacyEvent, Reservation
-from ..measurement import Measurement, measure
+from ..measurement import Measurement, SensitivityPath, measure
 from ..mechanisms.request import release_request
 from ..mechanisms.rounding import SENSITIVITY_SAFETY
 from ..validation import (
@@ -70,8 +70,10 @@ from ..whole_rows.design import check_public_inducing_inputs, clip_private_input
 
 __all__ = ["DPSGDSVGP", "DPSGDSVGPRelease", "dpsgd_epsilon"]
 
-#: The neighbour relation protected, as the release states it (that of the whole-row release).
-RELATION = "row (inputs and outputs), replace one"
+#: What its sensitivity covers: one whole row, replaced (that of the whole-row release).
+PATH = SensitivityPath(inputs=True)
+#: The neighbour relation protected, as the release records it: ``"row (inputs and outputs)"`` (replace-one).
+RELATION = PATH.relation()
 #: Discretisation of the privacy loss when calibrating (pessimistic: an upper bound at any interval;
 #: 1e-3 is within 1e-4 relative of 1e-4 on the benchmark's settings and ten times faster).
 CALIBRATION_DISCRETIZATION = 1e-3
@@ -381,5 +383,5 @@ class DPSGDSVGP:
                 reproducible=reproducible)
 
         event = PrivacyEvent(request.epsilon, request.delta, "approximate", None, description)
-        return measure(Measurement(request=request, relation=RELATION, mechanism=mechanism, events=(event,),
+        return measure(Measurement(request=request, relation=RELATION, mechanism=mechanism, events=(event,), path=PATH,
                                    description=description), accountant)

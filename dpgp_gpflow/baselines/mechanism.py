@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import sampling
 from ..accounting import PrivacyAccountant, PrivacyEvent, Reservation
-from ..measurement import Measurement, measure
+from ..measurement import Measurement, SensitivityPath, measure
 from ..validation import (
     as_outputs,
     clip_outputs,
@@ -39,8 +39,10 @@ from .bins import Bins
 
 __all__ = ["BinRelease", "bin_means_nonprivate", "release_bin_means"]
 
-#: The neighbouring relation a bin release protects (module docstring).
-RELATION = "row (one output replaced within the bounds)"
+#: What a bin release's sensitivity covers (module docstring): one output of one row, replaced within the bounds.
+PATH = SensitivityPath()
+#: The neighbouring relation it protects, in the package's format (``"row"``).
+RELATION = PATH.relation()
 
 _OUTSIDE = ("raise", "nearest", "drop")
 
@@ -202,7 +204,7 @@ def release_bin_means(
         return released, scale, reproducible
 
     event = PrivacyEvent(epsilon, 0.0, "pure", None, description)
-    released, scale, reproducible = measure(Measurement(None, RELATION, mechanism, events=(event,),
+    released, scale, reproducible = measure(Measurement(None, RELATION, mechanism, events=(event,), path=PATH,
                                                         description=description), accountant)
     return BinRelease(
         bins=bins,

@@ -150,7 +150,6 @@ def cmd_release_classifier(args) -> int:
     from ..measurement import Measurement, measure
     from ..mechanisms import gaussian_event
     from ..models import kmeans_inducing_inputs
-    from ..relations import class_relation, largest_person
     from ..whole_rows.design import inducing_design, inducing_grid
 
     ls: Any = lengthscales[0] if len(lengthscales) == 1 else np.asarray(lengthscales, dtype=np.float64)
@@ -168,17 +167,9 @@ def cmd_release_classifier(args) -> int:
     except ValueError as exc:  # e.g. an input outside the box with --no-clip-inputs: nothing reserved
         raise UsageError(f"{one_line(exc).replace('(clip_inputs=False)', '(--no-clip-inputs)')}; nothing was "
                          "charged") from None
-    persons = largest_person(groups)
-    if box is not None:
-        from ..whole_rows.mechanism import relation as whole_rows_relation
+    from ..neighbours import sensitivity_path
 
-        protected = whole_rows_relation(persons)
-    elif args.classes > 2:
-        protected = class_relation(persons)
-    else:
-        from ..neighbours import relation
-
-        protected = relation(model)
+    path = sensitivity_path(model)  # whole rows (a box), label moves between classes (K > 2), or rows / persons
     extras: dict = {**groups_card(args, groups), "labels": {"column": args.y[0], "classes": args.classes}}
     if box is not None:
         extras["inducing"] = {"design": design, "points": int(Z.shape[0])}
@@ -205,7 +196,8 @@ def cmd_release_classifier(args) -> int:
                                              hyperparameters=hyperparameters, **extras))
 
     with file:
-        released = measure(Measurement(None, protected, mechanism, events=events, store=store), accountant)
+        released = measure(Measurement(None, path.relation(), mechanism, events=events, store=store, path=path),
+                           accountant)
     if not args.quiet:
         sys.stderr.write(f"wrote {out}: {released!r}\n")
     return 0

@@ -222,7 +222,7 @@ def cmd_release(args) -> int:
     from ..accounting import PrivacyEvent
     from ..measurement import Measurement, measure
     from ..mechanisms import gaussian_event
-    from ..neighbours import relation
+    from ..neighbours import sensitivity_path
     from ..selection import select_hyperparameters
 
     check_noise_variance(args.noise)
@@ -269,7 +269,8 @@ def cmd_release(args) -> int:
 
     # Held by measure (checked again, atomically); recorded once the release file is written; given back if not.
     with file:
-        released = measure(Measurement(None, relation(model), mechanism, events=tuple(events),
+        path = sensitivity_path(model)  # the relation checked before the reservation, recorded by the release
+        released = measure(Measurement(None, path.relation(), mechanism, events=tuple(events), path=path,
                                        store=store_step(args, data, model, Xnew, file, extras)), accountant)
     if not args.quiet:  # the choice is shown once it is charged (with the release, in its file)
         sys.stderr.write(f"{note}wrote {out}: {released!r}\n")

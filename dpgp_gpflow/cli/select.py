@@ -119,7 +119,7 @@ def cmd_select(args) -> int:
     from ..accounting import PrivacyEvent
     from ..measurement import Measurement, measure
     from ..mechanisms import gaussian_event
-    from ..neighbours import relation
+    from ..neighbours import sensitivity_path
     from ..selection import select_hyperparameters
 
     check_noise_variance(args.noise)
@@ -168,11 +168,12 @@ def cmd_select(args) -> int:
         except (ValueError, ArithmeticError) as exc:  # the selection's choice may be why: charged
             raise refusal(exc, reservation) from None
 
+    path = sensitivity_path(model)  # the relation checked before the reservation, recorded by the release
     if file is None:
-        measure(Measurement(None, relation(model), mechanism, events=tuple(events)), accountant)
+        measure(Measurement(None, path.relation(), mechanism, events=tuple(events), path=path), accountant)
     else:
         with file:
-            released = measure(Measurement(None, relation(model), mechanism, events=tuple(events),
+            released = measure(Measurement(None, path.relation(), mechanism, events=tuple(events), path=path,
                                            store=store_step(args, data, model, Xnew, file, card)), accountant)
         result["release"] = str(out)
         if not args.quiet:

@@ -137,9 +137,8 @@ def cmd_release_whole_rows(args) -> int:
     from ..measurement import Measurement, measure
     from ..mechanisms import gaussian_event
     from ..models import DPSGPR
-    from ..relations import largest_person
     from ..whole_rows.design import inducing_design, inducing_grid
-    from ..whole_rows.mechanism import relation
+    from ..neighbours import sensitivity_path
 
     check_noise_variance(args.noise)
     ls: Any = np.ones(dim) if dim > 1 else 1.0  # placeholders: chosen from the box's default grid in the release
@@ -176,7 +175,8 @@ def cmd_release_whole_rows(args) -> int:
                                              **extras))
 
     with file:
-        released = measure(Measurement(None, relation(largest_person(groups)), mechanism, events=events,
+        path = sensitivity_path(model)  # whole rows, of the model's persons
+        released = measure(Measurement(None, path.relation(), mechanism, events=events, path=path,
                                        store=store), accountant)
     if not args.quiet:
         sys.stderr.write(f"wrote {out}: {released!r}\n")

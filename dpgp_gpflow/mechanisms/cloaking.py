@@ -51,7 +51,7 @@ from ..noise_planning import (
 from ..noise_planning.dual import COUNT_SPEC, MATRIX_SPEC, REAL_SPEC, VECTOR_SPEC
 from ..noise_planning.rank import bias_rounding, candidate_rtols, projection_bias
 from ..measurement import Measurement, measure
-from ..neighbours import Neighbours, neighbour_columns
+from ..neighbours import Neighbours, neighbour_columns, path_of
 from ..released import PrivateRelease
 from ..sampling import (
     DISCRETE_GAUSSIAN_FACTOR,
@@ -518,20 +518,22 @@ def cloaking_release(
     relative 1e-11 or so); ``"float"`` is the floating-point sampler, for speed comparisons only (warns).
     An explicit ``seed`` draws numpy's normals either way (reproducible, not private).
     ``neighbours``: the public neighbour map of persons (:func:`dpgp_gpflow.neighbours.group_neighbours`;
-    None: neighbours differ in one output), whose every extreme change the release protects.
+    None: neighbours differ in one output), whose every extreme change the release protects; the release
+    records the persons it was built for (its ``path``: ``"person (groups, up to G rows)"``); a map built by
+    hand records none and is refused (``ValueError``) before anything is reserved.
     """
     request = release_request(epsilon, delta, calibration=calibration, objective=objective, sampler=sampler, seed=seed,
                               rtol=rtol, tol=tol)
     validate_public_bounds(data_sensitivity, output_bound, y_bounds)
     check_count("max_iter", max_iter)  # before reserving
+    path = path_of(neighbours)  # the relation the map protects (a map without one: refused here)
 
     def mechanism(reservation: Reservation) -> PrivateRelease:
         return cloak(request, reservation, C, y_centred, offset, variance, data_sensitivity=data_sensitivity,
                      output_bound=output_bound, rtol=rtol, tol=tol, max_iter=max_iter, y_bounds=y_bounds,
                      neighbours=neighbours)
 
-    return measure(Measurement(request, "row" if neighbours is None else "person (neighbour map)", mechanism),
-                   accountant)
+    return measure(Measurement(request, path.relation(), mechanism, path=path), accountant)
 
 
 def cloak(request: ReleaseRequest, reservation: Reservation, C: Any, y_centred: Any, offset: Any, variance: Any, *,

@@ -19,7 +19,7 @@ import tensorflow as tf
 from .. import sampling
 from ..accounting import PrivacyAccountant, Reservation
 from ..noise_planning import row_norms
-from ..measurement import Measurement, measure
+from ..measurement import Measurement, SensitivityPath, measure
 from ..released import PrivateRelease
 from ..sampling import gaussian_grid_factor
 from ..validation import require_finite
@@ -62,7 +62,8 @@ def standard_release(
         return standard(request, reservation, mean, variance, prior_cov, sensitivity=sensitivity,
                         data_sensitivity=data_sensitivity, y_bounds=y_bounds)
 
-    return measure(Measurement(request, "row", draw), accountant)
+    path = SensitivityPath()  # one output of one row (the RKHS sensitivity of one output's change)
+    return measure(Measurement(request, path.relation(), draw, path=path), accountant)
 
 
 def standard(request: ReleaseRequest, reservation: Reservation, mean: Any, variance: Any, prior_cov: Any, *,

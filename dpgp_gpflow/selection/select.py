@@ -14,6 +14,7 @@ from gpflow.utilities import multiple_assign
 from ..accounting import PrivacyAccountant, PrivacyEvent, Reservation
 from ..exceptions import ReleaseBudgetWarning
 from ..measurement import Measurement, measure
+from ..neighbours import sensitivity_path
 from ..validation import (
     validate_calibration,
     validate_delta,
@@ -47,8 +48,6 @@ from .utility import validate_utility
 
 __all__ = ["Selection", "SelectionDiagnostics", "select_hyperparameters"]
 
-#: The relation a selection protects: the model's own (a row, a person or a label move; ``Selection.neighbours``).
-RELATION = "the model's (as its releases: Selection.neighbours)"
 
 
 @dataclass(frozen=True, eq=False)
@@ -311,10 +310,21 @@ def select_hyperparameters(
         reservation.commit(f"{description} among {idx.size} configurations ({len(cv.splits)}-fold CV)")
         return cv, sens, kept, idx, utilities, weights, choice, reproducible, epsilon_release, delta_release
 
+    # The relation a selection protects: the model's own (a row, a person, a row's outputs or a label move), that
+    # of the columns its utility's sensitivity is computed for; recorded as Selection.neighbours.
+    path = sensitivity_path(model)
+    columns = model_columns(model, d) if cross_validation is None else cross_validation.columns
+
+    def same_relation() -> None:  # public, before anything is reserved
+        if columns.neighbours != path.relation():
+            raise ValueError(f"the utility's columns protect {columns.neighbours!r} but the model's releases "
+                             f"{path.relation()!r}: nothing was reserved")
+
     event = PrivacyEvent(epsilon, 0.0, "pure", None, description)
+    selecting = Measurement(None, path.relation(), choose, checks=(same_relation,), events=(event,),
+                            description=description, path=path)
     (cv, sens, kept, idx, utilities, weights, choice, reproducible, epsilon_release,
-     delta_release) = measure(Measurement(None, RELATION, choose, events=(event,), description=description),
-                              accountant)
+     delta_release) = measure(selecting, accountant)
     selection = Selection(
         chosen=dict(cv.grid[choice]),
         index=choice,
@@ -335,7 +345,7 @@ def select_hyperparameters(
         beta=beta,
         release_noise=release_noise,
         output_sensitivities=cv.columns.sensitivities,
-        neighbours=cv.columns.neighbours,
+        neighbours=selecting.relation,  # the measurement's (checked against the utility's columns)
     )
     if not diagnostics:
         return selection
