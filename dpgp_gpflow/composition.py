@@ -283,3 +283,18 @@ def gdp_step_request(request: _Request, step_multiplier: float) -> _Request:
     delta = getattr(request, "delta")
     return request._replace(epsilon=analytic_gaussian_epsilon(1.0 / step_multiplier, delta),  # type: ignore[attr-defined]
                             multiplier=step_multiplier)
+
+
+def gdp_fraction_multipliers(multiplier: float, fractions: Sequence[float]) -> Tuple[float, ...]:
+    """``s / sqrt(f_j)`` for each fraction ``f_j`` of ``fractions`` (each finite and > 0, summing to 1): the noise
+    multipliers of Gaussian draws, each at its own full sensitivity and each adaptive on the earlier draws' outputs,
+    that compose in Gaussian DP exactly to one release at ``s``: ``mu_j = sqrt(f_j) / s`` and
+    ``sqrt(sum_j mu_j^2) = sqrt(sum_j f_j) / s = 1 / s`` (:func:`gdp_composition`; Dong, Roth & Su 2022, adaptive
+    composition). :func:`gdp_step_multiplier` is the case of ``count`` equal fractions. ``ValueError`` for fractions
+    that are not positive or do not sum to 1 (within ``1e-9``)."""
+    values = [float(f) for f in fractions]
+    if not values or any(isinstance(f, (bool, np.bool_)) for f in fractions) or not all(
+            math.isfinite(f) and f > 0.0 for f in values) or abs(math.fsum(values) - 1.0) > 1e-9:
+        raise ValueError(f"fractions must be finite, > 0 and sum to 1, got {list(fractions)!r}")
+    total = math.fsum(values)
+    return tuple(float(multiplier) / math.sqrt(f / total) for f in values)

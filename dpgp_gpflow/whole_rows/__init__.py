@@ -22,7 +22,9 @@ One concept per module:
 * :mod:`.variances`: kernel and noise variances fitted on the released statistics (SGPR's bound);
 * :mod:`.lengthscales`: the public grid of candidate lengthscales released together and the choice among them;
 * :mod:`.released`: :class:`WholeRowsRelease`, what a release returns;
-* :mod:`.release`: :func:`release_rows` and :func:`release_model` (``DPSGPR(..., private_inputs=True)``).
+* :mod:`.release`: :func:`release_rows` and :func:`release_model` (``DPSGPR(..., private_inputs=True)``);
+* :mod:`.residual_bounds`, :mod:`.residual`, :mod:`.residual_release`: the statistics followed by releases of clipped
+  residual sums under one guarantee (``residual_fractions=``; :class:`~.residual_release.ResidualRelease`).
 """
 
 import importlib
@@ -35,7 +37,8 @@ _NAMES: Dict[str, str] = {
     "FeatureMap": "features", "feature_map": "features", "kernel_bound": "features", "whitened_features": "features",
     "DEFAULT_FRACTIONS": "lengthscales", "default_lengthscales": "lengthscales",
     "RELATION": "mechanism", "release_model": "release", "release_rows": "release",
-    "WholeRowsRelease": "released", "DEFAULT_SHARES": "bounds",
+    "WholeRowsRelease": "released", "DEFAULT_SHARES": "bounds", "ResidualRelease": "residual_release",
+    "DEFAULT_RESIDUAL_FRACTIONS": "residual_bounds",
     "RowStatistics": "statistics", "Statistics": "statistics", "sufficient_statistics": "statistics",
 }
 
@@ -47,6 +50,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .mechanism import RELATION
     from .release import release_model, release_rows
     from .released import WholeRowsRelease
+    from .residual_bounds import DEFAULT_RESIDUAL_FRACTIONS
+    from .residual_release import ResidualRelease
     from .statistics import RowStatistics, Statistics, sufficient_statistics
 
 __all__ = [

@@ -18,7 +18,7 @@ release; the lengthscales are public values or chosen from a public grid on the 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence, Tuple
+from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 import gpflow
 import numpy as np
@@ -34,6 +34,8 @@ from .features import FeatureMap, constant_diagonal, feature_map, kernel_bound
 from .mechanism import NoisedStatistics, statistics_measurement
 from .lengthscales import choose, default_lengthscales, validate_lengthscales, with_lengthscales
 from .released import VARIANCES, WholeRowsRelease
+from .residual_bounds import validate_residual_fractions
+from .residual_release import ResidualRelease, release_residuals
 from .sensitivity import DEFAULT_SHARES, validate_shares
 from .statistics import GridStatistics, RowStatistics
 
@@ -92,7 +94,8 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
                  accountant: Any = None, shares: Any = DEFAULT_SHARES, clip_inputs: bool = True,
                  kernel_variance: Optional[float] = None, noise_variance: Optional[float] = None,
                  variances: Optional[str] = None, clip_to_bounds: bool = True, lengthscales: Any = None,
-                 checks: Sequence[Callable[[], Any]] = (), groups: Any = "source") -> WholeRowsRelease:
+                 checks: Sequence[Callable[[], Any]] = (), groups: Any = "source",
+                 residual_fractions: Any = None) -> Union[WholeRowsRelease, ResidualRelease]:
     """Release the whole-row statistics of ``source``'s rows (a :class:`~dpgp_gpflow.streaming.ChunkSource`:
     :class:`~dpgp_gpflow.streaming.LocalChunks` or :class:`~dpgp_gpflow.distributed.DaskChunks`) with an
     (epsilon, delta)-DP guarantee for whole-row neighbours, and return the sparse GP they define.
@@ -115,7 +118,11 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
     person's contribution (docs/whole_rows.md#persons); each person's rows must be consecutive in the source.
     ``checks``: the caller's public checks (e.g. the leak guard), run before anything is reserved.
     ``accountant``, ``seed`` and ``calibration`` as for every release.
+    ``residual_fractions``: None (one release), ``"default"`` or the public fractions of the Gaussian-DP budget of
+    the statistics release and of each release of clipped residual sums after it, summing to 1: a
+    :class:`~dpgp_gpflow.whole_rows.residual_release.ResidualRelease` (docs/whole_rows.md#residual-releases).
     """
+    fractions = validate_residual_fractions(residual_fractions)
     request, groups, Z, box = public_setup(source, kernel, inducing_inputs, x_bounds, epsilon, delta, calibration,
                                            seed, groups)
     bounds = validate_bounds(y_bounds)
@@ -124,6 +131,9 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
     if noise_variance is not None:
         validate_noise_variance(noise_variance)
     candidates = _lengthscale_candidates(lengthscales, kernel, box)
+    if fractions is not None and candidates is not None:
+        raise NotImplementedError("residual releases (residual_fractions=) use the kernel's own lengthscales: a "
+                                  "lengthscale grid is not combined with them yet (give the lengthscales)")
     if variances == "fit" and not constant_diagonal(kernel):  # (a lengthscale grid needs a stationary kernel)
         raise NotImplementedError(
             "fitting the variances on the released statistics assumes k(x, x) is the same everywhere, and a "
@@ -134,9 +144,9 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
         kernel_variance = maps[0].k_max
     grid = [RowStatistics(features, box, bounds, clip_inputs=clip_inputs) for features in maps]
 
-    def one(noised: NoisedStatistics, features: FeatureMap) -> WholeRowsRelease:
-        return WholeRowsRelease(noised, features, x_bounds=box, y_bounds=bounds, epsilon=request.epsilon,
-                                delta=request.delta, calibration=request.calibration, kernel_variance=kernel_variance,
+    def one(noised: NoisedStatistics, features: FeatureMap, stage: Any = request) -> WholeRowsRelease:
+        return WholeRowsRelease(noised, features, x_bounds=box, y_bounds=bounds, epsilon=stage.epsilon,
+                                delta=stage.delta, calibration=stage.calibration, kernel_variance=kernel_variance,
                                 noise_variance=noise_variance, variances=variances, clip_to_bounds=clip_to_bounds)
 
     def released(noised: Any) -> WholeRowsRelease:  # post-processing, after the commit
@@ -149,6 +159,10 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
 
     public = (lambda: validate_box(box, maps[0].input_dim), lambda: validate_bounds(bounds),
               lambda: [kernel_bound(k, box) for k in kernels], lambda: check_public_inducing_inputs(Z))
+    if fractions is not None:  # the statistics at f_1 of the budget, then the residual releases: one event
+        return release_residuals(request, source, grid[0], shares=shares, fractions=fractions,
+                                 head=lambda noised, stage: one(noised, maps[0], stage), checks=(*public, *checks),
+                                 groups=groups, accountant=accountant)
     measurement = statistics_measurement(request, source, grid[0] if candidates is None else GridStatistics(grid),
                                          shares=shares, then=released, checks=(*public, *checks), groups=groups)
     return measure(measurement, accountant)
@@ -182,7 +196,8 @@ def release_model(model: Any, *, epsilon: float, delta: float, calibration: str 
                   seed: Optional[int] = None, accountant: Any = None, hyperparameters_public: bool = False,
                   source: Optional[ChunkSource] = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
                   shares: Any = DEFAULT_SHARES, variances: Optional[str] = None, clip_to_bounds: bool = True,
-                  lengthscales: Any = None, **options: Any) -> WholeRowsRelease:
+                  lengthscales: Any = None, residual_fractions: Any = None,
+                  **options: Any) -> Union[WholeRowsRelease, ResidualRelease]:
     """``model.release_function(...)`` of a model built with ``private_inputs=True`` (``DPSGPR``): its rows
     (``source``, else its Dask rows or its data in chunks of ``chunk_size``) released by :func:`release_rows`
     with its kernel, inducing inputs, box, bounds, input clipping and persons (``groups``: the source must carry
@@ -191,7 +206,8 @@ def release_model(model: Any, *, epsilon: float, delta: float, calibration: str 
     variance) when it was built with ``noise_variance=``, else ``"fit"`` on the released statistics.
     ``lengthscales`` None: chosen privately from the default grid (``"default"``) when the kernel's lengthscales
     were left at GPflow's default 1.0 (none given), else the kernel's own (``"kernel"``); or a sequence of public
-    candidates (:func:`release_rows`)."""
+    candidates (:func:`release_rows`). ``residual_fractions``: residual releases after the statistics
+    (:func:`release_rows`; the kernel's own lengthscales)."""
     unused = sorted(set(options) & set(_NOT_WHOLE_ROWS))
     if unused:
         raise TypeError(f"{unused} do not apply to a whole-row release (private inputs): it releases the "
@@ -213,4 +229,4 @@ def release_model(model: Any, *, epsilon: float, delta: float, calibration: str 
                         accountant=accountant, shares=shares, clip_inputs=model.clip_inputs,
                         kernel_variance=kernel_variance, noise_variance=noise_variance, variances=variances,
                         clip_to_bounds=clip_to_bounds, lengthscales=lengthscales, groups=groups,
-                        checks=(lambda: check_release_hyperparameters(model, hyperparameters_public),))
+                        residual_fractions=residual_fractions, checks=(lambda: check_release_hyperparameters(model, hyperparameters_public),))

@@ -102,8 +102,10 @@ class RowStatistics:
         lo, hi = self.y_bounds
         return 0.5 * (lo + hi)
 
-    def __call__(self, X: np.ndarray, Y: np.ndarray, start: int) -> Dict[str, Any]:
-        """The sums of one chunk: ``X`` [c, D] public shape, PRIVATE values; ``Y`` [c] PRIVATE."""
+    def prepared(self, X: np.ndarray, Y: np.ndarray) -> Tuple[np.ndarray, np.ndarray, int, int]:
+        """One chunk's rows checked and clipped: ``(X [c, D] clipped to the box, y_c [c] clipped to the bounds and
+        centred, rows with an input outside the box, outputs outside the bounds)`` (PRIVATE values; the counts for
+        the data owner). The feature map is compiled from the ``compile_after``-th chunk on."""
         X = np.asarray(X, dtype=np.float64)
         Y = np.asarray(Y, dtype=np.float64)
         if Y.ndim == 2 and Y.shape[1] == 1:
@@ -120,15 +122,27 @@ class RowStatistics:
         if self.compile_after is not None and self._chunks >= self.compile_after:
             self.features.compile()  # tracing (a fraction of a second) pays for itself over the remaining chunks
         self._chunks += 1
-        S, b, q = 0.0, 0.0, 0.0
-        for i in range(0, max(X.shape[0], 1), SLICE_ROWS):  # one slice for a chunk of up to SLICE_ROWS rows
-            part = self.features.apply(chunk_sums, tf.constant(X[i:i + SLICE_ROWS]), tf.constant(yc[i:i + SLICE_ROWS]))
-            S, b, q = (S + part[0].numpy(), b + part[1].numpy(), q + float(part[2])) if i else (
-                part[0].numpy(), part[1].numpy(), float(part[2]))
+        return X, yc, outside_x, outside_y
+
+    def summed(self, fn: Any, X: np.ndarray, yc: np.ndarray, *public: tf.Tensor) -> Tuple[Any, ...]:
+        """The sums ``fn(kernel, Z, L, k_max, X, yc, *public)`` returns (a tuple of tensors; ``fn`` a module-level
+        function, :meth:`~.features.FeatureMap.apply`'s cache key) over a chunk's prepared rows, slice by slice of
+        :data:`SLICE_ROWS` rows (one slice for a chunk of up to that many), added in NumPy."""
+        total: Tuple[Any, ...] = ()
+        for i in range(0, max(X.shape[0], 1), SLICE_ROWS):
+            part = self.features.apply(fn, tf.constant(X[i:i + SLICE_ROWS]), tf.constant(yc[i:i + SLICE_ROWS]), *public)
+            values = tuple(p.numpy() for p in part)
+            total = tuple(a + v for a, v in zip(total, values)) if i else values
+        return total
+
+    def __call__(self, X: np.ndarray, Y: np.ndarray, start: int) -> Dict[str, Any]:
+        """The sums of one chunk: ``X`` [c, D] public shape, PRIVATE values; ``Y`` [c] PRIVATE."""
+        X, yc, outside_x, outside_y = self.prepared(X, Y)
+        S, b, q = self.summed(chunk_sums, X, yc)
         return {
             "S": S,  # [M, M]
             "b": b,  # [M]
-            "q": q,
+            "q": float(q),
             "n": int(X.shape[0]),
             "clipped_inputs": outside_x,
             "clipped_outputs": outside_y,

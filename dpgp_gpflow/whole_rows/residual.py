@@ -1,0 +1,136 @@
+"""The residual releases' maths: clipped residual sums in one pass over the rows, their update, the public radius.
+
+After a whole-row release of ``(S, b, q)`` (:mod:`.mechanism`) gives a first estimate ``u_1`` of the weights,
+release ``j = 2 .. J`` adds noise to the clipped residual sums (docs/whole_rows.md#residual-releases)
+
+    b_j = sum_i phi(x_i) clip(y_c,i - phi(x_i)^T u_{j-1}, -R_j, R_j)      [M]
+
+around the public previous estimate ``u_{j-1}`` with the public radius ``R_j`` (their sensitivity ``2 R_j``,
+:mod:`.residual_bounds`), and updates the estimate with the preconditioner ``P`` (the regularised released ``S``):
+
+    u_j = (lambda I + P)^{-1} (b~_j + P u_{j-1}).
+
+Without noise or clipping, ``b_j = b - S u_{j-1}`` and ``u_j - u* = (lambda I + P)^{-1} (P - S) (u_{j-1} - u*)``
+(``u* = (lambda I + S)^{-1} b``): the error of ``P`` slows the iteration instead of biasing its limit.
+
+:class:`ResidualStatistics` is the per-chunk function of the pass (a :class:`~.statistics.RowStatistics`: the same
+checks, clipping and slicing, in memory, over :class:`~dpgp_gpflow.streaming.LocalChunks` or as a Dask reduction);
+:func:`residual_sums` runs it over a source. The rest is post-processing of released values.
+
+Privacy assumption: ``u_{j-1}`` and ``R_j`` are computed from earlier releases and public values only; the rows
+enter only through :func:`residual_sums` (PRIVATE until noised by :mod:`.residual_release`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict
+
+import gpflow
+import numpy as np
+import tensorflow as tf
+from check_shapes import check_shapes
+
+from ..streaming.chunks import ChunkSource
+from ..validation import parameter_value
+from . import features as feature_maps
+from .design import inducing_design, validate_box
+from .features import FeatureMap
+from .posterior import WeightPosterior, predictive_terms
+from .residual_bounds import residual_radius
+from .statistics import RowStatistics, add_statistics
+
+__all__: list[str] = []  # internal: the package imports these names by name
+
+#: The most public points the mean DP-noise variance is taken over (:func:`radius_points`).
+MAX_RADIUS_POINTS = 4096
+#: Cells per input column of :func:`radius_points` for a kernel without lengthscales.
+DEFAULT_RADIUS_CELLS = 16
+
+
+@check_shapes("Z: [M, D]", "L: [M, M]", "X: [N, D]", "yc: [N]", "u: [M]", "radius: [1]", "return[0]: [M]")
+def chunk_residual_sums(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, k_max: float, X: tf.Tensor,
+                        yc: tf.Tensor, u: tf.Tensor, radius: tf.Tensor) -> tuple:
+    """One slice's ``(sum_i phi(x_i) clip(y_c,i - phi(x_i)^T u, -R, R),)`` from its clipped inputs ``X`` and
+    centred clipped outputs ``yc`` (PRIVATE values), around the public estimate ``u`` with the public radius
+    ``radius`` ``[R]``: each row's term has norm at most ``R`` (``||phi|| <= 1``, ``|r| <= R`` exactly)."""
+    # looked up in its module when traced (one definition, which the tests can replace by a broken variant)
+    phi = feature_maps.whitened_features(kernel, Z, L, X, k_max)  # [N, M], each row of norm <= 1
+    residuals = tf.clip_by_value(yc - tf.linalg.matvec(phi, u), -radius[0], radius[0])  # [N], |r| <= R
+    return (tf.linalg.matvec(phi, residuals, transpose_a=True),)
+
+
+class ResidualStatistics(RowStatistics):
+    """The per-chunk function of :func:`residual_sums`: the rows' checks and clipping of ``rows`` (a
+    :class:`~.statistics.RowStatistics`: its feature map, box, bounds and input clipping), the public previous
+    estimate ``u`` [M] and the public radius ``radius``. Picklable (Dask workers)."""
+
+    def __init__(self, rows: RowStatistics, u: Any, radius: float) -> None:
+        super().__init__(rows.features, rows.box, rows.y_bounds, clip_inputs=rows.clip_inputs)
+        self.u = np.array(u, dtype=np.float64, copy=True)
+        if self.u.shape != (rows.features.m,) or not np.all(np.isfinite(self.u)):
+            raise ValueError(f"u must be a finite [{rows.features.m}] vector, got shape {self.u.shape}")
+        self.radius = float(radius)
+        if not (math.isfinite(self.radius) and self.radius > 0.0):
+            raise ValueError(f"the radius must be finite and > 0, got {radius!r}")
+
+    def __call__(self, X: np.ndarray, Y: np.ndarray, start: int) -> Dict[str, Any]:
+        """The clipped residual sum of one chunk [M] (PRIVATE) and its number of rows."""
+        X, yc, _, _ = self.prepared(X, Y)
+        (b,) = self.summed(chunk_residual_sums, X, yc, tf.constant(self.u, tf.float64),
+                             tf.constant([self.radius], tf.float64))
+        return {"b": b, "n": int(X.shape[0])}
+
+
+def residual_sums(source: ChunkSource, rows: ResidualStatistics) -> np.ndarray:
+    """``b_j`` [M] of every row of ``source`` in one pass (``source.map_reduce``, as
+    :func:`~.statistics.sufficient_statistics`). PRIVATE result: released only by :mod:`.residual_release`."""
+    if not isinstance(source, ChunkSource):
+        raise TypeError(f"source must be a dpgp_gpflow.streaming.ChunkSource, got {type(source).__name__}")
+    total = source.map_reduce(rows, add_statistics)
+    if total is None or int(total["n"]) != int(source.n):
+        raise ValueError(f"the chunks held {0 if total is None else int(total['n'])} rows, the source says {source.n}")
+    return np.asarray(total["b"], dtype=np.float64)
+
+
+@check_shapes("chol: [M, M]", "P: [M, M]", "b: [M]", "u: [M]", "return: [M]")
+def preconditioned_update(chol: tf.Tensor, P: tf.Tensor, b: tf.Tensor, u: tf.Tensor) -> tf.Tensor:
+    """``u_j = (lambda I + P)^{-1} (b~_j + P u_{j-1})`` by Cholesky solves (``chol``: the Cholesky factor of
+    ``lambda I + P``; ``b`` the released residual sum, ``u`` the previous estimate). Post-processing."""
+    rhs = tf.convert_to_tensor(b, tf.float64) + tf.linalg.matvec(tf.convert_to_tensor(P, tf.float64), u)
+    return tf.linalg.cholesky_solve(chol, rhs[:, None])[:, 0]
+
+
+def radius_points(kernel: gpflow.kernels.Kernel, x_bounds: Any) -> np.ndarray:
+    """The public points [N, D] over which the DP-noise variance of an estimate is averaged for the next radius:
+    the centres of an even grid of ``G`` cells per input column over the box, ``G = ceil(w / (l / 2))`` for the
+    box's widest column ``w`` and the kernel's shortest lengthscale ``l`` (about two cells per lengthscale;
+    :data:`DEFAULT_RADIUS_CELLS` for a kernel without lengthscales), or a low-discrepancy design of
+    :data:`MAX_RADIUS_POINTS` points when the grid would hold more. Public: from the box and the kernel."""
+    box = validate_box(x_bounds)
+    lengthscales = getattr(kernel, "lengthscales", None)
+    widest = float(np.max(box[:, 1] - box[:, 0]))
+    if lengthscales is None:
+        cells = DEFAULT_RADIUS_CELLS
+    else:
+        shortest = float(np.min(parameter_value(lengthscales)))
+        cells = max(int(math.ceil(widest / (0.5 * shortest))), 1)
+    D = box.shape[0]
+    if cells ** D > MAX_RADIUS_POINTS:
+        return inducing_design(box, MAX_RADIUS_POINTS)
+    axes = [lo + (hi - lo) * (np.arange(cells) + 0.5) / cells for lo, hi in box]
+    return np.stack([g.reshape(-1) for g in np.meshgrid(*axes, indexing="ij")], axis=1)
+
+
+def mean_dp_variance(posterior: WeightPosterior, features: FeatureMap, points: np.ndarray) -> float:
+    """The mean over ``points`` of the first-order DP-noise variance of the predictive mean of ``posterior``
+    (:func:`~.posterior.predictive_terms`). Post-processing."""
+    X = tf.constant(np.asarray(points, dtype=np.float64))
+    _, _, noise = predictive_terms(posterior, features(X), features.unit_variance(X))
+    return float(tf.reduce_mean(noise))
+
+
+def next_radius(posterior: WeightPosterior, features: FeatureMap, points: np.ndarray, width: float) -> float:
+    """``R_j`` (:func:`~.residual_bounds.residual_radius`) after the estimate of ``posterior`` (its noise variance
+    ``sigma^2``, its DP-noise variance averaged over ``points``) for outputs of width ``width``. Post-processing."""
+    return residual_radius(posterior.noise_variance, mean_dp_variance(posterior, features, points), width)

@@ -1,0 +1,87 @@
+"""The public rules of the residual releases, without TensorFlow: the budget's fractions, the radius, the sensitivity.
+
+A residual release (docs/whole_rows.md#residual-releases) is the whole-row statistics release at a fraction
+``f_1`` of the Gaussian-DP budget (``mu_1^2 = f_1 mu^2``) followed by releases ``j = 2 .. J`` of the clipped
+residual sums
+
+    b_j = sum_i phi(x_i) clip(y_c,i - phi(x_i)^T u_{j-1}, -R_j, R_j)      [M],
+
+each at ``mu_j^2 = f_j mu^2`` (``sum_j f_j = 1``: the adaptive composition is ``mu``-GDP, the user's
+(epsilon, delta)). With ``||phi|| <= 1`` a changed row moves ``b_j`` by ``||phi r - phi' r'|| <= |r| + |r'| <=
+2 R_j``, and a person of ``g`` rows by at most ``2 g R_j`` (triangle inequality). ``u_{j-1}`` and
+``R_j = min(z sqrt(sigma^2 + v_{j-1}), d)`` are post-processing of the earlier releases (public when the stage
+draws): ``v_{j-1}`` the mean first-order DP-noise variance of the previous estimate over public points.
+
+Privacy assumption: public quantities only (the fractions, the noise variance, the released noise variances, the
+bounds' width, the shapes and the chunking).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Tuple
+
+from ..calibration import SENSITIVITY_SAFETY
+from ..composition import gdp_fraction_multipliers
+from ..sampling import UNIT_ROUNDOFF, gaussian_grid_factor
+from .bounds import rounding_slack
+
+__all__: list[str] = []  # internal: the package imports these names by name
+
+#: The default fractions of the Gaussian-DP budget (``mu^2``): half to the statistics release, a quarter to each
+#: of two residual releases (fixed with the design study ``benchmarks/whole_rows_headroom.py``, before the
+#: benchmark ``benchmarks/whole_rows_residual.py`` ran).
+DEFAULT_RESIDUAL_FRACTIONS = (0.5, 0.25, 0.25)
+#: ``z`` of the radius rule ``R_j = z sqrt(sigma^2 + v_{j-1})`` (the design study's choice among 1.5, 2, 3, 4).
+RESIDUAL_Z = 2.0
+
+
+def validate_residual_fractions(fractions: Any) -> Optional[Tuple[float, ...]]:
+    """None (one release, no residual releases), or the fractions of the budget as a tuple: ``"default"``
+    (:data:`DEFAULT_RESIDUAL_FRACTIONS`) or two or more finite numbers > 0 summing to 1 (the first for the
+    statistics release, one for each residual release). ``ValueError`` in one line otherwise. Public."""
+    if fractions is None:
+        return None
+    if isinstance(fractions, str) and fractions == "default":
+        return DEFAULT_RESIDUAL_FRACTIONS
+    message = ("residual_fractions must be None, 'default' or two or more fractions of the budget, each > 0, summing "
+               "to 1 (the first for the statistics release, one for each residual release), got " + repr(fractions))
+    try:
+        items = tuple(fractions)
+        gdp_fraction_multipliers(1.0, items)  # the composition's one rule: each finite and > 0, summing to 1
+    except (TypeError, ValueError):
+        raise ValueError(message) from None
+    if isinstance(fractions, str) or len(items) < 2:
+        raise ValueError(message)
+    values = tuple(float(f) for f in items)
+    return values
+
+
+def residual_radius(noise_variance: float, dp_variance: float, width: float, z: float = RESIDUAL_Z) -> float:
+    """``R_j = min(z sqrt(sigma^2 + v_{j-1}), d)``: the public clipping radius of release ``j``'s residuals from the
+    noise variance ``sigma^2``, the mean first-order DP-noise variance ``v_{j-1}`` of the previous estimate
+    (post-processing) and the bounds' width ``d`` (a residual of an estimate inside the bounds never needs more).
+    ``ValueError`` for a non-finite or non-positive result. Public."""
+    radius = min(float(z) * math.sqrt(float(noise_variance) + float(dp_variance)), float(width))
+    if not (math.isfinite(radius) and radius > 0.0):
+        raise ValueError(f"the residual radius must be finite and > 0, got {radius} (noise variance "
+                         f"{noise_variance}, DP-noise variance {dp_variance})")
+    return radius
+
+
+def residual_sensitivity(*, m: int, multiplier: float, num_rows: int, chunk_rows: int, num_chunks: int,
+                         person_rows: int = 1) -> float:
+    """The L2 sensitivity a residual release charges for its released vector ``b_j / (2 R_j)`` [M], between
+    neighbours that differ in one person of at most ``person_rows`` (G) rows: ``G (1 + (M + 4) u)`` (each row's
+    term ``phi r / (2 R_j)`` has norm at most ``(1 + (M + 4) u) / 2``: the computed features' norm after their
+    unit-norm rescaling, :func:`~dpgp_gpflow.whole_rows.bounds.rounding_factor`, and ``|r| <= R_j`` exactly: the
+    residual is clipped), plus the absolute :func:`~dpgp_gpflow.whole_rows.bounds.rounding_slack` of the sums
+    (each entry a sum of terms of magnitude at most 1/2), times
+    :data:`~dpgp_gpflow.calibration.SENSITIVITY_SAFETY`, inflated for the exact sampler's grid at noise
+    ``multiplier`` over M entries (:func:`~dpgp_gpflow.sampling.gaussian_grid_factor`). Public; refuses
+    (``FloatingPointError``) chunks too long for a guaranteed float64 sum."""
+    G, M = int(person_rows), int(m)
+    if G < 1 or M < 1:
+        raise ValueError(f"person_rows and m must be >= 1, got {person_rows!r}, {m!r}")
+    slack = rounding_slack(num_rows, chunk_rows, num_chunks, M)
+    return (G * (1.0 + (M + 4) * UNIT_ROUNDOFF) + slack) * SENSITIVITY_SAFETY * gaussian_grid_factor(multiplier, M)

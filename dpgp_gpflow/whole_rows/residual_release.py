@@ -1,0 +1,273 @@
+"""Residual releases: the whole-row statistics, then releases of clipped residual sums, under one guarantee.
+
+:func:`release_residuals` (``DPSGPR(..., private_inputs=True).release_function(..., residual_fractions=...)``)
+releases the whole-row statistics ``(S, b, q)`` at a fraction ``f_1`` of the Gaussian-DP budget, then for
+``j = 2 .. J`` the clipped residual sums ``b_j`` of :mod:`.residual` around the previous estimate at ``f_j``
+(docs/whole_rows.md#residual-releases). Every stage is a Gaussian mechanism with the exact sampler, at the noise
+multiplier ``s / sqrt(f_j)`` (:func:`~dpgp_gpflow.composition.gdp_fraction_multipliers`), adaptive on the earlier
+stages' outputs; they compose in Gaussian DP to ``mu = 1 / s``, the user's (epsilon, delta). One
+:class:`~dpgp_gpflow.measurement.Measurement` (checks, one reservation, the stages as
+:func:`~dpgp_gpflow.measurement.stepwise` draws, one ledger event at the request's (epsilon, delta)), entered
+through :func:`~dpgp_gpflow.measurement.measure` with the sensitivity path of whole rows.
+
+:class:`ResidualRelease` holds every stage's released statistics, their noise std, the radii and the estimates,
+and predicts from the last estimate (post-processing).
+
+Privacy assumption: as :mod:`.release` (whole-row neighbours, public box, bounds, kernel, ``Z``, variances given
+or fitted on the first stage's statistics); each stage's radius and centre are post-processing of the earlier
+stages; the sensitivities are recomputed here from public values before anything is reserved.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from .. import sampling
+from ..composition import gdp_fraction_multipliers, gdp_step_request
+from ..io.writing import register
+from ..measurement import Measurement, SensitivityPath, StepDraws, measure, stepwise
+from ..mechanisms.request import ReleaseRequest
+from ..relations import largest_person
+from ..released import PrivatePrediction, Released
+from ..streaming.chunks import ChunkSource, person_starts, source_persons
+from ..validation import as_inputs, validate_groups
+from .features import FeatureMap
+from .mechanism import chunking, relation, statistics_measurement
+from .posterior import WeightPosterior, predictive_terms, regularised_statistic
+from .released import StatisticsRelease, WholeRowsRelease
+from .residual import ResidualStatistics, next_radius, preconditioned_update, radius_points, residual_sums
+from .residual_bounds import residual_sensitivity, validate_residual_fractions
+from .statistics import RowStatistics
+
+__all__: list[str] = []  # internal: the package imports these names by name
+
+#: The card's mechanism of a residual release.
+MECHANISM = "gaussian (whole-row statistics, then clipped residual sums)"
+
+
+class ResidualStage(NamedTuple):
+    """What one residual release drew (all public)."""
+
+    b: np.ndarray  #: [M] the released clipped residual sum ``b~_j``
+    noise_std: float  #: the std of each entry's noise
+    radius: float  #: ``R_j``
+    multiplier: float  #: ``s_j = s / sqrt(f_j)``
+    sensitivity: float  #: the charged sensitivity of ``b_j / (2 R_j)`` (rounding and the sampler's grid included)
+    reproducible: bool  #: the noise came from an explicit seed (not private)
+
+
+def stage_seed(seed: Optional[int], stage: int) -> Optional[int]:
+    """Seed of stage ``stage`` (0-based): ``seed`` itself for the first, ``SeedSequence([seed, stage])`` after (as
+    the Laplace classifiers' Newton steps); None (fresh noise) stays None."""
+    if seed is None or stage == 0:
+        return seed
+    return int(np.random.SeedSequence([int(seed), int(stage)]).generate_state(1, dtype=np.uint32)[0])
+
+
+def stage_requests(request: ReleaseRequest, fractions: Sequence[float]) -> Tuple[ReleaseRequest, ...]:
+    """The request of each stage: :func:`~dpgp_gpflow.composition.gdp_step_request` at the multiplier
+    ``s / sqrt(f_j)`` (:func:`~dpgp_gpflow.composition.gdp_fraction_multipliers`), its own seed
+    (:func:`stage_seed`). ``NotImplementedError`` unless the calibration is analytic (Gaussian-DP composition)."""
+    multipliers = gdp_fraction_multipliers(request.multiplier, fractions)
+    return tuple(gdp_step_request(request, s)._replace(seed=stage_seed(request.seed, j))
+                 for j, s in enumerate(multipliers))
+
+
+class ResidualRelease(StatisticsRelease, Released):
+    """A residual release (:func:`release_residuals`): the whole-row statistics and the clipped residual sums, and
+    the sparse GP of the last estimate, queryable anywhere.
+
+    ``statistics``: the first stage's ``S`` [M, M], ``b`` [M], ``q`` [] and ``residual_b`` [J - 1, M] (row
+    ``j - 2``: ``b~_j``), as released; ``statistics_noise_std``: the std of each entry's noise, same keys and
+    shapes. ``radii`` [J - 1]: ``R_j``; ``estimates`` [J, M]: ``u_1 .. u_J``; ``fractions``, the stages' noise
+    multipliers (``stage_multipliers``) and charged sensitivities (``stage_sensitivities``: the first stage's of its
+    packed vector, then those of ``b_j / (2 R_j)``). ``predict_f(Xnew)``: mean ``c + phi(x)^T u_J`` (clipped to the
+    bounds by default) and SGPR's variance with the preconditioner, plus the first-order DP-noise variance of the
+    last stage, ``sigma_J^2 |h|^2`` with ``h = (lambda I + P)^{-1} phi(x)`` (docs/whole_rows.md#residual-releases:
+    it treats the earlier stages' noise as contracted away, ``P ~ S``).
+    """
+
+    def __init__(self, head: WholeRowsRelease, stages: Sequence[ResidualStage], posterior: WeightPosterior,
+                 estimates: Sequence[Any], *, fractions: Sequence[float], request: ReleaseRequest) -> None:
+        m = head.features.m
+        self._head = head
+        self._statistics = {**head.statistics, "residual_b": np.stack([np.asarray(s.b, np.float64) for s in stages])}
+        self._noise_std = {**head.statistics_noise_std,
+                           "residual_b": np.stack([np.full(m, float(s.noise_std)) for s in stages])}
+        self.radii = np.array([s.radius for s in stages], dtype=np.float64)
+        self.estimates = np.stack([np.asarray(u, np.float64) for u in estimates])
+        self.fractions = tuple(float(f) for f in fractions)
+        self.stage_multipliers = (head.noise_multiplier, *[float(s.multiplier) for s in stages])
+        self.stage_sensitivities = (head.sensitivity, *[float(s.sensitivity) for s in stages])
+        self.posterior = posterior
+        self.features: FeatureMap = head.features
+        self.num_data, self.person_rows, self.chunking = head.num_data, head.person_rows, head.chunking
+        self.x_bounds, self.y_bounds = head.x_bounds.copy(), head.y_bounds
+        self.kernel_variance, self.noise_variance, self.variances = (head.kernel_variance, head.noise_variance,
+                                                                     head.variances)
+        self._epsilon, self._delta, self.calibration = request.epsilon, request.delta, request.calibration
+        #: the whole release's noise multiplier ``s``: ``mu = 1 / s`` composes the stages' ``mu_j`` (Gaussian DP)
+        self.noise_multiplier = float(request.multiplier)
+        self._reproducible = bool(head.reproducible or any(s.reproducible for s in stages))
+        self._clip_to_bounds = head.clip_to_bounds
+
+    # -- what was released ----------------------------------------------------------------------------
+    @property
+    def statistics(self) -> Dict[str, np.ndarray]:
+        """The released statistics: ``S`` [M, M], ``b`` [M], ``q`` [] of the first stage and ``residual_b``
+        [J - 1, M] (unit kernel scale, outputs centred at the bounds' midpoint; copies)."""
+        return {k: v.copy() for k, v in self._statistics.items()}
+
+    @property
+    def clip_to_bounds(self) -> bool:
+        """Predicted means are clipped to ``y_bounds`` (post-processing; :meth:`unclipped` for the raw ones)."""
+        return self._clip_to_bounds
+
+    @property
+    def neighbours(self) -> str:
+        """The relation protected (as :class:`~.released.WholeRowsRelease`)."""
+        return relation(self.person_rows)
+
+    @property
+    def midpoint(self) -> float:
+        """``c``: the outputs were centred at the bounds' midpoint (the prior mean)."""
+        return 0.5 * (self.y_bounds[0] + self.y_bounds[1])
+
+    @property
+    def mu(self) -> float:
+        """The Gaussian-DP parameter of the whole release, ``sqrt(sum_j mu_j^2) = 1 / s``."""
+        return 1.0 / self.noise_multiplier
+
+    def clipped(self) -> "ResidualRelease":
+        """Predicted means clipped to ``y_bounds`` (post-processing, the default)."""
+        other = copy.copy(self)
+        other._clip_to_bounds = True
+        return other
+
+    def unclipped(self) -> "ResidualRelease":
+        """Raw predicted means (may lie outside ``y_bounds``; as private)."""
+        other = copy.copy(self)
+        other._clip_to_bounds = False
+        return other
+
+    # -- predictions ---------------------------------------------------------------------------------
+    def _terms(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        X = tf.constant(as_inputs("Xnew", Xnew, self.features.input_dim))
+        mean, model, noise = predictive_terms(self.posterior, self.features(X), self.features.unit_variance(X))
+        mean = mean.numpy() + self.midpoint
+        if self.clip_to_bounds:
+            mean = np.clip(mean, *self.y_bounds)
+        return mean[:, None], model.numpy()[:, None], noise.numpy()[:, None]
+
+    def predict_f(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray]:
+        """DP mean and variance of f at ``Xnew`` [k, D], each [k, 1] NumPy: the model's variance plus the DP
+        noise's (first order, the last stage's)."""
+        mean, model, noise = self._terms(Xnew)
+        return mean, model + noise
+
+    def predict_y(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray]:
+        """As :meth:`predict_f` with the noise variance added (a new observation's variance)."""
+        mean, variance = self.predict_f(Xnew)
+        return mean, variance + self.noise_variance
+
+    def predict(self, Xnew: Any) -> PrivatePrediction:
+        """DP mean, the model's posterior variance and the DP noise std at ``Xnew``, each [k, 1] NumPy."""
+        mean, model, noise = self._terms(Xnew)
+        return PrivatePrediction(mean=mean, variance=model, noise_std=np.sqrt(noise))
+
+    # -- card, repr, audit ---------------------------------------------------------------------------
+    def privacy_card(self) -> Dict[str, Any]:
+        """The guarantee and what was released, as plain values: the first stage's card (box, bounds, n, M, shares,
+        persons, chunking, variances) with the whole release's epsilon, delta, noise multiplier and mechanism, and
+        every stage's fraction, multiplier, sensitivity and radius."""
+        card = self._head.privacy_card()
+        card.update({"epsilon": self.epsilon, "delta": self.delta, "reproducible": self.reproducible,
+                     "clip_to_bounds": self.clip_to_bounds, "mechanism": MECHANISM,
+                     "noise_multiplier": self.noise_multiplier, "sensitivity": self.stage_sensitivities[0],
+                     "residual_fractions": list(self.fractions),
+                     "stage_multipliers": list(self.stage_multipliers),
+                     "stage_sensitivities": list(self.stage_sensitivities), "radii": self.radii.tolist()})
+        return card
+
+    def audit_parts(self, model: Any) -> Tuple[Tuple[Released, Any], ...]:
+        """Not implemented for residual releases: ``NotImplementedError`` (one line)."""
+        raise NotImplementedError("dp.audit of a residual release (residual_fractions=) is not implemented yet: it "
+                                  "would recompute every radius and sensitivity from the earlier stages")
+
+    def __repr__(self) -> str:
+        return (f"ResidualRelease(mechanism='whole-row statistics + {len(self.radii)} residual release(s)', "
+                f"epsilon={self.epsilon:.6g}, delta={self.delta:.6g}, m={self.features.m}, n={self.num_data}, "
+                f"fractions={list(self.fractions)}, bounds={self.y_bounds}, neighbours={self.neighbours!r}"
+                + (", clip_to_bounds=True" if self.clip_to_bounds else "")
+                + (", reproducible=True)" if self.reproducible else ")"))
+
+
+def _no_release_file(released: Any) -> Any:
+    raise NotImplementedError("release files of residual releases (residual_fractions=) are not implemented yet: "
+                              "keep the object, or release once without residual_fractions to save a file")
+
+
+register(ResidualRelease, _no_release_file)
+
+
+def release_residuals(request: ReleaseRequest, source: ChunkSource, rows: RowStatistics, *, shares: Any,
+                      fractions: Any, head: Callable[[Any, ReleaseRequest], WholeRowsRelease],
+                      checks: Sequence[Callable[[], Any]] = (), groups: Any = None,
+                      accountant: Any = None) -> ResidualRelease:
+    """Release ``source``'s rows as the whole-row statistics (at the first of ``fractions`` of the Gaussian-DP budget
+    of ``request``) followed by one residual release per further fraction, with one reservation and one ledger
+    event at the request's (epsilon, delta) (module docstring). ``rows``: the public pieces of the pass (feature
+    map, box, bounds, input clipping); ``head(noised, stage_request)``: the first stage's
+    :class:`~.released.WholeRowsRelease` from its noised statistics (post-processing: regularisation, variances
+    given or fitted); ``checks`` the caller's public checks; ``groups`` the declared person ids (a person's rows
+    are summed together: each stage's sensitivity is the largest person's). Everything public is checked before
+    anything is reserved."""
+    fractions = validate_residual_fractions(fractions)
+    if fractions is None:
+        raise ValueError("release_residuals needs residual fractions (None is one release: release_rows)")
+    requests = stage_requests(request, fractions)  # NotImplementedError for the classical calibration
+    first = statistics_measurement(requests[0], source, rows, shares=shares, then=lambda noised: noised,
+                                   checks=checks, groups=groups)
+    features = rows.features
+    points = radius_points(features.kernel, rows.box)
+    lo, hi = rows.y_bounds
+    state: Dict[str, Any] = {}
+
+    def own_checks() -> None:  # after the first stage's own (source, persons, shares, its sensitivity)
+        ids = source_persons(source, groups, None)  # the ids the source carries, as the first stage read them
+        chunked = source if ids is None else source.between_persons(person_starts(ids, int(source.n)))
+        longest, count = chunking(chunked)
+        state["source"] = chunked
+        state["sensitivities"] = [residual_sensitivity(m=features.m, multiplier=r.multiplier, num_rows=int(source.n),
+                                                       chunk_rows=longest, num_chunks=count,
+                                                       person_rows=largest_person(ids)) for r in requests[1:]]
+
+    def steps(draws: StepDraws) -> ResidualRelease:
+        noised = first.mechanism(draws)  # the statistics: one draw, committed into draws
+        released = head(noised, requests[0])  # post-processing: S^ regularised, the variances, u_1
+        P = regularised_statistic(tf.constant(released.statistics["S"]), released.floor)
+        posterior, estimates, stages = released.posterior, [released.posterior.mean.numpy()], []
+        for j, (stage, sensitivity) in enumerate(zip(requests[1:], state["sensitivities"]), start=2):
+            radius = next_radius(posterior, features, points, hi - lo)
+            b = residual_sums(state["source"], ResidualStatistics(rows, estimates[-1], radius))
+            std = stage.multiplier * sensitivity * 2.0 * radius
+            noised_b, reproducible = sampling.add_whitened_noise(b / std, stage.seed)  # L2 shift <= 1 / s_j
+            draws.commit(f"residual release {j} of {len(requests)}")
+            released_b = noised_b * std
+            u = preconditioned_update(posterior.chol, P, tf.constant(released_b), posterior.mean)
+            posterior = posterior._replace(mean=u, b_std=std, offdiag_std=0.0)
+            estimates.append(u.numpy())
+            stages.append(ResidualStage(released_b, std, radius, stage.multiplier, sensitivity, reproducible))
+        return ResidualRelease(released, stages, posterior, estimates, fractions=fractions, request=request)
+
+    description = (f"whole-row statistics and {len(requests) - 1} residual release(s) (M = {features.m}, "
+                   "Gaussian-DP composition)")
+    declared = validate_groups(groups, int(np.shape(groups)[0])) if groups is not None else None
+    measurement = Measurement(request, first.relation, stepwise(steps, requests[0].event(), description),
+                              checks=(*first.checks, own_checks), description=description,
+                              path=SensitivityPath(largest_person(declared), 1, True))
+    return measure(measurement, accountant)

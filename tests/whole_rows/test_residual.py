@@ -1,0 +1,223 @@
+"""Residual releases (docs/whole_rows.md#residual-releases): brute force of the clipped residual sums' sensitivity,
+the update against a NumPy reference from the released stages, one event composing the stages, chunked = in memory.
+
+The brute force replaces every row by the box's corners and the point of the box with the largest feature norm, its
+output by the opposite bound, and measures how far the clipped residual sum around a fixed public estimate moves: at
+most ``2 R`` (and close to it); a broken variant without the clipping moves it much further."""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+
+import gpflow
+import numpy as np
+import pytest
+import tensorflow as tf
+from reference import analytic_delta
+from whole_rows_reference import features as reference_features
+
+import dpgp_gpflow as dp
+from dpgp_gpflow import whole_rows as wr
+from dpgp_gpflow.models import DPSGPR
+from dpgp_gpflow.streaming import LocalChunks
+from dpgp_gpflow.whole_rows import residual as residual_module
+from dpgp_gpflow.whole_rows.features import feature_map
+from dpgp_gpflow.whole_rows.residual import ResidualStatistics, residual_sums
+from dpgp_gpflow.whole_rows.statistics import RowStatistics
+
+BOX = [(0.0, 10.0)]
+BOUNDS = (0.0, 1.0)
+LENGTHSCALE = 6.0
+X = np.array([[0.0], [2.0], [5.0], [6.5], [10.0], [4.0], [8.0], [1.0]])
+Y = np.array([[0.0], [1.0], [0.2], [0.9], [1.0], [0.0], [0.7], [0.4]])
+Z = wr.inducing_grid(BOX, 3)
+EPSILON, DELTA = 1.0, 1e-3
+FRACTIONS = (0.5, 0.25, 0.25)
+U = np.array([0.4, -0.3, 0.2])  # a public estimate (any: the bound holds for every u)
+RADIUS = 0.15
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel():
+    """One kernel object for the module: its feature map is built (and its chunk sums traced) once."""
+    return gpflow.kernels.SquaredExponential(variance=2.0, lengthscales=LENGTHSCALE)
+
+
+@functools.lru_cache(maxsize=None)
+def _rows():
+    return RowStatistics(feature_map(_kernel(), Z, BOX), BOX, BOUNDS)
+
+
+def _sum(X, Y, chunk=3):
+    return residual_sums(LocalChunks(X, Y, chunk), ResidualStatistics(_rows(), U, RADIUS))
+
+
+def _neighbours():
+    grid = np.linspace(0.0, 10.0, 2001)[:, None]
+    widest = grid[np.argmax(np.linalg.norm(reference_features(grid, Z, LENGTHSCALE), axis=1))]
+    lo, hi = BOUNDS
+    for i in range(X.shape[0]):
+        for x in (np.array([0.0]), np.array([10.0]), widest):
+            X2, Y2 = X.copy(), Y.copy()
+            X2[i] = x
+            Y2[i] = lo if Y[i, 0] >= (lo + hi) / 2 else hi
+            yield X2, Y2
+
+
+def _worst_shift():
+    base = _sum(X, Y)
+    return max(float(np.linalg.norm(base - _sum(X2, Y2))) for X2, Y2 in _neighbours())
+
+
+def test_the_clipped_residual_sum_equals_a_numpy_reference():
+    P = reference_features(X, Z, LENGTHSCALE)
+    yc = Y[:, 0] - 0.5
+    expected = P.T @ np.clip(yc - P @ U, -RADIUS, RADIUS)
+    np.testing.assert_allclose(_sum(X, Y), expected, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(_sum(X, Y, chunk=2), expected, rtol=0, atol=1e-12)
+
+
+def test_every_extreme_neighbour_moves_the_residual_sum_within_two_radii():
+    worst = _worst_shift()
+    charged = 2.0 * RADIUS * (1.0 + 1e-8)
+    assert worst <= charged
+    assert worst >= 0.99 * charged  # the corners and the widest point reach the bound (1 - 5e-7 here)
+
+
+def test_unclipped_residuals_fail_the_same_check(monkeypatch):
+    """The broken variant: the residuals summed without their clipping, charged the same 2 R."""
+
+    def unclipped(kernel, Z, L, k_max, X, yc, u, radius):
+        phi = wr.whitened_features(kernel, Z, L, X, k_max)
+        return (tf.linalg.matvec(phi, yc - tf.linalg.matvec(phi, u), transpose_a=True),)
+
+    monkeypatch.setattr(residual_module, "chunk_residual_sums", unclipped)
+    assert _worst_shift() > 2.0 * 2.0 * RADIUS
+
+
+def test_a_person_moves_the_residual_sum_within_two_radii_per_row():
+    base = _sum(X, Y)
+    X2, Y2 = X.copy(), Y.copy()
+    X2[[0, 5]], Y2[[0, 5]] = 10.0, 1.0  # one person of rows 0 and 5 (outputs 0), both rows replaced
+    shift = float(np.linalg.norm(base - _sum(X2, Y2)))
+    assert 2.0 * RADIUS < shift <= 2.0 * 2.0 * RADIUS * (1.0 + 1e-8)  # more than one row's charge, within two
+
+
+def _release(source=None, seed=7, accountant=None, fractions=FRACTIONS, **options):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dp.ReproducibleNoiseWarning)
+        return wr.release_rows(LocalChunks(X, Y, 3) if source is None else source, _kernel(), Z, x_bounds=BOX,
+                               y_bounds=BOUNDS, epsilon=EPSILON, delta=DELTA, seed=seed, noise_variance=0.05,
+                               accountant=accountant, residual_fractions=fractions, **options)
+
+
+def _reference_points():
+    cells = math.ceil(10.0 / (0.5 * LENGTHSCALE))  # about two cells per lengthscale over the box
+    return ((np.arange(cells) + 0.5) * 10.0 / cells)[:, None]
+
+
+def test_the_update_equals_a_numpy_reference_from_the_released_stages():
+    released = _release()
+    st, std = released.statistics, released.statistics_noise_std
+    M, kv, nv = Z.shape[0], 2.0, 0.05
+    lam = nv / kv
+    offdiag = std["S"][0, 1]
+    floor = 0.75 * 2.0 * offdiag * (math.sqrt(M) + math.sqrt(math.log(2.0 / 0.01)))
+    w, V = np.linalg.eigh(st["S"])
+    P = (V * np.maximum(w, floor)) @ V.T
+    A = P + lam * np.eye(M)
+    Pg = reference_features(_reference_points(), Z, LENGTHSCALE)
+    H = np.linalg.solve(A, Pg.T)  # [M, points]
+    u = np.linalg.solve(A, st["b"])
+    v = np.mean((std["b"][0] ** 2 + offdiag**2 * (u @ u)) * np.sum(H * H, axis=0) + offdiag**2 * (u @ H) ** 2)
+    estimates, radii = [u], []
+    for b_j, s_j in zip(st["residual_b"], std["residual_b"][:, 0]):
+        radii.append(min(2.0 * math.sqrt(nv + v), 1.0))
+        u = np.linalg.solve(A, b_j + P @ u)
+        estimates.append(u)
+        v = np.mean(s_j**2 * np.sum(H * H, axis=0))
+    np.testing.assert_allclose(released.radii, radii, rtol=1e-10)
+    np.testing.assert_allclose(released.estimates, estimates, rtol=1e-9, atol=1e-12)
+    Xt = np.linspace(-1.0, 11.0, 7)[:, None]
+    Pt = reference_features(Xt, Z, LENGTHSCALE)
+    half = np.linalg.solve(np.linalg.cholesky(A), Pt.T)
+    h = np.linalg.solve(A, Pt.T)
+    model = kv * (1.0 - np.sum(Pt**2, axis=1) + lam * np.sum(half**2, axis=0))
+    noise = std["residual_b"][-1, 0] ** 2 * np.sum(h * h, axis=0)
+    mean, variance = released.unclipped().predict_f(Xt)
+    np.testing.assert_allclose(mean[:, 0], 0.5 + Pt @ u, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(variance[:, 0], model + noise, rtol=1e-9)
+    assert np.all(released.predict_f(Xt)[0] <= 1.0) and np.all(released.predict_f(Xt)[0] >= 0.0)
+
+
+def test_one_reservation_one_event_and_the_stages_compose_to_it(draws):
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+    released = _release(seed=None, accountant=acc)
+    M = Z.shape[0]
+    assert draws == [M * (M + 1) // 2 + M + 1, M, M]  # the statistics, then one draw per residual release
+    (event,) = acc.history()
+    assert event["status"] == "committed" and event["kind"] == "gaussian"
+    assert (event["epsilon"], event["delta"]) == (EPSILON, DELTA) and acc.held == (0.0, 0.0)
+    mu = event["mu"]
+    assert mu == pytest.approx(1.0 / released.noise_multiplier, rel=1e-12)
+    stages = [1.0 / s for s in released.stage_multipliers]
+    assert math.sqrt(math.fsum(m * m for m in stages)) == pytest.approx(mu, rel=1e-12)  # Gaussian DP: sqrt(sum)
+    np.testing.assert_allclose(np.square(stages) / mu**2, FRACTIONS, rtol=1e-12)
+    assert analytic_delta(EPSILON, 1.0 / mu) <= DELTA * (1 + 1e-9)
+    assert (released.epsilon, released.delta) == (EPSILON, DELTA) and not released.reproducible
+    card = released.privacy_card()
+    assert card["neighbours"] == "row (inputs and outputs)" and card["residual_fractions"] == list(FRACTIONS)
+    # each stage's noise is its charge: std = s_j * Delta_j * 2 R_j, Delta_j at least one row's 2 R_j / (2 R_j)
+    std = released.statistics_noise_std["residual_b"][:, 0]
+    np.testing.assert_allclose(std, np.array(released.stage_multipliers[1:]) * released.stage_sensitivities[1:]
+                               * 2.0 * released.radii, rtol=1e-12)
+    assert min(released.stage_sensitivities[1:]) >= 1.0
+
+
+def test_chunked_equals_in_memory_with_one_seed():
+    a = _release(LocalChunks(X, Y, 2))
+    b = _release(LocalChunks(X, Y, 100))
+    std = a.statistics_noise_std
+    for key in ("S", "b", "residual_b"):
+        np.testing.assert_allclose(a.statistics[key], b.statistics[key], rtol=0, atol=1e-9 * np.min(std[key]))
+    np.testing.assert_allclose(a.radii, b.radii, rtol=1e-9)
+
+
+def test_the_model_releases_residuals_with_persons():
+    groups = np.array([0, 0, 1, 2, 3, 3, 4, 5])
+    model = DPSGPR((X, Y), _kernel(), Z, noise_variance=0.05, y_bounds=BOUNDS, x_bounds=BOX, private_inputs=True,
+                   groups=groups, hyperparameters_public=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dp.ReproducibleNoiseWarning)
+        released = model.release_function(epsilon=EPSILON, delta=DELTA, seed=3, residual_fractions="default")
+        one_row = _release(seed=3, fractions="default")
+    assert released.neighbours == "person (groups, up to 2 rows) (inputs and outputs)"
+    assert released.fractions == (0.5, 0.25, 0.25)
+    np.testing.assert_allclose(released.stage_sensitivities[1:], 2.0 * np.array(one_row.stage_sensitivities[1:]),
+                               rtol=1e-6)
+
+
+@pytest.mark.parametrize("fractions", [(1.0,), (0.5, 0.4), (0.5, -0.25, 0.75), "half", (0.5, float("nan"), 0.5),
+                                       (True, 0.0)])
+def test_bad_fractions_are_refused_before_anything_is_reserved(fractions, draws):
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+    with pytest.raises(ValueError, match="residual_fractions must be"):
+        _release(accountant=acc, fractions=fractions)
+    assert acc.history() == [] and draws == []
+
+
+def test_what_is_not_implemented_is_refused_in_one_line(tmp_path):
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+    with pytest.raises(NotImplementedError, match="lengthscale grid"):
+        _release(accountant=acc, lengthscales=[3.0, 6.0])
+    with pytest.raises(NotImplementedError, match="analytic"):
+        _release(accountant=acc, calibration="classical")
+    assert acc.history() == []
+    released = _release()
+    with pytest.raises(NotImplementedError, match="residual releases"):
+        released.save(tmp_path / "r.json")
+    model = DPSGPR((X, Y), _kernel(), Z, noise_variance=0.05, y_bounds=BOUNDS, x_bounds=BOX, private_inputs=True)
+    with pytest.raises(NotImplementedError, match="residual release"):
+        dp.audit(released, model)
