@@ -185,6 +185,10 @@ Y2 = np.clip(0.5 + 0.3 * np.sin(X2[:, :1]) + 0.1 * X2[:, 1:], 0.0, 1.0)
 XQ2 = np.column_stack([np.linspace(-1.0, 11.0, 7), np.linspace(-1.5, 1.5, 7)])  # inside and outside the box
 K = gpflow.kernels
 KERNELS = {
+    "the other stationary kernels, summed": lambda: (
+        K.SquaredExponential(variance=2.0, lengthscales=[3.0, 0.7]) + K.Matern12(lengthscales=2.0)
+        + K.Matern32(variance=0.5, lengthscales=[2.0, 1.0]) + K.Matern52(lengthscales=2.5, active_dims=[0])
+        + K.Exponential(lengthscales=4.0) + K.RationalQuadratic(alpha=0.7, lengthscales=2.0)),
     "cosine": lambda: K.Cosine(variance=1.5, lengthscales=[15.0, 4.0]),
     "polynomial": lambda: K.Polynomial(degree=2.0, variance=[0.02, 0.5], offset=0.3),
     "periodic": lambda: K.Periodic(K.SquaredExponential(variance=1.2, lengthscales=0.8, active_dims=[0]), period=4.0),
