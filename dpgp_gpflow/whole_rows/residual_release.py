@@ -138,6 +138,12 @@ class ResidualRelease(StatisticsRelease, Released):
         return 0.5 * (self.y_bounds[0] + self.y_bounds[1])
 
     @property
+    def first_stage(self) -> WholeRowsRelease:
+        """The first stage as released: the statistics at ``f_1`` of the budget and their post-processing (its
+        ``epsilon`` and ``noise_multiplier`` are that stage's; the audit reads it, :mod:`.residual_audit`)."""
+        return self._head
+
+    @property
     def mu(self) -> float:
         """The Gaussian-DP parameter of the whole release, ``sqrt(sum_j mu_j^2) = 1 / s``."""
         return 1.0 / self.noise_multiplier
@@ -179,7 +185,7 @@ class ResidualRelease(StatisticsRelease, Released):
         mean, model, noise = self._terms(Xnew)
         return PrivatePrediction(mean=mean, variance=model, noise_std=np.sqrt(noise))
 
-    # -- card, repr, audit ---------------------------------------------------------------------------
+    # -- card, repr ---------------------------------------------------------------------------
     def privacy_card(self) -> Dict[str, Any]:
         """The guarantee and what was released, as plain values: the first stage's card (box, bounds, n, M, shares,
         persons, chunking, variances) with the whole release's epsilon, delta, noise multiplier and mechanism, and
@@ -192,11 +198,6 @@ class ResidualRelease(StatisticsRelease, Released):
                      "stage_multipliers": list(self.stage_multipliers),
                      "stage_sensitivities": list(self.stage_sensitivities), "radii": self.radii.tolist()})
         return card
-
-    def audit_parts(self, model: Any) -> Tuple[Tuple[Released, Any], ...]:
-        """Not implemented for residual releases: ``NotImplementedError`` (one line)."""
-        raise NotImplementedError("dp.audit of a residual release (residual_fractions=) is not implemented yet: it "
-                                  "would recompute every radius and sensitivity from the earlier stages")
 
     def __repr__(self) -> str:
         return (f"ResidualRelease(mechanism='whole-row statistics + {len(self.radii)} residual release(s)', "

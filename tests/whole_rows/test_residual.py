@@ -7,6 +7,7 @@ most ``2 R`` (and close to it); a broken variant without the clipping moves it m
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import warnings
@@ -47,7 +48,7 @@ def _kernel():
 
 @functools.lru_cache(maxsize=None)
 def _rows():
-    return RowStatistics(feature_map(_kernel(), Z, BOX), BOX, BOUNDS)
+    return RowStatistics(feature_map(_kernel(), Z, BOX).compile(), BOX, BOUNDS)  # traced once for every pass
 
 
 def _sum(X, Y, chunk=3):
@@ -215,9 +216,21 @@ def test_what_is_not_implemented_is_refused_in_one_line(tmp_path):
     with pytest.raises(NotImplementedError, match="analytic"):
         _release(accountant=acc, calibration="classical")
     assert acc.history() == []
-    released = _release()
     with pytest.raises(NotImplementedError, match="residual releases"):
-        released.save(tmp_path / "r.json")
-    model = DPSGPR((X, Y), _kernel(), Z, noise_variance=0.05, y_bounds=BOUNDS, x_bounds=BOX, private_inputs=True)
-    with pytest.raises(NotImplementedError, match="residual release"):
-        dp.audit(released, model)
+        _release().save(tmp_path / "r.json")
+
+
+def test_the_audit_recomputes_every_radius_and_the_noise_within_the_claim():
+    model = DPSGPR((X, Y), _kernel(), Z, noise_variance=0.05, y_bounds=BOUNDS, x_bounds=BOX, private_inputs=True,
+                   hyperparameters_public=True)
+    released = model.release_function(epsilon=EPSILON, delta=DELTA, residual_fractions=FRACTIONS)
+    report = dp.audit(released, model)
+    assert report.passed and 0.99 * EPSILON <= report.epsilon <= EPSILON * (1 + 1e-9)
+    quieter = copy.copy(released)  # the last stage's sums with half the noise (no later radius reads it)
+    quieter._noise_std = {**released._noise_std, "residual_b": released._noise_std["residual_b"] * [[1.0], [0.5]]}
+    report = dp.audit(quieter, model)
+    assert not report.passed and report.epsilon > 1.2 * EPSILON
+    wider = copy.copy(released)  # a radius its earlier stages do not give
+    wider.radii = released.radii * 1.5
+    with pytest.raises(ValueError, match="radius"):
+        dp.audit(wider, model)

@@ -1,0 +1,87 @@
+"""The audit of a residual release (:func:`dpgp_gpflow.audit` builds its report from :func:`residual_audit`): the
+privacy its noise achieves, every radius and estimate recomputed from the earlier stages, never read from the
+release's claimed sensitivities.
+
+Stage 1 is audited as a whole-row release (:func:`~.audit.whole_rows_audit`: ``mu_1`` from the model's bounds and
+persons and the noise each part actually carries). For each later stage ``j`` the audit recomputes, from the
+released statistics and the model's public pieces, the regularised ``S^``, the variances (the model's given values,
+or fitted on stage 1), the estimates ``u_1 .. u_{j-1}`` and the radius ``R_j`` (:mod:`.residual`), refuses a release
+whose radius is not that, and takes ``mu_j = 2 G R_j (1 + (M + 4) u) / sigma_j`` from the noise std ``sigma_j``
+actually added to ``b~_j`` (``G`` the model's largest person). The whole is ``sqrt(sum_j mu_j^2)``-GDP (adaptive
+composition). The noise test (PRIVATE: it reads the model's rows) recomputes every stage's sums from the model's
+rows around the recomputed estimates.
+
+Privacy assumption of the audit itself: the model holds the rows, kernel, inducing inputs, box, bounds and
+variances the release was made from; its outcome is for the data owner.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, List
+
+import numpy as np
+import tensorflow as tf
+
+from ..relations import largest_person
+from ..sampling import UNIT_ROUNDOFF
+from ..streaming.chunks import DEFAULT_CHUNK_SIZE
+from ..validation import parameter_value
+from .audit import STD_RTOL, WholeRowsAudit, whole_rows_audit
+from .design import validate_box
+from .features import kernel_bound
+from .posterior import FLOOR_SCALE, regularised_statistic, spectral_noise_bound, weight_posterior
+from .release import model_rows
+from .residual import ResidualStatistics, next_radius, preconditioned_update, radius_points, residual_sums
+from .statistics import RowStatistics
+
+__all__: List[str] = []  # internal: dpgp_gpflow.audit calls residual_audit
+
+#: Relative difference allowed between a released radius and the one recomputed from the earlier stages.
+RADIUS_RTOL = 1e-9
+
+
+def residual_audit(release: Any, model: Any) -> WholeRowsAudit:
+    """The audit's pieces of a :class:`~.residual_release.ResidualRelease` against the
+    ``DPSGPR(..., private_inputs=True)`` it was released from (module docstring): ``mu`` of the whole and every
+    stage's statistics, released and recomputed from the model's rows (PRIVATE), whitened by their noise.
+    ``ValueError`` when the model's public pieces are not the release's, or a radius or noise is not what the
+    earlier stages and the mechanism give."""
+    head = release.first_stage
+    first = whole_rows_audit(head, model)  # checks Z, box, bounds and the kernel's bound; stage 1's mu and sums
+    features = release.features
+    m = features.m
+    box = validate_box(model.x_bounds, features.input_dim)
+    lo, hi = (float(v) for v in model.y_bounds)
+    if head.variances == "fit":
+        refit = head.fitted()
+        kernel_variance, noise_variance = refit.kernel_variance, refit.noise_variance
+    else:
+        kernel_variance = kernel_bound(model.kernel, box)
+        noise_variance = float(parameter_value(model.likelihood.variance))
+    statistics, std = release.statistics, release.statistics_noise_std
+    offdiag = float(std["S"][0, 1]) if m > 1 else float(std["S"][0, 0]) / math.sqrt(2.0)
+    S_hat = regularised_statistic(tf.constant(statistics["S"]), FLOOR_SCALE * spectral_noise_bound(offdiag, m))
+    posterior = weight_posterior(S_hat, tf.constant(statistics["b"]), kernel_variance=kernel_variance,
+                                 noise_variance=noise_variance, b_std=float(std["b"][0]), offdiag_std=offdiag)
+    points = radius_points(features.kernel, box)
+    source, groups = model_rows(model, None, DEFAULT_CHUNK_SIZE)
+    rows = RowStatistics(features, box, (lo, hi), clip_inputs=model.clip_inputs)
+    G = largest_person(groups)
+    mus, released, recomputed = [first.mu], [first.released], [first.recomputed]
+    for j, (b, noise, claimed) in enumerate(zip(statistics["residual_b"], std["residual_b"], release.radii), start=2):
+        radius = next_radius(posterior, features, points, hi - lo)
+        if not math.isclose(radius, float(claimed), rel_tol=RADIUS_RTOL):
+            raise ValueError(f"stage {j}'s radius {float(claimed):.17g} is not the one its earlier stages give, "
+                             f"{radius:.17g}: not a residual release of this model")
+        sigma = float(noise[0])
+        if not (math.isfinite(sigma) and sigma > 0.0 and np.allclose(noise, sigma, rtol=STD_RTOL, atol=0.0)):
+            raise ValueError(f"stage {j}'s noise std is not one Gaussian noise on every entry")
+        mus.append(G * 2.0 * radius * (1.0 + (m + 4) * UNIT_ROUNDOFF) / sigma)
+        exact = residual_sums(source, ResidualStatistics(rows, posterior.mean.numpy(), radius))
+        released.append(np.asarray(b) / sigma)
+        recomputed.append(exact / sigma)
+        u = preconditioned_update(posterior.chol, S_hat, tf.constant(np.asarray(b)), posterior.mean)
+        posterior = posterior._replace(mean=u, b_std=sigma, offdiag_std=0.0)
+    return WholeRowsAudit(math.sqrt(math.fsum(mu * mu for mu in mus)), np.concatenate(released),
+                          np.concatenate(recomputed))
