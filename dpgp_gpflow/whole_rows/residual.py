@@ -24,7 +24,7 @@ enter only through :func:`residual_sums` (PRIVATE until noised by :mod:`.residua
 from __future__ import annotations
 
 import math
-from typing import Any, Dict
+from typing import Any, Dict, NamedTuple
 
 import gpflow
 import numpy as np
@@ -122,15 +122,27 @@ def radius_points(kernel: gpflow.kernels.Kernel, x_bounds: Any) -> np.ndarray:
     return np.stack([g.reshape(-1) for g in np.meshgrid(*axes, indexing="ij")], axis=1)
 
 
-def mean_dp_variance(posterior: WeightPosterior, features: FeatureMap, points: np.ndarray) -> float:
+class RadiusPoints(NamedTuple):
+    """The public points of :func:`radius_points` with their features (computed once per release)."""
+
+    phi: tf.Tensor  #: [N, M] unit-scale features
+    prior: tf.Tensor  #: [N] ``k(x, x) / k_max``
+
+
+def radius_features(features: FeatureMap, points: np.ndarray) -> RadiusPoints:
+    """The features and prior of ``points`` (:func:`radius_points`) under ``features``. Public."""
+    X = tf.constant(np.asarray(points, dtype=np.float64))
+    return RadiusPoints(features(X), features.unit_variance(X))
+
+
+def mean_dp_variance(posterior: WeightPosterior, points: RadiusPoints) -> float:
     """The mean over ``points`` of the first-order DP-noise variance of the predictive mean of ``posterior``
     (:func:`~.posterior.predictive_terms`). Post-processing."""
-    X = tf.constant(np.asarray(points, dtype=np.float64))
-    _, _, noise = predictive_terms(posterior, features(X), features.unit_variance(X))
+    _, _, noise = predictive_terms(posterior, points.phi, points.prior)
     return float(tf.reduce_mean(noise))
 
 
-def next_radius(posterior: WeightPosterior, features: FeatureMap, points: np.ndarray, width: float) -> float:
+def next_radius(posterior: WeightPosterior, points: RadiusPoints, width: float) -> float:
     """``R_j`` (:func:`~.residual_bounds.residual_radius`) after the estimate of ``posterior`` (its noise variance
     ``sigma^2``, its DP-noise variance averaged over ``points``) for outputs of width ``width``. Post-processing."""
-    return residual_radius(posterior.noise_variance, mean_dp_variance(posterior, features, points), width)
+    return residual_radius(posterior.noise_variance, mean_dp_variance(posterior, points), width)

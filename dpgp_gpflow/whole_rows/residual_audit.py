@@ -32,7 +32,14 @@ from .design import validate_box
 from .features import kernel_bound
 from .posterior import FLOOR_SCALE, regularised_statistic, spectral_noise_bound, weight_posterior
 from .release import model_rows
-from .residual import ResidualStatistics, next_radius, preconditioned_update, radius_points, residual_sums
+from .residual import (
+    ResidualStatistics,
+    next_radius,
+    preconditioned_update,
+    radius_features,
+    radius_points,
+    residual_sums,
+)
 from .statistics import RowStatistics
 
 __all__: List[str] = []  # internal: dpgp_gpflow.audit calls residual_audit
@@ -64,13 +71,13 @@ def residual_audit(release: Any, model: Any) -> WholeRowsAudit:
     S_hat = regularised_statistic(tf.constant(statistics["S"]), FLOOR_SCALE * spectral_noise_bound(offdiag, m))
     posterior = weight_posterior(S_hat, tf.constant(statistics["b"]), kernel_variance=kernel_variance,
                                  noise_variance=noise_variance, b_std=float(std["b"][0]), offdiag_std=offdiag)
-    points = radius_points(features.kernel, box)
+    points = radius_features(features, radius_points(features.kernel, box))
     source, groups = model_rows(model, None, DEFAULT_CHUNK_SIZE)
     rows = RowStatistics(features, box, (lo, hi), clip_inputs=model.clip_inputs)
     G = largest_person(groups)
     mus, released, recomputed = [first.mu], [first.released], [first.recomputed]
     for j, (b, noise, claimed) in enumerate(zip(statistics["residual_b"], std["residual_b"], release.radii), start=2):
-        radius = next_radius(posterior, features, points, hi - lo)
+        radius = next_radius(posterior, points, hi - lo)
         if not math.isclose(radius, float(claimed), rel_tol=RADIUS_RTOL):
             raise ValueError(f"stage {j}'s radius {float(claimed):.17g} is not the one its earlier stages give, "
                              f"{radius:.17g}: not a residual release of this model")

@@ -39,7 +39,14 @@ from .features import FeatureMap
 from .mechanism import chunking, relation, statistics_measurement
 from .posterior import WeightPosterior, predictive_terms, regularised_statistic
 from .released import StatisticsRelease, WholeRowsRelease
-from .residual import ResidualStatistics, next_radius, preconditioned_update, radius_points, residual_sums
+from .residual import (
+    ResidualStatistics,
+    next_radius,
+    preconditioned_update,
+    radius_features,
+    radius_points,
+    residual_sums,
+)
 from .residual_bounds import residual_sensitivity, validate_residual_fractions
 from .statistics import RowStatistics
 
@@ -234,7 +241,7 @@ def release_residuals(request: ReleaseRequest, source: ChunkSource, rows: RowSta
     first = statistics_measurement(requests[0], source, rows, shares=shares, then=lambda noised: noised,
                                    checks=checks, groups=groups)
     features = rows.features
-    points = radius_points(features.kernel, rows.box)
+    points = radius_features(features, radius_points(features.kernel, rows.box))  # public, once
     lo, hi = rows.y_bounds
     state: Dict[str, Any] = {}
 
@@ -253,7 +260,7 @@ def release_residuals(request: ReleaseRequest, source: ChunkSource, rows: RowSta
         P = regularised_statistic(tf.constant(released.statistics["S"]), released.floor)
         posterior, estimates, stages = released.posterior, [released.posterior.mean.numpy()], []
         for j, (stage, sensitivity) in enumerate(zip(requests[1:], state["sensitivities"]), start=2):
-            radius = next_radius(posterior, features, points, hi - lo)
+            radius = next_radius(posterior, points, hi - lo)
             b = residual_sums(state["source"], ResidualStatistics(rows, estimates[-1], radius))
             std = stage.multiplier * sensitivity * 2.0 * radius
             noised_b, reproducible = sampling.add_whitened_noise(b / std, stage.seed)  # L2 shift <= 1 / s_j
