@@ -61,7 +61,7 @@ from ..io.card import LABEL_BOUNDS
 from ..io.gpflow_specs import check_file_pieces
 from ..measurement import Measurement, StepDraws, measure, stepwise
 from ..mechanisms import ReleaseRequest, release_request
-from ..neighbours import relation
+from ..neighbours import sensitivity_path
 from ..readouts import LaplaceReadout, SoRReadout
 from ..released import PrivateClassifier, PrivateRelease
 from ..streaming.terms import Factors
@@ -329,18 +329,20 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
         check_file_pieces(self.kernel)  # the classifier's file holds it
         # step 1's public terms, checked finite before any budget is reserved (a refusal draws and spends nothing)
         first = self.first_step()
+        path = sensitivity_path(self)  # the relation checked before the reservation, recorded by every step
         if steps == 1:
-            return measure(Measurement(request, relation(self),
+            return measure(Measurement(request, path.relation(),
                                        lambda reservation: self.release_steps(request, reservation, 1, first,
-                                                                              rtol=rtol, tol=tol)), accountant)
+                                                                              rtol=rtol, tol=tol), path=path),
+                           accountant)
         description = f"Laplace release of {steps} Newton steps (Gaussian-DP composition)"
 
         def draw(draws: StepDraws) -> PrivateLaplaceClassifier:  # every step counts its draw into draws
             return self.release_steps(step_request, draws, steps, first, rtol=rtol, tol=tol)
 
         # the one reservation of the one event; committed after the last draw (or after a failed later step)
-        classifier = measure(Measurement(request, relation(self), stepwise(draw, step_request.event(), description),
-                                         description=description), accountant)
+        classifier = measure(Measurement(request, path.relation(), stepwise(draw, step_request.event(), description),
+                                         description=description, path=path), accountant)
         return classifier.composed(request.epsilon, request.delta, 1.0 / request.multiplier)
 
     def first_step(self) -> Tuple[tf.Tensor, tf.Tensor]:

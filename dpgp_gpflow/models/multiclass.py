@@ -55,7 +55,7 @@ from ..io.card import MulticlassGuarantee
 from ..io.gpflow_specs import check_file_pieces
 from ..measurement import Measurement, StepDraws, measure, stepwise
 from ..mechanisms import ReleaseRequest, release_request
-from ..neighbours import relation
+from ..neighbours import relation, sensitivity_path
 from ..pipeline import cloak_outputs
 from ..released import PrivateClassifier
 from ..streaming import DEFAULT_CHUNK_SIZE, ChunkSource, cloak_function, rows_source
@@ -181,12 +181,14 @@ class _OneVsRest(OneVsRestModel, BayesianModel, InternalDataTrainingLossMixin):
                                  draws)
                     for a, problem in enumerate(self.problems)]
 
-        # the one reservation of the one event; committed after the last draw (or after a failed draw)
-        classifiers = measure(Measurement(request, class_relation(self.person_rows),
-                                          stepwise(classes, step_request.event(), description),
-                                          description=description), accountant)
+        # the one reservation of the one event; committed after the last draw (or after a failed draw). The path:
+        # persons of the model's rows, each label moved between classes (checked before the reservation)
+        path = sensitivity_path(self)
+        classifiers = measure(Measurement(request, path.relation(), stepwise(classes, step_request.event(), description),
+                                          description=description, path=path), accountant)
+        # its relation recorded from the measurement's path (class_relation of its persons' rows)
         return PrivateMulticlassClassifier(classifiers, epsilon=request.epsilon, delta=request.delta,
-                                           mu=1.0 / request.multiplier, steps=steps, person_rows=self.person_rows)
+                                           mu=1.0 / request.multiplier, steps=steps, person_rows=path.person_rows)
 
 
 def _unpack(data: Any, num_classes: Any) -> Tuple[np.ndarray, np.ndarray]:

@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import sampling
 from ..accounting import Reservation
-from ..measurement import Measurement
+from ..measurement import Measurement, SensitivityPath
 from ..mechanisms.request import ReleaseRequest
 from ..relations import largest_person, whole_rows_relation
 from ..streaming.chunks import ChunkSource, person_starts, source_persons
@@ -126,6 +126,9 @@ def statistics_measurement(request: ReleaseRequest, source: ChunkSource, rows: A
     grid = rows if isinstance(rows, GridStatistics) else GridStatistics([rows])
     features = grid.rows[0].features
     state: Dict[str, Any] = {"person_rows": 1, "source": source}
+    # the path is public: whole rows of the declared persons (checked against the source's before reserving)
+    declared = validate_groups(groups, int(np.shape(groups)[0])) if groups is not None else None
+    path = SensitivityPath(largest_person(declared), inputs=True)
 
     def own_checks() -> None:
         if not isinstance(source, ChunkSource):
@@ -144,7 +147,10 @@ def statistics_measurement(request: ReleaseRequest, source: ChunkSource, rows: A
         for r in grid.rows:  # the release's file holds the kernel, and Dask workers rebuild it from the same form
             r.features.check_portable()
         validate_shares(shares)
-        state["person_rows"] = largest_person(ids)
+        if largest_person(ids) != path.person_rows:  # the sensitivity is computed for the path's persons
+            raise ValueError(f"the source's persons have up to {largest_person(ids)} rows, the declared ones "
+                             f"{path.person_rows}: nothing was reserved")
+        state["person_rows"] = path.person_rows
         state["source"] = chunked
         state["sensitivity"] = statistics_sensitivity(chunked, features.m, request.multiplier, shares,
                                                       person_rows=state["person_rows"], blocks=len(grid.rows))
@@ -154,8 +160,6 @@ def statistics_measurement(request: ReleaseRequest, source: ChunkSource, rows: A
                                     sensitivity=state["sensitivity"], person_rows=state["person_rows"])
         return then(noised)
 
-    # the relation is public: from the declared persons (checked against the source's before reserving)
-    declared = validate_groups(groups, int(np.shape(groups)[0])) if groups is not None else None
-    return Measurement(request, relation(largest_person(declared)), mechanism, checks=(*checks, own_checks),
+    return Measurement(request, path.relation(), mechanism, checks=(*checks, own_checks), path=path,
                        description=f"whole-row statistics (M = {features.m}"
                                    + (f", {len(grid.rows)} {grid.blocks_are}" if len(grid.rows) > 1 else "") + ")")
