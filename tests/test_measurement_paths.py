@@ -223,3 +223,69 @@ def test_a_neighbour_map_built_by_hand_is_refused_before_anything_is_reserved():
     assert acc.history() == [] and acc.held == (0.0, 0.0) and acc.spent == (0.0, 0.0)
     # the same map stating the row it protects is released as one
     assert _cloaking(acc, Neighbours(np.arange(n), np.arange(n), np.ones(n), n, n, SensitivityPath())).neighbours == ROW
+
+
+# -- the command line's releases (one measurement holding the selection, if any, and the release; its file) --
+
+CLI = {
+    "sparse-persons": (["--y", "y", "--bounds", "0", "20", "--sparse", "4", "--groups", "person", "--noise", "1"],
+                       PERSONS),
+    "classes-persons": (["--y", "kind", "--classes", "3", "--sparse", "4", "--groups", "person"],
+                        "person (groups, up to 2 rows), labels moved between classes"),
+    "whole-rows": (["--y", "y", "--bounds", "0", "20", "--private-inputs", "--x-bounds", "0", "10", "0", "10",
+                    "--sparse", "4", "--inducing", "grid", "--noise", "1"], WHOLE),
+}
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    import pandas as pd
+
+    d = tmp_path_factory.mktemp("paths")
+    rng = np.random.default_rng(4)
+    A = np.round(rng.uniform(0.0, 10.0, (20, 2)), 3)
+    pd.DataFrame({"a": A[:, 0], "b": A[:, 1], "y": A.sum(axis=1), "kind": np.minimum(A[:, 0] // 3.4, 2).astype(int),
+                  "person": np.arange(20) // 2}).to_csv(d / "data.csv", index=False)
+    return d
+
+
+def _dpgp(argv, work):
+    import contextlib
+    import io
+
+    from dpgp_gpflow.cli import main
+
+    err = io.StringIO()
+    with warnings.catch_warnings(), contextlib.redirect_stderr(err), contextlib.chdir(work):
+        warnings.simplefilter("ignore")
+        try:
+            code = main([str(a) for a in argv])
+        except SystemExit as exc:
+            code = exc.code
+    return code, err.getvalue()
+
+
+@pytest.mark.parametrize("mode", sorted(CLI))
+def test_the_command_lines_release_records_its_path_and_a_wrong_path_reserves_nothing(monkeypatch, table, mode):
+    options, expected = CLI[mode]
+    ledger = table / f"{mode}.sqlite"
+    assert _dpgp(["budget", "init", ledger.name, "--epsilon", "5", "--delta", "0.1"], table)[0] == 0
+    argv = ["release", "data.csv", "--x", "a", "b", *options, "--lengthscale", "3", "--variance", "2", "--epsilon",
+            EPS, "--delta", DELTA, "--ledger", ledger.name, "--quiet"]
+    real, stated = measurement.measure, []
+
+    def wrong(m, accountant=None):  # the command's own measurement (the file's), its path moved
+        stated.append(m.path)
+        assert m.path is not None, "this release states no sensitivity path"
+        return real(dataclasses.replace(m, path=m.path._replace(person_rows=m.path.person_rows + 1)), accountant)
+
+    code, err = _dpgp([*argv, "-o", f"{mode}.json"], table)  # first: the modules it imports are imported
+    assert code == 0, err
+    assert recorded(dp.load(table / f"{mode}.json")) == {expected}
+    before = dp.PrivacyAccountant.open(ledger).history()
+    assert len(before) == 1
+    with monkeypatch.context() as patch:
+        patch.setattr(measurement, "measure", wrong)  # the command imports it when it runs
+        code, err = _dpgp([*argv, "-o", "refused.json"], table)
+    assert code != 0 and "sensitivity covers" in err and stated and not (table / "refused.json").exists()
+    assert dp.PrivacyAccountant.open(ledger).history() == before  # nothing reserved, nothing spent
