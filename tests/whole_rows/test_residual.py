@@ -186,6 +186,28 @@ def test_chunked_equals_in_memory_with_one_seed():
     np.testing.assert_allclose(a.radii, b.radii, rtol=1e-9)
 
 
+def test_a_dask_reduction_equals_in_memory_with_one_seed():
+    da = pytest.importorskip("dask.array")
+    from dpgp_gpflow.distributed import DaskChunks
+
+    on_dask = _release(DaskChunks(da.from_array(X, chunks=(3, 1)), da.from_array(Y, chunks=(3, 1))))
+    local = _release(LocalChunks(X, Y, 100))
+    std = local.statistics_noise_std
+    for key in ("S", "b", "residual_b"):
+        np.testing.assert_allclose(on_dask.statistics[key], local.statistics[key], rtol=0,
+                                   atol=1e-9 * np.min(std[key]))
+
+
+def test_variances_fitted_on_the_first_stage_audit_within_the_claim():
+    model = DPSGPR((X, Y), _kernel(), Z, y_bounds=BOUNDS, x_bounds=BOX, private_inputs=True,
+                   hyperparameters_public=True)  # no noise variance: both variances fitted on stage 1
+    released = model.release_function(epsilon=EPSILON, delta=DELTA, residual_fractions=FRACTIONS)
+    assert released.variances == "fit"
+    assert released.noise_variance == released.first_stage.noise_variance  # fixed by stage 1 for every radius
+    report = dp.audit(released, model)  # refits on stage 1 and recomputes every radius from it
+    assert report.passed and report.epsilon <= EPSILON * (1 + 1e-9)
+
+
 def test_the_model_releases_residuals_with_persons():
     groups = np.array([0, 0, 1, 2, 3, 3, 4, 5])
     model = DPSGPR((X, Y), _kernel(), Z, noise_variance=0.05, y_bounds=BOUNDS, x_bounds=BOX, private_inputs=True,
