@@ -108,7 +108,7 @@ PIVOT_BLOCK_FACTOR = 10
 DOWNDATE_RTOL = float(np.sqrt(np.finfo(np.float64).eps))
 
 
-def _pivot_columns(vectors: tf.Tensor, count: tf.Tensor):
+def _pivot_columns(vectors: tf.Tensor, count: tf.Tensor, floor: Optional[float] = None):
     """``count`` column indices chosen by column-pivoted Gram-Schmidt (Businger & Golub): each the
     column with the largest residual after projecting out those chosen before, so that together
     they span the leading directions of ``vectors``; and each pick's residual norm (non-increasing).
@@ -120,7 +120,8 @@ def _pivot_columns(vectors: tf.Tensor, count: tf.Tensor):
     a pick's residual is formed exactly (against every direction picked) and the others' norms are
     downdated by its direction (recomputed when cancellation took most of their digits: LAPACK's rule);
     the other columns' residual norms are then downdated by one product with the block's new directions.
-    O(count r n) at worst, matrix products only.
+    O(count r n) at worst, matrix products only, each against the directions picked so far. ``floor``: stop
+    after the first pick whose residual is below it (the later picks and sizes are then zero).
     """
     r, n = tf.shape(vectors)[0], tf.shape(vectors)[1]
     T = tf.minimum(PIVOT_BLOCK_FACTOR * tf.maximum(count, 1), n)
@@ -135,8 +136,9 @@ def _pivot_columns(vectors: tf.Tensor, count: tf.Tensor):
 
         cand, bound = tf.cond(T < n, largest, lambda: (tf.range(n), taken))
         Vc = tf.gather(vectors, cand, axis=1)  # [r, T]
-        Rc = Vc - tf.linalg.matmul(Qt, tf.linalg.matmul(Qt, Vc), transpose_a=True)
-        Rc = Rc - tf.linalg.matmul(Qt, tf.linalg.matmul(Qt, Rc), transpose_a=True)  # twice is enough
+        Q0 = Qt[:j]  # the directions picked so far (Qt's other rows are zero: not multiplied)
+        Rc = Vc - tf.linalg.matmul(Q0, tf.linalg.matmul(Q0, Vc), transpose_a=True)
+        Rc = Rc - tf.linalg.matmul(Q0, tf.linalg.matmul(Q0, Rc), transpose_a=True)  # twice is enough
         j0 = j
 
         def orthogonal(R, Qt):  # R less its components along the directions picked so far (twice is enough)
@@ -150,7 +152,7 @@ def _pivot_columns(vectors: tf.Tensor, count: tf.Tensor):
 
         def pick(i, j, cn, ref, Qt, picks, sizes, _):  # cn [T]: the candidates' squared residual norms
             a = tf.argmax(cn, output_type=tf.int32)
-            col = orthogonal(Rc[:, a:a + 1], Qt)[:, 0]  # the pick's residual, exact
+            col = orthogonal(Rc[:, a:a + 1], Qt[:j])[:, 0]  # the pick's residual, exact
             size = tf.norm(col)
             # a residual at rounding level is no new direction (Qt keeps orthonormal rows)
             q = tf.where(size > 1e-13 * tf.norm(Rc[:, a]), col / tf.maximum(size, 1e-300), tf.zeros_like(col))
@@ -159,22 +161,27 @@ def _pivot_columns(vectors: tf.Tensor, count: tf.Tensor):
             cn = tf.tensor_scatter_nd_update(cn - coeff * coeff, [[a]], [taken])
             # a downdated norm that lost most of its digits is recomputed from the residuals (as LAPACK's geqp3)
             lost = (cn > taken) & (cn < DOWNDATE_RTOL * ref)
-            cn, ref = tf.cond(tf.reduce_any(lost) & (j + 1 < count), lambda: exact_norms(Qt, cn, ref, lost),
+            cn, ref = tf.cond(tf.reduce_any(lost) & (j + 1 < count), lambda: exact_norms(Qt[:j + 1], cn, ref, lost),
                               lambda: (cn, ref))
             return (i + 1, j + 1, cn, ref, Qt, tf.tensor_scatter_nd_update(picks, [[j]], [cand[a]]),
                     tf.tensor_scatter_nd_update(sizes, [[j]], [size]), tf.reduce_max(cn) >= bound)
 
         cn0 = tf.reduce_sum(Rc * Rc, axis=0)
         _, j, _, _, Qt, picks, sizes, _ = tf.while_loop(
-            lambda i, j, *rest: (j < count) & (i < T) & rest[-1], pick,
+            lambda i, j, *rest: (j < count) & (i < T) & rest[-1] & above_floor(j, rest[-2]), pick,
             (tf.constant(0), j, cn0, cn0, Qt, picks, sizes, tf.constant(True)))
         coeff = tf.linalg.matmul(Qt[j0:j], vectors)  # [b, n]: the new directions' components
         norms = norms - tf.reduce_sum(coeff * coeff, axis=0)
         norms = tf.tensor_scatter_nd_update(norms, picks[j0:j, None], tf.fill([j - j0], taken))
         return j, norms, Qt, picks, sizes
 
+    def above_floor(j, sizes):  # no floor, or the last pick's residual still at least the floor
+        if floor is None:
+            return tf.constant(True)
+        return tf.reduce_all(sizes[tf.maximum(j - 1, 0):j] >= floor)
+
     _, _, _, picks, sizes = tf.while_loop(
-        lambda j, *_: j < count, block,
+        lambda j, norms, Qt, picks, sizes: (j < count) & above_floor(j, sizes), block,
         (tf.constant(0), norms0, tf.zeros(tf.stack([count, r]), vectors.dtype), tf.zeros([count], tf.int32),
          tf.zeros([count], vectors.dtype)))
     return picks, sizes
@@ -192,7 +199,7 @@ def pivot_columns(vectors: tf.Tensor, count: int):
 
 def _spread_violators_impl(whitened: tf.Tensor, count: tf.Tensor) -> tf.Tensor:
     count = tf.minimum(count, tf.shape(whitened)[1])
-    picks, sizes = _pivot_columns(whitened, count)
+    picks, sizes = _pivot_columns(whitened, count, SPREAD_RESIDUAL)  # the picks below it are not used
     return tf.sort(tf.boolean_mask(picks, sizes >= SPREAD_RESIDUAL))
 
 

@@ -1,0 +1,39 @@
+"""The working set's column pivoting stops at a floor (issue 35 item 6): the spread of violators uses only
+the picks whose residual is at least ``SPREAD_RESIDUAL``, so pivoting stops after the first pick below it.
+References: LAPACK's column-pivoted QR (scipy), never the code under test."""
+
+import numpy as np
+import pytest
+import scipy.linalg
+import tensorflow as tf
+
+from dpgp_gpflow.noise_planning import working_set
+
+
+def _columns(r: int = 12, n: int = 300, seed: int = 4) -> np.ndarray:
+    """Smooth columns of decaying directions (near-copies), as whitened violators of a smooth kernel are."""
+    rng = np.random.default_rng(seed)
+    x = np.sort(rng.uniform(0.0, 10.0, n))
+    return np.stack([np.cos(j * x / 3.0) * np.exp(-0.4 * j) for j in range(r)]) + 1e-4 * rng.standard_normal((r, n))
+
+
+@pytest.mark.parametrize("floor", [0.3, 0.05])
+def test_pivoting_stops_after_the_first_pick_below_the_floor(floor):
+    V = _columns()
+    _, R, order = scipy.linalg.qr(V, pivoting=True, mode="economic")
+    residuals = np.abs(np.diag(R))
+    last = int(np.argmax(residuals < floor))  # the first pick below the floor (LAPACK's)
+    assert 0 < last < 10  # the problem reaches below the floor before count picks
+    picks, sizes = (a.numpy() for a in working_set._pivot_columns(tf.constant(V), tf.constant(10), floor))
+    np.testing.assert_array_equal(picks[:last + 1], order[:last + 1])
+    np.testing.assert_allclose(sizes[:last + 1], residuals[:last + 1], rtol=1e-8)
+    assert np.all(sizes[last + 1:] == 0.0)  # not picked: the loop stopped
+
+
+def test_spread_violators_are_the_pivots_above_the_floor():
+    V = 3.0 * _columns(seed=7)
+    _, R, order = scipy.linalg.qr(V, pivoting=True, mode="economic")
+    count = 10
+    expected = np.sort(order[:count][np.abs(np.diag(R))[:count] >= working_set.SPREAD_RESIDUAL])
+    assert 0 < expected.size < count
+    np.testing.assert_array_equal(working_set.spread_violators(V, count).numpy(), expected)
