@@ -142,3 +142,14 @@ def test_a_kernel_no_file_holds_is_refused_before_anything_is_reserved(path):
     with pytest.raises(NotImplementedError, match=r"cannot save a .*(ArcCosine|_MySE) kernel.*nothing was reserved"):
         RELEASES[path](kernel, acc)
     _untouched(acc)
+
+
+def test_a_mean_function_no_file_holds_is_refused_before_anything_is_reserved():
+    mean = gpflow.functions.Linear(A=[[0.1], [0.0]], b=0.2)
+    model = DPSGPR((X, Y), K.SquaredExponential(), Z, noise_variance=0.1, y_bounds=(-1.0, 1.0), mean_function=mean,
+                   **PUBLIC)
+    acc = dp.PrivacyAccountant(epsilon=5.0, delta=1e-2)
+    for release in (model.release_function, lambda **kw: streaming.release_function(model, **kw)):
+        with pytest.raises(NotImplementedError, match=r"cannot save a .*Linear mean function.*nothing was reserved"):
+            release(epsilon=1.0, delta=1e-3, accountant=acc)
+    _untouched(acc)
