@@ -85,9 +85,10 @@ class Measurement(Generic[R]):
     (:meth:`~dpgp_gpflow.accounting.Reservation.commit_drawn` on the view it was handed), as a mechanism
     without ``store`` commits before it raises.
 
-    ``path``, when given, is the :class:`SensitivityPath` the mechanism's sensitivity is computed for:
-    :func:`measure` refuses (``ValueError``, before anything is reserved) a ``relation`` that is not that
-    path's, and the released object records the measurement's relation (:func:`_recording`).
+    ``path`` (required, by keyword: a new release cannot forget it) is the :class:`SensitivityPath` the
+    mechanism's sensitivity is computed for: :func:`measure` refuses (``ValueError``, before anything is
+    reserved) a ``relation`` that is not that path's, and the released object records the measurement's
+    relation (:func:`_recording`).
     """
 
     request: Optional[ReleaseRequest]  #: the validated Gaussian request; None for a release charged by ``events``
@@ -97,11 +98,13 @@ class Measurement(Generic[R]):
     events: Optional[Tuple[PrivacyEvent, ...]] = None
     description: str = field(default="")
     store: Optional[Callable[[R], Any]] = None
-    path: Optional[SensitivityPath] = None
+    path: SensitivityPath = field(kw_only=True)  #: what the mechanism's sensitivity is computed for
 
     def check_relation(self) -> None:
-        """``ValueError`` unless ``relation`` is the one its ``path`` protects (no path: not checked)."""
-        if self.path is not None and self.relation != self.path.relation():
+        """``ValueError`` unless ``relation`` is the one its ``path`` protects."""
+        if not isinstance(self.path, SensitivityPath):
+            raise TypeError(f"a measurement states its SensitivityPath, got {type(self.path).__name__}")
+        if self.relation != self.path.relation():
             raise ValueError(f"this release states the relation {self.relation!r} but its mechanism's sensitivity "
                              f"covers {self.path.relation()!r}: refused before anything is reserved")
 
@@ -153,14 +156,12 @@ RELATION_FIELDS = ("neighbours", "relation")
 
 
 def _recording(result: R, measurement: Measurement[R]) -> R:
-    """``result`` recording the relation of a measurement that states its sensitivity path: the card's relation
+    """``result`` recording the relation of its measurement (checked against its path): the card's relation
     comes from the measurement. A dataclass with a field of :data:`RELATION_FIELDS` gets it there; an object with
     ``recorded_as(relation)`` (a released function: each of its releases) is recorded by it; any other result
     whose ``neighbours`` says another relation is a defect, refused (``RuntimeError``: what its mechanism
     committed stays charged, a drawn result never published)."""
     relation = measurement.relation
-    if measurement.path is None:
-        return result
     if dataclasses.is_dataclass(result) and not isinstance(result, type):
         for name in RELATION_FIELDS:
             if any(f.name == name for f in dataclasses.fields(result)):

@@ -1,11 +1,16 @@
 """The one routine that runs a release (dpgp_gpflow.measurement): order, refusals, and no release uncharged."""
 
+import functools
+
 import numpy as np
 import pytest
 
 import dpgp_gpflow as dp
 from dpgp_gpflow.mechanisms import release_request
-from dpgp_gpflow.measurement import Measurement, measure
+from dpgp_gpflow.measurement import Measurement, SensitivityPath, measure
+
+#: A measurement of one output of one row (every measurement states its path)
+RowMeasurement = functools.partial(Measurement, path=SensitivityPath())
 
 
 def _request():
@@ -24,7 +29,7 @@ def test_checks_run_before_anything_is_reserved():
 
     acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
     with pytest.raises(ValueError, match="refused"):
-        measure(Measurement(_request(), "row", mechanism, checks=(refuse,)), acc)
+        measure(RowMeasurement(_request(), "row", mechanism, checks=(refuse,)), acc)
     assert order == ["check"]
     assert acc.history() == [] and acc.held == (0.0, 0.0)
 
@@ -38,7 +43,7 @@ def test_the_mechanism_runs_inside_one_reservation_and_its_commit_is_charged():
         reservation.commit("drawn")
         return "result"
 
-    assert measure(Measurement(_request(), "row", mechanism), acc) == "result"
+    assert measure(RowMeasurement(_request(), "row", mechanism), acc) == "result"
     assert seen["held"][0] == pytest.approx(1.0)
     assert acc.spent[0] == pytest.approx(1.0) and acc.held == (0.0, 0.0)
     assert [e["description"] for e in acc.history()] == ["drawn"]
@@ -51,14 +56,14 @@ def test_a_mechanism_that_fails_charges_nothing():
         raise FloatingPointError("no draw")
 
     with pytest.raises(FloatingPointError):
-        measure(Measurement(_request(), "row", mechanism), acc)
+        measure(RowMeasurement(_request(), "row", mechanism), acc)
     assert acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
 
 
 def test_a_mechanism_that_returns_uncharged_is_refused():
     acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
     with pytest.raises(RuntimeError, match="uncommitted"):
-        measure(Measurement(_request(), "row", lambda reservation: "published?"), acc)
+        measure(RowMeasurement(_request(), "row", lambda reservation: "published?"), acc)
     assert acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
 
 
@@ -66,7 +71,7 @@ def test_over_budget_is_refused_before_the_mechanism():
     acc = dp.PrivacyAccountant(epsilon=0.5, delta=1e-2)
     ran = []
     with pytest.raises(dp.BudgetExceededError):
-        measure(Measurement(_request(), "row", lambda r: ran.append(1)), acc)
+        measure(RowMeasurement(_request(), "row", lambda r: ran.append(1)), acc)
     assert ran == [] and acc.spent == (0.0, 0.0)
 
 
@@ -99,7 +104,7 @@ def test_a_draw_deferred_by_the_mechanism_is_charged_when_the_result_is_returned
         reservation.deferred().commit("drawn, not recorded")
         return "result"
 
-    assert measure(Measurement(_request(), "row", mechanism), acc) == "result"
+    assert measure(RowMeasurement(_request(), "row", mechanism), acc) == "result"
     assert acc.spent[0] == pytest.approx(1.0) and acc.held == (0.0, 0.0)
     assert [e["description"] for e in acc.history()] == ["drawn, not recorded"]
 
@@ -122,7 +127,7 @@ def test_a_stored_result_is_charged_after_its_store_step_and_not_before():
     def store(result):
         seen.append((result, acc.spent, acc.held))
 
-    assert measure(Measurement(None, "row", mechanism, events=_two_events(), store=store), acc) == "result"
+    assert measure(RowMeasurement(None, "row", mechanism, events=_two_events(), store=store), acc) == "result"
     held = (pytest.approx(1.25), pytest.approx(1e-3))
     assert seen == [("drawn", (0.0, 0.0), held), ("result", (0.0, 0.0), held)]  # held, not spent, until stored
     assert acc.spent == held and acc.held == (0.0, 0.0)
@@ -141,7 +146,7 @@ def test_a_store_step_that_fails_charges_nothing():
         raise OSError(28, "No space left on device")
 
     with pytest.raises(OSError):
-        measure(Measurement(None, "row", mechanism, events=_two_events(), store=full), acc)
+        measure(RowMeasurement(None, "row", mechanism, events=_two_events(), store=full), acc)
     assert acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
     assert [e["status"] for e in acc.history()] in ([], ["cancelled"] * len(acc.history()))
 
@@ -160,7 +165,7 @@ def test_a_stored_release_failing_after_a_draw_charges_what_its_mechanism_record
         raise ValueError("the release is refused")
 
     with pytest.raises(ValueError, match="refused"):
-        measure(Measurement(None, "row", mechanism, events=_two_events(), store=stored.append), acc)
+        measure(RowMeasurement(None, "row", mechanism, events=_two_events(), store=stored.append), acc)
     assert stored == [] and acc.held == (0.0, 0.0)
     assert acc.spent == ((pytest.approx(0.25), 0.0) if records_the_selection else (0.0, 0.0))
 
@@ -173,7 +178,7 @@ def test_a_stored_release_that_returns_with_events_held_is_refused():
         return "result"
 
     with pytest.raises(RuntimeError, match="uncommitted"):
-        measure(Measurement(None, "row", mechanism, events=_two_events(), store=lambda result: None), acc)
+        measure(RowMeasurement(None, "row", mechanism, events=_two_events(), store=lambda result: None), acc)
     assert acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
 
 
@@ -184,7 +189,7 @@ def test_a_store_step_needs_its_own_reservation():
     ran = []
     with reserve(acc, _two_events()) as reservation:
         with pytest.raises(TypeError, match="store"):
-            measure(Measurement(None, "row", lambda r: ran.append(1), events=_two_events(),
+            measure(RowMeasurement(None, "row", lambda r: ran.append(1), events=_two_events(),
                                 store=lambda result: None), reservation)
     assert ran == [] and acc.spent == (0.0, 0.0)
 
@@ -242,10 +247,10 @@ def test_stepwise_charges_the_whole_once_after_a_draw_and_nothing_before(fail_af
 
     mechanism = stepwise(steps, request.event("a step"), "the whole")
     if fail_after is None:
-        assert measure(Measurement(request, "row", mechanism), acc) == 3
+        assert measure(RowMeasurement(request, "row", mechanism), acc) == 3
     else:
         with pytest.raises(FloatingPointError):
-            measure(Measurement(request, "row", mechanism), acc)
+            measure(RowMeasurement(request, "row", mechanism), acc)
     charged = [] if fail_after == 0 else ["the whole"]
     assert [e["description"] for e in acc.history() if e["status"] != "cancelled"] == charged
     assert acc.held == (0.0, 0.0)
@@ -310,3 +315,13 @@ def test_a_model_release_records_its_measurements_relation(monkeypatch):
     rel = model.release(np.linspace(0.0, 5.0, 4)[:, None], epsilon=1.0, delta=1e-3, seed=1)
     assert seen[0].path == (3, 1, False, False) and seen[0].relation == "person (groups, up to 3 rows)"
     assert rel.neighbours == "person (groups, up to 3 rows)"
+
+
+def test_a_measurement_must_state_its_sensitivity_path():
+    """``path`` is required (by keyword): a new release cannot forget what its sensitivity covers."""
+    with pytest.raises(TypeError, match="path"):
+        Measurement(_request(), "row", lambda reservation: None)  # type: ignore[call-arg]
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+    with pytest.raises(TypeError, match="SensitivityPath"):  # nor state something else
+        measure(Measurement(_request(), "row", lambda reservation: None, path=None), acc)  # type: ignore[arg-type]
+    assert acc.history() == [] and acc.held == (0.0, 0.0)

@@ -46,12 +46,12 @@ def basic_steps(model, epsilon, delta, steps, seed):
     ``(epsilon / steps, delta / steps)`` with its own multiplier, one ledger event each (basic composition)."""
     from dpgp_gpflow.mechanisms import release_request
     from dpgp_gpflow.measurement import Measurement, measure
-    from dpgp_gpflow.neighbours import relation
+    from dpgp_gpflow.neighbours import relation, sensitivity_path
 
     step = release_request(epsilon / steps, delta / steps, seed=seed)
     first = model.first_step()
     return measure(Measurement(step, relation(model), lambda r: model.release_steps(step, r, steps, first),
-                               events=(step.event(),) * steps))
+                               events=(step.event(),) * steps, path=sensitivity_path(model)))
 
 
 @pytest.fixture(scope="module")

@@ -163,11 +163,11 @@ def test_without_persons_the_release_is_bit_identical_to_before(groups):
     # loop, at those requests (the release now composes its steps in Gaussian DP, at sqrt(2) s(EPS, DELTA))
     from dpgp_gpflow.mechanisms import release_request
     from dpgp_gpflow.measurement import Measurement, measure
-    from dpgp_gpflow.neighbours import relation
+    from dpgp_gpflow.neighbours import relation, sensitivity_path
 
     step, first = release_request(EPS / 2, DELTA / 2, seed=5), full.first_step()
     rel = measure(Measurement(step, relation(full), lambda r: full.release_steps(step, r, 2, first),
-                              events=(step.event(),) * 2))
+                              events=(step.event(),) * 2, path=sensitivity_path(full)))
     assert [_hex(r) for r in rel.releases] == [list(s) for s in _BEFORE_FULL]
     assert all(r.neighbours == "row" for r in rel.releases)
     _assert_newton_steps(X, y[:, 0], rel.releases, seed=5)  # and correct, against NumPy
