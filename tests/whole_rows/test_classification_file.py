@@ -280,3 +280,19 @@ def test_dpgp_show_and_predict_read_a_classifier_file(saved, name, tmp_path):
     else:
         np.testing.assert_allclose(table[[f"p_class_{c}" for c in range(3)]].to_numpy(), P, rtol=1e-9)
         np.testing.assert_array_equal(table["predicted_class"].to_numpy(), P.argmax(axis=1))
+
+
+def test_a_classifier_of_a_kernel_once_unsavable_saves_and_loads(tmp_path):
+    """Polynomial and Periodic had no file form: the release was charged, then save refused. The loaded file now
+    predicts as the in-memory classifier (the reference)."""
+    X, Y = _rows(60, 4)
+    kernel = (gpflow.kernels.Polynomial(degree=2.0, offset=1.0, variance=0.1)
+              + gpflow.kernels.Periodic(gpflow.kernels.SquaredExponential(active_dims=[0]), period=3.0))
+    model = dp.models.DPSparseLaplaceGPC((X, Y), kernel, Z, private_inputs=True, x_bounds=BOX,
+                                         hyperparameters_public=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dp.ReproducibleNoiseWarning)
+        released = model.release(epsilon=1.0, delta=1e-3, seed=2)
+    loaded = dp.load(released.save(tmp_path / "poly.json"))
+    for a, b in zip(released.predict_f(XQ), loaded.predict_f(XQ)):
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-300)
