@@ -146,3 +146,32 @@ def next_radius(posterior: WeightPosterior, points: RadiusPoints, width: float) 
     """``R_j`` (:func:`~.residual_bounds.residual_radius`) after the estimate of ``posterior`` (its noise variance
     ``sigma^2``, its DP-noise variance averaged over ``points``) for outputs of width ``width``. Post-processing."""
     return residual_radius(posterior.noise_variance, mean_dp_variance(posterior, points), width)
+
+
+@check_shapes("chol: [M, M]", "P: [M, M]", "S: [M, M]", "first: [M, M]", "return: [M, M]")
+def estimate_covariance(chol: tf.Tensor, P: tf.Tensor, S: tf.Tensor, first: tf.Tensor, stds: Any) -> tf.Tensor:
+    """The first-order covariance of the DP noise of the last estimate ``u_J`` [M, M]: ``C_1 = first`` (stage 1's,
+    :func:`first_covariance`), then ``C_j = sigma_j^2 A A + B C_{j-1} B^T`` for each stage's noise std ``sigma_j``
+    in ``stds``, with ``A = (lambda I + P)^{-1}`` (``chol``: the Cholesky factor of ``lambda I + P``) and
+    ``B = A (P - S)``: linearising ``b_j ~ b - S u_{j-1}`` (no clipping), the noise of
+    ``u_{j-1}`` reaches ``u_j`` through ``B``. ``S``: an estimate of the rows' ``S`` from the release
+    (the PSD projection of the released ``S~``). Post-processing."""
+    M = tf.shape(P)[0]
+    A = tf.linalg.cholesky_solve(chol, tf.eye(M, dtype=tf.float64))  # [M, M], symmetric
+    B = tf.linalg.matmul(A, tf.convert_to_tensor(P, tf.float64) - tf.convert_to_tensor(S, tf.float64))
+    C = tf.convert_to_tensor(first, tf.float64)
+    for sigma in stds:  # one per residual release (a handful): not a loop over data
+        C = float(sigma) ** 2 * tf.linalg.matmul(A, A) + tf.linalg.matmul(B, tf.linalg.matmul(C, B, transpose_b=True))
+    return 0.5 * (C + tf.transpose(C))
+
+
+def first_covariance(posterior: WeightPosterior) -> tf.Tensor:
+    """The first-order covariance [M, M] of the DP noise of the first stage's ``u_1 = (lambda I + S^)^{-1} b~``:
+    ``A (sigma_b^2 I + sigma_o^2 (|u|^2 I + u u^T)) A`` with ``A = (lambda I + S^)^{-1}`` (the noise ``e_b - E u``
+    of :mod:`.posterior`, whose covariance is that middle factor). Post-processing."""
+    u = posterior.mean
+    M = tf.shape(u)[0]
+    middle = ((posterior.b_std ** 2 + posterior.offdiag_std ** 2 * tf.reduce_sum(tf.square(u)))
+              * tf.eye(M, dtype=tf.float64) + posterior.offdiag_std ** 2 * u[:, None] * u[None, :])
+    half = tf.linalg.cholesky_solve(posterior.chol, middle)  # A middle
+    return tf.linalg.cholesky_solve(posterior.chol, tf.transpose(half))  # A middle A (symmetric)

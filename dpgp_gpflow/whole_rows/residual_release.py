@@ -41,6 +41,8 @@ from .posterior import WeightPosterior, predictive_terms, regularised_statistic
 from .released import StatisticsRelease, WholeRowsRelease
 from .residual import (
     ResidualStatistics,
+    estimate_covariance,
+    first_covariance,
     next_radius,
     preconditioned_update,
     radius_features,
@@ -93,13 +95,14 @@ class ResidualRelease(StatisticsRelease, Released):
     shapes. ``radii`` [J - 1]: ``R_j``; ``estimates`` [J, M]: ``u_1 .. u_J``; ``fractions``, the stages' noise
     multipliers (``stage_multipliers``) and charged sensitivities (``stage_sensitivities``: the first stage's of its
     packed vector, then those of ``b_j / (2 R_j)``). ``predict_f(Xnew)``: mean ``c + phi(x)^T u_J`` (clipped to the
-    bounds by default) and SGPR's variance with the preconditioner, plus the first-order DP-noise variance of the
-    last stage, ``sigma_J^2 |h|^2`` with ``h = (lambda I + P)^{-1} phi(x)`` (docs/whole_rows.md#residual-releases:
-    it treats the earlier stages' noise as contracted away, ``P ~ S``).
+    bounds by default) and SGPR's variance with the preconditioner, plus the first-order DP-noise variance
+    ``phi(x)^T C phi(x)`` of the last estimate, ``C`` = ``noise_covariance`` [M, M] propagated through every stage
+    (:func:`~.residual.estimate_covariance`; docs/whole_rows.md#residual-releases).
     """
 
     def __init__(self, head: WholeRowsRelease, stages: Sequence[ResidualStage], posterior: WeightPosterior,
-                 estimates: Sequence[Any], *, fractions: Sequence[float], request: ReleaseRequest) -> None:
+                 estimates: Sequence[Any], covariance: Any, *, fractions: Sequence[float],
+                 request: ReleaseRequest) -> None:
         m = head.features.m
         self._head = head
         self._statistics = {**head.statistics, "residual_b": np.stack([np.asarray(s.b, np.float64) for s in stages])}
@@ -111,6 +114,8 @@ class ResidualRelease(StatisticsRelease, Released):
         self.stage_multipliers = (head.noise_multiplier, *[float(s.multiplier) for s in stages])
         self.stage_sensitivities = (head.sensitivity, *[float(s.sensitivity) for s in stages])
         self.posterior = posterior
+        #: [M, M] the first-order covariance of the DP noise of the last estimate (post-processing)
+        self.noise_covariance = np.array(covariance, dtype=np.float64, copy=True)
         self.features: FeatureMap = head.features
         self.num_data, self.person_rows, self.chunking = head.num_data, head.person_rows, head.chunking
         self.x_bounds, self.y_bounds = head.x_bounds.copy(), head.y_bounds
@@ -170,7 +175,9 @@ class ResidualRelease(StatisticsRelease, Released):
     # -- predictions ---------------------------------------------------------------------------------
     def _terms(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         X = tf.constant(as_inputs("Xnew", Xnew, self.features.input_dim))
-        mean, model, noise = predictive_terms(self.posterior, self.features(X), self.features.unit_variance(X))
+        phi = self.features(X)
+        mean, model, _ = predictive_terms(self.posterior, phi, self.features.unit_variance(X))
+        noise = tf.reduce_sum(tf.linalg.matmul(phi, tf.constant(self.noise_covariance)) * phi, axis=1)
         mean = mean.numpy() + self.midpoint
         if self.clip_to_bounds:
             mean = np.clip(mean, *self.y_bounds)
@@ -178,7 +185,7 @@ class ResidualRelease(StatisticsRelease, Released):
 
     def predict_f(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray]:
         """DP mean and variance of f at ``Xnew`` [k, D], each [k, 1] NumPy: the model's variance plus the DP
-        noise's (first order, the last stage's)."""
+        noise's (first order, propagated through the stages)."""
         mean, model, noise = self._terms(Xnew)
         return mean, model + noise
 
@@ -270,7 +277,11 @@ def release_residuals(request: ReleaseRequest, source: ChunkSource, rows: RowSta
             posterior = posterior._replace(mean=u, b_std=std, offdiag_std=0.0)
             estimates.append(u.numpy())
             stages.append(ResidualStage(released_b, std, radius, stage.multiplier, sensitivity, reproducible))
-        return ResidualRelease(released, stages, posterior, estimates, fractions=fractions, request=request)
+        covariance = estimate_covariance(released.posterior.chol, P, regularised_statistic(
+            tf.constant(released.statistics["S"]), 0.0), first_covariance(released.posterior),
+            [s.noise_std for s in stages])  # S estimated by the PSD projection of the released S~
+        return ResidualRelease(released, stages, posterior, estimates, covariance, fractions=fractions,
+                               request=request)
 
     description = (f"whole-row statistics and {len(requests) - 1} residual release(s) (M = {features.m}, "
                    "Gaussian-DP composition)")

@@ -144,9 +144,14 @@ def test_the_update_equals_a_numpy_reference_from_the_released_stages():
     Xt = np.linspace(-1.0, 11.0, 7)[:, None]
     Pt = reference_features(Xt, Z, LENGTHSCALE)
     half = np.linalg.solve(np.linalg.cholesky(A), Pt.T)
-    h = np.linalg.solve(A, Pt.T)
     model = kv * (1.0 - np.sum(Pt**2, axis=1) + lam * np.sum(half**2, axis=0))
-    noise = std["residual_b"][-1, 0] ** 2 * np.sum(h * h, axis=0)
+    Ainv = np.linalg.inv(A)
+    u1 = estimates[0]
+    C = Ainv @ ((std["b"][0] ** 2 + offdiag**2 * (u1 @ u1)) * np.eye(M) + offdiag**2 * np.outer(u1, u1)) @ Ainv
+    B = Ainv @ (P - (V * np.maximum(w, 0.0)) @ V.T)  # S estimated by the PSD projection of the released S~
+    for s_j in std["residual_b"][:, 0]:
+        C = s_j**2 * Ainv @ Ainv + B @ C @ B.T
+    noise = np.einsum("nm,mk,nk->n", Pt, C, Pt)
     mean, variance = released.unclipped().predict_f(Xt)
     np.testing.assert_allclose(mean[:, 0], 0.5 + Pt @ u, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(variance[:, 0], model + noise, rtol=1e-9)
