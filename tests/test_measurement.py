@@ -325,3 +325,23 @@ def test_a_measurement_must_state_its_sensitivity_path():
     with pytest.raises(TypeError, match="SensitivityPath"):  # nor state something else
         measure(Measurement(_request(), "row", lambda reservation: None, path=None), acc)  # type: ignore[arg-type]
     assert acc.history() == [] and acc.held == (0.0, 0.0)
+
+
+def test_a_result_recording_another_relation_than_its_measurement_is_not_published():
+    """A result that records its relation itself (a property, not a field) must record the measurement's: one that
+    says another is a defect, refused after its draw (what was drawn stays charged; nothing is returned)."""
+
+    class Result:
+        neighbours = "row"  # not what the measurement protects
+
+    def mechanism(reservation):
+        reservation.commit("drawn")
+        return Result()
+
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+    with pytest.raises(RuntimeError, match="records the relation 'row'"):
+        measure(Measurement(_request(), "person (groups, up to 2 rows)", mechanism, path=SensitivityPath(2)), acc)
+    assert [e["status"] for e in acc.history()] == ["committed"] and acc.held == (0.0, 0.0)
+    Result.neighbours = "person (groups, up to 2 rows)"
+    assert isinstance(measure(Measurement(_request(), Result.neighbours, mechanism, path=SensitivityPath(2)), acc),
+                      Result)
