@@ -126,6 +126,9 @@ PATHS = {
         epsilon=EPS, delta=DELTA, accountant=acc), "person (groups, up to 2 rows), labels moved between classes"),
     "whole-rows": ("whole_rows.release", lambda acc: sgpr(x_bounds=BOX, private_inputs=True).release_function(
         epsilon=EPS, delta=DELTA, accountant=acc), WHOLE),
+    "whole-rows-persons": ("whole_rows.release", lambda acc: sgpr(PAIRS, x_bounds=BOX, private_inputs=True)
+                           .release_function(epsilon=EPS, delta=DELTA, accountant=acc),
+                           "person (groups, up to 2 rows) (inputs and outputs)"),
     "whole-rows-classifier": ("whole_rows.classification", lambda acc: dp.models.DPSparseLaplaceGPC(
         (X, LABELS), se(), Z, x_bounds=BOX, private_inputs=True, **OPEN).release(epsilon=EPS, delta=DELTA,
                                                                                  accountant=acc), WHOLE),
