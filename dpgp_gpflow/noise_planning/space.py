@@ -101,6 +101,10 @@ GRAM_EIGH_MAX = 1500
 #: ... and only when every tolerance is at least this: the Gram matrix squares the singular values,
 #: so those far below ``sqrt(eps) s_1`` are rounding there (the SVD resolves them, and is used then).
 GRAM_MIN_RTOL = 1e-7
+#: Called eagerly (the in-memory release), a Gram matrix whose side exceeds this is decomposed by LAPACK's
+#: divide and conquer (NumPy's ``eigh``) rather than TensorFlow's eigensolver, whose reduction is not
+#: blocked: 1,000 x 1,000 about 0.23 s CPU against 0.52 s. In a graph TensorFlow's is used at every size.
+LAPACK_EIGH_MIN = 256
 
 
 def _gram_pairs(C: tf.Tensor, min_rtol: float):
@@ -110,8 +114,14 @@ def _gram_pairs(C: tf.Tensor, min_rtol: float):
     k, n = tf.shape(C)[0], tf.shape(C)[1]
     eps = 2.0 * UNIT_ROUNDOFF  # machine epsilon
 
+    lapack = tf.executing_eagerly() and min(int(C.shape[0]), int(C.shape[1])) > LAPACK_EIGH_MIN
+
     def eigen(G):
-        lam, vec = tf.linalg.eigh(0.5 * (G + tf.transpose(G)))
+        G = 0.5 * (G + tf.transpose(G))
+        if lapack:  # the same decomposition by a faster solver (both backward stable: the bound below holds)
+            lam, vec = np.linalg.eigh(G.numpy())
+            return tf.constant(lam[::-1].copy()), tf.constant(vec[:, ::-1].copy())
+        lam, vec = tf.linalg.eigh(G)
         return tf.reverse(lam, [0]), tf.reverse(vec, [1])
 
     def left():  # k <= n: the eigenvectors of C C^T are the left singular vectors
