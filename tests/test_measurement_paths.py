@@ -113,7 +113,8 @@ PATHS = {
     "engine.publish": ("engine", _engine, PERSONS),
     "standard_release": ("mechanisms.standard", _standard, ROW),
     "cloaking_release": ("mechanisms.cloaking", _cloaking, PERSONS),
-    "laplace": ("models.dp_laplace", lambda acc: dp.models.DPLaplaceGPC((X, LABELS), se(), groups=PAIRS, **OPEN).release(
+    "laplace": ("models.dp_laplace", lambda acc: dp.models.DPLaplaceGPC((X, LABELS), se(), groups=PAIRS,
+                                                                        **OPEN).release(
         epsilon=EPS, delta=DELTA, accountant=acc), PERSONS),
     "laplace-steps": ("models.dp_laplace", lambda acc: dp.models.DPLaplaceGPC((X, LABELS), se(), **OPEN).release(
         epsilon=EPS, delta=DELTA, steps=2, accountant=acc), ROW),
@@ -141,7 +142,8 @@ PATHS = {
 def recorded(result) -> set:
     """Every relation ``result`` records: its own and its card's, else each of its releases' card entries (a
     multi-class card states the whole's; its entries, each class's binary problem's)."""
-    found = {getattr(result, name) for name in ("neighbours", "relation") if isinstance(getattr(result, name, None), str)}
+    found = {getattr(result, name) for name in ("neighbours", "relation")
+             if isinstance(getattr(result, name, None), str)}
     card = result.privacy_card() if hasattr(result, "privacy_card") else {}
     if "neighbours" in card:
         return found | {card["neighbours"]}
