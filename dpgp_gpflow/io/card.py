@@ -36,7 +36,7 @@ from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Sequence,
 import numpy as np
 
 from ..calibration import gaussian_multiplier
-from ..composition import gdp_step_multiplier
+from ..composition import gdp_fraction_multipliers, gdp_step_multiplier
 from ..relations import (
     check_relation,
     class_relation,
@@ -58,6 +58,7 @@ from ..validation import (
 )
 from ..whole_rows.bounds import entry_noise_std, released_sensitivity, statistic_scales, validate_shares
 from ..whole_rows.design import validate_box
+from ..whole_rows.residual_bounds import residual_sensitivity, validate_residual_fractions
 from .format import ReleaseDocument, ReleaseFileError, ReleaseFileKindError, read, take_arrays
 
 __all__ = ["read_card"]
@@ -583,8 +584,14 @@ def whole_rows_classifier_card(document: ReleaseDocument) -> WholeRowsCard:
 
 
 def whole_rows_summary(card: Mapping[str, Any]) -> str:
-    """The one-line description of a whole-row release or classifier from its (checked) card: the loaded object's
-    ``repr`` and ``dpgp show``'s first line."""
+    """The one-line description of a whole-row release, residual release or classifier from its (checked) card:
+    the loaded object's ``repr`` and ``dpgp show``'s first line."""
+    if card.get("mechanism") == RESIDUAL_MECHANISM:
+        return (f"ResidualRelease(mechanism='whole-row statistics + {len(card['radii'])} residual release(s)', "
+                f"epsilon={card['epsilon']:.6g}, delta={card['delta']:.6g}, m={card['num_inducing']}, "
+                f"n={card['num_data']}, fractions={card['residual_fractions']}, bounds={tuple(card['y_bounds'])}, "
+                f"neighbours={card['neighbours']!r}" + (", clip_to_bounds=True" if card["clip_to_bounds"] else "")
+                + (", reproducible=True)" if card["reproducible"] else ")"))
     if card.get("mechanism") == WHOLE_ROWS_CLASSIFIER_MECHANISM:
         K = card["num_classes"]
         kind = "binary" if K is None else f"{K} classes (one-vs-rest)"
@@ -598,8 +605,99 @@ def whole_rows_summary(card: Mapping[str, Any]) -> str:
             + (", reproducible=True)" if card["reproducible"] else ")"))
 
 
+#: The mechanism a residual release's card records (:mod:`dpgp_gpflow.whole_rows.residual_release`).
+RESIDUAL_MECHANISM = "gaussian (whole-row statistics, then clipped residual sums)"
+#: The card's fields of a residual release beyond a whole-row release's.
+RESIDUAL_CARD = ("residual_fractions", "stage_multipliers", "stage_sensitivities", "radii")
+#: The card fields a residual release's first stage shares with the whole release's card.
+_FIRST_STAGE_SHARED = ("delta", "neighbours", "calibration", "shares", "x_bounds",
+                       "y_bounds", "num_data", "num_inducing", "person_rows", "chunking", "variances",
+                       "kernel_variance", "noise_variance", "lengthscales", "lengthscale_candidates")
+
+
+def residual_first_stage(document: ReleaseDocument) -> ReleaseDocument:
+    """The first stage of a ``ResidualRelease`` file as the ``WholeRowsRelease`` document it is: its card
+    (``content.first_stage``), the content without it and the arrays but the residual stages'."""
+    first = document.content.get("first_stage") if isinstance(document.content, dict) else None
+    if not isinstance(first, dict):
+        raise ReleaseFileError("content.first_stage must be the first stage's card (an object)")
+    content = {k: v for k, v in document.content.items() if k != "first_stage"}
+    arrays = {k: v for k, v in document.arrays.items() if not k.startswith("residual/")}
+    return ReleaseDocument("WholeRowsRelease", first, content, arrays)
+
+
+def residual_card(document: ReleaseDocument) -> WholeRowsCard:
+    """The card and released arrays of a ``ResidualRelease`` file checked (docs/release_file.md#residual-releases),
+    every number recomputed that can be without TensorFlow: the whole's multiplier from (epsilon, delta,
+    calibration), the stages' multipliers from it and the fractions (Gaussian-DP composition), the first stage as a
+    whole-row release (:func:`whole_rows_card`) at the first multiplier, sharing the whole card's public pieces,
+    every residual stage's sensitivity (:func:`~dpgp_gpflow.whole_rows.residual_bounds.residual_sensitivity`) and
+    its noise std ``s_j Delta_j 2 R_j`` from the recorded radius (the loader recomputes the radii from the earlier
+    stages). ``ReleaseFileError`` naming the field."""
+    card, where = document.card, "card"
+    missing = [k for k in (*WHOLE_ROWS_CARD, *RESIDUAL_CARD) if k not in card]
+    if missing:
+        raise ReleaseFileError(f"card: missing field(s) {missing}")
+    if card["mechanism"] != RESIDUAL_MECHANISM:
+        raise ReleaseFileError(f"card.mechanism must be {RESIDUAL_MECHANISM!r}, got {card['mechanism']!r}")
+    epsilon = _checked(where, "epsilon", validate_epsilon, card["epsilon"])
+    delta = _checked(where, "delta", validate_delta, card["delta"])
+    calibration = _checked(where, "calibration", validate_calibration, card["calibration"])
+    multiplier = _card_field(card, "noise_multiplier", "float", where)
+    expected = _checked(where, "calibration", gaussian_multiplier, epsilon, delta, calibration)
+    if not math.isclose(multiplier, expected, rel_tol=RECOMPUTED_RTOL):
+        raise ReleaseFileError(f"card.noise_multiplier {multiplier!r} is not the {calibration} multiplier "
+                               f"{expected!r} of epsilon {epsilon!r} and delta {delta!r}")
+    fractions = _checked(where, "residual_fractions", validate_residual_fractions, card["residual_fractions"])
+    if fractions is None:
+        raise ReleaseFileError("card.residual_fractions must list the stages' fractions")
+    multipliers = gdp_fraction_multipliers(multiplier, fractions)
+    J = len(multipliers)
+    for name in ("stage_multipliers", "stage_sensitivities", "radii"):
+        values = card[name]
+        if not (isinstance(values, list) and len(values) == (J if name != "radii" else J - 1)
+                and all(_is_number(v) and math.isfinite(v) and v > 0.0 for v in values)):
+            raise ReleaseFileError(f"card.{name} must be {J if name != 'radii' else J - 1} positive numbers, got "
+                                   f"{values!r}")
+    if not np.allclose(card["stage_multipliers"], multipliers, rtol=RECOMPUTED_RTOL, atol=0.0):
+        raise ReleaseFileError("card.stage_multipliers are not the noise multiplier over the square roots of the "
+                               "fractions (Gaussian-DP composition)")
+    first = residual_first_stage(document)
+    if first.card.get("noise_multiplier") != card["stage_multipliers"][0] or first.card.get("mechanism") != \
+            WHOLE_ROWS_MECHANISM or any(first.card.get(k) != card[k] for k in _FIRST_STAGE_SHARED):
+        raise ReleaseFileError("content.first_stage is not the whole-row release of the first stage (its multiplier "
+                               "card.stage_multipliers[0], the same public pieces as the card)")
+    if first.card["lengthscale_candidates"] is not None:
+        raise ReleaseFileError("a residual release has no lengthscale candidates")
+    checked = whole_rows_card(first)
+    whole_rows_arrays(first.arrays, "statistics/", checked.m)
+    if card["sensitivity"] != first.card["sensitivity"] or card["stage_sensitivities"][0] != card["sensitivity"]:
+        raise ReleaseFileError("card.sensitivity and card.stage_sensitivities[0] must be the first stage's")
+    n, g, chunking = card["num_data"], card["person_rows"], card["chunking"]
+    try:
+        sensitivities = [residual_sensitivity(m=checked.m, multiplier=s, num_rows=n, chunk_rows=chunking[0],
+                                              num_chunks=chunking[1], person_rows=g) for s in multipliers[1:]]
+    except (ValueError, FloatingPointError) as exc:
+        raise ReleaseFileError(f"card.stage_sensitivities: {exc}") from None
+    if not np.allclose(card["stage_sensitivities"][1:], sensitivities, rtol=WHOLE_ROWS_RTOL, atol=0.0):
+        raise ReleaseFileError("card.stage_sensitivities are not the residual sensitivities of M, n, chunking and "
+                               "person_rows at the stages' multipliers")
+    radii = np.asarray(card["radii"], dtype=np.float64)
+    lo, hi = checked.y_bounds
+    if np.any(radii > hi - lo):
+        raise ReleaseFileError("card.radii must be at most the bounds' width")
+    arrays = take_arrays("ResidualRelease", document.arrays, {"residual/b": 2, "residual/noise_std": 1})
+    if arrays["residual/b"].shape != (J - 1, checked.m) or arrays["residual/noise_std"].shape != (J - 1,):
+        raise ReleaseFileError(f"arrays.residual/b and residual/noise_std must be [{J - 1}, {checked.m}] and "
+                               f"[{J - 1}]")
+    expected_std = np.asarray(multipliers[1:]) * np.asarray(sensitivities) * 2.0 * radii
+    if not np.allclose(arrays["residual/noise_std"], expected_std, rtol=WHOLE_ROWS_RTOL, atol=0.0):
+        raise ReleaseFileError("arrays.residual/noise_std is not each stage's multiplier x sensitivity x 2 radius")
+    return checked
+
+
 #: The kinds of whole-row objects: no PrivateRelease parts, their one line from :func:`whole_rows_summary`.
-WHOLE_ROWS_KINDS = ("WholeRowsRelease", "WholeRowsClassifier")
+WHOLE_ROWS_KINDS = ("WholeRowsRelease", "WholeRowsClassifier", "ResidualRelease")
 
 
 #: Object kind (its class name, as written in the file) -> the check of its card and releases. The kinds
@@ -613,6 +711,7 @@ CARD_KINDS: Dict[str, Callable[[ReleaseDocument], Tuple[ReleaseEntry, ...]]] = {
     "PrivateMulticlassClassifier": lambda document: multiclass_releases(document)[0],
     "WholeRowsRelease": lambda document: (whole_rows_card(document), ())[1],  # no PrivateRelease parts
     "WholeRowsClassifier": lambda document: (whole_rows_classifier_card(document), ())[1],
+    "ResidualRelease": lambda document: (residual_card(document), ())[1],
 }
 
 

@@ -34,6 +34,10 @@ from ..whole_rows.lengthscales import choose
 from ..whole_rows.mechanism import NoisedStatistics
 from ..whole_rows.classification import WholeRowsClassifier
 from ..whole_rows.released import WholeRowsRelease
+from ..whole_rows.posterior import regularised_statistic
+from ..whole_rows.residual import radius_features, radius_points, replay
+from ..whole_rows.residual_release import ResidualRelease, ResidualStage, residual_release
+from ..mechanisms.request import release_request
 from .card import (
     check_kind,
     clip_flag,
@@ -42,6 +46,8 @@ from .card import (
     read_card,
     release_of_card,
     releases_of_card,
+    residual_card,
+    residual_first_stage,
     whole_rows_arrays,
     whole_rows_card,
     whole_rows_classifier_card,
@@ -254,6 +260,29 @@ def _load_whole_rows(document: ReleaseDocument) -> Released:
     return released.with_selection(candidates, lengthscales, bounds, chosen)
 
 
+def _load_residual(document: ReleaseDocument) -> Released:
+    """The :class:`~dpgp_gpflow.whole_rows.residual_release.ResidualRelease` of a verified file: its card checked
+    (:func:`~dpgp_gpflow.io.card.residual_card`), the first stage loaded as the whole-row release it is, every
+    later stage's radius and estimate recomputed from the earlier stages (never read: a radius that differs from
+    the recorded one is refused) and the noise's covariance propagated. ``ReleaseFileError`` naming the field."""
+    residual_card(document)
+    card = document.card
+    head = cast(WholeRowsRelease, _load_whole_rows(residual_first_stage(document)))
+    b, stds = document.arrays["residual/b"], document.arrays["residual/noise_std"]
+    P = regularised_statistic(tf.constant(head.statistics["S"]), head.floor)
+    points = radius_features(head.features, radius_points(head.features.kernel, head.x_bounds))
+    radii, estimates, posterior = replay(head.posterior, P, b, stds, points, head.y_bounds[1] - head.y_bounds[0])
+    if not np.allclose(radii, card["radii"], rtol=1e-9, atol=0.0):
+        raise ReleaseFileError("card.radii are not the radii the earlier stages give (recomputed)")
+    stages = [ResidualStage(b_j, float(s), float(r), float(m), float(d), bool(card["reproducible"]))
+              for b_j, s, r, m, d in zip(b, stds, card["radii"], card["stage_multipliers"][1:],
+                                         card["stage_sensitivities"][1:])]
+    request = release_request(card["epsilon"], card["delta"], calibration=card["calibration"], objective=None)
+    released = residual_release(head, P, stages, posterior, estimates, fractions=card["residual_fractions"],
+                                request=request)
+    return released.clipped() if card["clip_to_bounds"] else released.unclipped()
+
+
 def _symmetric(v: np.ndarray, m: int) -> np.ndarray:
     """The symmetric [M, M] matrix of its upper triangle ``v`` (row by row, as the file holds ``S``)."""
     upper = np.triu_indices(m)
@@ -309,6 +338,7 @@ RELEASED_KINDS: Dict[str, Callable[[ReleaseDocument], Released]] = {
     PrivateMulticlassClassifier.__name__: _load_multiclass,
     WholeRowsRelease.__name__: _load_whole_rows,
     WholeRowsClassifier.__name__: _load_whole_rows_classifier,
+    ResidualRelease.__name__: _load_residual,
 }
 
 # Each loader runs its kind's card checks (io/card.py's CARD_KINDS, which lists exactly these kinds:

@@ -24,7 +24,7 @@ enter only through :func:`residual_sums` (PRIVATE until noised by :mod:`.residua
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, NamedTuple
+from typing import Any, Dict, List, NamedTuple, Tuple
 
 import gpflow
 import numpy as np
@@ -175,3 +175,20 @@ def first_covariance(posterior: WeightPosterior) -> tf.Tensor:
               * tf.eye(M, dtype=tf.float64) + posterior.offdiag_std ** 2 * u[:, None] * u[None, :])
     half = tf.linalg.cholesky_solve(posterior.chol, middle)  # A middle
     return tf.linalg.cholesky_solve(posterior.chol, tf.transpose(half))  # A middle A (symmetric)
+
+
+def replay(posterior: WeightPosterior, P: tf.Tensor, residual_b: Any, stds: Any, points: RadiusPoints,
+           width: float) -> Tuple[List[float], List[np.ndarray], WeightPosterior]:
+    """The residual stages recomputed from what they released (post-processing): from the first stage's
+    ``posterior`` (``u_1``) and preconditioner ``P``, for each released ``b~_j`` (rows of ``residual_b``) with noise
+    std ``sigma_j`` (``stds``), the radius ``R_j`` its earlier stages give (:func:`next_radius`) and the update
+    ``u_j`` (:func:`preconditioned_update`). Returns ``(radii, [u_1, .., u_J], the last posterior)``; a release
+    file's checks and the audit compare the radii with those recorded."""
+    radii: List[float] = []
+    estimates = [posterior.mean.numpy()]
+    for b, sigma in zip(residual_b, stds):
+        radii.append(next_radius(posterior, points, width))
+        u = preconditioned_update(posterior.chol, P, tf.constant(np.asarray(b, dtype=np.float64)), posterior.mean)
+        posterior = posterior._replace(mean=u, b_std=float(sigma), offdiag_std=0.0)
+        estimates.append(u.numpy())
+    return radii, estimates, posterior

@@ -28,7 +28,8 @@ import tensorflow as tf
 
 from .. import sampling
 from ..composition import gdp_fraction_multipliers, gdp_step_request
-from ..io.writing import register
+from ..io.card import RESIDUAL_MECHANISM, whole_rows_summary
+from ..io.writing import file_content, register
 from ..measurement import Measurement, SensitivityPath, StepDraws, measure, stepwise
 from ..mechanisms.request import ReleaseRequest
 from ..relations import largest_person
@@ -54,8 +55,8 @@ from .statistics import RowStatistics
 
 __all__: list[str] = []  # internal: the package imports these names by name
 
-#: The card's mechanism of a residual release.
-MECHANISM = "gaussian (whole-row statistics, then clipped residual sums)"
+#: The card's mechanism of a residual release (its file's checks know it: :mod:`dpgp_gpflow.io.card`).
+MECHANISM = RESIDUAL_MECHANISM
 
 
 class ResidualStage(NamedTuple):
@@ -214,19 +215,32 @@ class ResidualRelease(StatisticsRelease, Released):
         return card
 
     def __repr__(self) -> str:
-        return (f"ResidualRelease(mechanism='whole-row statistics + {len(self.radii)} residual release(s)', "
-                f"epsilon={self.epsilon:.6g}, delta={self.delta:.6g}, m={self.features.m}, n={self.num_data}, "
-                f"fractions={list(self.fractions)}, bounds={self.y_bounds}, neighbours={self.neighbours!r}"
-                + (", clip_to_bounds=True" if self.clip_to_bounds else "")
-                + (", reproducible=True)" if self.reproducible else ")"))
+        return whole_rows_summary(self.privacy_card())  # as ``dpgp show`` prints it from the file's card
 
 
-def _no_release_file(released: Any) -> Any:
-    raise NotImplementedError("release files of residual releases (residual_fractions=) are not implemented yet: "
-                              "keep the object, or release once without residual_fractions to save a file")
+def residual_release(head: WholeRowsRelease, P: tf.Tensor, stages: Sequence[ResidualStage],
+                     posterior: WeightPosterior, estimates: Sequence[Any], *, fractions: Sequence[float],
+                     request: ReleaseRequest) -> ResidualRelease:
+    """The :class:`ResidualRelease` of a first stage ``head`` (preconditioner ``P``), its residual ``stages``, the
+    last ``posterior`` and the ``estimates``, with the DP noise's covariance propagated through the stages
+    (:func:`~.residual.estimate_covariance`; ``S`` estimated by the PSD projection of the released ``S~``).
+    Post-processing (a release and a loaded release file build it alike)."""
+    covariance = estimate_covariance(head.posterior.chol, P, regularised_statistic(
+        tf.constant(head.statistics["S"]), 0.0), first_covariance(head.posterior), [s.noise_std for s in stages])
+    return ResidualRelease(head, stages, posterior, estimates, covariance, fractions=fractions, request=request)
 
 
-register(ResidualRelease, _no_release_file)
+def residual_content(released: ResidualRelease) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+    """``(content, arrays)`` of a residual release's file (docs/release_file.md#residual-releases): the first
+    stage's content and arrays as a whole-row release writes them, its card (``content.first_stage``), and every
+    residual stage's released sum (``residual/b`` [J - 1, M]) and noise std (``residual/noise_std`` [J - 1])."""
+    content, arrays = file_content(released.first_stage)
+    return ({"first_stage": released.first_stage.privacy_card(), **content},
+            {**arrays, "residual/b": released.statistics["residual_b"],
+             "residual/noise_std": released.statistics_noise_std["residual_b"][:, 0]})
+
+
+register(ResidualRelease, residual_content)
 
 
 def release_residuals(request: ReleaseRequest, source: ChunkSource, rows: RowStatistics, *, shares: Any,
@@ -277,11 +291,7 @@ def release_residuals(request: ReleaseRequest, source: ChunkSource, rows: RowSta
             posterior = posterior._replace(mean=u, b_std=std, offdiag_std=0.0)
             estimates.append(u.numpy())
             stages.append(ResidualStage(released_b, std, radius, stage.multiplier, sensitivity, reproducible))
-        covariance = estimate_covariance(released.posterior.chol, P, regularised_statistic(
-            tf.constant(released.statistics["S"]), 0.0), first_covariance(released.posterior),
-            [s.noise_std for s in stages])  # S estimated by the PSD projection of the released S~
-        return ResidualRelease(released, stages, posterior, estimates, covariance, fractions=fractions,
-                               request=request)
+        return residual_release(released, P, stages, posterior, estimates, fractions=fractions, request=request)
 
     description = (f"whole-row statistics and {len(requests) - 1} residual release(s) (M = {features.m}, "
                    "Gaussian-DP composition)")

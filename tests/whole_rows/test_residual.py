@@ -7,10 +7,13 @@ most ``2 R`` (and close to it); a broken variant without the clipping moves it m
 
 from __future__ import annotations
 
+import base64
 import copy
 import functools
+import json
 import math
 import warnings
+from pathlib import Path
 
 import gpflow
 import numpy as np
@@ -21,6 +24,8 @@ from whole_rows_reference import features as reference_features
 
 import dpgp_gpflow as dp
 from dpgp_gpflow import whole_rows as wr
+from dpgp_gpflow.io import ReleaseFileError
+from dpgp_gpflow.io import format as release_file
 from dpgp_gpflow.models import DPSGPR
 from dpgp_gpflow.streaming import LocalChunks
 from dpgp_gpflow.whole_rows import residual as residual_module
@@ -243,8 +248,45 @@ def test_what_is_not_implemented_is_refused_in_one_line(tmp_path):
     with pytest.raises(NotImplementedError, match="analytic"):
         _release(accountant=acc, calibration="classical")
     assert acc.history() == []
-    with pytest.raises(NotImplementedError, match="residual releases"):
-        _release().save(tmp_path / "r.json")
+
+
+def _forge(path, tmp_path, edit):
+    raw = json.loads(Path(path).read_text())
+    edit(raw)
+    raw["sha256"] = release_file.document_sha256(raw)
+    forged = Path(tmp_path) / "forged.json"
+    forged.write_text(json.dumps(raw))
+    return forged
+
+
+def _scale_array(raw, name, factor):
+    entry = raw["arrays"][name]
+    values = np.frombuffer(base64.b64decode(entry["data"]), dtype="<f8").reshape(entry["shape"]) * factor
+    raw["arrays"][name] = release_file.encode_array(values)
+
+
+FORGERIES = {
+    "a radius": lambda raw: raw["card"]["radii"].__setitem__(0, raw["card"]["radii"][0] * 1.5),
+    "a residual noise std": lambda raw: _scale_array(raw, "residual/noise_std", 0.5),
+    "the fractions": lambda raw: raw["card"].update(residual_fractions=[0.6, 0.2, 0.2]),
+    "a stage sensitivity": lambda raw: raw["card"]["stage_sensitivities"].__setitem__(1, 0.5),
+    "the first stage's multiplier": lambda raw: raw["content"]["first_stage"].update(noise_multiplier=1.0),
+}
+
+
+def test_a_saved_residual_release_loads_and_predicts_the_same_and_forgeries_are_refused(tmp_path):
+    released = _release(seed=None).unclipped()
+    path = released.save(tmp_path / "residual.json")
+    loaded = dp.load(path)
+    Xt = np.linspace(-1.0, 11.0, 5)[:, None]
+    for a, b in zip(loaded.predict_f(Xt), released.predict_f(Xt)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(loaded.radii, released.radii, rtol=1e-12)
+    assert repr(loaded) == repr(released) and not loaded.clip_to_bounds
+    for what, edit in FORGERIES.items():
+        with pytest.raises(ReleaseFileError):
+            dp.load(_forge(path, tmp_path, edit))
+            pytest.fail(f"{what} was not refused")
 
 
 def test_the_audit_recomputes_every_radius_and_the_noise_within_the_claim():
