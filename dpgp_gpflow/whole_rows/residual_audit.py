@@ -32,14 +32,7 @@ from .design import validate_box
 from .features import kernel_bound
 from .posterior import FLOOR_SCALE, regularised_statistic, spectral_noise_bound, weight_posterior
 from .release import model_rows
-from .residual import (
-    ResidualStatistics,
-    next_radius,
-    preconditioned_update,
-    radius_features,
-    radius_points,
-    residual_sums,
-)
+from .residual import ResidualStatistics, radius_features, radius_points, replay, residual_sums
 from .statistics import RowStatistics
 
 __all__: List[str] = []  # internal: dpgp_gpflow.audit calls residual_audit
@@ -75,9 +68,10 @@ def residual_audit(release: Any, model: Any) -> WholeRowsAudit:
     source, groups = model_rows(model, None, DEFAULT_CHUNK_SIZE)
     rows = RowStatistics(features, box, (lo, hi), clip_inputs=model.clip_inputs)
     G = largest_person(groups)
+    radii, estimates, _ = replay(posterior, S_hat, statistics["residual_b"], std["residual_b"][:, 0], points, hi - lo)
     mus, released, recomputed = [first.mu], [first.released], [first.recomputed]
-    for j, (b, noise, claimed) in enumerate(zip(statistics["residual_b"], std["residual_b"], release.radii), start=2):
-        radius = next_radius(posterior, points, hi - lo)
+    stages = zip(statistics["residual_b"], std["residual_b"], release.radii, radii, estimates)
+    for j, (b, noise, claimed, radius, u) in enumerate(stages, start=2):
         if not math.isclose(radius, float(claimed), rel_tol=RADIUS_RTOL):
             raise ValueError(f"stage {j}'s radius {float(claimed):.17g} is not the one its earlier stages give, "
                              f"{radius:.17g}: not a residual release of this model")
@@ -85,10 +79,8 @@ def residual_audit(release: Any, model: Any) -> WholeRowsAudit:
         if not (math.isfinite(sigma) and sigma > 0.0 and np.allclose(noise, sigma, rtol=STD_RTOL, atol=0.0)):
             raise ValueError(f"stage {j}'s noise std is not one Gaussian noise on every entry")
         mus.append(G * 2.0 * radius * (1.0 + (m + 4) * UNIT_ROUNDOFF) / sigma)
-        exact = residual_sums(source, ResidualStatistics(rows, posterior.mean.numpy(), radius))
+        exact = residual_sums(source, ResidualStatistics(rows, u, radius))  # around the recomputed u_{j-1}
         released.append(np.asarray(b) / sigma)
         recomputed.append(exact / sigma)
-        u = preconditioned_update(posterior.chol, S_hat, tf.constant(np.asarray(b)), posterior.mean)
-        posterior = posterior._replace(mean=u, b_std=sigma, offdiag_std=0.0)
     return WholeRowsAudit(math.sqrt(math.fsum(mu * mu for mu in mus)), np.concatenate(released),
                           np.concatenate(recomputed))
