@@ -145,7 +145,8 @@ class DPSGPR(DPSGPRBase, PrivateInputsMixin, gpflow.models.SGPR):
         """As :meth:`~dpgp_gpflow.models.base.FactoredModelMixin.release_function`; with ``private_inputs=True``
         the whole-row release (:func:`~dpgp_gpflow.whole_rows.release_model`: ``epsilon``, ``delta``, ``seed``,
         ``accountant``, ``hyperparameters_public``, ``source``, ``chunk_size``, ``shares``, ``variances``,
-        ``lengthscales``)."""
+        ``lengthscales``, ``residual_fractions``: releases of clipped residual sums after the statistics,
+        docs/whole_rows.md#residual-releases)."""
         if self.private_inputs:
             return whole_rows.release_model(self, **options)
         return super().release_function(**options)
