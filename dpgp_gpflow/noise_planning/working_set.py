@@ -31,7 +31,9 @@ from .dual import (
 
 #: Working-set solves are used when there are more training points than this.
 DENSE_POINTS = 500
-#: Relative gap of the first, loose stage before points far from the support are pruned.
+#: Relative gap of the first, loose stage before points far from the support are pruned. It runs only where
+#: the cold start is every column (at most DENSE_POINTS of them) and more than max(3 r, PRUNE_MIN_POINTS):
+#: 301 to 500 points at r < n / 3 (a start above DENSE_POINTS, max(r, START_POINTS) + r, never is).
 PRUNE_TOL = 1e-2
 #: Working sets up to this size are solved in one stage (pruning would not pay for a restart).
 PRUNE_MIN_POINTS = 300
