@@ -97,6 +97,24 @@ def draws(monkeypatch):
     return calls
 
 
+
+@pytest.fixture
+def small_default_grid(monkeypatch):
+    """The public default grid (:func:`dpgp_gpflow.selection.default_grid`) thinned to 4 of its candidates, spread
+    over it, wherever the package reads it (the selection and the command line look it up when they run): for
+    tests whose point is not the grid, since a private selection fits every candidate on every fold. Returns the
+    thinned function (a test's Python-API reference calls it too)."""
+    import dpgp_gpflow.selection as selection_package
+    from dpgp_gpflow.selection import grid, select
+
+    def thinned(model):
+        full = grid.default_grid(model)
+        return full[:: max(1, len(full) // 4)][:4]
+
+    monkeypatch.setattr(select, "default_grid", thinned)
+    monkeypatch.setattr(selection_package, "default_grid", thinned)
+    return thinned
+
 #: The package's warnings that pyproject.toml's filterwarnings silences in the suite; the command line's
 #: tests read them from stderr (the command line shows them under the filters in force), so there they are
 #: shown as a user sees them.

@@ -479,7 +479,8 @@ def test_an_output_that_cannot_be_written_is_refused_and_charges_nothing(work, t
 
 
 @pytest.mark.parametrize("command", ["release", "select"])
-def test_a_write_that_fails_after_the_draw_gives_the_budget_back(work, tmp_path, monkeypatch, command):
+def test_a_write_that_fails_after_the_draw_gives_the_budget_back(work, tmp_path, monkeypatch, command,
+                                                                 small_default_grid):
     # past every check: the disk fills up while the file is written. The draw was never seen: nothing charged.
     from dpgp_gpflow.released import Released
 

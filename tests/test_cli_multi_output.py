@@ -96,18 +96,18 @@ def _frame(work):
     return frame[["age"]].to_numpy(), frame[["height", "weight"]].to_numpy()
 
 
-def _python_selection(work, model, epsilon, folds, seed, **release):
-    """The Python API's private selection from the default grid, seed for seed as the command line runs it."""
+def _python_selection(work, model, epsilon, folds, seed, grid=default_grid, **release):
+    """The Python API's private selection from the default grid (``grid``: the function giving it), seed for seed as
+    the command line runs it."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        selection = select_hyperparameters(model, default_grid(model), epsilon=epsilon, folds=folds, seed=seed,
-                                           **release)
+        selection = select_hyperparameters(model, grid(model), epsilon=epsilon, folds=folds, seed=seed, **release)
     selection.apply(model)
     return selection
 
 
 @pytest.mark.slow
-def test_release_of_several_outputs_selects_their_hyperparameters_privately_as_the_python_api(work):
+def test_release_of_several_outputs_selects_their_hyperparameters_privately_as_the_python_api(work, small_default_grid):
     """No hyperparameters: 0.2 of epsilon selects them from the default grid for both columns together (a row's
     two outputs are one person), the release gets the rest; the same choice, mean and noise as the Python API."""
     ledger = _ledger(work, "select-two.sqlite")
@@ -121,7 +121,8 @@ def test_release_of_several_outputs_selects_their_hyperparameters_privately_as_t
         warnings.simplefilter("ignore")
         model = dp.models.DPGPR((X, Y), gpflow.kernels.SquaredExponential(lengthscales=1.0),
                                 y_bounds=[[60.0, 180.0], [20.0, 120.0]], noise_variance=1.0)
-    selection = _python_selection(work, model, 0.2, 5, 4, epsilon_release=0.8, delta_release=0.01)
+    selection = _python_selection(work, model, 0.2, 5, 4, grid=small_default_grid, epsilon_release=0.8,
+                                  delta_release=0.01)
     assert selection.neighbours == "row (2 outputs)"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -198,7 +199,7 @@ def test_sparse_function_of_several_outputs_then_predict(work):
 
 
 @pytest.mark.slow
-def test_sparse_function_of_several_outputs_with_private_selection(work):
+def test_sparse_function_of_several_outputs_with_private_selection(work, small_default_grid):
     """--sparse and no hyperparameters with several --y: selected privately for both columns, then released."""
     ledger = _ledger(work, "sparse-select.sqlite")
     code, err = _run(["release", "data.csv", "--x", "age", "--y", "height", "weight", "--bounds", *BOUNDS, "--sparse",
