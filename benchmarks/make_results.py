@@ -45,6 +45,7 @@ SCRIPTS = {
     "whole_rows_scale_dask": "benchmarks/whole_rows_scale.py",
     "whole_rows_pass_speed": "benchmarks/whole_rows_pass_speed.py",
     "whole_rows_projection": "benchmarks/whole_rows_projection.py",
+    "whole_rows_residual": "benchmarks/whole_rows_residual.py",
 }
 
 HEADER = """# Benchmark results
