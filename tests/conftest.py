@@ -123,38 +123,39 @@ _COMMAND_LINE_TESTS = ("test_cli.", "test_cli_", "test_demo.", "test_entry_point
 
 
 #: The test files that take longest on one worker, longest first: their share of the suite's worker time in
-#: ``pytest --durations=0`` (2026-11-27, 7f3cad5 on a 2-core machine loaded by other work: 8,216 worker-seconds in
-#: all, about 5.4 times a quiet run's, the load rising during the run; the demo's run counted under test_demo.py,
-#: where it moved). pyproject.toml
-#: runs ``--dist loadfile --no-loadscope-reorder``: xdist hands out whole files in the order collected, the next
-#: file to whichever worker is nearly done. Collected first, the long files are spread before the short ones fill
-#: the gaps, so the two workers finish together (longest-first list scheduling); xdist's own order (most tests
-#: first) can leave a long file of few tests to one worker at the end while the other idles. Re-rank from a new
-#: --durations=0 run when files change.
+#: ``pytest --durations=0`` (2026-11-28, d1a4d76 on a quiet 2-core machine: 1,209 worker-seconds,
+#: 634 s of wall time; test_lengthscales and test_cli_multi_output re-placed after a47bcf6 and bf9dc37 cut them to
+#: about a fifth). pyproject.toml runs ``--dist loadfile --no-loadscope-reorder``: xdist hands out whole files in
+#: the order collected, the next file to whichever worker is nearly done. Collected first, the long files are spread
+#: before the short ones fill the gaps, so the two workers finish together (longest-first list scheduling); xdist's
+#: own order (most tests first) can leave a long file of few tests to one worker at the end while the other idles.
+#: Re-rank from a new --durations=0 run when files change.
 LONG_FILES = (
     "test_notebooks.py",  # one child process for every notebook (~45 s quiet): first, so it never runs last
-    "test_selection.py",  # 8.0%
-    "test_docs.py",  # 6.1%
-    "fuzz/test_fuzz_models.py",  # 3.8%
-    "test_selection_multi_output.py",  # 3.8%
-    "test_noise_planning.py",  # 3.7%
+    "test_cli.py",  # 7.2% (before bf9dc37, about 6% after)
+    "test_selection.py",  # 5.8%
+    "test_docs.py",  # 5.6%
+    "streaming/test_distributed.py",  # 4.8%
     "test_engine.py",  # 3.5%
-    "models/test_sgpr_base.py",  # 3.3%
-    "test_ledger.py",  # 3.2%
-    "test_cli_multi_output.py",  # 3.1%
-    "test_demo.py",  # 2.5%
-    "test_cli.py",  # 1.6% (measured early in the run, when the machine was less loaded)
-    "models/test_base.py",  # 2.4%
-    "streaming/test_streaming_outputs.py",  # 2.4%
-    "audits/test_audits.py",  # 2.2%
-    "fuzz/test_fuzz_selection.py",  # 2.2%
-    "streaming/test_streaming_groups.py",  # 2.2%
-    "audits/test_hockey_stick_persons.py",  # 2.2%
-    "whole_rows/test_lengthscales.py",  # 2.2%
-    "test_selection_groups.py",  # 2.0%
-    "test_publishing.py",  # 2.0%
-    "test_cli_tables.py",  # 1.9%
-    "streaming/test_distributed.py",  # 1.9%
+    "models/test_sgpr_base.py",  # 3.5%
+    "test_noise_planning.py",  # 3.1%
+    "streaming/test_streaming_groups.py",  # 3.0%
+    "fuzz/test_fuzz_models.py",  # 3.0%
+    "test_selection_multi_output.py",  # 2.7%
+    "streaming/test_streaming_outputs.py",  # 2.6%
+    "fuzz/test_fuzz_selection.py",  # 2.5%
+    "test_ledger.py",  # 2.2%
+    "streaming/test_streaming.py",  # 2.2%
+    "test_demo.py",  # 2.1%
+    "audits/test_audits.py",  # 2.1%
+    "audits/test_hockey_stick_persons.py",  # 2.0%
+    "test_cli_tables.py",  # 1.7%
+    "models/test_base.py",  # 1.7%
+    "test_selection_groups.py",  # 1.6%
+    "whole_rows/test_lengthscales.py",  # 6.0% before a47bcf6, about 1.2% after
+    "models/test_multiclass_streamed.py",  # 1.3%
+    "whole_rows/test_classification.py",  # 1.2%
+    "test_cli_multi_output.py",  # 2.8% before bf9dc37, about 1% after
 )
 
 
