@@ -83,7 +83,49 @@ class StatisticsRelease:
         return ()
 
 
-class WholeRowsRelease(StatisticsRelease, Released):
+
+class RegressionPredictions:
+    """Mixin: the predictions of a whole-row regression release (:class:`WholeRowsRelease`,
+    :class:`~dpgp_gpflow.whole_rows.residual_release.ResidualRelease`) from its ``_terms(Xnew)``: the mean (clipped
+    to ``y_bounds`` when ``clip_to_bounds``), the model's variance and the first-order variance the DP noise adds
+    to the mean, each [k, 1] NumPy. Post-processing of what was released."""
+
+    _clip_to_bounds: bool
+    noise_variance: float
+
+    def _terms(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def clipped(self):
+        """Predicted means clipped to ``y_bounds`` (post-processing, the default)."""
+        other = copy.copy(self)
+        other._clip_to_bounds = True
+        return other
+
+    def unclipped(self):
+        """Raw predicted means (may lie outside ``y_bounds``; as private)."""
+        other = copy.copy(self)
+        other._clip_to_bounds = False
+        return other
+
+    def predict_f(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray]:
+        """DP mean and variance of f at ``Xnew`` [k, D], each [k, 1] NumPy: the model's variance plus the DP
+        noise's (first order)."""
+        mean, model, noise = self._terms(Xnew)
+        return mean, model + noise
+
+    def predict_y(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray]:
+        """As :meth:`predict_f` with the noise variance added (a new observation's variance)."""
+        mean, variance = self.predict_f(Xnew)
+        return mean, variance + self.noise_variance
+
+    def predict(self, Xnew: Any) -> PrivatePrediction:
+        """DP mean, the model's posterior variance and the DP noise std at ``Xnew``, each [k, 1] NumPy."""
+        mean, model, noise = self._terms(Xnew)
+        return PrivatePrediction(mean=mean, variance=model, noise_std=np.sqrt(noise))
+
+
+class WholeRowsRelease(RegressionPredictions, StatisticsRelease, Released):
     """A DP release of the whole-row statistics ``(S, b, q)`` and the sparse GP they define.
 
     ``predict_f(Xnew)`` gives the mean and variance [k, 1] (NumPy) anywhere: the mean ``c + phi(x)^T u`` (clipped
@@ -214,18 +256,6 @@ class WholeRowsRelease(StatisticsRelease, Released):
         other._set_variances(*self._fitted())
         return other
 
-    def clipped(self) -> "WholeRowsRelease":
-        """Predicted means clipped to ``y_bounds`` (post-processing, the default)."""
-        other = copy.copy(self)
-        other._clip_to_bounds = True
-        return other
-
-    def unclipped(self) -> "WholeRowsRelease":
-        """Raw predicted means (may lie outside ``y_bounds``; as private)."""
-        other = copy.copy(self)
-        other._clip_to_bounds = False
-        return other
-
     # -- predictions ---------------------------------------------------------------------------------
     def _terms(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         X = tf.constant(as_inputs("Xnew", Xnew, self.features.input_dim))
@@ -234,22 +264,6 @@ class WholeRowsRelease(StatisticsRelease, Released):
         if self.clip_to_bounds:
             mean = np.clip(mean, *self.y_bounds)
         return mean[:, None], model.numpy()[:, None], noise.numpy()[:, None]
-
-    def predict_f(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray]:
-        """DP mean and variance of f at ``Xnew`` [k, D], each [k, 1] NumPy: the model's variance plus the DP
-        noise's (first order)."""
-        mean, model, noise = self._terms(Xnew)
-        return mean, model + noise
-
-    def predict_y(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray]:
-        """As :meth:`predict_f` with the noise variance added (a new observation's variance)."""
-        mean, variance = self.predict_f(Xnew)
-        return mean, variance + self.noise_variance
-
-    def predict(self, Xnew: Any) -> PrivatePrediction:
-        """DP mean, the model's posterior variance and the DP noise std at ``Xnew``, each [k, 1] NumPy."""
-        mean, model, noise = self._terms(Xnew)
-        return PrivatePrediction(mean=mean, variance=model, noise_std=np.sqrt(noise))
 
     # -- card, repr, files ---------------------------------------------------------------------------
     def privacy_card(self) -> Dict[str, Any]:

@@ -20,7 +20,6 @@ stages; the sensitivities are recomputed here from public values before anything
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -33,13 +32,13 @@ from ..io.writing import file_content, register
 from ..measurement import Measurement, SensitivityPath, StepDraws, measure, stepwise
 from ..mechanisms.request import ReleaseRequest
 from ..relations import largest_person
-from ..released import PrivatePrediction, Released
+from ..released import Released
 from ..streaming.chunks import ChunkSource, person_starts, source_persons
 from ..validation import as_inputs, validate_groups
 from .features import FeatureMap
 from .mechanism import chunking, relation, statistics_measurement
 from .posterior import WeightPosterior, predictive_terms, regularised_statistic
-from .released import StatisticsRelease, WholeRowsRelease
+from .released import RegressionPredictions, StatisticsRelease, WholeRowsRelease
 from .residual import (
     ResidualStatistics,
     estimate_covariance,
@@ -87,7 +86,7 @@ def stage_requests(request: ReleaseRequest, fractions: Sequence[float]) -> Tuple
                  for j, s in enumerate(multipliers))
 
 
-class ResidualRelease(StatisticsRelease, Released):
+class ResidualRelease(RegressionPredictions, StatisticsRelease, Released):
     """A residual release (:func:`release_residuals`): the whole-row statistics and the clipped residual sums, and
     the sparse GP of the last estimate, queryable anywhere.
 
@@ -161,18 +160,6 @@ class ResidualRelease(StatisticsRelease, Released):
         """The Gaussian-DP parameter of the whole release, ``sqrt(sum_j mu_j^2) = 1 / s``."""
         return 1.0 / self.noise_multiplier
 
-    def clipped(self) -> "ResidualRelease":
-        """Predicted means clipped to ``y_bounds`` (post-processing, the default)."""
-        other = copy.copy(self)
-        other._clip_to_bounds = True
-        return other
-
-    def unclipped(self) -> "ResidualRelease":
-        """Raw predicted means (may lie outside ``y_bounds``; as private)."""
-        other = copy.copy(self)
-        other._clip_to_bounds = False
-        return other
-
     # -- predictions ---------------------------------------------------------------------------------
     def _terms(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         X = tf.constant(as_inputs("Xnew", Xnew, self.features.input_dim))
@@ -183,22 +170,6 @@ class ResidualRelease(StatisticsRelease, Released):
         if self.clip_to_bounds:
             mean = np.clip(mean, *self.y_bounds)
         return mean[:, None], model.numpy()[:, None], noise.numpy()[:, None]
-
-    def predict_f(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray]:
-        """DP mean and variance of f at ``Xnew`` [k, D], each [k, 1] NumPy: the model's variance plus the DP
-        noise's (first order, propagated through the stages)."""
-        mean, model, noise = self._terms(Xnew)
-        return mean, model + noise
-
-    def predict_y(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray]:
-        """As :meth:`predict_f` with the noise variance added (a new observation's variance)."""
-        mean, variance = self.predict_f(Xnew)
-        return mean, variance + self.noise_variance
-
-    def predict(self, Xnew: Any) -> PrivatePrediction:
-        """DP mean, the model's posterior variance and the DP noise std at ``Xnew``, each [k, 1] NumPy."""
-        mean, model, noise = self._terms(Xnew)
-        return PrivatePrediction(mean=mean, variance=model, noise_std=np.sqrt(noise))
 
     # -- card, repr ---------------------------------------------------------------------------
     def privacy_card(self) -> Dict[str, Any]:
