@@ -17,6 +17,7 @@ import tensorflow as tf
 import dpgp_gpflow as dp
 from dpgp_gpflow import measurement
 from dpgp_gpflow.measurement import SensitivityPath
+from test_cli import _run
 
 EPS, DELTA = 1.0, 1e-3
 RNG = np.random.default_rng(5)
@@ -254,27 +255,11 @@ def table(tmp_path_factory):
     return d
 
 
-def _dpgp(argv, work):
-    import contextlib
-    import io
-
-    from dpgp_gpflow.cli import main
-
-    err = io.StringIO()
-    with warnings.catch_warnings(), contextlib.redirect_stderr(err), contextlib.chdir(work):
-        warnings.simplefilter("ignore")
-        try:
-            code = main([str(a) for a in argv])
-        except SystemExit as exc:
-            code = exc.code
-    return code, err.getvalue()
-
-
 @pytest.mark.parametrize("mode", sorted(CLI))
 def test_the_command_lines_release_records_its_path_and_a_wrong_path_reserves_nothing(monkeypatch, table, mode):
     options, expected = CLI[mode]
     ledger = table / f"{mode}.sqlite"
-    assert _dpgp(["budget", "init", ledger.name, "--epsilon", "5", "--delta", "0.1"], table)[0] == 0
+    assert _run(["budget", "init", ledger.name, "--epsilon", "5", "--delta", "0.1"], table)[0] == 0
     argv = ["release", "data.csv", "--x", "a", "b", *options, "--lengthscale", "3", "--variance", "2", "--epsilon",
             EPS, "--delta", DELTA, "--ledger", ledger.name, "--quiet"]
     real, stated = measurement.measure, []
@@ -284,13 +269,13 @@ def test_the_command_lines_release_records_its_path_and_a_wrong_path_reserves_no
         assert m.path is not None, "this release states no sensitivity path"
         return real(dataclasses.replace(m, path=m.path._replace(person_rows=m.path.person_rows + 1)), accountant)
 
-    code, err = _dpgp([*argv, "-o", f"{mode}.json"], table)  # first: the modules it imports are imported
+    code, err = _run([*argv, "-o", f"{mode}.json"], table)  # first: the modules it imports are imported
     assert code == 0, err
     assert recorded(dp.load(table / f"{mode}.json")) == {expected}
     before = dp.PrivacyAccountant.open(ledger).history()
     assert len(before) == 1
     with monkeypatch.context() as patch:
         patch.setattr(measurement, "measure", wrong)  # the command imports it when it runs
-        code, err = _dpgp([*argv, "-o", "refused.json"], table)
+        code, err = _run([*argv, "-o", "refused.json"], table)
     assert code != 0 and "sensitivity covers" in err and stated and not (table / "refused.json").exists()
     assert dp.PrivacyAccountant.open(ledger).history() == before  # nothing reserved, nothing spent
