@@ -92,6 +92,17 @@ class RegressionPredictions:
 
     _clip_to_bounds: bool
     noise_variance: float
+    y_bounds: Tuple[float, float]
+
+    @property
+    def clip_to_bounds(self) -> bool:
+        """Predicted means are clipped to ``y_bounds`` (post-processing; :meth:`unclipped` for the raw ones)."""
+        return self._clip_to_bounds
+
+    @property
+    def midpoint(self) -> float:
+        """``c``: the outputs were centred at the bounds' midpoint (the prior mean)."""
+        return 0.5 * (self.y_bounds[0] + self.y_bounds[1])
 
     def _terms(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         raise NotImplementedError
@@ -182,11 +193,6 @@ class WholeRowsRelease(RegressionPredictions, StatisticsRelease, Released):
         return {k: v.copy() for k, v in self._statistics.items()}
 
     @property
-    def clip_to_bounds(self) -> bool:
-        """Predicted means are clipped to ``y_bounds`` (post-processing; :meth:`unclipped` for the raw ones)."""
-        return self._clip_to_bounds
-
-    @property
     def neighbours(self) -> str:
         """The relation protected: ``"row (inputs and outputs)"``, or ``"person (groups, up to G rows) (inputs and
         outputs)"`` with persons."""
@@ -197,11 +203,6 @@ class WholeRowsRelease(RegressionPredictions, StatisticsRelease, Released):
         """The lengthscales of the released features' kernel (a list, or a number; None for a kernel without)."""
         values = getattr(self.features.kernel, "lengthscales", None)
         return None if values is None else np.asarray(values.numpy(), dtype=np.float64).tolist()
-
-    @property
-    def midpoint(self) -> float:
-        """``c``: the outputs were centred at the bounds' midpoint (the prior mean)."""
-        return 0.5 * (self.y_bounds[0] + self.y_bounds[1])
 
     # -- the variances (post-processing) --------------------------------------------------------------
     def _fitted(self) -> Tuple[float, float]:

@@ -135,19 +135,9 @@ class ResidualRelease(RegressionPredictions, StatisticsRelease, Released):
         return {k: v.copy() for k, v in self._statistics.items()}
 
     @property
-    def clip_to_bounds(self) -> bool:
-        """Predicted means are clipped to ``y_bounds`` (post-processing; :meth:`unclipped` for the raw ones)."""
-        return self._clip_to_bounds
-
-    @property
     def neighbours(self) -> str:
         """The relation protected (as :class:`~.released.WholeRowsRelease`)."""
         return relation(self.person_rows)
-
-    @property
-    def midpoint(self) -> float:
-        """``c``: the outputs were centred at the bounds' midpoint (the prior mean)."""
-        return 0.5 * (self.y_bounds[0] + self.y_bounds[1])
 
     @property
     def first_stage(self) -> WholeRowsRelease:
