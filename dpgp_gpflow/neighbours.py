@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
@@ -68,9 +68,10 @@ class Neighbours:
     values: np.ndarray  #: [nnz] float64: +-1 on a corner, |G| on the bound's columns
     count: int  #: N_c, the number of extreme changes (columns)
     size: int  #: n, the number of rows
-    #: the persons it protects, as a release records them (:func:`group_neighbours`, :func:`output_neighbours`);
-    #: None for a map built otherwise, which no release records (:func:`path_of`)
-    path: Optional[SensitivityPath] = None
+    #: the persons it protects, as a release records them: set only by this module's constructors
+    #: (:func:`group_neighbours`, :func:`output_neighbours`: not an argument, so a hand-built map cannot claim
+    #: persons its entries do not protect); None for a map built otherwise, which no release records (:func:`path_of`)
+    path: Optional[SensitivityPath] = field(default=None, init=False)
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, Neighbours) and (self.count, self.size) == (other.count, other.size)
@@ -146,8 +147,8 @@ def group_neighbours(groups: Any, num_data: int, scales: Any = None) -> Optional
     weights = np.concatenate(values).astype(np.float64)
     if scale is not None:  # the heterogeneous box: D times the homogeneous map
         weights = weights * scale[entries]
-    return Neighbours(entries, np.concatenate(columns).astype(np.int64), weights, int(count), n,
-                      None if scale is not None else SensitivityPath(int(sizes.max())))
+    neighbours = Neighbours(entries, np.concatenate(columns).astype(np.int64), weights, int(count), n)
+    return neighbours if scale is not None else _recording(neighbours, SensitivityPath(int(sizes.max())))
 
 
 @check_shapes("M: [r, n]", "return: [r, c]")
@@ -200,7 +201,15 @@ def output_neighbours(groups: Any, num_rows: int, sensitivities: Any) -> Optiona
     path = SensitivityPath(largest_person(ids), int(d.size))  # persons of whole rows, every output
     ids = np.arange(n, dtype=np.int64) if ids is None else ids
     neighbours = group_neighbours(np.tile(ids, d.size), n * d.size, np.repeat(d / d.max(), n))
-    return None if neighbours is None else dataclasses.replace(neighbours, path=path)
+    return None if neighbours is None else _recording(neighbours, path)
+
+
+def _recording(neighbours: Neighbours, path: SensitivityPath) -> Neighbours:
+    """A copy of ``neighbours`` recording ``path``, the persons its entries were built for (this module's
+    constructors only)."""
+    out = dataclasses.replace(neighbours)  # path is not copied (init=False): set here alone
+    object.__setattr__(out, "path", path)
+    return out
 
 
 def path_of(neighbours: Optional[Neighbours]) -> SensitivityPath:

@@ -227,8 +227,17 @@ def test_a_neighbour_map_built_by_hand_is_refused_before_anything_is_reserved():
     with pytest.raises(ValueError, match="does not record the persons it protects"):
         _cloaking(acc, Neighbours(np.arange(n), np.arange(n), np.ones(n), n, n))
     assert acc.history() == [] and acc.held == (0.0, 0.0) and acc.spent == (0.0, 0.0)
-    # the same map stating the row it protects is released as one
-    assert _cloaking(acc, Neighbours(np.arange(n), np.arange(n), np.ones(n), n, n, SensitivityPath())).neighbours == ROW
+    # nor can a hand-built map state persons: a per-row map claiming persons of 3 rows would have its card say more
+    # than its noise protects (the path is set by group_neighbours / output_neighbours alone)
+    with pytest.raises(TypeError):
+        Neighbours(np.arange(n), np.arange(n), np.ones(n), n, n, SensitivityPath(3))
+    with pytest.raises(ValueError):
+        dataclasses.replace(Neighbours(np.arange(n), np.arange(n), np.ones(n), n, n), path=SensitivityPath(3))
+    assert acc.history() == []
+    # the persons' map records the persons it was built for, and is released as theirs
+    from dpgp_gpflow.neighbours import group_neighbours
+
+    assert _cloaking(acc, group_neighbours(np.arange(n) // 3, n)).neighbours == "person (groups, up to 3 rows)"
 
 
 # -- the command line's releases (one measurement holding the selection, if any, and the release; its file) --
