@@ -39,6 +39,17 @@ __all__: List[str] = []  # internal: dpgp_gpflow.audit calls residual_audit
 
 #: Relative difference allowed between a released radius and the one recomputed from the earlier stages.
 RADIUS_RTOL = 1e-9
+#: ... and between what the release predicts from (its estimates, last mean and Cholesky factor) and the same
+#: recomputed from its released stages (relative to each array's largest entry).
+PREDICTION_RTOL = 1e-9
+
+
+def _same(claimed: Any, recomputed: Any, what: str) -> None:
+    a, b = np.asarray(claimed, dtype=np.float64), np.asarray(recomputed, dtype=np.float64)
+    scale = float(np.max(np.abs(b))) if b.size else 0.0
+    if a.shape != b.shape or not np.all(np.abs(a - b) <= PREDICTION_RTOL * max(scale, np.finfo(np.float64).tiny)):
+        raise ValueError(f"the release's {what} is not the one its released stages give: its predictions are not "
+                         "post-processing of this release")
 
 
 def residual_audit(release: Any, model: Any) -> WholeRowsAudit:
@@ -68,7 +79,12 @@ def residual_audit(release: Any, model: Any) -> WholeRowsAudit:
     source, groups = model_rows(model, None, DEFAULT_CHUNK_SIZE)
     rows = RowStatistics(features, box, (lo, hi), clip_inputs=model.clip_inputs)
     G = largest_person(groups)
-    radii, estimates, _ = replay(posterior, S_hat, statistics["residual_b"], std["residual_b"][:, 0], points, hi - lo)
+    radii, estimates, last = replay(posterior, S_hat, statistics["residual_b"], std["residual_b"][:, 0], points,
+                                    hi - lo)
+    # what predict_f reads must be post-processing of the released stages (a file or object could carry other weights)
+    _same(release.estimates, np.stack(estimates), "estimates")
+    _same(release.posterior.mean, last.mean, "last mean")
+    _same(release.posterior.chol, last.chol, "Cholesky factor")
     mus, released, recomputed = [first.mu], [first.released], [first.recomputed]
     stages = zip(statistics["residual_b"], std["residual_b"], release.radii, radii, estimates)
     for j, (b, noise, claimed, radius, u) in enumerate(stages, start=2):

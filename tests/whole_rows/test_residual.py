@@ -303,3 +303,15 @@ def test_the_audit_recomputes_every_radius_and_the_noise_within_the_claim():
     wider.radii = released.radii * 1.5
     with pytest.raises(ValueError, match="radius"):
         dp.audit(wider, model)
+    # predictions that are not post-processing of the released stages: the last mean replaced by the non-private
+    # least-squares weights of the rows (a reviewer's forgery: the audit passed it before)
+    phi = released.features(tf.constant(X)).numpy()
+    private = np.linalg.lstsq(phi, np.clip(Y[:, 0], *BOUNDS) - 0.5 * sum(BOUNDS), rcond=None)[0]
+    forged = copy.copy(released)
+    forged.posterior = released.posterior._replace(mean=tf.constant(private))
+    with pytest.raises(ValueError, match="last mean"):
+        dp.audit(forged, model)
+    forged = copy.copy(released)
+    forged.estimates = released.estimates * 1.01
+    with pytest.raises(ValueError, match="estimates"):
+        dp.audit(forged, model)
