@@ -133,7 +133,9 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
     candidates = _lengthscale_candidates(lengthscales, kernel, box)
     if fractions is not None and candidates is not None:
         raise NotImplementedError("residual releases (residual_fractions=) use the kernel's own lengthscales: a "
-                                  "lengthscale grid is not combined with them yet (give the lengthscales)")
+                                  "lengthscale grid (lengthscales=, or the default grid a model whose kernel keeps "
+                                  "GPflow's default lengthscale is released with) is not combined with them yet: give "
+                                  "the kernel's lengthscales (public, chosen without the rows)")
     if variances == "fit" and not constant_diagonal(kernel):  # (a lengthscale grid needs a stationary kernel)
         raise NotImplementedError(
             "fitting the variances on the released statistics assumes k(x, x) is the same everywhere, and a "
