@@ -46,8 +46,8 @@ PREDICTION_RTOL = 1e-9
 
 def _same(claimed: Any, recomputed: Any, what: str) -> None:
     a, b = np.asarray(claimed, dtype=np.float64), np.asarray(recomputed, dtype=np.float64)
-    scale = float(np.max(np.abs(b))) if b.size else 0.0
-    if a.shape != b.shape or not np.all(np.abs(a - b) <= PREDICTION_RTOL * max(scale, np.finfo(np.float64).tiny)):
+    scale = max(float(np.max(np.abs(b))) if b.size else 0.0, float(np.finfo(np.float64).tiny))
+    if a.shape != b.shape or not np.all(np.abs(a - b) <= PREDICTION_RTOL * scale):
         raise ValueError(f"the release's {what} is not the one its released stages give: its predictions are not "
                          "post-processing of this release")
 
