@@ -21,6 +21,7 @@ import pytest
 import tensorflow as tf
 from reference import analytic_delta
 from whole_rows_reference import features as reference_features
+from whole_rows_reference import extreme_neighbours, widest_point
 
 import dpgp_gpflow as dp
 from dpgp_gpflow import whole_rows as wr
@@ -60,16 +61,8 @@ def _sum(X, Y, chunk=3):
     return residual_sums(LocalChunks(X, Y, chunk), ResidualStatistics(_rows(), U, RADIUS))
 
 
-def _neighbours():
-    grid = np.linspace(0.0, 10.0, 2001)[:, None]
-    widest = grid[np.argmax(np.linalg.norm(reference_features(grid, Z, LENGTHSCALE), axis=1))]
-    lo, hi = BOUNDS
-    for i in range(X.shape[0]):
-        for x in (np.array([0.0]), np.array([10.0]), widest):
-            X2, Y2 = X.copy(), Y.copy()
-            X2[i] = x
-            Y2[i] = lo if Y[i, 0] >= (lo + hi) / 2 else hi
-            yield X2, Y2
+def _neighbours():  # the box's corners and the widest point, each row, outputs at the opposite bound
+    return extreme_neighbours(X, Y, [0.0, 10.0, widest_point(0.0, 10.0, Z, LENGTHSCALE)], BOUNDS)
 
 
 def _worst_shift():

@@ -38,3 +38,21 @@ def shift_in_noise_units(a, b) -> float:
                   (ca.statistics["b"] - cb.statistics["b"]) / std["b"],
                   np.atleast_1d((ca.statistics["q"] - cb.statistics["q"]) / std["q"])]
     return float(np.linalg.norm(np.concatenate(parts)))
+
+
+def widest_point(lo: float, hi: float, Z: np.ndarray, lengthscale: float, num: int = 2001) -> float:
+    """The point of the 1-D box [lo, hi] (on a grid of ``num``) where the whitened features' norm is largest."""
+    grid = np.linspace(lo, hi, num)[:, None]
+    return float(grid[np.argmax(np.linalg.norm(features(grid, Z, lengthscale), axis=1)), 0])
+
+
+def extreme_neighbours(X: np.ndarray, Y: np.ndarray, points, bounds):
+    """Every neighbour of the rows (X [n, 1], Y [n, 1]) that replaces one row's input by one of ``points`` and its
+    output by the bound opposite to it: the brute force of the whole-row tests."""
+    lo, hi = bounds
+    for i in range(X.shape[0]):
+        for x in points:
+            X2, Y2 = X.copy(), Y.copy()
+            X2[i] = x
+            Y2[i] = lo if Y[i, 0] >= (lo + hi) / 2 else hi
+            yield X2, Y2
