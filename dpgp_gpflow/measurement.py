@@ -89,6 +89,12 @@ class Measurement(Generic[R]):
     mechanism's sensitivity is computed for: :func:`measure` refuses (``ValueError``, before anything is
     reserved) a ``relation`` that is not that path's, and the released object records the measurement's
     relation (:func:`_recording`).
+
+    ``file_pieces`` (by keyword) are the public kernels and mean functions the result's release file will
+    hold (a released function's or classifier's readout, a whole-row release's kernel): :func:`measure`
+    refuses (``NotImplementedError``, before anything is reserved) one the file format cannot save
+    (:func:`~dpgp_gpflow.io.gpflow_specs.check_file_pieces`), so nothing is charged for a result ``save``
+    would then refuse.
     """
 
     request: Optional[ReleaseRequest]  #: the validated Gaussian request; None for a release charged by ``events``
@@ -99,6 +105,8 @@ class Measurement(Generic[R]):
     description: str = field(default="")
     store: Optional[Callable[[R], Any]] = None
     path: SensitivityPath = field(kw_only=True)  #: what the mechanism's sensitivity is computed for
+    #: the GPflow kernels and mean functions the result's release file will hold (None entries skipped)
+    file_pieces: Tuple[Any, ...] = field(default=(), kw_only=True)
 
     def check_relation(self) -> None:
         """``ValueError`` unless ``relation`` is the one its ``path`` protects."""
@@ -118,8 +126,8 @@ class Measurement(Generic[R]):
 
 
 def measure(measurement: Measurement[R], accountant: Any = None) -> R:
-    """Run ``measurement``: its public checks, then one reservation of its privacy map in ``accountant``
-    (a :class:`~dpgp_gpflow.accounting.PrivacyAccountant`, a caller's
+    """Run ``measurement``: its public checks (its relation, its ``file_pieces``, its ``checks``), then one
+    reservation of its privacy map in ``accountant`` (a :class:`~dpgp_gpflow.accounting.PrivacyAccountant`, a caller's
     :class:`~dpgp_gpflow.accounting.Reservation` to commit into, or None: every enclosing accountant),
     then its mechanism, then its ``store`` step if it has one. Once the result exists (and is stored),
     every event drawn through a deferred view of this reservation is recorded; whatever was not recorded
@@ -132,6 +140,9 @@ def measure(measurement: Measurement[R], accountant: Any = None) -> R:
         raise TypeError("a measurement with a store step records its own draws: pass an accountant (or None), "
                         "not a caller's Reservation")
     measurement.check_relation()
+    if measurement.file_pieces:  # imported here: GPflow, for the releases whose file holds its pieces
+        from .io.gpflow_specs import check_file_pieces
+        check_file_pieces(*measurement.file_pieces)
     for check in measurement.checks:
         check()
     events: Sequence[PrivacyEvent] = measurement.privacy_map()

@@ -25,7 +25,6 @@ import tensorflow as tf
 from check_shapes import check_shapes
 
 from .accounting import PrivacyAccountant, Reservation
-from .io.gpflow_specs import check_file_pieces
 from .noise_planning import DEFAULT_TOL
 from .contract import (
     FactoredPrivateModel,
@@ -254,8 +253,6 @@ def release_function(
     request = release_request(epsilon, delta, calibration=calibration, objective=objective, seed=seed,
                               rtol=rtol, tol=tol)  # rtol and tol too: all refused before anything is reserved
     check_release_hyperparameters(model, hyperparameters_public)
-    # the function's file holds the kernel and mean function: one its file cannot hold is refused now
-    check_file_pieces(getattr(model, "kernel", None), getattr(model, "mean_function", None))
     # the public terms, checked finite before any budget is reserved (a refusal draws and spends nothing)
     latent, readout = latent_terms_and_readout(model)
     latent = latent._replace(map=dense_map(latent.map))  # B [m, n], formed once
@@ -268,7 +265,10 @@ def release_function(
                                               reference_inputs=reference_inputs, rtol=rtol, tol=tol))
 
     path = sensitivity_path(model)
-    return measure(Measurement(request, path.relation(), draw, path=path), accountant)  # the one reservation
+    # the function's file holds the kernel and mean function: measure refuses one its file cannot hold
+    pieces = (getattr(model, "kernel", None), getattr(model, "mean_function", None))
+    return measure(Measurement(request, path.relation(), draw, path=path, file_pieces=pieces),
+                   accountant)  # the one reservation
 
 
 def _check_reference_offset(model: Any, offset: Any, reference_inputs: Any) -> None:

@@ -345,3 +345,53 @@ def test_a_result_recording_another_relation_than_its_measurement_is_not_publish
     Result.neighbours = "person (groups, up to 2 rows)"
     assert isinstance(measure(Measurement(_request(), Result.neighbours, mechanism, path=SensitivityPath(2)), acc),
                       Result)
+
+
+@pytest.mark.parametrize("piece", ["kernel", "mean function"])
+def test_a_file_piece_no_release_file_holds_is_refused_before_the_checks_and_the_reservation(piece):
+    """A measurement names the kernels and mean functions its result's file will hold: measure refuses one the file
+    format cannot save (a subclass of a GPflow kernel, a Linear mean function) before its checks, its reservation
+    and its mechanism; the same measurement with pieces a file holds runs and is charged once."""
+    import gpflow
+
+    class MySE(gpflow.kernels.SquaredExponential):  # its maths may differ: no file holds it
+        pass
+
+    bad = MySE() if piece == "kernel" else gpflow.functions.Linear(A=[[0.5]], b=0.1)
+    order = []
+
+    def check():
+        order.append("check")
+
+    def mechanism(reservation):
+        order.append("mechanism")
+        reservation.commit("drawn")
+        return "released"
+
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+    with pytest.raises(NotImplementedError, match=rf"cannot save a .*(MySE kernel|Linear mean function).*nothing was "
+                                                  r"reserved"):
+        measure(RowMeasurement(_request(), "row", mechanism, checks=(check,),
+                               file_pieces=(gpflow.kernels.Matern32(), None, bad)), acc)
+    assert order == [] and acc.history() == [] and acc.held == (0.0, 0.0) and acc.spent == (0.0, 0.0)
+    good = (gpflow.kernels.Matern32() + gpflow.kernels.Constant(), gpflow.functions.Constant(0.3), None)
+    assert measure(RowMeasurement(_request(), "row", mechanism, checks=(check,), file_pieces=good), acc) == "released"
+    assert order == ["check", "mechanism"] and [e["status"] for e in acc.history()] == ["committed"]
+
+
+def test_only_measure_checks_the_file_pieces():
+    """The file-form check of a release's kernels is stated by its measurement (``file_pieces``) and run by measure
+    alone: no release path calls ``check_file_pieces`` itself (by syntax, as for ``reserve(``)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(dp.__file__).resolve().parent
+    sites = set()
+    for path in package.rglob("*.py"):
+        for fn in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for call in ast.walk(fn):
+                    name = getattr(call.func, "id", getattr(call.func, "attr", "")) if isinstance(call, ast.Call) else ""
+                    if name == "check_file_pieces":
+                        sites.add(f"{path.relative_to(package).as_posix()}:{fn.name}")
+    assert sites == {"measurement.py:measure"}

@@ -129,6 +129,12 @@ RELEASES = {
     "whole rows, regression": lambda k, acc: DPSGPR(
         (X, Y), k, Z, noise_variance=0.1, y_bounds=(-1.0, 1.0), x_bounds=BOX, private_inputs=True,
         **PUBLIC).release_function(epsilon=1.0, delta=1e-3, accountant=acc),
+    "whole rows, residual releases": lambda k, acc: DPSGPR(
+        (X, Y), k, Z, noise_variance=0.1, y_bounds=(-1.0, 1.0), x_bounds=BOX, private_inputs=True,
+        **PUBLIC).release_function(epsilon=1.0, delta=1e-3, accountant=acc, residual_fractions="default"),
+    "whole rows, lengthscale grid": lambda k, acc: DPSGPR(
+        (X, Y), k, Z, noise_variance=0.1, y_bounds=(-1.0, 1.0), x_bounds=BOX, private_inputs=True,
+        **PUBLIC).release_function(epsilon=1.0, delta=1e-3, accountant=acc, lengthscales=(0.5, 1.5)),
     "whole rows, classifier": lambda k, acc: DPSparseMulticlassLaplaceGPC(
         (X, LABELS), k, Z, num_classes=3, x_bounds=BOX, private_inputs=True, **PUBLIC).release(
         epsilon=1.0, delta=1e-3, accountant=acc),

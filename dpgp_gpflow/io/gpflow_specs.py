@@ -8,8 +8,8 @@ Reading never executes anything from the file: kernels are rebuilt only from a f
 classes (:data:`KERNEL_CLASSES`, ``Periodic`` of one of :data:`PERIODIC_BASES`, ``Sum`` and ``Product``) with a
 fixed list of parameters each, at most :data:`MAX_KERNEL_TERMS` of them, each parameter positive, finite and
 within the releases' range. Every release whose file holds its kernel (a function, a classifier, a whole-row
-release) checks :func:`check_file_pieces` before anything is reserved, so no result is charged that ``save``
-would then refuse.
+release) names it in its measurement's ``file_pieces``, which :func:`~dpgp_gpflow.measurement.measure` checks
+(:func:`check_file_pieces`) before anything is reserved, so no result is charged that ``save`` would then refuse.
 """
 
 from __future__ import annotations
@@ -81,18 +81,18 @@ def kernel_spec(kernel: gpflow.kernels.Kernel) -> Dict[str, Any]:
     return spec
 
 
-def check_file_pieces(kernel: Optional[gpflow.kernels.Kernel],
-                      mean_function: Optional[gpflow.functions.MeanFunction] = None) -> None:
-    """``NotImplementedError`` (one line) unless a release file can hold ``kernel`` (and ``mean_function``):
-    what a release whose file holds them (a released function or classifier, a whole-row release) checks
-    before anything is reserved, so that nothing is charged for a result ``save`` would then refuse (``kernel``
-    None: a model without one, whose readout is not the package's, has no file form to check). Public: reads
-    the kernel's classes and parameters only."""
+def check_file_pieces(*pieces: Optional[Any]) -> None:
+    """``NotImplementedError`` (one line) unless a release file can hold every one of ``pieces`` (GPflow kernels
+    and mean functions; None skipped: a model without a kernel, whose readout is not the package's, has no file
+    form to check): what :func:`~dpgp_gpflow.measurement.measure` checks of a measurement's ``file_pieces``
+    before anything is reserved, so that nothing is charged for a result ``save`` would then refuse. Public:
+    reads the pieces' classes and parameters only."""
     try:
-        if kernel is not None:
-            kernel_spec(kernel)
-        if mean_function is not None:
-            mean_function_spec(mean_function)
+        for piece in pieces:
+            if isinstance(piece, gpflow.functions.MeanFunction):
+                mean_function_spec(piece)
+            elif piece is not None:
+                kernel_spec(piece)
     except NotImplementedError as exc:
         raise NotImplementedError(f"{exc}; this release's file would hold it, so the release is refused before "
                                   "anything is reserved (nothing was reserved)") from None

@@ -58,7 +58,6 @@ from ..contract import ReleaseTerms, check_release_hyperparameters, dense_map
 from ..pipeline import cloak_outputs
 from ..composition import gdp_composition, gdp_step_multiplier, gdp_step_request
 from ..io.card import LABEL_BOUNDS
-from ..io.gpflow_specs import check_file_pieces
 from ..measurement import Measurement, StepDraws, measure, stepwise
 from ..mechanisms import ReleaseRequest, release_request
 from ..neighbours import sensitivity_path
@@ -326,14 +325,14 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
                                   rtol=rtol, tol=tol)
         step_request = _step_request(request, steps)
         check_release_hyperparameters(self, hyperparameters_public)
-        check_file_pieces(self.kernel)  # the classifier's file holds it
         # step 1's public terms, checked finite before any budget is reserved (a refusal draws and spends nothing)
         first = self.first_step()
         path = sensitivity_path(self)  # the relation checked before the reservation, recorded by every step
         if steps == 1:
             return measure(Measurement(request, path.relation(),
                                        lambda reservation: self.release_steps(request, reservation, 1, first,
-                                                                              rtol=rtol, tol=tol), path=path),
+                                                                              rtol=rtol, tol=tol), path=path,
+                                       file_pieces=(self.kernel,)),  # the classifier's file holds it
                            accountant)
         description = f"Laplace release of {steps} Newton steps (Gaussian-DP composition)"
 
@@ -342,7 +341,7 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
 
         # the one reservation of the one event; committed after the last draw (or after a failed later step)
         classifier = measure(Measurement(request, path.relation(), stepwise(draw, step_request.event(), description),
-                                         description=description, path=path), accountant)
+                                         description=description, path=path, file_pieces=(self.kernel,)), accountant)
         return classifier.composed(request.epsilon, request.delta, 1.0 / request.multiplier)
 
     def first_step(self) -> Tuple[tf.Tensor, tf.Tensor]:

@@ -52,7 +52,6 @@ from ..noise_planning import DEFAULT_TOL
 from ..composition import gdp_step_request
 from ..contract import check_release_hyperparameters, dense_map, latent_terms_and_readout
 from ..io.card import MulticlassGuarantee
-from ..io.gpflow_specs import check_file_pieces
 from ..measurement import Measurement, StepDraws, measure, stepwise
 from ..mechanisms import ReleaseRequest, release_request
 from ..neighbours import relation, sensitivity_path
@@ -167,7 +166,6 @@ class _OneVsRest(OneVsRestModel, BayesianModel, InternalDataTrainingLossMixin):
         step_request = multiclass_step_request(request, steps, self.classes_moved)
         for problem in self.problems:
             check_release_hyperparameters(problem, hyperparameters_public)
-            check_file_pieces(problem.kernel)  # the classifiers' file holds it
         return steps, request, step_request
 
     def _release_classes(self, step_release: StepRelease, request: ReleaseRequest, step_request: ReleaseRequest,
@@ -185,7 +183,9 @@ class _OneVsRest(OneVsRestModel, BayesianModel, InternalDataTrainingLossMixin):
         # persons of the model's rows, each label moved between classes (checked before the reservation)
         path = sensitivity_path(self)
         classifiers = measure(Measurement(request, path.relation(), stepwise(classes, step_request.event(), description),
-                                          description=description, path=path), accountant)
+                                          description=description, path=path,
+                                          file_pieces=tuple(p.kernel for p in self.problems)),  # the file holds them
+                              accountant)
         # its relation recorded from the measurement's path (class_relation of its persons' rows)
         return PrivateMulticlassClassifier(classifiers, epsilon=request.epsilon, delta=request.delta,
                                            mu=1.0 / request.multiplier, steps=steps, person_rows=path.person_rows)

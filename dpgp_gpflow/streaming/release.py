@@ -32,7 +32,6 @@ from ..accounting import PrivacyAccountant, Reservation
 from ..noise_planning import DEFAULT_TOL, candidate_rtols
 from ..noise_planning.rank import bias_rounding, projection_bias
 from ..contract import check_release_hyperparameters
-from ..io.gpflow_specs import check_file_pieces
 from ..pipeline import recorded_bounds, reference_coordinates, shaped
 from ..mechanisms import (ReleaseRequest, check_noise_condition, publish_cloaking, release_request,
                           safe_sensitivity)
@@ -198,14 +197,15 @@ def release_function(
     # before anything is reserved
     source_persons(source, getattr(model, "groups", None), model_inputs(model))
     check_release_hyperparameters(model, hyperparameters_public)
-    check_file_pieces(model.kernel, getattr(model, "mean_function", None))  # the function's file holds them
 
     def draw(reservation: Reservation) -> PrivateFunction:  # cloak_function commits the one event
         return cloak_function(model, request, reservation, reference_inputs=reference_inputs, rtol=rtol, tol=tol,
                               max_iter=max_iter, source=source, chunk_size=chunk_size, stats=stats)
 
     path = sensitivity_path(model)  # the relation is checked against it before anything is reserved
-    return measure(Measurement(request, path.relation(), draw, path=path), accountant)  # the one reservation
+    pieces = (model.kernel, getattr(model, "mean_function", None))  # the function's file holds them
+    return measure(Measurement(request, path.relation(), draw, path=path, file_pieces=pieces),
+                   accountant)  # the one reservation
 
 
 def cloak_function(

@@ -33,7 +33,7 @@ import tensorflow as tf
 from check_shapes import check_shapes
 
 from .. import linalg
-from ..io.gpflow_specs import check_file_pieces, kernel_from_spec, kernel_spec
+from ..io.gpflow_specs import kernel_from_spec, kernel_spec
 from ..validation import parameter_value
 
 __all__: list[str] = []  # internal: the package imports these names by name
@@ -217,12 +217,6 @@ class FeatureMap:
     def unit_variance(self, X: Any) -> tf.Tensor:
         """``k(x, x) / k_max`` at ``X`` [N] (1 for a stationary kernel; public)."""
         return self.kernel(tf.convert_to_tensor(X, tf.float64), full_cov=False) / self.k_max
-
-    def check_portable(self) -> None:
-        """``NotImplementedError`` (one line) unless the kernel has a release-file specification: the release's
-        file holds it and Dask workers rebuild the map from it (:func:`~dpgp_gpflow.io.gpflow_specs.check_file_pieces`);
-        public, called before anything is reserved."""
-        check_file_pieces(self.kernel)
 
     # -- pickling (Dask workers): the kernel travels as its specification -------------------------------
     def __getstate__(self) -> Dict[str, Any]:

@@ -144,8 +144,6 @@ def statistics_measurement(request: ReleaseRequest, source: ChunkSource, rows: A
         chunked = source if ids is None else source.between_persons(person_starts(ids, int(source.n)))
         if request.sampler != "exact":
             raise ValueError("whole-row releases draw with the exact sampler only")
-        for r in grid.rows:  # the release's file holds the kernel, and Dask workers rebuild it from the same form
-            r.features.check_portable()
         validate_shares(shares)
         if largest_person(ids) != path.person_rows:  # the sensitivity is computed for the path's persons
             raise ValueError(f"the source's persons have up to {largest_person(ids)} rows, the declared ones "
@@ -160,6 +158,8 @@ def statistics_measurement(request: ReleaseRequest, source: ChunkSource, rows: A
                                     sensitivity=state["sensitivity"], person_rows=state["person_rows"])
         return then(noised)
 
+    # the release's file holds the kernel(s), and Dask workers rebuild them from the same form: measure checks it
     return Measurement(request, path.relation(), mechanism, checks=(*checks, own_checks), path=path,
+                       file_pieces=tuple(r.features.kernel for r in grid.rows),
                        description=f"whole-row statistics (M = {features.m}"
                                    + (f", {len(grid.rows)} {grid.blocks_are}" if len(grid.rows) > 1 else "") + ")")

@@ -259,5 +259,6 @@ def release_residuals(request: ReleaseRequest, source: ChunkSource, rows: RowSta
     declared = validate_groups(groups, int(np.shape(groups)[0])) if groups is not None else None
     measurement = Measurement(request, first.relation, stepwise(steps, requests[0].event(), description),
                               checks=(*first.checks, own_checks), description=description,
+                              file_pieces=first.file_pieces,  # the statistics' kernel: the file holds it
                               path=SensitivityPath(largest_person(declared), 1, True))
     return measure(measurement, accountant)
