@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import warnings
 from pathlib import Path
 from typing import Tuple
@@ -172,6 +173,15 @@ REFUSALS = {
     "more rows of inducing inputs than rows": (["--private-inputs", *BOX_ARGS, "--sparse", "64"],
                                                "between 1 and the number of rows (50)"),
     "over budget": (["--private-inputs", *BOX_ARGS, "--epsilon", "6"], "budget"),
+    "residual without private inputs": (["--residual", "--lengthscale", "20"], "--residual releases residual sums"),
+    "residual with a lengthscale grid": (["--private-inputs", *BOX_ARGS, "--residual"],
+                                         "--residual needs --lengthscale"),
+    "residual fractions not summing to 1": (["--private-inputs", *BOX_ARGS, "--lengthscale", "20", "--residual",
+                                             "0.5", "0.4"], "summing to 1 (the statistics' first"),
+    "one residual fraction": (["--private-inputs", *BOX_ARGS, "--lengthscale", "20", "--residual", "1"],
+                              "two or more fractions"),
+    "residual classifier": (["--private-inputs", *BOX_ARGS, "--lengthscale", "20", "--variance", "4", "--classes",
+                             "2", "--residual"], "without --classes"),
 }
 
 
@@ -222,3 +232,47 @@ def test_groups_release_protects_persons_as_the_python_api(work):
     assert got.neighbours == "person (groups, up to 2 rows) (inputs and outputs)"
     card = dp.io.read_card(work / "persons.json")
     assert card["groups"] == {"column": "person", "persons": 25, "largest_rows": 2}
+
+
+@pytest.mark.parametrize("fractions", [(), (0.6, 0.4)])
+def test_residual_releases_are_the_python_apis_charged_once(work, fractions):
+    """``--residual`` (the default fractions) or ``--residual F1 F2``: the statistics then residual releases, as
+    ``release_function(..., residual_fractions=...)`` with the same seed; one ledger event at (epsilon, delta);
+    every stage's multiplier ``s / sqrt(f_j)`` (Gaussian-DP split, computed here) stated by ``dpgp show``."""
+    name = f"residual{len(fractions)}"
+    ledger = _ledger(work, f"{name}.sqlite")
+    code, _, stderr = _run(["release", "inside.csv", "--x", "age", "weight", "--y", "height", "--bounds", "60", "180",
+                            "--private-inputs", "--x-bounds", *np.ravel(BOX), "--sparse", "9", "--inducing", "grid",
+                            "--lengthscale", "20", "30", "--variance", "100", "--noise", "10", "--epsilon", EPSILON,
+                            "--delta", DELTA, "--seed", "11", "--ledger", ledger, "--residual", *fractions,
+                            "-o", f"{name}.json", "--quiet"], work)
+    assert code == 0, stderr
+    X, Y = _data(work, "inside.csv")
+    axes = [np.linspace(lo, hi, 3) for lo, hi in BOX]
+    Z = np.stack([g.reshape(-1) for g in np.meshgrid(*axes, indexing="ij")], axis=1)
+    expected_fractions = fractions or (0.5, 0.25, 0.25)  # the default (docs/whole_rows.md#residual-releases)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = dp.models.DPSGPR((X, Y), gpflow.kernels.SquaredExponential(lengthscales=[20.0, 30.0], variance=100.0),
+                                 Z, noise_variance=10.0, y_bounds=(60.0, 180.0), x_bounds=BOX, private_inputs=True,
+                                 hyperparameters_public=True)
+        expected = model.release_function(epsilon=EPSILON, delta=DELTA, seed=11,
+                                          residual_fractions=fractions or "default")
+    got = dp.load(work / f"{name}.json")
+    assert type(got).__name__ == "ResidualRelease"
+    _assert_same_release(got, expected)
+    np.testing.assert_allclose(got.statistics["residual_b"], expected.statistics["residual_b"], rtol=1e-12,
+                               atol=1e-12)
+    assert got.statistics["residual_b"].shape[0] == len(expected_fractions) - 1
+    Xnew = np.array([[5.0, 50.0], [60.0, 90.0]])
+    np.testing.assert_allclose(got.predict(Xnew).mean, expected.predict(Xnew).mean, rtol=1e-10)
+    s = reference_multiplier(EPSILON, DELTA)
+    events = dp.PrivacyAccountant.open(ledger).ledger
+    assert len(events) == 1 and (events[0].epsilon, events[0].delta) == (EPSILON, DELTA)
+    assert events[0].mu == pytest.approx(1.0 / s, rel=1e-8)
+    code, stdout, stderr = _run(["show", f"{name}.json"], work)
+    assert code == 0, stderr
+    assert f"whole-row statistics + {len(expected_fractions) - 1} residual release(s)" in stdout
+    shown = {line.split(":", 1)[0].strip(): line.split(":", 1)[1] for line in stdout.splitlines()[1:] if ":" in line}
+    np.testing.assert_allclose(json.loads(shown["residual_fractions"]), expected_fractions, rtol=1e-12)
+    np.testing.assert_allclose(json.loads(shown["stage_multipliers"]), s / np.sqrt(expected_fractions), rtol=1e-8)

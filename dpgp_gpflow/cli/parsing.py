@@ -68,6 +68,9 @@ EXAMPLES = {
   # only when given, and the marks can be given when the guess cannot tell:
   dpgp release kung-de.csv --x age --y height --bounds 40 200 --epsilon 1 --delta 1e-6 --grid 50 \\
        --sep ";" --decimal , --thousands . -o kung.json
+  # whole rows private (ages too), residual releases after the statistics, all under one ledger event:
+  dpgp release Howell1.csv --x age --y height --bounds 40 200 --private-inputs --x-bounds 0 100 --sparse 8 \\
+       --lengthscale 15 --epsilon 2 --delta 1e-2 --residual -o rows.json
   # a classifier of the labels 0 / 1 in the column male (public hyperparameters), sparse on 20 inducing inputs:
   dpgp release Howell1.csv --x height weight --y male --classes 2 --lengthscale 10 --variance 4 --sparse 20 \\
        --epsilon 1 --delta 1e-6 -o male.json""",
@@ -199,6 +202,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-clip-inputs", action="store_true",
                    help="with --private-inputs: refuse (nothing charged) when an input lies outside --x-bounds, "
                         "instead of clipping it to the box")
+    p.add_argument("--residual", type=float, nargs="*", default=None, metavar="F",
+                   help="with --private-inputs and --lengthscale: after the whole-row statistics, release the rows' "
+                        "clipped residual sums against the estimate so far, each stage a public fraction of the one "
+                        "budget (Gaussian-DP composition: one ledger event at --epsilon, --delta; "
+                        "docs/whole_rows.md#residual-releases); --residual alone: the default fractions 0.5 0.25 "
+                        "0.25 (the statistics, then two residual releases), or --residual F1 F2 ...: two or more "
+                        "fractions > 0 summing to 1, the statistics' first")
     p.add_argument("--classes", type=int, default=None, metavar="K",
                    help="release a classifier: the --y column holds labels 0 .. K-1 (2: labels 0 / 1); the full-GP "
                         "Laplace classifier, or with --sparse M the sparse one (with --private-inputs --x-bounds: "

@@ -179,6 +179,10 @@ def selection_share_value(text: str) -> float:
 
 
 def cmd_release(args) -> int:
+    if args.residual is not None and (args.classes is not None or not args.private_inputs):
+        raise UsageError("--residual releases residual sums after a whole-row regression: give it with "
+                         "--private-inputs --x-bounds and without --classes (a classifier, or a release of public "
+                         "inputs, has no residual releases)")
     if args.classes is not None or args.steps is not None:  # labels: a classifier, its own command
         if args.classes is None:
             raise UsageError("--steps is for a classifier's Newton steps: give it with --classes K")

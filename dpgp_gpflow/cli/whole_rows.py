@@ -81,6 +81,28 @@ def whole_rows_inducing(args, dim: int) -> Tuple[str, int]:
     return design, per_column
 
 
+def checked_residual(args, lengthscales: Any) -> Any:
+    """``--residual [F ...]``: None (one release), ``"default"`` (the option alone) or the public fractions of the
+    budget, checked by the library's rule (:func:`~dpgp_gpflow.whole_rows.residual_bounds.validate_residual_fractions`)
+    before anything is read; residual releases use the kernel's own lengthscales, so ``--lengthscale`` is needed.
+    No TensorFlow."""
+    from ..whole_rows.residual_bounds import validate_residual_fractions
+
+    if args.residual is None:
+        return None
+    fractions = "default" if not args.residual else tuple(args.residual)
+    try:
+        validate_residual_fractions(fractions)
+    except ValueError:
+        raise UsageError("--residual takes no number (the default fractions) or two or more fractions of the budget, "
+                         "each > 0, summing to 1 (the statistics' first, then one per residual release), got "
+                         f"{' '.join(f'{f:g}' for f in args.residual)}") from None
+    if lengthscales is None:
+        raise UsageError("--residual needs --lengthscale (public, chosen without the rows): residual releases are "
+                         "not combined with the lengthscale grid a release without it chooses from")
+    return fractions
+
+
 def cmd_release_whole_rows(args) -> int:
     """``dpgp release --private-inputs --x-bounds LO HI ...``: the whole-row release
     (``DPSGPR(..., private_inputs=True, x_bounds=...).release_function``, docs/guides/whole_rows.md), charged
@@ -89,7 +111,8 @@ def cmd_release_whole_rows(args) -> int:
     Privacy assumption: every row's inputs and output are private (clipped to the public box and bounds); the
     inducing inputs come from the box alone; the lengthscales are given (public) or chosen from the box's default
     grid inside the one release; the kernel and noise variances are given (public, both) or fitted on the
-    released statistics (post-processing)."""
+    released statistics (post-processing). With ``--residual``, residual releases follow the statistics under the
+    same one event (``residual_fractions=``, :func:`checked_residual`)."""
     if not args.private_inputs:
         raise UsageError("--x-bounds is the public box of private inputs: give it with --private-inputs (without it "
                          "the --x columns are public and need no box)")
@@ -122,6 +145,7 @@ def cmd_release_whole_rows(args) -> int:
     checked_positive("--variance", args.variance)
     checked_positive("--noise", args.noise)
     lengthscales = None if args.lengthscale is None else checked_lengthscales(args, dim)
+    fractions = checked_residual(args, lengthscales)
     design, per_column = whole_rows_inducing(args, dim)
     multiplier = checked_multiplier(epsilon, delta)
     data = Path(args.data)
@@ -166,7 +190,8 @@ def cmd_release_whole_rows(args) -> int:
             return model.release_function(
                 epsilon=epsilon, delta=delta, seed=args.seed, accountant=reservation, hyperparameters_public=True,
                 lengthscales="kernel" if lengthscales is not None else "default",
-                variances="given" if args.noise is not None else "fit", clip_to_bounds=not args.no_clip)
+                variances="given" if args.noise is not None else "fit", clip_to_bounds=not args.no_clip,
+                residual_fractions=fractions)
         except (ValueError, ArithmeticError) as exc:
             raise refusal(exc) from None
 
