@@ -39,9 +39,12 @@ ONE = PrivacyEvent(1.0, 0.01, "gaussian", 0.5, "")
 
 def _context():
     """Fresh worker processes (not forks of this one): a fork server that imports this module (the
-    ledger and the accountant, no TensorFlow) once, so that eight workers do not each pay for it."""
+    ledger and the accountant, no TensorFlow) and the exact sampler's OpenDP (about 2 s to import, which
+    each winner of the race paid after the barrier, three at once on two cores) once, so that eight
+    workers do not each pay for it."""
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["dpgp_gpflow", __name__])  # the workers below live here
+    # the workers below live here
+    ctx.set_forkserver_preload(["dpgp_gpflow", "dpgp_gpflow.sampling", "opendp.prelude", __name__])
     return ctx
 
 
