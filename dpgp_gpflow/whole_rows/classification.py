@@ -27,7 +27,6 @@ anywhere in the public box, its label any label), or with ``groups`` in all the 
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
@@ -48,15 +47,7 @@ from ..validation import as_inputs
 from .design import check_public_inducing_inputs, clip_private_inputs
 from .features import FeatureMap, feature_map, kernel_bound
 from .mechanism import NoisedStatistics, relation, statistics_measurement
-from .posterior import (
-    FLOOR_SCALE,
-    SPECTRAL_FAILURE,
-    WeightPosterior,
-    predictive_terms,
-    regularised_statistic,
-    spectral_noise_bound,
-    weight_posterior,
-)
+from .posterior import WeightPosterior, predictive_terms, regularised_release, weight_posterior
 from .release import model_rows, public_setup
 from .released import StatisticsRelease
 from .statistics import GridStatistics, RowStatistics
@@ -212,11 +203,9 @@ class WholeRowsClassifier(StatisticsRelease, Released):
         self.kernel_variance = float(features.k_max)
         # the K released copies of S have independent noise of the same std: their mean has 1 / sqrt(K) of it
         S_blocks = np.reshape(self._statistics["S"], (len(blocks), features.m, features.m))
-        block_offdiag = float(first.noise_std["S"][0, 0]) / math.sqrt(2.0)
-        #: the std of an off-diagonal entry's noise of the averaged ``S`` (public)
-        self.offdiag_std = block_offdiag / math.sqrt(len(blocks))
-        self.floor = FLOOR_SCALE * spectral_noise_bound(self.offdiag_std, features.m, SPECTRAL_FAILURE)
-        self._S_hat = regularised_statistic(tf.constant(np.mean(S_blocks, axis=0)), self.floor)
+        # offdiag_std: the std of an off-diagonal entry's noise of the averaged ``S`` (public)
+        self.offdiag_std, _, self.floor, self._S_hat = regularised_release(
+            np.mean(S_blocks, axis=0), first.noise_std["S"], copies=len(blocks))
         b_blocks = np.reshape(self._statistics["b"], (len(blocks), features.m))
         b_std = STEP_TARGET_SCALE * float(first.noise_std["b"][0])  # of the pseudo-targets' 2 b~
         #: the weights' posterior of each class (one for binary labels), from the released statistics

@@ -25,8 +25,9 @@ public values (kernel, ``Z``, variances given or fitted on the released statisti
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple, Tuple
 
+import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
@@ -50,14 +51,47 @@ def spectral_noise_bound(offdiag_std: float, m: int, failure: float = SPECTRAL_F
     return 2.0 * float(offdiag_std) * (math.sqrt(int(m)) + math.sqrt(math.log(2.0 / failure)))
 
 
+#: The compiled graphs below take tensors of any size ([None] dimensions): each is traced once per process and its
+#: ops run as one call (eager, a release's post-processing of M x M matrices was tens of small op dispatches). The
+#: same operations as eagerly, in the same order: the same numbers (checked bit for bit on seeded releases).
+_MATRIX, _VECTOR, _SCALAR = (tf.TensorSpec([None, None], tf.float64), tf.TensorSpec([None], tf.float64),
+                             tf.TensorSpec([], tf.float64))
+
+
+@tf.function(input_signature=[_MATRIX, _SCALAR], autograph=False)
+def _floored(S: tf.Tensor, floor: tf.Tensor) -> tf.Tensor:
+    eigenvalues, V = tf.linalg.eigh(0.5 * (S + tf.transpose(S)))
+    floored = tf.maximum(eigenvalues, floor)
+    return tf.linalg.matmul(V * floored[None, :], V, transpose_b=True)
+
+
 @check_shapes("S: [M, M]", "return: [M, M]")
 def regularised_statistic(S: tf.Tensor, floor: float) -> tf.Tensor:
     """The Frobenius-nearest matrix to the symmetric part of ``S`` whose eigenvalues are all ``>= floor``:
     ``V max(Lambda, floor) V^T`` (post-processing)."""
-    S = tf.convert_to_tensor(S, tf.float64)
-    eigenvalues, V = tf.linalg.eigh(0.5 * (S + tf.transpose(S)))
-    floored = tf.maximum(eigenvalues, tf.constant(floor, tf.float64))
-    return tf.linalg.matmul(V * floored[None, :], V, transpose_b=True)
+    return _floored(tf.convert_to_tensor(S, tf.float64), tf.constant(floor, tf.float64))
+
+
+class RegularisedStatistic(NamedTuple):
+    """The released ``S~`` regularised (:func:`regularised_release`; all public: post-processing)."""
+
+    offdiag_std: float  #: ``sigma_o``: the std of an off-diagonal entry's noise of ``S~``
+    spectral_bound: float  #: ``tau`` (:func:`spectral_noise_bound`)
+    floor: float  #: ``rho = FLOOR_SCALE * tau``
+    S_hat: tf.Tensor  #: [M, M] ``S~`` projected onto ``{S : S >= rho I}`` (:func:`regularised_statistic`)
+
+
+def regularised_release(S: Any, noise_std: Any, copies: int = 1) -> RegularisedStatistic:
+    """The one rule of every release of whole-row statistics: from the released ``S~`` [M, M] and the std of its
+    noise ``noise_std`` [M, M] as released (diagonal ``sqrt(2) sigma_o``, off-diagonal ``sigma_o``: ``sigma_o`` is
+    read from the diagonal), the floor ``FLOOR_SCALE * tau`` and the regularised ``S^``. ``copies``: ``S~`` is the
+    mean of that many released copies with independent noise of std ``noise_std`` (a classifier's blocks), whose
+    ``sigma_o`` is ``1 / sqrt(copies)`` of one copy's. Post-processing of released and public values only."""
+    S = np.asarray(S, dtype=np.float64)
+    offdiag = float(np.asarray(noise_std)[0, 0]) / math.sqrt(2.0) / math.sqrt(int(copies))
+    tau = spectral_noise_bound(offdiag, S.shape[0], SPECTRAL_FAILURE)
+    floor = FLOOR_SCALE * tau
+    return RegularisedStatistic(offdiag, tau, floor, regularised_statistic(tf.constant(S), floor))
 
 
 class WeightPosterior(NamedTuple):
@@ -71,16 +105,22 @@ class WeightPosterior(NamedTuple):
     offdiag_std: float  #: std of the noise of each off-diagonal entry of the released ``S``
 
 
+@tf.function(input_signature=[_MATRIX, _VECTOR, _SCALAR], autograph=False)
+def _posterior(S_hat: tf.Tensor, b: tf.Tensor, ratio: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+    M = tf.shape(S_hat)[0]
+    chol = tf.linalg.cholesky(S_hat + ratio * tf.eye(M, dtype=tf.float64))  # [M, M]
+    mean = tf.linalg.cholesky_solve(chol, b[:, None])[:, 0]  # [M]
+    return chol, mean
+
+
 @check_shapes("S_hat: [M, M]", "b: [M]")
 def weight_posterior(S_hat: tf.Tensor, b: tf.Tensor, *, kernel_variance: float, noise_variance: float,
                      b_std: float, offdiag_std: float) -> WeightPosterior:
     """:class:`WeightPosterior` of the regularised ``S^`` and the released ``b~`` at kernel variance
     ``sigma_f^2`` and noise variance ``sigma^2`` (the mean depends on their ratio only)."""
-    S_hat = tf.convert_to_tensor(S_hat, tf.float64)
-    M = tf.shape(S_hat)[0]
     ratio = float(noise_variance) / float(kernel_variance)
-    chol = tf.linalg.cholesky(S_hat + ratio * tf.eye(M, dtype=tf.float64))  # [M, M]
-    mean = tf.linalg.cholesky_solve(chol, tf.convert_to_tensor(b, tf.float64)[:, None])[:, 0]  # [M]
+    chol, mean = _posterior(tf.convert_to_tensor(S_hat, tf.float64), tf.convert_to_tensor(b, tf.float64),
+                            tf.constant(ratio, tf.float64))
     return WeightPosterior(chol, mean, float(kernel_variance), float(noise_variance), float(b_std), float(offdiag_std))
 
 
@@ -91,14 +131,22 @@ def predictive_terms(posterior: WeightPosterior, phi: tf.Tensor, prior: tf.Tenso
     ``sigma_f^2 (prior - |phi|^2 + lambda |L^{-1} phi|^2)``; and the first-order variance the DP noise of the
     released ``b`` and ``S`` adds to the mean, ``(sigma_b^2 + sigma_o^2 |u|^2) |h|^2 + sigma_o^2 (u . h)^2``,
     ``h = (lambda I + S^)^{-1} phi``."""
-    phi = tf.convert_to_tensor(phi, tf.float64)
     ratio = posterior.noise_variance / posterior.kernel_variance
-    mean = tf.linalg.matvec(phi, posterior.mean)  # [N]
-    half = tf.linalg.triangular_solve(posterior.chol, tf.transpose(phi), lower=True)  # [M, N]
-    h = tf.linalg.triangular_solve(posterior.chol, half, lower=True, adjoint=True)  # [M, N]
+    return _terms(posterior.chol, posterior.mean, tf.convert_to_tensor(phi, tf.float64),
+                  tf.convert_to_tensor(prior, tf.float64),
+                  *(tf.constant(v, tf.float64) for v in (posterior.kernel_variance, ratio, posterior.b_std ** 2,
+                                                         posterior.offdiag_std ** 2)))
+
+
+@tf.function(input_signature=[_MATRIX, _VECTOR, _MATRIX, _VECTOR, _SCALAR, _SCALAR, _SCALAR, _SCALAR], autograph=False)
+def _terms(chol: tf.Tensor, u: tf.Tensor, phi: tf.Tensor, prior: tf.Tensor, kernel_variance: tf.Tensor,
+           ratio: tf.Tensor, b_var: tf.Tensor, offdiag_var: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    mean = tf.linalg.matvec(phi, u)  # [N]
+    half = tf.linalg.triangular_solve(chol, tf.transpose(phi), lower=True)  # [M, N]
+    h = tf.linalg.triangular_solve(chol, half, lower=True, adjoint=True)  # [M, N]
     nystrom = tf.maximum(prior - tf.reduce_sum(tf.square(phi), axis=1), 0.0)  # k(x, x) - Q(x, x) >= 0
-    model = posterior.kernel_variance * (nystrom + ratio * tf.reduce_sum(tf.square(half), axis=0))
-    u_sq = tf.reduce_sum(tf.square(posterior.mean))
-    noise = ((posterior.b_std**2 + posterior.offdiag_std**2 * u_sq) * tf.reduce_sum(tf.square(h), axis=0)
-             + posterior.offdiag_std**2 * tf.square(tf.linalg.matvec(h, posterior.mean, transpose_a=True)))
+    model = kernel_variance * (nystrom + ratio * tf.reduce_sum(tf.square(half), axis=0))
+    u_sq = tf.reduce_sum(tf.square(u))
+    noise = ((b_var + offdiag_var * u_sq) * tf.reduce_sum(tf.square(h), axis=0)
+             + offdiag_var * tf.square(tf.linalg.matvec(h, u, transpose_a=True)))
     return mean, model, noise

@@ -14,7 +14,6 @@ statistics; every other piece is public.
 from __future__ import annotations
 
 import copy
-import math
 from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
@@ -26,15 +25,7 @@ from ..released import PrivatePrediction, Released
 from ..validation import as_inputs, check_real
 from .features import FeatureMap
 from .mechanism import NoisedStatistics, relation
-from .posterior import (
-    FLOOR_SCALE,
-    SPECTRAL_FAILURE,
-    WeightPosterior,
-    predictive_terms,
-    regularised_statistic,
-    spectral_noise_bound,
-    weight_posterior,
-)
+from .posterior import WeightPosterior, predictive_terms, regularised_release, weight_posterior
 from .variances import fit_variances, sgpr_bound
 
 __all__ = ["WholeRowsRelease"]
@@ -171,12 +162,10 @@ class WholeRowsRelease(RegressionPredictions, StatisticsRelease, Released):
         self.x_bounds = np.array(x_bounds, dtype=np.float64, copy=True)
         self.y_bounds = (float(y_bounds[0]), float(y_bounds[1]))
         self._clip_to_bounds = clip_to_bounds
-        #: the std of an off-diagonal entry's noise of ``S`` (the diagonal's is sqrt(2) times it; public)
-        self.offdiag_std = float(self._noise_std["S"][0, 0]) / math.sqrt(2.0)
-        #: the spectral bound tau of the noise of ``S`` and the eigenvalue floor ``FLOOR_SCALE * tau`` (public)
-        self.spectral_bound = spectral_noise_bound(self.offdiag_std, features.m, SPECTRAL_FAILURE)
-        self.floor = FLOOR_SCALE * self.spectral_bound
-        self._S_hat = regularised_statistic(tf.constant(self._statistics["S"]), self.floor)
+        # offdiag_std: the std of an off-diagonal entry's noise of ``S`` (the diagonal's is sqrt(2) times it);
+        # spectral_bound: the bound tau of that noise; floor: the eigenvalue floor ``FLOOR_SCALE * tau`` (public)
+        self.offdiag_std, self.spectral_bound, self.floor, self._S_hat = regularised_release(
+            self._statistics["S"], self._noise_std["S"])
         self.variances = variances
         #: the lengthscale choice when this release was chosen from a grid (:meth:`with_selection`), else None
         self.selection: Optional[Dict[str, Any]] = None
