@@ -12,7 +12,9 @@ at most (docs/whole_rows.md#sensitivity, :func:`~dpgp_gpflow.whole_rows.bounds.j
 model's bounds' width; ``G`` the model's largest person; ``B`` the candidates released together), times the
 features' rounding ``(1 + (M + 4) u)^2``. The release's shares and sensitivity are not read: the shares the
 noise actually gives are. The epsilon of a Gaussian mechanism of that ``mu`` at the release's delta must not
-exceed its claim. The noise test (PRIVATE: it reads the model's rows) recomputes the statistics from the model's
+exceed its claim. What the release predicts from (its weights' posterior) must be the one its released
+statistics give (:func:`released_posterior`: regularised, at the model's variances or fitted on the release), else
+its predictions are not post-processing of this release and it is refused. The noise test (PRIVATE: it reads the model's rows) recomputes the statistics from the model's
 rows and checks that the released ones differ from them by a draw of the noise described.
 
 Privacy assumption of the audit itself: the model holds the rows, kernel, inducing inputs, box and bounds the
@@ -25,21 +27,69 @@ import math
 from typing import Any, Dict, List, NamedTuple, Tuple
 
 import numpy as np
+import tensorflow as tf
 
 from ..relations import largest_person
 from ..sampling import UNIT_ROUNDOFF
 from ..streaming.chunks import DEFAULT_CHUNK_SIZE
+from ..validation import parameter_value
 from .bounds import joint_bound, part_bounds
 from .design import validate_box
 from .features import kernel_bound
 from .classification import LABEL_BOUNDS, LabelStatistics, OneVsRestStatistics, WholeRowsClassifier
+from .posterior import WeightPosterior, regularised_release, weight_posterior
 from .release import model_rows
 from .statistics import RowStatistics, grid_statistics, sufficient_statistics
+from .variances import fit_variances
 
 __all__: List[str] = []  # internal: dpgp_gpflow.audit calls whole_rows_audit
 
 #: Relative spread allowed between the noise std of entries that the mechanism gives the same noise.
 STD_RTOL = 1e-12
+#: Relative difference allowed between what a release predicts from (its weights, their Cholesky factor, its
+#: variances) and the same recomputed from its released statistics (relative to each array's largest entry).
+PREDICTION_RTOL = 1e-9
+
+
+def same_as_released(claimed: Any, recomputed: Any, what: str) -> None:
+    """``ValueError`` unless ``claimed`` (what a release predicts from) is ``recomputed`` (the same from its
+    released statistics) within :data:`PREDICTION_RTOL`: else its predictions are not post-processing of it."""
+    a, b = np.asarray(claimed, dtype=np.float64), np.asarray(recomputed, dtype=np.float64)
+    scale = max(float(np.max(np.abs(b))) if b.size else 0.0, float(np.finfo(np.float64).tiny))
+    if a.shape != b.shape or not np.all(np.abs(a - b) <= PREDICTION_RTOL * scale):
+        raise ValueError(f"the release's {what} is not the one its released statistics give: its predictions are not "
+                         "post-processing of this release")
+
+
+def released_posterior(release: Any, model: Any, box: np.ndarray) -> Tuple[tf.Tensor, WeightPosterior]:
+    """``(S^, the weights' posterior)`` recomputed from a whole-row release's released statistics and their noise
+    std (:func:`~.posterior.regularised_release`; never the object's own ``S^``) at the model's kernel variance
+    (its bound on ``k(x, x)`` over the box) and noise variance, or, for a release whose variances were fitted,
+    both fitted again on the released statistics (:func:`~.variances.fit_variances`). Post-processing."""
+    statistics, std = release.statistics, release.statistics_noise_std
+    regularised = regularised_release(statistics["S"], std["S"])
+    b_std = float(np.asarray(std["b"])[0])
+    if release.variances == "fit":
+        lo, hi = (float(v) for v in model.y_bounds)
+        kernel_variance, noise_variance = fit_variances(
+            regularised.S_hat, statistics["b"], float(statistics["q"]), float(np.trace(statistics["S"])),
+            int(release.num_data), b_std, hi - lo)
+    else:
+        kernel_variance = kernel_bound(model.kernel, box)
+        noise_variance = float(parameter_value(model.likelihood.variance))
+    return regularised.S_hat, weight_posterior(regularised.S_hat, tf.constant(statistics["b"]),
+                                               kernel_variance=kernel_variance, noise_variance=noise_variance,
+                                               b_std=b_std, offdiag_std=regularised.offdiag_std)
+
+
+def check_posterior(claimed: WeightPosterior, recomputed: WeightPosterior) -> None:
+    """``ValueError`` unless a release's weights' posterior (what ``predict_f`` reads) is ``recomputed``
+    (:func:`released_posterior`, or a residual release's replay): its mean, Cholesky factor, variances and noise
+    stds."""
+    same_as_released(claimed.mean, recomputed.mean, "weights' mean")
+    same_as_released(claimed.chol, recomputed.chol, "Cholesky factor")
+    for what in ("kernel_variance", "noise_variance", "b_std", "offdiag_std"):
+        same_as_released(getattr(claimed, what), getattr(recomputed, what), what.replace("_", " "))
 
 
 def _part_stds(release: Any) -> Dict[str, float]:
@@ -129,6 +179,9 @@ def whole_rows_audit(release: Any, model: Any) -> WholeRowsAudit:
         raise ValueError("the model's inducing inputs, box or bounds are not the release's: audit it against the "
                          "model it was released from")
     mu = audited_mu(release, hi - lo, largest_person(getattr(model, "groups", None)))
+    check_kernel_bound(release.features, box)
+    # what predict_f reads must be post-processing of the released statistics (a copy could carry other weights)
+    check_posterior(release.posterior, released_posterior(release, model, box)[1])
     source, _ = model_rows(model, None, DEFAULT_CHUNK_SIZE)
     released, recomputed = [], []
     for c in release.candidates or (release,):

@@ -21,16 +21,12 @@ import math
 from typing import Any, List
 
 import numpy as np
-import tensorflow as tf
 
 from ..relations import largest_person
 from ..sampling import UNIT_ROUNDOFF
 from ..streaming.chunks import DEFAULT_CHUNK_SIZE
-from ..validation import parameter_value
-from .audit import STD_RTOL, WholeRowsAudit, whole_rows_audit
+from .audit import STD_RTOL, WholeRowsAudit, released_posterior, same_as_released, whole_rows_audit
 from .design import validate_box
-from .features import kernel_bound
-from .posterior import FLOOR_SCALE, regularised_statistic, spectral_noise_bound, weight_posterior
 from .release import model_rows
 from .residual import ResidualStatistics, radius_features, radius_points, replay, residual_sums
 from .statistics import RowStatistics
@@ -39,17 +35,6 @@ __all__: List[str] = []  # internal: dpgp_gpflow.audit calls residual_audit
 
 #: Relative difference allowed between a released radius and the one recomputed from the earlier stages.
 RADIUS_RTOL = 1e-9
-#: ... and between what the release predicts from (its estimates, last mean and Cholesky factor) and the same
-#: recomputed from its released stages (relative to each array's largest entry).
-PREDICTION_RTOL = 1e-9
-
-
-def _same(claimed: Any, recomputed: Any, what: str) -> None:
-    a, b = np.asarray(claimed, dtype=np.float64), np.asarray(recomputed, dtype=np.float64)
-    scale = max(float(np.max(np.abs(b))) if b.size else 0.0, float(np.finfo(np.float64).tiny))
-    if a.shape != b.shape or not np.all(np.abs(a - b) <= PREDICTION_RTOL * scale):
-        raise ValueError(f"the release's {what} is not the one its released stages give: its predictions are not "
-                         "post-processing of this release")
 
 
 def residual_audit(release: Any, model: Any) -> WholeRowsAudit:
@@ -64,17 +49,8 @@ def residual_audit(release: Any, model: Any) -> WholeRowsAudit:
     m = features.m
     box = validate_box(model.x_bounds, features.input_dim)
     lo, hi = (float(v) for v in model.y_bounds)
-    if head.variances == "fit":
-        refit = head.fitted()
-        kernel_variance, noise_variance = refit.kernel_variance, refit.noise_variance
-    else:
-        kernel_variance = kernel_bound(model.kernel, box)
-        noise_variance = float(parameter_value(model.likelihood.variance))
     statistics, std = release.statistics, release.statistics_noise_std
-    offdiag = float(std["S"][0, 1]) if m > 1 else float(std["S"][0, 0]) / math.sqrt(2.0)
-    S_hat = regularised_statistic(tf.constant(statistics["S"]), FLOOR_SCALE * spectral_noise_bound(offdiag, m))
-    posterior = weight_posterior(S_hat, tf.constant(statistics["b"]), kernel_variance=kernel_variance,
-                                 noise_variance=noise_variance, b_std=float(std["b"][0]), offdiag_std=offdiag)
+    S_hat, posterior = released_posterior(head, model, box)  # from the released statistics, never the object's
     points = radius_features(features, radius_points(features.kernel, box))
     source, groups = model_rows(model, None, DEFAULT_CHUNK_SIZE)
     rows = RowStatistics(features, box, (lo, hi), clip_inputs=model.clip_inputs)
@@ -82,9 +58,9 @@ def residual_audit(release: Any, model: Any) -> WholeRowsAudit:
     radii, estimates, last = replay(posterior, S_hat, statistics["residual_b"], std["residual_b"][:, 0], points,
                                     hi - lo)
     # what predict_f reads must be post-processing of the released stages (a file or object could carry other weights)
-    _same(release.estimates, np.stack(estimates), "estimates")
-    _same(release.posterior.mean, last.mean, "last mean")
-    _same(release.posterior.chol, last.chol, "Cholesky factor")
+    same_as_released(release.estimates, np.stack(estimates), "estimates")
+    same_as_released(release.posterior.mean, last.mean, "last mean")
+    same_as_released(release.posterior.chol, last.chol, "Cholesky factor")
     mus, released, recomputed = [first.mu], [first.released], [first.recomputed]
     stages = zip(statistics["residual_b"], std["residual_b"], release.radii, radii, estimates)
     for j, (b, noise, claimed, radius, u) in enumerate(stages, start=2):

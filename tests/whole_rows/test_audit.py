@@ -11,10 +11,13 @@ import warnings
 import gpflow
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import dpgp_gpflow as dp
 from dpgp_gpflow import whole_rows as wr
 from dpgp_gpflow.models import DPSGPR
+from dpgp_gpflow.whole_rows.mechanism import NoisedStatistics
+from dpgp_gpflow.whole_rows.released import WholeRowsRelease
 
 BOX = [(0.0, 10.0)]
 Z = wr.inducing_grid(BOX, 5)
@@ -63,10 +66,20 @@ def test_an_honest_release_passes_with_the_mu_of_its_noise(released):
     assert report.epsilon <= release.epsilon * (1 + 1e-6)
 
 
+def _rebuilt(release, statistics=None, noise_std=None):
+    """A release built from other statistics or noise std, its posterior their post-processing (a forgery the
+    posterior check cannot see: the noise's mu and the noise test must)."""
+    noised = NoisedStatistics(statistics or release.statistics, noise_std or release.statistics_noise_std,
+                              release.num_data, release.sensitivity, release.noise_multiplier, release.shares,
+                              release.reproducible, release.person_rows, release.chunking)
+    return WholeRowsRelease(noised, release.features, x_bounds=release.x_bounds, y_bounds=release.y_bounds,
+                            epsilon=release.epsilon, delta=release.delta, calibration=release.calibration,
+                            kernel_variance=release.kernel_variance, noise_variance=release.noise_variance)
+
+
 def test_less_noise_than_claimed_fails(released):
     model, release = released
-    weaker = copy.copy(release)
-    weaker._noise_std = {k: v / 2.0 for k, v in release.statistics_noise_std.items()}  # claims half the noise
+    weaker = _rebuilt(release, noise_std={k: v / 2.0 for k, v in release.statistics_noise_std.items()})  # claims half
     report = dp.audit(weaker, model)
     assert not report.passed and report.epsilon > release.epsilon
     assert report.releases[0].mu == pytest.approx(2.0 * dp.audit(release, model).releases[0].mu, rel=1e-12)
@@ -76,10 +89,31 @@ def test_statistics_without_their_noise_fail_the_noise_test(released):
     model, release = released
     exact = wr.sufficient_statistics(dp.streaming.LocalChunks(X, Y),
                                      wr.RowStatistics(release.features, BOX, (0.0, 1.0)))
-    bare = copy.copy(release)
-    bare._statistics = {"S": exact.S, "b": exact.b, "q": np.asarray(exact.q)}
+    bare = _rebuilt(release, statistics={"S": exact.S, "b": exact.b, "q": np.asarray(exact.q)})
     report = dp.audit(bare, model)
     assert not report.passed and report.noise_test.startswith("failed") and "too little noise" in report.noise_test
+
+
+def test_predictions_not_from_the_released_statistics_are_refused(released):
+    """A copy of a release whose posterior (what predict_f reads) is the rows' non-private one: the statistics and
+    their noise are the release's, so mu and the noise test pass; the audit recomputes the posterior from the
+    released statistics and refuses it (it passed before)."""
+    model, release = released
+    exact = wr.sufficient_statistics(dp.streaming.LocalChunks(X, Y),
+                                     wr.RowStatistics(release.features, BOX, (0.0, 1.0)))
+    ratio = 0.05 / 1.0  # noise variance / kernel variance of _model
+    chol = np.linalg.cholesky(exact.S + ratio * np.eye(len(exact.b)))  # NumPy: the non-private SGPR weights
+    mean = np.linalg.solve(chol.T, np.linalg.solve(chol, exact.b))
+    forged = copy.copy(release)
+    forged.posterior = release.posterior._replace(mean=tf.constant(mean), chol=tf.constant(chol))
+    assert np.max(np.abs(forged.predict_f(X)[0] - release.predict_f(X)[0])) > 1e-3  # it predicts otherwise
+    with pytest.raises(ValueError, match="not the one its released statistics give"):
+        dp.audit(forged, model)
+    scaled = copy.copy(release)  # the weights alone, slightly off
+    scaled.posterior = release.posterior._replace(mean=release.posterior.mean * (1.0 + 1e-6))
+    with pytest.raises(ValueError, match="weights' mean"):
+        dp.audit(scaled, model)
+    assert dp.audit(release, model).passed  # the release itself
 
 
 def test_a_release_of_other_rows_fails_the_noise_test(released):
