@@ -24,6 +24,7 @@ enter only through :func:`residual_sums` (PRIVATE until noised by :mod:`.residua
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any, Dict, List, NamedTuple, Tuple
 
 import gpflow
@@ -97,7 +98,18 @@ def residual_sums(source: ChunkSource, rows: ResidualStatistics) -> np.ndarray:
 def preconditioned_update(chol: tf.Tensor, P: tf.Tensor, b: tf.Tensor, u: tf.Tensor) -> tf.Tensor:
     """``u_j = (lambda I + P)^{-1} (b~_j + P u_{j-1})`` by Cholesky solves (``chol``: the Cholesky factor of
     ``lambda I + P``; ``b`` the released residual sum, ``u`` the previous estimate). Post-processing."""
-    rhs = tf.convert_to_tensor(b, tf.float64) + tf.linalg.matvec(tf.convert_to_tensor(P, tf.float64), u)
+    return _update(tf.convert_to_tensor(chol, tf.float64), tf.convert_to_tensor(P, tf.float64),
+                   tf.convert_to_tensor(b, tf.float64), tf.convert_to_tensor(u, tf.float64))
+
+
+#: The compiled graphs of this module's post-processing (as :mod:`.posterior`'s: traced once, the same operations
+#: as eagerly, so the same numbers).
+_MATRIX, _VECTOR = tf.TensorSpec([None, None], tf.float64), tf.TensorSpec([None], tf.float64)
+
+
+@tf.function(input_signature=[_MATRIX, _MATRIX, _VECTOR, _VECTOR], autograph=False)
+def _update(chol: tf.Tensor, P: tf.Tensor, b: tf.Tensor, u: tf.Tensor) -> tf.Tensor:
+    rhs = b + tf.linalg.matvec(P, u)
     return tf.linalg.cholesky_solve(chol, rhs[:, None])[:, 0]
 
 
@@ -129,10 +141,20 @@ class RadiusPoints(NamedTuple):
     prior: tf.Tensor  #: [N] ``k(x, x) / k_max``
 
 
+#: :func:`radius_features` of the maps in use (a map is immutable: its points' features are computed once per map,
+#: points and mode, eager or compiled, as each would compute them).
+_RADIUS_FEATURES: "weakref.WeakKeyDictionary[FeatureMap, Dict[Any, RadiusPoints]]" = weakref.WeakKeyDictionary()
+
+
 def radius_features(features: FeatureMap, points: np.ndarray) -> RadiusPoints:
-    """The features and prior of ``points`` (:func:`radius_points`) under ``features``. Public."""
-    X = tf.constant(np.asarray(points, dtype=np.float64))
-    return RadiusPoints(features(X), features.unit_variance(X))
+    """The features and prior of ``points`` (:func:`radius_points`) under ``features``, cached on the map. Public."""
+    points = np.asarray(points, dtype=np.float64)
+    key = (points.shape, points.tobytes(), features.compiled)
+    cache = _RADIUS_FEATURES.setdefault(features, {})
+    if key not in cache:
+        X = tf.constant(points)
+        cache[key] = RadiusPoints(features(X), features.unit_variance(X))
+    return cache[key]
 
 
 def mean_dp_variance(posterior: WeightPosterior, points: RadiusPoints) -> float:
@@ -156,12 +178,20 @@ def estimate_covariance(chol: tf.Tensor, P: tf.Tensor, S: tf.Tensor, first: tf.T
     ``B = A (P - S)``: linearising ``b_j ~ b - S u_{j-1}`` (no clipping), the noise of
     ``u_{j-1}`` reaches ``u_j`` through ``B``. ``S``: an estimate of the rows' ``S`` from the release
     (the PSD projection of the released ``S~``). Post-processing."""
+    variances = tf.constant([float(sigma) ** 2 for sigma in stds], tf.float64)  # one per residual release
+    return _covariance(tf.convert_to_tensor(chol, tf.float64), tf.convert_to_tensor(P, tf.float64),
+                       tf.convert_to_tensor(S, tf.float64), tf.convert_to_tensor(first, tf.float64), variances)
+
+
+@tf.function(autograph=False)
+def _covariance(chol: tf.Tensor, P: tf.Tensor, S: tf.Tensor, first: tf.Tensor, variances: tf.Tensor) -> tf.Tensor:
+    """:func:`estimate_covariance`'s graph, traced once per number of stages (a handful: not a loop over data)."""
     M = tf.shape(P)[0]
     A = tf.linalg.cholesky_solve(chol, tf.eye(M, dtype=tf.float64))  # [M, M], symmetric
-    B = tf.linalg.matmul(A, tf.convert_to_tensor(P, tf.float64) - tf.convert_to_tensor(S, tf.float64))
-    C = tf.convert_to_tensor(first, tf.float64)
-    for sigma in stds:  # one per residual release (a handful): not a loop over data
-        C = float(sigma) ** 2 * tf.linalg.matmul(A, A) + tf.linalg.matmul(B, tf.linalg.matmul(C, B, transpose_b=True))
+    B = tf.linalg.matmul(A, P - S)
+    C = first
+    for j in range(variances.shape[0]):
+        C = variances[j] * tf.linalg.matmul(A, A) + tf.linalg.matmul(B, tf.linalg.matmul(C, B, transpose_b=True))
     return 0.5 * (C + tf.transpose(C))
 
 
@@ -169,12 +199,18 @@ def first_covariance(posterior: WeightPosterior) -> tf.Tensor:
     """The first-order covariance [M, M] of the DP noise of the first stage's ``u_1 = (lambda I + S^)^{-1} b~``:
     ``A (sigma_b^2 I + sigma_o^2 (|u|^2 I + u u^T)) A`` with ``A = (lambda I + S^)^{-1}`` (the noise ``e_b - E u``
     of :mod:`.posterior`, whose covariance is that middle factor). Post-processing."""
-    u = posterior.mean
+    return _first(posterior.chol, posterior.mean, tf.constant(posterior.b_std ** 2, tf.float64),
+                  tf.constant(posterior.offdiag_std ** 2, tf.float64))
+
+
+@tf.function(input_signature=[_MATRIX, _VECTOR, tf.TensorSpec([], tf.float64), tf.TensorSpec([], tf.float64)],
+             autograph=False)
+def _first(chol: tf.Tensor, u: tf.Tensor, b_var: tf.Tensor, offdiag_var: tf.Tensor) -> tf.Tensor:
     M = tf.shape(u)[0]
-    middle = ((posterior.b_std ** 2 + posterior.offdiag_std ** 2 * tf.reduce_sum(tf.square(u)))
-              * tf.eye(M, dtype=tf.float64) + posterior.offdiag_std ** 2 * u[:, None] * u[None, :])
-    half = tf.linalg.cholesky_solve(posterior.chol, middle)  # A middle
-    return tf.linalg.cholesky_solve(posterior.chol, tf.transpose(half))  # A middle A (symmetric)
+    middle = ((b_var + offdiag_var * tf.reduce_sum(tf.square(u))) * tf.eye(M, dtype=tf.float64)
+              + offdiag_var * u[:, None] * u[None, :])
+    half = tf.linalg.cholesky_solve(chol, middle)  # A middle
+    return tf.linalg.cholesky_solve(chol, tf.transpose(half))  # A middle A (symmetric)
 
 
 def replay(posterior: WeightPosterior, P: tf.Tensor, residual_b: Any, stds: Any, points: RadiusPoints,
