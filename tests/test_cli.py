@@ -1,6 +1,7 @@
 """The ``dpgp`` command line end to end on CSVs written here: in this process (``_run``), and in a fresh
-process (``dpgp``: one TensorFlow start-up) where the process itself is tested (the exit code through the entry
-point, stderr clean of TensorFlow's log lines and tracebacks)."""
+process (``dpgp``) where the process itself is tested (``--help``'s start-up without TensorFlow). The console
+script's fresh process with a release (one TensorFlow start-up: the exit code, the whole stderr one line, no
+TensorFlow log line or traceback) is tests/test_cli_tables.py's ``fresh_process``."""
 
 from __future__ import annotations
 
@@ -59,14 +60,15 @@ RELEASE = ["--x", "age", "weight", "--y", "height", "--bounds", "60", "180", "--
 
 @pytest.mark.slow
 def test_budget_release_show_predict_end_to_end(work):
-    # the first release in a fresh process (the console script's start-up: exit code, stderr clean of
-    # TensorFlow's log lines and tracebacks); the other steps in this process
+    # every step in this process: the console script's own start-up with a release (exit code, the process's
+    # whole stderr one line, no TensorFlow log line or traceback) is tested in a fresh process by
+    # tests/test_cli_tables.py::test_clipping_warning_is_one_line_on_the_command_line (one TensorFlow start-up
+    # for both files), a start-up without TensorFlow by tests/test_cli_startup.py
     code, _, stderr = _run_out(["budget", "init", "ledger.sqlite", "--epsilon", "2", "--delta", "0.02"], work)
     assert code == 0, stderr
-    r = dpgp("release", "data.csv", *RELEASE, "--epsilon", "1", "--delta", "0.01", "--at", "test.csv",
-             "--ledger", "ledger.sqlite", "-o", "at.json", "--quiet", cwd=work)
-    assert r.returncode == 0, r.stderr
-    assert "Traceback" not in r.stderr and "W0000" not in r.stderr and "cuda" not in r.stderr.lower()
+    code, stdout, stderr = _run_out(["release", "data.csv", *RELEASE, "--epsilon", "1", "--delta", "0.01", "--at",
+                                     "test.csv", "--ledger", "ledger.sqlite", "-o", "at.json", "--quiet"], work)
+    assert code == 0 and stderr == "" and stdout == "", stdout + stderr  # --quiet: nothing at all
     loaded = dp.load(work / "at.json")
     assert isinstance(loaded, dp.PrivateRelease) and loaded.mean.shape == (3, 1)
     assert loaded.epsilon == 1.0 and loaded.delta == 0.01 and loaded.y_bounds == (60.0, 180.0)
@@ -136,7 +138,7 @@ def fresh_process(work) -> dict:
     """The command lines of the three tests below (help and usage errors, bad release input, select's
     refusals) run through ``main`` in this process (:func:`_run_out`, warnings ignored as the user's
     ``PYTHONWARNINGS=ignore`` would; the console script's own process is tested by
-    test_budget_release_show_predict_end_to_end and tests/test_cli_startup.py):
+    tests/test_cli_tables.py's fresh_process and tests/test_cli_startup.py):
     ``{test: [[exit code, stderr, stdout], ...]}``, each test's runs in its order."""
     pd.DataFrame({"age": [], "height": []}).to_csv(work / "empty.csv", index=False)
     pd.DataFrame({"age": [1.0, 2.0], "height": [100.0, np.nan]}).to_csv(work / "nan.csv", index=False)
