@@ -32,7 +32,7 @@ from .bounds import released_sensitivity
 from .sensitivity import (
     Scales,
     entry_noise_std,
-    pack,
+    packed,
     statistic_dimension,
     statistic_scales,
     unpack,
@@ -100,7 +100,7 @@ def release_statistics(request: ReleaseRequest, reservation: Reservation, source
     scales: Scales = statistic_scales(hi - lo, shares)
     blocks = grid_statistics(source, grid) if isinstance(rows, GridStatistics) else (sufficient_statistics(source, rows),)
     std = request.multiplier * float(sensitivity)
-    z = np.concatenate([pack(st.S, st.b, st.q, scales).numpy() for st in blocks]) / std  # L2 shift <= 1 / s
+    z = np.concatenate([packed(st.S, st.b, st.q, scales) for st in blocks]) / std  # L2 shift <= 1 / s
     noised, reproducible = sampling.add_whitened_noise(z, request.seed)
     K = statistic_dimension(m)
     reservation.commit(f"whole-row statistics ({z.size} values, M = {m}, {len(blocks)} {grid.blocks_are}, "

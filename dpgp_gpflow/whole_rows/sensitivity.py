@@ -58,13 +58,20 @@ def _upper(m: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
 @check_shapes("S: [M, M]", "b: [M]", "return: [K]")
 def pack(S: tf.Tensor, b: tf.Tensor, q: Any, scales: Scales) -> tf.Tensor:
     """The released vector ``[a_S w * triu(S), a_b b, a_q q]`` (``w``: 1 on the diagonal, sqrt(2) off it):
-    its L2 shift between whole-row neighbours is at most 1 (before rounding, :func:`rounding_factor`)."""
-    S = tf.convert_to_tensor(S, tf.float64)
-    m = int(S.shape[0])
-    rows, cols, weights = _upper(m)
-    upper = tf.gather_nd(S, np.stack([rows, cols], axis=1)) * (scales.S * weights)
-    return tf.concat([upper, tf.convert_to_tensor(b, tf.float64) * scales.b,
-                      tf.reshape(tf.convert_to_tensor(q, tf.float64) * scales.q, [1])], axis=0)
+    its L2 shift between whole-row neighbours is at most 1 (before rounding, :func:`rounding_factor`).
+    :func:`packed` as a tensor."""
+    return tf.constant(packed(S, b, q, scales))
+
+
+def packed(S: Any, b: Any, q: Any, scales: Scales) -> np.ndarray:
+    """:func:`pack` in NumPy [K] (what the mechanism noises: one elementwise product per entry, so the same numbers
+    as in TensorFlow)."""
+    S = np.asarray(S, dtype=np.float64)
+    if S.ndim != 2 or S.shape[0] != S.shape[1]:
+        raise ValueError(f"S must be a square [M, M] matrix, got shape {S.shape}")
+    rows, cols, weights = _upper(S.shape[0])
+    return np.concatenate([S[rows, cols] * (scales.S * weights), np.asarray(b, dtype=np.float64) * scales.b,
+                           np.reshape(np.asarray(q, dtype=np.float64) * scales.q, [1])])
 
 
 def unpack(v: Any, scales: Scales, m: int) -> Dict[str, np.ndarray]:
