@@ -174,8 +174,6 @@ REFUSALS = {
                                                "between 1 and the number of rows (50)"),
     "over budget": (["--private-inputs", *BOX_ARGS, "--epsilon", "6"], "budget"),
     "residual without private inputs": (["--residual", "--lengthscale", "20"], "--residual releases residual sums"),
-    "residual with a lengthscale grid": (["--private-inputs", *BOX_ARGS, "--residual"],
-                                         "--residual needs --lengthscale"),
     "residual fractions not summing to 1": (["--private-inputs", *BOX_ARGS, "--lengthscale", "20", "--residual",
                                              "0.5", "0.4"], "summing to 1 (the statistics' first"),
     "one residual fraction": (["--private-inputs", *BOX_ARGS, "--lengthscale", "20", "--residual", "1"],
@@ -234,16 +232,18 @@ def test_groups_release_protects_persons_as_the_python_api(work):
     assert card["groups"] == {"column": "person", "persons": 25, "largest_rows": 2}
 
 
-@pytest.mark.parametrize("fractions", [(), (0.6, 0.4)])
-def test_residual_releases_are_the_python_apis_charged_once(work, fractions):
+@pytest.mark.parametrize("fractions, lengthscales", [((), (20.0, 30.0)), ((0.6, 0.4), (20.0, 30.0)), ((), None)])
+def test_residual_releases_are_the_python_apis_charged_once(work, fractions, lengthscales):
     """``--residual`` (the default fractions) or ``--residual F1 F2``: the statistics then residual releases, as
-    ``release_function(..., residual_fractions=...)`` with the same seed; one ledger event at (epsilon, delta);
-    every stage's multiplier ``s / sqrt(f_j)`` (Gaussian-DP split, computed here) stated by ``dpgp show``."""
-    name = f"residual{len(fractions)}"
+    ``release_function(..., residual_fractions=...)`` with the same seed (without ``--lengthscale``: the default
+    grid's candidates in the first stage, the chosen one's residual releases); one ledger event at (epsilon,
+    delta); every stage's multiplier ``s / sqrt(f_j)`` (Gaussian-DP split, computed here) stated by ``dpgp show``."""
+    name = f"residual{len(fractions)}{'' if lengthscales else 'grid'}"
+    given = [] if lengthscales is None else ["--lengthscale", *lengthscales]
     ledger = _ledger(work, f"{name}.sqlite")
     code, _, stderr = _run(["release", "inside.csv", "--x", "age", "weight", "--y", "height", "--bounds", "60", "180",
                             "--private-inputs", "--x-bounds", *np.ravel(BOX), "--sparse", "9", "--inducing", "grid",
-                            "--lengthscale", "20", "30", "--variance", "100", "--noise", "10", "--epsilon", EPSILON,
+                            *given, "--variance", "100", "--noise", "10", "--epsilon", EPSILON,
                             "--delta", DELTA, "--seed", "11", "--ledger", ledger, "--residual", *fractions,
                             "-o", f"{name}.json", "--quiet"], work)
     assert code == 0, stderr
@@ -253,11 +253,11 @@ def test_residual_releases_are_the_python_apis_charged_once(work, fractions):
     expected_fractions = fractions or (0.5, 0.25, 0.25)  # the default (docs/whole_rows.md#residual-releases)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = dp.models.DPSGPR((X, Y), gpflow.kernels.SquaredExponential(lengthscales=[20.0, 30.0], variance=100.0),
-                                 Z, noise_variance=10.0, y_bounds=(60.0, 180.0), x_bounds=BOX, private_inputs=True,
-                                 hyperparameters_public=True)
-        expected = model.release_function(epsilon=EPSILON, delta=DELTA, seed=11,
-                                          residual_fractions=fractions or "default")
+        kernel = gpflow.kernels.SquaredExponential(lengthscales=lengthscales or np.ones(2), variance=100.0)
+        model = dp.models.DPSGPR((X, Y), kernel, Z, noise_variance=10.0, y_bounds=(60.0, 180.0), x_bounds=BOX,
+                                 private_inputs=True, hyperparameters_public=True)
+        expected = model.release_function(epsilon=EPSILON, delta=DELTA, seed=11, lengthscales=None if lengthscales
+                                          else "default", residual_fractions=fractions or "default")
     got = dp.load(work / f"{name}.json")
     assert type(got).__name__ == "ResidualRelease"
     _assert_same_release(got, expected)
@@ -276,3 +276,8 @@ def test_residual_releases_are_the_python_apis_charged_once(work, fractions):
     shown = {line.split(":", 1)[0].strip(): line.split(":", 1)[1] for line in stdout.splitlines()[1:] if ":" in line}
     np.testing.assert_allclose(json.loads(shown["residual_fractions"]), expected_fractions, rtol=1e-12)
     np.testing.assert_allclose(json.loads(shown["stage_multipliers"]), s / np.sqrt(expected_fractions), rtol=1e-8)
+    if lengthscales is None:  # the default grid: 0.1, 0.2 and 0.4 of each column's width (computed here)
+        width = np.diff(np.array(BOX), axis=1)[:, 0]
+        np.testing.assert_allclose(json.loads(shown["lengthscale_candidates"]), [f * width for f in (0.1, 0.2, 0.4)],
+                                   rtol=1e-12)
+        np.testing.assert_array_equal(got.first_stage.lengthscales, expected.first_stage.lengthscales)

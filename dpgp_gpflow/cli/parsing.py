@@ -203,8 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --private-inputs: refuse (nothing charged) when an input lies outside --x-bounds, "
                         "instead of clipping it to the box")
     p.add_argument("--residual", type=float, nargs="*", default=None, metavar="F",
-                   help="with --private-inputs and --lengthscale: after the whole-row statistics, release the rows' "
-                        "clipped residual sums against the estimate so far, each stage a public fraction of the one "
+                   help="with --private-inputs: after the whole-row statistics (without --lengthscale: every "
+                        "candidate's of the default grid, one chosen), release the rows' clipped residual sums "
+                        "against the estimate so far, each stage a public fraction of the one "
                         "budget (Gaussian-DP composition: one ledger event at --epsilon, --delta; "
                         "docs/whole_rows.md#residual-releases); --residual alone: the default fractions 0.5 0.25 "
                         "0.25 (the statistics, then two residual releases), or --residual F1 F2 ...: two or more "

@@ -81,11 +81,11 @@ def whole_rows_inducing(args, dim: int) -> Tuple[str, int]:
     return design, per_column
 
 
-def checked_residual(args, lengthscales: Any) -> Any:
+def checked_residual(args) -> Any:
     """``--residual [F ...]``: None (one release), ``"default"`` (the option alone) or the public fractions of the
     budget, checked by the library's rule (:func:`~dpgp_gpflow.whole_rows.residual_bounds.validate_residual_fractions`)
-    before anything is read; residual releases use the kernel's own lengthscales, so ``--lengthscale`` is needed.
-    No TensorFlow."""
+    before anything is read (without ``--lengthscale``, the residual releases are of the lengthscale chosen in the
+    first stage). No TensorFlow."""
     from ..whole_rows.residual_bounds import validate_residual_fractions
 
     if args.residual is None:
@@ -97,9 +97,6 @@ def checked_residual(args, lengthscales: Any) -> Any:
         raise UsageError("--residual takes no number (the default fractions) or two or more fractions of the budget, "
                          "each > 0, summing to 1 (the statistics' first, then one per residual release), got "
                          f"{' '.join(f'{f:g}' for f in args.residual)}") from None
-    if lengthscales is None:
-        raise UsageError("--residual needs --lengthscale (public, chosen without the rows): residual releases are "
-                         "not combined with the lengthscale grid a release without it chooses from")
     return fractions
 
 
@@ -145,7 +142,7 @@ def cmd_release_whole_rows(args) -> int:
     checked_positive("--variance", args.variance)
     checked_positive("--noise", args.noise)
     lengthscales = None if args.lengthscale is None else checked_lengthscales(args, dim)
-    fractions = checked_residual(args, lengthscales)
+    fractions = checked_residual(args)
     design, per_column = whole_rows_inducing(args, dim)
     multiplier = checked_multiplier(epsilon, delta)
     data = Path(args.data)

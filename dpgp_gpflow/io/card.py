@@ -667,8 +667,6 @@ def residual_card(document: ReleaseDocument) -> WholeRowsCard:
             WHOLE_ROWS_MECHANISM or any(first.card.get(k) != card[k] for k in _FIRST_STAGE_SHARED):
         raise ReleaseFileError("content.first_stage is not the whole-row release of the first stage (its multiplier "
                                "card.stage_multipliers[0], the same public pieces as the card)")
-    if first.card["lengthscale_candidates"] is not None:
-        raise ReleaseFileError("a residual release has no lengthscale candidates")
     checked = whole_rows_card(first)
     whole_rows_arrays(first.arrays, "statistics/", checked.m)
     if card["sensitivity"] != first.card["sensitivity"] or card["stage_sensitivities"][0] != card["sensitivity"]:

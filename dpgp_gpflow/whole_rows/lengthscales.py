@@ -9,7 +9,9 @@ neighbour): one reservation, one ledger event at the request's (epsilon, delta) 
 guarantee as GDP composition of ``B`` releases at ``mu / sqrt(B)`` each, and honest under every composition the
 accountant may use. The choice is then post-processing of the released statistics: for each candidate the
 kernel and noise variances are fitted on its statistics (SGPR's collapsed bound, :func:`~.variances.fit_variances`)
-and the candidate with the largest fitted bound is chosen (:func:`choose`).
+and the candidate with the largest fitted bound is chosen (:func:`choose`). With residual releases
+(:mod:`.residual_release`) this grid release is the first stage, at its fraction of the Gaussian-DP budget, and
+the later stages release the chosen candidate's residual sums: one reservation, one event for the whole.
 
 :func:`default_lengthscales` is the public default grid, from the box alone: ``DEFAULT_FRACTIONS`` (0.1, 0.2 and
 0.4) of the box's width in every input column (of the mean width for a kernel with one lengthscale for all

@@ -120,7 +120,9 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
     ``accountant``, ``seed`` and ``calibration`` as for every release.
     ``residual_fractions``: None (one release), ``"default"`` or the public fractions of the Gaussian-DP budget of
     the statistics release and of each release of clipped residual sums after it, summing to 1: a
-    :class:`~dpgp_gpflow.whole_rows.residual_release.ResidualRelease` (docs/whole_rows.md#residual-releases).
+    :class:`~dpgp_gpflow.whole_rows.residual_release.ResidualRelease` (docs/whole_rows.md#residual-releases); with
+    ``lengthscales`` the first stage releases every candidate's statistics and the residual releases are the chosen
+    candidate's, all under the one event.
     """
     fractions = validate_residual_fractions(residual_fractions)
     request, groups, Z, box = public_setup(source, kernel, inducing_inputs, x_bounds, epsilon, delta, calibration,
@@ -131,11 +133,6 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
     if noise_variance is not None:
         validate_noise_variance(noise_variance)
     candidates = _lengthscale_candidates(lengthscales, kernel, box)
-    if fractions is not None and candidates is not None:
-        raise NotImplementedError("residual releases (residual_fractions=) use the kernel's own lengthscales: a "
-                                  "lengthscale grid (lengthscales=, or the default grid a model whose kernel keeps "
-                                  "GPflow's default lengthscale is released with) is not combined with them yet: give "
-                                  "the kernel's lengthscales (public, chosen without the rows)")
     if variances == "fit" and not constant_diagonal(kernel):  # (a lengthscale grid needs a stationary kernel)
         raise NotImplementedError(
             "fitting the variances on the released statistics assumes k(x, x) is the same everywhere, and a "
@@ -151,22 +148,22 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
                                 delta=stage.delta, calibration=stage.calibration, kernel_variance=kernel_variance,
                                 noise_variance=noise_variance, variances=variances, clip_to_bounds=clip_to_bounds)
 
-    def released(noised: Any) -> WholeRowsRelease:  # post-processing, after the commit
+    def released(noised: Any, stage: Any = request) -> WholeRowsRelease:  # post-processing, after the commit
         if candidates is None:
-            return one(noised, maps[0])
-        releases = [one(n, f) for n, f in zip(noised, maps)]
+            return one(noised, maps[0], stage)
+        releases = [one(n, f, stage) for n, f in zip(noised, maps)]
         fitted = [r.bound() for r in releases]
         chosen = choose(fitted)
         return releases[chosen].with_selection(tuple(releases), candidates, fitted, chosen)
 
     public = (lambda: validate_box(box, maps[0].input_dim), lambda: validate_bounds(bounds),
               lambda: [kernel_bound(k, box) for k in kernels], lambda: check_public_inducing_inputs(Z))
-    if fractions is not None:  # the statistics at f_1 of the budget, then the residual releases: one event
-        return release_residuals(request, source, grid[0], shares=shares, fractions=fractions,
-                                 head=lambda noised, stage: one(noised, maps[0], stage), checks=(*public, *checks),
-                                 groups=groups, accountant=accountant)
-    measurement = statistics_measurement(request, source, grid[0] if candidates is None else GridStatistics(grid),
-                                         shares=shares, then=released, checks=(*public, *checks), groups=groups)
+    rows = grid[0] if candidates is None else GridStatistics(grid)
+    if fractions is not None:  # the statistics (every candidate's) at f_1 of the budget, then the residual releases
+        return release_residuals(request, source, rows, shares=shares, fractions=fractions, head=released,
+                                 checks=(*public, *checks), groups=groups, accountant=accountant)
+    measurement = statistics_measurement(request, source, rows, shares=shares, then=released,
+                                         checks=(*public, *checks), groups=groups)
     return measure(measurement, accountant)
 
 
@@ -209,7 +206,7 @@ def release_model(model: Any, *, epsilon: float, delta: float, calibration: str 
     ``lengthscales`` None: chosen privately from the default grid (``"default"``) when the kernel's lengthscales
     were left at GPflow's default 1.0 (none given), else the kernel's own (``"kernel"``); or a sequence of public
     candidates (:func:`release_rows`). ``residual_fractions``: residual releases after the statistics
-    (:func:`release_rows`; the kernel's own lengthscales)."""
+    (:func:`release_rows`; with a grid, of the chosen lengthscale)."""
     unused = sorted(set(options) & set(_NOT_WHOLE_ROWS))
     if unused:
         raise TypeError(f"{unused} do not apply to a whole-row release (private inputs): it releases the "

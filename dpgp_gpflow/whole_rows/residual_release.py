@@ -50,7 +50,7 @@ from .residual import (
     residual_sums,
 )
 from .residual_bounds import residual_sensitivity, validate_residual_fractions
-from .statistics import RowStatistics
+from .statistics import GridStatistics
 
 __all__: list[str] = []  # internal: the package imports these names by name
 
@@ -204,16 +204,18 @@ def residual_content(released: ResidualRelease) -> Tuple[Dict[str, Any], Dict[st
 register(ResidualRelease, residual_content)
 
 
-def release_residuals(request: ReleaseRequest, source: ChunkSource, rows: RowStatistics, *, shares: Any,
+def release_residuals(request: ReleaseRequest, source: ChunkSource, rows: Any, *, shares: Any,
                       fractions: Any, head: Callable[[Any, ReleaseRequest], WholeRowsRelease],
                       checks: Sequence[Callable[[], Any]] = (), groups: Any = None,
                       accountant: Any = None) -> ResidualRelease:
     """Release ``source``'s rows as the whole-row statistics (at the first of ``fractions`` of the Gaussian-DP budget
     of ``request``) followed by one residual release per further fraction, with one reservation and one ledger
     event at the request's (epsilon, delta) (module docstring). ``rows``: the public pieces of the pass (feature
-    map, box, bounds, input clipping); ``head(noised, stage_request)``: the first stage's
-    :class:`~.released.WholeRowsRelease` from its noised statistics (post-processing: regularisation, variances
-    given or fitted); ``checks`` the caller's public checks; ``groups`` the declared person ids (a person's rows
+    map, box, bounds, input clipping), a :class:`~.statistics.RowStatistics`, or a
+    :class:`~.statistics.GridStatistics` of candidate lengthscales whose statistics the first stage releases together
+    (:mod:`.lengthscales`); ``head(noised, stage_request)``: the first stage's :class:`~.released.WholeRowsRelease`
+    from its noised statistics (post-processing: regularisation, variances given or fitted, the candidate chosen);
+    the residual stages are those of the chosen candidate's feature map (post-processing of stage 1); ``checks`` the caller's public checks; ``groups`` the declared person ids (a person's rows
     are summed together: each stage's sensitivity is the largest person's). Everything public is checked before
     anything is reserved."""
     fractions = validate_residual_fractions(fractions)
@@ -222,9 +224,9 @@ def release_residuals(request: ReleaseRequest, source: ChunkSource, rows: RowSta
     requests = stage_requests(request, fractions)  # NotImplementedError for the classical calibration
     first = statistics_measurement(requests[0], source, rows, shares=shares, then=lambda noised: noised,
                                    checks=checks, groups=groups)
-    features = rows.features
-    points = radius_features(features, radius_points(features.kernel, rows.box))  # public, once
-    lo, hi = rows.y_bounds
+    grid = rows.rows if isinstance(rows, GridStatistics) else (rows,)
+    m = grid[0].features.m  # every candidate's
+    lo, hi = grid[0].y_bounds
     state: Dict[str, Any] = {}
 
     def own_checks() -> None:  # after the first stage's own (source, persons, shares, its sensitivity)
@@ -232,18 +234,20 @@ def release_residuals(request: ReleaseRequest, source: ChunkSource, rows: RowSta
         chunked = source if ids is None else source.between_persons(person_starts(ids, int(source.n)))
         longest, count = chunking(chunked)
         state["source"] = chunked
-        state["sensitivities"] = [residual_sensitivity(m=features.m, multiplier=r.multiplier, num_rows=int(source.n),
+        state["sensitivities"] = [residual_sensitivity(m=m, multiplier=r.multiplier, num_rows=int(source.n),
                                                        chunk_rows=longest, num_chunks=count,
                                                        person_rows=largest_person(ids)) for r in requests[1:]]
 
     def steps(draws: StepDraws) -> ResidualRelease:
         noised = first.mechanism(draws)  # the statistics: one draw, committed into draws
-        released = head(noised, requests[0])  # post-processing: S^ regularised, the variances, u_1
+        released = head(noised, requests[0])  # post-processing: S^ regularised, the variances, u_1, the choice
+        chosen = next(r for r in grid if r.features is released.features)  # the chosen candidate's pass
+        points = radius_features(chosen.features, radius_points(chosen.features.kernel, chosen.box))  # public
         P = regularised_statistic(tf.constant(released.statistics["S"]), released.floor)
         posterior, estimates, stages = released.posterior, [released.posterior.mean.numpy()], []
         for j, (stage, sensitivity) in enumerate(zip(requests[1:], state["sensitivities"]), start=2):
             radius = next_radius(posterior, points, hi - lo)
-            b = residual_sums(state["source"], ResidualStatistics(rows, estimates[-1], radius))
+            b = residual_sums(state["source"], ResidualStatistics(chosen, estimates[-1], radius))
             std = stage.multiplier * sensitivity * 2.0 * radius
             noised_b, reproducible = sampling.add_whitened_noise(b / std, stage.seed)  # L2 shift <= 1 / s_j
             draws.commit(f"residual release {j} of {len(requests)}")
@@ -254,8 +258,9 @@ def release_residuals(request: ReleaseRequest, source: ChunkSource, rows: RowSta
             stages.append(ResidualStage(released_b, std, radius, stage.multiplier, sensitivity, reproducible))
         return residual_release(released, P, stages, posterior, estimates, fractions=fractions, request=request)
 
-    description = (f"whole-row statistics and {len(requests) - 1} residual release(s) (M = {features.m}, "
-                   "Gaussian-DP composition)")
+    description = (f"whole-row statistics and {len(requests) - 1} residual release(s) (M = {m}"
+                   + (f", {len(grid)} candidate lengthscales" if isinstance(rows, GridStatistics) else "")
+                   + ", Gaussian-DP composition)")
     declared = validate_groups(groups, int(np.shape(groups)[0])) if groups is not None else None
     measurement = Measurement(request, first.relation, stepwise(steps, requests[0].event(), description),
                               checks=(*first.checks, own_checks), description=description,

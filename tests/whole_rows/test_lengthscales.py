@@ -14,6 +14,7 @@ import warnings
 import gpflow
 import numpy as np
 import pytest
+from reference import analytic_delta, reference_multiplier
 from whole_rows_reference import extreme_neighbours, widest_point
 from whole_rows_reference import shift_in_noise_units as _shift
 
@@ -162,3 +163,65 @@ def test_the_default_grid_of_a_two_column_box(lengthscales, expected):
                                wr.inducing_grid(box, 2), x_bounds=box, y_bounds=BOUNDS, epsilon=EPSILON, delta=DELTA,
                                noise_variance=0.1, lengthscales="default")
     assert released.selection["lengthscales"] == expected
+
+
+FRACTIONS = (0.5, 0.25, 0.25)
+
+
+def test_a_grid_with_residual_releases_is_one_event_composing_every_stage(draws, tmp_path):
+    """The candidates' statistics together at f_1 of the budget, then residual releases of the chosen candidate:
+    one reservation, one event at (epsilon, delta); the stages' multipliers s / sqrt(f_j) from the analytic
+    multiplier computed here; the first stage's noise sqrt(B) times one candidate's (B = 3, at the same f_1); each
+    residual stage's noise its charge; the whole's delta at epsilon within the request (analytic_delta, here)."""
+    acc = dp.PrivacyAccountant(epsilon=EPSILON, delta=DELTA)
+    released = _release(X, Y, accountant=acc, seed=None, residual_fractions=FRACTIONS)
+    M, B = Z.shape[0], len(CANDIDATES)
+    assert draws == [B * (M * (M + 1) // 2 + M + 1), M, M]  # one draw for the grid, one per residual stage
+    (event,) = acc.history()
+    assert event["status"] == "committed" and (event["epsilon"], event["delta"]) == (EPSILON, DELTA)
+    assert acc.held == (0.0, 0.0) and "3 candidate lengthscales" in event["description"]
+    s = reference_multiplier(EPSILON, DELTA)
+    assert event["mu"] == pytest.approx(1.0 / s, rel=1e-8)
+    np.testing.assert_allclose(released.stage_multipliers, s / np.sqrt(FRACTIONS), rtol=1e-8)
+    assert analytic_delta(EPSILON, 1.0 / math.sqrt(sum(1.0 / m**2 for m in released.stage_multipliers))) \
+        <= DELTA * (1 + 1e-6)
+    single = _release(X, Y, lengthscales=None, seed=None, residual_fractions=FRACTIONS)  # one candidate, same f_1
+    head = released.first_stage
+    for candidate in head.candidates:
+        np.testing.assert_allclose(candidate.statistics_noise_std["b"] / single.statistics_noise_std["b"],
+                                   math.sqrt(B), rtol=1e-3)
+    std = released.statistics_noise_std["residual_b"][:, 0]
+    np.testing.assert_allclose(std, np.array(released.stage_multipliers[1:]) * released.stage_sensitivities[1:]
+                               * 2.0 * released.radii, rtol=1e-12)
+    # the residual stages are the chosen candidate's (the largest bound, NumPy here); its statistics are stage 1's
+    chosen = int(np.argmax([_reference_bound(c) for c in head.candidates]))
+    assert head.selection["chosen"] == chosen and head.lengthscales == CANDIDATES[chosen]
+    assert float(released.features.kernel.lengthscales.numpy()) == CANDIDATES[chosen]
+    np.testing.assert_array_equal(released.statistics["b"], head.candidates[chosen].statistics["b"])
+    # the file: the card states the candidates and the stages, and loads to the same predictions
+    released.save(tmp_path / "grid.json")
+    card = dp.io.read_card(tmp_path / "grid.json")
+    assert card["lengthscale_candidates"] == CANDIDATES and card["residual_fractions"] == list(FRACTIONS)
+    Xnew = np.linspace(0.0, 10.0, 7)[:, None]
+    loaded = dp.load(tmp_path / "grid.json")
+    np.testing.assert_array_equal(loaded.predict(Xnew).mean, released.predict(Xnew).mean)
+    np.testing.assert_array_equal(loaded.radii, released.radii)
+    model = DPSGPR((X, Y), gpflow.kernels.SquaredExponential(variance=2.0, lengthscales=3.0), Z, noise_variance=0.1,
+                   y_bounds=BOUNDS, x_bounds=BOX, private_inputs=True, hyperparameters_public=True)
+    report = dp.audit(released, model)  # the grid's stage 1 and every residual stage, from the model's pieces
+    assert report.passed and 0.9 * EPSILON <= report.epsilon <= EPSILON * (1 + 1e-9)
+
+
+def test_a_grid_of_one_candidate_with_residual_releases_is_the_release_at_that_lengthscale():
+    """Where it holds (one candidate: the grid's vector is the one release's, its sensitivity the same): the grid's
+    residual release equals the residual release at the kernel's own lengthscale with the same seed."""
+    grid = _release(X, Y, lengthscales=[3.0], seed=5, residual_fractions=FRACTIONS)
+    own = _release(X, Y, lengthscales=None, seed=5, residual_fractions=FRACTIONS)  # the kernel's lengthscale: 3.0
+    for key in ("S", "b", "q", "residual_b"):
+        np.testing.assert_array_equal(grid.statistics[key], own.statistics[key])
+        np.testing.assert_array_equal(grid.statistics_noise_std[key], own.statistics_noise_std[key])
+    np.testing.assert_array_equal(grid.radii, own.radii)
+    np.testing.assert_array_equal(grid.stage_sensitivities, own.stage_sensitivities)
+    Xnew = np.linspace(0.0, 10.0, 5)[:, None]
+    np.testing.assert_array_equal(grid.predict(Xnew).mean, own.predict(Xnew).mean)
+    assert grid.first_stage.selection["chosen"] == 0
