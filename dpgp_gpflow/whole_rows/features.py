@@ -237,10 +237,41 @@ MAP_CACHE_SIZE = 16
 _MAPS: "OrderedDict[Tuple[Any, ...], Tuple[Any, FeatureMap]]" = OrderedDict()
 
 
+#: Kernel classes (exactly these, not subclasses) whose kernels inside are only their ``kernels`` (a ``Sum`` /
+#: ``Product``) or ``base_kernel`` (``Periodic``), or none: :func:`_kernels` reads those instead of walking every
+#: submodule (the parameters' transforms included).
+_LEAF_KERNELS = (gpflow.kernels.SquaredExponential, gpflow.kernels.Matern12, gpflow.kernels.Matern32,
+                 gpflow.kernels.Matern52, gpflow.kernels.RationalQuadratic, gpflow.kernels.Exponential,
+                 gpflow.kernels.Cosine, gpflow.kernels.Constant, gpflow.kernels.Linear, gpflow.kernels.Polynomial)
+
+
 def _kernels(kernel: Any) -> Tuple[Any, ...]:
     """The kernel and every kernel inside it, at any depth (a ``Sum`` / ``Product``'s terms, a ``Periodic``'s
-    ``base_kernel``), in ``tf.Module``'s deterministic order."""
+    ``base_kernel``): read directly for GPflow's own classes of :data:`_LEAF_KERNELS`, ``Sum``, ``Product`` and
+    ``Periodic``, else in ``tf.Module``'s deterministic order (every submodule)."""
+    if type(kernel) in _LEAF_KERNELS:
+        return (kernel,)
+    if type(kernel) in (gpflow.kernels.Sum, gpflow.kernels.Product):
+        return (kernel, *(k for term in kernel.kernels for k in _kernels(term)))
+    if type(kernel) is gpflow.kernels.Periodic:
+        return (kernel, *_kernels(kernel.base_kernel))
     return (kernel, *(m for m in kernel.submodules if isinstance(m, gpflow.kernels.Kernel)))
+
+
+#: Whether a parameter's transform has variables of its own (a bijector's variables are fixed when it is built).
+_TRANSFORM_VARIABLES: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
+
+
+def _has_variables(transform: Any) -> bool:
+    try:
+        return _TRANSFORM_VARIABLES[transform]
+    except (KeyError, TypeError):
+        has = bool(tuple(getattr(transform, "variables", None) or ()))
+        try:
+            _TRANSFORM_VARIABLES[transform] = has
+        except TypeError:  # not weakly referable: not cached
+            pass
+        return has
 
 
 def _map_key(kernel: gpflow.kernels.Kernel, Z: np.ndarray, box: Optional[np.ndarray]) -> Optional[Tuple[Any, ...]]:
@@ -250,7 +281,7 @@ def _map_key(kernel: gpflow.kernels.Kernel, Z: np.ndarray, box: Optional[np.ndar
     values = []
     for path, p in gpflow.utilities.parameter_dict(kernel).items():
         transform = getattr(p, "transform", None)
-        if transform is not None and tuple(getattr(transform, "variables", None) or ()):
+        if transform is not None and _has_variables(transform):
             return None
         raw = p.unconstrained_variable if isinstance(p, gpflow.Parameter) else p
         values.append((path, type(transform), id(transform), np.asarray(raw.numpy()).tobytes()))
