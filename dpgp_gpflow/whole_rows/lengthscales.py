@@ -57,8 +57,9 @@ def _lengthscaled(kernel: gpflow.kernels.Kernel) -> bool:
 
 def validate_lengthscales(kernel: gpflow.kernels.Kernel, candidates: Any, input_dim: int) -> Tuple[np.ndarray, ...]:
     """The candidates as float64 arrays of the kernel's lengthscales' shape (a scalar, or [D] for an ARD kernel; a
-    scalar candidate with an ARD kernel is used in every column), finite and > 0, between 1 and
-    :data:`MAX_CANDIDATES` of them; ``TypeError`` / ``ValueError`` (one line). The kernel must be one stationary
+    scalar candidate with an ARD kernel is used in every column), finite and > 0, between 2 and
+    :data:`MAX_CANDIDATES` of them (one is the kernel's own lengthscale, no grid: a release file holds a grid of
+    two or more); ``TypeError`` / ``ValueError`` (one line). The kernel must be one stationary
     kernel with lengthscales (not a Sum or Product). Public."""
     if not _lengthscaled(kernel):
         raise TypeError(f"lengthscales chosen privately need one stationary kernel with lengthscales, got "
@@ -83,8 +84,9 @@ def validate_lengthscales(kernel: gpflow.kernels.Kernel, candidates: Any, input_
         if not (np.all(np.isfinite(array)) and np.all(array > 0.0)):
             raise ValueError(f"candidate lengthscales must be finite and > 0, got {array.tolist()}")
         out.append(array)
-    if not 1 <= len(out) <= MAX_CANDIDATES:
-        raise ValueError(f"give between 1 and {MAX_CANDIDATES} candidate lengthscales, got {len(out)}")
+    if not 2 <= len(out) <= MAX_CANDIDATES:
+        raise ValueError(f"give between 2 and {MAX_CANDIDATES} candidate lengthscales, got {len(out)} (one: give it as "
+                         "the kernel's lengthscales, lengthscales=None)")
     return tuple(out)
 
 

@@ -139,7 +139,7 @@ def test_a_model_without_lengthscales_chooses_them_from_the_default_grid_of_the_
     (gpflow.kernels.SquaredExponential() + gpflow.kernels.Constant(), [1.0, 2.0], TypeError, "one stationary"),
     (gpflow.kernels.SquaredExponential(), [1.0, -2.0], ValueError, "> 0"),
     (gpflow.kernels.SquaredExponential(), "short", ValueError, "default"),
-    (gpflow.kernels.SquaredExponential(), [], ValueError, "between 1"),
+    (gpflow.kernels.SquaredExponential(), [], ValueError, "between 2"),
     (gpflow.kernels.SquaredExponential(), [[1.0, 2.0]], ValueError, "shape"),
 ])
 def test_bad_candidates_are_refused_before_anything_is_reserved(kernel, lengthscales, error, match):
@@ -212,16 +212,37 @@ def test_a_grid_with_residual_releases_is_one_event_composing_every_stage(draws,
     assert report.passed and 0.9 * EPSILON <= report.epsilon <= EPSILON * (1 + 1e-9)
 
 
-def test_a_grid_of_one_candidate_with_residual_releases_is_the_release_at_that_lengthscale():
-    """Where it holds (one candidate: the grid's vector is the one release's, its sensitivity the same): the grid's
-    residual release equals the residual release at the kernel's own lengthscale with the same seed."""
-    grid = _release(X, Y, lengthscales=[3.0], seed=5, residual_fractions=FRACTIONS)
-    own = _release(X, Y, lengthscales=None, seed=5, residual_fractions=FRACTIONS)  # the kernel's lengthscale: 3.0
-    for key in ("S", "b", "q", "residual_b"):
-        np.testing.assert_array_equal(grid.statistics[key], own.statistics[key])
-        np.testing.assert_array_equal(grid.statistics_noise_std[key], own.statistics_noise_std[key])
-    np.testing.assert_array_equal(grid.radii, own.radii)
-    np.testing.assert_array_equal(grid.stage_sensitivities, own.stage_sensitivities)
-    Xnew = np.linspace(0.0, 10.0, 5)[:, None]
-    np.testing.assert_array_equal(grid.predict(Xnew).mean, own.predict(Xnew).mean)
-    assert grid.first_stage.selection["chosen"] == 0
+def test_the_residual_stages_of_a_grid_are_the_chosen_lengthscales_around_the_released_estimates():
+    """With a seed the noise of stage j is the seeded standard normal draw (reproducible, drawn here too): what was
+    released minus that noise is the clipped residual sum of the rows, in NumPy here, at the CHOSEN candidate's
+    features around the released previous estimate and radius (not another candidate's)."""
+    from whole_rows_reference import features as reference_features
+
+    from dpgp_gpflow.sampling import standard_normal
+    from dpgp_gpflow.whole_rows.residual_release import stage_seed
+
+    seed = 7
+    released = _release(X, Y, seed=seed, lengthscales=[1.0, 3.0, 9.0], residual_fractions=FRACTIONS)
+    ell = float(released.features.kernel.lengthscales.numpy())
+    assert ell == released.first_stage.lengthscales
+    yc = np.clip(Y[:, 0], *BOUNDS) - 0.5 * sum(BOUNDS)
+    std = released.statistics_noise_std["residual_b"][:, 0]
+    for k, b_tilde in enumerate(released.statistics["residual_b"]):  # stage j = k + 2 (0-based stage k + 1)
+        xi, _ = standard_normal(Z.shape[0], stage_seed(seed, k + 1))
+        u, R = released.estimates[k], released.radii[k]
+        for other in (1.0, 3.0, 9.0):
+            P = reference_features(np.clip(X, *BOX[0]), Z, other)
+            expected = P.T @ np.clip(yc - P @ u, -R, R)
+            if other == ell:
+                np.testing.assert_allclose(b_tilde - std[k] * xi, expected, rtol=0, atol=1e-9 * std[k])
+            else:  # another candidate's features give other sums
+                assert np.max(np.abs(b_tilde - std[k] * xi - expected)) > 1e-6
+
+
+def test_a_grid_of_one_candidate_is_refused_before_anything_is_reserved():
+    """One candidate is the kernel's own lengthscale (a release file holds a grid of two or more)."""
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+    for fractions in (None, FRACTIONS):
+        with pytest.raises(ValueError, match="between 2 and 16 candidate lengthscales, got 1"):
+            _release(X, Y, lengthscales=[3.0], accountant=acc, residual_fractions=fractions)
+    assert acc.history() == [] and acc.held == (0.0, 0.0)
