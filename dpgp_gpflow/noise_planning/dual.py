@@ -47,13 +47,21 @@ REAL_SPEC = tf.TensorSpec([], tf.float64)
 COUNT_SPEC = tf.TensorSpec([], tf.int32)
 
 
-def compile_per_objective(impl, input_signature) -> dict:
+#: ``tf.function`` attributes of a body that other compiled graphs call (possibly from several places):
+#: TensorFlow keeps each call a call of the one function instead of inlining a copy at every call site
+#: when a graph is first run, so the body is instantiated and optimised (Grappler) once per process.
+#: The same ops run either way.
+SHARED_BODY = {"_noinline": True}
+
+
+def compile_per_objective(impl, input_signature, attributes: Optional[dict] = None) -> dict:
     """``{objective: tf.function(impl(*args, objective=objective))}`` for every objective, each with the
-    given ``input_signature`` (dimensions left unknown: any shapes, no retracing)."""
+    given ``input_signature`` (dimensions left unknown: any shapes, no retracing) and ``tf.function``
+    ``attributes`` (e.g. :data:`SHARED_BODY`)."""
 
     def compiled(objective: str):
         return tf.function(lambda *args: impl(*args, objective=objective), autograph=False,
-                           input_signature=input_signature)
+                           input_signature=input_signature, experimental_attributes=attributes)
 
     return {objective: compiled(objective) for objective in OBJECTIVES}
 

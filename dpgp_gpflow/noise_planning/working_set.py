@@ -21,7 +21,10 @@ from .dual import (
     MATRIX_SPEC,
     REAL_SPEC,
     RESTRICTED_SOLVERS,
+    SHARED_BODY,
+    VECTOR_SPEC,
     barrier_newton,
+    compile_per_objective,
     uniform_weight,
     dual_terms,
     duality_gap,
@@ -273,6 +276,28 @@ def start_size(rank: tf.Tensor, n: tf.Tensor) -> tf.Tensor:
     return tf.minimum(tf.maximum(rank, START_POINTS), n)
 
 
+def _graph_or_eager(compiled: Callable, impl: Callable) -> Callable:
+    """``compiled`` (a ``tf.function`` with :data:`~.dual.SHARED_BODY`) while tracing a graph, ``impl`` when
+    called eagerly. In a graph the compiled function is one call op of a body traced (and instantiated)
+    once per process, however many places of the graph (and graphs) call it: a release's first call
+    traces and optimises each such body once, not once per call site (the same ops, the same numbers)."""
+    return impl if tf.executing_eagerly() else compiled
+
+
+def _screened_start_impl(vectors: tf.Tensor, rank: tf.Tensor) -> tf.Tensor:
+    """:meth:`DenseColumns.start` above ``DENSE_POINTS`` columns: the positions ([w], sorted) of the
+    ``start_size`` columns of largest leverage under unit weights and of ``rank`` spanning ones."""
+    lev = dual_terms(vectors, tf.ones_like(vectors[0]), "entropy")[3]  # [n]: v_i^T (V V^T)^{-1} v_i
+    lev = tf.where(tf.math.is_finite(lev), lev, tf.zeros_like(lev))
+    top = tf.math.top_k(lev, k=start_size(rank, tf.shape(vectors)[1])).indices
+    chosen = tf.logical_or(_indicator(top, lev), _indicator(_pivot_columns(vectors, rank)[0], lev))
+    return tf.cast(tf.where(chosen)[:, 0], tf.int32)
+
+
+_screened_start = tf.function(_screened_start_impl, input_signature=[MATRIX_SPEC, COUNT_SPEC], autograph=False,
+                              experimental_attributes=SHARED_BODY)
+
+
 class DenseColumns:
     """The columns of an r x n tensor, or of those of its columns listed in ``members`` (sorted): the
     provider of the in-memory and compiled releases. Graph-safe."""
@@ -282,20 +307,20 @@ class DenseColumns:
         self.vectors = vectors if members is None else tf.gather(vectors, members, axis=1)
         self.dense_points = dense_points
 
+    @classmethod
+    def held(cls, members: tf.Tensor, vectors: tf.Tensor, dense_points: tf.Tensor) -> "DenseColumns":
+        """The provider of columns already gathered: ``vectors`` ([r, w]) are the columns ``members`` ([w])."""
+        columns = cls.__new__(cls)
+        columns.members, columns.vectors, columns.dense_points = members, vectors, dense_points
+        return columns
+
     def count(self) -> tf.Tensor:
         return tf.shape(self.vectors)[1]
 
     def start(self, rank: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
         vectors, n = self.vectors, self.count()
-
-        def screened():
-            lev = dual_terms(vectors, tf.ones_like(vectors[0]), "entropy")[3]  # [n]: v_i^T (V V^T)^{-1} v_i
-            lev = tf.where(tf.math.is_finite(lev), lev, tf.zeros_like(lev))
-            top = tf.math.top_k(lev, k=start_size(rank, n)).indices
-            chosen = tf.logical_or(_indicator(top, lev), _indicator(_pivot_columns(vectors, rank)[0], lev))
-            return tf.cast(tf.where(chosen)[:, 0], tf.int32)
-
-        local = tf.cond(n <= self.dense_points, lambda: tf.range(n), screened)
+        screened = _graph_or_eager(_screened_start, _screened_start_impl)
+        local = tf.cond(n <= self.dense_points, lambda: tf.range(n), lambda: screened(vectors, rank))
         return tf.gather(self.members, local), tf.gather(vectors, local, axis=1)
 
     def violators(self, eigenvectors, inverse_scales, keep, count) -> Violators:
@@ -419,6 +444,34 @@ def _certify(columns: ColumnProvider, work: WorkingSet, objective: str, largest:
     return V, feasible_scales(w, qmax, objective), gap, rel
 
 
+def _dense_rounds(members, vectors, dense_points, idx, cols, weights, warm, tol, max_iter, objective):
+    """:func:`solve_on_working_sets` over a :class:`DenseColumns` given by its tensors (compiled in
+    :data:`DENSE_ROUNDS`): the working set's tensors, the Newton steps and ``max_i q_i`` (or -1)."""
+    work, steps, largest = solve_on_working_sets(DenseColumns.held(members, vectors, dense_points),
+                                                 WorkingSet(idx, cols, weights), warm, objective, tol, max_iter)
+    return (*work, steps, largest)
+
+
+_INDEX_SPEC = tf.TensorSpec([None], tf.int32)
+#: The working-set loop over dense columns, compiled per objective: :func:`solve_noise` runs it twice in a
+#: graph (the distinct columns, then every column if the merge was too coarse), one traced body for both.
+DENSE_ROUNDS = compile_per_objective(_dense_rounds, [_INDEX_SPEC, MATRIX_SPEC, COUNT_SPEC, _INDEX_SPEC, MATRIX_SPEC,
+                                                     VECTOR_SPEC, tf.TensorSpec([], tf.bool), REAL_SPEC, COUNT_SPEC],
+                                     SHARED_BODY)
+
+
+def _rounds(columns: ColumnProvider, start: WorkingSet, warm: tf.Tensor, objective: str, tol: tf.Tensor,
+            max_iter: tf.Tensor):
+    """:func:`solve_on_working_sets`; over dense columns in a graph, the compiled :data:`DENSE_ROUNDS`."""
+    if not isinstance(columns, DenseColumns) or tf.executing_eagerly():
+        return solve_on_working_sets(columns, start, warm, objective, tol, max_iter)
+    idx, cols, weights, steps, largest = DENSE_ROUNDS[objective](
+        columns.members, columns.vectors, tf.convert_to_tensor(columns.dense_points, tf.int32), *start,
+        tf.convert_to_tensor(warm, tf.bool), tf.convert_to_tensor(tol, tf.float64),
+        tf.convert_to_tensor(max_iter, tf.int32))
+    return WorkingSet(idx, cols, weights), steps, largest
+
+
 def solve_noise(distinct: ColumnProvider, every: ColumnProvider, start: WorkingSet, warm: tf.Tensor, objective: str,
                 tol: tf.Tensor, max_iter: tf.Tensor, same: bool = False) -> Solution:
     """The optimiser's dual solution over the columns of ``every``, solved over one representative of
@@ -428,7 +481,7 @@ def solve_noise(distinct: ColumnProvider, every: ColumnProvider, start: WorkingS
     every column (the loop's last pass then certifies). One implementation for every provider.
     Public: the vectors only.
     """
-    work, steps, largest = solve_on_working_sets(distinct, start, warm, objective, tol, max_iter)
+    work, steps, largest = _rounds(distinct, start, warm, objective, tol, max_iter)
     if same:
         V, scales, gap, rel = tf.cond(largest >= 0.0, lambda: _certify(every, work, objective, largest),
                                       lambda: _certify(every, work, objective))
@@ -437,8 +490,8 @@ def solve_noise(distinct: ColumnProvider, every: ColumnProvider, start: WorkingS
 
     def all_columns():
         rank = tf.shape(start.columns)[0]
-        more_work, more, _ = solve_on_working_sets(every, cold_start(every, rank, objective), tf.constant(False),
-                                                   objective, tol, max_iter - steps)
+        more_work, more, _ = _rounds(every, cold_start(every, rank, objective), tf.constant(False),
+                                     objective, tol, max_iter - steps)
         return (*more_work, steps + more, *_certify(every, more_work, objective))
 
     refit = (rel > tol) & (distinct.count() < every.count()) & (steps < max_iter)
