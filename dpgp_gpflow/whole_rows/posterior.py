@@ -59,17 +59,18 @@ _MATRIX, _VECTOR, _SCALAR = (tf.TensorSpec([None, None], tf.float64), tf.TensorS
 
 
 @tf.function(input_signature=[_MATRIX, _SCALAR], autograph=False)
-def _floored(S: tf.Tensor, floor: tf.Tensor) -> tf.Tensor:
+def floored(S: tf.Tensor, floor: tf.Tensor) -> tf.Tensor:
+    """:func:`regularised_statistic`'s graph (its ``python_function`` inlines it in another graph)."""
     eigenvalues, V = tf.linalg.eigh(0.5 * (S + tf.transpose(S)))
-    floored = tf.maximum(eigenvalues, floor)
-    return tf.linalg.matmul(V * floored[None, :], V, transpose_b=True)
+    raised = tf.maximum(eigenvalues, floor)
+    return tf.linalg.matmul(V * raised[None, :], V, transpose_b=True)
 
 
 @check_shapes("S: [M, M]", "return: [M, M]")
 def regularised_statistic(S: tf.Tensor, floor: float) -> tf.Tensor:
     """The Frobenius-nearest matrix to the symmetric part of ``S`` whose eigenvalues are all ``>= floor``:
     ``V max(Lambda, floor) V^T`` (post-processing)."""
-    return _floored(tf.convert_to_tensor(S, tf.float64), tf.constant(floor, tf.float64))
+    return floored(tf.convert_to_tensor(S, tf.float64), tf.constant(floor, tf.float64))
 
 
 class RegularisedStatistic(NamedTuple):

@@ -182,6 +182,12 @@ class WholeRowsRelease(RegressionPredictions, StatisticsRelease, Released):
         return {k: v.copy() for k, v in self._statistics.items()}
 
     @property
+    def regularised_S(self) -> tf.Tensor:
+        """``S^`` [M, M]: the released ``S~`` regularised at :attr:`floor`, as the posterior reads it
+        (:func:`~dpgp_gpflow.whole_rows.posterior.regularised_release`; post-processing)."""
+        return self._S_hat
+
+    @property
     def neighbours(self) -> str:
         """The relation protected: ``"row (inputs and outputs)"``, or ``"person (groups, up to G rows) (inputs and
         outputs)"`` with persons."""

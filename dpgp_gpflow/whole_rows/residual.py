@@ -37,7 +37,7 @@ from ..validation import parameter_value
 from . import features as feature_maps
 from .design import inducing_design, validate_box
 from .features import FeatureMap
-from .posterior import WeightPosterior, predictive_terms
+from .posterior import WeightPosterior, floored, predictive_terms
 from .residual_bounds import residual_radius
 from .statistics import RowStatistics, add_statistics
 
@@ -211,6 +211,25 @@ def _first(chol: tf.Tensor, u: tf.Tensor, b_var: tf.Tensor, offdiag_var: tf.Tens
               + offdiag_var * u[:, None] * u[None, :])
     half = tf.linalg.cholesky_solve(chol, middle)  # A middle
     return tf.linalg.cholesky_solve(chol, tf.transpose(half))  # A middle A (symmetric)
+
+
+def release_noise_covariance(first: WeightPosterior, P: tf.Tensor, S: Any, stds: Any) -> tf.Tensor:
+    """The residual release's DP-noise covariance [M, M] of its last estimate: :func:`estimate_covariance` from the
+    first stage's posterior ``first`` (:func:`first_covariance`), the preconditioner ``P``, the rows' ``S`` estimated
+    by the PSD projection of the released ``S~`` ``S`` (:func:`~.posterior.regularised_statistic` at floor 0) and
+    the stages' noise stds, in one compiled call (the same operations). Post-processing."""
+    variances = tf.constant([float(sigma) ** 2 for sigma in stds], tf.float64)
+    return _release_covariance(first.chol, first.mean, tf.constant(first.b_std ** 2, tf.float64),
+                               tf.constant(first.offdiag_std ** 2, tf.float64), tf.convert_to_tensor(P, tf.float64),
+                               tf.convert_to_tensor(S, tf.float64), variances)
+
+
+@tf.function(autograph=False)
+def _release_covariance(chol: tf.Tensor, u: tf.Tensor, b_var: tf.Tensor, offdiag_var: tf.Tensor, P: tf.Tensor,
+                        S: tf.Tensor, variances: tf.Tensor) -> tf.Tensor:
+    first = _first.python_function(chol, u, b_var, offdiag_var)
+    projected = floored.python_function(S, tf.constant(0.0, tf.float64))
+    return _covariance.python_function(chol, P, projected, first, variances)
 
 
 def replay(posterior: WeightPosterior, P: tf.Tensor, residual_b: Any, stds: Any, points: RadiusPoints,

@@ -20,6 +20,7 @@ stages; the sensitivities are recomputed here from public values before anything
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -37,16 +38,15 @@ from ..streaming.chunks import ChunkSource, person_starts, source_persons
 from ..validation import as_inputs, validate_groups
 from .features import FeatureMap
 from .mechanism import chunking, relation, statistics_measurement
-from .posterior import WeightPosterior, predictive_terms, regularised_statistic
+from .posterior import WeightPosterior, predictive_terms
 from .released import RegressionPredictions, StatisticsRelease, WholeRowsRelease
 from .residual import (
     ResidualStatistics,
-    estimate_covariance,
-    first_covariance,
     next_radius,
     preconditioned_update,
     radius_features,
     radius_points,
+    release_noise_covariance,
     residual_sums,
 )
 from .residual_bounds import residual_sensitivity, validate_residual_fractions
@@ -81,9 +81,17 @@ def stage_requests(request: ReleaseRequest, fractions: Sequence[float]) -> Tuple
     """The request of each stage: :func:`~dpgp_gpflow.composition.gdp_step_request` at the multiplier
     ``s / sqrt(f_j)`` (:func:`~dpgp_gpflow.composition.gdp_fraction_multipliers`), its own seed
     (:func:`stage_seed`). ``NotImplementedError`` unless the calibration is analytic (Gaussian-DP composition)."""
+    unseeded = _unseeded_stages(request._replace(seed=None), tuple(float(f) for f in fractions))
+    return tuple(stage._replace(seed=stage_seed(request.seed, j)) for j, stage in enumerate(unseeded))
+
+
+@functools.lru_cache(maxsize=64)
+def _unseeded_stages(request: ReleaseRequest, fractions: Tuple[float, ...]) -> Tuple[ReleaseRequest, ...]:
+    """:func:`stage_requests` without their seeds: public values only (each step's epsilon solved by bisection,
+    :func:`~dpgp_gpflow.calibration.analytic_gaussian_epsilon`), so computed once per request and fractions in a
+    process (immutable requests; exceptions are not cached)."""
     multipliers = gdp_fraction_multipliers(request.multiplier, fractions)
-    return tuple(gdp_step_request(request, s)._replace(seed=stage_seed(request.seed, j))
-                 for j, s in enumerate(multipliers))
+    return tuple(gdp_step_request(request, s) for s in multipliers)
 
 
 class ResidualRelease(RegressionPredictions, StatisticsRelease, Released):
@@ -186,8 +194,7 @@ def residual_release(head: WholeRowsRelease, P: tf.Tensor, stages: Sequence[Resi
     last ``posterior`` and the ``estimates``, with the DP noise's covariance propagated through the stages
     (:func:`~.residual.estimate_covariance`; ``S`` estimated by the PSD projection of the released ``S~``).
     Post-processing (a release and a loaded release file build it alike)."""
-    covariance = estimate_covariance(head.posterior.chol, P, regularised_statistic(
-        tf.constant(head.statistics["S"]), 0.0), first_covariance(head.posterior), [s.noise_std for s in stages])
+    covariance = release_noise_covariance(head.posterior, P, head.statistics["S"], [s.noise_std for s in stages])
     return ResidualRelease(head, stages, posterior, estimates, covariance, fractions=fractions, request=request)
 
 
@@ -243,7 +250,7 @@ def release_residuals(request: ReleaseRequest, source: ChunkSource, rows: Any, *
         released = head(noised, requests[0])  # post-processing: S^ regularised, the variances, u_1, the choice
         chosen = next(r for r in grid if r.features is released.features)  # the chosen candidate's pass
         points = radius_features(chosen.features, radius_points(chosen.features.kernel, chosen.box))  # public
-        P = regularised_statistic(tf.constant(released.statistics["S"]), released.floor)
+        P = released.regularised_S  # the preconditioner: S~ regularised as the first stage's posterior reads it
         posterior, estimates, stages = released.posterior, [released.posterior.mean.numpy()], []
         for j, (stage, sensitivity) in enumerate(zip(requests[1:], state["sensitivities"]), start=2):
             radius = next_radius(posterior, points, hi - lo)
