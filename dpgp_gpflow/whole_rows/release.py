@@ -156,8 +156,8 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
         chosen = choose(fitted)
         return releases[chosen].with_selection(tuple(releases), candidates, fitted, chosen)
 
-    public = (lambda: validate_box(box, maps[0].input_dim), lambda: validate_bounds(bounds),
-              lambda: [kernel_bound(k, box) for k in kernels], lambda: check_public_inducing_inputs(Z))
+    # the box, bounds, Z and the kernel's bound were checked above (public_setup); a grid's candidates here
+    public = () if candidates is None else (lambda: [kernel_bound(k, box) for k in kernels],)
     rows = grid[0] if candidates is None else GridStatistics(grid)
     if fractions is not None:  # the statistics (every candidate's) at f_1 of the budget, then the residual releases
         return release_residuals(request, source, rows, shares=shares, fractions=fractions, head=released,
