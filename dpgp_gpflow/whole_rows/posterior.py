@@ -25,7 +25,7 @@ public values (kernel, ``Z``, variances given or fitted on the released statisti
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple, Tuple
+from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -51,14 +51,37 @@ def spectral_noise_bound(offdiag_std: float, m: int, failure: float = SPECTRAL_F
     return 2.0 * float(offdiag_std) * (math.sqrt(int(m)) + math.sqrt(math.log(2.0 / failure)))
 
 
-#: The compiled graphs below take tensors of any size ([None] dimensions): each is traced once per process and its
-#: ops run as one call (eager, a release's post-processing of M x M matrices was tens of small op dispatches). The
-#: same operations as eagerly, in the same order: the same numbers (checked bit for bit on seeded releases).
+class OnReuse:
+    """A post-processing function of tensors run eagerly on its first call in a process and through one
+    ``tf.function`` (``autograph=False``, ``input_signature`` if given: traced once) from its second: eagerly, a
+    release's post-processing of M x M matrices is tens of small op dispatches, while tracing costs more than one
+    eager run (a process making one release does not pay it). The same operations, in the same order, either way:
+    the same numbers (checked bit for bit on seeded releases). ``python_function``: the function itself (to inline
+    it in another graph)."""
+
+    def __init__(self, fn: Callable[..., Any], input_signature: Optional[Sequence[tf.TensorSpec]] = None) -> None:
+        self.python_function = fn
+        self.__doc__ = fn.__doc__
+        self._graph = tf.function(fn, input_signature=input_signature, autograph=False)
+        self._called = False
+
+    def __call__(self, *args: Any) -> Any:
+        if not self._called:
+            self._called = True
+            return self.python_function(*args)
+        return self._graph(*args)
+
+
+def compiled_on_reuse(input_signature: Optional[Sequence[tf.TensorSpec]] = None) -> Callable[..., OnReuse]:
+    """Decorator: :class:`OnReuse` of the function (``input_signature``: its tensors' specs, [None] dimensions)."""
+    return lambda fn: OnReuse(fn, input_signature)
+
+
 _MATRIX, _VECTOR, _SCALAR = (tf.TensorSpec([None, None], tf.float64), tf.TensorSpec([None], tf.float64),
                              tf.TensorSpec([], tf.float64))
 
 
-@tf.function(input_signature=[_MATRIX, _SCALAR], autograph=False)
+@compiled_on_reuse([_MATRIX, _SCALAR])
 def floored(S: tf.Tensor, floor: tf.Tensor) -> tf.Tensor:
     """:func:`regularised_statistic`'s graph (its ``python_function`` inlines it in another graph)."""
     eigenvalues, V = tf.linalg.eigh(0.5 * (S + tf.transpose(S)))
@@ -89,10 +112,15 @@ def regularised_release(S: Any, noise_std: Any, copies: int = 1) -> RegularisedS
     mean of that many released copies with independent noise of std ``noise_std`` (a classifier's blocks), whose
     ``sigma_o`` is ``1 / sqrt(copies)`` of one copy's. Post-processing of released and public values only."""
     S = np.asarray(S, dtype=np.float64)
+    offdiag, tau, floor = _floor(S, noise_std, copies)
+    return RegularisedStatistic(offdiag, tau, floor, regularised_statistic(tf.constant(S), floor))
+
+
+def _floor(S: np.ndarray, noise_std: Any, copies: int) -> Tuple[float, float, float]:
+    """``(sigma_o, tau, FLOOR_SCALE * tau)`` of :func:`regularised_release`."""
     offdiag = float(np.asarray(noise_std)[0, 0]) / math.sqrt(2.0) / math.sqrt(int(copies))
     tau = spectral_noise_bound(offdiag, S.shape[0], SPECTRAL_FAILURE)
-    floor = FLOOR_SCALE * tau
-    return RegularisedStatistic(offdiag, tau, floor, regularised_statistic(tf.constant(S), floor))
+    return offdiag, tau, FLOOR_SCALE * tau
 
 
 class WeightPosterior(NamedTuple):
@@ -106,7 +134,7 @@ class WeightPosterior(NamedTuple):
     offdiag_std: float  #: std of the noise of each off-diagonal entry of the released ``S``
 
 
-@tf.function(input_signature=[_MATRIX, _VECTOR, _SCALAR], autograph=False)
+@compiled_on_reuse([_MATRIX, _VECTOR, _SCALAR])
 def _posterior(S_hat: tf.Tensor, b: tf.Tensor, ratio: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
     M = tf.shape(S_hat)[0]
     chol = tf.linalg.cholesky(S_hat + ratio * tf.eye(M, dtype=tf.float64))  # [M, M]
@@ -125,6 +153,28 @@ def weight_posterior(S_hat: tf.Tensor, b: tf.Tensor, *, kernel_variance: float, 
     return WeightPosterior(chol, mean, float(kernel_variance), float(noise_variance), float(b_std), float(offdiag_std))
 
 
+def regularised_posterior(S: Any, noise_std: Any, b: Any, *, kernel_variance: float, noise_variance: float,
+                          b_std: float) -> Tuple[RegularisedStatistic, WeightPosterior]:
+    """:func:`regularised_release` of the released ``S~`` [M, M] (noise std ``noise_std``) and the
+    :func:`weight_posterior` of its ``S^`` with the released ``b~`` [M] (noise std ``b_std``) at the given variances,
+    in one call (the same operations as the two). Post-processing."""
+    S = np.asarray(S, dtype=np.float64)
+    offdiag, tau, floor = _floor(S, noise_std, 1)
+    ratio = float(noise_variance) / float(kernel_variance)
+    S_hat, chol, mean = _regularised_posterior(tf.constant(S), tf.constant(floor, tf.float64),
+                                               tf.convert_to_tensor(b, tf.float64), tf.constant(ratio, tf.float64))
+    return (RegularisedStatistic(offdiag, tau, floor, S_hat),
+            WeightPosterior(chol, mean, float(kernel_variance), float(noise_variance), float(b_std), offdiag))
+
+
+@compiled_on_reuse([_MATRIX, _SCALAR, _VECTOR, _SCALAR])
+def _regularised_posterior(S: tf.Tensor, floor: tf.Tensor, b: tf.Tensor,
+                           ratio: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    S_hat = floored.python_function(S, floor)
+    chol, mean = _posterior.python_function(S_hat, b, ratio)
+    return S_hat, chol, mean
+
+
 @check_shapes("phi: [N, M]", "prior: [N]", "return[0]: [N]", "return[1]: [N]", "return[2]: [N]")
 def predictive_terms(posterior: WeightPosterior, phi: tf.Tensor, prior: tf.Tensor):
     """``(mean - c, model variance, DP noise variance)`` [N] each at features ``phi`` [N, M] (unit scale) with
@@ -139,7 +189,7 @@ def predictive_terms(posterior: WeightPosterior, phi: tf.Tensor, prior: tf.Tenso
                                                          posterior.offdiag_std ** 2)))
 
 
-@tf.function(input_signature=[_MATRIX, _VECTOR, _MATRIX, _VECTOR, _SCALAR, _SCALAR, _SCALAR, _SCALAR], autograph=False)
+@compiled_on_reuse([_MATRIX, _VECTOR, _MATRIX, _VECTOR, _SCALAR, _SCALAR, _SCALAR, _SCALAR])
 def _terms(chol: tf.Tensor, u: tf.Tensor, phi: tf.Tensor, prior: tf.Tensor, kernel_variance: tf.Tensor,
            ratio: tf.Tensor, b_var: tf.Tensor, offdiag_var: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     mean = tf.linalg.matvec(phi, u)  # [N]

@@ -25,7 +25,13 @@ from ..released import PrivatePrediction, Released
 from ..validation import as_inputs, check_real
 from .features import FeatureMap
 from .mechanism import NoisedStatistics, relation
-from .posterior import WeightPosterior, predictive_terms, regularised_release, weight_posterior
+from .posterior import (
+    WeightPosterior,
+    predictive_terms,
+    regularised_posterior,
+    regularised_release,
+    weight_posterior,
+)
 from .variances import fit_variances, sgpr_bound
 
 __all__ = ["WholeRowsRelease"]
@@ -33,6 +39,15 @@ __all__ = ["WholeRowsRelease"]
 #: How a release sets the kernel variance and the noise variance: the values given, or fitted on the
 #: released statistics (:func:`~dpgp_gpflow.whole_rows.variances.fit_variances`).
 VARIANCES = ("given", "fit")
+
+
+def _checked_variances(kernel_variance: Any, noise_variance: Any) -> Tuple[float, float]:
+    """Both variances as floats, each finite and > 0 (``ValueError`` / ``TypeError`` otherwise)."""
+    kernel_variance = check_real("kernel_variance", kernel_variance)
+    noise_variance = check_real("noise_variance", noise_variance)
+    if not (kernel_variance > 0.0 and noise_variance > 0.0):
+        raise ValueError(f"kernel_variance and noise_variance must be > 0, got {kernel_variance}, {noise_variance}")
+    return kernel_variance, noise_variance
 
 
 class StatisticsRelease:
@@ -138,6 +153,8 @@ class WholeRowsRelease(RegressionPredictions, StatisticsRelease, Released):
     :func:`~dpgp_gpflow.whole_rows.release.release_rows` (or ``DPSGPR(..., private_inputs=True).release_function``).
     """
 
+    posterior: WeightPosterior  #: the weights' posterior its predictions read (post-processing of the release)
+
     def __init__(self, noised: NoisedStatistics, features: FeatureMap, *, x_bounds: np.ndarray,
                  y_bounds: Tuple[float, float], epsilon: float, delta: float, calibration: str,
                  kernel_variance: Optional[float], noise_variance: Optional[float], variances: str = "given",
@@ -162,17 +179,22 @@ class WholeRowsRelease(RegressionPredictions, StatisticsRelease, Released):
         self.x_bounds = np.array(x_bounds, dtype=np.float64, copy=True)
         self.y_bounds = (float(y_bounds[0]), float(y_bounds[1]))
         self._clip_to_bounds = clip_to_bounds
-        # offdiag_std: the std of an off-diagonal entry's noise of ``S`` (the diagonal's is sqrt(2) times it);
-        # spectral_bound: the bound tau of that noise; floor: the eigenvalue floor ``FLOOR_SCALE * tau`` (public)
-        self.offdiag_std, self.spectral_bound, self.floor, self._S_hat = regularised_release(
-            self._statistics["S"], self._noise_std["S"])
         self.variances = variances
         #: the lengthscale choice when this release was chosen from a grid (:meth:`with_selection`), else None
         self.selection: Optional[Dict[str, Any]] = None
         self.candidates: Tuple["WholeRowsRelease", ...] = ()
+        # offdiag_std: the std of an off-diagonal entry's noise of ``S`` (the diagonal's is sqrt(2) times it);
+        # spectral_bound: the bound tau of that noise; floor: the eigenvalue floor ``FLOOR_SCALE * tau`` (public)
         if variances == "fit":
-            kernel_variance, noise_variance = self._fitted()
-        self._set_variances(kernel_variance, noise_variance)
+            self.offdiag_std, self.spectral_bound, self.floor, self._S_hat = regularised_release(
+                self._statistics["S"], self._noise_std["S"])
+            self._set_variances(*self._fitted())
+        else:  # the same, with the posterior at the variances given, in one call
+            self.kernel_variance, self.noise_variance = _checked_variances(kernel_variance, noise_variance)
+            regularised, self.posterior = regularised_posterior(
+                self._statistics["S"], self._noise_std["S"], self._statistics["b"],
+                kernel_variance=self.kernel_variance, noise_variance=self.noise_variance, b_std=self._b_std)
+            self.offdiag_std, self.spectral_bound, self.floor, self._S_hat = regularised
 
     # -- what was released ----------------------------------------------------------------------------
     @property
@@ -210,12 +232,9 @@ class WholeRowsRelease(RegressionPredictions, StatisticsRelease, Released):
         return float(self._noise_std["b"][0])
 
     def _set_variances(self, kernel_variance: Any, noise_variance: Any) -> None:
-        kernel_variance = check_real("kernel_variance", kernel_variance)
-        noise_variance = check_real("noise_variance", noise_variance)
-        if not (kernel_variance > 0.0 and noise_variance > 0.0):
-            raise ValueError(f"kernel_variance and noise_variance must be > 0, got {kernel_variance}, {noise_variance}")
+        kernel_variance, noise_variance = _checked_variances(kernel_variance, noise_variance)
         self.kernel_variance, self.noise_variance = kernel_variance, noise_variance
-        self.posterior: WeightPosterior = weight_posterior(
+        self.posterior = weight_posterior(
             self._S_hat, tf.constant(self._statistics["b"]), kernel_variance=kernel_variance,
             noise_variance=noise_variance, b_std=self._b_std, offdiag_std=self.offdiag_std)
 

@@ -37,7 +37,7 @@ from ..validation import parameter_value
 from . import features as feature_maps
 from .design import inducing_design, validate_box
 from .features import FeatureMap
-from .posterior import WeightPosterior, floored, predictive_terms
+from .posterior import WeightPosterior, compiled_on_reuse, floored, predictive_terms
 from .residual_bounds import residual_radius
 from .statistics import RowStatistics, add_statistics
 
@@ -102,12 +102,12 @@ def preconditioned_update(chol: tf.Tensor, P: tf.Tensor, b: tf.Tensor, u: tf.Ten
                    tf.convert_to_tensor(b, tf.float64), tf.convert_to_tensor(u, tf.float64))
 
 
-#: The compiled graphs of this module's post-processing (as :mod:`.posterior`'s: traced once, the same operations
-#: as eagerly, so the same numbers).
+#: This module's post-processing graphs (as :mod:`.posterior`'s: eager on their first call, compiled from the second,
+#: the same operations either way, so the same numbers).
 _MATRIX, _VECTOR = tf.TensorSpec([None, None], tf.float64), tf.TensorSpec([None], tf.float64)
 
 
-@tf.function(input_signature=[_MATRIX, _MATRIX, _VECTOR, _VECTOR], autograph=False)
+@compiled_on_reuse([_MATRIX, _MATRIX, _VECTOR, _VECTOR])
 def _update(chol: tf.Tensor, P: tf.Tensor, b: tf.Tensor, u: tf.Tensor) -> tf.Tensor:
     rhs = b + tf.linalg.matvec(P, u)
     return tf.linalg.cholesky_solve(chol, rhs[:, None])[:, 0]
@@ -183,7 +183,7 @@ def estimate_covariance(chol: tf.Tensor, P: tf.Tensor, S: tf.Tensor, first: tf.T
                        tf.convert_to_tensor(S, tf.float64), tf.convert_to_tensor(first, tf.float64), variances)
 
 
-@tf.function(autograph=False)
+@compiled_on_reuse()
 def _covariance(chol: tf.Tensor, P: tf.Tensor, S: tf.Tensor, first: tf.Tensor, variances: tf.Tensor) -> tf.Tensor:
     """:func:`estimate_covariance`'s graph, traced once per number of stages (a handful: not a loop over data)."""
     M = tf.shape(P)[0]
@@ -203,8 +203,7 @@ def first_covariance(posterior: WeightPosterior) -> tf.Tensor:
                   tf.constant(posterior.offdiag_std ** 2, tf.float64))
 
 
-@tf.function(input_signature=[_MATRIX, _VECTOR, tf.TensorSpec([], tf.float64), tf.TensorSpec([], tf.float64)],
-             autograph=False)
+@compiled_on_reuse([_MATRIX, _VECTOR, tf.TensorSpec([], tf.float64), tf.TensorSpec([], tf.float64)])
 def _first(chol: tf.Tensor, u: tf.Tensor, b_var: tf.Tensor, offdiag_var: tf.Tensor) -> tf.Tensor:
     M = tf.shape(u)[0]
     middle = ((b_var + offdiag_var * tf.reduce_sum(tf.square(u))) * tf.eye(M, dtype=tf.float64)
@@ -224,7 +223,7 @@ def release_noise_covariance(first: WeightPosterior, P: tf.Tensor, S: Any, stds:
                                tf.convert_to_tensor(S, tf.float64), variances)
 
 
-@tf.function(autograph=False)
+@compiled_on_reuse()
 def _release_covariance(chol: tf.Tensor, u: tf.Tensor, b_var: tf.Tensor, offdiag_var: tf.Tensor, P: tf.Tensor,
                         S: tf.Tensor, variances: tf.Tensor) -> tf.Tensor:
     first = _first.python_function(chol, u, b_var, offdiag_var)
