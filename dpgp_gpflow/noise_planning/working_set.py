@@ -125,8 +125,9 @@ def _pivot_columns(vectors: tf.Tensor, count: tf.Tensor, floor: Optional[float] 
     a pick's residual is formed exactly (against every direction picked) and the others' norms are
     downdated by its direction (recomputed when cancellation took most of their digits: LAPACK's rule);
     the other columns' residual norms are then downdated by one product with the block's new directions.
-    O(count r n) at worst, matrix products only, each against the directions picked so far. ``floor``: stop
-    after the first pick whose residual is below it (the later picks and sizes are then zero).
+    O(count r n) at worst, matrix products only, each against the directions picked so far. ``floor`` (a float
+    or a scalar tensor): stop after the first pick whose residual is below it (the later picks and sizes are
+    then zero).
     """
     r, n = tf.shape(vectors)[0], tf.shape(vectors)[1]
     T = tf.minimum(PIVOT_BLOCK_FACTOR * tf.maximum(count, 1), n)
@@ -193,6 +194,18 @@ def _pivot_columns(vectors: tf.Tensor, count: tf.Tensor, floor: Optional[float] 
 
 
 _pivots = tf.function(_pivot_columns, input_signature=[MATRIX_SPEC, COUNT_SPEC], autograph=False)
+#: :func:`_pivot_columns` with a ``floor`` tensor (``-inf``: none), one body for every graph that pivots (the
+#: screened cold start and the spread of violators in each round); eager callers run the Python function.
+_floored_pivots = tf.function(_pivot_columns, input_signature=[MATRIX_SPEC, COUNT_SPEC, REAL_SPEC], autograph=False,
+                              experimental_attributes=SHARED_BODY)
+
+
+def _pivots_of(vectors: tf.Tensor, count: tf.Tensor, floor: Optional[float] = None):
+    """:func:`_pivot_columns`; in a graph, a call of the one compiled body (``floor`` None: ``-inf``, no pick
+    stops at it, the residuals being finite)."""
+    if tf.executing_eagerly():
+        return _pivot_columns(vectors, count, floor)
+    return _floored_pivots(vectors, count, tf.constant(-np.inf if floor is None else floor, tf.float64))
 
 
 @check_shapes("vectors: [r, n]", "return[0]: [count]", "return[1]: [count]")
@@ -204,7 +217,7 @@ def pivot_columns(vectors: tf.Tensor, count: int):
 
 def _spread_violators_impl(whitened: tf.Tensor, count: tf.Tensor) -> tf.Tensor:
     count = tf.minimum(count, tf.shape(whitened)[1])
-    picks, sizes = _pivot_columns(whitened, count, SPREAD_RESIDUAL)  # the picks below it are not used
+    picks, sizes = _pivots_of(whitened, count, SPREAD_RESIDUAL)  # the picks below it are not used
     return tf.sort(tf.boolean_mask(picks, sizes >= SPREAD_RESIDUAL))
 
 
@@ -290,7 +303,7 @@ def _screened_start_impl(vectors: tf.Tensor, rank: tf.Tensor) -> tf.Tensor:
     lev = dual_terms(vectors, tf.ones_like(vectors[0]), "entropy")[3]  # [n]: v_i^T (V V^T)^{-1} v_i
     lev = tf.where(tf.math.is_finite(lev), lev, tf.zeros_like(lev))
     top = tf.math.top_k(lev, k=start_size(rank, tf.shape(vectors)[1])).indices
-    chosen = tf.logical_or(_indicator(top, lev), _indicator(_pivot_columns(vectors, rank)[0], lev))
+    chosen = tf.logical_or(_indicator(top, lev), _indicator(_pivots_of(vectors, rank)[0], lev))
     return tf.cast(tf.where(chosen)[:, 0], tf.int32)
 
 
