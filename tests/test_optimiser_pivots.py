@@ -37,3 +37,33 @@ def test_spread_violators_are_the_pivots_above_the_floor():
     expected = np.sort(order[:count][np.abs(np.diag(R))[:count] >= working_set.SPREAD_RESIDUAL])
     assert 0 < expected.size < count
     np.testing.assert_array_equal(working_set.spread_violators(V, count).numpy(), expected)
+
+
+@pytest.mark.parametrize("floor", [0.3, -np.inf])
+def test_compiled_pivoting_with_a_floor_tensor_is_lapacks(floor):
+    """The one compiled pivoting body the graphs call (a floor tensor; -inf: none) picks as LAPACK does."""
+    V = _columns()
+    _, R, order = scipy.linalg.qr(V, pivoting=True, mode="economic")
+    residuals = np.abs(np.diag(R))
+    last = int(np.argmax(residuals < floor)) if floor > 0 else 9  # the last pick made
+    picks, sizes = (a.numpy() for a in working_set._floored_pivots(tf.constant(V), tf.constant(10),
+                                                                    tf.constant(floor, tf.float64)))
+    np.testing.assert_array_equal(picks[:last + 1], order[:last + 1])
+    np.testing.assert_allclose(sizes[:last + 1], residuals[:last + 1], rtol=1e-8)
+    assert np.all(sizes[last + 1:] == 0.0)
+
+
+def _calls(fn) -> dict:
+    """``{called function: its _noinline attribute}`` of every function call in ``fn``'s graph (nested
+    branches and loop bodies included)."""
+    graph = fn.get_concrete_function().graph.as_graph_def()
+    nodes = list(graph.node) + [node for f in graph.library.function for node in f.node_def]
+    names = {node.attr["f"].func.name for node in nodes if node.op in ("PartitionedCall", "StatefulPartitionedCall")}
+    return {f.signature.name: f.attr["_noinline"].b for f in graph.library.function if f.signature.name in names}
+
+
+def test_graphs_call_one_pivoting_body_kept_as_a_call():
+    """A fresh process's first release traces and instantiates the pivoting once (cold start): the screened
+    cold start and the spread of violators call the same compiled function, not inlined (a copy each before)."""
+    start, spread = _calls(working_set._screened_start), _calls(working_set._spread)
+    assert start and start == spread and all(start.values())
