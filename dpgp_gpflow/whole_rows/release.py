@@ -18,6 +18,7 @@ release; the lengthscales are public values or chosen from a public grid on the 
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 import gpflow
@@ -28,7 +29,13 @@ from ..measurement import measure
 from ..mechanisms.request import release_request
 from ..streaming.chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks
 from ..streaming.release import rows_source
-from ..validation import parameter_value, require_float64, validate_bounds, validate_noise_variance
+from ..validation import (
+    parameter_value,
+    require_float64,
+    validate_bounds,
+    validate_noise_variance,
+    validate_seed,
+)
 from .design import check_public_inducing_inputs, validate_box
 from .features import FeatureMap, constant_diagonal, feature_map, kernel_bound
 from .mechanism import NoisedStatistics, statistics_measurement
@@ -70,6 +77,24 @@ def _lengthscale_candidates(lengthscales: Any, kernel: Any, box: np.ndarray) -> 
     return validate_lengthscales(kernel, lengthscales, box.shape[0])
 
 
+def _request(epsilon: Any, delta: Any, calibration: Any, seed: Any) -> Any:
+    """``release_request(epsilon, delta, calibration=calibration, objective=None, seed=seed)``, its unseeded part
+    (validation and the noise multiplier, a bisection: public values only) computed once per (epsilon, delta,
+    calibration) and their types in a process; the seed validated first, as release_request does."""
+    seed = validate_seed(seed)
+    try:
+        types: Any = (type(epsilon), type(delta), type(calibration))  # True is not 1 here
+        unseeded = _unseeded_request(types, epsilon, delta, calibration)
+    except TypeError:  # unhashable: validated (and refused) without the cache
+        return release_request(epsilon, delta, calibration=calibration, objective=None, seed=seed)
+    return unseeded._replace(seed=seed)
+
+
+@functools.lru_cache(maxsize=64)
+def _unseeded_request(types: Any, epsilon: Any, delta: Any, calibration: Any) -> Any:
+    return release_request(epsilon, delta, calibration=calibration, objective=None, seed=None)
+
+
 def public_setup(source: Any, kernel: Any, inducing_inputs: Any, x_bounds: Any, epsilon: float, delta: float,
                  calibration: str, seed: Optional[int], groups: Any) -> Tuple[Any, Any, np.ndarray, np.ndarray]:
     """``(request, groups, Z, box)``: the public checks every whole-row release makes before it reads a row, in
@@ -77,7 +102,7 @@ def public_setup(source: Any, kernel: Any, inducing_inputs: Any, x_bounds: Any, 
     source, the box, a kernel with a public bound on ``k(x, x)``, inducing inputs not computed from data;
     ``groups="source"`` resolved to the ids the source carries (None: one row per person)."""
     require_float64()
-    request = release_request(epsilon, delta, calibration=calibration, objective=None, seed=seed)
+    request = _request(epsilon, delta, calibration, seed)
     if not isinstance(source, ChunkSource):
         raise TypeError(f"source must be a dpgp_gpflow.streaming.ChunkSource, got {type(source).__name__}")
     if isinstance(groups, str) and groups == "source":
