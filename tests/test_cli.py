@@ -1,7 +1,7 @@
 """The ``dpgp`` command line end to end on CSVs written here: in this process (``_run``), and in a fresh
 process (``dpgp``) where the process itself is tested (``--help``'s start-up without TensorFlow). The console
 script's fresh process with a release (one TensorFlow start-up: the exit code, the whole stderr one line, no
-TensorFlow log line or traceback) is tests/test_cli_tables.py's ``fresh_process``."""
+TensorFlow log line or traceback) is tests/test_cli_process.py's, shared with the demo."""
 
 from __future__ import annotations
 
@@ -62,8 +62,8 @@ RELEASE = ["--x", "age", "weight", "--y", "height", "--bounds", "60", "180", "--
 def test_budget_release_show_predict_end_to_end(work):
     # every step in this process: the console script's own start-up with a release (exit code, the process's
     # whole stderr one line, no TensorFlow log line or traceback) is tested in a fresh process by
-    # tests/test_cli_tables.py::test_clipping_warning_is_one_line_on_the_command_line (one TensorFlow start-up
-    # for both files), a start-up without TensorFlow by tests/test_cli_startup.py
+    # tests/test_cli_process.py::test_clipping_warning_is_one_line_on_the_command_line (one TensorFlow start-up
+    # for the command lines), a start-up without TensorFlow by tests/test_cli_startup.py
     code, _, stderr = _run_out(["budget", "init", "ledger.sqlite", "--epsilon", "2", "--delta", "0.02"], work)
     assert code == 0, stderr
     code, stdout, stderr = _run_out(["release", "data.csv", *RELEASE, "--epsilon", "1", "--delta", "0.01", "--at",
@@ -138,7 +138,7 @@ def fresh_process(work) -> dict:
     """The command lines of the three tests below (help and usage errors, bad release input, select's
     refusals) run through ``main`` in this process (:func:`_run_out`, warnings ignored as the user's
     ``PYTHONWARNINGS=ignore`` would; the console script's own process is tested by
-    tests/test_cli_tables.py's fresh_process and tests/test_cli_startup.py):
+    tests/test_cli_process.py and tests/test_cli_startup.py):
     ``{test: [[exit code, stderr, stdout], ...]}``, each test's runs in its order."""
     pd.DataFrame({"age": [], "height": []}).to_csv(work / "empty.csv", index=False)
     pd.DataFrame({"age": [1.0, 2.0], "height": [100.0, np.nan]}).to_csv(work / "nan.csv", index=False)

@@ -11,8 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -25,7 +23,7 @@ from dpgp_gpflow.cli import STORED_INPUT_VALUES, main
 from dpgp_gpflow.io.tables import TableError, columns, read_table, sniff_decimal
 
 from conftest import shared_data_dir
-from test_cli import ENV, _ledger, _one_line, _run, _untouched
+from test_cli import _ledger, _one_line, _run, _untouched
 
 PUBLIC = ["--lengthscale", "20", "--variance", "100", "--noise", "10", "--bounds", "60", "180", "--epsilon", "1",
           "--delta", "0.01", "--quiet"]
@@ -259,83 +257,16 @@ def test_parquet_numbers_as_stored_are_read(work):
     np.testing.assert_array_equal(got, [[1.0, 1.5, 150.5], [2.0, 2.0, 160.0], [3.0, -300.0, 170.25]])
 
 
+#: The refusals and the clipped release that tests/test_cli_process.py runs in a fresh process (with the demo:
+#: one TensorFlow start-up for both).
 FRESH_CASES = ("unquoted thousands in every row", "quoted thousands separator", "booleans in the output",
                "decimal comma read with --decimal .", "empty cell in an input")
 CLIP_BOUNDS = (105.0, 120.0)
 
-#: One fresh process of the console script's entry point, a user's environment (no PYTHONWARNINGS): the
-#: clipped release first (TensorFlow starts in it), its stderr the process's own; then the refusals, each
-#: one's stderr captured, warnings ignored as the suite's PYTHONWARNINGS=ignore would.
-_CLIP_THEN_REFUSALS = """
-import contextlib, io, json, sys, warnings
-import dpgp_gpflow.cli
-first, rest = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-code = dpgp_gpflow.cli.main(first)
-warnings.simplefilter("ignore")
-results = []
-for argv in rest:
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        try:
-            results.append([dpgp_gpflow.cli.main(argv), None])
-        except SystemExit as exc:
-            results.append([exc.code, None])
-    results[-1][1] = err.getvalue()
-print(json.dumps([code, results]))
-"""
-
-
-@pytest.fixture(scope="module")
-def fresh_process(work) -> dict:
-    """The two tests below in ONE fresh process (one TensorFlow start-up, not two): the clipped release's
-    exit code and the process's whole stderr (everything the refusals did not write to their own captured
-    stderr), and each refusal's (exit code, stderr)."""
-    ledger = _ledger(work, "fresh.sqlite")
-    argvs = []
-    for i, case in enumerate(FRESH_CASES):
-        text, extra, _ = CSV_REFUSALS[case]
-        (work / f"fresh-{i}.csv").write_text(text)
-        argvs.append([str(a) for a in _release(work, f"fresh-{i}.csv", *extra, "--ledger", ledger, "-o", "f.json")])
-    lo, hi = CLIP_BOUNDS
-    clip = ["release", "data.csv", "--x", "age", "--y", "height", "--bounds", str(lo), str(hi), "--lengthscale", "20",
-            "--variance", "100", "--noise", "10", "--epsilon", "1", "--delta", "0.01", "--grid", "4", "--quiet",
-            "-o", "clip.json"]
-    env = {k: v for k, v in ENV.items() if k != "PYTHONWARNINGS"}  # a user's warnings, not the suite's
-    r = subprocess.run([sys.executable, "-c", _CLIP_THEN_REFUSALS, json.dumps(clip), json.dumps(argvs)], cwd=work,
-                       env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert r.returncode == 0, r.stderr
-    clip_code, refusals = json.loads(r.stdout.strip().splitlines()[-1])
-    return {"ledger": ledger, "refusals": refusals, "clip": (clip_code, r.stderr)}
-
-
-@pytest.mark.slow
-def test_refusals_are_one_line_in_a_fresh_process(work, fresh_process):
-    # the console script's own process: no traceback, no pandas warning, one line each; nothing spent
-    results = fresh_process["refusals"]
-    assert len(results) == len(FRESH_CASES)
-    for case, (code, stderr) in zip(FRESH_CASES, results):
-        _one_line(code, stderr, CSV_REFUSALS[case][2])
-    assert not (work / "f.json").exists()
-    _untouched(fresh_process["ledger"])
-
 
 # ---------------------------------------------------------------------------------------------
-# The ClippingWarning as one line; the library's warnings untouched
-
-
-@pytest.mark.slow
-def test_clipping_warning_is_one_line_on_the_command_line(work, fresh_process):
-    frame = pd.read_csv(work / "data.csv")
-    lo, hi = CLIP_BOUNDS
-    clipped = int(np.sum((frame["height"] < lo) | (frame["height"] > hi)))  # counted here, independently
-    assert 0 < clipped < len(frame)
-    code, stderr = fresh_process["clip"]
-    assert code == 0, stderr
-    assert (work / "clip.json").is_file()
-    expected = (f"dpgp: warning: {clipped} of {len(frame)} private outputs lay outside the public bounds "
-                f"({lo}, {hi}) and were clipped")
-    # the process's whole stderr: no path, no source line, once, no TensorFlow log line
-    assert stderr.strip().splitlines() == [expected], stderr
+# The ClippingWarning as one line (on the command line: tests/test_cli_process.py); the library's warnings
+# untouched
 
 
 def test_the_library_keeps_its_normal_warnings_after_the_command_line(work, capsys):
