@@ -43,14 +43,17 @@ print(json.dumps(results))
 """
 
 
-def _fresh(argvs, cwd: Path, watch=TENSORFLOW + ("dp_accounting", "pandas", "scipy")) -> list:
+def _fresh(argvs, cwd: Path, watch=TENSORFLOW + ("dp_accounting", "pandas", "scipy"), process_stderr=None) -> list:
     """``[exit code, stderr, stdout, watched modules imported so far]`` for each command line, all run in one
-    fresh process in ``cwd``."""
+    fresh process in ``cwd``; the process's own stderr (what no command's captured stderr took: TensorFlow's
+    start-up log would be there) appended to ``process_stderr`` if given."""
     proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(argvs), json.dumps(list(watch))], cwd=cwd,
                           env=ENV, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(results) == len(argvs)
+    if process_stderr is not None:
+        process_stderr.append(proc.stderr)
     return results
 
 
@@ -143,16 +146,28 @@ def _forgeries(source: Path, folder: Path) -> list:
 def test_show_imports_no_tensorflow_and_refuses_a_forged_card_in_one_line(work):
     """``dpgp show`` checks the card as dp.load does (io/card.py) without TensorFlow or GPflow (SciPy recomputes
     the analytic noise multiplier); its first line is the loaded object's repr; a forged or damaged file is
-    one line, exit code 2, still without TensorFlow."""
+    one line, exit code 2, still without TensorFlow. Last, in the same fresh process, ``dpgp predict`` starts
+    TensorFlow (no tracing: a light command) and the process's stderr has no TensorFlow start-up log: the
+    console script's quiet start-up (tests/test_cli_process.py runs a release after the demo started it)."""
     import dpgp_gpflow as dp
     from test_cli import _run
 
     code, err = _run(["release", *DATA, "--grid", "3", "--lengthscale", "10", "--variance", "400", "--noise", "50",
                       "--seed", "1", "--quiet", "-o", "shown.json"], work)
     assert code == 0, err
+    code, err = _run(["release", *DATA, "--sparse", "4", "--lengthscale", "10", "--variance", "400", "--noise", "50",
+                      "--seed", "1", "--quiet", "-o", "fn.json"], work)
+    assert code == 0, err
     forgeries = _forgeries(work / "shown.json", work)
-    results = _fresh([["show", "shown.json"], *(["show", name] for name, _ in forgeries)], work,
-                     watch=TENSORFLOW + ("dp_accounting", "pandas"))
+    process_stderr: list = []
+    results = _fresh([["show", "shown.json"], *(["show", name] for name, _ in forgeries),
+                      ["predict", "fn.json", "--at", "data.csv", "-o", "pred.csv", "--quiet"]], work,
+                     watch=TENSORFLOW + ("dp_accounting", "pandas"), process_stderr=process_stderr)
+    *results, (code, stderr, _, imported) = results
+    assert code == 0 and stderr == "" and "tensorflow" in imported, (stderr, imported)  # TensorFlow started here
+    assert process_stderr == [""], process_stderr  # quietly: no start-up log, no warning
+    expected = dp.load(work / "fn.json").predict(pd.read_csv(work / "data.csv")[["age"]].to_numpy())
+    np.testing.assert_allclose(pd.read_csv(work / "pred.csv")["mean"], expected.mean[:, 0], rtol=1e-10)
     (code, stderr, stdout, imported), refused = results[0], results[1:]
     assert code == 0 and "clip_to_bounds" in stdout, stderr
     assert stdout.splitlines()[0] == f"shown.json: {dp.load(work / 'shown.json')!r}"
