@@ -5,9 +5,9 @@ First ``python -m dpgp_gpflow demo`` (``runpy.run_module(..., alter_sys=True)``,
 starts in it): its exit code, its table and PNG, and its stderr, one line (its own ``--seed`` warning), so no
 TensorFlow start-up log. Then the ``dpgp`` console script's entry point (``dpgp_gpflow.cli.main``): a release
 whose outputs are clipped (its stderr is the process's own: exactly the ClippingWarning's one line, no
-TensorFlow log line or traceback), then CSV refusals (tests/test_cli_tables.py), each one line. That ``dpgp``
-imports no TensorFlow before a model is built (so its start-up goes through the same quiet import as the
-demo's) is tests/test_cli_startup.py and tests/test_entry_point.py.
+TensorFlow log line or traceback), then CSV refusals (tests/test_cli_tables.py), each one line. ``dpgp``'s own
+cold start of TensorFlow (quiet, in a fresh process) is tests/test_cli_startup.py's ``dpgp predict``; that it
+imports no TensorFlow before a model is needed, tests/test_cli_startup.py and tests/test_entry_point.py.
 """
 
 from __future__ import annotations
