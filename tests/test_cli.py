@@ -312,7 +312,9 @@ def test_select_without_values_chooses_all_three_from_the_default_grid(work):
 
 
 @pytest.mark.slow
-def test_select_then_release_uses_the_chosen_values(work):
+def test_select_then_release_uses_the_chosen_values(work, small_default_grid):
+    # the default grid thinned to 4 configurations (conftest.small_default_grid): the point is that the release
+    # uses the selection's choice; choosing from the whole default grid is the test above
     assert _run(["budget", "init", "selrel.sqlite", "--epsilon", "2", "--delta", "0.01"], work)[0] == 0
     out = _stdout_json([*SELECT, "--ledger", "selrel.sqlite", "--release-epsilon", "1", "--release-delta", "0.01",
                         "--at", "test.csv", "-o", "selrel.json"], work)
