@@ -207,7 +207,9 @@ def test_help_and_usage_errors(fresh_process):
 
 
 @pytest.mark.slow
-def test_release_without_hyperparameters_selects_them_with_a_share_and_clips(work):
+def test_release_without_hyperparameters_selects_them_with_a_share_and_clips(work, small_default_grid):
+    # the default grid thinned to 4 configurations (conftest.small_default_grid): the point is the share, the
+    # ledger and the clipping; the whole default grid's size and choice are test_select_without_values_...
     assert _run(["budget", "init", "share.sqlite", "--epsilon", "1", "--delta", "0.01"], work)[0] == 0
     code, stderr = _run(["release", "data.csv", "--x", "age", "weight", "--y", "height", "--bounds", "60", "180",
                          "--epsilon", "1", "--delta", "0.01", "--selection-share", "0.25", "--grid", "6", "--ledger",
@@ -223,7 +225,10 @@ def test_release_without_hyperparameters_selects_them_with_a_share_and_clips(wor
     assert np.all((loaded.mean >= 60.0) & (loaded.mean <= 180.0))
     sel, hyp = card["selection"], card["hyperparameters"]
     assert sel["share"] == 0.25 and sel["epsilon"] == pytest.approx(0.25) and sel["total_epsilon"] == pytest.approx(1)
-    assert sel["grid"] == "default" and 20 <= sel["configurations"] <= 60
+    frame = pd.read_csv(work / "data.csv")
+    model = DPGPR((frame[["age", "weight"]].to_numpy(), frame[["height"]].to_numpy()),
+                  gpflow.kernels.SquaredExponential(lengthscales=np.ones(2)), y_bounds=(60.0, 180.0))
+    assert sel["grid"] == "default" and sel["configurations"] == len(small_default_grid(model)) == 4
     assert len(hyp["lengthscales"]) == 2 and hyp["kernel_variance"] == pytest.approx(30.0 ** 2)  # ((180-60)/2/2)^2
     # --no-clip: the card says so (given hyperparameters: no selection, nothing in the card about one)
     code, stderr = _run(["release", "data.csv", *RELEASE, "--epsilon", "1", "--delta", "0.01", "--grid", "6",
@@ -293,6 +298,7 @@ def _stdout_json(argv: list, work: Path) -> dict:
 @pytest.mark.slow
 def test_select_without_values_chooses_all_three_from_the_default_grid(work):
     grid = _default_grid(work)
+    assert 20 <= len(grid) <= 60
     variances = {c[".kernel.variance"] for c in grid}
     noises = {c[".likelihood.variance"] for c in grid}
     assert variances == {900.0}  # ((180 - 60) / 2 / 2)^2: unit hyperparameters are not in the grid
