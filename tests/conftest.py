@@ -132,12 +132,13 @@ _COMMAND_LINE_TESTS = ("test_cli.", "test_cli_", "test_demo.", "test_entry_point
 #: Re-rank from a new --durations=0 run when files change.
 LONG_FILES = (
     "test_notebooks.py",  # one child process for every notebook (~45 s quiet): first, so it never runs last
-    "test_cli.py",  # 7.2% (before bf9dc37, about 6% after)
     "test_selection.py",  # 5.8%
     "test_docs.py",  # 5.6%
     "streaming/test_distributed.py",  # 4.8%
+    "test_cli.py",  # 7.2% (before bf9dc37, about 6% after; about 4% after a84be90, 3fd78b9, e80783c)
     "test_engine.py",  # 3.5%
     "models/test_sgpr_base.py",  # 3.5%
+    "test_cli_process.py",  # ~3% (estimated): one fresh process for the demo and dpgp
     "test_noise_planning.py",  # 3.1%
     "streaming/test_streaming_groups.py",  # 3.0%
     "fuzz/test_fuzz_models.py",  # 3.0%
@@ -146,7 +147,6 @@ LONG_FILES = (
     "fuzz/test_fuzz_selection.py",  # 2.5%
     "test_ledger.py",  # 2.2%
     "streaming/test_streaming.py",  # 2.2%
-    "test_cli_process.py",  # the demo and the dpgp fresh process (was test_demo.py 2.1% + test_cli_tables.py's)
     "audits/test_audits.py",  # 2.1%
     "audits/test_hockey_stick_persons.py",  # 2.0%
     "models/test_base.py",  # 1.7%
