@@ -13,7 +13,7 @@ model's bounds' width; ``G`` the model's largest person; ``B`` the candidates re
 features' rounding ``(1 + (M + 4) u)^2``. The release's shares and sensitivity are not read: the shares the
 noise actually gives are. The epsilon of a Gaussian mechanism of that ``mu`` at the release's delta must not
 exceed its claim. What the release predicts from (its weights' posterior) must be the one its released
-statistics give (:func:`released_posterior`: regularised, at the model's variances or fitted on the release), else
+statistics give (:func:`released_posterior`: regularised, at its stated variances or fitted on the release), else
 its predictions are not post-processing of this release and it is refused. The noise test (PRIVATE: it reads the model's rows) recomputes the statistics from the model's
 rows and checks that the released ones differ from them by a draw of the noise described.
 
@@ -32,7 +32,6 @@ import tensorflow as tf
 from ..relations import largest_person
 from ..sampling import UNIT_ROUNDOFF
 from ..streaming.chunks import DEFAULT_CHUNK_SIZE
-from ..validation import parameter_value
 from .bounds import joint_bound, part_bounds
 from .design import validate_box
 from .features import kernel_bound
@@ -63,9 +62,9 @@ def same_as_released(claimed: Any, recomputed: Any, what: str) -> None:
 
 def released_posterior(release: Any, model: Any, box: np.ndarray) -> Tuple[tf.Tensor, WeightPosterior]:
     """``(S^, the weights' posterior)`` recomputed from a whole-row release's released statistics and their noise
-    std (:func:`~.posterior.regularised_release`; never the object's own ``S^``) at the model's kernel variance
-    (its bound on ``k(x, x)`` over the box) and noise variance, or, for a release whose variances were fitted,
-    both fitted again on the released statistics (:func:`~.variances.fit_variances`). Post-processing."""
+    std (:func:`~.posterior.regularised_release`; never the object's own ``S^``) at the kernel and noise variances
+    the release states (public: any given pair is post-processing, e.g. ``with_variances``), or, for a release whose
+    variances were fitted, both fitted again on the released statistics (:func:`~.variances.fit_variances`)."""
     statistics, std = release.statistics, release.statistics_noise_std
     regularised = regularised_release(statistics["S"], std["S"])
     b_std = float(np.asarray(std["b"])[0])
@@ -74,9 +73,8 @@ def released_posterior(release: Any, model: Any, box: np.ndarray) -> Tuple[tf.Te
         kernel_variance, noise_variance = fit_variances(
             regularised.S_hat, statistics["b"], float(statistics["q"]), float(np.trace(statistics["S"])),
             int(release.num_data), b_std, hi - lo)
-    else:
-        kernel_variance = kernel_bound(model.kernel, box)
-        noise_variance = float(parameter_value(model.likelihood.variance))
+    else:  # the variances the release states (public; any given pair is post-processing, e.g. with_variances)
+        kernel_variance, noise_variance = float(release.kernel_variance), float(release.noise_variance)
     return regularised.S_hat, weight_posterior(regularised.S_hat, tf.constant(statistics["b"]),
                                                kernel_variance=kernel_variance, noise_variance=noise_variance,
                                                b_std=b_std, offdiag_std=regularised.offdiag_std)

@@ -4,7 +4,7 @@ release's claimed sensitivities.
 
 Stage 1 is audited as a whole-row release (:func:`~.audit.whole_rows_audit`: ``mu_1`` from the model's bounds and
 persons and the noise each part actually carries). For each later stage ``j`` the audit recomputes, from the
-released statistics and the model's public pieces, the regularised ``S^``, the variances (the model's given values,
+released statistics and the model's public pieces, the regularised ``S^``, the variances (the release's stated values,
 or fitted on stage 1), the estimates ``u_1 .. u_{j-1}`` and the radius ``R_j`` (:mod:`.residual`), refuses a release
 whose radius is not that, and takes ``mu_j = 2 G R_j (1 + (M + 4) u) / sigma_j`` from the noise std ``sigma_j``
 actually added to ``b~_j`` (``G`` the model's largest person). The whole is ``sqrt(sum_j mu_j^2)``-GDP (adaptive

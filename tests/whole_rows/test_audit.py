@@ -116,6 +116,33 @@ def test_predictions_not_from_the_released_statistics_are_refused(released):
     assert dp.audit(release, model).passed  # the release itself
 
 
+def test_a_release_at_its_own_stated_variances_passes(released):
+    """Other public variances are post-processing (docs/guides/whole_rows.md): ``with_variances(...)`` and a
+    ``release_rows(kernel_variance=v)`` with v != k_max pass; the audit recomputes their posterior at the variances
+    they state (found by review: it used the model's and refused them). NumPy reference: the regularised ``S^``
+    plus ``noise / kernel`` variance on the diagonal gives the weights' mean the release predicts from."""
+    model, release = released
+    other = release.with_variances(noise_variance=0.2)
+    assert dp.audit(other, model).passed
+    S_hat = release.regularised_S.numpy()
+    chol = np.linalg.cholesky(S_hat + 0.2 / release.kernel_variance * np.eye(len(S_hat)))
+    b = release.statistics["b"]
+    mean = np.linalg.solve(chol.T, np.linalg.solve(chol, b))
+    assert np.allclose(other.posterior.mean.numpy(), mean, rtol=1e-9, atol=1e-12)
+    assert not np.allclose(mean, release.posterior.mean.numpy(), rtol=1e-3)  # another posterior than the model's
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dp.ReproducibleNoiseWarning)
+        scaled = wr.release_rows(dp.streaming.LocalChunks(X, Y), model.kernel, Z, x_bounds=BOX, y_bounds=(0.0, 1.0),
+                                 epsilon=1.0, delta=1e-3, seed=1, kernel_variance=0.5, noise_variance=0.05)
+    assert scaled.kernel_variance == 0.5 != scaled.features.k_max
+    assert dp.audit(scaled, model).passed
+    forged = copy.copy(other)  # still refused: the model's posterior read under the stated 0.2
+    forged.posterior = release.posterior._replace(kernel_variance=other.posterior.kernel_variance,
+                                                  noise_variance=other.posterior.noise_variance)
+    with pytest.raises(ValueError, match="weights' mean"):
+        dp.audit(forged, model)
+
+
 def test_a_release_of_other_rows_fails_the_noise_test(released):
     _, release = released
     other = _model(np.tile(X, (20, 1)), np.tile(Y, (20, 1)))  # twenty times the rows: S, b and q move far
