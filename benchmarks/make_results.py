@@ -36,6 +36,7 @@ SCRIPTS = {
     "groups": "benchmarks/groups.py",
     "multi_output": "benchmarks/multi_output.py",
     "cli_startup": "benchmarks/cli_startup.py",
+    "cold_start": "benchmarks/cold_start.py",
     "whole_rows_vs_dpsgd": "benchmarks/whole_rows_vs_dpsgd.py",
     "whole_rows_kung": "benchmarks/whole_rows_kung.py",
     "whole_rows_scale": "benchmarks/whole_rows_scale.py",
