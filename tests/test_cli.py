@@ -239,6 +239,36 @@ def test_release_without_hyperparameters_selects_them_with_a_share_and_clips(wor
     assert card["hyperparameters"] == {"lengthscales": [20.0, 30.0], "kernel_variance": 100.0, "noise_variance": 10.0}
 
 
+def test_release_with_a_selection_share_hands_the_selection_the_whole_default_grid(work, monkeypatch):
+    """dpgp release --selection-share selects from the package's whole default grid (20..60 configurations, the
+    grid of the data's model built here), not a thinned one. Cheap: the selection is stopped at its call (nothing
+    fitted), so the release is refused and nothing is charged or written."""
+    import dpgp_gpflow.selection as selection_package
+    from dpgp_gpflow.selection import grid as grid_module
+
+    seen = []
+
+    def stop(model, grid, **kwargs):
+        seen.append(list(grid))
+        raise ValueError("selection stopped by the test")
+
+    monkeypatch.setattr(selection_package, "select_hyperparameters", stop)
+    assert _run(["budget", "init", "grid.sqlite", "--epsilon", "1", "--delta", "0.01"], work)[0] == 0
+    code, stderr = _run(["release", "data.csv", "--x", "age", "weight", "--y", "height", "--bounds", "60", "180",
+                         "--epsilon", "1", "--delta", "0.01", "--selection-share", "0.25", "--grid", "6", "--ledger",
+                         "grid.sqlite", "-o", "grid.json"], work)
+    assert code != 0 and "selection stopped by the test" in stderr, stderr
+    (grid,) = seen
+    frame = pd.read_csv(work / "data.csv")
+    model = DPGPR((frame[["age", "weight"]].to_numpy(), frame[["height"]].to_numpy()),
+                  gpflow.kernels.SquaredExponential(lengthscales=np.ones(2)), y_bounds=(60.0, 180.0))
+    full = grid_module.default_grid(model)  # the builder itself, not a name a path could rebind
+    as_lists = lambda configurations: [{k: np.asarray(v).tolist() for k, v in c.items()} for c in configurations]
+    assert 20 <= len(grid) <= 60 and as_lists(grid) == as_lists(full)
+    ledger = dp.PrivacyAccountant.open(work / "grid.sqlite")
+    assert len(ledger.ledger) == 0 and ledger.spent == (0.0, 0.0) and not (work / "grid.json").exists()
+
+
 def test_separator_is_sniffed(tmp_path):
     cases = {",": 'a,b\n1,2\n3,4\n', ";": '"height";"age"\n150.2;30\n140;12\n', "\t": "a\tb\n1\t2\n",
              "|": "a|b\n1|2\n"}
