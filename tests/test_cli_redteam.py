@@ -237,7 +237,7 @@ def test_every_numeric_option_reads_a_negative_number_in_scientific_notation(cap
                 continue
             assert action.type is float, (name, option)
             value = getattr(args, action.dest)
-            expected = [number, 10.0] if option == "--bounds" else [number] if action.nargs == "+" else number
+            expected = [number, 10.0] if option == "--bounds" else [number] if action.nargs in ("+", "*") else number
             assert value == expected, (name, option, value)
     assert {"--bounds", "--epsilon", "--delta", "--variance", "--noise", "--lengthscale", "--grid-lengthscale",
             "--release-epsilon", "--release-delta", "--selection-share", "--seed", "--grid", "--sparse",
