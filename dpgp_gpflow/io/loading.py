@@ -252,6 +252,9 @@ def _load_whole_rows(document: ReleaseDocument) -> Released:
         if not np.array_equal(a, candidates[chosen].statistics[name]):
             raise ReleaseFileError(f"arrays.statistics/{name} is not the chosen candidate's ({chosen}: the largest "
                                    "SGPR bound on the released statistics)")
+    if any(content[k] != entries[chosen][k] for k in ("kernel", "k_max", "jitter")):  # what predictions read
+        raise ReleaseFileError(f"content's kernel, k_max and jitter are not the chosen candidate's ({chosen}: the "
+                               "largest SGPR bound on the released statistics)")
     lengthscales = selection.get("lengthscales") if isinstance(selection, dict) else None
     if (lengthscales != card["lengthscale_candidates"] or released.lengthscales is None
             or not all(np.allclose(c.lengthscales, v, rtol=1e-12, atol=0.0) for c, v in zip(candidates, lengthscales))):

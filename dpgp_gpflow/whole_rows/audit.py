@@ -31,10 +31,12 @@ import tensorflow as tf
 
 from ..relations import largest_person
 from ..sampling import UNIT_ROUNDOFF
+from ..io.gpflow_specs import kernel_spec
 from ..streaming.chunks import DEFAULT_CHUNK_SIZE
 from .bounds import joint_bound, part_bounds
 from .design import validate_box
 from .features import kernel_bound
+from .lengthscales import choose
 from .classification import LABEL_BOUNDS, LabelStatistics, OneVsRestStatistics, WholeRowsClassifier
 from .posterior import WeightPosterior, regularised_release, weight_posterior
 from .release import model_rows
@@ -88,6 +90,23 @@ def check_posterior(claimed: WeightPosterior, recomputed: WeightPosterior) -> No
     same_as_released(claimed.chol, recomputed.chol, "Cholesky factor")
     for what in ("kernel_variance", "noise_variance", "b_std", "offdiag_std"):
         same_as_released(getattr(claimed, what), getattr(recomputed, what), what.replace("_", " "))
+
+
+def check_chosen(release: Any) -> None:
+    """``ValueError`` unless a lengthscale-grid release predicts from its chosen candidate: the candidate with the
+    largest SGPR bound on its released statistics (:func:`~.lengthscales.choose`, recomputed here, never read from
+    ``selection``), whose statistics and features (kernel, ``Z``, ``k_max``, jitter) must be the release's."""
+    if not release.candidates:
+        return
+    chosen = choose([c.bound() for c in release.candidates])
+    c = release.candidates[chosen]
+    ours, theirs = release.features, c.features
+    if (kernel_spec(ours.kernel) != kernel_spec(theirs.kernel) or not np.array_equal(ours.Z, theirs.Z)
+            or (ours.k_max, ours.jitter) != (theirs.k_max, theirs.jitter)
+            or any(not np.array_equal(v, c.statistics[k]) for k, v in release.statistics.items())):
+        raise ValueError(f"the release's features or statistics are not its chosen candidate's ({chosen}: the "
+                         "largest SGPR bound on the released statistics): its predictions are not post-processing "
+                         "of the choice")
 
 
 def _part_stds(release: Any) -> Dict[str, float]:
@@ -178,6 +197,7 @@ def whole_rows_audit(release: Any, model: Any) -> WholeRowsAudit:
                          "model it was released from")
     mu = audited_mu(release, hi - lo, largest_person(getattr(model, "groups", None)))
     check_kernel_bound(release.features, box)
+    check_chosen(release)
     # what predict_f reads must be post-processing of the released statistics (a copy could carry other weights)
     check_posterior(release.posterior, released_posterior(release, model, box)[1])
     source, _ = model_rows(model, None, DEFAULT_CHUNK_SIZE)

@@ -143,6 +143,28 @@ def test_a_release_at_its_own_stated_variances_passes(released):
         dp.audit(forged, model)
 
 
+def test_a_grid_release_predicting_from_another_candidates_features_is_refused():
+    """Found by review: a copy of a lengthscale-grid release whose features (what predictions read) are another
+    candidate's passed the audit (its statistics and posterior are the chosen one's); the audit recomputes the
+    choice from the candidates' bounds and refuses it. A grid of [1, 2, 4]: the features at lengthscale 1 and the
+    chosen ones give different features at the inducing inputs (checked with NumPy's SE kernel)."""
+    model = _model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dp.ReproducibleNoiseWarning)
+        grid = model.release_function(epsilon=1.0, delta=1e-3, seed=3, lengthscales=[1.0, 2.0, 4.0])
+    assert dp.audit(grid, model).passed
+    chosen = grid.selection["chosen"]
+    other = (chosen + 1) % 3
+    forged = copy.copy(grid)
+    forged.features = grid.candidates[other].features
+    r2 = (Z - Z.T) ** 2  # Z [M, 1]: NumPy's SE Gram matrices at the two lengthscales differ
+    ls = [1.0, 2.0, 4.0]
+    assert np.max(np.abs(np.exp(-r2 / (2 * ls[chosen] ** 2)) - np.exp(-r2 / (2 * ls[other] ** 2)))) > 0.1
+    assert np.max(np.abs(forged.predict_f(X)[0] - grid.predict_f(X)[0])) > 1e-3  # it predicts otherwise
+    with pytest.raises(ValueError, match="not its chosen candidate's"):
+        dp.audit(forged, model)
+
+
 def test_a_release_of_other_rows_fails_the_noise_test(released):
     _, release = released
     other = _model(np.tile(X, (20, 1)), np.tile(Y, (20, 1)))  # twenty times the rows: S, b and q move far

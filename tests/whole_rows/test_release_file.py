@@ -143,6 +143,22 @@ def test_a_consistent_forgery_of_a_grid_is_refused(saved, tmp_path, what):
         dp.load(path)
 
 
+def test_a_grid_whose_kernel_is_not_the_chosen_candidates_is_refused(saved, tmp_path):
+    """Found by review: content.kernel (what predictions read) and card.lengthscales set to another candidate's
+    lengthscale, hash recomputed, loaded and predicted otherwise; the loader now ties them to the chosen one."""
+    grid, path = saved["grid"]
+    chosen = grid.selection["chosen"]
+    other = grid.selection["lengthscales"][(chosen + 1) % 3]
+    assert other != grid.lengthscales
+
+    def edit(raw):
+        raw["card"]["lengthscales"] = other
+        raw["content"]["kernel"]["parameters"]["lengthscales"] = other
+
+    with pytest.raises(ReleaseFileError, match="not the chosen candidate's"):
+        dp.load(forged(path, tmp_path, edit))
+
+
 def test_edited_statistics_without_the_hash_are_refused(saved, tmp_path):
     raw = json.loads(Path(saved["one"][1]).read_text())
     _scaled(raw, "statistics/b", 1.01)
