@@ -1,5 +1,5 @@
 """The console scripts start fast and quietly: ``dpgp --help`` parses without importing TensorFlow,
-GPflow or pandas; the entry points in pyproject.toml exist (tests/test_demo.py: the demo prints no TensorFlow
+GPflow or pandas; the entry points in pyproject.toml exist (tests/test_cli_process.py: the demo prints no TensorFlow
 start-up log)."""
 
 from __future__ import annotations
