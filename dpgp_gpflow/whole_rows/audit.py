@@ -37,7 +37,8 @@ from .bounds import joint_bound, part_bounds
 from .design import validate_box
 from .features import kernel_bound
 from .lengthscales import choose
-from .classification import LABEL_BOUNDS, LabelStatistics, OneVsRestStatistics, WholeRowsClassifier
+from .classification import (LABEL_BOUNDS, LabelStatistics, OneVsRestStatistics, WholeRowsClassifier,
+                             classifier_posteriors)
 from .posterior import WeightPosterior, regularised_release, weight_posterior
 from .release import model_rows
 from .statistics import RowStatistics, grid_statistics, sufficient_statistics
@@ -221,7 +222,8 @@ def classifier_audit(release: Any, model: Any) -> WholeRowsAudit:
     ``d = 2``, ``G`` the model's largest person and ``B`` the model's number of blocks (1 binary, K one-vs-rest),
     from the noise each block actually carries (every block's checked to be one structure; never the release's
     sensitivity or shares); every block's statistics, released and recomputed from the model's rows (PRIVATE),
-    whitened. ``ValueError`` when the model is not one with private inputs or its public pieces (``Z``, box,
+    whitened. What its predictions read (each block's weights' posterior) must be the one its released statistics
+    give (:func:`~.classification.classifier_posteriors`), else it is refused. ``ValueError`` when the model is not one with private inputs or its public pieces (``Z``, box,
     number of classes) are not the release's."""
     if not getattr(model, "private_inputs", False):
         raise ValueError("a whole-row classifier is audited against the sparse Laplace classifier "
@@ -243,6 +245,12 @@ def classifier_audit(release: Any, model: Any) -> WholeRowsAudit:
     if not all(np.allclose(list(p.values()), list(parts[0].values()), rtol=STD_RTOL, atol=0.0) for p in parts):
         raise ValueError("the release's blocks do not carry the same noise: it cannot be audited as a whole-row "
                          "classifier")
+    # what predict_f reads must be post-processing of the released statistics (a copy could carry other weights)
+    recomputed_posteriors = classifier_posteriors(release.statistics, std, float(release.features.k_max), B)[3]
+    if len(release.posteriors) != B:
+        raise ValueError(f"the release has {len(release.posteriors)} weights' posteriors for its {B} blocks")
+    for claimed, posterior in zip(release.posteriors, recomputed_posteriors):
+        check_posterior(claimed, posterior)
     source, groups = model_rows(model, None, DEFAULT_CHUNK_SIZE)
     lo, hi = LABEL_BOUNDS
     mu = _mu(parts[0], hi - lo, largest_person(groups), B, m)

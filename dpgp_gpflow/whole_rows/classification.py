@@ -166,6 +166,26 @@ def check_one_step(steps: int) -> None:
 # What the release returns.
 
 
+def classifier_posteriors(statistics: Dict[str, Any], noise_std: Dict[str, Any], kernel_variance: float,
+                          blocks: int) -> Tuple[float, float, tf.Tensor, Tuple[WeightPosterior, ...]]:
+    """``(offdiag_std, floor, S^, the weights' posterior of each block)`` of a whole-row classifier's released
+    statistics and their noise std (``blocks`` blocks, stacked along axis 0 when more than one): the blocks' mean
+    ``S~`` regularised (its K copies' independent noise: 1 / sqrt(K) of one), then one Newton step from ``f = 0``
+    on the pseudo-targets ``2 b~`` at ``kernel_variance`` (the kernel's bound) and noise variance
+    :data:`STEP_NOISE_VARIANCE`. Post-processing (public); the one place the classifier's and its audit's
+    posteriors are computed."""
+    m = int(np.shape(statistics["b"])[-1])
+    S_std = np.reshape(noise_std["S"], (blocks, m, m))[0]
+    offdiag_std, _, floor, S_hat = regularised_release(
+        np.mean(np.reshape(statistics["S"], (blocks, m, m)), axis=0), S_std, copies=blocks)
+    b_std = STEP_TARGET_SCALE * float(np.reshape(noise_std["b"], (blocks, m))[0, 0])  # of the pseudo-targets' 2 b~
+    posteriors = tuple(
+        weight_posterior(S_hat, tf.constant(STEP_TARGET_SCALE * b), kernel_variance=kernel_variance,
+                         noise_variance=STEP_NOISE_VARIANCE, b_std=b_std, offdiag_std=offdiag_std)
+        for b in np.reshape(statistics["b"], (blocks, m)))
+    return offdiag_std, floor, S_hat, posteriors
+
+
 class WholeRowsClassifier(StatisticsRelease, Released):
     """A DP release of the whole-row statistics of labelled rows and the sparse Laplace classifier (the first
     Newton step from ``f = 0``) they define: binary (``num_classes`` None, labels -1 / +1) or one-vs-rest of
@@ -201,18 +221,11 @@ class WholeRowsClassifier(StatisticsRelease, Released):
         self.x_bounds = np.array(x_bounds, dtype=np.float64, copy=True)
         #: sigma_f^2: the kernel's variance (its public bound on k(x, x)); the step's lambda is 4 / sigma_f^2
         self.kernel_variance = float(features.k_max)
-        # the K released copies of S have independent noise of the same std: their mean has 1 / sqrt(K) of it
-        S_blocks = np.reshape(self._statistics["S"], (len(blocks), features.m, features.m))
         # offdiag_std: the std of an off-diagonal entry's noise of the averaged ``S`` (public)
-        self.offdiag_std, _, self.floor, self._S_hat = regularised_release(
-            np.mean(S_blocks, axis=0), first.noise_std["S"], copies=len(blocks))
-        b_blocks = np.reshape(self._statistics["b"], (len(blocks), features.m))
-        b_std = STEP_TARGET_SCALE * float(first.noise_std["b"][0])  # of the pseudo-targets' 2 b~
+        self.offdiag_std, self.floor, self._S_hat, posteriors = classifier_posteriors(
+            self._statistics, self._noise_std, self.kernel_variance, len(blocks))
         #: the weights' posterior of each class (one for binary labels), from the released statistics
-        self.posteriors: Tuple[WeightPosterior, ...] = tuple(
-            weight_posterior(self._S_hat, tf.constant(STEP_TARGET_SCALE * b), kernel_variance=self.kernel_variance,
-                             noise_variance=STEP_NOISE_VARIANCE, b_std=b_std, offdiag_std=self.offdiag_std)
-            for b in b_blocks)
+        self.posteriors: Tuple[WeightPosterior, ...] = posteriors
 
     # -- what was released ----------------------------------------------------------------------------
     @property

@@ -9,6 +9,7 @@ the audit's ``mu`` against the same closed form evaluated on the noise the relea
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import math
 import os
@@ -216,9 +217,32 @@ def test_a_forged_classifier_with_less_noise_fails_the_audit(saved):
     model, original, _, _ = saved["three"]
     cheat = dp.load(saved["three"][2])
     cheat._noise_std = {k: v / 2.0 for k, v in original.statistics_noise_std.items()}  # claims half the noise
+    # its posteriors the post-processing of what it claims (else the audit refuses it for its posteriors)
+    cheat.offdiag_std, cheat.floor, cheat._S_hat, cheat.posteriors = wr.classification.classifier_posteriors(
+        cheat.statistics, cheat._noise_std, cheat.kernel_variance, 3)
     report = dp.audit(cheat, model)
     assert not report.passed and report.epsilon > original.epsilon
     assert report.releases[0].mu == pytest.approx(2.0 * _closed_form_mu(original, 3), rel=1e-12)
+
+
+@pytest.mark.parametrize("name", ["binary", "three"])
+def test_a_classifier_predicting_from_other_weights_is_refused(saved, name):
+    """Found by review: the classifier's audit had no posterior check, so a copy with forged weights (here the
+    first block's weights' mean moved by 1 %) passed. NumPy reference for the honest weights: one Newton step,
+    ``(S^ + 4 / k_max I)^{-1} 2 b~`` of the first block."""
+    model, original, _, _ = saved[name]
+    S_hat = original._S_hat.numpy()
+    b = np.reshape(original.statistics["b"], (-1, M))[0]
+    lam = 4.0 / original.features.k_max
+    assert np.allclose(original.posteriors[0].mean.numpy(), np.linalg.solve(S_hat + lam * np.eye(M), 2.0 * b),
+                       rtol=1e-8, atol=1e-10)
+    forged_copy = copy.copy(original)
+    first = original.posteriors[0]
+    forged_copy.posteriors = (first._replace(mean=first.mean * 1.01), *original.posteriors[1:])
+    assert np.max(np.abs(forged_copy.predict_f(XQ)[0] - original.predict_f(XQ)[0])) > 1e-4  # it predicts otherwise
+    with pytest.raises(ValueError, match="weights' mean is not the one its released statistics give"):
+        dp.audit(forged_copy, model)
+    assert dp.audit(original, model).passed
 
 
 def test_the_audit_reads_the_model_and_refuses_another(saved):
