@@ -31,6 +31,8 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
+from ..noise_planning.dual import MATRIX_SPEC, REAL_SPEC, VECTOR_SPEC
+
 __all__: list[str] = []  # internal: the package imports these names by name
 
 #: The eigenvalue floor as a multiple of the spectral bound ``tau`` of the noise (public design constant,
@@ -77,11 +79,7 @@ def compiled_on_reuse(input_signature: Optional[Sequence[tf.TensorSpec]] = None)
     return lambda fn: OnReuse(fn, input_signature)
 
 
-_MATRIX, _VECTOR, _SCALAR = (tf.TensorSpec([None, None], tf.float64), tf.TensorSpec([None], tf.float64),
-                             tf.TensorSpec([], tf.float64))
-
-
-@compiled_on_reuse([_MATRIX, _SCALAR])
+@compiled_on_reuse([MATRIX_SPEC, REAL_SPEC])
 def floored(S: tf.Tensor, floor: tf.Tensor) -> tf.Tensor:
     """:func:`regularised_statistic`'s graph (its ``python_function`` inlines it in another graph)."""
     eigenvalues, V = tf.linalg.eigh(0.5 * (S + tf.transpose(S)))
@@ -134,7 +132,7 @@ class WeightPosterior(NamedTuple):
     offdiag_std: float  #: std of the noise of each off-diagonal entry of the released ``S``
 
 
-@compiled_on_reuse([_MATRIX, _VECTOR, _SCALAR])
+@compiled_on_reuse([MATRIX_SPEC, VECTOR_SPEC, REAL_SPEC])
 def _posterior(S_hat: tf.Tensor, b: tf.Tensor, ratio: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
     M = tf.shape(S_hat)[0]
     chol = tf.linalg.cholesky(S_hat + ratio * tf.eye(M, dtype=tf.float64))  # [M, M]
@@ -167,7 +165,7 @@ def regularised_posterior(S: Any, noise_std: Any, b: Any, *, kernel_variance: fl
             WeightPosterior(chol, mean, float(kernel_variance), float(noise_variance), float(b_std), offdiag))
 
 
-@compiled_on_reuse([_MATRIX, _SCALAR, _VECTOR, _SCALAR])
+@compiled_on_reuse([MATRIX_SPEC, REAL_SPEC, VECTOR_SPEC, REAL_SPEC])
 def _regularised_posterior(S: tf.Tensor, floor: tf.Tensor, b: tf.Tensor,
                            ratio: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     S_hat = floored.python_function(S, floor)
@@ -189,7 +187,7 @@ def predictive_terms(posterior: WeightPosterior, phi: tf.Tensor, prior: tf.Tenso
                                                          posterior.offdiag_std ** 2)))
 
 
-@compiled_on_reuse([_MATRIX, _VECTOR, _MATRIX, _VECTOR, _SCALAR, _SCALAR, _SCALAR, _SCALAR])
+@compiled_on_reuse([MATRIX_SPEC, VECTOR_SPEC, MATRIX_SPEC, VECTOR_SPEC, REAL_SPEC, REAL_SPEC, REAL_SPEC, REAL_SPEC])
 def _terms(chol: tf.Tensor, u: tf.Tensor, phi: tf.Tensor, prior: tf.Tensor, kernel_variance: tf.Tensor,
            ratio: tf.Tensor, b_var: tf.Tensor, offdiag_var: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     mean = tf.linalg.matvec(phi, u)  # [N]

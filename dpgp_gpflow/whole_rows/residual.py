@@ -32,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
+from ..noise_planning.dual import MATRIX_SPEC, REAL_SPEC, VECTOR_SPEC
 from ..streaming.chunks import ChunkSource
 from ..validation import parameter_value
 from . import features as feature_maps
@@ -102,12 +103,11 @@ def preconditioned_update(chol: tf.Tensor, P: tf.Tensor, b: tf.Tensor, u: tf.Ten
                    tf.convert_to_tensor(b, tf.float64), tf.convert_to_tensor(u, tf.float64))
 
 
-#: This module's post-processing graphs (as :mod:`.posterior`'s: eager on their first call, compiled from the second,
-#: the same operations either way, so the same numbers).
-_MATRIX, _VECTOR = tf.TensorSpec([None, None], tf.float64), tf.TensorSpec([None], tf.float64)
+# This module's post-processing graphs are as :mod:`.posterior`'s: eager on their first call, compiled from the
+# second, the same operations either way, so the same numbers.
 
 
-@compiled_on_reuse([_MATRIX, _MATRIX, _VECTOR, _VECTOR])
+@compiled_on_reuse([MATRIX_SPEC, MATRIX_SPEC, VECTOR_SPEC, VECTOR_SPEC])
 def _update(chol: tf.Tensor, P: tf.Tensor, b: tf.Tensor, u: tf.Tensor) -> tf.Tensor:
     rhs = b + tf.linalg.matvec(P, u)
     return tf.linalg.cholesky_solve(chol, rhs[:, None])[:, 0]
@@ -170,22 +170,14 @@ def next_radius(posterior: WeightPosterior, points: RadiusPoints, width: float) 
     return residual_radius(posterior.noise_variance, mean_dp_variance(posterior, points), width)
 
 
-@check_shapes("chol: [M, M]", "P: [M, M]", "S: [M, M]", "first: [M, M]", "return: [M, M]")
-def estimate_covariance(chol: tf.Tensor, P: tf.Tensor, S: tf.Tensor, first: tf.Tensor, stds: Any) -> tf.Tensor:
-    """The first-order covariance of the DP noise of the last estimate ``u_J`` [M, M]: ``C_1 = first`` (stage 1's,
-    :func:`first_covariance`), then ``C_j = sigma_j^2 A A + B C_{j-1} B^T`` for each stage's noise std ``sigma_j``
-    in ``stds``, with ``A = (lambda I + P)^{-1}`` (``chol``: the Cholesky factor of ``lambda I + P``) and
-    ``B = A (P - S)``: linearising ``b_j ~ b - S u_{j-1}`` (no clipping), the noise of
-    ``u_{j-1}`` reaches ``u_j`` through ``B``. ``S``: an estimate of the rows' ``S`` from the release
-    (the PSD projection of the released ``S~``). Post-processing."""
-    variances = tf.constant([float(sigma) ** 2 for sigma in stds], tf.float64)  # one per residual release
-    return _covariance(tf.convert_to_tensor(chol, tf.float64), tf.convert_to_tensor(P, tf.float64),
-                       tf.convert_to_tensor(S, tf.float64), tf.convert_to_tensor(first, tf.float64), variances)
-
-
 @compiled_on_reuse()
 def _covariance(chol: tf.Tensor, P: tf.Tensor, S: tf.Tensor, first: tf.Tensor, variances: tf.Tensor) -> tf.Tensor:
-    """:func:`estimate_covariance`'s graph, traced once per number of stages (a handful: not a loop over data)."""
+    """The first-order covariance of the DP noise of the last estimate ``u_J`` [M, M]: ``C_1 = first`` (stage 1's,
+    :func:`_first`), then ``C_j = sigma_j^2 A A + B C_{j-1} B^T`` for each stage's noise variance ``sigma_j^2``
+    in ``variances``, with ``A = (lambda I + P)^{-1}`` (``chol``: the Cholesky factor of ``lambda I + P``) and
+    ``B = A (P - S)``: linearising ``b_j ~ b - S u_{j-1}`` (no clipping), the noise of ``u_{j-1}`` reaches ``u_j``
+    through ``B``. ``S``: an estimate of the rows' ``S`` from the release (the PSD projection of the released
+    ``S~``). Traced once per number of stages (a handful: not a loop over data). Post-processing."""
     M = tf.shape(P)[0]
     A = tf.linalg.cholesky_solve(chol, tf.eye(M, dtype=tf.float64))  # [M, M], symmetric
     B = tf.linalg.matmul(A, P - S)
@@ -195,16 +187,11 @@ def _covariance(chol: tf.Tensor, P: tf.Tensor, S: tf.Tensor, first: tf.Tensor, v
     return 0.5 * (C + tf.transpose(C))
 
 
-def first_covariance(posterior: WeightPosterior) -> tf.Tensor:
-    """The first-order covariance [M, M] of the DP noise of the first stage's ``u_1 = (lambda I + S^)^{-1} b~``:
-    ``A (sigma_b^2 I + sigma_o^2 (|u|^2 I + u u^T)) A`` with ``A = (lambda I + S^)^{-1}`` (the noise ``e_b - E u``
-    of :mod:`.posterior`, whose covariance is that middle factor). Post-processing."""
-    return _first(posterior.chol, posterior.mean, tf.constant(posterior.b_std ** 2, tf.float64),
-                  tf.constant(posterior.offdiag_std ** 2, tf.float64))
-
-
-@compiled_on_reuse([_MATRIX, _VECTOR, tf.TensorSpec([], tf.float64), tf.TensorSpec([], tf.float64)])
+@compiled_on_reuse([MATRIX_SPEC, VECTOR_SPEC, REAL_SPEC, REAL_SPEC])
 def _first(chol: tf.Tensor, u: tf.Tensor, b_var: tf.Tensor, offdiag_var: tf.Tensor) -> tf.Tensor:
+    """The first-order covariance [M, M] of the DP noise of the first stage's ``u_1 = (lambda I + S^)^{-1} b~``:
+    ``A (sigma_b^2 I + sigma_o^2 (|u|^2 I + u u^T)) A`` with ``A = (lambda I + S^)^{-1}`` (``chol``: its Cholesky
+    factor; the noise ``e_b - E u`` of :mod:`.posterior`, whose covariance is that middle factor). Post-processing."""
     M = tf.shape(u)[0]
     middle = ((b_var + offdiag_var * tf.reduce_sum(tf.square(u))) * tf.eye(M, dtype=tf.float64)
               + offdiag_var * u[:, None] * u[None, :])
@@ -213,8 +200,8 @@ def _first(chol: tf.Tensor, u: tf.Tensor, b_var: tf.Tensor, offdiag_var: tf.Tens
 
 
 def release_noise_covariance(first: WeightPosterior, P: tf.Tensor, S: Any, stds: Any) -> tf.Tensor:
-    """The residual release's DP-noise covariance [M, M] of its last estimate: :func:`estimate_covariance` from the
-    first stage's posterior ``first`` (:func:`first_covariance`), the preconditioner ``P``, the rows' ``S`` estimated
+    """The residual release's DP-noise covariance [M, M] of its last estimate (:func:`_covariance`) from the first
+    stage's posterior ``first`` (its covariance: :func:`_first`), the preconditioner ``P``, the rows' ``S`` estimated
     by the PSD projection of the released ``S~`` ``S`` (:func:`~.posterior.regularised_statistic` at floor 0) and
     the stages' noise stds, in one compiled call (the same operations). Post-processing."""
     variances = tf.constant([float(sigma) ** 2 for sigma in stds], tf.float64)

@@ -105,7 +105,7 @@ class ResidualRelease(RegressionPredictions, StatisticsRelease, Released):
     packed vector, then those of ``b_j / (2 R_j)``). ``predict_f(Xnew)``: mean ``c + phi(x)^T u_J`` (clipped to the
     bounds by default) and SGPR's variance with the preconditioner, plus the first-order DP-noise variance
     ``phi(x)^T C phi(x)`` of the last estimate, ``C`` = ``noise_covariance`` [M, M] propagated through every stage
-    (:func:`~.residual.estimate_covariance`; docs/whole_rows.md#residual-releases).
+    (:func:`~.residual.release_noise_covariance`; docs/whole_rows.md#residual-releases).
     """
 
     def __init__(self, head: WholeRowsRelease, stages: Sequence[ResidualStage], posterior: WeightPosterior,
@@ -192,7 +192,7 @@ def residual_release(head: WholeRowsRelease, P: tf.Tensor, stages: Sequence[Resi
                      request: ReleaseRequest) -> ResidualRelease:
     """The :class:`ResidualRelease` of a first stage ``head`` (preconditioner ``P``), its residual ``stages``, the
     last ``posterior`` and the ``estimates``, with the DP noise's covariance propagated through the stages
-    (:func:`~.residual.estimate_covariance`; ``S`` estimated by the PSD projection of the released ``S~``).
+    (:func:`~.residual.release_noise_covariance`; ``S`` estimated by the PSD projection of the released ``S~``).
     Post-processing (a release and a loaded release file build it alike)."""
     covariance = release_noise_covariance(head.posterior, P, head.statistics["S"], [s.noise_std for s in stages])
     return ResidualRelease(head, stages, posterior, estimates, covariance, fractions=fractions, request=request)
