@@ -73,7 +73,8 @@ def statistic_scales(d: float, shares: Any) -> Scales:
 
 
 def joint_bound(shares: Any) -> float:
-    """``J <= 1``: the largest squared L2 shift of the packed vector (:func:`pack`) between whole-row neighbours,
+    """``J <= 1``: the largest squared L2 shift of the packed vector
+    (:func:`~dpgp_gpflow.whole_rows.sensitivity.packed`) between whole-row neighbours,
 
         J = max(w_S^2 + w_b^2 / 4,  g + w_b^2 / 2) + w_q^2,
         g = w_S^2 + w_b^4 / (16 w_S^2) if w_b^2 <= 4 w_S^2 else w_b^2 / 2

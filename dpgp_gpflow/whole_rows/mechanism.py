@@ -3,7 +3,7 @@
 :func:`statistics_measurement` describes the release as a :class:`~dpgp_gpflow.measurement.Measurement`:
 its validated request, the relation ``"row (inputs and outputs)"``, the public checks, and the mechanism
 (:func:`release_statistics`) that reads the rows once (:func:`~dpgp_gpflow.whole_rows.statistics.sufficient_statistics`),
-packs ``(S, b, q)`` into one vector (:func:`~dpgp_gpflow.whole_rows.sensitivity.pack`), whitens it by the
+packs ``(S, b, q)`` into one vector (:func:`~dpgp_gpflow.whole_rows.sensitivity.packed`), whitens it by the
 noise std ``s * Delta`` (``s`` the request's multiplier, ``Delta`` its sensitivity ``sqrt(J) <= 1``
 (:func:`~dpgp_gpflow.whole_rows.sensitivity.joint_bound`) inflated for rounding and for the exact sampler's
 grid), adds exact grid noise

@@ -8,7 +8,7 @@ Neighbours differ in one whole row: ``(x, y)`` replaced by any ``(x', y')`` with
 
 (the first: ``||u u^T - v v^T||_F^2 = |u|^4 + |v|^4 - 2 (u.v)^2 <= 2``). Each part is scaled so that its
 bound is its public share ``w_part`` of a unit total, with ``w_S^2 + w_b^2 + w_q^2 = 1`` (:data:`DEFAULT_SHARES`),
-and the three are released as one vector (:func:`pack`) whose L2 shift between neighbours is then at most
+and the three are released as one vector (:func:`packed`) whose L2 shift between neighbours is then at most
 ``sqrt(w_S^2 + w_b^2 + w_q^2) = 1``; the three bounds are not reached by the same neighbours, and
 :func:`joint_bound` gives the smaller exact bound of the sum of squares that the release uses.
 ``S`` is symmetric: it enters through its upper triangle with the off-diagonal entries multiplied by
@@ -25,8 +25,6 @@ import math
 from typing import Any, Dict, Tuple
 
 import numpy as np
-import tensorflow as tf
-from check_shapes import check_shapes
 
 from .bounds import (
     DEFAULT_SHARES,
@@ -55,17 +53,10 @@ def _upper(m: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     return rows, cols, np.where(rows == cols, 1.0, math.sqrt(2.0))
 
 
-@check_shapes("S: [M, M]", "b: [M]", "return: [K]")
-def pack(S: tf.Tensor, b: tf.Tensor, q: Any, scales: Scales) -> tf.Tensor:
-    """The released vector ``[a_S w * triu(S), a_b b, a_q q]`` (``w``: 1 on the diagonal, sqrt(2) off it):
-    its L2 shift between whole-row neighbours is at most 1 (before rounding, :func:`rounding_factor`).
-    :func:`packed` as a tensor."""
-    return tf.constant(packed(S, b, q, scales))
-
-
 def packed(S: Any, b: Any, q: Any, scales: Scales) -> np.ndarray:
-    """:func:`pack` in NumPy [K] (what the mechanism noises: one elementwise product per entry, so the same numbers
-    as in TensorFlow)."""
+    """The released vector [K] ``[a_S w * triu(S), a_b b, a_q q]`` (``w``: 1 on the diagonal, sqrt(2) off it), in
+    NumPy (what the mechanism noises): its L2 shift between whole-row neighbours is at most 1 (before rounding,
+    :func:`rounding_factor`). ``ValueError`` for an ``S`` that is not square."""
     S = np.asarray(S, dtype=np.float64)
     if S.ndim != 2 or S.shape[0] != S.shape[1]:
         raise ValueError(f"S must be a square [M, M] matrix, got shape {S.shape}")
@@ -75,7 +66,7 @@ def packed(S: Any, b: Any, q: Any, scales: Scales) -> np.ndarray:
 
 
 def unpack(v: Any, scales: Scales, m: int) -> Dict[str, np.ndarray]:
-    """``{"S": [M, M] symmetric, "b": [M], "q": []}`` of a packed vector (the inverse of :func:`pack`;
+    """``{"S": [M, M] symmetric, "b": [M], "q": []}`` of a packed vector (the inverse of :func:`packed`;
     post-processing when ``v`` is the released vector)."""
     v = np.asarray(v, dtype=np.float64).reshape(-1)
     m = int(m)

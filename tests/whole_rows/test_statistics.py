@@ -17,7 +17,7 @@ from dpgp_gpflow.streaming import LocalChunks
 from dpgp_gpflow.whole_rows.sensitivity import (
     entry_noise_std,
     joint_bound,
-    pack,
+    packed,
     rounding_factor,
     statistic_dimension,
     statistic_scales,
@@ -126,7 +126,7 @@ def test_pack_is_the_frobenius_norm_and_unpack_inverts_it():
     A = rng.normal(size=(m, m))
     S, b, q = A + A.T, rng.normal(size=m), 2.5
     scales = statistic_scales(d, (1.0, 2.0, 0.5))  # normalised to squares summing to 1
-    v = pack(S, b, q, scales).numpy()
+    v = packed(S, b, q, scales)
     assert v.size == statistic_dimension(m) == m * (m + 1) // 2 + m + 1
     w_S2, w_b2, w_q2 = 1 / 3.5, 2 / 3.5, 0.5 / 3.5
     expected = (w_S2 / 2 * np.sum(S**2) + w_b2 / d**2 * np.sum(b**2) + w_q2 * 16 / d**4 * q**2)
@@ -149,7 +149,7 @@ def test_pack_is_the_frobenius_norm_and_unpack_inverts_it():
 def test_joint_bound_bounds_every_neighbour_and_is_nearly_reached(shares, reached):
     """Brute force over features of norm <= 1 and outputs in the bounds: the squared shift of the packed vector
     (its norm: test_pack_is_the_frobenius_norm...) never exceeds J; the worst found reaches close to it,
-    and pack itself gives the worst one's shift. (The bound's slack is its ``w_q^2``: loosest for large shares of
+    and packed itself gives the worst one's shift. (The bound's slack is its ``w_q^2``: loosest for large shares of
     ``q``.)"""
     rng = np.random.default_rng(4)
     d = 2.0
@@ -171,9 +171,9 @@ def test_joint_bound_bounds_every_neighbour_and_is_nearly_reached(shares, reache
     assert shift2[i] <= J + 1e-12
     assert shift2[i] >= reached * J
     assert J <= 1.0
-    packed = pack(np.outer(u[i], u[i]) - np.outer(v[i], v[i]), u[i] * t[i] - v[i] * tp[i], dq[i],
-                  statistic_scales(d, shares)).numpy()
-    assert np.sum(packed**2) == pytest.approx(shift2[i], rel=1e-10)
+    vector = packed(np.outer(u[i], u[i]) - np.outer(v[i], v[i]), u[i] * t[i] - v[i] * tp[i], dq[i],
+                    statistic_scales(d, shares))
+    assert np.sum(vector**2) == pytest.approx(shift2[i], rel=1e-10)
 
 
 def test_rounding_factor_is_tiny_for_chunked_sums_and_refuses_one_huge_chunk():
