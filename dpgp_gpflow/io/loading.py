@@ -34,7 +34,6 @@ from ..whole_rows.lengthscales import choose
 from ..whole_rows.mechanism import NoisedStatistics
 from ..whole_rows.classification import WholeRowsClassifier
 from ..whole_rows.released import WholeRowsRelease
-from ..whole_rows.posterior import regularised_statistic
 from ..whole_rows.residual import radius_features, radius_points, replay
 from ..whole_rows.residual_release import ResidualRelease, ResidualStage, residual_release
 from ..mechanisms.request import release_request
@@ -272,7 +271,7 @@ def _load_residual(document: ReleaseDocument) -> Released:
     card = document.card
     head = cast(WholeRowsRelease, _load_whole_rows(residual_first_stage(document)))
     b, stds = document.arrays["residual/b"], document.arrays["residual/noise_std"]
-    P = regularised_statistic(tf.constant(head.statistics["S"]), head.floor)
+    P = head.regularised_S  # the preconditioner: the file's S~ regularised as the first stage's posterior reads it
     points = radius_features(head.features, radius_points(head.features.kernel, head.x_bounds))
     radii, estimates, posterior = replay(head.posterior, P, b, stds, points, head.y_bounds[1] - head.y_bounds[0])
     if not np.allclose(radii, card["radii"], rtol=1e-9, atol=0.0):
