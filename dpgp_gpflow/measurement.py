@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Generic, NamedTuple, Optional, Sequence, Tuple, TypeVar, cast
 
 from .accounting import PrivacyEvent, Reservation, reserve
+from .io.gpflow_specs import check_file_pieces
 from .relations import class_relation, relation_of, whole_rows_relation
 
 if TYPE_CHECKING:  # a type only: the mechanisms themselves run through measure (no import cycle at run time)
@@ -140,8 +141,7 @@ def measure(measurement: Measurement[R], accountant: Any = None) -> R:
         raise TypeError("a measurement with a store step records its own draws: pass an accountant (or None), "
                         "not a caller's Reservation")
     measurement.check_relation()
-    if measurement.file_pieces:  # imported here: GPflow, for the releases whose file holds its pieces
-        from .io.gpflow_specs import check_file_pieces
+    if measurement.file_pieces:
         check_file_pieces(*measurement.file_pieces)
     for check in measurement.checks:
         check()
