@@ -32,7 +32,7 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
-from ..noise_planning.dual import MATRIX_SPEC, REAL_SPEC, VECTOR_SPEC
+from ..noise_planning.dual import MATRIX_SPEC, VECTOR_SPEC
 from ..streaming.chunks import ChunkSource
 from ..validation import parameter_value
 from . import features as feature_maps
@@ -170,14 +170,14 @@ def next_radius(posterior: WeightPosterior, points: RadiusPoints, width: float) 
     return residual_radius(posterior.noise_variance, mean_dp_variance(posterior, points), width)
 
 
-@compiled_on_reuse()
 def _covariance(chol: tf.Tensor, P: tf.Tensor, S: tf.Tensor, first: tf.Tensor, variances: tf.Tensor) -> tf.Tensor:
     """The first-order covariance of the DP noise of the last estimate ``u_J`` [M, M]: ``C_1 = first`` (stage 1's,
     :func:`_first`), then ``C_j = sigma_j^2 A A + B C_{j-1} B^T`` for each stage's noise variance ``sigma_j^2``
     in ``variances``, with ``A = (lambda I + P)^{-1}`` (``chol``: the Cholesky factor of ``lambda I + P``) and
     ``B = A (P - S)``: linearising ``b_j ~ b - S u_{j-1}`` (no clipping), the noise of ``u_{j-1}`` reaches ``u_j``
     through ``B``. ``S``: an estimate of the rows' ``S`` from the release (the PSD projection of the released
-    ``S~``). Traced once per number of stages (a handful: not a loop over data). Post-processing."""
+    ``S~``). Run inside :func:`_release_covariance`'s graph (traced once per number of stages: a handful, not a loop
+    over data). Post-processing."""
     M = tf.shape(P)[0]
     A = tf.linalg.cholesky_solve(chol, tf.eye(M, dtype=tf.float64))  # [M, M], symmetric
     B = tf.linalg.matmul(A, P - S)
@@ -187,7 +187,6 @@ def _covariance(chol: tf.Tensor, P: tf.Tensor, S: tf.Tensor, first: tf.Tensor, v
     return 0.5 * (C + tf.transpose(C))
 
 
-@compiled_on_reuse([MATRIX_SPEC, VECTOR_SPEC, REAL_SPEC, REAL_SPEC])
 def _first(chol: tf.Tensor, u: tf.Tensor, b_var: tf.Tensor, offdiag_var: tf.Tensor) -> tf.Tensor:
     """The first-order covariance [M, M] of the DP noise of the first stage's ``u_1 = (lambda I + S^)^{-1} b~``:
     ``A (sigma_b^2 I + sigma_o^2 (|u|^2 I + u u^T)) A`` with ``A = (lambda I + S^)^{-1}`` (``chol``: its Cholesky
@@ -213,9 +212,9 @@ def release_noise_covariance(first: WeightPosterior, P: tf.Tensor, S: Any, stds:
 @compiled_on_reuse()
 def _release_covariance(chol: tf.Tensor, u: tf.Tensor, b_var: tf.Tensor, offdiag_var: tf.Tensor, P: tf.Tensor,
                         S: tf.Tensor, variances: tf.Tensor) -> tf.Tensor:
-    first = _first.python_function(chol, u, b_var, offdiag_var)
+    first = _first(chol, u, b_var, offdiag_var)
     projected = floored.python_function(S, tf.constant(0.0, tf.float64))
-    return _covariance.python_function(chol, P, projected, first, variances)
+    return _covariance(chol, P, projected, first, variances)
 
 
 def replay(posterior: WeightPosterior, P: tf.Tensor, residual_b: Any, stds: Any, points: RadiusPoints,
