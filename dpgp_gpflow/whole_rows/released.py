@@ -89,7 +89,6 @@ class StatisticsRelease:
         return ()
 
 
-
 class RegressionPredictions:
     """Mixin: the predictions of a whole-row regression release (:class:`WholeRowsRelease`,
     :class:`~dpgp_gpflow.whole_rows.residual_release.ResidualRelease`) from its ``_terms(Xnew)``: the mean (clipped
