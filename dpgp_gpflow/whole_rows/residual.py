@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from typing import Any, Dict, List, NamedTuple, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import gpflow
 import numpy as np
@@ -33,14 +33,14 @@ import tensorflow as tf
 from check_shapes import check_shapes
 
 from ..noise_planning.dual import MATRIX_SPEC, VECTOR_SPEC
-from ..streaming.chunks import ChunkSource
+from ..streaming.chunks import ChunkSource, LocalChunks
 from ..validation import parameter_value
 from . import features as feature_maps
 from .design import inducing_design, validate_box
 from .features import FeatureMap
 from .posterior import WeightPosterior, compiled_on_reuse, floored, predictive_terms
 from .residual_bounds import residual_radius
-from .statistics import RowStatistics, add_statistics
+from .statistics import GridStatistics, RowStatistics, add_statistics, feature_sums
 
 __all__: list[str] = []  # internal: the package imports these names by name
 
@@ -58,8 +58,75 @@ def chunk_residual_sums(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tenso
     ``radius`` ``[R]``: each row's term has norm at most ``R`` (``||phi|| <= 1``, ``|r| <= R`` exactly)."""
     # looked up in its module when traced (one definition, which the tests can replace by a broken variant)
     phi = feature_maps.whitened_features(kernel, Z, L, X, k_max)  # [N, M], each row of norm <= 1
+    return clipped_residual_sum(phi, yc, u, radius)
+
+
+@check_shapes("phi: [N, M]", "yc: [N]", "u: [M]", "radius: [1]", "return[0]: [M]")
+def clipped_residual_sum(phi: tf.Tensor, yc: tf.Tensor, u: tf.Tensor, radius: tf.Tensor) -> tuple:
+    """``(sum_i phi_i clip(y_c,i - phi_i^T u, -R, R),)`` of a slice's features ``phi`` (rows of norm <= 1) and centred
+    clipped outputs ``yc`` (PRIVATE values): each row's term has norm at most ``R``."""
     residuals = tf.clip_by_value(yc - tf.linalg.matvec(phi, u), -radius[0], radius[0])  # [N], |r| <= R
     return (tf.linalg.matvec(phi, residuals, transpose_a=True),)
+
+
+def held_residual_sums(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, k_max: float, phi: tf.Tensor,
+                       yc: tf.Tensor, u: tf.Tensor, radius: tf.Tensor) -> tuple:
+    """:func:`chunk_residual_sums` of a slice whose features ``phi`` were kept by the first stage's pass
+    (:class:`HeldRows`; :meth:`~.features.FeatureMap.apply`'s argument order, the map's pieces unused)."""
+    return clipped_residual_sum(phi, yc, u, radius)
+
+
+@check_shapes("Z: [M, D]", "L: [M, M]", "X: [N, D]", "yc: [N]", "return[0]: [M, M]", "return[1]: [M]", "return[2]: []",
+              "return[3]: [N, M]")
+def chunk_sums_and_features(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, k_max: float, X: tf.Tensor,
+                            yc: tf.Tensor) -> tuple:
+    """:func:`~.statistics.chunk_sums` of a slice and its features [N, M] (PRIVATE), kept by :class:`HeldRows`."""
+    phi = feature_maps.whitened_features(kernel, Z, L, X, k_max)  # [N, M], each row of norm <= 1
+    return (*feature_sums(phi, yc), phi)
+
+
+#: The most feature entries (rows times M, over every candidate of a lengthscale grid) a residual release over a
+#: :class:`~dpgp_gpflow.streaming.LocalChunks` source keeps between its passes (:func:`holding`; 2^24 float64:
+#: 128 MiB): a larger source, or a Dask one, is read again by every stage.
+MAX_HELD_FEATURES = 1 << 24
+
+
+class HeldRows(RowStatistics):
+    """The first stage's per-chunk function (a :class:`~.statistics.RowStatistics`, the same sums) that also keeps
+    every slice's features and centred clipped outputs (PRIVATE), in this process, for the residual stages
+    (:func:`residual_sums`): each row's features are computed once per release. ``held``: ``(start, stop)`` of each
+    chunk read, in order -> its slices' ``(phi, yc, X)``, ``X`` (the clipped inputs) kept only while the features
+    were computed eagerly (:meth:`~.features.FeatureMap.compile`, ``compile_after``): once the map is compiled, a
+    stage computes them again compiled, as a pass reading the rows would (eager and compiled features may differ
+    in the last bit), and keeps those. Not picklable: what it holds never leaves the process."""
+
+    def __init__(self, rows: RowStatistics) -> None:
+        super().__init__(rows.features, rows.box, rows.y_bounds, clip_inputs=rows.clip_inputs)
+        self.held: Dict[Tuple[int, int], List[Tuple[tf.Tensor, tf.Tensor, Optional[tf.Tensor]]]] = {}
+
+    def sums(self, X: np.ndarray, yc: np.ndarray, start: int) -> Tuple[Any, ...]:
+        kept: List[Tuple[tf.Tensor, tf.Tensor, tf.Tensor]] = []
+        S, b, q = self.summed(chunk_sums_and_features, X, yc, kept=kept)
+        compiled = self.features.compiled  # the mode summed ran in (prepared compiles before it)
+        self.held[(int(start), int(start) + int(X.shape[0]))] = [(phi, y, None if compiled else x)
+                                                                 for phi, y, x in kept]
+        return S, b, q
+
+    def __reduce__(self) -> Any:
+        raise TypeError("HeldRows keeps private features in this process: it is never pickled")
+
+
+def holding(source: ChunkSource, rows: Any) -> Any:
+    """``rows`` (a :class:`~.statistics.RowStatistics` or a :class:`~.statistics.GridStatistics` of them) as
+    :class:`HeldRows` when ``source`` is a :class:`~dpgp_gpflow.streaming.LocalChunks` (read in this process) and its
+    ``n`` rows' features, ``n M`` entries per candidate, total at most :data:`MAX_HELD_FEATURES`; else ``rows``
+    itself (every stage reads the rows again). Public: from the source's type, ``n``, ``M`` and the candidates."""
+    grid = rows.rows if isinstance(rows, GridStatistics) else (rows,)
+    if (not isinstance(source, LocalChunks) or any(type(r) is not RowStatistics for r in grid)
+            or int(source.n) * sum(r.features.m for r in grid) > MAX_HELD_FEATURES):
+        return rows
+    held = tuple(HeldRows(r) for r in grid)
+    return GridStatistics(held) if isinstance(rows, GridStatistics) else held[0]
 
 
 class ResidualStatistics(RowStatistics):
@@ -69,6 +136,8 @@ class ResidualStatistics(RowStatistics):
 
     def __init__(self, rows: RowStatistics, u: Any, radius: float) -> None:
         super().__init__(rows.features, rows.box, rows.y_bounds, clip_inputs=rows.clip_inputs)
+        #: the features the first stage's pass kept (:class:`HeldRows`), or None: the rows are read again
+        self.held = rows.held if isinstance(rows, HeldRows) else None
         self.u = np.array(u, dtype=np.float64, copy=True)
         if self.u.shape != (rows.features.m,) or not np.all(np.isfinite(self.u)):
             raise ValueError(f"u must be a finite [{rows.features.m}] vector, got shape {self.u.shape}")
@@ -83,13 +152,38 @@ class ResidualStatistics(RowStatistics):
                              tf.constant([self.radius], tf.float64))
         return {"b": b, "n": int(X.shape[0])}
 
+    def held_sums(self, chunks: Sequence[Tuple[int, int]]) -> Optional[Dict[str, Any]]:
+        """The pass of :func:`residual_sums` over the kept features (:class:`HeldRows`) when they are those of the
+        chunks ``chunks`` (``(start, stop)``, in order), added as :meth:`__call__`'s over those chunks would be (slice
+        by slice, then chunk by chunk, in order: the same numbers); None when no features were kept for them."""
+        if self.held is None or list(self.held) != [(int(a), int(b)) for a, b in chunks]:
+            return None
+        u, radius = tf.constant(self.u, tf.float64), tf.constant([self.radius], tf.float64)
+        total: Optional[Dict[str, Any]] = None
+        for (start, stop), slices in self.held.items():
+            b: Any = None
+            for i, (phi, yc, X) in enumerate(slices):
+                if X is not None and self.features.compiled:  # eager features, the map compiled since
+                    phi = self.features(X)
+                    slices[i] = (phi, yc, None)
+                (part,) = self.features.apply(held_residual_sums, phi, yc, u, radius)
+                b = part.numpy() if b is None else b + part.numpy()
+            chunk = {"b": b, "n": stop - start}
+            total = chunk if total is None else add_statistics(total, chunk)
+        return total
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {**self.__dict__, "held": None}  # a Dask worker's copy reads its rows
+
 
 def residual_sums(source: ChunkSource, rows: ResidualStatistics) -> np.ndarray:
     """``b_j`` [M] of every row of ``source`` in one pass (``source.map_reduce``, as
     :func:`~.statistics.sufficient_statistics`). PRIVATE result: released only by :mod:`.residual_release`."""
     if not isinstance(source, ChunkSource):
         raise TypeError(f"source must be a dpgp_gpflow.streaming.ChunkSource, got {type(source).__name__}")
-    total = source.map_reduce(rows, add_statistics)
+    total = rows.held_sums(source.chunk_bounds()) if isinstance(rows, ResidualStatistics) else None
+    if total is None:
+        total = source.map_reduce(rows, add_statistics)
     if total is None or int(total["n"]) != int(source.n):
         raise ValueError(f"the chunks held {0 if total is None else int(total['n'])} rows, the source says {source.n}")
     return np.asarray(total["b"], dtype=np.float64)

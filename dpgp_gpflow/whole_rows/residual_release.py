@@ -42,6 +42,7 @@ from .posterior import WeightPosterior, predictive_terms
 from .released import RegressionPredictions, StatisticsRelease, WholeRowsRelease
 from .residual import (
     ResidualStatistics,
+    holding,
     next_radius,
     preconditioned_update,
     radius_features,
@@ -229,6 +230,7 @@ def release_residuals(request: ReleaseRequest, source: ChunkSource, rows: Any, *
     if fractions is None:
         raise ValueError("release_residuals needs residual fractions (None is one release: release_rows)")
     requests = stage_requests(request, fractions)  # NotImplementedError for the classical calibration
+    rows = holding(source, rows)  # in this process: the first pass keeps the features the later stages read
     first = statistics_measurement(requests[0], source, rows, shares=shares, then=lambda noised: noised,
                                    checks=checks, groups=groups)
     grid = rows.rows if isinstance(rows, GridStatistics) else (rows,)

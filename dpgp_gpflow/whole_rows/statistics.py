@@ -21,7 +21,7 @@ for the outputs of every release).
 from __future__ import annotations
 
 import warnings
-from typing import Any, Dict, NamedTuple, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import gpflow
 import numpy as np
@@ -57,6 +57,13 @@ def chunk_sums(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, k_max:
     :meth:`~dpgp_gpflow.whole_rows.features.FeatureMap.apply` runs it as one compiled graph per chunk."""
     # looked up in its module when traced (one definition, which the tests can replace by a broken variant)
     phi = feature_maps.whitened_features(kernel, Z, L, X, k_max)  # [c, M], each row of norm <= 1
+    return feature_sums(phi, yc)
+
+
+@check_shapes("phi: [N, M]", "yc: [N]", "return[0]: [M, M]", "return[1]: [M]", "return[2]: []")
+def feature_sums(phi: tf.Tensor, yc: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """``(S, b, q)`` of a slice's features ``phi`` [c, M] and centred clipped outputs ``yc`` [c] (PRIVATE values):
+    the one place of the sums (:func:`chunk_sums`, and the residual releases' pass that keeps the features)."""
     return (tf.linalg.matmul(phi, phi, transpose_a=True), tf.linalg.matvec(phi, yc, transpose_a=True),
             tf.reduce_sum(tf.square(yc)))
 
@@ -124,21 +131,32 @@ class RowStatistics:
         self._chunks += 1
         return X, yc, outside_x, outside_y
 
-    def summed(self, fn: Any, X: np.ndarray, yc: np.ndarray, *public: tf.Tensor) -> Tuple[Any, ...]:
+    def summed(self, fn: Any, X: np.ndarray, yc: np.ndarray, *public: tf.Tensor,
+               kept: Optional[List[Tuple[tf.Tensor, tf.Tensor, tf.Tensor]]] = None) -> Tuple[Any, ...]:
         """The sums ``fn(kernel, Z, L, k_max, X, yc, *public)`` returns (a tuple of tensors; ``fn`` a module-level
         function, :meth:`~.features.FeatureMap.apply`'s cache key) over a chunk's prepared rows, slice by slice of
-        :data:`SLICE_ROWS` rows (one slice for a chunk of up to that many), added in NumPy."""
+        :data:`SLICE_ROWS` rows (one slice for a chunk of up to that many), added in NumPy. ``kept``: ``fn``'s last
+        tensor is not a sum but the slice's features, appended to ``kept`` with the slice's ``yc`` and ``X``
+        (PRIVATE)."""
         total: Tuple[Any, ...] = ()
         for i in range(0, max(X.shape[0], 1), SLICE_ROWS):
-            part = self.features.apply(fn, tf.constant(X[i:i + SLICE_ROWS]), tf.constant(yc[i:i + SLICE_ROWS]), *public)
+            X_slice, yc_slice = tf.constant(X[i:i + SLICE_ROWS]), tf.constant(yc[i:i + SLICE_ROWS])
+            part = self.features.apply(fn, X_slice, yc_slice, *public)
+            if kept is not None:
+                kept.append((part[-1], yc_slice, X_slice))
+                part = part[:-1]
             values = tuple(p.numpy() for p in part)
             total = tuple(a + v for a, v in zip(total, values)) if i else values
         return total
 
+    def sums(self, X: np.ndarray, yc: np.ndarray, start: int) -> Tuple[Any, ...]:
+        """``(S, b, q)`` of one chunk's prepared rows (:meth:`prepared`) starting at row ``start`` (PRIVATE)."""
+        return self.summed(chunk_sums, X, yc)
+
     def __call__(self, X: np.ndarray, Y: np.ndarray, start: int) -> Dict[str, Any]:
         """The sums of one chunk: ``X`` [c, D] public shape, PRIVATE values; ``Y`` [c] PRIVATE."""
         X, yc, outside_x, outside_y = self.prepared(X, Y)
-        S, b, q = self.summed(chunk_sums, X, yc)
+        S, b, q = self.sums(X, yc, start)
         return {
             "S": S,  # [M, M]
             "b": b,  # [M]
