@@ -834,3 +834,23 @@ def test_a_float_projection_from_outside_is_refused_before_anything_is_drawn_or_
                                multiplier=request.multiplier, output_bound=1.0, reservation=r, seed=1, **record)
     np.testing.assert_allclose(out.noise_factor, 2.0 * request.multiplier * np.eye(n))  # recomputed, not handed in
     assert acc.spent[0] > 0.0
+
+
+def test_certificate_of_a_loop_cut_short_is_of_the_set_returned(monkeypatch):
+    """A working-set loop stopped by MAX_ROUNDS right after it changed the set: the certificate (relative
+    gap) is that of the weights returned over every column, recomputed in NumPy from the definition, though
+    the caller lets the loop's last pass certify (``same=True``, as the streamed release does: that pass was
+    of the set before it changed, and was once read as the certificate's)."""
+    ws = noise_planning.working_set
+    monkeypatch.setattr(ws, "MAX_ROUNDS", 1)
+    V = gp_vectors("mse", n=400, k=12, rtol=1e-5, lengthscale=1.0)  # wide support: round 0 adds violators
+    columns = ws.DenseColumns(tf.constant(V), tf.constant(50))
+    start = ws.cold_start(columns, tf.constant(V.shape[0]), "mse")
+    solution = ws.solve_noise(columns, columns, start, tf.constant(False), "mse", tf.constant(1e-9, tf.float64),
+                              tf.constant(2000), same=True)
+    idx, weights = solution.work.indices.numpy(), solution.work.weights.numpy()
+    assert not np.array_equal(idx, start.indices.numpy())  # the one round changed the set: cut short after it
+    root = sqrtm_psd((V[:, idx] * weights) @ V[:, idx].T)  # M(l) = S^{1/2}
+    qmax = leverages(root, V).max()
+    expected = qmax * weights.sum() / np.trace(root) - 1.0
+    assert abs(float(solution.relative_gap) - expected) <= 1e-8 * max(1.0, abs(expected))

@@ -278,8 +278,10 @@ def feasible_scales(w: tf.Tensor, qmax: tf.Tensor, objective: str) -> tf.Tensor:
     return tf.sqrt(w * qmax) if objective == "entropy" else tf.sqrt(tf.sqrt(w) * qmax)
 
 
-def barrier_newton(vectors, weights0, tol, max_iter, primal_dual, objective):
-    """Log-barrier Newton on the dual from ``weights0`` (positive): ``(weights, steps, met)``.
+def barrier_newton_terms(vectors, weights0, tol, max_iter, primal_dual, objective):
+    """Log-barrier Newton on the dual from ``weights0`` (positive): ``(weights, steps, met, terms)``,
+    ``terms`` the :func:`dual_terms` ``(w, V, P, q)`` at the weights returned (the loop carries them: the
+    working-set loop and its certificate read them rather than decompose ``S`` again).
 
     Both variants take the Newton step of the barrier problem ``dual - mu sum(log l)`` with the
     barrier's curvature ``s / l`` and an Armijo line search on it, and stop once the certificate
@@ -369,10 +371,16 @@ def barrier_newton(vectors, weights0, tol, max_iter, primal_dual, objective):
         new_weights, new_slack, new_mu, stalled, *new_terms = tf.cond(converged, stop, newton_step)
         return (it + 1, new_weights, new_slack, new_mu, tf.logical_or(converged, stalled), converged, *new_terms)
 
-    it, weights, *_, met, _, _, _, _ = tf.while_loop(
+    it, weights, *_, met, w, V, P, q = tf.while_loop(
         cond, body, (tf.constant(0), weights0, mu0 / weights0, mu0, tf.constant(False), tf.constant(False), *terms0),
         parallel_iterations=1)
-    return weights, it, met
+    return weights, it, met, (w, V, P, q)
+
+
+def barrier_newton(vectors, weights0, tol, max_iter, primal_dual, objective):
+    """Log-barrier Newton on the dual from ``weights0`` (positive): ``(weights, steps, met)``
+    (:func:`barrier_newton_terms` without the decomposition)."""
+    return barrier_newton_terms(vectors, weights0, tol, max_iter, primal_dual, objective)[:3]
 
 
 

@@ -92,7 +92,9 @@ def optimise_tensors(vectors, initial, tol, max_iter, dense_points, duplicate_rt
         return WorkingSet(idx, tf.gather(vectors, idx, axis=1), tf.gather(initial, idx))
 
     start = tf.cond(warm, warm_start, lambda: cold_start(distinct, r, objective))
-    solution = solve_noise(distinct, every, start, warm, objective, tol, max_iter)
+    # no two columns merged: distinct holds every column, in order (its loop's last pass certifies)
+    solution = solve_noise(distinct, every, start, warm, objective, tol, max_iter,
+                           same=tf.equal(distinct.count(), every.count()))
     weights = tf.tensor_scatter_nd_update(tf.zeros_like(initial), solution.work.indices[:, None], solution.work.weights)
     support = tf.reduce_sum(tf.cast(weights > 1e-8 * tf.reduce_max(weights), tf.int32))
     return OptimiserTerms(solution.eigenvectors, solution.scales, weights, solution.gap, solution.relative_gap,

@@ -10,7 +10,7 @@ for both. Privacy assumption: none; everything here is a function of the public 
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Optional, Protocol, Tuple
+from typing import Any, Callable, NamedTuple, Optional, Protocol, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -23,7 +23,7 @@ from .dual import (
     RESTRICTED_SOLVERS,
     SHARED_BODY,
     VECTOR_SPEC,
-    barrier_newton,
+    barrier_newton_terms,
     compile_per_objective,
     uniform_weight,
     dual_terms,
@@ -348,12 +348,14 @@ class DenseColumns:
 
 
 def _restricted_solver(objective: str) -> Callable:
-    """The restricted solve: inline in a graph, the compiled one when called eagerly (streaming)."""
+    """The restricted solve ``(weights, steps, met, terms)``: inline in a graph, where ``terms`` is the
+    :func:`~.dual.dual_terms` ``(w, V, P, q)`` at the weights returned (carried by the Newton loop); the
+    compiled one when called eagerly (streaming), where ``terms`` is None (the caller decomposes)."""
     if tf.executing_eagerly():
-        return RESTRICTED_SOLVERS[objective]
+        return lambda *args: (*RESTRICTED_SOLVERS[objective](*args), None)
 
     def inline(vectors, weights0, tol, max_iter, primal_dual):
-        return barrier_newton(vectors, weights0, tol, max_iter, primal_dual, objective=objective)
+        return barrier_newton_terms(vectors, weights0, tol, max_iter, primal_dual, objective=objective)
 
     return inline
 
@@ -384,17 +386,18 @@ def solve_on_working_sets(columns: ColumnProvider, start: WorkingSet, warm: tf.T
     loose = ~warm & (tf.shape(start.indices)[0] > tf.maximum(3 * r, PRUNE_MIN_POINTS))
     stage_tol = tf.where(loose, tf.maximum(tol, PRUNE_TOL), tol)
 
-    def body(rounds, idx, cols, weights, stage_tol, total, done, fresh, largest):
+    def body(rounds, idx, cols, weights, stage_tol, total, done, fresh, largest, *_):  # _: the last decomposition
         m = tf.shape(idx)[0]
         w_sub = tf.maximum(weights, 1e-12 * rf / tf.cast(m, tf.float64))
-        w_sub, its, met = solve(cols, w_sub, stage_tol, tf.maximum(max_iter - total, 1), fresh)
+        w_sub, its, met, terms = solve(cols, w_sub, stage_tol, tf.maximum(max_iter - total, 1), fresh)
         total = total + its
+        # the decomposition at w_sub: the Newton loop's own (in a graph), else computed here, once
+        w, V, _, q_work = dual_terms(cols, w_sub, objective) if terms is None else terms
 
         def complete():  # every column solved to tol: the restricted certificate is the full one
-            return idx, cols, w_sub, stage_tol, total, tf.constant(True), fresh, tf.constant(-1.0, tf.float64)
+            return idx, cols, w_sub, stage_tol, total, tf.constant(True), fresh, tf.constant(-1.0, tf.float64), w, V
 
         def another_round():
-            w, V, _, q_work = dual_terms(cols, w_sub, objective)
             scales = inverse_scale(w, objective)
             wmax = tf.reduce_max(w_sub)
             heavy = _indicator(tf.math.top_k(w_sub, k=tf.minimum(2 * r, m)).indices, w_sub)
@@ -416,17 +419,21 @@ def solve_on_working_sets(columns: ColumnProvider, start: WorkingSet, warm: tf.T
                               order))
 
             idx_, cols_, w_ = tf.cond(same, lambda: (idx, cols, w_sub), grown)
-            return idx_, cols_, w_, tol, total, finished, fresh, found.largest
+            return idx_, cols_, w_, tol, total, finished, fresh, found.largest, w, V
 
         return (rounds + 1, *tf.cond((m == n) & (stage_tol <= tol) & met, complete, another_round))
 
     loop_vars = (tf.constant(0), start.indices, start.columns, start.weights, stage_tol, tf.constant(0),
-                 tf.constant(False), tf.constant(True), tf.constant(-1.0, tf.float64))
+                 tf.constant(False), tf.constant(True), tf.constant(-1.0, tf.float64),
+                 tf.zeros([r], tf.float64), tf.zeros([r, r], tf.float64))
     invariants = (tf.TensorShape([]), tf.TensorShape([None]), tf.TensorShape([None, None]), tf.TensorShape([None]),
-                  *(tf.TensorShape([]),) * 5)
-    _, idx, cols, weights, _, total, _, _, largest = tf.while_loop(
-        lambda rounds, *rest: (rounds < MAX_ROUNDS) & ~rest[-3], body, loop_vars, shape_invariants=invariants)
-    return WorkingSet(idx, cols, weights), total, largest
+                  *(tf.TensorShape([]),) * 5, tf.TensorShape([None]), tf.TensorShape([None, None]))
+    _, idx, cols, weights, _, total, done, _, largest, w, V = tf.while_loop(
+        lambda rounds, *rest: (rounds < MAX_ROUNDS) & ~rest[-5], body, loop_vars, shape_invariants=invariants)
+    # the pass and the decomposition describe the returned working set only if the loop ended on them (a loop
+    # cut short by MAX_ROUNDS may have grown the set after its last pass)
+    largest = tf.where(done, largest, tf.constant(-1.0, tf.float64))
+    return WorkingSet(idx, cols, weights), total, largest, Decomposition(done, w, V)
 
 
 def cold_start(columns: ColumnProvider, rank: tf.Tensor, objective: str) -> WorkingSet:
@@ -447,22 +454,42 @@ class Solution(NamedTuple):
     iterations: tf.Tensor
 
 
-def _certify(columns: ColumnProvider, work: WorkingSet, objective: str, largest: Optional[tf.Tensor] = None):
+class Decomposition(NamedTuple):
+    """The eigen-decomposition ``(w, V)`` of ``S`` at a working set's weights, as the working-set loop last
+    computed it, and whether it is of the set the loop returned (``valid``)."""
+
+    valid: tf.Tensor  #: [] bool
+    w: tf.Tensor  #: [r]
+    V: tf.Tensor  #: [r, r]
+
+
+def _certify(columns: ColumnProvider, work: WorkingSet, objective: str, largest: Optional[tf.Tensor] = None,
+             known: Optional[Decomposition] = None):
     """The feasible covariance ``M(l) * max q`` of the working set's weights and its certificate over
-    every column of ``columns`` (one pass, unless ``largest`` is already known)."""
-    w, V, _, _ = dual_terms(work.columns, work.weights, objective)
-    if largest is None:
-        largest = columns.violators(V, inverse_scale(w, objective), work.indices[:0], tf.constant(0)).largest
+    every column of ``columns``: one pass unless ``largest`` (``max_i q_i`` over these columns at these
+    weights, or negative: unknown) is given; the decomposition of ``S`` is ``known``'s where valid (the
+    same numbers: the loop's decomposition at the same weights)."""
+    if known is None:
+        w, V, _, _ = dual_terms(work.columns, work.weights, objective)
+    else:
+        w, V = tf.cond(known.valid, lambda: (known.w, known.V),
+                       lambda: tuple(dual_terms(work.columns, work.weights, objective)[:2]))
+
+    def full_pass():
+        return columns.violators(V, inverse_scale(w, objective), work.indices[:0], tf.constant(0)).largest
+
+    largest = full_pass() if largest is None else tf.cond(largest >= 0.0, lambda: largest, full_pass)
     gap, rel, qmax = duality_gap(w, largest[None], work.weights, objective)
     return V, feasible_scales(w, qmax, objective), gap, rel
 
 
 def _dense_rounds(members, vectors, dense_points, idx, cols, weights, warm, tol, max_iter, objective):
     """:func:`solve_on_working_sets` over a :class:`DenseColumns` given by its tensors (compiled in
-    :data:`DENSE_ROUNDS`): the working set's tensors, the Newton steps and ``max_i q_i`` (or -1)."""
-    work, steps, largest = solve_on_working_sets(DenseColumns.held(members, vectors, dense_points),
-                                                 WorkingSet(idx, cols, weights), warm, objective, tol, max_iter)
-    return (*work, steps, largest)
+    :data:`DENSE_ROUNDS`): the working set's tensors, the Newton steps, ``max_i q_i`` (or -1) and the
+    :class:`Decomposition`'s tensors."""
+    work, steps, largest, known = solve_on_working_sets(DenseColumns.held(members, vectors, dense_points),
+                                                        WorkingSet(idx, cols, weights), warm, objective, tol, max_iter)
+    return (*work, steps, largest, *known)
 
 
 _INDEX_SPEC = tf.TensorSpec([None], tf.int32)
@@ -478,34 +505,31 @@ def _rounds(columns: ColumnProvider, start: WorkingSet, warm: tf.Tensor, objecti
     """:func:`solve_on_working_sets`; over dense columns in a graph, the compiled :data:`DENSE_ROUNDS`."""
     if not isinstance(columns, DenseColumns) or tf.executing_eagerly():
         return solve_on_working_sets(columns, start, warm, objective, tol, max_iter)
-    idx, cols, weights, steps, largest = DENSE_ROUNDS[objective](
+    idx, cols, weights, steps, largest, *known = DENSE_ROUNDS[objective](
         columns.members, columns.vectors, tf.convert_to_tensor(columns.dense_points, tf.int32), *start,
         tf.convert_to_tensor(warm, tf.bool), tf.convert_to_tensor(tol, tf.float64),
         tf.convert_to_tensor(max_iter, tf.int32))
-    return WorkingSet(idx, cols, weights), steps, largest
+    return WorkingSet(idx, cols, weights), steps, largest, Decomposition(*known)
 
 
 def solve_noise(distinct: ColumnProvider, every: ColumnProvider, start: WorkingSet, warm: tf.Tensor, objective: str,
-                tol: tf.Tensor, max_iter: tf.Tensor, same: bool = False) -> Solution:
+                tol: tf.Tensor, max_iter: tf.Tensor, same: Any = False) -> Solution:
     """The optimiser's dual solution over the columns of ``every``, solved over one representative of
     each group of identical columns (``distinct``: identical columns carry identical constraints) and
     certified over all (so the merge is safe even where it is only approximate); if the merge was too
-    coarse for ``tol``, all columns are solved again from a cold start. ``same``: ``distinct`` holds
-    every column (the loop's last pass then certifies). One implementation for every provider.
-    Public: the vectors only.
+    coarse for ``tol``, all columns are solved again from a cold start. ``same`` (a bool, or a scalar bool
+    tensor): ``distinct`` holds every column, in ``every``'s order (the loop's last pass then certifies).
+    The certificate reads the loop's last decomposition of ``S`` (the same numbers as decomposing again).
+    One implementation for every provider. Public: the vectors only.
     """
-    work, steps, largest = _rounds(distinct, start, warm, objective, tol, max_iter)
-    if same:
-        V, scales, gap, rel = tf.cond(largest >= 0.0, lambda: _certify(every, work, objective, largest),
-                                      lambda: _certify(every, work, objective))
-    else:
-        V, scales, gap, rel = _certify(every, work, objective)
+    work, steps, largest, known = _rounds(distinct, start, warm, objective, tol, max_iter)
+    V, scales, gap, rel = _certify(every, work, objective, tf.where(same, largest, -1.0), known)
 
     def all_columns():
         rank = tf.shape(start.columns)[0]
-        more_work, more, _ = _rounds(every, cold_start(every, rank, objective), tf.constant(False),
-                                     objective, tol, max_iter - steps)
-        return (*more_work, steps + more, *_certify(every, more_work, objective))
+        more_work, more, more_largest, more_known = _rounds(every, cold_start(every, rank, objective),
+                                                            tf.constant(False), objective, tol, max_iter - steps)
+        return (*more_work, steps + more, *_certify(every, more_work, objective, more_largest, more_known))
 
     refit = (rel > tol) & (distinct.count() < every.count()) & (steps < max_iter)
     idx, cols, weights, steps, V, scales, gap, rel = tf.cond(
