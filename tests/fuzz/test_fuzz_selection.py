@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import dpgp_gpflow as dp
 from dpgp_gpflow.models import DPGPR, DPGPRFITC, DPSGPR, DPLaplaceGPC, DPSparseLaplaceGPC
-from dpgp_gpflow.selection import select_hyperparameters
+from dpgp_gpflow.selection import default_grid, select_hyperparameters
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fuzzkit import (  # noqa: E402
@@ -32,6 +32,7 @@ from fuzzkit import (  # noqa: E402
     LO_HI,
     N,
     TOKENS,
+    ReleaseShare,
     X_TRAIN,
     Y_TRAIN,
     Z_TRAIN,
@@ -154,10 +155,25 @@ ACCOUNTANTS = st.sampled_from([
 ])
 
 
+#: The models built with ``noise_variance=``: a selection whose grid leaves it as given is refused unless the
+#: hyperparameters are declared public (a quarter of the draws that leave it unset are not, and must be refused;
+#: tests/test_redteam_leak_guard.py tests that refusal by itself).
+GIVEN_NOISE = ("DPGPR", "DPGPRFITC", "DPSGPR")
+
+
+@pytest.fixture
+def share():
+    """The draws that must select (every argument valid, the model's given hyperparameters declared public)
+    and how many did: at least 80% of those within budget, and at least 8 of them."""
+    counter = ReleaseShare()
+    yield counter
+    counter.check(0.8, least=8)
+
+
 @pytest.mark.slow
 @given(data=st.data())
-@fuzz_settings(60)
-def test_select_hyperparameters_fuzz(draws, models, data):
+@fuzz_settings(40)
+def test_select_hyperparameters_fuzz(draws, models, share, data):
     bad = corrupted(data, ["grid", "folds", "epsilon", "release budget", "d", "threshold", "options", "model",
                            "cross_validation"])
     names = ["DPGPR", "DPGPRFITC", "DPSGPR", "DPLaplaceGPC", "DPSparseLaplaceGPC"]
@@ -175,8 +191,10 @@ def test_select_hyperparameters_fuzz(draws, models, data):
         if not valid and data.draw(st.booleans(), label="only one"):
             kwargs.pop(data.draw(st.sampled_from(["epsilon_release", "delta_release"])))
     width = 2.0 if name.startswith("DPLaplace") or name.startswith("DPSparse") else LO_HI[1] - LO_HI[0]
-    d_choices = [None, None, width, width / 2] + ([0.0, -1.0, math.inf, "1", True, 2 * width, 5e-324]
-                                                 if "d" in bad else [])
+    # a classifier's labels move by exactly their width, 2: for it a smaller d is a bad value (refused)
+    half = [width / 2]
+    d_choices = [None, None, width] + ([] if width == 2.0 else half) + (
+        [0.0, -1.0, math.inf, "1", True, 2 * width, 5e-324] + (half if width == 2.0 else []) if "d" in bad else [])
     d = data.draw(st.sampled_from(d_choices), label="d")
     if d is not None:
         kwargs["d"] = d
@@ -199,6 +217,8 @@ def test_select_hyperparameters_fuzz(draws, models, data):
         "release_noise": st.sampled_from(["bound", "optimised"] + ([] if valid_options else ["exact", None])),
         "diagnostics": st.booleans(),
     }), label="options"))
+    if name in GIVEN_NOISE and "hyperparameters_public" not in kwargs and data.draw(st.integers(0, 3), label="declare"):
+        kwargs["hyperparameters_public"] = True  # most of these declared: a valid call then selects
     if "cross_validation" in bad:
         kwargs["cross_validation"] = data.draw(st.sampled_from(["cv", 3, "other-grid"]), label="cross_validation")
         if kwargs["cross_validation"] == "other-grid" and isinstance(model, dp.PrivateModel):
@@ -216,6 +236,8 @@ def test_select_hyperparameters_fuzz(draws, models, data):
         return select_hyperparameters(model, grid, **kwargs)
 
     out = run_call(call, draws, [acc] if acc is not None else [], TOKENS, DOCUMENTED)
+    declared = name not in GIVEN_NOISE or kwargs.get("hyperparameters_public") is True
+    share.count(not bad and declared, out)
     if out.refused:
         return
     assert name != "marked" or kwargs.get("hyperparameters_public"), "a marked model was selected for"
@@ -223,7 +245,7 @@ def test_select_hyperparameters_fuzz(draws, models, data):
     assert not hasattr(sel, "utilities") and not hasattr(sel, "probabilities")  # private: diagnostics only
     assert sel.mechanism == kwargs.get("mechanism", "generalised_exponential")
     assert sel.utility == kwargs.get("utility", "absolute")
-    grid_t = tuple(dict(c) for c in grid)
+    grid_t = tuple(dict(c) for c in (default_grid(model) if grid is None else grid))  # None: the public default
     assert len(sel.grid) == len(grid_t)
     kept = np.asarray(sel.kept)
     assert kept.any() and kept[sel.index]
