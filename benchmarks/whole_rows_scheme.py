@@ -18,7 +18,8 @@ the lengthscale, epsilon, delta), honestly:
    !Kung 80/20 splits by other permutation seeds (1, 2) are also simulated, with DP-SGD.
 2. **Evaluation**: the kept scheme and the package's current scheme simulated once on the benchmark's rows
    (!Kung seed-0 split, synthetic 2-D seeds 0 / 1), against DP-SGD's medians in
-   ``results/whole_rows_vs_dpsgd.md``.
+   ``results/whole_rows_vs_dpsgd.md``; and on other shapes (clustered 2-D inputs at 10^4, the
+   ``whole_rows_scale`` protocol at 10^6) against the non-private SGPR only.
 
 A simulation as ``whole_rows_headroom.py``'s (exact statistics + the release's Gaussian noise at the analytic
 multiplier; the exact sampler's grid and rounding slack, factors below 1.001, left out): NOT releases.
@@ -231,6 +232,35 @@ SECONDARY = (
     ("kung_p1", "!Kung, split by permutation seed 1 (secondary: same people)", lambda: kung_split(1), "kung", 60),
     ("kung_p2", "!Kung, split by permutation seed 2 (secondary: same people)", lambda: kung_split(2), "kung", 60),
 )
+def clustered(n: int, seed: int, held_out: int = 2000):
+    """Another shape (after the choice): ``datasets.make_synthetic_2d`` (clustered inputs, noise std 5), the box
+    [0, 100]^2, 7 x 7 inducing grid, lengthscale 15, kernel variance 100, noise variance 25; held-out noisy rows."""
+    from dpgp_gpflow.datasets import make_synthetic_2d
+
+    X, Y, bounds = make_synthetic_2d(n, seed=seed)
+    Xt, Yt, _ = make_synthetic_2d(held_out, seed=seed + 1)
+    box = [(0.0, 100.0), (0.0, 100.0)]
+    protocol = dict(Z=vs.grid(box, 7), x_bounds=box, y_bounds=bounds, lengthscale=15.0, kernel_variance=100.0,
+                    noise_variance=25.0)
+    return (X, Y), (Xt, Yt), protocol
+
+
+def scale_protocol(n: int = 1_000_000):
+    """``whole_rows_scale.py``'s protocol (``make_synthetic_2d`` seed 0), against the noise-free surface."""
+    from dpgp_gpflow.datasets import _synthetic_f, make_synthetic_2d
+
+    _, _, protocol = clustered(10, 0)
+    X, Y, _ = make_synthetic_2d(n, seed=0)
+    Xt = np.random.default_rng(1).uniform(0.0, 100.0, (2000, 2))
+    return (X, Y), (Xt, _synthetic_f(Xt).reshape(-1, 1)), protocol
+
+
+OTHER = (
+    ("clustered_4", "clustered 2-D (make_synthetic_2d, seeds 3 / 4), n = 10,000", lambda: clustered(10_000, 3), None,
+     40),
+    ("scale_6", "clustered 2-D, whole_rows_scale protocol, n = 1,000,000 (noise-free target)", scale_protocol, None,
+     6),
+)
 EVALUATION = (
     ("kung", "!Kung (height from age), n = 435 (the benchmark's split)", vs.kung, "kung", 60),
     ("s4", "synthetic 2-D, n = 10,000 (the benchmark's rows)", lambda: vs.synthetic(10_000), "synthetic_10000", 40),
@@ -359,6 +389,7 @@ def main():
         pair = (chosen, PACKAGE)
         secondary = run_problems(SECONDARY, pair, repeats, args.quick)
         evaluation = run_problems(EVALUATION, pair, None, args.quick)
+        other = run_problems(OTHER[:1] if args.quick else OTHER, pair, None, args.quick)
     reference = benchmark_dpsgd()
     lines += ["### 2. Evaluation, once, on the benchmark's rows (the chosen scheme fixed above)", "",
               "| data | epsilon | chosen scheme | the package's residual release (simulated) | "
@@ -381,6 +412,13 @@ def main():
         for eps in EPSILONS:
             lines.append(f"| {title} | {eps:g} | {sims[(chosen, eps)]:.3g} | {sims[(PACKAGE, eps)]:.3g} | "
                          f"{dpsgd[eps]:.3g} | {draws} |")
+    lines += ["", "### 4. Other shapes, after the choice (no DP-SGD run): the chosen scheme vs the package's", "",
+              "| data | epsilon | chosen scheme | the package's residual release (simulated) | non-private SGPR | "
+              "draws |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for key, title, nonprivate, sims, _, draws in other:
+        for eps in EPSILONS:
+            lines.append(f"| {title} | {eps:g} | {sims[(chosen, eps)]:.3g} | {sims[(PACKAGE, eps)]:.3g} | "
+                         f"{nonprivate:.3g} | {draws} |")
     body = "\n".join(lines) + (
         "\n\nA simulation (module docstring): exact statistics plus the Gaussian noise each stage would add at the "
         "analytic multiplier (Gaussian-DP composition of the stages), not releases; the simulated package scheme "
