@@ -47,6 +47,7 @@ SCRIPTS = {
     "whole_rows_pass_speed": "benchmarks/whole_rows_pass_speed.py",
     "whole_rows_projection": "benchmarks/whole_rows_projection.py",
     "whole_rows_residual": "benchmarks/whole_rows_residual.py",
+    "whole_rows_scheme": "benchmarks/whole_rows_scheme.py",
 }
 
 HEADER = """# Benchmark results
