@@ -58,19 +58,34 @@ class OnReuse:
     ``tf.function`` (``autograph=False``, ``input_signature`` if given: traced once) from its second: eagerly, a
     release's post-processing of M x M matrices is tens of small op dispatches, while tracing costs more than one
     eager run (a process making one release does not pay it). The same operations, in the same order, either way:
-    the same numbers (checked bit for bit on seeded releases). ``python_function``: the function itself (to inline
-    it in another graph)."""
+    the same numbers (checked bit for bit on seeded releases). Tensors go straight to the concrete function (the one
+    of the ``input_signature``, else one per shapes, as the dispatch traces): half the call's overhead of a
+    ``tf.function``'s dispatch. ``python_function``: the function itself (to inline it in another graph)."""
 
     def __init__(self, fn: Callable[..., Any], input_signature: Optional[Sequence[tf.TensorSpec]] = None) -> None:
         self.python_function = fn
         self.__doc__ = fn.__doc__
         self._graph = tf.function(fn, input_signature=input_signature, autograph=False)
+        self._signed = input_signature is not None
+        self._concrete: Any = None
         self._called = False
 
     def __call__(self, *args: Any) -> Any:
         if not self._called:
             self._called = True
             return self.python_function(*args)
+        if all(isinstance(a, tf.Tensor) for a in args):
+            if self._signed:
+                if self._concrete is None:
+                    self._concrete = self._graph.get_concrete_function()
+                return self._concrete(*args)
+            key = tuple((tuple(a.shape), a.dtype) for a in args)  # the trace the dispatch would pick: one per shapes
+            if self._concrete is None:
+                self._concrete = {}
+            concrete = self._concrete.get(key)
+            if concrete is None:
+                concrete = self._concrete[key] = self._graph.get_concrete_function(*args)
+            return concrete(*args)
         return self._graph(*args)
 
 
@@ -191,11 +206,30 @@ def predictive_terms(posterior: WeightPosterior, phi: tf.Tensor, prior: tf.Tenso
 def _terms(chol: tf.Tensor, u: tf.Tensor, phi: tf.Tensor, prior: tf.Tensor, kernel_variance: tf.Tensor,
            ratio: tf.Tensor, b_var: tf.Tensor, offdiag_var: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     mean = tf.linalg.matvec(phi, u)  # [N]
-    half = tf.linalg.triangular_solve(chol, tf.transpose(phi), lower=True)  # [M, N]
-    h = tf.linalg.triangular_solve(chol, half, lower=True, adjoint=True)  # [M, N]
+    half, noise = _noise_terms(chol, u, phi, b_var, offdiag_var)
     nystrom = tf.maximum(prior - tf.reduce_sum(tf.square(phi), axis=1), 0.0)  # k(x, x) - Q(x, x) >= 0
     model = kernel_variance * (nystrom + ratio * tf.reduce_sum(tf.square(half), axis=0))
+    return mean, model, noise
+
+
+def _noise_terms(chol: tf.Tensor, u: tf.Tensor, phi: tf.Tensor, b_var: tf.Tensor,
+                 offdiag_var: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+    """``(L^{-1} phi^T [M, N], the DP noise's first-order variance [N])`` of :func:`predictive_terms`."""
+    half = tf.linalg.triangular_solve(chol, tf.transpose(phi), lower=True)  # [M, N]
+    h = tf.linalg.triangular_solve(chol, half, lower=True, adjoint=True)  # [M, N]
     u_sq = tf.reduce_sum(tf.square(u))
     noise = ((b_var + offdiag_var * u_sq) * tf.reduce_sum(tf.square(h), axis=0)
              + offdiag_var * tf.square(tf.linalg.matvec(h, u, transpose_a=True)))
-    return mean, model, noise
+    return half, noise
+
+
+def mean_noise_variance(posterior: WeightPosterior, phi: tf.Tensor) -> float:
+    """The mean over the rows of ``phi`` [N, M] (unit-scale features) of :func:`predictive_terms`' DP-noise variance,
+    in one call (the same operations). Post-processing."""
+    return float(_mean_noise(posterior.chol, posterior.mean, phi, tf.constant(posterior.b_std ** 2, tf.float64),
+                             tf.constant(posterior.offdiag_std ** 2, tf.float64)))
+
+
+@compiled_on_reuse([MATRIX_SPEC, VECTOR_SPEC, MATRIX_SPEC, REAL_SPEC, REAL_SPEC])
+def _mean_noise(chol: tf.Tensor, u: tf.Tensor, phi: tf.Tensor, b_var: tf.Tensor, offdiag_var: tf.Tensor) -> tf.Tensor:
+    return tf.reduce_mean(_noise_terms(chol, u, phi, b_var, offdiag_var)[1])

@@ -38,7 +38,7 @@ from ..validation import parameter_value
 from . import features as feature_maps
 from .design import inducing_design, validate_box
 from .features import FeatureMap
-from .posterior import WeightPosterior, compiled_on_reuse, floored, predictive_terms
+from .posterior import WeightPosterior, compiled_on_reuse, floored, mean_noise_variance
 from .residual_bounds import residual_radius
 from .statistics import GridStatistics, RowStatistics, add_statistics, feature_sums
 
@@ -254,8 +254,7 @@ def radius_features(features: FeatureMap, points: np.ndarray) -> RadiusPoints:
 def mean_dp_variance(posterior: WeightPosterior, points: RadiusPoints) -> float:
     """The mean over ``points`` of the first-order DP-noise variance of the predictive mean of ``posterior``
     (:func:`~.posterior.predictive_terms`). Post-processing."""
-    _, _, noise = predictive_terms(posterior, points.phi, points.prior)
-    return float(tf.reduce_mean(noise))
+    return mean_noise_variance(posterior, points.phi)
 
 
 def next_radius(posterior: WeightPosterior, points: RadiusPoints, width: float) -> float:
