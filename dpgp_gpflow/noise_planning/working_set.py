@@ -363,7 +363,9 @@ def _restricted_solver(objective: str) -> Callable:
 def solve_on_working_sets(columns: ColumnProvider, start: WorkingSet, warm: tf.Tensor, objective: str,
                           tol: tf.Tensor, max_iter: tf.Tensor):
     """The working-set loop of the noise optimiser: the final working set (its weights are the solution),
-    the Newton steps taken, and ``max_i q_i`` over every column if the loop ended on a pass (else -1).
+    the Newton steps taken, ``max_i q_i`` over every column if the loop ended on a pass of that set's
+    weights (else -1: also when ``MAX_ROUNDS`` cut it short after a pass that changed the set) and the
+    :class:`Decomposition` of ``S`` at the final weights (valid unless the loop was cut short).
 
     Stage 1 solves loosely on many points (a cold ``start`` larger than ``max(3 r, PRUNE_MIN_POINTS)``);
     then the points that carry no weight and are far from active are pruned (the optimum's support is
