@@ -33,6 +33,8 @@ from .residual_bounds import residual_radius
 
 __all__: list[str] = []  # internal: the package imports these names by name
 
+#: The name of the scheme (``residual_fractions="histogram"``).
+HISTOGRAM = "histogram"
 #: The fractions of the Gaussian-DP budget: the histogram stage, then four residual releases (the design study's
 #: choice on tuning problems, benchmarks/whole_rows_scheme.py, results/whole_rows_scheme.md).
 HISTOGRAM_FRACTIONS = (0.3, 0.15, 0.15, 0.15, 0.25)

@@ -165,3 +165,34 @@ def test_a_grid_with_too_many_cells_is_refused_before_anything_is_reserved(draws
     with pytest.raises(ValueError, match="cells"):
         _release(X, np.zeros((20, 1)), accountant=acc, box=box, Zs=wr.inducing_grid(box, 3), lengthscale=1.0)
     assert draws == [] and acc.history() == [] and acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
+
+
+def test_the_model_releases_the_scheme_by_name_as_the_direct_call():
+    from dpgp_gpflow.models import DPSGPR
+
+    X, Y = _rows(120)
+    kernel = gpflow.kernels.SquaredExponential(variance=KERNEL_VARIANCE, lengthscales=LENGTHSCALE)
+    model = DPSGPR((X, Y), kernel, Z, noise_variance=NOISE_VARIANCE, y_bounds=BOUNDS, x_bounds=BOX,
+                   private_inputs=True, hyperparameters_public=True)
+    acc = dp.PrivacyAccountant(epsilon=3.0, delta=1e-2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dp.ReproducibleNoiseWarning)
+        released = model.release_function(epsilon=EPSILON, delta=DELTA, seed=5, residual_fractions="histogram",
+                                          accountant=acc)
+    direct = _release(X, Y, seed=5)
+    assert released.fractions == FRACTIONS and len(acc.history()) == 1
+    # the same release (other chunks: the sums' rounding only)
+    np.testing.assert_allclose(released.estimates, direct.estimates, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(released.radii, direct.radii, rtol=1e-10)
+
+
+@pytest.mark.parametrize("options", [dict(lengthscales=[1.0, 2.0]), dict(variances="fit")])
+def test_a_grid_or_fitted_variances_are_refused_before_anything_is_reserved(options, draws):
+    X, Y = _rows(30)
+    acc = dp.PrivacyAccountant(epsilon=3.0, delta=1e-2)
+    kernel = gpflow.kernels.SquaredExponential(variance=KERNEL_VARIANCE, lengthscales=LENGTHSCALE)
+    given = {} if options.get("variances") == "fit" else dict(noise_variance=NOISE_VARIANCE)
+    with pytest.raises(NotImplementedError, match="histogram"):
+        wr.release_rows(LocalChunks(X, Y), kernel, Z, x_bounds=BOX, y_bounds=BOUNDS, epsilon=EPSILON, delta=DELTA,
+                        accountant=acc, residual_fractions="histogram", **given, **options)
+    assert draws == [] and acc.history() == [] and acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
