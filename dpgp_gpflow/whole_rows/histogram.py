@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Callable, Dict, NamedTuple, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Sequence, Tuple
 
 import gpflow
 import numpy as np
@@ -42,12 +42,13 @@ from ..measurement import Measurement, SensitivityPath
 from ..mechanisms.request import ReleaseRequest
 from ..relations import largest_person
 from ..sampling import UNIT_ROUNDOFF, gaussian_grid_factor
-from ..streaming.chunks import ChunkSource, person_starts, source_persons
+from ..streaming.chunks import ChunkSource, LocalChunks, person_starts, source_persons
 from ..validation import validate_groups
 from . import features as feature_maps
 from .bounds import rounding_slack, validate_shares
 from .mechanism import chunking
-from .residual import MAX_RADIUS_POINTS, grid_cells, grid_centres
+from . import residual
+from .residual import MAX_RADIUS_POINTS, HeldRows, grid_cells, grid_centres
 from .statistics import RowStatistics, add_statistics
 
 __all__: list[str] = []  # internal: the package imports these names by name
@@ -114,8 +115,50 @@ class CellCounts(RowStatistics):
                 "clipped_outputs": outside_y}
 
 
-def histogram_sums(source: ChunkSource, rows: CellCounts) -> Tuple[np.ndarray, np.ndarray]:
-    """``(counts [C] int64, b [M])`` of every row of ``source`` in one pass (``source.map_reduce``), with a
+@check_shapes("Z: [M, D]", "L: [M, M]", "X: [N, D]", "yc: [N]", "return[0]: [M]", "return[1]: [N, M]")
+def chunk_b_and_features(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, k_max: float, X: tf.Tensor,
+                         yc: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+    """:func:`chunk_b` of a slice and its features [N, M] (PRIVATE), kept by :class:`HeldCellCounts`."""
+    phi = feature_maps.whitened_features(kernel, Z, L, X, k_max)  # [N, M], each row of norm <= 1
+    return tf.linalg.matvec(phi, yc, transpose_a=True), phi
+
+
+class HeldCellCounts(HeldRows):
+    """:class:`CellCounts` that also keeps every slice's features and centred clipped outputs (PRIVATE), in this
+    process, for the residual stages (as :class:`~.residual.HeldRows` does for the statistics' pass: the same
+    ``held`` layout, read by :meth:`~.residual.ResidualStatistics.held_sums`). Not picklable."""
+
+    def __init__(self, rows: RowStatistics, cells: int) -> None:
+        super().__init__(rows)
+        self.cells = int(cells)
+        self.num_cells = self.cells ** self.box.shape[0]
+
+    def __call__(self, X: np.ndarray, Y: np.ndarray, start: int) -> Dict[str, Any]:
+        """One chunk's counts [C] (int64) and ``b`` [M] (PRIVATE), its rows and clipped counts; keeps its features."""
+        X, yc, outside_x, outside_y = self.prepared(X, Y)
+        counts = np.bincount(cell_index(X, self.box, self.cells), minlength=self.num_cells).astype(np.int64)
+        kept: List[Tuple[tf.Tensor, tf.Tensor, tf.Tensor]] = []
+        (b,) = self.summed(chunk_b_and_features, X, yc, kept=kept)
+        compiled = self.features.compiled  # the mode summed ran in
+        self.held[(int(start), int(start) + int(X.shape[0]))] = [(phi, y, None if compiled else x)
+                                                                 for phi, y, x in kept]
+        return {"counts": counts, "b": b, "n": int(X.shape[0]), "clipped_inputs": outside_x,
+                "clipped_outputs": outside_y}
+
+
+def counting(source: ChunkSource, rows: RowStatistics, cells: int) -> Any:
+    """The histogram pass's per-chunk function: :class:`HeldCellCounts` when ``source`` is a
+    :class:`~dpgp_gpflow.streaming.LocalChunks` whose ``n M`` feature entries are at most
+    :data:`~.residual.MAX_HELD_FEATURES` (the residual stages then read the kept features), else
+    :class:`CellCounts` (every stage reads the rows again). Public: from the source's type, ``n`` and ``M``."""
+    if isinstance(source, LocalChunks) and int(source.n) * rows.features.m <= residual.MAX_HELD_FEATURES:
+        return HeldCellCounts(rows, cells)
+    return CellCounts(rows, cells)
+
+
+def histogram_sums(source: ChunkSource, rows: Any) -> Tuple[np.ndarray, np.ndarray]:
+    """``(counts [C] int64, b [M])`` of every row of ``source`` in one pass (``source.map_reduce`` of ``rows``, a
+    :class:`CellCounts` or :class:`HeldCellCounts`), with a
     ``ClippingWarning`` (counts, never values) when rows were clipped. PRIVATE result."""
     if not isinstance(source, ChunkSource):
         raise TypeError(f"source must be a dpgp_gpflow.streaming.ChunkSource, got {type(source).__name__}")
@@ -163,7 +206,7 @@ class NoisedHistogram(NamedTuple):
     chunking: Tuple[int, int] = (0, 0)  #: the longest chunk's rows and the number of chunks summed (public)
 
 
-def release_histogram(request: ReleaseRequest, reservation: Reservation, source: ChunkSource, rows: CellCounts, *,
+def release_histogram(request: ReleaseRequest, reservation: Reservation, source: ChunkSource, rows: Any, *,
                       shares: Any, sensitivity: float, person_rows: int = 1) -> NoisedHistogram:
     """Read the rows once, add exact Gaussian noise of std ``s * sensitivity`` to the released vector (module
     docstring), commit the request's one event into ``reservation`` and return the noised counts and ``b``.
@@ -190,7 +233,9 @@ def histogram_measurement(request: ReleaseRequest, source: ChunkSource, rows: Ro
     :func:`~.mechanism.statistics_measurement` describes the statistics release: ``checks`` (the caller's, then
     this stage's own: the grid's size, source shape, persons, sampler, shares, sensitivity), one Gaussian event
     from ``request``, and the mechanism :func:`release_histogram` followed by ``then`` (post-processing, after the
-    commit). ``rows``: the public pieces of the pass (a :class:`~.statistics.RowStatistics`); ``groups`` the
+    commit). ``rows``: the public pieces of the pass (a :class:`~.statistics.RowStatistics`; a :class:`CellCounts`
+    or :class:`HeldCellCounts` is the pass itself, e.g. :func:`counting`'s, whose kept features a caller reads
+    after); ``groups`` the
     declared public person ids (None: one row per person)."""
     if not isinstance(rows, RowStatistics):
         raise TypeError(f"rows must be a RowStatistics, got {type(rows).__name__}")
@@ -200,7 +245,7 @@ def histogram_measurement(request: ReleaseRequest, source: ChunkSource, rows: Ro
     path = SensitivityPath(largest_person(declared), inputs=True)
 
     def own_checks() -> None:
-        counting = CellCounts(rows, histogram_cells(features.kernel, rows.box))  # refuses too many cells
+        cells = histogram_cells(features.kernel, rows.box)  # refuses too many cells
         if not isinstance(source, ChunkSource):
             raise TypeError(f"source must be a dpgp_gpflow.streaming.ChunkSource, got {type(source).__name__}")
         if int(source.input_dim) != features.input_dim:
@@ -218,8 +263,11 @@ def histogram_measurement(request: ReleaseRequest, source: ChunkSource, rows: Ro
             raise ValueError(f"the source's persons have up to {largest_person(ids)} rows, the declared ones "
                              f"{path.person_rows}: nothing was reserved")
         longest, count = chunking(chunked)
-        state.update(rows=counting, source=chunked, sensitivity=histogram_sensitivity(
-            m=features.m, num_cells=counting.num_cells, multiplier=request.multiplier, num_rows=int(chunked.n),
+        if isinstance(rows, (CellCounts, HeldCellCounts)) and rows.cells != cells:
+            raise ValueError(f"the pass counts {rows.cells} cells per column, the grid has {cells}")
+        prepared = rows if isinstance(rows, (CellCounts, HeldCellCounts)) else counting(chunked, rows, cells)
+        state.update(rows=prepared, source=chunked, sensitivity=histogram_sensitivity(
+            m=features.m, num_cells=cells ** rows.box.shape[0], multiplier=request.multiplier, num_rows=int(chunked.n),
             chunk_rows=longest, num_chunks=count, person_rows=path.person_rows))
 
     def mechanism(reservation: Reservation) -> Any:

@@ -24,7 +24,7 @@ from ..relations import largest_person
 from ..released import Released
 from ..streaming.chunks import ChunkSource, person_starts, source_persons
 from ..validation import as_inputs, validate_groups
-from .histogram import NoisedHistogram, histogram_centres, histogram_measurement
+from .histogram import NoisedHistogram, counting, histogram_cells, histogram_centres, histogram_measurement
 from .histogram_scheme import (
     HISTOGRAM_Z,
     PRECONDITIONER_FLOOR,
@@ -174,6 +174,8 @@ def release_histogram_residuals(request: ReleaseRequest, source: ChunkSource, ro
     if fractions is None:
         raise ValueError("a histogram residual release needs residual fractions")
     requests = stage_requests(request, fractions)  # NotImplementedError for the classical calibration
+    # the pass (public choice: keeps the rows' features for the residual stages when they fit, as residual.holding)
+    rows = counting(source, rows, histogram_cells(rows.features.kernel, rows.box))  # refuses too many cells
     first = histogram_measurement(requests[0], source, rows, shares=shares, then=lambda noised: noised,
                                   checks=checks, groups=groups)
     m = rows.features.m

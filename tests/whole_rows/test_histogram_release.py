@@ -196,3 +196,20 @@ def test_a_grid_or_fitted_variances_are_refused_before_anything_is_reserved(opti
         wr.release_rows(LocalChunks(X, Y), kernel, Z, x_bounds=BOX, y_bounds=BOUNDS, epsilon=EPSILON, delta=DELTA,
                         accountant=acc, residual_fractions="histogram", **given, **options)
     assert draws == [] and acc.history() == [] and acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
+
+
+def test_the_residual_stages_read_the_kept_features_with_the_same_numbers(monkeypatch):
+    from dpgp_gpflow.whole_rows import residual
+
+    X, Y = _rows(300)
+    calls = []
+    original = residual.ResidualStatistics.__call__
+    monkeypatch.setattr(residual.ResidualStatistics, "__call__",
+                        lambda self, *args: calls.append(1) or original(self, *args))
+    held = _release(X, Y, seed=7)
+    assert calls == []  # every residual stage summed the features kept by the histogram's pass
+    monkeypatch.setattr(residual, "MAX_HELD_FEATURES", 0)  # too many to keep: every stage reads the rows
+    read = _release(X, Y, seed=7)
+    assert len(calls) == 4 * 3  # 4 stages x 3 chunks of 128 rows
+    np.testing.assert_allclose(held.estimates, read.estimates, rtol=1e-12, atol=1e-14)
+    np.testing.assert_array_equal(held.radii, read.radii)
