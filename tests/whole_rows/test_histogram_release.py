@@ -213,3 +213,24 @@ def test_the_residual_stages_read_the_kept_features_with_the_same_numbers(monkey
     assert len(calls) == 4 * 3  # 4 stages x 3 chunks of 128 rows
     np.testing.assert_allclose(held.estimates, read.estimates, rtol=1e-12, atol=1e-14)
     np.testing.assert_array_equal(held.radii, read.radii)
+
+
+def test_a_dask_source_gives_the_in_memory_release():
+    da = pytest.importorskip("dask.array")
+    from dpgp_gpflow.distributed import DaskChunks
+
+    X, Y = _rows(200)
+    request = release_request(EPSILON, DELTA, calibration="analytic", objective=None, seed=9)
+    kernel = gpflow.kernels.SquaredExponential(variance=KERNEL_VARIANCE, lengthscales=LENGTHSCALE)
+    rows = RowStatistics(feature_map(kernel, Z, BOX), BOX, BOUNDS)
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dp.ReproducibleNoiseWarning)
+        for source in (LocalChunks(X, Y, 50), DaskChunks(da.from_array(X, chunks=(50, 1)),
+                                                         da.from_array(Y, chunks=(50, 1)))):
+            out.append(release_histogram_residuals(request, source, rows, shares=SHARES, fractions=FRACTIONS,
+                                                   kernel_variance=KERNEL_VARIANCE, noise_variance=NOISE_VARIANCE))
+    local, on_dask = out
+    np.testing.assert_allclose(on_dask.statistics["counts"], local.statistics["counts"], rtol=1e-10)
+    np.testing.assert_allclose(on_dask.estimates, local.estimates, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(on_dask.radii, local.radii, rtol=1e-10)
