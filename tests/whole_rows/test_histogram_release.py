@@ -234,3 +234,34 @@ def test_a_dask_source_gives_the_in_memory_release():
     np.testing.assert_allclose(on_dask.statistics["counts"], local.statistics["counts"], rtol=1e-10)
     np.testing.assert_allclose(on_dask.estimates, local.estimates, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(on_dask.radii, local.radii, rtol=1e-10)
+
+
+def _model(X, Y, **options):
+    from dpgp_gpflow.models import DPSGPR
+
+    kernel = gpflow.kernels.SquaredExponential(variance=KERNEL_VARIANCE, lengthscales=LENGTHSCALE)
+    return DPSGPR((X, Y), kernel, Z, noise_variance=NOISE_VARIANCE, y_bounds=BOUNDS, x_bounds=BOX,
+                  private_inputs=True, hyperparameters_public=True, **options)
+
+
+def test_the_audit_recomputes_every_radius_and_the_noise_within_the_claim():
+    import copy
+
+    X, Y = _rows(150)
+    model = _model(X, Y)
+    released = model.release_function(epsilon=EPSILON, delta=DELTA, residual_fractions="histogram")
+    report = dp.audit(released, model)
+    assert report.passed and 0.99 * EPSILON <= report.epsilon <= EPSILON * (1 + 1e-9)
+    less = copy.copy(released)  # the last stage with half the noise it claims: more privacy lost than claimed
+    less._noise_std = {**released._noise_std, "residual_b": released._noise_std["residual_b"].copy()}
+    less._noise_std["residual_b"][-1] *= 0.5
+    forged = dp.audit(less, model)
+    assert not forged.passed and forged.epsilon > 1.2 * EPSILON
+    wider = copy.copy(released)
+    wider.radii = released.radii * np.r_[1.5, np.ones(released.radii.size - 1)]
+    with pytest.raises(ValueError, match="radius"):
+        dp.audit(wider, model)
+    other = copy.copy(released)
+    other.estimates = released.estimates + 0.01
+    with pytest.raises(ValueError, match="estimates"):
+        dp.audit(other, model)
