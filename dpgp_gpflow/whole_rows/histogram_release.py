@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from .. import sampling
+from ..io.writing import register
 from ..measurement import Measurement, SensitivityPath, StepDraws, measure, stepwise
 from ..mechanisms.request import ReleaseRequest
 from ..relations import largest_person
@@ -110,6 +111,11 @@ class HistogramResidualRelease(RegressionPredictions, Released):
         return {k: v.copy() for k, v in self._noise_std.items()}
 
     @property
+    def releases(self) -> Tuple[Any, ...]:
+        """No :class:`~dpgp_gpflow.released.PrivateRelease` parts: one release of statistics (:meth:`privacy_card`)."""
+        return ()
+
+    @property
     def epsilon(self) -> float:
         return self._epsilon
 
@@ -159,6 +165,16 @@ class HistogramResidualRelease(RegressionPredictions, Released):
         return (f"HistogramResidualRelease(epsilon={self.epsilon:.6g}, delta={self.delta:.6g}, n={self.num_data}, "
                 f"M={self.features.m}, cells={self.centres.shape[0]}, stages={len(self.fractions)}, "
                 f"neighbours={self.neighbours!r})")
+
+
+def _no_file_form(released: HistogramResidualRelease) -> Any:
+    """The release file's writer of a histogram residual release: none yet, refused in one line before anything
+    is written (the generic writer of :class:`~dpgp_gpflow.released.Released` would write a file of no releases)."""
+    raise NotImplementedError("a HistogramResidualRelease has no release file form yet: keep the object, or release "
+                              "with residual_fractions='default' to save it")
+
+
+register(HistogramResidualRelease, _no_file_form)
 
 
 def release_histogram_residuals(request: ReleaseRequest, source: ChunkSource, rows: RowStatistics, *, shares: Any,

@@ -265,3 +265,25 @@ def test_the_audit_recomputes_every_radius_and_the_noise_within_the_claim():
     other.estimates = released.estimates + 0.01
     with pytest.raises(ValueError, match="estimates"):
         dp.audit(other, model)
+
+
+def test_persons_are_charged_as_their_largest_in_every_stage():
+    X, Y = _rows(60)
+    groups = np.repeat(np.arange(20), 3)  # persons of 3 rows
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dp.ReproducibleNoiseWarning)
+        persons = _model(X, Y, groups=groups).release_function(epsilon=EPSILON, delta=DELTA, seed=4,
+                                                               residual_fractions="histogram")
+        rows = _model(X, Y).release_function(epsilon=EPSILON, delta=DELTA, seed=4, residual_fractions="histogram")
+    assert persons.person_rows == 3 and persons.neighbours == "person (groups, up to 3 rows) (inputs and outputs)"
+    np.testing.assert_allclose(persons.stage_sensitivities, 3.0 * np.asarray(rows.stage_sensitivities), rtol=1e-6)
+    report = dp.audit(persons, _model(X, Y, groups=groups))
+    assert report.passed and 0.99 * EPSILON <= report.epsilon <= EPSILON * (1 + 1e-9)
+
+
+def test_saving_is_refused_until_the_release_file_holds_the_scheme(tmp_path):
+    X, Y = _rows(40)
+    released = _release(X, Y)
+    with pytest.raises(NotImplementedError, match="HistogramResidualRelease"):
+        released.save(tmp_path / "h.json")
+    assert list(tmp_path.iterdir()) == []
