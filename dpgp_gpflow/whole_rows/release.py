@@ -247,7 +247,8 @@ def release_model(model: Any, *, epsilon: float, delta: float, calibration: str 
     ``lengthscales`` None: chosen privately from the default grid (``"default"``) when the kernel's lengthscales
     were left at GPflow's default 1.0 (none given), else the kernel's own (``"kernel"``); or a sequence of public
     candidates (:func:`release_rows`). ``residual_fractions``: residual releases after the statistics
-    (:func:`release_rows`; with a grid, of the chosen lengthscale)."""
+    (:func:`release_rows`; with a grid, of the chosen lengthscale), or ``"histogram"`` (the histogram scheme: give
+    the kernel's lengthscale and ``noise_variance=``)."""
     unused = sorted(set(options) & set(_NOT_WHOLE_ROWS))
     if unused:
         raise TypeError(f"{unused} do not apply to a whole-row release (private inputs): it releases the "
