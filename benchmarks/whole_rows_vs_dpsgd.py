@@ -7,6 +7,8 @@ inducing inputs, kernel, noise variance and bounds:
   and ``release_function(epsilon=..., delta=...)`` (the statistics released once; docs/guides/whole_rows.md);
 * **residual**: the same model's ``release_function(..., residual_fractions="default")`` (the statistics at half
   the Gaussian-DP budget, then two releases of clipped residual sums; docs/whole_rows.md#residual-releases);
+* **histogram**: ``release_function(..., residual_fractions="histogram")`` (noised cell counts and ``b`` at 0.3
+  of the budget, then four residual releases; the scheme fixed by ``whole_rows_scheme.py`` on tuning problems);
 * **DP-SGD**: :class:`dpgp_gpflow.baselines.DPSGDSVGP` (GPflow's SVGP, ``q_mu`` and ``q_sqrt`` trained by
   DP-SGD with Poisson minibatches, per-row clipping, Adam; docs/baselines.md#dp-sgd-sparse-variational-gp).
   Its settings (clip norm, sampling rate, epochs, learning rate) are fixed below, in advance, for each data
@@ -59,7 +61,7 @@ from dpgp_gpflow.models import DPSGPR  # noqa: E402
 
 EPSILONS = (0.5, 1.0, 2.0)
 DELTA = 0.01
-METHODS = ("whole_rows", "residual", "dpsgd")
+METHODS = ("whole_rows", "residual", "dpsgd", "histogram")
 
 #: DP-SGD's settings, fixed in advance per data set: clip norm C, Poisson rate q (about 90 / 500 / 500 rows a
 #: step), expected epochs (steps = epochs / q), Adam's learning rate.
@@ -126,10 +128,11 @@ def nonprivate(train, test, p):
 def run_method(method, name, train, test, p, repeats):
     """Per epsilon: (median RMSE, median s per release, s of the first release, note)."""
     X, Y = train
-    if method in ("whole_rows", "residual"):
+    if method in ("whole_rows", "residual", "histogram"):
         model = DPSGPR((X, Y), kernel(p), p["Z"], noise_variance=p["noise_variance"], y_bounds=p["y_bounds"],
                        x_bounds=p["x_bounds"], private_inputs=True, hyperparameters_public=True)
-        options = {"residual_fractions": "default"} if method == "residual" else {}
+        options = ({"residual_fractions": "default"} if method == "residual" else
+                   {"residual_fractions": "histogram"} if method == "histogram" else {})
 
         def release(eps, seed):
             return model.release_function(epsilon=eps, delta=DELTA, seed=seed, **options)
@@ -183,7 +186,7 @@ def main():
     methods = [m for m in args.methods.split(",") if m]
     if set(methods) - set(METHODS):
         parser.error(f"--methods takes {METHODS}, got {methods}")
-    if {"whole_rows", "residual"} & set(methods) and not whole_rows_available():
+    if {"whole_rows", "residual", "histogram"} & set(methods) and not whole_rows_available():
         print("this tree has no whole-row release (DPSGPR(..., private_inputs=True)): running DP-SGD alone")
         methods = [m for m in methods if m == "dpsgd"]
     started = _common.utc_now()
@@ -196,8 +199,9 @@ def main():
         sets = [(k, t, f, 3) for k, t, f, _ in sets[:2]]
     lines = ["| data | n (train) | epsilon | whole-row RMSE | residual RMSE | DP-SGD RMSE | non-private SGPR RMSE | "
              "whole-row s / release | residual s / release | DP-SGD s / release | time ratio (whole-row) | "
-             "time ratio (residual) |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    beaten = {"whole_rows": [], "residual": []}
+             "time ratio (residual) | histogram RMSE | histogram s / release | time ratio (histogram) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    beaten = {"whole_rows": [], "residual": [], "histogram": []}
     notes = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the seeds' ReproducibleNoiseWarning, clipping counts
@@ -211,20 +215,23 @@ def main():
                 w = results.get("whole_rows", ({}, None, ""))[0].get(eps)
                 v = results.get("residual", ({}, None, ""))[0].get(eps)
                 d = results.get("dpsgd", ({}, None, ""))[0].get(eps)
-                ratios = [f"{d[1] / a[1]:.0f}x" if a and d and a[1] > 0 else "–" for a in (w, v)]
-                for method, a in (("whole_rows", w), ("residual", v)):
+                h = results.get("histogram", ({}, None, ""))[0].get(eps)
+                ratios = [f"{d[1] / a[1]:.0f}x" if a and d and a[1] > 0 else "–" for a in (w, v, h)]
+                for method, a in (("whole_rows", w), ("residual", v), ("histogram", h)):
                     if a and d:
                         beaten[method].append(a[0] < d[0])
                 lines.append(f"| {title} | {len(train[0])} | {eps:g} | {_common.fmt(w and w[0], '.3g')} | "
                              f"{_common.fmt(v and v[0], '.3g')} | {_common.fmt(d and d[0], '.3g')} | {reference:.3g} | "
                              f"{_common.fmt(w and w[1], '.3g')} | {_common.fmt(v and v[1], '.3g')} | "
-                             f"{_common.fmt(d and d[1], '.3g')} | {ratios[0]} | {ratios[1]} |")
+                             f"{_common.fmt(d and d[1], '.3g')} | {ratios[0]} | {ratios[1]} | "
+                             f"{_common.fmt(h and h[0], '.3g')} | {_common.fmt(h and h[1], '.3g')} | {ratios[2]} |")
             firsts = ", ".join(f"{m.replace('_', '-')} {results[m][1]:.3g} s" for m in methods)
             note = results["dpsgd"][2] if "dpsgd" in results else ""
             notes.append(f"{title}, n = {len(train[0])}: {repeats} releases per epsilon; first release {firsts}"
                          + (f"; DP-SGD {note}" if note else ""))
     verdicts = [f"{label}: lower RMSE than DP-SGD in {sum(b)} of {len(b)} rows" for label, b in
-                (("one release", beaten["whole_rows"]), ("residual releases", beaten["residual"])) if b]
+                (("one release", beaten["whole_rows"]), ("residual releases", beaten["residual"]),
+                 ("histogram scheme", beaten["histogram"])) if b]
     body = "\n".join(lines) + "\n\n" + ("; ".join(verdicts) + ".\n\n" if verdicts else "") + "\n".join(
         f"- {n}" for n in notes) + (
         "\n\nBoth protect whole rows (inputs and outputs, replace-one) at (epsilon, 0.01) with the same public inducing "
@@ -232,8 +239,10 @@ def main():
         "releases, explicit seeds: reproducible noise); wall time: median of one release, the model built beforehand, "
         "the first release of each model (DP-SGD compiles its gradient step) listed apart, and DP-SGD's noise "
         "multiplier computed (and timed) before the releases of each epsilon; time ratio = DP-SGD / whole-row (one release) "
-        "and DP-SGD / residual, all three measured side by side in this run. The residual releases' fractions and radius "
-        "rule are the package's defaults, fixed from `whole_rows_headroom.py` before this run. DP-SGD: `dpgp_gpflow.baselines.DPSGDSVGP` (q_mu and q_sqrt trained; PLD accounting, replace-one); "
+        "and DP-SGD / residual and DP-SGD / histogram, all measured side by side in this run. The residual releases' fractions and radius "
+        "rule are the package's defaults, fixed from `whole_rows_headroom.py` before this run; the histogram scheme "
+        "(`residual_fractions=\"histogram\"`: noised cell counts and b, then four residual releases) was fixed by "
+        "`whole_rows_scheme.py` on tuning problems disjoint from these rows, before this run. DP-SGD: `dpgp_gpflow.baselines.DPSGDSVGP` (q_mu and q_sqrt trained; PLD accounting, replace-one); "
         "its settings were fixed in advance, not tuned on these rows.")
     if "whole_rows" not in methods:
         body += "\n\n**The whole-row side did not run** (this tree has no `DPSGPR(..., private_inputs=True)`)."

@@ -73,6 +73,8 @@ from .validation import bound_columns
 from .whole_rows.audit import whole_rows_audit
 from .whole_rows.classification import WholeRowsClassifier
 from .whole_rows.released import WholeRowsRelease
+from .whole_rows.histogram_audit import histogram_audit
+from .whole_rows.histogram_release import HistogramResidualRelease
 from .whole_rows.residual_audit import residual_audit
 from .whole_rows.residual_release import ResidualRelease
 
@@ -357,7 +359,8 @@ def audit(released: Released, model: PrivateModel, Xnew: Optional[Any] = None) -
     the claim, every released mean lies in the span its noise covers and no noise test fails."""
     if not isinstance(released, Released):
         raise TypeError(f"expected a released object, got {type(released).__name__}")
-    if isinstance(released, (WholeRowsRelease, WholeRowsClassifier, ResidualRelease)):  # the statistics' own audit
+    if isinstance(released, (WholeRowsRelease, WholeRowsClassifier, ResidualRelease,
+                             HistogramResidualRelease)):  # the statistics' own audit
         return _audit_whole_rows(released, model)
     parts = released.audit_parts(model)
     false_alarm = NOISE_FALSE_ALARM / max(sum(len(part.releases) for part, _ in parts), 1)  # shared by the releases
@@ -390,6 +393,7 @@ def _audit_whole_rows(release: Any, model: Any) -> AuditReport:
     the claim; the noise test of the released statistics against those of the model's rows (PRIVATE), every
     entry whitened by its noise (so ``F = I``)."""
     pieces = (residual_audit(release, model) if isinstance(release, ResidualRelease)  # every stage, composed
+              else histogram_audit(release, model) if isinstance(release, HistogramResidualRelease)
               else whole_rows_audit(release, model))
     epsilon = float(analytic_gaussian_epsilon(pieces.mu, release.delta))
     k = pieces.released.size

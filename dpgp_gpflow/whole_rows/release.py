@@ -41,6 +41,8 @@ from .features import FeatureMap, constant_diagonal, feature_map, kernel_bound
 from .mechanism import NoisedStatistics, statistics_measurement
 from .lengthscales import choose, default_lengthscales, validate_lengthscales, with_lengthscales
 from .released import VARIANCES, WholeRowsRelease
+from .histogram_release import HistogramResidualRelease, release_histogram_residuals
+from .histogram_scheme import HISTOGRAM, HISTOGRAM_FRACTIONS
 from .residual_bounds import validate_residual_fractions
 from .residual_release import ResidualRelease, release_residuals
 from .sensitivity import DEFAULT_SHARES, validate_shares
@@ -120,7 +122,8 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
                  kernel_variance: Optional[float] = None, noise_variance: Optional[float] = None,
                  variances: Optional[str] = None, clip_to_bounds: bool = True, lengthscales: Any = None,
                  checks: Sequence[Callable[[], Any]] = (), groups: Any = "source",
-                 residual_fractions: Any = None) -> Union[WholeRowsRelease, ResidualRelease]:
+                 residual_fractions: Any = None
+                 ) -> Union[WholeRowsRelease, ResidualRelease, HistogramResidualRelease]:
     """Release the whole-row statistics of ``source``'s rows (a :class:`~dpgp_gpflow.streaming.ChunkSource`:
     :class:`~dpgp_gpflow.streaming.LocalChunks` or :class:`~dpgp_gpflow.distributed.DaskChunks`) with an
     (epsilon, delta)-DP guarantee for whole-row neighbours, and return the sparse GP they define.
@@ -148,8 +151,12 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
     :class:`~dpgp_gpflow.whole_rows.residual_release.ResidualRelease` (docs/whole_rows.md#residual-releases); with
     ``lengthscales`` the first stage releases every candidate's statistics and the residual releases are the chosen
     candidate's, all under the one event.
+    ``"histogram"``: the histogram scheme (:mod:`~dpgp_gpflow.whole_rows.histogram_scheme`: noised cell counts and
+    ``b`` first, four residual releases; one given lengthscale and given variances), a
+    :class:`~dpgp_gpflow.whole_rows.histogram_release.HistogramResidualRelease`.
     """
-    fractions = validate_residual_fractions(residual_fractions)
+    histogram = isinstance(residual_fractions, str) and residual_fractions == HISTOGRAM
+    fractions = HISTOGRAM_FRACTIONS if histogram else validate_residual_fractions(residual_fractions)
     request, groups, Z, box = public_setup(source, kernel, inducing_inputs, x_bounds, epsilon, delta, calibration,
                                            seed, groups)
     bounds = validate_bounds(y_bounds)
@@ -184,6 +191,15 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
     # the box, bounds, Z and the kernel's bound were checked above (public_setup); a grid's candidates here
     public = () if candidates is None else (lambda: [kernel_bound(k, box) for k in kernels],)
     rows = grid[0] if candidates is None else GridStatistics(grid)
+    if histogram:  # the histogram first stage, then residual releases (docs/whole_rows.md#residual-releases)
+        if candidates is not None or variances != "given":
+            raise NotImplementedError("residual_fractions='histogram' needs one given lengthscale and given variances "
+                                      "(noise_variance=): no lengthscale grid, no fitted variances yet")
+        assert kernel_variance is not None and noise_variance is not None
+        return release_histogram_residuals(request, source, grid[0], shares=shares, fractions=fractions,
+                                           kernel_variance=float(kernel_variance),
+                                           noise_variance=float(noise_variance), clip_to_bounds=clip_to_bounds,
+                                           checks=(*public, *checks), groups=groups, accountant=accountant)
     if fractions is not None:  # the statistics (every candidate's) at f_1 of the budget, then the residual releases
         return release_residuals(request, source, rows, shares=shares, fractions=fractions, head=released,
                                  checks=(*public, *checks), groups=groups, accountant=accountant)
@@ -221,7 +237,7 @@ def release_model(model: Any, *, epsilon: float, delta: float, calibration: str 
                   source: Optional[ChunkSource] = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
                   shares: Any = DEFAULT_SHARES, variances: Optional[str] = None, clip_to_bounds: bool = True,
                   lengthscales: Any = None, residual_fractions: Any = None,
-                  **options: Any) -> Union[WholeRowsRelease, ResidualRelease]:
+                  **options: Any) -> Union[WholeRowsRelease, ResidualRelease, HistogramResidualRelease]:
     """``model.release_function(...)`` of a model built with ``private_inputs=True`` (``DPSGPR``): its rows
     (``source``, else its Dask rows or its data in chunks of ``chunk_size``) released by :func:`release_rows`
     with its kernel, inducing inputs, box, bounds, input clipping and persons (``groups``: the source must carry
@@ -231,7 +247,8 @@ def release_model(model: Any, *, epsilon: float, delta: float, calibration: str 
     ``lengthscales`` None: chosen privately from the default grid (``"default"``) when the kernel's lengthscales
     were left at GPflow's default 1.0 (none given), else the kernel's own (``"kernel"``); or a sequence of public
     candidates (:func:`release_rows`). ``residual_fractions``: residual releases after the statistics
-    (:func:`release_rows`; with a grid, of the chosen lengthscale)."""
+    (:func:`release_rows`; with a grid, of the chosen lengthscale), or ``"histogram"`` (the histogram scheme: give
+    the kernel's lengthscale and ``noise_variance=``)."""
     unused = sorted(set(options) & set(_NOT_WHOLE_ROWS))
     if unused:
         raise TypeError(f"{unused} do not apply to a whole-row release (private inputs): it releases the "

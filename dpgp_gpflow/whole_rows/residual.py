@@ -214,16 +214,27 @@ def radius_points(kernel: gpflow.kernels.Kernel, x_bounds: Any) -> np.ndarray:
     :data:`DEFAULT_RADIUS_CELLS` for a kernel without lengthscales), or a low-discrepancy design of
     :data:`MAX_RADIUS_POINTS` points when the grid would hold more. Public: from the box and the kernel."""
     box = validate_box(x_bounds)
-    lengthscales = getattr(kernel, "lengthscales", None)
-    widest = float(np.max(box[:, 1] - box[:, 0]))
-    if lengthscales is None:
-        cells = DEFAULT_RADIUS_CELLS
-    else:
-        shortest = float(np.min(parameter_value(lengthscales)))
-        cells = max(int(math.ceil(widest / (0.5 * shortest))), 1)
-    D = box.shape[0]
-    if cells ** D > MAX_RADIUS_POINTS:
+    cells = grid_cells(kernel, box)
+    if cells ** box.shape[0] > MAX_RADIUS_POINTS:
         return inducing_design(box, MAX_RADIUS_POINTS)
+    return grid_centres(box, cells)
+
+
+def grid_cells(kernel: gpflow.kernels.Kernel, box: np.ndarray) -> int:
+    """``G``, the cells per input column of :func:`radius_points`' grid over the validated ``box`` [D, 2]:
+    ``ceil(w / (l / 2))`` for the box's widest column ``w`` and the kernel's shortest lengthscale ``l``,
+    :data:`DEFAULT_RADIUS_CELLS` for a kernel without lengthscales. Public."""
+    lengthscales = getattr(kernel, "lengthscales", None)
+    if lengthscales is None:
+        return DEFAULT_RADIUS_CELLS
+    widest = float(np.max(box[:, 1] - box[:, 0]))
+    shortest = float(np.min(parameter_value(lengthscales)))
+    return max(int(math.ceil(widest / (0.5 * shortest))), 1)
+
+
+def grid_centres(box: np.ndarray, cells: int) -> np.ndarray:
+    """The centres [G^D, D] of the even grid of ``cells`` (G) cells per column over the validated ``box``, the first
+    column varying slowest (``np.ravel_multi_index``'s order). Public."""
     axes = [lo + (hi - lo) * (np.arange(cells) + 0.5) / cells for lo, hi in box]
     return np.stack([g.reshape(-1) for g in np.meshgrid(*axes, indexing="ij")], axis=1)
 

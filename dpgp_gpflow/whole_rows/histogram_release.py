@@ -1,0 +1,243 @@
+"""The histogram residual release: the scheme of :mod:`.histogram_scheme` drawn from the rows, under one guarantee.
+
+:func:`release_histogram_residuals` runs one :class:`~dpgp_gpflow.measurement.Measurement` (checks, one
+reservation, the stages as :func:`~dpgp_gpflow.measurement.stepwise` draws, one ledger event at the request's
+(epsilon, delta)): the histogram stage (:mod:`.histogram`) at ``s / sqrt(f_1)``, then each residual release
+(:mod:`.residual`, sensitivity :func:`~.residual_bounds.residual_sensitivity`) at ``s / sqrt(f_j)``; they compose
+in Gaussian DP to ``mu = 1 / s``. :class:`HistogramResidualRelease` predicts from the last estimate.
+
+Privacy assumption: as :mod:`.residual_release`; the variances are given (public), not fitted (no ``q`` is
+released); every sensitivity is recomputed from public values before anything is reserved.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from .. import sampling
+from ..io.writing import register
+from ..measurement import Measurement, SensitivityPath, StepDraws, measure, stepwise
+from ..mechanisms.request import ReleaseRequest
+from ..relations import largest_person
+from ..released import Released
+from ..streaming.chunks import ChunkSource, person_starts, source_persons
+from ..validation import as_inputs, validate_groups
+from .histogram import NoisedHistogram, counting, histogram_cells, histogram_centres, histogram_measurement
+from .histogram_scheme import (
+    HISTOGRAM_Z,
+    PRECONDITIONER_FLOOR,
+    aware_noise_covariance,
+    histogram_radii_and_estimates,
+    next_histogram_radius,
+    residual_noise_covariance,
+)
+from .mechanism import chunking, relation
+from .posterior import WeightPosterior, predictive_terms
+from .released import RegressionPredictions
+from .residual import ResidualStatistics, residual_sums
+from .residual_bounds import residual_sensitivity, validate_residual_fractions
+from .residual_release import ResidualStage, stage_requests
+from .statistics import RowStatistics
+
+__all__: list[str] = []  # internal: the package imports these names by name
+
+#: The card's mechanism of a histogram residual release.
+HISTOGRAM_MECHANISM = "gaussian (whole-row histogram and residual sums, Gaussian-DP composition)"
+
+
+class HistogramResidualRelease(RegressionPredictions, Released):
+    """A histogram residual release (:func:`release_histogram_residuals`) and the sparse GP of its last estimate.
+
+    ``statistics``: ``counts`` [C] and ``b`` [M] of the histogram stage, ``residual_b`` [J - 1, M], as released;
+    ``statistics_noise_std``: the std of each entry's noise, same keys and shapes. ``centres`` [C, D]: the cells'
+    centres (public). ``radii`` [J - 1], ``estimates`` [J, M], ``fractions``, ``stage_multipliers``,
+    ``stage_sensitivities``. ``predict_f``: mean ``c + phi(x)^T u_J`` (clipped to the bounds by default), SGPR's
+    variance with ``lambda I + P``, plus the first-order DP-noise variance ``phi(x)^T C phi(x)``
+    (``noise_covariance``: the counts' and ``b~``'s noise through ``u_1``, then every stage's)."""
+
+    def __init__(self, noised: NoisedHistogram, features: Any, centres: np.ndarray, stages: Sequence[ResidualStage],
+                 *, fractions: Sequence[float], request: ReleaseRequest, x_bounds: Any, y_bounds: Tuple[float, float],
+                 kernel_variance: float, noise_variance: float, clip_to_bounds: bool) -> None:
+        self.features = features
+        self.centres = np.array(centres, dtype=np.float64, copy=True)
+        self._statistics = {"counts": np.array(noised.counts, np.float64), "b": np.array(noised.b, np.float64),
+                            "residual_b": np.stack([np.asarray(s.b, np.float64) for s in stages])}
+        m = features.m
+        self._noise_std = {"counts": np.full(noised.counts.shape, float(noised.counts_std)),
+                           "b": np.full(m, float(noised.b_std)),
+                           "residual_b": np.stack([np.full(m, float(s.noise_std)) for s in stages])}
+        self.fractions = tuple(float(f) for f in fractions)
+        self.stage_multipliers = (float(noised.multiplier), *[float(s.multiplier) for s in stages])
+        self.stage_sensitivities = (float(noised.sensitivity), *[float(s.sensitivity) for s in stages])
+        self.num_data, self.person_rows, self.chunking = noised.num_data, noised.person_rows, noised.chunking
+        self.x_bounds, self.y_bounds = np.array(x_bounds, dtype=np.float64), (float(y_bounds[0]), float(y_bounds[1]))
+        self.kernel_variance, self.noise_variance = float(kernel_variance), float(noise_variance)
+        self._epsilon, self._delta, self.calibration = request.epsilon, request.delta, request.calibration
+        self.noise_multiplier = float(request.multiplier)
+        self._reproducible = bool(noised.reproducible or any(s.reproducible for s in stages))
+        self._clip_to_bounds = bool(clip_to_bounds)
+        phi = features(tf.constant(self.centres)).numpy()
+        radii, estimates, S, P = histogram_radii_and_estimates(
+            noised.counts, noised.b, self._statistics["residual_b"], [s.noise_std for s in stages], phi,
+            counts_std=noised.counts_std, b_std=noised.b_std, kernel_variance=self.kernel_variance,
+            noise_variance=self.noise_variance, width=self.y_bounds[1] - self.y_bounds[0])
+        if not np.allclose(radii, [s.radius for s in stages], rtol=1e-12, atol=0.0):
+            raise ValueError(f"the stages' radii {[s.radius for s in stages]} are not those their earlier stages give "
+                             f"({radii})")
+        self.radii = np.array(radii, dtype=np.float64)
+        self.estimates = np.stack(estimates)
+        self.S_hat, self.preconditioner = S, P
+        lam = self.noise_variance / self.kernel_variance
+        first = aware_noise_covariance(S, noised.counts, phi, noised.b, lam=lam,
+                                       kappa=noised.b_std**2 / self.kernel_variance, b_std=noised.b_std,
+                                       counts_std=noised.counts_std)
+        #: [M, M] the first-order covariance of the DP noise of the last estimate (post-processing)
+        self.noise_covariance = residual_noise_covariance(first, P, S, lam, [s.noise_std**2 for s in stages])
+        chol = tf.linalg.cholesky(tf.constant(P + lam * np.eye(m)))
+        self.posterior = WeightPosterior(chol, tf.constant(self.estimates[-1]), self.kernel_variance,
+                                         self.noise_variance, 0.0, 0.0)
+
+    @property
+    def statistics(self) -> Dict[str, np.ndarray]:
+        """The released ``counts`` [C], ``b`` [M] and ``residual_b`` [J - 1, M] (copies)."""
+        return {k: v.copy() for k, v in self._statistics.items()}
+
+    @property
+    def statistics_noise_std(self) -> Dict[str, np.ndarray]:
+        """The std of each released entry's noise, same keys and shapes (copies)."""
+        return {k: v.copy() for k, v in self._noise_std.items()}
+
+    @property
+    def releases(self) -> Tuple[Any, ...]:
+        """No :class:`~dpgp_gpflow.released.PrivateRelease` parts: one release of statistics (:meth:`privacy_card`)."""
+        return ()
+
+    @property
+    def epsilon(self) -> float:
+        return self._epsilon
+
+    @property
+    def delta(self) -> float:
+        return self._delta
+
+    @property
+    def reproducible(self) -> bool:
+        return self._reproducible
+
+    @property
+    def neighbours(self) -> str:
+        """The relation protected (as :class:`~.released.WholeRowsRelease`)."""
+        return relation(self.person_rows)
+
+    @property
+    def mu(self) -> float:
+        """The Gaussian-DP parameter of the whole release, ``1 / s``."""
+        return 1.0 / self.noise_multiplier
+
+    def _terms(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        X = tf.constant(as_inputs("Xnew", Xnew, self.features.input_dim))
+        phi = self.features(X)
+        mean, model, _ = predictive_terms(self.posterior, phi, self.features.unit_variance(X))
+        noise = tf.reduce_sum(tf.linalg.matmul(phi, tf.constant(self.noise_covariance)) * phi, axis=1)
+        mean = mean.numpy() + self.midpoint
+        if self.clip_to_bounds:
+            mean = np.clip(mean, *self.y_bounds)
+        return mean[:, None], model.numpy()[:, None], noise.numpy()[:, None]
+
+    def privacy_card(self) -> Dict[str, Any]:
+        """The guarantee and what was released, as plain values."""
+        return {"epsilon": self.epsilon, "delta": self.delta, "reproducible": self.reproducible,
+                "clip_to_bounds": self.clip_to_bounds, "neighbours": self.neighbours,
+                "mechanism": HISTOGRAM_MECHANISM, "calibration": self.calibration,
+                "noise_multiplier": self.noise_multiplier, "x_bounds": self.x_bounds.tolist(),
+                "y_bounds": list(self.y_bounds), "num_data": self.num_data, "num_inducing": self.features.m,
+                "num_cells": int(self.centres.shape[0]), "person_rows": self.person_rows,
+                "chunking": list(self.chunking), "kernel_variance": self.kernel_variance,
+                "noise_variance": self.noise_variance, "residual_fractions": list(self.fractions),
+                "stage_multipliers": list(self.stage_multipliers),
+                "stage_sensitivities": list(self.stage_sensitivities), "radii": self.radii.tolist(),
+                "radius_z": HISTOGRAM_Z, "preconditioner_floor": PRECONDITIONER_FLOOR}
+
+    def __repr__(self) -> str:
+        return (f"HistogramResidualRelease(epsilon={self.epsilon:.6g}, delta={self.delta:.6g}, n={self.num_data}, "
+                f"M={self.features.m}, cells={self.centres.shape[0]}, stages={len(self.fractions)}, "
+                f"neighbours={self.neighbours!r})")
+
+
+def _no_file_form(released: HistogramResidualRelease) -> Any:
+    """The release file's writer of a histogram residual release: none yet, refused in one line before anything
+    is written (the generic writer of :class:`~dpgp_gpflow.released.Released` would write a file of no releases)."""
+    raise NotImplementedError("a HistogramResidualRelease has no release file form yet: keep the object, or release "
+                              "with residual_fractions='default' to save it")
+
+
+register(HistogramResidualRelease, _no_file_form)
+
+
+def release_histogram_residuals(request: ReleaseRequest, source: ChunkSource, rows: RowStatistics, *, shares: Any,
+                                fractions: Any, kernel_variance: float, noise_variance: float,
+                                clip_to_bounds: bool = True, checks: Sequence[Callable[[], Any]] = (),
+                                groups: Any = None, accountant: Any = None) -> HistogramResidualRelease:
+    """Release ``source``'s rows as the histogram stage (the first of ``fractions`` of the Gaussian-DP budget of
+    ``request``) followed by one residual release per further fraction (module docstring), with one reservation and
+    one ledger event at the request's (epsilon, delta). ``rows``: the public pieces of the pass (feature map, box,
+    bounds, input clipping); ``kernel_variance``, ``noise_variance``: public. Everything public is checked before
+    anything is reserved."""
+    fractions = validate_residual_fractions(fractions)
+    if fractions is None:
+        raise ValueError("a histogram residual release needs residual fractions")
+    requests = stage_requests(request, fractions)  # NotImplementedError for the classical calibration
+    # the pass (public choice: keeps the rows' features for the residual stages when they fit, as residual.holding)
+    rows = counting(source, rows, histogram_cells(rows.features.kernel, rows.box))  # refuses too many cells
+    first = histogram_measurement(requests[0], source, rows, shares=shares, then=lambda noised: noised,
+                                  checks=checks, groups=groups)
+    m = rows.features.m
+    lo, hi = rows.y_bounds
+    state: Dict[str, Any] = {}
+
+    def own_checks() -> None:  # after the histogram stage's own (grid, source, persons, shares, its sensitivity)
+        ids = source_persons(source, groups, None)
+        chunked = source if ids is None else source.between_persons(person_starts(ids, int(source.n)))
+        longest, count = chunking(chunked)
+        state["source"] = chunked
+        state["centres"] = histogram_centres(rows.features.kernel, rows.box)
+        state["sensitivities"] = [residual_sensitivity(m=m, multiplier=r.multiplier, num_rows=int(source.n),
+                                                       chunk_rows=longest, num_chunks=count,
+                                                       person_rows=largest_person(ids)) for r in requests[1:]]
+
+    def steps(draws: StepDraws) -> HistogramResidualRelease:
+        noised = first.mechanism(draws)  # the counts and b: one draw, committed into draws
+        phi = rows.features(tf.constant(state["centres"])).numpy()  # public
+        radii, estimates, S, _ = histogram_radii_and_estimates(
+            noised.counts, noised.b, [], [], phi, counts_std=noised.counts_std, b_std=noised.b_std,
+            kernel_variance=kernel_variance, noise_variance=noise_variance, width=hi - lo)
+        u, last_std, stages, released_b = estimates[0], noised.b_std, [], []
+        for j, (stage, sensitivity) in enumerate(zip(requests[1:], state["sensitivities"]), start=2):
+            radius = next_histogram_radius(S, noised.counts, phi, kernel_variance=kernel_variance,
+                                           noise_variance=noise_variance, b_std=last_std, width=hi - lo)
+            b = residual_sums(state["source"], ResidualStatistics(rows, u, radius))
+            std = stage.multiplier * sensitivity * 2.0 * radius
+            noised_b, reproducible = sampling.add_whitened_noise(b / std, stage.seed)  # L2 shift <= 1 / s_j
+            draws.commit(f"residual release {j} of {len(requests)}")
+            released_b.append(noised_b * std)
+            stages.append(ResidualStage(released_b[-1], std, radius, stage.multiplier, sensitivity, reproducible))
+            _, estimates, _, _ = histogram_radii_and_estimates(
+                noised.counts, noised.b, released_b, [s.noise_std for s in stages], phi,
+                counts_std=noised.counts_std, b_std=noised.b_std, kernel_variance=kernel_variance,
+                noise_variance=noise_variance, width=hi - lo)
+            u, last_std = estimates[-1], std
+        return HistogramResidualRelease(noised, rows.features, state["centres"], stages, fractions=fractions,
+                                        request=request, x_bounds=rows.box, y_bounds=(lo, hi),
+                                        kernel_variance=kernel_variance, noise_variance=noise_variance,
+                                        clip_to_bounds=clip_to_bounds)
+
+    description = (f"whole-row histogram and {len(requests) - 1} residual release(s) (M = {m}, Gaussian-DP "
+                   "composition)")
+    declared = validate_groups(groups, int(np.shape(groups)[0])) if groups is not None else None
+    measurement = Measurement(request, first.relation, stepwise(steps, requests[0].event(), description),
+                              checks=(*first.checks, own_checks), description=description,
+                              file_pieces=first.file_pieces, path=SensitivityPath(largest_person(declared), 1, True))
+    return measure(measurement, accountant)
