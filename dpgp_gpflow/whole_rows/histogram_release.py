@@ -32,6 +32,7 @@ from .histogram_scheme import (
     aware_noise_covariance,
     histogram_radii_and_estimates,
     next_histogram_radius,
+    preconditioner_cholesky,
     residual_noise_covariance,
 )
 from .mechanism import chunking, relation
@@ -96,7 +97,7 @@ class HistogramResidualRelease(RegressionPredictions, Released):
                                        counts_std=noised.counts_std)
         #: [M, M] the first-order covariance of the DP noise of the last estimate (post-processing)
         self.noise_covariance = residual_noise_covariance(first, P, S, lam, [s.noise_std**2 for s in stages])
-        chol = tf.linalg.cholesky(tf.constant(P + lam * np.eye(m)))
+        chol = preconditioner_cholesky(P, lam)
         self.posterior = WeightPosterior(chol, tf.constant(self.estimates[-1]), self.kernel_variance,
                                          self.noise_variance, 0.0, 0.0)
 

@@ -28,7 +28,10 @@ import math
 from typing import Any, List, Tuple
 
 import numpy as np
+import tensorflow as tf
 
+from .posterior import regularised_statistic
+from .residual import preconditioned_update, propagated_covariance
 from .residual_bounds import residual_radius
 
 __all__: list[str] = []  # internal: the package imports these names by name
@@ -76,9 +79,15 @@ def aware_mean(S: Any, b: Any, lam: float, kappa: float) -> np.ndarray:
 
 
 def floored_preconditioner(S: Any, floor: float) -> np.ndarray:
-    """``S`` with its eigenvalues raised to ``floor`` (the Frobenius-nearest such matrix). Post-processing."""
-    w, V = np.linalg.eigh(0.5 * (np.asarray(S, dtype=np.float64) + np.asarray(S, dtype=np.float64).T))
-    return (V * np.maximum(w, float(floor))) @ V.T
+    """``S`` with its eigenvalues raised to ``floor`` (the Frobenius-nearest such matrix,
+    :func:`~.posterior.regularised_statistic`). Post-processing."""
+    return regularised_statistic(np.asarray(S, dtype=np.float64), float(floor)).numpy()
+
+
+def preconditioner_cholesky(P: Any, lam: float) -> tf.Tensor:
+    """The Cholesky factor [M, M] of ``lambda I + P`` (the residual updates' solves). Post-processing."""
+    P = np.asarray(P, dtype=np.float64)
+    return tf.linalg.cholesky(tf.constant(P + lam * np.eye(P.shape[0])))
 
 
 def bayes_variance(S: Any, counts: Any, phi: Any, *, kernel_variance: float, noise_variance: float,
@@ -125,17 +134,8 @@ def aware_noise_covariance(S: Any, counts: Any, phi: Any, b: Any, *, lam: float,
 
 def residual_noise_covariance(first: Any, P: Any, S: Any, lam: float, variances: Any) -> np.ndarray:
     """``C_J`` from ``C_1 = first``: ``C_j = s_j^2 A A + B C_{j-1} B^T``, ``A = (lambda I + P)^{-1}``,
-    ``B = A (P - S)`` (:func:`~.residual._covariance`'s linearisation, ``S`` the histogram's ``S^``).
-    Post-processing."""
-    P = np.asarray(P, dtype=np.float64)
-    M = P.shape[0]
-    A = np.linalg.solve(P + lam * np.eye(M), np.eye(M))
-    A = 0.5 * (A + A.T)
-    B = A @ (P - np.asarray(S, dtype=np.float64))
-    C = np.asarray(first, dtype=np.float64)
-    for s2 in variances:
-        C = float(s2) * A @ A + B @ C @ B.T
-    return 0.5 * (C + C.T)
+    ``B = A (P - S)`` (:func:`~.residual.propagated_covariance`, ``S`` the histogram's ``S^``). Post-processing."""
+    return propagated_covariance(preconditioner_cholesky(P, lam), P, S, first, variances).numpy()
 
 
 def histogram_radii_and_estimates(counts: Any, b: Any, residual_b: Any, stds: Any, phi: Any, *, counts_std: float,
@@ -151,12 +151,12 @@ def histogram_radii_and_estimates(counts: Any, b: Any, residual_b: Any, stds: An
     P = floored_preconditioner(S, floor * histogram_tau(phi, counts_std))
     u = aware_mean(S, b, lam, float(b_std) ** 2 / float(kernel_variance))
     estimates, radii, last_std = [u], [], float(b_std)
-    solve = np.linalg.cholesky(P + lam * np.eye(P.shape[0]))
+    chol, preconditioner = preconditioner_cholesky(P, lam), tf.constant(P)
     for b_j, s in zip(residual_b, stds):
         radii.append(next_histogram_radius(S, counts, phi, kernel_variance=kernel_variance,
                                            noise_variance=noise_variance, b_std=last_std, width=width, z=z))
-        rhs = np.asarray(b_j, dtype=np.float64) + P @ u
-        u = np.linalg.solve(solve.T, np.linalg.solve(solve, rhs))
+        u = preconditioned_update(chol, preconditioner, tf.constant(np.asarray(b_j, dtype=np.float64)),
+                                  tf.constant(u)).numpy()  # (lambda I + P)^{-1} (b~_j + P u_{j-1})
         estimates.append(u)
         last_std = float(s)
     return radii, estimates, S, P

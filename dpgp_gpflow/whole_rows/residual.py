@@ -291,6 +291,13 @@ def _covariance(chol: tf.Tensor, P: tf.Tensor, S: tf.Tensor, first: tf.Tensor, v
     return 0.5 * (C + tf.transpose(C))
 
 
+def propagated_covariance(chol: Any, P: Any, S: Any, first: Any, variances: Sequence[float]) -> tf.Tensor:
+    """:func:`_covariance` [M, M] (eager) from ``C_1 = first``, the Cholesky factor ``chol`` of ``lambda I + P``,
+    ``P``, the estimate ``S`` of the rows' ``S`` and the stages' noise variances. Post-processing."""
+    chol, P, S, first = (tf.convert_to_tensor(np.asarray(a, dtype=np.float64)) for a in (chol, P, S, first))
+    return _covariance(chol, P, S, first, tf.constant([float(v) for v in variances], tf.float64))
+
+
 def _first(chol: tf.Tensor, u: tf.Tensor, b_var: tf.Tensor, offdiag_var: tf.Tensor) -> tf.Tensor:
     """The first-order covariance [M, M] of the DP noise of the first stage's ``u_1 = (lambda I + S^)^{-1} b~``:
     ``A (sigma_b^2 I + sigma_o^2 (|u|^2 I + u u^T)) A`` with ``A = (lambda I + S^)^{-1}`` (``chol``: its Cholesky
