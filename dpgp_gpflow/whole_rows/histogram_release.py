@@ -17,13 +17,12 @@ from typing import Any, Callable, Dict, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from .. import sampling
 from ..io.writing import register
 from ..measurement import Measurement, SensitivityPath, StepDraws, measure, stepwise
 from ..mechanisms.request import ReleaseRequest
 from ..relations import largest_person
 from ..released import Released
-from ..streaming.chunks import ChunkSource, person_starts, source_persons
+from ..streaming.chunks import ChunkSource
 from ..validation import as_inputs, validate_groups
 from .histogram import NoisedHistogram, counting, histogram_cells, histogram_centres, histogram_measurement
 from .histogram_scheme import (
@@ -35,12 +34,11 @@ from .histogram_scheme import (
     preconditioner_cholesky,
     residual_noise_covariance,
 )
-from .mechanism import chunking, relation
+from .mechanism import relation
 from .posterior import WeightPosterior, predictive_terms
 from .released import RegressionPredictions
-from .residual import ResidualStatistics, residual_sums
-from .residual_bounds import residual_sensitivity, validate_residual_fractions
-from .residual_release import ResidualStage, stage_requests
+from .residual_bounds import validate_residual_fractions
+from .residual_release import ResidualStage, draw_residual_stage, stage_requests, stage_sensitivities
 from .statistics import RowStatistics
 
 __all__: list[str] = []  # internal: the package imports these names by name
@@ -200,14 +198,8 @@ def release_histogram_residuals(request: ReleaseRequest, source: ChunkSource, ro
     state: Dict[str, Any] = {}
 
     def own_checks() -> None:  # after the histogram stage's own (grid, source, persons, shares, its sensitivity)
-        ids = source_persons(source, groups, None)
-        chunked = source if ids is None else source.between_persons(person_starts(ids, int(source.n)))
-        longest, count = chunking(chunked)
-        state["source"] = chunked
+        state["source"], state["sensitivities"] = stage_sensitivities(source, groups, requests, m)
         state["centres"] = histogram_centres(rows.features.kernel, rows.box)
-        state["sensitivities"] = [residual_sensitivity(m=m, multiplier=r.multiplier, num_rows=int(source.n),
-                                                       chunk_rows=longest, num_chunks=count,
-                                                       person_rows=largest_person(ids)) for r in requests[1:]]
 
     def steps(draws: StepDraws) -> HistogramResidualRelease:
         noised = first.mechanism(draws)  # the counts and b: one draw, committed into draws
@@ -219,17 +211,14 @@ def release_histogram_residuals(request: ReleaseRequest, source: ChunkSource, ro
         for j, (stage, sensitivity) in enumerate(zip(requests[1:], state["sensitivities"]), start=2):
             radius = next_histogram_radius(S, noised.counts, phi, kernel_variance=kernel_variance,
                                            noise_variance=noise_variance, b_std=last_std, width=hi - lo)
-            b = residual_sums(state["source"], ResidualStatistics(rows, u, radius))
-            std = stage.multiplier * sensitivity * 2.0 * radius
-            noised_b, reproducible = sampling.add_whitened_noise(b / std, stage.seed)  # L2 shift <= 1 / s_j
-            draws.commit(f"residual release {j} of {len(requests)}")
-            released_b.append(noised_b * std)
-            stages.append(ResidualStage(released_b[-1], std, radius, stage.multiplier, sensitivity, reproducible))
+            stages.append(draw_residual_stage(draws, state["source"], rows, u, radius, stage, sensitivity,
+                                              f"residual release {j} of {len(requests)}"))
+            released_b.append(stages[-1].b)
             _, estimates, _, _ = histogram_radii_and_estimates(
                 noised.counts, noised.b, released_b, [s.noise_std for s in stages], phi,
                 counts_std=noised.counts_std, b_std=noised.b_std, kernel_variance=kernel_variance,
                 noise_variance=noise_variance, width=hi - lo)
-            u, last_std = estimates[-1], std
+            u, last_std = estimates[-1], stages[-1].noise_std
         return HistogramResidualRelease(noised, rows.features, state["centres"], stages, fractions=fractions,
                                         request=request, x_bounds=rows.box, y_bounds=(lo, hi),
                                         kernel_variance=kernel_variance, noise_variance=noise_variance,

@@ -70,6 +70,32 @@ class ResidualStage(NamedTuple):
     reproducible: bool  #: the noise came from an explicit seed (not private)
 
 
+def stage_sensitivities(source: ChunkSource, groups: Any, requests: Sequence[ReleaseRequest], m: int
+                        ) -> Tuple[ChunkSource, list]:
+    """``(the source chunked between persons, [Delta_2 .. Delta_J])``: every residual stage's sensitivity
+    (:func:`~.residual_bounds.residual_sensitivity`) for the stage requests ``requests[1:]``, from the source's
+    chunking and the largest person of the ids it carries (as the first stage read them). Public; a check run
+    before anything is reserved."""
+    ids = source_persons(source, groups, None)
+    chunked = source if ids is None else source.between_persons(person_starts(ids, int(source.n)))
+    longest, count = chunking(chunked)
+    return chunked, [residual_sensitivity(m=m, multiplier=r.multiplier, num_rows=int(source.n), chunk_rows=longest,
+                                          num_chunks=count, person_rows=largest_person(ids)) for r in requests[1:]]
+
+
+def draw_residual_stage(draws: StepDraws, source: ChunkSource, rows: Any, u: Any, radius: float,
+                        stage: ReleaseRequest, sensitivity: float, label: str) -> ResidualStage:
+    """One residual release: the clipped residual sums of ``source``'s rows around the public estimate ``u`` with
+    the public radius ``radius`` (:func:`~.residual.residual_sums`; ``rows`` the pass's public pieces), noised at
+    std ``s_j Delta_j 2 R_j`` (``stage.multiplier``, ``sensitivity``) from ``stage.seed`` and committed into
+    ``draws`` as ``label``."""
+    b = residual_sums(source, ResidualStatistics(rows, u, radius))
+    std = stage.multiplier * sensitivity * 2.0 * radius
+    noised_b, reproducible = sampling.add_whitened_noise(b / std, stage.seed)  # L2 shift <= 1 / s_j
+    draws.commit(label)
+    return ResidualStage(noised_b * std, std, radius, stage.multiplier, sensitivity, reproducible)
+
+
 def stage_seed(seed: Optional[int], stage: int) -> Optional[int]:
     """Seed of stage ``stage`` (0-based): ``seed`` itself for the first, ``SeedSequence([seed, stage])`` after (as
     the Laplace classifiers' Newton steps); None (fresh noise) stays None."""
@@ -239,13 +265,7 @@ def release_residuals(request: ReleaseRequest, source: ChunkSource, rows: Any, *
     state: Dict[str, Any] = {}
 
     def own_checks() -> None:  # after the first stage's own (source, persons, shares, its sensitivity)
-        ids = source_persons(source, groups, None)  # the ids the source carries, as the first stage read them
-        chunked = source if ids is None else source.between_persons(person_starts(ids, int(source.n)))
-        longest, count = chunking(chunked)
-        state["source"] = chunked
-        state["sensitivities"] = [residual_sensitivity(m=m, multiplier=r.multiplier, num_rows=int(source.n),
-                                                       chunk_rows=longest, num_chunks=count,
-                                                       person_rows=largest_person(ids)) for r in requests[1:]]
+        state["source"], state["sensitivities"] = stage_sensitivities(source, groups, requests, m)
 
     def steps(draws: StepDraws) -> ResidualRelease:
         noised = first.mechanism(draws)  # the statistics: one draw, committed into draws
@@ -255,16 +275,13 @@ def release_residuals(request: ReleaseRequest, source: ChunkSource, rows: Any, *
         P = released.regularised_S  # the preconditioner: S~ regularised as the first stage's posterior reads it
         posterior, estimates, stages = released.posterior, [released.posterior.mean.numpy()], []
         for j, (stage, sensitivity) in enumerate(zip(requests[1:], state["sensitivities"]), start=2):
-            radius = next_radius(posterior, points, hi - lo)
-            b = residual_sums(state["source"], ResidualStatistics(chosen, estimates[-1], radius))
-            std = stage.multiplier * sensitivity * 2.0 * radius
-            noised_b, reproducible = sampling.add_whitened_noise(b / std, stage.seed)  # L2 shift <= 1 / s_j
-            draws.commit(f"residual release {j} of {len(requests)}")
-            released_b = noised_b * std
-            u = preconditioned_update(posterior.chol, P, tf.constant(released_b), posterior.mean)
-            posterior = posterior._replace(mean=u, b_std=std, offdiag_std=0.0)
+            drawn = draw_residual_stage(draws, state["source"], chosen, estimates[-1],
+                                        next_radius(posterior, points, hi - lo), stage, sensitivity,
+                                        f"residual release {j} of {len(requests)}")
+            u = preconditioned_update(posterior.chol, P, tf.constant(drawn.b), posterior.mean)
+            posterior = posterior._replace(mean=u, b_std=drawn.noise_std, offdiag_std=0.0)
             estimates.append(u.numpy())
-            stages.append(ResidualStage(released_b, std, radius, stage.multiplier, sensitivity, reproducible))
+            stages.append(drawn)
         return residual_release(released, P, stages, posterior, estimates, fractions=fractions, request=request)
 
     description = (f"whole-row statistics and {len(requests) - 1} residual release(s) (M = {m}"
