@@ -40,7 +40,7 @@ from .design import check_public_inducing_inputs, validate_box
 from .features import FeatureMap, constant_diagonal, feature_map, kernel_bound
 from .mechanism import NoisedStatistics, statistics_measurement
 from .lengthscales import choose, default_lengthscales, validate_lengthscales, with_lengthscales
-from .released import VARIANCES, WholeRowsRelease
+from .released import VARIANCES, WholeRowsRelease, _checked_variances
 from .histogram_release import HistogramResidualRelease, release_histogram_residuals
 from .histogram_scheme import HISTOGRAM, HISTOGRAM_FRACTIONS
 from .residual_bounds import validate_residual_fractions
@@ -173,6 +173,8 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
     maps = [feature_map(k, Z, box) for k in kernels]
     if variances == "given" and kernel_variance is None:
         kernel_variance = maps[0].k_max
+    # the variances given (finite, > 0), checked here for every scheme, before anything is reserved; None when fitted
+    given = _checked_variances(kernel_variance, noise_variance) if variances == "given" else None
     grid = [RowStatistics(features, box, bounds, clip_inputs=clip_inputs) for features in maps]
 
     def one(noised: NoisedStatistics, features: FeatureMap, stage: Any = request) -> WholeRowsRelease:
@@ -192,13 +194,12 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
     public = () if candidates is None else (lambda: [kernel_bound(k, box) for k in kernels],)
     rows = grid[0] if candidates is None else GridStatistics(grid)
     if histogram:  # the histogram first stage, then residual releases (docs/whole_rows.md#residual-releases)
-        if candidates is not None or variances != "given":
+        if candidates is not None or given is None:
             raise NotImplementedError("residual_fractions='histogram' needs one given lengthscale and given variances "
                                       "(noise_variance=): no lengthscale grid, no fitted variances yet")
-        assert kernel_variance is not None and noise_variance is not None
         return release_histogram_residuals(request, source, grid[0], shares=shares, fractions=fractions,
-                                           kernel_variance=float(kernel_variance),
-                                           noise_variance=float(noise_variance), clip_to_bounds=clip_to_bounds,
+                                           kernel_variance=given[0], noise_variance=given[1],
+                                           clip_to_bounds=clip_to_bounds,
                                            checks=(*public, *checks), groups=groups, accountant=accountant)
     if fractions is not None:  # the statistics (every candidate's) at f_1 of the budget, then the residual releases
         return release_residuals(request, source, rows, shares=shares, fractions=fractions, head=released,

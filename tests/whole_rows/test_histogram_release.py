@@ -198,6 +198,21 @@ def test_a_grid_or_fitted_variances_are_refused_before_anything_is_reserved(opti
     assert draws == [] and acc.history() == [] and acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
 
 
+@pytest.mark.parametrize("scheme", ["histogram", "default", None])
+@pytest.mark.parametrize("bad", [dict(kernel_variance=-1.0), dict(kernel_variance=0.0),
+                                 dict(kernel_variance=float("nan")), dict(noise_variance=float("nan"))])
+def test_a_bad_kernel_or_noise_variance_is_refused_before_anything_is_reserved(scheme, bad, draws):
+    """Histogram, default residual fractions and one release alike: nothing drawn, nothing spent."""
+    X, Y = _rows(30)
+    acc = dp.PrivacyAccountant(epsilon=3.0, delta=1e-2)
+    kernel = gpflow.kernels.SquaredExponential(variance=KERNEL_VARIANCE, lengthscales=LENGTHSCALE)
+    given = {"kernel_variance": KERNEL_VARIANCE, "noise_variance": NOISE_VARIANCE, **bad}
+    with pytest.raises(ValueError, match="variance"):
+        wr.release_rows(LocalChunks(X, Y), kernel, Z, x_bounds=BOX, y_bounds=BOUNDS, epsilon=EPSILON, delta=DELTA,
+                        accountant=acc, residual_fractions=scheme, seed=3, **given)
+    assert draws == [] and acc.history() == [] and acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
+
+
 def test_the_residual_stages_read_the_kept_features_with_the_same_numbers(monkeypatch):
     from dpgp_gpflow.whole_rows import residual
 
@@ -265,6 +280,25 @@ def test_the_audit_recomputes_every_radius_and_the_noise_within_the_claim():
     other.estimates = released.estimates + 0.01
     with pytest.raises(ValueError, match="estimates"):
         dp.audit(other, model)
+
+
+def test_the_audit_fails_a_release_whose_counts_were_charged_as_if_a_row_moved_them_by_one(monkeypatch):
+    """The first stage broken: the counts scaled to a unit bound, not sqrt 2 (their noise sqrt 2 too small). The
+    audit takes sqrt 2 from the mechanism, not from the module's constant, so it finds more privacy lost than
+    claimed."""
+    from dpgp_gpflow.whole_rows import histogram
+
+    X, Y = _rows(150)
+    model = _model(X, Y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dp.ReproducibleNoiseWarning)
+        honest = model.release_function(epsilon=EPSILON, delta=DELTA, seed=8, residual_fractions="histogram")
+        monkeypatch.setattr(histogram, "COUNT_BOUND", 1.0)
+        broken = model.release_function(epsilon=EPSILON, delta=DELTA, seed=8, residual_fractions="histogram")
+    ratio = broken.statistics_noise_std["counts"][0] / honest.statistics_noise_std["counts"][0]
+    assert ratio == pytest.approx(1.0 / math.sqrt(2.0), rel=1e-9)  # the monkeypatch reached the release
+    report = dp.audit(broken, model)
+    assert not report.passed and report.epsilon > 1.03 * EPSILON  # 1.055 times the claim here
 
 
 def test_persons_are_charged_as_their_largest_in_every_stage():
