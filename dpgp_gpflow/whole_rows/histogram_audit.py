@@ -6,7 +6,8 @@ Stage 1 (:mod:`.histogram`): with the noise stds ``sigma_n`` of the counts and `
 a person of ``G`` rows (the model's largest) moves the whitened vector by at most
 ``mu_1 = G sqrt(2 / sigma_n^2 + (d (1 + (M + 4) u))^2 / sigma_b^2)``. Stage ``j``: ``mu_j = 2 G R_j (1 + (M + 4) u) /
 sigma_j`` with ``R_j`` recomputed (:func:`~.histogram_scheme.histogram_radii_and_estimates`; a release whose radius
-differs is refused). The whole is ``sqrt(sum_j mu_j^2)``-GDP. The noise test (PRIVATE: it reads the model's rows)
+differs is refused), at the model's variances (its kernel's bound on ``k(x, x)`` and its likelihood variance, what
+its release uses; a release stating others is refused). The whole is ``sqrt(sum_j mu_j^2)``-GDP. The noise test (PRIVATE: it reads the model's rows)
 recomputes the counts, ``b`` and every stage's residual sums around the recomputed estimates.
 
 Privacy assumption of the audit itself: the model holds the rows, kernel, inducing inputs, box, bounds and
@@ -25,8 +26,10 @@ from ..io.gpflow_specs import kernel_spec
 from ..relations import largest_person
 from ..sampling import UNIT_ROUNDOFF
 from ..streaming.chunks import DEFAULT_CHUNK_SIZE
+from ..validation import parameter_value
 from .audit import STD_RTOL, WholeRowsAudit, check_kernel_bound, same_as_released
 from .design import validate_box
+from .features import kernel_bound
 from .histogram import CellCounts, histogram_cells, histogram_centres, histogram_sums
 from .histogram_scheme import histogram_radii_and_estimates
 from .release import model_rows
@@ -48,7 +51,8 @@ def _one_std(noise: Any, what: str) -> float:
 def histogram_audit(release: Any, model: Any) -> WholeRowsAudit:
     """The audit's pieces of a :class:`~.histogram_release.HistogramResidualRelease` against the
     ``DPSGPR(..., private_inputs=True)`` it was released from (module docstring). ``ValueError`` when the model's
-    public pieces are not the release's, or a radius, estimate or noise is not what the mechanism gives."""
+    public pieces (kernel, inducing inputs, box, bounds, variances) are not the release's, or a radius, estimate or
+    noise is not what the mechanism gives."""
     if not getattr(model, "private_inputs", False):
         raise ValueError("a whole-row release is audited against the DPSGPR(..., private_inputs=True) it was "
                          "released from")
@@ -61,6 +65,14 @@ def histogram_audit(release: Any, model: Any) -> WholeRowsAudit:
         raise ValueError("the model's kernel, inducing inputs, box or bounds are not the release's: audit it against "
                          "the model it was released from")
     check_kernel_bound(features, box)
+    # the variances the model's release uses (release_model: the kernel's bound, the likelihood's variance)
+    kernel_variance = kernel_bound(model.kernel, box)
+    noise_variance = float(parameter_value(model.likelihood.variance))
+    if not (math.isclose(float(release.kernel_variance), kernel_variance, rel_tol=1e-12)
+            and math.isclose(float(release.noise_variance), noise_variance, rel_tol=1e-12)):
+        raise ValueError(f"the release's kernel and noise variances ({float(release.kernel_variance):.17g}, "
+                         f"{float(release.noise_variance):.17g}) are not the model's ({kernel_variance:.17g}, "
+                         f"{noise_variance:.17g}): audit it against the model it was released from")
     m, G, d = features.m, largest_person(getattr(model, "groups", None)), hi - lo
     statistics, std = release.statistics, release.statistics_noise_std
     sigma_n, sigma_b = _one_std(std["counts"], "the counts"), _one_std(std["b"], "b")
@@ -72,7 +84,7 @@ def histogram_audit(release: Any, model: Any) -> WholeRowsAudit:
     stds = [_one_std(noise, f"stage {j}") for j, noise in enumerate(std["residual_b"], start=2)]
     radii, estimates, _, _ = histogram_radii_and_estimates(
         statistics["counts"], statistics["b"], statistics["residual_b"], stds, phi, counts_std=sigma_n,
-        b_std=sigma_b, kernel_variance=release.kernel_variance, noise_variance=release.noise_variance, width=d)
+        b_std=sigma_b, kernel_variance=kernel_variance, noise_variance=noise_variance, width=d)
     same_as_released(release.estimates, np.stack(estimates), "estimates")  # what predict_f reads
     same_as_released(release.posterior.mean, estimates[-1], "last mean")
     rounding = 1.0 + (m + 4) * UNIT_ROUNDOFF

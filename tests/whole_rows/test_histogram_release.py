@@ -282,6 +282,24 @@ def test_the_audit_recomputes_every_radius_and_the_noise_within_the_claim():
         dp.audit(other, model)
 
 
+def test_the_audit_refuses_a_release_made_at_other_variances_than_the_models():
+    """The model's kernel bound and likelihood variance are what its release uses: a release made at other variances
+    (each self-consistent, its radii and estimates those its variances give) is not this model's."""
+    X, Y = _rows(80)
+    model = _model(X, Y)
+    kernel = gpflow.kernels.SquaredExponential(variance=KERNEL_VARIANCE, lengthscales=LENGTHSCALE)
+    for given in (dict(kernel_variance=2.0 * KERNEL_VARIANCE, noise_variance=NOISE_VARIANCE),
+                  dict(kernel_variance=KERNEL_VARIANCE, noise_variance=2.0 * NOISE_VARIANCE)):
+        other = wr.release_rows(LocalChunks(X, Y), kernel, Z, x_bounds=BOX, y_bounds=BOUNDS, epsilon=EPSILON,
+                                delta=DELTA, residual_fractions="histogram", **given)
+        with pytest.raises(ValueError, match="variances"):
+            dp.audit(other, model)
+    same = wr.release_rows(LocalChunks(X, Y), kernel, Z, x_bounds=BOX, y_bounds=BOUNDS, epsilon=EPSILON, delta=DELTA,
+                           residual_fractions="histogram", kernel_variance=KERNEL_VARIANCE,
+                           noise_variance=NOISE_VARIANCE)
+    assert dp.audit(same, model).passed
+
+
 def test_the_audit_fails_a_release_whose_counts_were_charged_as_if_a_row_moved_them_by_one(monkeypatch):
     """The first stage broken: the counts scaled to a unit bound, not sqrt 2 (their noise sqrt 2 too small). The
     audit takes sqrt 2 from the mechanism, not from the module's constant, so it finds more privacy lost than
