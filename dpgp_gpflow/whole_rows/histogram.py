@@ -36,19 +36,18 @@ from check_shapes import check_shapes
 
 from .. import sampling
 from ..accounting import Reservation
-from ..calibration import SENSITIVITY_SAFETY
 from ..exceptions import ClippingWarning
 from ..measurement import Measurement, SensitivityPath
 from ..mechanisms.request import ReleaseRequest
 from ..relations import largest_person
-from ..sampling import UNIT_ROUNDOFF, gaussian_grid_factor
-from ..streaming.chunks import ChunkSource, LocalChunks, person_starts, source_persons
+from ..streaming.chunks import ChunkSource, person_starts, source_persons
 from ..validation import validate_groups
 from . import features as feature_maps
-from .bounds import rounding_slack, validate_shares
+from .bounds import part_bounds, validate_shares
 from .mechanism import chunking
 from . import residual
 from .residual import MAX_RADIUS_POINTS, HeldRows, grid_cells, grid_centres
+from .residual_bounds import released_sensitivity
 from .statistics import RowStatistics, add_statistics
 
 __all__: list[str] = []  # internal: the package imports these names by name
@@ -56,8 +55,9 @@ __all__: list[str] = []  # internal: the package imports these names by name
 #: The most cells a histogram first stage counts (public): the most points :func:`~.residual.radius_points` keeps
 #: on its grid; a finer grid (high input dimension, short lengthscales) is refused before anything is reserved.
 MAX_HISTOGRAM_CELLS = MAX_RADIUS_POINTS
-#: The L2 bound on the counts' shift when one row is replaced: it leaves one cell and enters one.
-COUNT_BOUND = math.sqrt(2.0)
+#: The L2 bound on the counts' shift when one row is replaced: it leaves one cell and enters one (the counts are
+#: ``S``'s diagonal for the cells' one-hot features: ``S``'s bound, :func:`~.bounds.part_bounds`).
+COUNT_BOUND = part_bounds(1.0)[0]
 
 
 def histogram_cells(kernel: gpflow.kernels.Kernel, box: np.ndarray) -> int:
@@ -149,9 +149,10 @@ class HeldCellCounts(HeldRows):
 def counting(source: ChunkSource, rows: RowStatistics, cells: int) -> Any:
     """The histogram pass's per-chunk function: :class:`HeldCellCounts` when ``source`` is a
     :class:`~dpgp_gpflow.streaming.LocalChunks` whose ``n M`` feature entries are at most
-    :data:`~.residual.MAX_HELD_FEATURES` (the residual stages then read the kept features), else
-    :class:`CellCounts` (every stage reads the rows again). Public: from the source's type, ``n`` and ``M``."""
-    if isinstance(source, LocalChunks) and int(source.n) * rows.features.m <= residual.MAX_HELD_FEATURES:
+    :data:`~.residual.MAX_HELD_FEATURES` and ``rows`` a plain :class:`~.statistics.RowStatistics`
+    (:func:`~.residual.holds`, :func:`~.residual.holding`'s rule; the residual stages then read the kept features),
+    else :class:`CellCounts` (every stage reads the rows again). Public: from the source's type, ``n`` and ``M``."""
+    if residual.holds(source, (rows,)):
         return HeldCellCounts(rows, cells)
     return CellCounts(rows, cells)
 
@@ -182,11 +183,10 @@ def histogram_sensitivity(*, m: int, num_cells: int, multiplier: float, num_rows
     :data:`~dpgp_gpflow.calibration.SENSITIVITY_SAFETY`, inflated for the exact sampler's grid over ``C + M``
     entries (:func:`~dpgp_gpflow.sampling.gaussian_grid_factor`). Public; ``FloatingPointError`` for chunks too
     long for a guaranteed float64 sum."""
-    G, M, C = int(person_rows), int(m), int(num_cells)
-    if G < 1 or M < 1 or C < 1:
-        raise ValueError(f"person_rows, m and num_cells must be >= 1, got {person_rows!r}, {m!r}, {num_cells!r}")
-    slack = rounding_slack(num_rows, chunk_rows, num_chunks, C + M)
-    return (G * (1.0 + (M + 4) * UNIT_ROUNDOFF) + slack) * SENSITIVITY_SAFETY * gaussian_grid_factor(multiplier, C + M)
+    if int(num_cells) < 1:
+        raise ValueError(f"num_cells must be >= 1, got {num_cells!r}")
+    return released_sensitivity(m=m, entries=int(num_cells) + int(m), multiplier=multiplier, num_rows=num_rows,
+                                chunk_rows=chunk_rows, num_chunks=num_chunks, person_rows=person_rows)
 
 
 class NoisedHistogram(NamedTuple):
@@ -214,7 +214,7 @@ def release_histogram(request: ReleaseRequest, reservation: Reservation, source:
     Privacy assumption: ``rows`` holds only public pieces; the counts and ``b`` are PRIVATE until noised here."""
     w_n2, w_b2 = histogram_shares(shares)
     lo, hi = rows.y_bounds
-    a_n, a_b = math.sqrt(w_n2) / COUNT_BOUND, math.sqrt(w_b2) / (hi - lo)
+    a_n, a_b = math.sqrt(w_n2) / COUNT_BOUND, math.sqrt(w_b2) / part_bounds(hi - lo)[1]  # b's bound: d
     counts, b = histogram_sums(source, rows)
     std = request.multiplier * float(sensitivity)
     z = np.concatenate([counts.astype(np.float64) * a_n, b * a_b]) / std  # L2 shift <= 1 / s

@@ -122,11 +122,18 @@ def holding(source: ChunkSource, rows: Any) -> Any:
     ``n`` rows' features, ``n M`` entries per candidate, total at most :data:`MAX_HELD_FEATURES`; else ``rows``
     itself (every stage reads the rows again). Public: from the source's type, ``n``, ``M`` and the candidates."""
     grid = rows.rows if isinstance(rows, GridStatistics) else (rows,)
-    if (not isinstance(source, LocalChunks) or any(type(r) is not RowStatistics for r in grid)
-            or int(source.n) * sum(r.features.m for r in grid) > MAX_HELD_FEATURES):
+    if not holds(source, grid):
         return rows
     held = tuple(HeldRows(r) for r in grid)
     return GridStatistics(held) if isinstance(rows, GridStatistics) else held[0]
+
+
+def holds(source: ChunkSource, grid: Sequence[RowStatistics]) -> bool:
+    """:func:`holding`'s rule: ``source`` is a :class:`~dpgp_gpflow.streaming.LocalChunks`, every pass of ``grid`` a
+    plain :class:`~.statistics.RowStatistics` and their ``n M`` feature entries total at most
+    :data:`MAX_HELD_FEATURES`. Public."""
+    return (isinstance(source, LocalChunks) and all(type(r) is RowStatistics for r in grid)
+            and int(source.n) * sum(r.features.m for r in grid) <= MAX_HELD_FEATURES)
 
 
 class ResidualStatistics(RowStatistics):

@@ -80,8 +80,19 @@ def residual_sensitivity(*, m: int, multiplier: float, num_rows: int, chunk_rows
     :data:`~dpgp_gpflow.calibration.SENSITIVITY_SAFETY`, inflated for the exact sampler's grid at noise
     ``multiplier`` over M entries (:func:`~dpgp_gpflow.sampling.gaussian_grid_factor`). Public; refuses
     (``FloatingPointError``) chunks too long for a guaranteed float64 sum."""
-    G, M = int(person_rows), int(m)
-    if G < 1 or M < 1:
-        raise ValueError(f"person_rows and m must be >= 1, got {person_rows!r}, {m!r}")
-    slack = rounding_slack(num_rows, chunk_rows, num_chunks, M)
-    return (G * (1.0 + (M + 4) * UNIT_ROUNDOFF) + slack) * SENSITIVITY_SAFETY * gaussian_grid_factor(multiplier, M)
+    return released_sensitivity(m=m, entries=m, multiplier=multiplier, num_rows=num_rows, chunk_rows=chunk_rows,
+                                num_chunks=num_chunks, person_rows=person_rows)
+
+
+def released_sensitivity(*, m: int, entries: int, multiplier: float, num_rows: int, chunk_rows: int,
+                         num_chunks: int, person_rows: int = 1) -> float:
+    """``(G (1 + (M + 4) u) + slack) SENSITIVITY_SAFETY grid_factor``: the one rule of :func:`residual_sensitivity`
+    and :func:`~.histogram.histogram_sensitivity`, for a released vector of ``entries`` sums (each of terms of
+    magnitude at most 1, rows of features of ``m`` entries) whose L2 shift per row is at most the computed features'
+    norm bound ``1 + (M + 4) u``: :func:`~dpgp_gpflow.whole_rows.bounds.rounding_slack` over ``entries`` sums and the
+    sampler's grid factor over ``entries``. Public."""
+    G, M, E = int(person_rows), int(m), int(entries)
+    if G < 1 or M < 1 or E < M:
+        raise ValueError(f"person_rows and m must be >= 1 and entries >= m, got {person_rows!r}, {m!r}, {entries!r}")
+    slack = rounding_slack(num_rows, chunk_rows, num_chunks, E)
+    return (G * (1.0 + (M + 4) * UNIT_ROUNDOFF) + slack) * SENSITIVITY_SAFETY * gaussian_grid_factor(multiplier, E)
