@@ -57,9 +57,11 @@ def histogram_statistic(counts: Any, phi: Any) -> np.ndarray:
 
 
 def histogram_tau(phi: Any, counts_std: float) -> float:
-    """``tau_h = sigma_n sqrt(2 log(2 M) ||sum_c |phi_c|^2 phi_c phi_c^T||_2)``: with probability about ``1 - 1/M``
-    (matrix Gaussian series, Tropp 2012) the spectral norm of the counts' noise ``sum_c e_c phi_c phi_c^T`` in
-    ``S^`` is below it. Public: from the cells' features and the noise std."""
+    """``tau_h = sigma_n sqrt(2 log(2 M) v)``, ``v = ||sum_c |phi_c|^2 phi_c phi_c^T||_2``: a public scale of the
+    spectral norm of the counts' noise ``sum_c e_c phi_c phi_c^T`` in ``S^``, the ``t`` at which the matrix Gaussian
+    series tail bound ``P(||.|| >= t) <= 2 M exp(-t^2 / (2 sigma_n^2 v))`` (Tropp 2012) reaches 1: not a
+    high-probability bound, only the scale the preconditioner's floor is a multiple of (:data:`PRECONDITIONER_FLOOR`,
+    the design study's choice). Public: from the cells' features and the noise std."""
     phi = np.asarray(phi, dtype=np.float64)
     M = phi.shape[1]
     sq = np.sum(phi**2, axis=1)
