@@ -141,7 +141,22 @@ def test_one_release_is_one_draw_and_one_committed_event(draws):
     std = noised.multiplier * noised.sensitivity
     assert noised.counts_std == pytest.approx(std * math.sqrt(2.0) / math.sqrt(w_n2), rel=1e-12)
     assert noised.b_std == pytest.approx(std * (BOUNDS[1] - BOUNDS[0]) / math.sqrt(w_b2), rel=1e-12)
-    assert 1.0 <= noised.sensitivity <= 1.0 + 1e-6  # one row, unit total, rounding and grid slack only
+    # the charge written out (docs/whole_rows.md, the histogram scheme; docs/exact_sampling.md): one row moves the
+    # vector by 1 (1 + (M + 4) u), plus the rounding slack of the C + M sums, 2 sqrt(C + M) t n / (1 - t) with
+    # t = (rows per chunk + chunks + 8) u, times SENSITIVITY_SAFETY = 1 + 1e-8, times the exact sampler's grid
+    # factor for C + M entries, K / (1 - s K sqrt(C + M) 2^-40) with K = 1 + 2^-50, rounded up by (1 + 4u)
+    u, C, M, n = 2.0**-53, 4, Z.shape[0], X.shape[0]
+    assert noised.chunking == (2, 3)  # 6 rows in chunks of 2
+    assert analytic_delta(EPSILON, noised.multiplier) == pytest.approx(DELTA, rel=1e-6)  # s, the request's
+    t = (2 + 3 + 8) * u
+    slack = 2.0 * math.sqrt(C + M) * t * n / (1.0 - t)
+    K = 1.0 + 2.0**-50
+    grid = K / (1.0 - noised.multiplier * K * math.sqrt(C + M) * 2.0**-40) * (1.0 + 4.0 * u)
+    expected = (1.0 + (M + 4) * u + slack) * (1.0 + 1e-8) * grid
+    assert noised.sensitivity == pytest.approx(expected, rel=4e-16, abs=0.0)
+    # leaving out the slack or the grid factor would fail the line above
+    for without in ((1.0 + (M + 4) * u) * (1.0 + 1e-8) * grid, (1.0 + (M + 4) * u + slack) * (1.0 + 1e-8)):
+        assert abs(without / expected - 1.0) > 20 * 4e-16
 
 
 def test_a_grid_with_too_many_cells_is_refused_before_anything_is_reserved(draws):
