@@ -23,7 +23,7 @@ from ..mechanisms.request import ReleaseRequest
 from ..relations import largest_person
 from ..released import Released
 from ..streaming.chunks import ChunkSource
-from ..validation import as_inputs, validate_groups
+from ..validation import validate_groups
 from .histogram import NoisedHistogram, counting, histogram_cells, histogram_centres, histogram_measurement
 from .histogram_scheme import (
     HISTOGRAM_Z,
@@ -35,10 +35,16 @@ from .histogram_scheme import (
     residual_noise_covariance,
 )
 from .mechanism import relation
-from .posterior import WeightPosterior, predictive_terms
+from .posterior import WeightPosterior
 from .released import RegressionPredictions
 from .residual_bounds import validate_residual_fractions
-from .residual_release import ResidualStage, draw_residual_stage, stage_requests, stage_sensitivities
+from .residual_release import (
+    ResidualStage,
+    draw_residual_stage,
+    estimate_terms,
+    stage_requests,
+    stage_sensitivities,
+)
 from .statistics import RowStatistics
 
 __all__: list[str] = []  # internal: the package imports these names by name
@@ -137,14 +143,7 @@ class HistogramResidualRelease(RegressionPredictions, Released):
         return 1.0 / self.noise_multiplier
 
     def _terms(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        X = tf.constant(as_inputs("Xnew", Xnew, self.features.input_dim))
-        phi = self.features(X)
-        mean, model, _ = predictive_terms(self.posterior, phi, self.features.unit_variance(X))
-        noise = tf.reduce_sum(tf.linalg.matmul(phi, tf.constant(self.noise_covariance)) * phi, axis=1)
-        mean = mean.numpy() + self.midpoint
-        if self.clip_to_bounds:
-            mean = np.clip(mean, *self.y_bounds)
-        return mean[:, None], model.numpy()[:, None], noise.numpy()[:, None]
+        return estimate_terms(self, Xnew)
 
     def privacy_card(self) -> Dict[str, Any]:
         """The guarantee and what was released, as plain values."""

@@ -70,6 +70,21 @@ class ResidualStage(NamedTuple):
     reproducible: bool  #: the noise came from an explicit seed (not private)
 
 
+def estimate_terms(released: Any, Xnew: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``_terms`` of a release predicting from its last estimate (:class:`ResidualRelease`,
+    :class:`~.histogram_release.HistogramResidualRelease`): mean ``c + phi(x)^T u_J`` (clipped to the bounds when
+    ``clip_to_bounds``), SGPR's variance from ``released.posterior`` and the first-order DP-noise variance
+    ``phi(x)^T C phi(x)`` (``released.noise_covariance``), each [N, 1]. Post-processing."""
+    X = tf.constant(as_inputs("Xnew", Xnew, released.features.input_dim))
+    phi = released.features(X)
+    mean, model, _ = predictive_terms(released.posterior, phi, released.features.unit_variance(X))
+    noise = tf.reduce_sum(tf.linalg.matmul(phi, tf.constant(released.noise_covariance)) * phi, axis=1)
+    mean = mean.numpy() + released.midpoint
+    if released.clip_to_bounds:
+        mean = np.clip(mean, *released.y_bounds)
+    return mean[:, None], model.numpy()[:, None], noise.numpy()[:, None]
+
+
 def stage_sensitivities(source: ChunkSource, groups: Any, requests: Sequence[ReleaseRequest], m: int
                         ) -> Tuple[ChunkSource, list]:
     """``(the source chunked between persons, [Delta_2 .. Delta_J])``: every residual stage's sensitivity
@@ -187,14 +202,7 @@ class ResidualRelease(RegressionPredictions, StatisticsRelease, Released):
 
     # -- predictions ---------------------------------------------------------------------------------
     def _terms(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        X = tf.constant(as_inputs("Xnew", Xnew, self.features.input_dim))
-        phi = self.features(X)
-        mean, model, _ = predictive_terms(self.posterior, phi, self.features.unit_variance(X))
-        noise = tf.reduce_sum(tf.linalg.matmul(phi, tf.constant(self.noise_covariance)) * phi, axis=1)
-        mean = mean.numpy() + self.midpoint
-        if self.clip_to_bounds:
-            mean = np.clip(mean, *self.y_bounds)
-        return mean[:, None], model.numpy()[:, None], noise.numpy()[:, None]
+        return estimate_terms(self, Xnew)
 
     # -- card, repr ---------------------------------------------------------------------------
     def privacy_card(self) -> Dict[str, Any]:
