@@ -36,7 +36,7 @@ from .histogram_scheme import (
 )
 from .mechanism import relation
 from .posterior import WeightPosterior
-from .released import RegressionPredictions
+from .released import RegressionPredictions, StatisticsRelease
 from .residual_bounds import validate_residual_fractions
 from .residual_release import (
     ResidualStage,
@@ -53,7 +53,7 @@ __all__: list[str] = []  # internal: the package imports these names by name
 HISTOGRAM_MECHANISM = "gaussian (whole-row histogram and residual sums, Gaussian-DP composition)"
 
 
-class HistogramResidualRelease(RegressionPredictions, Released):
+class HistogramResidualRelease(RegressionPredictions, StatisticsRelease, Released):
     """A histogram residual release (:func:`release_histogram_residuals`) and the sparse GP of its last estimate.
 
     ``statistics``: ``counts`` [C] and ``b`` [M] of the histogram stage, ``residual_b`` [J - 1, M], as released;
@@ -109,28 +109,6 @@ class HistogramResidualRelease(RegressionPredictions, Released):
     def statistics(self) -> Dict[str, np.ndarray]:
         """The released ``counts`` [C], ``b`` [M] and ``residual_b`` [J - 1, M] (copies)."""
         return {k: v.copy() for k, v in self._statistics.items()}
-
-    @property
-    def statistics_noise_std(self) -> Dict[str, np.ndarray]:
-        """The std of each released entry's noise, same keys and shapes (copies)."""
-        return {k: v.copy() for k, v in self._noise_std.items()}
-
-    @property
-    def releases(self) -> Tuple[Any, ...]:
-        """No :class:`~dpgp_gpflow.released.PrivateRelease` parts: one release of statistics (:meth:`privacy_card`)."""
-        return ()
-
-    @property
-    def epsilon(self) -> float:
-        return self._epsilon
-
-    @property
-    def delta(self) -> float:
-        return self._delta
-
-    @property
-    def reproducible(self) -> bool:
-        return self._reproducible
 
     @property
     def neighbours(self) -> str:
