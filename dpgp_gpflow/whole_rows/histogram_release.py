@@ -21,7 +21,6 @@ from ..io.writing import register
 from ..measurement import Measurement, SensitivityPath, StepDraws, measure, stepwise
 from ..mechanisms.request import ReleaseRequest
 from ..relations import largest_person
-from ..released import Released
 from ..streaming.chunks import ChunkSource
 from ..validation import validate_groups
 from .histogram import NoisedHistogram, counting, histogram_cells, histogram_centres, histogram_measurement
@@ -34,14 +33,12 @@ from .histogram_scheme import (
     preconditioner_cholesky,
     residual_noise_covariance,
 )
-from .mechanism import relation
 from .posterior import WeightPosterior
-from .released import RegressionPredictions, StatisticsRelease
 from .residual_bounds import validate_residual_fractions
 from .residual_release import (
     ResidualStage,
+    StagedRelease,
     draw_residual_stage,
-    estimate_terms,
     stage_requests,
     stage_sensitivities,
 )
@@ -53,7 +50,7 @@ __all__: list[str] = []  # internal: the package imports these names by name
 HISTOGRAM_MECHANISM = "gaussian (whole-row histogram and residual sums, Gaussian-DP composition)"
 
 
-class HistogramResidualRelease(RegressionPredictions, StatisticsRelease, Released):
+class HistogramResidualRelease(StagedRelease):
     """A histogram residual release (:func:`release_histogram_residuals`) and the sparse GP of its last estimate.
 
     ``statistics``: ``counts`` [C] and ``b`` [M] of the histogram stage, ``residual_b`` [J - 1, M], as released;
@@ -109,19 +106,6 @@ class HistogramResidualRelease(RegressionPredictions, StatisticsRelease, Release
     def statistics(self) -> Dict[str, np.ndarray]:
         """The released ``counts`` [C], ``b`` [M] and ``residual_b`` [J - 1, M] (copies)."""
         return {k: v.copy() for k, v in self._statistics.items()}
-
-    @property
-    def neighbours(self) -> str:
-        """The relation protected (as :class:`~.released.WholeRowsRelease`)."""
-        return relation(self.person_rows)
-
-    @property
-    def mu(self) -> float:
-        """The Gaussian-DP parameter of the whole release, ``1 / s``."""
-        return 1.0 / self.noise_multiplier
-
-    def _terms(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return estimate_terms(self, Xnew)
 
     def privacy_card(self) -> Dict[str, Any]:
         """The guarantee and what was released, as plain values."""

@@ -136,7 +136,29 @@ def _unseeded_stages(request: ReleaseRequest, fractions: Tuple[float, ...]) -> T
     return tuple(gdp_step_request(request, s) for s in multipliers)
 
 
-class ResidualRelease(RegressionPredictions, StatisticsRelease, Released):
+class StagedRelease(RegressionPredictions, StatisticsRelease, Released):
+    """Mixin: a release of stages composed in Gaussian DP that predicts from its last estimate
+    (:class:`ResidualRelease`, :class:`~.histogram_release.HistogramResidualRelease`): ``person_rows``,
+    ``noise_multiplier`` (``s``), ``posterior`` and ``noise_covariance`` set by the subclass."""
+
+    person_rows: int
+    noise_multiplier: float
+
+    @property
+    def neighbours(self) -> str:
+        """The relation protected (as :class:`~.released.WholeRowsRelease`)."""
+        return relation(self.person_rows)
+
+    @property
+    def mu(self) -> float:
+        """The Gaussian-DP parameter of the whole release, ``sqrt(sum_j mu_j^2) = 1 / s``."""
+        return 1.0 / self.noise_multiplier
+
+    def _terms(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return estimate_terms(self, Xnew)
+
+
+class ResidualRelease(StagedRelease):
     """A residual release (:func:`release_residuals`): the whole-row statistics and the clipped residual sums, and
     the sparse GP of the last estimate, queryable anywhere.
 
@@ -185,24 +207,10 @@ class ResidualRelease(RegressionPredictions, StatisticsRelease, Released):
         return {k: v.copy() for k, v in self._statistics.items()}
 
     @property
-    def neighbours(self) -> str:
-        """The relation protected (as :class:`~.released.WholeRowsRelease`)."""
-        return relation(self.person_rows)
-
-    @property
     def first_stage(self) -> WholeRowsRelease:
         """The first stage as released: the statistics at ``f_1`` of the budget and their post-processing (its
         ``epsilon`` and ``noise_multiplier`` are that stage's; the audit reads it, :mod:`.residual_audit`)."""
         return self._head
-
-    @property
-    def mu(self) -> float:
-        """The Gaussian-DP parameter of the whole release, ``sqrt(sum_j mu_j^2) = 1 / s``."""
-        return 1.0 / self.noise_multiplier
-
-    # -- predictions ---------------------------------------------------------------------------------
-    def _terms(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return estimate_terms(self, Xnew)
 
     # -- card, repr ---------------------------------------------------------------------------
     def privacy_card(self) -> Dict[str, Any]:
