@@ -854,3 +854,51 @@ def test_certificate_of_a_loop_cut_short_is_of_the_set_returned(monkeypatch):
     qmax = leverages(root, V).max()
     expected = qmax * weights.sum() / np.trace(root) - 1.0
     assert abs(float(solution.relative_gap) - expected) <= 1e-8 * max(1.0, abs(expected))
+
+
+@pytest.mark.slow  # ~5 s: a fresh trace and instantiation of the whole compiled solve
+def test_certificate_of_a_loop_cut_short_is_of_the_set_returned_in_a_graph(monkeypatch):
+    """As above, on the compiled path (the release's): a fresh ``tf.function`` around ``solve_noise`` enters a
+    freshly traced :data:`DENSE_ROUNDS` (it reads ``MAX_ROUNDS`` when traced), whose carried decomposition
+    ``(w, V)`` is not of the set returned (``Decomposition.valid`` false: cut short after a change). The
+    relative gap is recomputed in NumPy at the returned weights, and the covariance returned is feasible:
+    ``max_i v_i^T Sigma^{-1} v_i <= 1`` over every column (Cholesky solve written here)."""
+    from dpgp_gpflow.noise_planning.dual import SHARED_BODY, compile_per_objective
+
+    ws = noise_planning.working_set
+    monkeypatch.setattr(ws, "MAX_ROUNDS", 1)
+    signature = list(ws.DENSE_ROUNDS["mse"].input_signature)
+    monkeypatch.setattr(ws, "DENSE_ROUNDS", compile_per_objective(ws._dense_rounds, signature, SHARED_BODY))
+    V = gp_vectors("mse", n=250, k=10, rtol=1e-5, lengthscale=1.0)  # wide support: round 0 adds violators
+    entered = []
+
+    @tf.function(autograph=False)
+    def solve(vectors):
+        columns = ws.DenseColumns(vectors, tf.constant(50))
+        start = ws.cold_start(columns, tf.shape(vectors)[0], "mse")
+        solution = ws.solve_noise(columns, columns, start, tf.constant(False), "mse",
+                                  tf.constant(1e-9, tf.float64), tf.constant(2000), same=True)
+        entered.append(tf.executing_eagerly())
+        return start.indices, solution
+
+    start_idx, solution = solve(tf.constant(V))
+    assert entered == [False]  # traced: solve_noise ran in a graph
+    assert ws.DENSE_ROUNDS["mse"].experimental_get_tracing_count() == 1  # the compiled loop was entered
+    idx, weights = solution.work.indices.numpy(), solution.work.weights.numpy()
+    assert not np.array_equal(idx, start_idx.numpy())  # the one round changed the set: cut short after it
+    # the relative gap from its definition at the returned weights: max_i q_i sum(l) / tr(S^{1/2}) - 1
+    S = (V[:, idx] * weights) @ V[:, idx].T
+    lam, U = np.linalg.eigh(0.5 * (S + S.T))
+    root = (U * np.sqrt(np.maximum(lam, 0.0))) @ U.T
+    L = np.linalg.cholesky(root)
+    qmax = (scipy.linalg.solve_triangular(L, V, lower=True) ** 2).sum(axis=0).max()
+    expected = qmax * weights.sum() / np.trace(root) - 1.0
+    assert expected > 1e-6  # cut short: far from converged, so a stale certificate would differ
+    assert abs(float(solution.relative_gap) - expected) <= 1e-8 * max(1.0, abs(expected))
+    # the covariance returned, Sigma = E diag(scales^2) E^T, is feasible for every column
+    E, scales = solution.eigenvectors.numpy(), solution.scales.numpy()
+    Sigma = (E * scales**2) @ E.T
+    C = np.linalg.cholesky(0.5 * (Sigma + Sigma.T))
+    worst = (scipy.linalg.solve_triangular(C, V, lower=True) ** 2).sum(axis=0).max()
+    assert worst <= 1.0 + 1e-9
+    assert worst >= 1.0 - 1e-6  # scaled to the binding column, not merely inflated
