@@ -40,7 +40,7 @@ from .design import check_public_inducing_inputs, validate_box
 from .features import FeatureMap, constant_diagonal, feature_map, kernel_bound
 from .mechanism import NoisedStatistics, statistics_measurement
 from .lengthscales import choose, default_lengthscales, validate_lengthscales, with_lengthscales
-from .released import VARIANCES, WholeRowsRelease, _checked_variances
+from .released import VARIANCES, WholeRowsRelease, checked_variances
 from .histogram_release import HistogramResidualRelease, release_histogram_residuals
 from .histogram_scheme import HISTOGRAM, HISTOGRAM_FRACTIONS
 from .residual_bounds import validate_residual_fractions
@@ -174,7 +174,7 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
     if variances == "given" and kernel_variance is None:
         kernel_variance = maps[0].k_max
     # the variances given (finite, > 0), checked here for every scheme, before anything is reserved; None when fitted
-    given = _checked_variances(kernel_variance, noise_variance) if variances == "given" else None
+    given = checked_variances(kernel_variance, noise_variance) if variances == "given" else None
     grid = [RowStatistics(features, box, bounds, clip_inputs=clip_inputs) for features in maps]
 
     def one(noised: NoisedStatistics, features: FeatureMap, stage: Any = request) -> WholeRowsRelease:

@@ -41,7 +41,7 @@ __all__ = ["WholeRowsRelease"]
 VARIANCES = ("given", "fit")
 
 
-def _checked_variances(kernel_variance: Any, noise_variance: Any) -> Tuple[float, float]:
+def checked_variances(kernel_variance: Any, noise_variance: Any) -> Tuple[float, float]:
     """Both variances as floats, each finite and > 0 (``ValueError`` / ``TypeError`` otherwise)."""
     kernel_variance = check_real("kernel_variance", kernel_variance)
     noise_variance = check_real("noise_variance", noise_variance)
@@ -189,7 +189,7 @@ class WholeRowsRelease(RegressionPredictions, StatisticsRelease, Released):
                 self._statistics["S"], self._noise_std["S"])
             self._set_variances(*self._fitted())
         else:  # the same, with the posterior at the variances given, in one call
-            self.kernel_variance, self.noise_variance = _checked_variances(kernel_variance, noise_variance)
+            self.kernel_variance, self.noise_variance = checked_variances(kernel_variance, noise_variance)
             regularised, self.posterior = regularised_posterior(
                 self._statistics["S"], self._noise_std["S"], self._statistics["b"],
                 kernel_variance=self.kernel_variance, noise_variance=self.noise_variance, b_std=self._b_std)
@@ -231,7 +231,7 @@ class WholeRowsRelease(RegressionPredictions, StatisticsRelease, Released):
         return float(self._noise_std["b"][0])
 
     def _set_variances(self, kernel_variance: Any, noise_variance: Any) -> None:
-        kernel_variance, noise_variance = _checked_variances(kernel_variance, noise_variance)
+        kernel_variance, noise_variance = checked_variances(kernel_variance, noise_variance)
         self.kernel_variance, self.noise_variance = kernel_variance, noise_variance
         self.posterior = weight_posterior(
             self._S_hat, tf.constant(self._statistics["b"]), kernel_variance=kernel_variance,
