@@ -202,7 +202,6 @@ class FeatureMap:
             kernel, Z, L, k_max = self.kernel, tf.constant(self.Z), self.L, self.k_max
             traced = tf.function(lambda *a: fn(kernel, Z, L, k_max, *a), autograph=False,
                                  input_signature=[tf.TensorSpec([None, *a.shape[1:]], a.dtype) for a in args])
-            traces[fn] = traced
             # its one trace, called directly: half the overhead of the tf.function's dispatch per call
             concrete = traces[(fn, "concrete")] = traced.get_concrete_function()
         return concrete(*args)

@@ -9,6 +9,7 @@ import warnings
 import gpflow
 import numpy as np
 import pytest
+import tensorflow as tf
 from whole_rows_reference import statistics as reference_statistics
 
 import dpgp_gpflow as dp
@@ -57,26 +58,37 @@ def test_chunked_statistics_equal_the_numpy_reference(chunk_size):
     assert stats.clipped_outputs == int(np.sum((Y < -2) | (Y > 4)))
 
 
-def test_a_pass_over_several_chunks_compiles_its_sums_once_after_the_first_chunk():
-    """One chunk: eager (no tracing for a one-chunk pass); from the second chunk on, one compiled trace of the
-    chunk's sums for every chunk length, reused by later passes; the sums still equal the NumPy reference."""
-    from dpgp_gpflow.whole_rows.statistics import chunk_sums
+def test_passes_over_several_chunk_sizes_trace_the_chunk_sums_once(monkeypatch):
+    """The chunk sums run eagerly for the first ``compile_after`` chunks, then through one compiled trace for
+    every chunk length (each pass here ends in a chunk of another length: 173 = 3 * 50 + 23 = 24 * 7 + 5 =
+    13 * 13 + 4), reused by later passes: the sums' Python body runs in a graph exactly once over all passes
+    (counted by a wrapper of the module's ``chunk_sums``, so a retrace per shape would fail), and every pass's
+    sums equal the NumPy reference."""
+    from dpgp_gpflow.whole_rows import statistics as statistics_module
 
+    original = statistics_module.chunk_sums
+    modes = []
+
+    def counted(*args):
+        modes.append(tf.executing_eagerly())  # Python: once per eager call, once per trace
+        return original(*args)
+
+    monkeypatch.setattr(statistics_module, "chunk_sums", counted)
     X, Y = _rows(173)
     Z, rows = _rows_statistics()
     S, b, q = reference_statistics(X, Y, Z, LENGTHSCALE, BOX, BOUNDS)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dp.ClippingWarning)
         one = wr.sufficient_statistics(LocalChunks(X, Y, 173), rows)
-        assert not rows.features.compiled
-        for chunk_size in (50, 7):
-            stats = wr.sufficient_statistics(LocalChunks(X, Y, chunk_size), rows)
-            assert rows.features.compiled
-            assert rows.features._compiled[chunk_sums].experimental_get_tracing_count() == 1
-            for got in (stats, one):
-                np.testing.assert_allclose(got.S, S, rtol=1e-10, atol=1e-10)
-                np.testing.assert_allclose(got.b, b, rtol=1e-10, atol=1e-10)
-                assert got.q == pytest.approx(q, rel=1e-12)
+        assert not rows.features.compiled and modes == [True]  # one chunk: eager, nothing traced
+        passes = [wr.sufficient_statistics(LocalChunks(X, Y, chunk_size), rows) for chunk_size in (50, 7, 13)]
+    assert rows.features.compiled
+    assert modes.count(False) == 1  # one trace for every chunk length and every pass
+    assert 1 <= modes.count(True) <= rows.compile_after  # eager only until compiled
+    for got in (one, *passes):
+        np.testing.assert_allclose(got.S, S, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(got.b, b, rtol=1e-10, atol=1e-10)
+        assert got.q == pytest.approx(q, rel=1e-12) and got.n == 173
 
 
 def test_a_chunk_longer_than_a_slice_is_summed_slice_by_slice_to_the_same_statistics(monkeypatch):
