@@ -40,11 +40,11 @@ from ..exceptions import ClippingWarning
 from ..measurement import Measurement, SensitivityPath
 from ..mechanisms.request import ReleaseRequest
 from ..relations import largest_person
-from ..streaming.chunks import ChunkSource, person_starts, source_persons
+from ..streaming.chunks import ChunkSource
 from ..validation import validate_groups
 from . import features as feature_maps
 from .bounds import part_bounds, validate_shares
-from .mechanism import chunking
+from .mechanism import checked_source, chunking
 from . import residual
 from .residual import MAX_RADIUS_POINTS, HeldRows, grid_cells, grid_centres
 from .residual_bounds import released_sensitivity
@@ -246,22 +246,8 @@ def histogram_measurement(request: ReleaseRequest, source: ChunkSource, rows: Ro
 
     def own_checks() -> None:
         cells = histogram_cells(features.kernel, rows.box)  # refuses too many cells
-        if not isinstance(source, ChunkSource):
-            raise TypeError(f"source must be a dpgp_gpflow.streaming.ChunkSource, got {type(source).__name__}")
-        if int(source.input_dim) != features.input_dim:
-            raise ValueError(f"the chunks have {source.input_dim} input columns, the inducing inputs "
-                             f"{features.input_dim}")
-        if int(getattr(source, "num_outputs", 1)) != 1:
-            raise NotImplementedError(f"the chunks have {source.num_outputs} output columns per row; whole-row "
-                                      "releases take one output per row for now")
-        ids = source_persons(source, groups, None)  # the inputs are private: never compared with anything
-        chunked = source if ids is None else source.between_persons(person_starts(ids, int(source.n)))
-        if request.sampler != "exact":
-            raise ValueError("whole-row releases draw with the exact sampler only")
+        chunked = checked_source(source, features.input_dim, groups, request, path)
         histogram_shares(shares)
-        if largest_person(ids) != path.person_rows:  # the sensitivity is computed for the path's persons
-            raise ValueError(f"the source's persons have up to {largest_person(ids)} rows, the declared ones "
-                             f"{path.person_rows}: nothing was reserved")
         longest, count = chunking(chunked)
         if isinstance(rows, (CellCounts, HeldCellCounts)) and rows.cells != cells:
             raise ValueError(f"the pass counts {rows.cells} cells per column, the grid has {cells}")

@@ -112,6 +112,30 @@ def release_statistics(request: ReleaseRequest, reservation: Reservation, source
     return out if isinstance(rows, GridStatistics) else out[0]
 
 
+def checked_source(source: Any, input_dim: int, groups: Any, request: ReleaseRequest,
+                   path: SensitivityPath) -> ChunkSource:
+    """The checks of a whole-row release's source, before anything is reserved: a
+    :class:`~dpgp_gpflow.streaming.ChunkSource` of ``input_dim`` input columns and one output, the exact sampler,
+    and the source's persons (its own ids, checked against the declared ``groups``) no larger than ``path``'s;
+    returns the source recut between persons (each person's rows summed within one chunk). Public: types, shapes
+    and the persons' ids; the inputs are private and never compared with anything."""
+    if not isinstance(source, ChunkSource):
+        raise TypeError(f"source must be a dpgp_gpflow.streaming.ChunkSource, got {type(source).__name__}")
+    if int(source.input_dim) != int(input_dim):
+        raise ValueError(f"the chunks have {source.input_dim} input columns, the inducing inputs {input_dim}")
+    if int(getattr(source, "num_outputs", 1)) != 1:
+        raise NotImplementedError(f"the chunks have {source.num_outputs} output columns per row; whole-row "
+                                  "releases take one output per row for now")
+    ids = source_persons(source, groups, None)
+    chunked = source if ids is None else source.between_persons(person_starts(ids, int(source.n)))
+    if request.sampler != "exact":
+        raise ValueError("whole-row releases draw with the exact sampler only")
+    if largest_person(ids) != path.person_rows:  # the sensitivity is computed for the path's persons
+        raise ValueError(f"the source's persons have up to {largest_person(ids)} rows, the declared ones "
+                         f"{path.person_rows}: nothing was reserved")
+    return chunked
+
+
 def statistics_measurement(request: ReleaseRequest, source: ChunkSource, rows: Any, *, shares: Any,
                            then: Callable[[Any], Any], checks: Sequence[Callable[[], Any]] = (),
                            groups: Any = None) -> Measurement:
@@ -131,23 +155,8 @@ def statistics_measurement(request: ReleaseRequest, source: ChunkSource, rows: A
     path = SensitivityPath(largest_person(declared), inputs=True)
 
     def own_checks() -> None:
-        if not isinstance(source, ChunkSource):
-            raise TypeError(f"source must be a dpgp_gpflow.streaming.ChunkSource, got {type(source).__name__}")
-        if int(source.input_dim) != features.input_dim:
-            raise ValueError(f"the chunks have {source.input_dim} input columns, the inducing inputs "
-                             f"{features.input_dim}")
-        if int(getattr(source, "num_outputs", 1)) != 1:
-            raise NotImplementedError(f"the chunks have {source.num_outputs} output columns per row; whole-row "
-                                      "releases take one output per row for now")
-        # the inputs are private: never compared with anything (inputs=None); the ids are the source's own
-        ids = source_persons(source, groups, None)
-        chunked = source if ids is None else source.between_persons(person_starts(ids, int(source.n)))
-        if request.sampler != "exact":
-            raise ValueError("whole-row releases draw with the exact sampler only")
+        chunked = checked_source(source, features.input_dim, groups, request, path)
         validate_shares(shares)
-        if largest_person(ids) != path.person_rows:  # the sensitivity is computed for the path's persons
-            raise ValueError(f"the source's persons have up to {largest_person(ids)} rows, the declared ones "
-                             f"{path.person_rows}: nothing was reserved")
         state["person_rows"] = path.person_rows
         state["source"] = chunked
         state["sensitivity"] = statistics_sensitivity(chunked, features.m, request.multiplier, shares,
