@@ -90,8 +90,10 @@ def grids(draw, paths, valid):
             out[draw(st.sampled_from(UNKNOWN_PATHS))] = 1.0
         return out
 
+    if valid and draw(st.integers(0, 5)) == 0:
+        return None  # the public default grid (default_grid(model)), valid API
     if not valid and draw(st.booleans()):
-        return draw(st.sampled_from([[], {LS: 1.0}, "abc", None, [1, 2], ({LS: 1.0},), 3]))
+        return draw(st.sampled_from([[], {LS: 1.0}, "abc", [1, 2], ({LS: 1.0},), 3]))
     size = draw(st.integers(1, 3))
     grid = [config() for _ in range(size)]
     return tuple(grid) if draw(st.booleans()) else grid
@@ -238,6 +240,15 @@ def test_select_hyperparameters_fuzz(draws, models, share, data):
     out = run_call(call, draws, [acc] if acc is not None else [], TOKENS, DOCUMENTED)
     declared = name not in GIVEN_NOISE or kwargs.get("hyperparameters_public") is True
     share.count(not bad and declared, out)
+    if not declared:
+        # the given noise variance is used unless every configuration sets it (None: the default grid's)
+        configs = default_grid(model) if grid is None else grid
+        replaced = (isinstance(configs, (list, tuple)) and len(configs) > 0
+                    and all(isinstance(c, dict) and NV in c for c in configs))
+        if not replaced:
+            assert out.refused, "an undeclared given noise variance was used by a selection"
+            if not bad:  # every other argument valid: the leak guard is what refuses
+                assert isinstance(out.error, dp.PrivacyLeakError), out.error
     if out.refused:
         return
     assert name != "marked" or kwargs.get("hyperparameters_public"), "a marked model was selected for"
