@@ -29,6 +29,7 @@ from .histogram_scheme import (
     PRECONDITIONER_FLOOR,
     aware_noise_covariance,
     histogram_radii_and_estimates,
+    histogram_start,
     next_histogram_radius,
     preconditioner_cholesky,
     residual_noise_covariance,
@@ -165,21 +166,15 @@ def release_histogram_residuals(request: ReleaseRequest, source: ChunkSource, ro
     def steps(draws: StepDraws) -> HistogramResidualRelease:
         noised = first.mechanism(draws)  # the counts and b: one draw, committed into draws
         phi = rows.features(tf.constant(state["centres"])).numpy()  # public
-        radii, estimates, S, _ = histogram_radii_and_estimates(
-            noised.counts, noised.b, [], [], phi, counts_std=noised.counts_std, b_std=noised.b_std,
-            kernel_variance=kernel_variance, noise_variance=noise_variance, width=hi - lo)
-        u, last_std, stages, released_b = estimates[0], noised.b_std, [], []
+        start = histogram_start(noised.counts, noised.b, phi, counts_std=noised.counts_std, b_std=noised.b_std,
+                                kernel_variance=kernel_variance, noise_variance=noise_variance)
+        u, last_std, stages = start.u, noised.b_std, []
         for j, (stage, sensitivity) in enumerate(zip(requests[1:], state["sensitivities"]), start=2):
-            radius = next_histogram_radius(S, noised.counts, phi, kernel_variance=kernel_variance,
+            radius = next_histogram_radius(start.S, noised.counts, phi, kernel_variance=kernel_variance,
                                            noise_variance=noise_variance, b_std=last_std, width=hi - lo)
             stages.append(draw_residual_stage(draws, state["source"], rows, u, radius, stage, sensitivity,
                                               f"residual release {j} of {len(requests)}"))
-            released_b.append(stages[-1].b)
-            _, estimates, _, _ = histogram_radii_and_estimates(
-                noised.counts, noised.b, released_b, [s.noise_std for s in stages], phi,
-                counts_std=noised.counts_std, b_std=noised.b_std, kernel_variance=kernel_variance,
-                noise_variance=noise_variance, width=hi - lo)
-            u, last_std = estimates[-1], stages[-1].noise_std
+            u, last_std = start.update(stages[-1].b, u), stages[-1].noise_std
         return HistogramResidualRelease(noised, rows.features, state["centres"], stages, fractions=fractions,
                                         request=request, x_bounds=rows.box, y_bounds=(lo, hi),
                                         kernel_variance=kernel_variance, noise_variance=noise_variance,

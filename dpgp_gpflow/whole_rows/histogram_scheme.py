@@ -25,7 +25,7 @@ radii, centres and estimates are post-processing of earlier stages.
 from __future__ import annotations
 
 import math
-from typing import Any, List, Tuple
+from typing import Any, List, NamedTuple, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -140,6 +140,32 @@ def residual_noise_covariance(first: Any, P: Any, S: Any, lam: float, variances:
     return propagated_covariance(preconditioner_cholesky(P, lam), P, S, first, variances).numpy()
 
 
+class HistogramStart(NamedTuple):
+    """What every later stage of the scheme reads from the histogram stage (post-processing, all public)."""
+
+    S: np.ndarray  #: [M, M] the histogram's ``S^``
+    P: np.ndarray  #: [M, M] the preconditioner (``S^`` floored)
+    chol: tf.Tensor  #: [M, M] the Cholesky factor of ``lambda I + P``
+    u: np.ndarray  #: [M] the first estimate ``u_1``
+
+    def update(self, b_j: Any, u: Any) -> np.ndarray:
+        """``u_j = (lambda I + P)^{-1} (b~_j + P u_{j-1})`` (:func:`~.residual.preconditioned_update`)."""
+        return preconditioned_update(self.chol, tf.constant(self.P), tf.constant(np.asarray(b_j, dtype=np.float64)),
+                                     tf.constant(u)).numpy()
+
+
+def histogram_start(counts: Any, b: Any, phi: Any, *, counts_std: float, b_std: float, kernel_variance: float,
+                    noise_variance: float, floor: float = PRECONDITIONER_FLOOR) -> HistogramStart:
+    """``S^``, the floored preconditioner, its Cholesky factor and the noise-aware first estimate, once per release
+    (module docstring), from the counts and ``b~`` (noise stds ``counts_std``, ``b_std``) and the cells' features
+    ``phi``. Post-processing."""
+    lam = float(noise_variance) / float(kernel_variance)
+    S = histogram_statistic(counts, phi)
+    P = floored_preconditioner(S, floor * histogram_tau(phi, counts_std))
+    u = aware_mean(S, b, lam, float(b_std) ** 2 / float(kernel_variance))
+    return HistogramStart(S, P, preconditioner_cholesky(P, lam), u)
+
+
 def histogram_radii_and_estimates(counts: Any, b: Any, residual_b: Any, stds: Any, phi: Any, *, counts_std: float,
                                   b_std: float, kernel_variance: float, noise_variance: float, width: float,
                                   z: float = HISTOGRAM_Z, floor: float = PRECONDITIONER_FLOOR
@@ -147,21 +173,18 @@ def histogram_radii_and_estimates(counts: Any, b: Any, residual_b: Any, stds: An
     """The scheme's post-processing of what its stages released (module docstring): ``(radii [R_2 ..], estimates
     [u_1 .. u_J], S^, P)`` from the counts and ``b~`` (noise stds ``counts_std``, ``b_std``), the residual sums
     ``residual_b`` (rows ``b~_j``, noise stds ``stds``) and the cells' features ``phi``. A release computes each
-    radius before its stage draws (:func:`next_histogram_radius`); a file's check and the audit replay them here."""
-    lam = float(noise_variance) / float(kernel_variance)
-    S = histogram_statistic(counts, phi)
-    P = floored_preconditioner(S, floor * histogram_tau(phi, counts_std))
-    u = aware_mean(S, b, lam, float(b_std) ** 2 / float(kernel_variance))
-    estimates, radii, last_std = [u], [], float(b_std)
-    chol, preconditioner = preconditioner_cholesky(P, lam), tf.constant(P)
+    radius before its stage draws (:func:`next_histogram_radius`); the released object, a file's check and the
+    audit replay them here."""
+    start = histogram_start(counts, b, phi, counts_std=counts_std, b_std=b_std, kernel_variance=kernel_variance,
+                            noise_variance=noise_variance, floor=floor)
+    u, estimates, radii, last_std = start.u, [start.u], [], float(b_std)
     for b_j, s in zip(residual_b, stds):
-        radii.append(next_histogram_radius(S, counts, phi, kernel_variance=kernel_variance,
+        radii.append(next_histogram_radius(start.S, counts, phi, kernel_variance=kernel_variance,
                                            noise_variance=noise_variance, b_std=last_std, width=width, z=z))
-        u = preconditioned_update(chol, preconditioner, tf.constant(np.asarray(b_j, dtype=np.float64)),
-                                  tf.constant(u)).numpy()  # (lambda I + P)^{-1} (b~_j + P u_{j-1})
+        u = start.update(b_j, u)
         estimates.append(u)
         last_std = float(s)
-    return radii, estimates, S, P
+    return radii, estimates, start.S, start.P
 
 
 def next_histogram_radius(S: Any, counts: Any, phi: Any, *, kernel_variance: float, noise_variance: float,
