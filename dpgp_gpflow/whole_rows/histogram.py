@@ -46,15 +46,12 @@ from . import features as feature_maps
 from .bounds import part_bounds, validate_shares
 from .mechanism import checked_source, chunking
 from . import residual
-from .residual import MAX_RADIUS_POINTS, HeldRows, grid_cells, grid_centres
-from .residual_bounds import released_sensitivity
+from .residual import HeldRows, grid_cells, grid_centres
+from .residual_bounds import MAX_HISTOGRAM_CELLS, histogram_sensitivity
 from .statistics import RowStatistics, add_statistics
 
 __all__: list[str] = []  # internal: the package imports these names by name
 
-#: The most cells a histogram first stage counts (public): the most points :func:`~.residual.radius_points` keeps
-#: on its grid; a finer grid (high input dimension, short lengthscales) is refused before anything is reserved.
-MAX_HISTOGRAM_CELLS = MAX_RADIUS_POINTS
 #: The L2 bound on the counts' shift when one row is replaced: it leaves one cell and enters one (the counts are
 #: ``S``'s diagonal for the cells' one-hot features: ``S``'s bound, :func:`~.bounds.part_bounds`).
 COUNT_BOUND = part_bounds(1.0)[0]
@@ -171,22 +168,6 @@ def histogram_sums(source: ChunkSource, rows: Any) -> Tuple[np.ndarray, np.ndarr
                       f"{total['clipped_outputs']} outputs lay outside the public bounds {rows.y_bounds}: clipped",
                       ClippingWarning, stacklevel=3)
     return np.asarray(total["counts"], dtype=np.int64), np.asarray(total["b"], dtype=np.float64)
-
-
-def histogram_sensitivity(*, m: int, num_cells: int, multiplier: float, num_rows: int, chunk_rows: int,
-                          num_chunks: int, person_rows: int = 1) -> float:
-    """The L2 sensitivity the histogram stage charges for its released vector (module docstring) between
-    neighbours that differ in one person of at most ``person_rows`` (G) rows: ``G (1 + (M + 4) u)`` (the counts'
-    part moves by at most ``G w_n`` exactly, integers; ``b``'s by ``G w_b`` times the computed features' norm
-    bound ``1 + (M + 4) u``), plus the absolute :func:`~.bounds.rounding_slack` of the ``C + M`` sums (each entry a
-    sum of terms of magnitude at most 1, the counts' scaling included), times
-    :data:`~dpgp_gpflow.calibration.SENSITIVITY_SAFETY`, inflated for the exact sampler's grid over ``C + M``
-    entries (:func:`~dpgp_gpflow.sampling.gaussian_grid_factor`). Public; ``FloatingPointError`` for chunks too
-    long for a guaranteed float64 sum."""
-    if int(num_cells) < 1:
-        raise ValueError(f"num_cells must be >= 1, got {num_cells!r}")
-    return released_sensitivity(m=m, entries=int(num_cells) + int(m), multiplier=multiplier, num_rows=num_rows,
-                                chunk_rows=chunk_rows, num_chunks=num_chunks, person_rows=person_rows)
 
 
 class NoisedHistogram(NamedTuple):

@@ -39,13 +39,11 @@ from . import features as feature_maps
 from .design import inducing_design, validate_box
 from .features import FeatureMap
 from .posterior import WeightPosterior, compiled_on_reuse, floored, mean_noise_variance
-from .residual_bounds import residual_radius
+from .residual_bounds import MAX_RADIUS_POINTS, residual_radius
 from .statistics import GridStatistics, RowStatistics, add_statistics, feature_sums
 
 __all__: list[str] = []  # internal: the package imports these names by name
 
-#: The most public points the mean DP-noise variance is taken over (:func:`radius_points`).
-MAX_RADIUS_POINTS = 4096
 #: Cells per input column of :func:`radius_points` for a kernel without lengthscales.
 DEFAULT_RADIUS_CELLS = 16
 

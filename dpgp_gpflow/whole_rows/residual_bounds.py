@@ -1,4 +1,5 @@
-"""The public rules of the residual releases, without TensorFlow: the budget's fractions, the radius, the sensitivity.
+"""The public rules of the residual releases, without TensorFlow: the budget's fractions, the radius, the
+sensitivities (residual and histogram stages), the public grids' caps.
 
 A residual release (docs/whole_rows.md#residual-releases) is the whole-row statistics release at a fraction
 ``f_1`` of the Gaussian-DP budget (``mu_1^2 = f_1 mu^2``) followed by releases ``j = 2 .. J`` of the clipped
@@ -34,6 +35,14 @@ __all__: list[str] = []  # internal: the package imports these names by name
 DEFAULT_RESIDUAL_FRACTIONS = (0.5, 0.25, 0.25)
 #: ``z`` of the radius rule ``R_j = z sqrt(sigma^2 + v_{j-1})`` (the design study's choice among 1.5, 2, 3, 4).
 RESIDUAL_Z = 2.0
+
+
+#: The most public points the mean DP-noise variance is taken over (:func:`~.residual.radius_points`).
+MAX_RADIUS_POINTS = 4096
+#: The most cells a histogram first stage counts (public): the most points :func:`~.residual.radius_points` keeps
+#: on its grid; a finer grid (high input dimension, short lengthscales) is refused before anything is reserved
+#: (:func:`~.histogram.histogram_cells`; a release file's check, :mod:`dpgp_gpflow.io.card`).
+MAX_HISTOGRAM_CELLS = MAX_RADIUS_POINTS
 
 
 def validate_residual_fractions(fractions: Any) -> Optional[Tuple[float, ...]]:
@@ -87,7 +96,7 @@ def residual_sensitivity(*, m: int, multiplier: float, num_rows: int, chunk_rows
 def released_sensitivity(*, m: int, entries: int, multiplier: float, num_rows: int, chunk_rows: int,
                          num_chunks: int, person_rows: int = 1) -> float:
     """``(G (1 + (M + 4) u) + slack) SENSITIVITY_SAFETY grid_factor``: the one rule of :func:`residual_sensitivity`
-    and :func:`~.histogram.histogram_sensitivity`, for a released vector of ``entries`` sums (each of terms of
+    and :func:`histogram_sensitivity`, for a released vector of ``entries`` sums (each of terms of
     magnitude at most 1, rows of features of ``m`` entries) whose L2 shift per row is at most the computed features'
     norm bound ``1 + (M + 4) u``: :func:`~dpgp_gpflow.whole_rows.bounds.rounding_slack` over ``entries`` sums and the
     sampler's grid factor over ``entries``. Public."""
@@ -96,3 +105,19 @@ def released_sensitivity(*, m: int, entries: int, multiplier: float, num_rows: i
         raise ValueError(f"person_rows and m must be >= 1 and entries >= m, got {person_rows!r}, {m!r}, {entries!r}")
     slack = rounding_slack(num_rows, chunk_rows, num_chunks, E)
     return (G * (1.0 + (M + 4) * UNIT_ROUNDOFF) + slack) * SENSITIVITY_SAFETY * gaussian_grid_factor(multiplier, E)
+
+
+def histogram_sensitivity(*, m: int, num_cells: int, multiplier: float, num_rows: int, chunk_rows: int,
+                          num_chunks: int, person_rows: int = 1) -> float:
+    """The L2 sensitivity the histogram stage charges for its released vector (:mod:`.histogram`) between
+    neighbours that differ in one person of at most ``person_rows`` (G) rows: ``G (1 + (M + 4) u)`` (the counts'
+    part moves by at most ``G w_n`` exactly, integers; ``b``'s by ``G w_b`` times the computed features' norm
+    bound ``1 + (M + 4) u``), plus the absolute :func:`~.bounds.rounding_slack` of the ``C + M`` sums (each entry a
+    sum of terms of magnitude at most 1, the counts' scaling included), times
+    :data:`~dpgp_gpflow.calibration.SENSITIVITY_SAFETY`, inflated for the exact sampler's grid over ``C + M``
+    entries (:func:`~dpgp_gpflow.sampling.gaussian_grid_factor`). Public; ``FloatingPointError`` for chunks too
+    long for a guaranteed float64 sum."""
+    if int(num_cells) < 1:
+        raise ValueError(f"num_cells must be >= 1, got {num_cells!r}")
+    return released_sensitivity(m=m, entries=int(num_cells) + int(m), multiplier=multiplier, num_rows=num_rows,
+                                chunk_rows=chunk_rows, num_chunks=num_chunks, person_rows=person_rows)
