@@ -56,9 +56,14 @@ from ..validation import (
     validate_objective,
     validate_output_bounds,
 )
-from ..whole_rows.bounds import entry_noise_std, released_sensitivity, statistic_scales, validate_shares
+from ..whole_rows.bounds import entry_noise_std, part_bounds, released_sensitivity, statistic_scales, validate_shares
 from ..whole_rows.design import validate_box
-from ..whole_rows.residual_bounds import residual_sensitivity, validate_residual_fractions
+from ..whole_rows.residual_bounds import (
+    MAX_HISTOGRAM_CELLS,
+    histogram_sensitivity,
+    residual_sensitivity,
+    validate_residual_fractions,
+)
 from .format import ReleaseDocument, ReleaseFileError, ReleaseFileKindError, read, take_arrays
 
 __all__ = ["read_card"]
@@ -486,6 +491,17 @@ def whole_rows_card(document: ReleaseDocument) -> WholeRowsCard:
     return checked
 
 
+def _card_chunking(card: Mapping[str, Any], n: int) -> list:
+    """The card's ``chunking``: ``[longest chunk's rows, chunks]``, positive integers covering ``n`` rows."""
+    chunking = card["chunking"]
+    if not (isinstance(chunking, list) and len(chunking) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in chunking)
+            and chunking[0] <= n and chunking[1] <= n and chunking[0] * chunking[1] >= n):
+        raise ReleaseFileError(f"card.chunking must be [longest chunk's rows, chunks] covering num_data {n}, "
+                               f"got {chunking!r}")
+    return chunking
+
+
 def _whole_rows_statistics(document: ReleaseDocument, mechanism: str, B: int, blocks: str,
                            y_bounds: Callable[[], Any]) -> WholeRowsCard:
     """The checks every whole-row card shares (regression and classifiers): privacy parameters, mechanism,
@@ -512,12 +528,7 @@ def _whole_rows_statistics(document: ReleaseDocument, mechanism: str, B: int, bl
     if card["neighbours"] != whole_rows_relation(g):
         raise ReleaseFileError(f"card.neighbours {card['neighbours']!r} is not {whole_rows_relation(g)!r} "
                                f"(person_rows {g})")
-    chunking = card["chunking"]
-    if not (isinstance(chunking, list) and len(chunking) == 2
-            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in chunking)
-            and chunking[0] <= n and chunking[1] <= n and chunking[0] * chunking[1] >= n):
-        raise ReleaseFileError(f"card.chunking must be [longest chunk's rows, chunks] covering num_data {n}, "
-                               f"got {chunking!r}")
+    chunking = _card_chunking(card, n)
     try:
         sensitivity = released_sensitivity(shares, m=m, multiplier=multiplier, num_rows=n, chunk_rows=chunking[0],
                                            num_chunks=chunking[1], person_rows=g, blocks=B)
@@ -584,13 +595,21 @@ def whole_rows_classifier_card(document: ReleaseDocument) -> WholeRowsCard:
 
 
 def whole_rows_summary(card: Mapping[str, Any]) -> str:
-    """The one-line description of a whole-row release, residual release or classifier from its (checked) card:
+    """The one-line description of a whole-row release, residual or histogram residual release or classifier from its
+    (checked) card:
     the loaded object's ``repr`` and ``dpgp show``'s first line."""
     if card.get("mechanism") == RESIDUAL_MECHANISM:
         return (f"ResidualRelease(mechanism='whole-row statistics + {len(card['radii'])} residual release(s)', "
                 f"epsilon={card['epsilon']:.6g}, delta={card['delta']:.6g}, m={card['num_inducing']}, "
                 f"n={card['num_data']}, fractions={card['residual_fractions']}, bounds={tuple(card['y_bounds'])}, "
                 f"neighbours={card['neighbours']!r}" + (", clip_to_bounds=True" if card["clip_to_bounds"] else "")
+                + (", reproducible=True)" if card["reproducible"] else ")"))
+    if card.get("mechanism") == HISTOGRAM_MECHANISM:
+        return (f"HistogramResidualRelease(mechanism='whole-row histogram + {len(card['radii'])} residual release(s)', "
+                f"epsilon={card['epsilon']:.6g}, delta={card['delta']:.6g}, m={card['num_inducing']}, "
+                f"cells={card['num_cells']}, n={card['num_data']}, fractions={card['residual_fractions']}, "
+                f"bounds={tuple(card['y_bounds'])}, neighbours={card['neighbours']!r}"
+                + (", clip_to_bounds=True" if card["clip_to_bounds"] else "")
                 + (", reproducible=True)" if card["reproducible"] else ")"))
     if card.get("mechanism") == WHOLE_ROWS_CLASSIFIER_MECHANISM:
         K = card["num_classes"]
@@ -634,12 +653,36 @@ def residual_card(document: ReleaseDocument) -> WholeRowsCard:
     every residual stage's sensitivity (:func:`~dpgp_gpflow.whole_rows.residual_bounds.residual_sensitivity`) and
     its noise std ``s_j Delta_j 2 R_j`` from the recorded radius (the loader recomputes the radii from the earlier
     stages). ``ReleaseFileError`` naming the field."""
-    card, where = document.card, "card"
-    missing = [k for k in (*WHOLE_ROWS_CARD, *RESIDUAL_CARD) if k not in card]
+    card = document.card
+    multipliers = _staged_multipliers(card, (*WHOLE_ROWS_CARD, *RESIDUAL_CARD), RESIDUAL_MECHANISM)
+    J = len(multipliers)
+    first = residual_first_stage(document)
+    if first.card.get("noise_multiplier") != card["stage_multipliers"][0] or first.card.get("mechanism") != \
+            WHOLE_ROWS_MECHANISM or any(first.card.get(k) != card[k] for k in _FIRST_STAGE_SHARED):
+        raise ReleaseFileError("content.first_stage is not the whole-row release of the first stage (its multiplier "
+                               "card.stage_multipliers[0], the same public pieces as the card)")
+    checked = whole_rows_card(first)
+    whole_rows_arrays(first.arrays, "statistics/", checked.m)
+    if card["sensitivity"] != first.card["sensitivity"] or card["stage_sensitivities"][0] != card["sensitivity"]:
+        raise ReleaseFileError("card.sensitivity and card.stage_sensitivities[0] must be the first stage's")
+    _residual_stages(document, multipliers, checked.m, checked.y_bounds)
+    return checked
+
+
+def _staged_multipliers(card: Mapping[str, Any], fields: Sequence[str], mechanism: str) -> Tuple[float, ...]:
+    """The checks a release of stages composed in Gaussian DP shares (residual and histogram releases): its
+    ``fields`` present, its ``mechanism``, epsilon, delta and calibration valid, the whole's multiplier recomputed
+    from them, the fractions by the library's rule
+    (:func:`~dpgp_gpflow.whole_rows.residual_bounds.validate_residual_fractions`), ``stage_multipliers``,
+    ``stage_sensitivities`` (J positive numbers) and ``radii`` (J - 1); returns the stages' multipliers
+    ``s / sqrt(f_j)`` recomputed (:func:`~dpgp_gpflow.composition.gdp_fraction_multipliers`), which the card's
+    must be."""
+    where = "card"
+    missing = [k for k in fields if k not in card]
     if missing:
         raise ReleaseFileError(f"card: missing field(s) {missing}")
-    if card["mechanism"] != RESIDUAL_MECHANISM:
-        raise ReleaseFileError(f"card.mechanism must be {RESIDUAL_MECHANISM!r}, got {card['mechanism']!r}")
+    if card["mechanism"] != mechanism:
+        raise ReleaseFileError(f"card.mechanism must be {mechanism!r}, got {card['mechanism']!r}")
     epsilon = _checked(where, "epsilon", validate_epsilon, card["epsilon"])
     delta = _checked(where, "delta", validate_delta, card["delta"])
     calibration = _checked(where, "calibration", validate_calibration, card["calibration"])
@@ -662,18 +705,21 @@ def residual_card(document: ReleaseDocument) -> WholeRowsCard:
     if not np.allclose(card["stage_multipliers"], multipliers, rtol=RECOMPUTED_RTOL, atol=0.0):
         raise ReleaseFileError("card.stage_multipliers are not the noise multiplier over the square roots of the "
                                "fractions (Gaussian-DP composition)")
-    first = residual_first_stage(document)
-    if first.card.get("noise_multiplier") != card["stage_multipliers"][0] or first.card.get("mechanism") != \
-            WHOLE_ROWS_MECHANISM or any(first.card.get(k) != card[k] for k in _FIRST_STAGE_SHARED):
-        raise ReleaseFileError("content.first_stage is not the whole-row release of the first stage (its multiplier "
-                               "card.stage_multipliers[0], the same public pieces as the card)")
-    checked = whole_rows_card(first)
-    whole_rows_arrays(first.arrays, "statistics/", checked.m)
-    if card["sensitivity"] != first.card["sensitivity"] or card["stage_sensitivities"][0] != card["sensitivity"]:
-        raise ReleaseFileError("card.sensitivity and card.stage_sensitivities[0] must be the first stage's")
+    return multipliers
+
+
+def _residual_stages(document: ReleaseDocument, multipliers: Sequence[float], m: int,
+                     y_bounds: Tuple[float, float]) -> Dict[str, np.ndarray]:
+    """The residual stages of a residual or histogram release file: every stage's sensitivity recomputed
+    (:func:`~dpgp_gpflow.whole_rows.residual_bounds.residual_sensitivity` of M, n, chunking and persons at its
+    multiplier), each radius at most the bounds' width, the arrays ``residual/b`` [J - 1, M] and
+    ``residual/noise_std`` [J - 1], each std ``s_j Delta_j 2 R_j`` from the recorded radius (the loader recomputes
+    the radii from the earlier stages). Returns the two arrays."""
+    card = document.card
+    J = len(multipliers)
     n, g, chunking = card["num_data"], card["person_rows"], card["chunking"]
     try:
-        sensitivities = [residual_sensitivity(m=checked.m, multiplier=s, num_rows=n, chunk_rows=chunking[0],
+        sensitivities = [residual_sensitivity(m=m, multiplier=s, num_rows=n, chunk_rows=chunking[0],
                                               num_chunks=chunking[1], person_rows=g) for s in multipliers[1:]]
     except (ValueError, FloatingPointError) as exc:
         raise ReleaseFileError(f"card.stage_sensitivities: {exc}") from None
@@ -681,21 +727,106 @@ def residual_card(document: ReleaseDocument) -> WholeRowsCard:
         raise ReleaseFileError("card.stage_sensitivities are not the residual sensitivities of M, n, chunking and "
                                "person_rows at the stages' multipliers")
     radii = np.asarray(card["radii"], dtype=np.float64)
-    lo, hi = checked.y_bounds
+    lo, hi = y_bounds
     if np.any(radii > hi - lo):
         raise ReleaseFileError("card.radii must be at most the bounds' width")
-    arrays = take_arrays("ResidualRelease", document.arrays, {"residual/b": 2, "residual/noise_std": 1})
-    if arrays["residual/b"].shape != (J - 1, checked.m) or arrays["residual/noise_std"].shape != (J - 1,):
-        raise ReleaseFileError(f"arrays.residual/b and residual/noise_std must be [{J - 1}, {checked.m}] and "
-                               f"[{J - 1}]")
+    arrays = take_arrays(document.kind, document.arrays, {"residual/b": 2, "residual/noise_std": 1})
+    if arrays["residual/b"].shape != (J - 1, m) or arrays["residual/noise_std"].shape != (J - 1,):
+        raise ReleaseFileError(f"arrays.residual/b and residual/noise_std must be [{J - 1}, {m}] and [{J - 1}]")
     expected_std = np.asarray(multipliers[1:]) * np.asarray(sensitivities) * 2.0 * radii
     if not np.allclose(arrays["residual/noise_std"], expected_std, rtol=WHOLE_ROWS_RTOL, atol=0.0):
         raise ReleaseFileError("arrays.residual/noise_std is not each stage's multiplier x sensitivity x 2 radius")
-    return checked
+    return arrays
+
+
+#: The mechanism a histogram residual release's card records (:mod:`dpgp_gpflow.whole_rows.histogram_release`).
+HISTOGRAM_MECHANISM = "gaussian (whole-row histogram and residual sums, Gaussian-DP composition)"
+#: The card's fields of a histogram residual release
+#: (:meth:`~dpgp_gpflow.whole_rows.histogram_release.HistogramResidualRelease.privacy_card`).
+HISTOGRAM_CARD = ("epsilon", "delta", "reproducible", "clip_to_bounds", "neighbours", "mechanism", "calibration",
+                  "noise_multiplier", "shares", "x_bounds", "y_bounds", "num_data", "num_inducing", "cells",
+                  "num_cells", "person_rows", "chunking", "kernel_variance", "noise_variance", *RESIDUAL_CARD,
+                  "radius_z", "preconditioner_floor")
+#: The arrays of a histogram residual release's file beyond the residual stages' (docs/release_file.md).
+HISTOGRAM_ARRAYS = {"inducing_inputs": 2, "histogram/centres": 2, "histogram/counts": 1, "histogram/b": 1,
+                    "histogram/noise_std": 1}
+
+
+class HistogramCard(NamedTuple):
+    """A histogram residual release file's card checked (:func:`histogram_card`): the recomputed public numbers."""
+
+    m: int  #: M, the inducing inputs
+    cells: int  #: G, the grid's cells per input column (``C = G^D`` counts)
+    box: np.ndarray  #: x_bounds [D, 2]
+    y_bounds: Tuple[float, float]
+    arrays: Dict[str, np.ndarray]  #: :data:`HISTOGRAM_ARRAYS` and the residual stages', shapes checked
+
+
+def histogram_card(document: ReleaseDocument) -> HistogramCard:
+    """The card and released arrays of a ``HistogramResidualRelease`` file checked
+    (docs/release_file.md#histogram-residual-releases), every number that can be recomputed without TensorFlow: the
+    whole's multiplier from (epsilon, delta, calibration) and the stages' from the fractions (as
+    :func:`residual_card`); the relation from ``person_rows``; the chunking; the grid's ``C = G^D`` cells at most
+    :data:`~dpgp_gpflow.whole_rows.residual_bounds.MAX_HISTOGRAM_CELLS`; the counts-and-``b`` stage's sensitivity
+    (:func:`~dpgp_gpflow.whole_rows.residual_bounds.histogram_sensitivity` of M, C, n, chunking and persons) and its
+    two noise stds ``s_1 Delta_1 sqrt(2) / w_n`` (counts) and ``s_1 Delta_1 d / w_b`` (``b``; the parts' bounds of
+    :func:`~dpgp_gpflow.whole_rows.bounds.part_bounds`, the shares normalised); every residual stage as
+    :func:`residual_card` checks it; the arrays' shapes. The loader recomputes the grid from the kernel and the
+    box, and every radius and estimate from the released values. ``ReleaseFileError`` naming the field."""
+    card, where = document.card, "card"
+    multipliers = _staged_multipliers(card, HISTOGRAM_CARD, HISTOGRAM_MECHANISM)
+    n, m, g = _card_int(card, "num_data", 1), _card_int(card, "num_inducing", 1), _card_int(card, "person_rows", 1)
+    if card["neighbours"] != whole_rows_relation(g):
+        raise ReleaseFileError(f"card.neighbours {card['neighbours']!r} is not {whole_rows_relation(g)!r} "
+                               f"(person_rows {g})")
+    chunking = _card_chunking(card, n)
+    box = _checked(where, "x_bounds", validate_box, card["x_bounds"])
+    bounds = _card_bounds(card["y_bounds"], 1, where)
+    if bounds is None:
+        raise ReleaseFileError("card.y_bounds: a whole-row release always has bounds")
+    for name in ("reproducible", "clip_to_bounds"):
+        if not isinstance(card[name], bool):
+            raise ReleaseFileError(f"card.{name} must be true or false, got {card[name]!r}")
+    for name in ("kernel_variance", "noise_variance", "radius_z", "preconditioner_floor"):
+        _checked(where, name, _positive, name, card[name])
+    G, C, D = _card_int(card, "cells", 1), _card_int(card, "num_cells", 1), box.shape[0]
+    if C != G ** D or C > MAX_HISTOGRAM_CELLS:
+        raise ReleaseFileError(f"card.num_cells {C} must be cells^{D} = {G}^{D} (the box's columns) and at most "
+                               f"{MAX_HISTOGRAM_CELLS}")
+    shares = card["shares"]
+    if not (isinstance(shares, list) and len(shares) == 2
+            and all(_is_number(v) and math.isfinite(v) and v > 0.0 for v in shares)
+            and math.isclose(math.fsum(shares), 1.0, rel_tol=RECOMPUTED_RTOL)):
+        raise ReleaseFileError(f"card.shares must be the counts' and b's squared shares, two numbers > 0 summing to "
+                               f"1, got {shares!r}")
+    try:
+        sensitivity = histogram_sensitivity(m=m, num_cells=C, multiplier=multipliers[0], num_rows=n,
+                                            chunk_rows=chunking[0], num_chunks=chunking[1], person_rows=g)
+    except (ValueError, FloatingPointError) as exc:
+        raise ReleaseFileError(f"card.stage_sensitivities: {exc}") from None
+    if not math.isclose(card["stage_sensitivities"][0], sensitivity, rel_tol=WHOLE_ROWS_RTOL):
+        raise ReleaseFileError(f"card.stage_sensitivities[0] {card['stage_sensitivities'][0]!r} is not the histogram "
+                               f"stage's sensitivity {sensitivity!r} of M = {m}, {C} cells, n = {n}, chunking "
+                               f"{chunking} and person_rows {g}")
+    arrays = take_arrays(document.kind, document.arrays, HISTOGRAM_ARRAYS)
+    shapes = {"inducing_inputs": (m, D), "histogram/centres": (C, D), "histogram/counts": (C,), "histogram/b": (m,),
+              "histogram/noise_std": (2,)}
+    for name, shape in shapes.items():
+        if arrays[name].shape != shape:
+            raise ReleaseFileError(f"arrays.{name} must be {list(shape)}, got {list(arrays[name].shape)}")
+    # the released vector [w_n / sqrt(2) counts, w_b / d b] got noise of std s_1 Delta_1 on every entry
+    std = multipliers[0] * sensitivity
+    (count_bound, _, _), (_, b_bound, _) = part_bounds(1.0), part_bounds(bounds[1] - bounds[0])
+    expected = [std / (math.sqrt(shares[0]) / count_bound), std / (math.sqrt(shares[1]) / b_bound)]
+    if not np.allclose(arrays["histogram/noise_std"], expected, rtol=WHOLE_ROWS_RTOL, atol=0.0):
+        raise ReleaseFileError("arrays.histogram/noise_std is not the counts' and b's noise std of "
+                               "card.stage_multipliers[0] x card.stage_sensitivities[0] for the shares and bounds")
+    arrays.update(_residual_stages(document, multipliers, m, bounds))
+    return HistogramCard(m, G, box, bounds, arrays)
 
 
 #: The kinds of whole-row objects: no PrivateRelease parts, their one line from :func:`whole_rows_summary`.
-WHOLE_ROWS_KINDS = ("WholeRowsRelease", "WholeRowsClassifier", "ResidualRelease")
+WHOLE_ROWS_KINDS = ("WholeRowsRelease", "WholeRowsClassifier", "ResidualRelease", "HistogramResidualRelease")
 
 
 #: Object kind (its class name, as written in the file) -> the check of its card and releases. The kinds
@@ -710,6 +841,7 @@ CARD_KINDS: Dict[str, Callable[[ReleaseDocument], Tuple[ReleaseEntry, ...]]] = {
     "WholeRowsRelease": lambda document: (whole_rows_card(document), ())[1],  # no PrivateRelease parts
     "WholeRowsClassifier": lambda document: (whole_rows_classifier_card(document), ())[1],
     "ResidualRelease": lambda document: (residual_card(document), ())[1],
+    "HistogramResidualRelease": lambda document: (histogram_card(document), ())[1],
 }
 
 

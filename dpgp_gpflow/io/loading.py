@@ -33,6 +33,8 @@ from ..whole_rows.features import FeatureMap
 from ..whole_rows.lengthscales import choose
 from ..whole_rows.mechanism import NoisedStatistics
 from ..whole_rows.classification import WholeRowsClassifier
+from ..whole_rows.histogram import NoisedHistogram, histogram_cells, histogram_centres
+from ..whole_rows.histogram_release import HistogramResidualRelease
 from ..whole_rows.released import WholeRowsRelease
 from ..whole_rows.residual import radius_features, radius_points, replay
 from ..whole_rows.residual_release import ResidualRelease, ResidualStage, residual_release
@@ -40,6 +42,7 @@ from ..mechanisms.request import release_request
 from .card import (
     check_kind,
     clip_flag,
+    histogram_card,
     laplace_releases,
     multiclass_releases,
     read_card,
@@ -285,6 +288,57 @@ def _load_residual(document: ReleaseDocument) -> Released:
     return released.clipped() if card["clip_to_bounds"] else released.unclipped()
 
 
+def _load_histogram(document: ReleaseDocument) -> Released:
+    """The :class:`~dpgp_gpflow.whole_rows.histogram_release.HistogramResidualRelease` of a verified file: its card
+    and arrays checked (:func:`~dpgp_gpflow.io.card.histogram_card`), the feature map rebuilt from the kernel,
+    ``Z``, ``k_max`` and the jitter, the grid recomputed from the kernel and the box
+    (:func:`~dpgp_gpflow.whole_rows.histogram.histogram_cells`, its cap; the file's centres must be its centres),
+    and the object built by its own constructor from the released values, which recomputes every radius and
+    estimate (never read: a radius that differs from the recorded one is refused); the loaded object's card must
+    be the file's. ``ReleaseFileError`` naming the field otherwise."""
+    checked = histogram_card(document)
+    card, content, a = document.card, document.content, checked.arrays
+    if not isinstance(content, dict) or set(content) != {"kernel", "k_max", "jitter"}:
+        raise ReleaseFileError("content must be an object with ['jitter', 'k_max', 'kernel']")
+    try:
+        features = FeatureMap(kernel_from_spec(content["kernel"], checked.box.shape[0]), a["inducing_inputs"],
+                              jitter=content["jitter"], k_max=content["k_max"])
+        cells = histogram_cells(features.kernel, checked.box)  # the library's grid and cap, from public pieces
+    except ReleaseFileError:
+        raise
+    except (TypeError, ValueError, FloatingPointError, NotImplementedError) as exc:
+        raise ReleaseFileError(f"content: {exc}") from None
+    if cells != checked.cells:
+        raise ReleaseFileError(f"card.cells {checked.cells} is not the grid's {cells} cells per column (half a "
+                               "lengthscale per cell over the box)")
+    centres = histogram_centres(features.kernel, checked.box)
+    if not np.array_equal(a["histogram/centres"], centres):
+        raise ReleaseFileError("arrays.histogram/centres are not the centres of the grid of the kernel and the box")
+    counts_std, b_std = (float(v) for v in a["histogram/noise_std"])
+    reproducible = card["reproducible"]
+    noised = NoisedHistogram(a["histogram/counts"], a["histogram/b"], counts_std, b_std, cells, card["num_data"],
+                             card["stage_sensitivities"][0], card["stage_multipliers"][0], tuple(card["shares"]),
+                             reproducible, card["person_rows"], tuple(card["chunking"]))
+    stages = [ResidualStage(b_j, float(s), float(r), float(m), float(d), reproducible)
+              for b_j, s, r, m, d in zip(a["residual/b"], a["residual/noise_std"], card["radii"],
+                                         card["stage_multipliers"][1:], card["stage_sensitivities"][1:])]
+    try:
+        request = release_request(card["epsilon"], card["delta"], calibration=card["calibration"], objective=None)
+        released = HistogramResidualRelease(noised, features, centres, stages, fractions=card["residual_fractions"],
+                                            request=request, x_bounds=checked.box, y_bounds=checked.y_bounds,
+                                            kernel_variance=card["kernel_variance"],
+                                            noise_variance=card["noise_variance"],
+                                            clip_to_bounds=card["clip_to_bounds"])
+    except (TypeError, ValueError, FloatingPointError, np.linalg.LinAlgError, tf.errors.InvalidArgumentError) as exc:
+        raise ReleaseFileError(f"the stages: {exc}") from None
+    own = as_read_back(released.privacy_card(), "card")
+    own.pop("radii")  # recomputed by the constructor, equal to the file's within its tolerance (it refused otherwise)
+    place = _difference({k: card.get(k) for k in own}, own, "card")
+    if place:
+        raise ReleaseFileError(f"{place}: not what the loaded HistogramResidualRelease records")
+    return released
+
+
 def _symmetric(v: np.ndarray, m: int) -> np.ndarray:
     """The symmetric [M, M] matrix of its upper triangle ``v`` (row by row, as the file holds ``S``)."""
     upper = np.triu_indices(m)
@@ -341,6 +395,7 @@ RELEASED_KINDS: Dict[str, Callable[[ReleaseDocument], Released]] = {
     WholeRowsRelease.__name__: _load_whole_rows,
     WholeRowsClassifier.__name__: _load_whole_rows_classifier,
     ResidualRelease.__name__: _load_residual,
+    HistogramResidualRelease.__name__: _load_histogram,
 }
 
 # Each loader runs its kind's card checks (io/card.py's CARD_KINDS, which lists exactly these kinds:

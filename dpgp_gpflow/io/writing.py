@@ -209,3 +209,19 @@ def whole_rows_classifier_content(released: Any) -> Content:
                        f"statistics/{a}/q": q[a:a + 1]})
     content = {"kernel": kernel_spec(features.kernel), "k_max": features.k_max, "jitter": features.jitter}
     return content, {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()}
+
+
+def histogram_content(released: Any) -> Content:
+    """``(content, arrays)`` of a histogram residual release (docs/release_file.md#histogram-residual-releases): the
+    counts-and-``b`` stage as released (``histogram/counts`` [C], ``histogram/b`` [M], their two noise stds
+    ``histogram/noise_std`` [2]), the public grid's centres (``histogram/centres`` [C, D]), every residual stage's
+    released sum (``residual/b`` [J - 1, M]) and noise std (``residual/noise_std`` [J - 1]), ``Z`` and the public
+    pieces (kernel, ``k_max``, jitter). Nothing of the rows but the released values."""
+    features = released.features
+    statistics, std = released.statistics, released.statistics_noise_std
+    arrays = {"inducing_inputs": features.Z, "histogram/centres": released.centres,
+              "histogram/counts": statistics["counts"], "histogram/b": statistics["b"],
+              "histogram/noise_std": [std["counts"][0], std["b"][0]], "residual/b": statistics["residual_b"],
+              "residual/noise_std": std["residual_b"][:, 0]}
+    content = {"kernel": kernel_spec(features.kernel), "k_max": features.k_max, "jitter": features.jitter}
+    return content, {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()}

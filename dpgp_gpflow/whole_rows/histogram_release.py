@@ -17,7 +17,8 @@ from typing import Any, Callable, Dict, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from ..io.writing import register
+from ..io.card import HISTOGRAM_MECHANISM, whole_rows_summary
+from ..io.writing import histogram_content, register
 from ..measurement import Measurement, SensitivityPath, StepDraws, measure, stepwise
 from ..mechanisms.request import ReleaseRequest
 from ..relations import largest_person
@@ -47,10 +48,6 @@ from .statistics import RowStatistics
 
 __all__: list[str] = []  # internal: the package imports these names by name
 
-#: The card's mechanism of a histogram residual release.
-HISTOGRAM_MECHANISM = "gaussian (whole-row histogram and residual sums, Gaussian-DP composition)"
-
-
 class HistogramResidualRelease(StagedRelease):
     """A histogram residual release (:func:`release_histogram_residuals`) and the sparse GP of its last estimate.
 
@@ -76,6 +73,8 @@ class HistogramResidualRelease(StagedRelease):
         self.stage_multipliers = (float(noised.multiplier), *[float(s.multiplier) for s in stages])
         self.stage_sensitivities = (float(noised.sensitivity), *[float(s.sensitivity) for s in stages])
         self.num_data, self.person_rows, self.chunking = noised.num_data, noised.person_rows, noised.chunking
+        #: the counts' and b's squared shares ``(w_n^2, w_b^2)`` and G, the grid's cells per column (public)
+        self.shares, self.cells = (float(noised.shares[0]), float(noised.shares[1])), int(noised.cells)
         self.x_bounds, self.y_bounds = np.array(x_bounds, dtype=np.float64), (float(y_bounds[0]), float(y_bounds[1]))
         self.kernel_variance, self.noise_variance = float(kernel_variance), float(noise_variance)
         self._epsilon, self._delta, self.calibration = request.epsilon, request.delta, request.calibration
@@ -115,7 +114,8 @@ class HistogramResidualRelease(StagedRelease):
                 "mechanism": HISTOGRAM_MECHANISM, "calibration": self.calibration,
                 "noise_multiplier": self.noise_multiplier, "x_bounds": self.x_bounds.tolist(),
                 "y_bounds": list(self.y_bounds), "num_data": self.num_data, "num_inducing": self.features.m,
-                "num_cells": int(self.centres.shape[0]), "person_rows": self.person_rows,
+                "cells": self.cells, "num_cells": int(self.centres.shape[0]), "shares": list(self.shares),
+                "person_rows": self.person_rows,
                 "chunking": list(self.chunking), "kernel_variance": self.kernel_variance,
                 "noise_variance": self.noise_variance, "residual_fractions": list(self.fractions),
                 "stage_multipliers": list(self.stage_multipliers),
@@ -123,19 +123,10 @@ class HistogramResidualRelease(StagedRelease):
                 "radius_z": HISTOGRAM_Z, "preconditioner_floor": PRECONDITIONER_FLOOR}
 
     def __repr__(self) -> str:
-        return (f"HistogramResidualRelease(epsilon={self.epsilon:.6g}, delta={self.delta:.6g}, n={self.num_data}, "
-                f"M={self.features.m}, cells={self.centres.shape[0]}, stages={len(self.fractions)}, "
-                f"neighbours={self.neighbours!r})")
+        return whole_rows_summary(self.privacy_card())  # as ``dpgp show`` prints it from the file's card
 
 
-def _no_file_form(released: HistogramResidualRelease) -> Any:
-    """The release file's writer of a histogram residual release: none yet, refused in one line before anything
-    is written (the generic writer of :class:`~dpgp_gpflow.released.Released` would write a file of no releases)."""
-    raise NotImplementedError("a HistogramResidualRelease has no release file form yet: keep the object, or release "
-                              "with residual_fractions='default' to save it")
-
-
-register(HistogramResidualRelease, _no_file_form)
+register(HistogramResidualRelease, histogram_content)  # docs/release_file.md#histogram-residual-releases
 
 
 def release_histogram_residuals(request: ReleaseRequest, source: ChunkSource, rows: RowStatistics, *, shares: Any,

@@ -331,11 +331,3 @@ def test_persons_are_charged_as_their_largest_in_every_stage():
     np.testing.assert_allclose(persons.stage_sensitivities, 3.0 * np.asarray(rows.stage_sensitivities), rtol=1e-6)
     report = dp.audit(persons, _model(X, Y, groups=groups))
     assert report.passed and 0.99 * EPSILON <= report.epsilon <= EPSILON * (1 + 1e-9)
-
-
-def test_saving_is_refused_until_the_release_file_holds_the_scheme(tmp_path):
-    X, Y = _rows(40)
-    released = _release(X, Y)
-    with pytest.raises(NotImplementedError, match="HistogramResidualRelease"):
-        released.save(tmp_path / "h.json")
-    assert list(tmp_path.iterdir()) == []
