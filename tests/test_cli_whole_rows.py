@@ -180,6 +180,14 @@ REFUSALS = {
                               "two or more fractions"),
     "residual classifier": (["--private-inputs", *BOX_ARGS, "--lengthscale", "20", "--variance", "4", "--classes",
                              "2", "--residual"], "without --classes"),
+    "residual nonsense": (["--private-inputs", *BOX_ARGS, "--lengthscale", "20", "--residual", "half", "half"],
+                          "--residual takes no number (the default fractions), histogram"),
+    "histogram without variances": (["--private-inputs", *BOX_ARGS, "--lengthscale", "20", "--residual",
+                                     "histogram"], "--residual histogram needs --lengthscale, --variance and --noise"),
+    "histogram with fractions": (["--private-inputs", *BOX_ARGS, "--lengthscale", "20", "--variance", "100",
+                                  "--noise", "10", "--residual", "histogram", "0.5"], "--residual takes no number"),
+    "histogram grid over the cap": (["--private-inputs", *BOX_ARGS, "--lengthscale", "0.5", "--variance", "100",
+                                     "--noise", "10", "--residual", "histogram"], "320^2 cells"),
 }
 
 
@@ -281,3 +289,50 @@ def test_residual_releases_are_the_python_apis_charged_once(work, fractions, len
         np.testing.assert_allclose(json.loads(shown["lengthscale_candidates"]), [f * width for f in (0.1, 0.2, 0.4)],
                                    rtol=1e-12)
         np.testing.assert_array_equal(got.first_stage.lengthscales, expected.first_stage.lengthscales)
+
+
+def test_histogram_release_then_show_and_predict(work):
+    """``--residual histogram``: the histogram scheme as ``release_function(..., residual_fractions="histogram")``
+    with the same seed (the stages' released values equal), charged once at (epsilon, delta) with mu = 1 / s
+    (computed here); ``dpgp show`` prints its one line and every stage's multiplier s / sqrt(f_j); ``dpgp predict``
+    (free) gives the API's predictions."""
+    ledger = _ledger(work, "histogram.sqlite")
+    code, _, stderr = _run(["release", "inside.csv", "--x", "age", "weight", "--y", "height", "--bounds", "60", "180",
+                            "--private-inputs", "--x-bounds", *np.ravel(BOX), "--sparse", "9", "--inducing", "grid",
+                            "--lengthscale", "20", "30", "--variance", "100", "--noise", "10", "--epsilon", EPSILON,
+                            "--delta", DELTA, "--seed", "13", "--ledger", ledger, "--residual", "histogram",
+                            "-o", "histogram.json", "--quiet"], work)
+    assert code == 0, stderr
+    X, Y = _data(work, "inside.csv")
+    axes = [np.linspace(lo, hi, 3) for lo, hi in BOX]
+    Z = np.stack([g.reshape(-1) for g in np.meshgrid(*axes, indexing="ij")], axis=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        kernel = gpflow.kernels.SquaredExponential(lengthscales=[20.0, 30.0], variance=100.0)
+        model = dp.models.DPSGPR((X, Y), kernel, Z, noise_variance=10.0, y_bounds=(60.0, 180.0), x_bounds=BOX,
+                                 private_inputs=True, hyperparameters_public=True)
+        expected = model.release_function(epsilon=EPSILON, delta=DELTA, seed=13, residual_fractions="histogram")
+    got = dp.load(work / "histogram.json")
+    assert type(got).__name__ == "HistogramResidualRelease" and got.neighbours == "row (inputs and outputs)"
+    assert got.centres.shape == (64, 2)  # 8 cells of half the shortest lengthscale over the widest column, squared
+    for key, value in expected.statistics.items():
+        np.testing.assert_allclose(got.statistics[key], value, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(got.statistics_noise_std[key], expected.statistics_noise_std[key], rtol=1e-12)
+    s = reference_multiplier(EPSILON, DELTA)
+    events = dp.PrivacyAccountant.open(ledger).ledger
+    assert len(events) == 1 and (events[0].epsilon, events[0].delta) == (EPSILON, DELTA)
+    assert events[0].mu == pytest.approx(1.0 / s, rel=1e-8)
+    code, stdout, stderr = _run(["show", "histogram.json"], work)
+    assert code == 0, stderr
+    assert stdout.splitlines()[0] == f"histogram.json: {got!r}"
+    assert "HistogramResidualRelease(mechanism='whole-row histogram + 4 residual release(s)'" in stdout
+    shown = {line.split(":", 1)[0].strip(): line.split(":", 1)[1] for line in stdout.splitlines()[1:] if ":" in line}
+    fractions = (0.3, 0.15, 0.15, 0.15, 0.25)  # the scheme's (docs/whole_rows.md#residual-releases)
+    np.testing.assert_allclose(json.loads(shown["stage_multipliers"]), s / np.sqrt(fractions), rtol=1e-8)
+    code, _, stderr = _run(["predict", "histogram.json", "--at", "new.csv", "-o", "histogram.csv", "--quiet"], work)
+    assert code == 0, stderr
+    pred = pd.read_csv(work / "histogram.csv")
+    reference = expected.predict(pred[["age", "weight"]].to_numpy())
+    for name in ("mean", "variance", "noise_std"):
+        np.testing.assert_allclose(pred[name], getattr(reference, name)[:, 0], rtol=1e-9)
+    assert len(dp.PrivacyAccountant.open(ledger).ledger) == 1  # predictions cost nothing

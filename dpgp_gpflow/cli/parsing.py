@@ -202,14 +202,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-clip-inputs", action="store_true",
                    help="with --private-inputs: refuse (nothing charged) when an input lies outside --x-bounds, "
                         "instead of clipping it to the box")
-    p.add_argument("--residual", type=float, nargs="*", default=None, metavar="F",
+    p.add_argument("--residual", nargs="*", default=None, metavar="F",
                    help="with --private-inputs: after the whole-row statistics (without --lengthscale: every "
                         "candidate's of the default grid, one chosen), release the rows' clipped residual sums "
                         "against the estimate so far, each stage a public fraction of the one "
                         "budget (Gaussian-DP composition: one ledger event at --epsilon, --delta; "
                         "docs/whole_rows.md#residual-releases); --residual alone: the default fractions 0.5 0.25 "
                         "0.25 (the statistics, then two residual releases), or --residual F1 F2 ...: two or more "
-                        "fractions > 0 summing to 1, the statistics' first")
+                        "fractions > 0 summing to 1, the statistics' first; --residual histogram: the histogram "
+                        "scheme (noised cell counts and b first, then four residual releases; needs --lengthscale, "
+                        "--variance and --noise)")
     p.add_argument("--classes", type=int, default=None, metavar="K",
                    help="release a classifier: the --y column holds labels 0 .. K-1 (2: labels 0 / 1); the full-GP "
                         "Laplace classifier, or with --sparse M the sparse one (with --private-inputs --x-bounds: "

@@ -29,11 +29,11 @@ def cmd_predict(args) -> int:
     from ..released import PrivateClassifier, PrivateFunction
     from ..whole_rows.classification import WholeRowsClassifier
     from ..whole_rows.released import WholeRowsRelease
-    from ..whole_rows.residual_release import ResidualRelease
+    from ..whole_rows.residual_release import StagedRelease
 
     if isinstance(released, PrivateMulticlassClassifier):  # several classes: a probability per class
         dim = released.input_dim
-    elif isinstance(released, (WholeRowsRelease, WholeRowsClassifier, ResidualRelease)):  # whole rows: a function
+    elif isinstance(released, (WholeRowsRelease, WholeRowsClassifier, StagedRelease)):  # whole rows: a function
         dim = released.features.input_dim
     elif isinstance(released, PrivateFunction):
         dim = released.readout.input_dim

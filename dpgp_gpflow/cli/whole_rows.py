@@ -82,21 +82,28 @@ def whole_rows_inducing(args, dim: int) -> Tuple[str, int]:
 
 
 def checked_residual(args) -> Any:
-    """``--residual [F ...]``: None (one release), ``"default"`` (the option alone) or the public fractions of the
-    budget, checked by the library's rule (:func:`~dpgp_gpflow.whole_rows.residual_bounds.validate_residual_fractions`)
-    before anything is read (without ``--lengthscale``, the residual releases are of the lengthscale chosen in the
-    first stage). No TensorFlow."""
+    """``--residual [F ...]``: None (one release), ``"default"`` (the option alone), ``"histogram"`` (the histogram
+    scheme, ``--residual histogram``: one given ``--lengthscale`` and given ``--variance`` and ``--noise``, as the
+    library needs) or the public fractions of the budget, checked by the library's rule
+    (:func:`~dpgp_gpflow.whole_rows.residual_bounds.validate_residual_fractions`) before anything is read (without
+    ``--lengthscale``, the residual releases are of the lengthscale chosen in the first stage). No TensorFlow."""
     from ..whole_rows.residual_bounds import validate_residual_fractions
 
     if args.residual is None:
         return None
-    fractions = "default" if not args.residual else tuple(args.residual)
+    if args.residual == ["histogram"]:
+        if args.lengthscale is None or args.variance is None or args.noise is None:
+            raise UsageError("--residual histogram needs --lengthscale, --variance and --noise (public, chosen "
+                             "without the data): the histogram scheme has no lengthscale grid and no fitted "
+                             "variances")
+        return "histogram"
     try:
+        fractions = "default" if not args.residual else tuple(float(f) for f in args.residual)
         validate_residual_fractions(fractions)
     except ValueError:
-        raise UsageError("--residual takes no number (the default fractions) or two or more fractions of the budget, "
-                         "each > 0, summing to 1 (the statistics' first, then one per residual release), got "
-                         f"{' '.join(f'{f:g}' for f in args.residual)}") from None
+        raise UsageError("--residual takes no number (the default fractions), histogram (the histogram scheme) or "
+                         "two or more fractions of the budget, each > 0, summing to 1 (the statistics' first, then "
+                         f"one per residual release), got {' '.join(args.residual)}") from None
     return fractions
 
 
@@ -109,7 +116,8 @@ def cmd_release_whole_rows(args) -> int:
     inducing inputs come from the box alone; the lengthscales are given (public) or chosen from the box's default
     grid inside the one release; the kernel and noise variances are given (public, both) or fitted on the
     released statistics (post-processing). With ``--residual``, residual releases follow the statistics under the
-    same one event (``residual_fractions=``, :func:`checked_residual`)."""
+    same one event (``residual_fractions=``, :func:`checked_residual`; ``--residual histogram``: the histogram
+    scheme)."""
     if not args.private_inputs:
         raise UsageError("--x-bounds is the public box of private inputs: give it with --private-inputs (without it "
                          "the --x columns are public and need no box)")
@@ -167,6 +175,13 @@ def cmd_release_whole_rows(args) -> int:
         ls = lengthscales[0] if len(lengthscales) == 1 else np.asarray(lengthscales, dtype=np.float64)
     kernel = kernel_class(args.kernel)(lengthscales=ls, **({} if args.variance is None else
                                                              {"variance": args.variance}))
+    if fractions == "histogram":  # the grid's cells under the library's cap, before anything is reserved
+        from ..whole_rows.histogram import histogram_cells
+
+        try:
+            histogram_cells(kernel, box)
+        except ValueError as exc:
+            raise UsageError(f"--residual histogram: {one_line(exc)}") from None
     Z = inducing_grid(box, per_column) if design == "grid" else inducing_design(box, args.sparse, kind=design)
     events = (gaussian_event(epsilon, delta, multiplier),)  # the release's one event (its request's)
     if accountant is not None:  # refuse an over-budget release before the model is even built
