@@ -28,14 +28,14 @@ from .histogram import NoisedHistogram, counting, histogram_cells, histogram_cen
 from .histogram_scheme import (
     HISTOGRAM_Z,
     PRECONDITIONER_FLOOR,
+    HistogramChain,
     aware_noise_covariance,
-    histogram_radii_and_estimates,
+    histogram_chain,
     histogram_start,
-    next_histogram_radius,
-    preconditioner_cholesky,
     residual_noise_covariance,
 )
 from .posterior import WeightPosterior
+from .residual import radius_features
 from .residual_bounds import validate_residual_fractions
 from .residual_release import (
     ResidualStage,
@@ -61,8 +61,39 @@ class HistogramResidualRelease(StagedRelease):
     def __init__(self, noised: NoisedHistogram, features: Any, centres: np.ndarray, stages: Sequence[ResidualStage],
                  *, fractions: Sequence[float], request: ReleaseRequest, x_bounds: Any, y_bounds: Tuple[float, float],
                  kernel_variance: float, noise_variance: float, clip_to_bounds: bool) -> None:
+        """The object of what the stages released (a file's, or built by hand): the radii and estimates are
+        replayed from the released values (:func:`~.histogram_scheme.histogram_chain`) and a radius that is not the
+        one its earlier stages give is refused."""
+        centres = np.array(centres, dtype=np.float64, copy=True)
+        phi = radius_features(features, centres).phi.numpy()  # public
+        chain = histogram_chain(noised.counts, noised.b, np.stack([np.asarray(s.b, np.float64) for s in stages]),
+                                [s.noise_std for s in stages], phi, counts_std=noised.counts_std, b_std=noised.b_std,
+                                kernel_variance=float(kernel_variance), noise_variance=float(noise_variance),
+                                width=float(y_bounds[1]) - float(y_bounds[0]))
+        if not np.allclose(chain.radii, [s.radius for s in stages], rtol=1e-12, atol=0.0):
+            raise ValueError(f"the stages' radii {[s.radius for s in stages]} are not those their earlier stages give "
+                             f"({chain.radii})")
+        self._build(noised, features, centres, phi, stages, chain, fractions=fractions, request=request,
+                    x_bounds=x_bounds, y_bounds=y_bounds, kernel_variance=kernel_variance,
+                    noise_variance=noise_variance, clip_to_bounds=clip_to_bounds)
+
+    @classmethod
+    def _released(cls, noised: NoisedHistogram, features: Any, centres: np.ndarray, phi: np.ndarray,
+                  stages: Sequence[ResidualStage], chain: HistogramChain, **options: Any) -> "HistogramResidualRelease":
+        """The object of :func:`release_histogram_residuals`, from the chain its stages ran (the radii each stage
+        drew with and the estimates it computed, the same calls as :func:`~.histogram_scheme.histogram_chain`'s
+        replay): not replayed a second time."""
+        released = cls.__new__(cls)
+        released._build(noised, features, np.array(centres, dtype=np.float64, copy=True), phi, stages, chain,
+                        **options)
+        return released
+
+    def _build(self, noised: NoisedHistogram, features: Any, centres: np.ndarray, phi: np.ndarray,
+               stages: Sequence[ResidualStage], chain: HistogramChain, *, fractions: Sequence[float],
+               request: ReleaseRequest, x_bounds: Any, y_bounds: Tuple[float, float], kernel_variance: float,
+               noise_variance: float, clip_to_bounds: bool) -> None:
         self.features = features
-        self.centres = np.array(centres, dtype=np.float64, copy=True)
+        self.centres = centres
         self._statistics = {"counts": np.array(noised.counts, np.float64), "b": np.array(noised.b, np.float64),
                             "residual_b": np.stack([np.asarray(s.b, np.float64) for s in stages])}
         m = features.m
@@ -81,25 +112,18 @@ class HistogramResidualRelease(StagedRelease):
         self.noise_multiplier = float(request.multiplier)
         self._reproducible = bool(noised.reproducible or any(s.reproducible for s in stages))
         self._clip_to_bounds = bool(clip_to_bounds)
-        phi = features(tf.constant(self.centres)).numpy()
-        radii, estimates, S, P = histogram_radii_and_estimates(
-            noised.counts, noised.b, self._statistics["residual_b"], [s.noise_std for s in stages], phi,
-            counts_std=noised.counts_std, b_std=noised.b_std, kernel_variance=self.kernel_variance,
-            noise_variance=self.noise_variance, width=self.y_bounds[1] - self.y_bounds[0])
-        if not np.allclose(radii, [s.radius for s in stages], rtol=1e-12, atol=0.0):
-            raise ValueError(f"the stages' radii {[s.radius for s in stages]} are not those their earlier stages give "
-                             f"({radii})")
-        self.radii = np.array(radii, dtype=np.float64)
-        self.estimates = np.stack(estimates)
-        self.S_hat, self.preconditioner = S, P
-        lam = self.noise_variance / self.kernel_variance
-        first = aware_noise_covariance(S, noised.counts, phi, noised.b, lam=lam,
+        self.radii = np.array(chain.radii, dtype=np.float64)
+        self.estimates = np.stack(chain.estimates)
+        start = chain.start
+        self.S_hat, self.preconditioner = start.S, start.P
+        first = aware_noise_covariance(start.S, noised.counts, phi, noised.b,
+                                       lam=self.noise_variance / self.kernel_variance,
                                        kappa=noised.b_std**2 / self.kernel_variance, b_std=noised.b_std,
-                                       counts_std=noised.counts_std)
+                                       counts_std=noised.counts_std, eigen=start.eigen)
         #: [M, M] the first-order covariance of the DP noise of the last estimate (post-processing)
-        self.noise_covariance = residual_noise_covariance(first, P, S, lam, [s.noise_std**2 for s in stages])
-        chol = preconditioner_cholesky(P, lam)
-        self.posterior = WeightPosterior(chol, tf.constant(self.estimates[-1]), self.kernel_variance,
+        self.noise_covariance = residual_noise_covariance(first, start.chol, start.P, start.S,
+                                                          [s.noise_std**2 for s in stages])
+        self.posterior = WeightPosterior(start.chol, tf.constant(self.estimates[-1]), self.kernel_variance,
                                          self.noise_variance, 0.0, 0.0)
 
     @property
@@ -156,20 +180,22 @@ def release_histogram_residuals(request: ReleaseRequest, source: ChunkSource, ro
 
     def steps(draws: StepDraws) -> HistogramResidualRelease:
         noised = first.mechanism(draws)  # the counts and b: one draw, committed into draws
-        phi = rows.features(tf.constant(state["centres"])).numpy()  # public
+        phi = radius_features(rows.features, state["centres"]).phi.numpy()  # public
         start = histogram_start(noised.counts, noised.b, phi, counts_std=noised.counts_std, b_std=noised.b_std,
                                 kernel_variance=kernel_variance, noise_variance=noise_variance)
-        u, last_std, stages = start.u, noised.b_std, []
+        u, last_std, stages, chain = start.u, noised.b_std, [], HistogramChain(start, [], [start.u])
         for j, (stage, sensitivity) in enumerate(zip(requests[1:], state["sensitivities"]), start=2):
-            radius = next_histogram_radius(start.S, noised.counts, phi, kernel_variance=kernel_variance,
-                                           noise_variance=noise_variance, b_std=last_std, width=hi - lo)
+            radius = start.radius(kernel_variance=kernel_variance, noise_variance=noise_variance, b_std=last_std,
+                                  width=hi - lo)  # histogram_chain's calls, in its order
             stages.append(draw_residual_stage(draws, state["source"], rows, u, radius, stage, sensitivity,
                                               f"residual release {j} of {len(requests)}"))
             u, last_std = start.update(stages[-1].b, u), stages[-1].noise_std
-        return HistogramResidualRelease(noised, rows.features, state["centres"], stages, fractions=fractions,
-                                        request=request, x_bounds=rows.box, y_bounds=(lo, hi),
-                                        kernel_variance=kernel_variance, noise_variance=noise_variance,
-                                        clip_to_bounds=clip_to_bounds)
+            chain.radii.append(radius)
+            chain.estimates.append(u)
+        return HistogramResidualRelease._released(noised, rows.features, state["centres"], phi, stages, chain,
+                                                  fractions=fractions, request=request, x_bounds=rows.box,
+                                                  y_bounds=(lo, hi), kernel_variance=kernel_variance,
+                                                  noise_variance=noise_variance, clip_to_bounds=clip_to_bounds)
 
     description = (f"whole-row histogram and {len(requests) - 1} residual release(s) (M = {m}, Gaussian-DP "
                    "composition)")

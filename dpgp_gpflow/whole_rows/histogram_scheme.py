@@ -30,7 +30,8 @@ from typing import Any, List, NamedTuple, Tuple
 import numpy as np
 import tensorflow as tf
 
-from .posterior import regularised_statistic
+from ..noise_planning.dual import MATRIX_SPEC, REAL_SPEC
+from .posterior import compiled_on_reuse, floored
 from .residual import preconditioned_update, propagated_covariance
 from .residual_bounds import residual_radius
 
@@ -74,22 +75,11 @@ def _eig(S: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     return np.maximum(w, 0.0), V
 
 
-def aware_mean(S: Any, b: Any, lam: float, kappa: float) -> np.ndarray:
-    """``S (S^2 + lambda S + kappa I)^{-1} b`` [M] for PSD ``S`` (eigenvalues below 0 read as 0). Post-processing."""
-    w, V = _eig(np.asarray(S, dtype=np.float64))
+def aware_mean(S: Any, b: Any, lam: float, kappa: float, eigen: Any = None) -> np.ndarray:
+    """``S (S^2 + lambda S + kappa I)^{-1} b`` [M] for PSD ``S`` (eigenvalues below 0 read as 0; ``eigen``: ``S``'s
+    ``(w, V)`` as :func:`_eig` gives them, if already computed). Post-processing."""
+    w, V = _eig(np.asarray(S, dtype=np.float64)) if eigen is None else eigen
     return V @ ((w / (w * w + lam * w + kappa)) * (V.T @ np.asarray(b, dtype=np.float64)))
-
-
-def floored_preconditioner(S: Any, floor: float) -> np.ndarray:
-    """``S`` with its eigenvalues raised to ``floor`` (the Frobenius-nearest such matrix,
-    :func:`~.posterior.regularised_statistic`). Post-processing."""
-    return regularised_statistic(np.asarray(S, dtype=np.float64), float(floor)).numpy()
-
-
-def preconditioner_cholesky(P: Any, lam: float) -> tf.Tensor:
-    """The Cholesky factor [M, M] of ``lambda I + P`` (the residual updates' solves). Post-processing."""
-    P = np.asarray(P, dtype=np.float64)
-    return tf.linalg.cholesky(tf.constant(P + lam * np.eye(P.shape[0])))
 
 
 def bayes_variance(S: Any, counts: Any, phi: Any, *, kernel_variance: float, noise_variance: float,
@@ -97,27 +87,38 @@ def bayes_variance(S: Any, counts: Any, phi: Any, *, kernel_variance: float, noi
     """``v``: the mean over the cells, weighted by ``max(n~_c, 0)``, of ``phi_c^T C phi_c``,
     ``C = (I / sigma_f^2 + S (sigma^2 S + s^2 I)^{-1} S)^{-1}`` (``S`` the histogram's ``S^``, ``s = b_std``);
     uniform weights when no count is positive. Post-processing."""
-    S = np.asarray(S, dtype=np.float64)
-    phi = np.asarray(phi, dtype=np.float64)
-    w, V = _eig(S)
-    # in S's eigenbasis C is diagonal: 1 / (1 / sigma_f^2 + w^2 / (sigma^2 w + s^2))
-    c = 1.0 / (1.0 / kernel_variance + w * w / (noise_variance * w + b_std**2))
-    quad = np.sum((phi @ V) ** 2 * c[None, :], axis=1)  # [C]
+    w, V = _eig(np.asarray(S, dtype=np.float64))
+    return _bayes_variance(w, *_cell_terms(V, counts, phi), kernel_variance=kernel_variance,
+                           noise_variance=noise_variance, b_std=b_std)
+
+
+def _cell_terms(V: np.ndarray, counts: Any, phi: Any) -> Tuple[np.ndarray, np.ndarray]:
+    """``((phi_c^T V)^2 [C, M], the cells' weights [C])`` of :func:`bayes_variance`: the same for every stage."""
+    squared = (np.asarray(phi, dtype=np.float64) @ V) ** 2  # [C, M]
     weights = np.maximum(np.asarray(counts, dtype=np.float64), 0.0)
     total = float(np.sum(weights))
     weights = weights / total if total > 0.0 else np.full(weights.shape, 1.0 / weights.size)
+    return squared, weights
+
+
+def _bayes_variance(w: np.ndarray, squared: np.ndarray, weights: np.ndarray, *, kernel_variance: float,
+                    noise_variance: float, b_std: float) -> float:
+    """:func:`bayes_variance` from ``S``'s eigenvalues ``w`` and :func:`_cell_terms`."""
+    # in S's eigenbasis C is diagonal: 1 / (1 / sigma_f^2 + w^2 / (sigma^2 w + s^2))
+    c = 1.0 / (1.0 / kernel_variance + w * w / (noise_variance * w + b_std**2))
+    quad = np.sum(squared * c[None, :], axis=1)  # [C]
     return float(weights @ quad)
 
 
 def aware_noise_covariance(S: Any, counts: Any, phi: Any, b: Any, *, lam: float, kappa: float, b_std: float,
-                           counts_std: float) -> np.ndarray:
+                           counts_std: float, eigen: Any = None) -> np.ndarray:
     """The first-order covariance [M, M] of the DP noise of ``u_1 = g(S^) b~`` (:func:`aware_mean`,
     ``g(w) = w / (w^2 + lambda w + kappa)``): ``sigma_b^2 g(S^)^2`` from ``b~``'s noise, plus the counts' noise
     through ``S^`` (``dS = sum_c e_c 1{n~_c > 0} phi_c phi_c^T``): by the Daleckii-Krein formula
     ``d u = V (G o (V^T dS V)) V^T b~`` with ``G_ij`` the divided difference ``g[w_i, w_j]``, so cell ``c`` moves
-    ``u_1`` by ``e_c V (psi_c o (G (psi_c o beta)))`` (``psi_c = V^T phi_c``, ``beta = V^T b~``). Post-processing."""
-    S = np.asarray(S, dtype=np.float64)
-    w, V = _eig(S)
+    ``u_1`` by ``e_c V (psi_c o (G (psi_c o beta)))`` (``psi_c = V^T phi_c``, ``beta = V^T b~``; ``eigen``: ``S``'s ``(w, V)`` as :func:`_eig` gives them, if already
+    computed). Post-processing."""
+    w, V = _eig(np.asarray(S, dtype=np.float64)) if eigen is None else eigen
     den = w * w + lam * w + kappa
     g = w / den
     dw = w[:, None] - w[None, :]
@@ -134,24 +135,45 @@ def aware_noise_covariance(S: Any, counts: Any, phi: Any, b: Any, *, lam: float,
     return 0.5 * (C + C.T)
 
 
-def residual_noise_covariance(first: Any, P: Any, S: Any, lam: float, variances: Any) -> np.ndarray:
-    """``C_J`` from ``C_1 = first``: ``C_j = s_j^2 A A + B C_{j-1} B^T``, ``A = (lambda I + P)^{-1}``,
-    ``B = A (P - S)`` (:func:`~.residual.propagated_covariance`, ``S`` the histogram's ``S^``). Post-processing."""
-    return propagated_covariance(preconditioner_cholesky(P, lam), P, S, first, variances).numpy()
+def residual_noise_covariance(first: Any, chol: Any, P: Any, S: Any, variances: Any) -> np.ndarray:
+    """``C_J`` from ``C_1 = first``: ``C_j = s_j^2 A A + B C_{j-1} B^T``, ``A = (lambda I + P)^{-1}`` (``chol``: the
+    Cholesky factor of ``lambda I + P``), ``B = A (P - S)`` (:func:`~.residual.propagated_covariance`, ``S`` the
+    histogram's ``S^``). Post-processing."""
+    return propagated_covariance(chol, P, S, first, variances).numpy()
+
+
+@compiled_on_reuse([MATRIX_SPEC, REAL_SPEC, REAL_SPEC])
+def _preconditioner(S: tf.Tensor, floor: tf.Tensor, lam: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+    """``(P, the Cholesky factor of lambda I + P)``: ``S`` with its eigenvalues raised to ``floor``
+    (:func:`~.posterior.regularised_statistic`'s graph), in one call. Post-processing."""
+    P = floored.python_function(S, floor)
+    return P, tf.linalg.cholesky(P + lam * tf.eye(tf.shape(P)[0], dtype=tf.float64))
 
 
 class HistogramStart(NamedTuple):
-    """What every later stage of the scheme reads from the histogram stage (post-processing, all public)."""
+    """What every later stage of the scheme reads from the histogram stage, computed once per release
+    (:func:`histogram_start`; post-processing, all public)."""
 
     S: np.ndarray  #: [M, M] the histogram's ``S^``
     P: np.ndarray  #: [M, M] the preconditioner (``S^`` floored)
     chol: tf.Tensor  #: [M, M] the Cholesky factor of ``lambda I + P``
     u: np.ndarray  #: [M] the first estimate ``u_1``
+    eigen: Tuple[np.ndarray, np.ndarray]  #: ``S^``'s eigenvalues (negatives read as 0) and eigenvectors
+    cells: Tuple[np.ndarray, np.ndarray]  #: the cells' terms of every radius (:func:`bayes_variance`)
+    P_tensor: tf.Tensor  #: [M, M] ``P`` as the updates read it
+
+    def radius(self, *, kernel_variance: float, noise_variance: float, b_std: float, width: float,
+               z: float = HISTOGRAM_Z) -> float:
+        """``R_j = min(z sqrt(sigma^2 + v), d)`` with ``v`` :func:`bayes_variance` at the previous stage's noise std
+        ``b_std`` (:func:`~.residual_bounds.residual_radius`)."""
+        v = _bayes_variance(self.eigen[0], *self.cells, kernel_variance=kernel_variance,
+                            noise_variance=noise_variance, b_std=b_std)
+        return residual_radius(noise_variance, v, width, z)
 
     def update(self, b_j: Any, u: Any) -> np.ndarray:
         """``u_j = (lambda I + P)^{-1} (b~_j + P u_{j-1})`` (:func:`~.residual.preconditioned_update`)."""
-        return preconditioned_update(self.chol, tf.constant(self.P), tf.constant(np.asarray(b_j, dtype=np.float64)),
-                                     tf.constant(u)).numpy()
+        return preconditioned_update(self.chol, self.P_tensor, tf.constant(np.asarray(b_j, dtype=np.float64)),
+                                     tf.constant(np.asarray(u, dtype=np.float64))).numpy()
 
 
 def histogram_start(counts: Any, b: Any, phi: Any, *, counts_std: float, b_std: float, kernel_variance: float,
@@ -161,35 +183,47 @@ def histogram_start(counts: Any, b: Any, phi: Any, *, counts_std: float, b_std: 
     ``phi``. Post-processing."""
     lam = float(noise_variance) / float(kernel_variance)
     S = histogram_statistic(counts, phi)
-    P = floored_preconditioner(S, floor * histogram_tau(phi, counts_std))
-    u = aware_mean(S, b, lam, float(b_std) ** 2 / float(kernel_variance))
-    return HistogramStart(S, P, preconditioner_cholesky(P, lam), u)
+    P, chol = _preconditioner(tf.constant(S), tf.constant(floor * histogram_tau(phi, counts_std), tf.float64),
+                              tf.constant(lam, tf.float64))
+    eigen = _eig(S)
+    u = aware_mean(S, b, lam, float(b_std) ** 2 / float(kernel_variance), eigen)
+    return HistogramStart(S, P.numpy(), chol, u, eigen, _cell_terms(eigen[1], counts, phi), P)
+
+
+class HistogramChain(NamedTuple):
+    """The scheme's stages after the histogram (post-processing, all public)."""
+
+    start: HistogramStart  #: what every stage reads from the histogram stage
+    radii: List[float]  #: [R_2 .. R_J]
+    estimates: List[np.ndarray]  #: [u_1 .. u_J]
+
+
+def histogram_chain(counts: Any, b: Any, residual_b: Any, stds: Any, phi: Any, *, counts_std: float, b_std: float,
+                    kernel_variance: float, noise_variance: float, width: float, z: float = HISTOGRAM_Z,
+                    floor: float = PRECONDITIONER_FLOOR) -> HistogramChain:
+    """The scheme's post-processing of what its stages released (module docstring), from the counts and ``b~``
+    (noise stds ``counts_std``, ``b_std``), the residual sums ``residual_b`` (rows ``b~_j``, noise stds ``stds``)
+    and the cells' features ``phi``. A release computes each radius before its stage draws, as here
+    (:class:`HistogramStart`: the same calls in the same order); the released object of a file or built by hand
+    and the audit replay them here."""
+    start = histogram_start(counts, b, phi, counts_std=counts_std, b_std=b_std, kernel_variance=kernel_variance,
+                            noise_variance=noise_variance, floor=floor)
+    u, estimates, radii, last_std = start.u, [start.u], [], float(b_std)
+    for b_j, s in zip(residual_b, stds):
+        radii.append(start.radius(kernel_variance=kernel_variance, noise_variance=noise_variance, b_std=last_std,
+                                  width=width, z=z))
+        u = start.update(b_j, u)
+        estimates.append(u)
+        last_std = float(s)
+    return HistogramChain(start, radii, estimates)
 
 
 def histogram_radii_and_estimates(counts: Any, b: Any, residual_b: Any, stds: Any, phi: Any, *, counts_std: float,
                                   b_std: float, kernel_variance: float, noise_variance: float, width: float,
                                   z: float = HISTOGRAM_Z, floor: float = PRECONDITIONER_FLOOR
                                   ) -> Tuple[List[float], List[np.ndarray], np.ndarray, np.ndarray]:
-    """The scheme's post-processing of what its stages released (module docstring): ``(radii [R_2 ..], estimates
-    [u_1 .. u_J], S^, P)`` from the counts and ``b~`` (noise stds ``counts_std``, ``b_std``), the residual sums
-    ``residual_b`` (rows ``b~_j``, noise stds ``stds``) and the cells' features ``phi``. A release computes each
-    radius before its stage draws (:func:`next_histogram_radius`); the released object, a file's check and the
-    audit replay them here."""
-    start = histogram_start(counts, b, phi, counts_std=counts_std, b_std=b_std, kernel_variance=kernel_variance,
-                            noise_variance=noise_variance, floor=floor)
-    u, estimates, radii, last_std = start.u, [start.u], [], float(b_std)
-    for b_j, s in zip(residual_b, stds):
-        radii.append(next_histogram_radius(start.S, counts, phi, kernel_variance=kernel_variance,
-                                           noise_variance=noise_variance, b_std=last_std, width=width, z=z))
-        u = start.update(b_j, u)
-        estimates.append(u)
-        last_std = float(s)
-    return radii, estimates, start.S, start.P
-
-
-def next_histogram_radius(S: Any, counts: Any, phi: Any, *, kernel_variance: float, noise_variance: float,
-                          b_std: float, width: float, z: float = HISTOGRAM_Z) -> float:
-    """``R_j = min(z sqrt(sigma^2 + v), d)`` with ``v`` :func:`bayes_variance` at the previous stage's noise std
-    ``b_std`` (:func:`~.residual_bounds.residual_radius`). Post-processing."""
-    v = bayes_variance(S, counts, phi, kernel_variance=kernel_variance, noise_variance=noise_variance, b_std=b_std)
-    return residual_radius(noise_variance, v, width, z)
+    """``(radii [R_2 ..], estimates [u_1 .. u_J], S^, P)`` of :func:`histogram_chain` (the audit's replay)."""
+    chain = histogram_chain(counts, b, residual_b, stds, phi, counts_std=counts_std, b_std=b_std,
+                            kernel_variance=kernel_variance, noise_variance=noise_variance, width=width, z=z,
+                            floor=floor)
+    return chain.radii, chain.estimates, chain.start.S, chain.start.P
