@@ -40,6 +40,7 @@ two-point loss plus an atom of mass delta at infinity).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -144,8 +145,32 @@ def pure_epsilon_rr_noise_parameter(epsilon: float) -> float:
     return 2.0 / (1.0 + math.exp(epsilon)) if epsilon < 700 else 0.0
 
 
+#: A composed privacy loss distribution's key: the Gaussian events' composed ``mu`` (None without one), the other
+#: events' ``((kind, epsilon, delta), count)`` sorted, and the discretisation. Everything the construction reads.
+_PLDKey = Tuple[Optional[float], Tuple[Tuple[Tuple[str, float, float], int], ...], float]
+
+
+def _pld_key(events: Sequence[PrivacyEvent], discretization: float) -> _PLDKey:
+    """The exact, hashable key of :func:`_pld` (the ledger's order and descriptions are not read)."""
+    mus = [cast(float, e.mu) for e in events if e.kind == "gaussian"]  # validated: a Gaussian event has mu
+    mu = gdp_composition(mus) if mus else None  # exact composition: sqrt(fsum mu^2), order-free
+    others = Counter((e.kind, float(e.epsilon), float(e.delta)) for e in events if e.kind != "gaussian")
+    return mu, tuple(sorted(others.items())), float(discretization)
+
+
 def _pld(events: Sequence[PrivacyEvent], discretization: float):
-    """The composed privacy loss distribution (replace-one), or None for an empty ledger."""
+    """The composed privacy loss distribution (replace-one), or None for an empty ledger.
+
+    A deterministic function of :func:`_pld_key`, built once per key (:func:`_composed_pld`): the accountant
+    composes its ledger at every budget check, and building one takes up to seconds. The cached object is shared:
+    read it, never change it."""
+    return _composed_pld(*_pld_key(events, discretization))
+
+
+@functools.lru_cache(maxsize=32)
+def _composed_pld(mu: Optional[float], others: Tuple[Tuple[Tuple[str, float, float], int], ...],
+                  discretization: float):
+    """The privacy loss distribution of a Gaussian at ``mu`` (if any) composed with ``others`` (:func:`_pld_key`)."""
     # dp_accounting (with scipy.stats and scipy.signal) is imported here, when a PLD is composed: the ledger
     # and `dpgp budget show` of a basic or GDP budget start without it (about 1 s).
     from dp_accounting import NeighboringRelation
@@ -155,17 +180,14 @@ def _pld(events: Sequence[PrivacyEvent], discretization: float):
     replace_one = NeighboringRelation.REPLACE_ONE
     plds = []
     # Gaussian events compose exactly into one Gaussian (sqrt of the sum of mu^2): one PLD.
-    mus = [cast(float, e.mu) for e in events if e.kind == "gaussian"]  # validated: a Gaussian event has mu
-    if mus:
-        mu = gdp_composition(mus)
+    if mu is not None:
         # The trap: REPLACE_ONE Gaussian PLDs assume a shift of 2 * sensitivity. A replace-one
         # shift of 1 against std 1/mu is a shift of 2 against std 2/mu.
         plds.append(pld_lib.from_gaussian_mechanism(
             standard_deviation=2.0 / mu, sensitivity=1.0, value_discretization_interval=discretization,
             neighboring_relation=replace_one))
     # Pure and approximate events: identical ones are self-composed (cheaper, same result).
-    others = Counter((e.kind, float(e.epsilon), float(e.delta)) for e in events if e.kind != "gaussian")
-    for (kind, eps, delta), count in sorted(others.items()):
+    for (kind, eps, delta), count in others:
         if kind == "pure" and eps == 0.0:
             continue
         if kind == "pure":

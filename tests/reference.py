@@ -294,3 +294,61 @@ def clipped_sine_toy(lo: float, hi: float):
     X = rng.uniform(0.0, 6.0, (25, 1))
     Y = np.clip(np.sin(X) + 0.2 * rng.standard_normal((25, 1)), lo, hi)
     return X, Y, np.linspace(-1.0, 7.0, 40)[:, None]
+
+
+# ---------------------------------------------------------------------------------------------
+# Composition (privacy loss distributions)
+
+
+def reference_pld_epsilon(events, deltas, discretization: float = 1e-4):
+    """Epsilons at each of ``deltas`` of the replace-one privacy loss distribution of ``events`` (objects with
+    ``kind``, ``epsilon``, ``delta``, ``mu``), built here with ``dp_accounting.pld`` directly (no cache): the Gaussian
+    events as ONE Gaussian at ``mu = sqrt(sum mu_i^2)`` (exact GDP composition) of std ``2 / mu`` against a shift of 1
+    (the replace-one conversion trap), each distinct pure event as binary randomised response at
+    ``p = 2 / (1 + e^eps)``, each distinct (epsilon, delta) event by its privacy parameters; identical events
+    self-composed; composed Gaussian first, then the others in sorted order (so the floats equal a correct
+    composition's to the last bit: the discretised construction is deterministic)."""
+    from collections import Counter
+
+    from dp_accounting import NeighboringRelation
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+    from dp_accounting.pld.common import DifferentialPrivacyParameters
+
+    replace_one = NeighboringRelation.REPLACE_ONE
+    mus = [e.mu for e in events if e.kind == "gaussian"]
+    parts = []
+    if mus:
+        mu = math.sqrt(math.fsum(m * m for m in mus))
+        parts.append(pld_lib.from_gaussian_mechanism(
+            standard_deviation=2.0 / mu, sensitivity=1.0, value_discretization_interval=discretization,
+            neighboring_relation=replace_one))
+    counts = Counter((e.kind, float(e.epsilon), float(e.delta)) for e in events if e.kind != "gaussian")
+    for (kind, eps, dlt), count in sorted(counts.items()):
+        if kind == "pure" and eps == 0.0:
+            continue  # a pure event at epsilon 0 loses nothing
+        if kind == "pure":
+            p = 2.0 / (1.0 + math.exp(eps)) if eps < 700 else 0.0
+            one = pld_lib.from_randomized_response(noise_parameter=p, num_buckets=2,
+                                                   value_discretization_interval=discretization,
+                                                   neighboring_relation=replace_one)
+        else:
+            one = pld_lib.from_privacy_parameters(DifferentialPrivacyParameters(eps, dlt),
+                                                  value_discretization_interval=discretization)
+        parts.append(one.self_compose(count) if count > 1 else one)
+    if not parts:
+        return [0.0 for _ in deltas]
+    total = parts[0]
+    for part in parts[1:]:
+        total = total.compose(part)
+    return [float(max(total.get_epsilon_for_delta(d), 0.0)) for d in deltas]
+
+
+def gdp_epsilon_closed_form(mu: float, delta: float) -> float:
+    """Smallest epsilon at which ``mu``-GDP is (epsilon, delta)-DP: the root of ``gaussian_delta_at_shift(eps, mu) =
+    delta`` (the exact profile, decreasing in epsilon), by Brent's method."""
+    if gaussian_delta_at_shift(0.0, mu) <= delta:
+        return 0.0
+    hi = 1.0
+    while gaussian_delta_at_shift(hi, mu) > delta:
+        hi *= 2.0
+    return float(optimize.brentq(lambda eps: gaussian_delta_at_shift(eps, mu) - delta, 0.0, hi, xtol=1e-12))

@@ -1,0 +1,66 @@
+"""The composed privacy loss distribution is built once per ledger (composition._composed_pld, an LRU cache on an exact
+key): a cached answer equals a fresh construction, bit for bit, for every ledger, and different ledgers never share
+an entry (a stale or too coarse key would hand one ledger's epsilon to another)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from reference import gdp_epsilon_closed_form, reference_pld_epsilon
+
+from dpgp_gpflow import composition
+from dpgp_gpflow.composition import PrivacyEvent, pld_delta, pld_epsilon
+
+DELTAS = (1e-3, 1e-6)
+#: A coarser discretisation than the default 1e-4 (ten times quicker to build; part of the key like any other).
+STEP = 1e-3
+
+
+def _ledgers():
+    g = lambda mu, d="": PrivacyEvent(1.0, 1e-6, "gaussian", mu, d)  # noqa: E731 (epsilon, delta: recorded only)
+    pure, approx = PrivacyEvent(0.3, 0.0, "pure"), PrivacyEvent(0.2, 1e-7, "approximate")
+    return {
+        "one gaussian": [g(0.5)],
+        "another mu": [g(0.6)],
+        "two gaussians": [g(0.5), g(0.6)],
+        "gaussian and pure": [g(0.5), pure],
+        "gaussian and two pure": [g(0.5), pure, pure],
+        "gaussian and approximate": [g(0.5), approx],
+        "pure and approximate": [pure, approx],
+        "other pure epsilon": [g(0.5), PrivacyEvent(0.4, 0.0, "pure")],
+    }
+
+
+def test_a_cached_composition_equals_a_fresh_one_and_ledgers_never_share_an_entry():
+    ledgers = _ledgers()
+    composition._composed_pld.cache_clear()
+    first = {name: [pld_epsilon(events, d, discretization=STEP) for d in DELTAS] for name, events in ledgers.items()}
+    built = composition._composed_pld.cache_info().misses
+    assert built == len(ledgers)  # one construction per ledger, read at both deltas
+    for name, events in ledgers.items():
+        assert first[name] == reference_pld_epsilon(events, DELTAS, STEP), name  # built independently, no cache
+    # every pair of ledgers differs (a key missing the mu, a kind, an epsilon or a count would merge two)
+    for a, b in itertools.combinations(ledgers, 2):
+        assert first[a] != first[b], (a, b)
+    # asked again, in another order and with other descriptions: from the cache, the same floats
+    for name, events in reversed(list(ledgers.items())):
+        again = [PrivacyEvent(e.epsilon, e.delta, e.kind, e.mu, "renamed") for e in reversed(events)]
+        assert [pld_epsilon(again, d, discretization=STEP) for d in DELTAS] == first[name], name
+    assert composition._composed_pld.cache_info().misses == built
+    # the discretisation is part of the key; pld_delta reads the same entry
+    coarse = pld_epsilon(ledgers["one gaussian"], DELTAS[0], discretization=10 * STEP)
+    assert coarse == reference_pld_epsilon(ledgers["one gaussian"], DELTAS[:1], 10 * STEP)[0] != first["one gaussian"][0]
+    assert pld_delta(ledgers["one gaussian"], first["one gaussian"][0], discretization=STEP) == pytest.approx(
+        DELTAS[0], rel=1e-2)
+    assert composition._composed_pld.cache_info().misses == built + 1
+
+
+@pytest.mark.parametrize("mu, step", [(0.3, composition.PLD_DISCRETIZATION), (1.0, STEP), (2.5, STEP)])
+def test_one_gaussian_is_its_gdp_profile_within_the_discretisation(mu, step):
+    # three releases compose to one Gaussian at sqrt(sum mu_i^2) = mu (Dong, Roth & Su): its epsilon at delta from the
+    # closed-form profile (SciPy); the pessimistic PLD is above it by at most a few discretisation steps
+    events = [PrivacyEvent(1.0, 1e-6, "gaussian", mu / 3 ** 0.5) for _ in range(3)]
+    for delta in DELTAS:
+        exact = gdp_epsilon_closed_form(mu, delta)
+        assert exact - 1e-9 <= pld_epsilon(events, delta, discretization=step) <= exact + 5 * step
