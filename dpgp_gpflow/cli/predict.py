@@ -29,11 +29,13 @@ def cmd_predict(args) -> int:
     from ..released import PrivateClassifier, PrivateFunction
     from ..whole_rows.classification import WholeRowsClassifier
     from ..whole_rows.released import WholeRowsRelease
-    from ..whole_rows.residual_release import StagedRelease
+    from ..whole_rows.histogram_release import HistogramResidualRelease
+    from ..whole_rows.residual_release import ResidualRelease
 
     if isinstance(released, PrivateMulticlassClassifier):  # several classes: a probability per class
         dim = released.input_dim
-    elif isinstance(released, (WholeRowsRelease, WholeRowsClassifier, StagedRelease)):  # whole rows: a function
+    elif isinstance(released, (WholeRowsRelease, WholeRowsClassifier, ResidualRelease,
+                               HistogramResidualRelease)):  # whole rows: a function
         dim = released.features.input_dim
     elif isinstance(released, PrivateFunction):
         dim = released.readout.input_dim
