@@ -35,6 +35,7 @@ from check_shapes import check_shapes
 from .. import linalg
 from ..io.gpflow_specs import kernel_from_spec, kernel_spec
 from ..validation import parameter_value
+from .signature import InputSignature
 
 __all__: list[str] = []  # internal: the package imports these names by name
 
@@ -193,17 +194,23 @@ class FeatureMap:
         """``fn(kernel, Z, L, k_max, *args)`` over this map's public pieces: eager, or once :meth:`compile` ran,
         through one ``tf.function`` of ``args`` per ``fn`` (traced once for every number of rows: each arg's
         first dimension is free; cached on the map, which is immutable, so the trace stays valid; not pickled:
-        a Dask worker's copy starts eager). ``fn`` must be a module-level function (the cache key)."""
+        a Dask worker's copy starts eager). ``fn`` must be a module-level function (the cache key). Compiled, the
+        args must match the signature of the first call's (their number, dtypes, ranks and every dimension but the
+        first: :class:`~.signature.InputSignature`), as the ``tf.function`` would require."""
         traces = self.__dict__.get("_compiled")
         if traces is None:
             return fn(self.kernel, tf.constant(self.Z), self.L, self.k_max, *args)
-        concrete = traces.get((fn, "concrete"))
-        if concrete is None:
+        compiled = traces.get((fn, "concrete"))
+        if compiled is None:
             kernel, Z, L, k_max = self.kernel, tf.constant(self.Z), self.L, self.k_max
-            traced = tf.function(lambda *a: fn(kernel, Z, L, k_max, *a), autograph=False,
-                                 input_signature=[tf.TensorSpec([None, *a.shape[1:]], a.dtype) for a in args])
-            # its one trace, called directly: half the overhead of the tf.function's dispatch per call
-            concrete = traces[(fn, "concrete")] = traced.get_concrete_function()
+            specs = [tf.TensorSpec([None, *a.shape[1:]], a.dtype) for a in args]
+            traced = tf.function(lambda *a: fn(kernel, Z, L, k_max, *a), autograph=False, input_signature=specs)
+            # its one trace, called directly: half the overhead of the tf.function's dispatch per call; the
+            # concrete function checks the dtypes only, the signature the rest
+            signature = InputSignature(specs, getattr(fn, "__name__", repr(fn)))
+            compiled = traces[(fn, "concrete")] = (traced.get_concrete_function(), signature)
+        concrete, signature = compiled
+        signature.check(args)
         return concrete(*args)
 
     def compile(self) -> "FeatureMap":

@@ -32,6 +32,7 @@ import tensorflow as tf
 from check_shapes import check_shapes
 
 from ..noise_planning.dual import MATRIX_SPEC, REAL_SPEC, VECTOR_SPEC
+from .signature import InputSignature
 
 __all__: list[str] = []  # internal: the package imports these names by name
 
@@ -60,22 +61,27 @@ class OnReuse:
     eager run (a process making one release does not pay it). The same operations, in the same order, either way:
     the same numbers (checked bit for bit on seeded releases). Tensors go straight to the concrete function (the one
     of the ``input_signature``, else one per shapes, as the dispatch traces): half the call's overhead of a
-    ``tf.function``'s dispatch. ``python_function``: the function itself (to inline it in another graph)."""
+    ``tf.function``'s dispatch; tensors that do not match the ``input_signature`` are refused on every call, the
+    first too, as the ``tf.function`` would refuse them (:class:`~.signature.InputSignature`: their dtypes and
+    static shapes, read in Python). ``python_function``: the function itself (to inline it in another graph)."""
 
     def __init__(self, fn: Callable[..., Any], input_signature: Optional[Sequence[tf.TensorSpec]] = None) -> None:
         self.python_function = fn
         self.__doc__ = fn.__doc__
         self._graph = tf.function(fn, input_signature=input_signature, autograph=False)
-        self._signed = input_signature is not None
+        self._signature = None if input_signature is None else InputSignature(input_signature, fn.__name__)
         self._concrete: Any = None
         self._called = False
 
     def __call__(self, *args: Any) -> Any:
+        tensors = all(isinstance(a, tf.Tensor) for a in args)
+        if tensors and self._signature is not None:
+            self._signature.check(args)  # the concrete function itself checks the dtypes only
         if not self._called:
             self._called = True
             return self.python_function(*args)
-        if all(isinstance(a, tf.Tensor) for a in args):
-            if self._signed:
+        if tensors:
+            if self._signature is not None:
                 if self._concrete is None:
                     self._concrete = self._graph.get_concrete_function()
                 return self._concrete(*args)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gpflow
 import numpy as np
 import pytest
+import tensorflow as tf
 from whole_rows_reference import features as reference_features
 
 import dpgp_gpflow as dp
@@ -215,3 +216,29 @@ def test_kmeans_centres_are_remembered_as_data_derived_and_refused():
     with pytest.raises(ValueError, match="k-means"):
         check_public_inducing_inputs(Z)
     check_public_inducing_inputs(wr.inducing_grid([(-3, 3), (-3, 3)], 2))  # from the box: accepted
+
+
+def _column_sums(kernel, Z, L, k_max, X):
+    """A chunk function that runs on any rank (no shape check of its own)."""
+    return tf.reduce_sum(X, axis=0)
+
+
+def test_a_compiled_map_refuses_args_outside_its_first_calls_signature():
+    """FeatureMap.apply calls its trace's concrete function directly (which checks dtypes only): args of another
+    rank or trailing dimension are refused as the tf.function of the signature [None, *trailing] refuses them."""
+    kernel = gpflow.kernels.SquaredExponential(variance=5.0, lengthscales=2.0)
+    features = wr.FeatureMap(kernel, np.array([[0.0, 1.0], [2.0, 3.0]])).compile()
+    X = np.arange(10.0).reshape(5, 2)
+    np.testing.assert_array_equal(features.apply(_column_sums, tf.constant(X)).numpy(), X.sum(axis=0))
+    np.testing.assert_array_equal(features.apply(_column_sums, tf.constant(X[:2])).numpy(), X[:2].sum(axis=0))
+    reference = tf.function(lambda X: tf.reduce_sum(X, axis=0), autograph=False,
+                            input_signature=[tf.TensorSpec([None, 2], tf.float64)])
+    for bad in (X[:, 0], np.ones((5, 3)), X[None]):
+        with pytest.raises(TypeError):
+            reference(tf.constant(bad))  # the independent expectation: tf.function refuses it
+        with pytest.raises(ValueError, match="_column_sums: tensor 0"):
+            features.apply(_column_sums, tf.constant(bad))
+    with pytest.raises(TypeError, match="dtype float32"):
+        features.apply(_column_sums, tf.constant(X, tf.float32))
+    with pytest.raises(TypeError, match="takes 1 tensors"):
+        features.apply(_column_sums, tf.constant(X), tf.constant(X))

@@ -16,7 +16,7 @@ from whole_rows_reference import features as reference_features
 import dpgp_gpflow as dp
 from dpgp_gpflow import whole_rows as wr
 from dpgp_gpflow.streaming import LocalChunks
-from dpgp_gpflow.whole_rows.posterior import predictive_terms, spectral_noise_bound, weight_posterior
+from dpgp_gpflow.whole_rows.posterior import OnReuse, predictive_terms, spectral_noise_bound, weight_posterior
 from dpgp_gpflow.whole_rows.variances import fit_variances, sgpr_bound
 
 BOX = [(0.0, 10.0)]
@@ -188,3 +188,29 @@ def test_without_noise_the_posterior_is_gpflows_sgpr():
     np.testing.assert_allclose(mean.numpy(), gp_mean.numpy()[:, 0], rtol=1e-7, atol=1e-9)
     np.testing.assert_allclose(model.numpy(), gp_var.numpy()[:, 0], rtol=1e-6, atol=1e-9)
     assert np.all(noise.numpy() == 0.0)
+
+
+def _shifted(S, b):
+    """Broadcasts silently: a rank-1 ``S`` or a [M, 1] ``b`` would run without a shape check."""
+    return 2.0 * S + tf.reduce_sum(b)
+
+
+def test_compiled_post_processing_refuses_tensors_its_signature_does_not_declare_on_every_call():
+    """OnReuse calls the concrete function directly (which checks dtypes only): tensors of another rank are refused
+    as the tf.function of the same signature refuses them, eagerly on the first call and compiled after."""
+    specs = [tf.TensorSpec([None, None], tf.float64), tf.TensorSpec([None], tf.float64)]
+    reuse = OnReuse(_shifted, specs)
+    S, b = np.arange(6.0).reshape(2, 3), np.array([0.5, -2.0])
+    bad = [(tf.constant([1.0, 2.0], tf.float64), tf.constant(b)),  # rank 1 for [None, None]
+           (tf.constant(S), tf.constant(b[:, None])),  # rank 2 for [None]
+           (tf.constant(S[None]), tf.constant(b))]
+    reference = tf.function(_shifted, input_signature=specs, autograph=False)
+    for call in range(3):  # eager, then compiled (traced), then compiled (the trace reused)
+        for args in bad:
+            with pytest.raises(TypeError):
+                reference(*args)  # the independent expectation: tf.function refuses it
+            with pytest.raises(ValueError, match="_shifted: tensor"):
+                reuse(*args)
+        with pytest.raises(TypeError, match="dtype float32"):
+            reuse(tf.constant(S, tf.float32), tf.constant(b))
+        np.testing.assert_array_equal(reuse(tf.constant(S), tf.constant(b)).numpy(), 2.0 * S + b.sum())
