@@ -125,8 +125,8 @@ class HeldCellCounts(HeldRows):
     process, for the residual stages (as :class:`~.residual.HeldRows` does for the statistics' pass: the same
     ``held`` layout, read by :meth:`~.residual.ResidualStatistics.held_sums`). Not picklable."""
 
-    def __init__(self, rows: RowStatistics, cells: int) -> None:
-        super().__init__(rows)
+    def __init__(self, rows: RowStatistics, cells: int, source: ChunkSource) -> None:
+        super().__init__(rows, source)  # the rows kept are used only for this source's (residual.same_rows)
         self.cells = int(cells)
         self.num_cells = self.cells ** self.box.shape[0]
 
@@ -150,7 +150,7 @@ def counting(source: ChunkSource, rows: RowStatistics, cells: int) -> Any:
     (:func:`~.residual.holds`, :func:`~.residual.holding`'s rule; the residual stages then read the kept features),
     else :class:`CellCounts` (every stage reads the rows again). Public: from the source's type, ``n`` and ``M``."""
     if residual.holds(source, (rows,)):
-        return HeldCellCounts(rows, cells)
+        return HeldCellCounts(rows, cells, source)
     return CellCounts(rows, cells)
 
 

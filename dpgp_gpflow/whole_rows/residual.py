@@ -96,11 +96,15 @@ class HeldRows(RowStatistics):
     chunk read, in order -> its slices' ``(phi, yc, X)``, ``X`` (the clipped inputs) kept only while the features
     were computed eagerly (:meth:`~.features.FeatureMap.compile`, ``compile_after``): once the map is compiled, a
     stage computes them again compiled, as a pass reading the rows would (eager and compiled features may differ
-    in the last bit), and keeps those. Not picklable: what it holds never leaves the process."""
+    in the last bit), and keeps those. ``source``: the :class:`~dpgp_gpflow.streaming.LocalChunks` (exactly) whose
+    pass this is: the held rows are used only for a source over the same ``X`` and ``Y`` objects
+    (:func:`same_rows`; None: for none). Not picklable: what it holds never leaves the process."""
 
-    def __init__(self, rows: RowStatistics) -> None:
+    def __init__(self, rows: RowStatistics, source: Optional[ChunkSource] = None) -> None:
         super().__init__(rows.features, rows.box, rows.y_bounds, clip_inputs=rows.clip_inputs)
         self.held: Dict[Tuple[int, int], List[Tuple[tf.Tensor, tf.Tensor, Optional[tf.Tensor]]]] = {}
+        #: the rows these are: the source's ``(X, Y)`` (the objects themselves, not copied), None for no source
+        self.rows_of: Optional[Tuple[Any, Any]] = (source.X, source.Y) if type(source) is LocalChunks else None
 
     def sums(self, X: np.ndarray, yc: np.ndarray, start: int) -> Tuple[Any, ...]:
         kept: List[Tuple[tf.Tensor, tf.Tensor, tf.Tensor]] = []
@@ -114,6 +118,14 @@ class HeldRows(RowStatistics):
         raise TypeError("HeldRows keeps private features in this process: it is never pickled")
 
 
+def same_rows(rows_of: Optional[Tuple[Any, Any]], source: ChunkSource) -> bool:
+    """Whether ``source`` reads the rows :class:`HeldRows` kept (``rows_of``, its ``(X, Y)``): a
+    :class:`~dpgp_gpflow.streaming.LocalChunks` (exactly: a subclass may read its rows its own way) over the same
+    ``X`` and ``Y`` objects (its chunking: :meth:`ResidualStatistics.held_sums`). Public: object identities only."""
+    return (rows_of is not None and type(source) is LocalChunks and source.X is rows_of[0]
+            and source.Y is rows_of[1])
+
+
 def holding(source: ChunkSource, rows: Any) -> Any:
     """``rows`` (a :class:`~.statistics.RowStatistics` or a :class:`~.statistics.GridStatistics` of them) as
     :class:`HeldRows` when ``source`` is a :class:`~dpgp_gpflow.streaming.LocalChunks` (read in this process) and its
@@ -122,15 +134,16 @@ def holding(source: ChunkSource, rows: Any) -> Any:
     grid = rows.rows if isinstance(rows, GridStatistics) else (rows,)
     if not holds(source, grid):
         return rows
-    held = tuple(HeldRows(r) for r in grid)
+    held = tuple(HeldRows(r, source) for r in grid)
     return GridStatistics(held) if isinstance(rows, GridStatistics) else held[0]
 
 
 def holds(source: ChunkSource, grid: Sequence[RowStatistics]) -> bool:
-    """:func:`holding`'s rule: ``source`` is a :class:`~dpgp_gpflow.streaming.LocalChunks`, every pass of ``grid`` a
+    """:func:`holding`'s rule: ``source`` is a :class:`~dpgp_gpflow.streaming.LocalChunks` (exactly: a subclass may
+    read its rows its own way), every pass of ``grid`` a
     plain :class:`~.statistics.RowStatistics` and their ``n M`` feature entries total at most
     :data:`MAX_HELD_FEATURES`. Public."""
-    return (isinstance(source, LocalChunks) and all(type(r) is RowStatistics for r in grid)
+    return (type(source) is LocalChunks and all(type(r) is RowStatistics for r in grid)
             and int(source.n) * sum(r.features.m for r in grid) <= MAX_HELD_FEATURES)
 
 
@@ -143,6 +156,7 @@ class ResidualStatistics(RowStatistics):
         super().__init__(rows.features, rows.box, rows.y_bounds, clip_inputs=rows.clip_inputs)
         #: the features the first stage's pass kept (:class:`HeldRows`), or None: the rows are read again
         self.held = rows.held if isinstance(rows, HeldRows) else None
+        self.held_of = rows.rows_of if isinstance(rows, HeldRows) else None  #: the held rows' (X, Y)
         self.u = np.array(u, dtype=np.float64, copy=True)
         if self.u.shape != (rows.features.m,) or not np.all(np.isfinite(self.u)):
             raise ValueError(f"u must be a finite [{rows.features.m}] vector, got shape {self.u.shape}")
@@ -157,11 +171,13 @@ class ResidualStatistics(RowStatistics):
                              tf.constant([self.radius], tf.float64))
         return {"b": b, "n": int(X.shape[0])}
 
-    def held_sums(self, chunks: Sequence[Tuple[int, int]]) -> Optional[Dict[str, Any]]:
-        """The pass of :func:`residual_sums` over the kept features (:class:`HeldRows`) when they are those of the
-        chunks ``chunks`` (``(start, stop)``, in order), added as :meth:`__call__`'s over those chunks would be (slice
-        by slice, then chunk by chunk, in order: the same numbers); None when no features were kept for them."""
-        if self.held is None or list(self.held) != [(int(a), int(b)) for a, b in chunks]:
+    def held_sums(self, source: ChunkSource) -> Optional[Dict[str, Any]]:
+        """The pass of :func:`residual_sums` over the kept features (:class:`HeldRows`) when they are those of
+        ``source``'s rows (:func:`same_rows`) in its chunks (``(start, stop)``, in order), added as :meth:`__call__`'s
+        over those chunks would be (slice by slice, then chunk by chunk, in order: the same numbers); None when no
+        features were kept for them."""
+        if (self.held is None or not same_rows(self.held_of, source)
+                or list(self.held) != [(int(a), int(b)) for a, b in source.chunk_bounds()]):
             return None
         u, radius = tf.constant(self.u, tf.float64), tf.constant([self.radius], tf.float64)
         total: Optional[Dict[str, Any]] = None
@@ -178,7 +194,7 @@ class ResidualStatistics(RowStatistics):
         return total
 
     def __getstate__(self) -> Dict[str, Any]:
-        return {**self.__dict__, "held": None}  # a Dask worker's copy reads its rows
+        return {**self.__dict__, "held": None, "held_of": None}  # a Dask worker's copy reads its rows
 
 
 def residual_sums(source: ChunkSource, rows: ResidualStatistics) -> np.ndarray:
@@ -186,7 +202,7 @@ def residual_sums(source: ChunkSource, rows: ResidualStatistics) -> np.ndarray:
     :func:`~.statistics.sufficient_statistics`). PRIVATE result: released only by :mod:`.residual_release`."""
     if not isinstance(source, ChunkSource):
         raise TypeError(f"source must be a dpgp_gpflow.streaming.ChunkSource, got {type(source).__name__}")
-    total = rows.held_sums(source.chunk_bounds()) if isinstance(rows, ResidualStatistics) else None
+    total = rows.held_sums(source) if isinstance(rows, ResidualStatistics) else None
     if total is None:
         total = source.map_reduce(rows, add_statistics)
     if total is None or int(total["n"]) != int(source.n):

@@ -31,17 +31,18 @@ U = np.array([0.4, -0.3, 0.2])
 RADIUS = 0.15
 
 
-class CountingChunks(LocalChunks):
-    """A LocalChunks that counts its passes over the rows."""
+@pytest.fixture
+def passes(monkeypatch):
+    """Counts the passes of every LocalChunks over its rows (LocalChunks itself patched: a subclass is not held)."""
+    count = [0]
+    read = LocalChunks.map_reduce
 
-    passes = 0
+    def counted(self, fn, combine, *args):
+        count[0] += 1
+        return read(self, fn, combine, *args)
 
-    def map_reduce(self, fn, combine, *args):
-        type(self).passes += 1
-        return super().map_reduce(fn, combine, *args)
-
-    def between_persons(self, starts):
-        return self
+    monkeypatch.setattr(LocalChunks, "map_reduce", counted)
+    return count
 
 
 def _rows():
@@ -49,44 +50,85 @@ def _rows():
     return RowStatistics(FeatureMap(kernel, Z, x_bounds=BOX), BOX, BOUNDS)
 
 
-def test_the_held_sums_equal_a_numpy_reference_and_a_pass_reading_the_rows():
-    rows = _rows()
-    held = HeldRows(rows)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", dp.ClippingWarning)
-        sufficient_statistics(LocalChunks(X, Y, 3), held)  # the first stage's pass: keeps the features
-    CountingChunks.passes = 0
-    kept = residual_sums(CountingChunks(X, Y, 3), ResidualStatistics(held, U, RADIUS))
-    assert CountingChunks.passes == 0  # the rows were not read again
-    read = residual_sums(LocalChunks(X, Y, 3), ResidualStatistics(rows, U, RADIUS))
-    assert np.array_equal(kept, read)
+def _reference_sums(X, Y):
+    """NumPy: the clipped residual sums of the rows (X, Y) around U with radius RADIUS."""
     P = reference_features(np.clip(X, 0.0, 10.0), Z, LENGTHSCALE)
     yc = np.clip(Y[:, 0], 0.0, 1.0) - 0.5
-    np.testing.assert_allclose(kept, P.T @ np.clip(yc - P @ U, -RADIUS, RADIUS), rtol=0, atol=1e-12)
+    return P.T @ np.clip(yc - P @ U, -RADIUS, RADIUS)
+
+
+def _held(source, rows):
+    """HeldRows of ``rows`` and ``source`` after the first stage's pass over it (which keeps the features)."""
+    held = HeldRows(rows, source)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dp.ClippingWarning)
+        sufficient_statistics(source, held)
+    return held
+
+
+def test_the_held_sums_equal_a_numpy_reference_and_a_pass_reading_the_rows(passes):
+    rows = _rows()
+    source = LocalChunks(X, Y, 3)
+    held = _held(source, rows)
+    passes[0] = 0
+    kept = residual_sums(source, ResidualStatistics(held, U, RADIUS))
+    assert passes[0] == 0  # the rows were not read again
+    read = residual_sums(LocalChunks(X, Y, 3), ResidualStatistics(rows, U, RADIUS))
+    assert passes[0] == 1 and np.array_equal(kept, read)
+    np.testing.assert_allclose(kept, _reference_sums(X, Y), rtol=0, atol=1e-12)
+    # another LocalChunks over the same X and Y objects in the same chunks reads the same rows: held
+    assert np.array_equal(residual_sums(LocalChunks(X, Y, 3), ResidualStatistics(held, U, RADIUS)), kept)
+    assert passes[0] == 1
     # other chunks than those kept: read again
-    CountingChunks.passes = 0
-    assert np.array_equal(residual_sums(CountingChunks(X, Y, 4), ResidualStatistics(held, U, RADIUS)),
+    assert np.array_equal(residual_sums(LocalChunks(X, Y, 4), ResidualStatistics(held, U, RADIUS)),
                           residual_sums(LocalChunks(X, Y, 4), ResidualStatistics(rows, U, RADIUS)))
-    assert CountingChunks.passes == 1
+    assert passes[0] == 3
+
+
+def test_held_rows_are_summed_only_for_the_source_they_came_from(passes):
+    """Two sources with the same chunks but other rows (or equal rows in other arrays) each give their own sums."""
+    rng = np.random.default_rng(7)
+    X2, Y2 = rng.uniform(0.0, 10.0, X.shape), rng.uniform(0.0, 1.0, Y.shape)
+    first, second = LocalChunks(X, Y, 3), LocalChunks(X2, Y2, 3)
+    assert first.chunk_bounds() == second.chunk_bounds()
+    rows = _rows()  # one map for every pass (traced once)
+    held = _held(first, rows)
+    passes[0] = 0
+    theirs = residual_sums(second, ResidualStatistics(held, U, RADIUS))
+    assert passes[0] == 1  # read: not the held rows
+    np.testing.assert_allclose(theirs, _reference_sums(X2, Y2), rtol=0, atol=1e-12)
+    assert not np.allclose(theirs, _reference_sums(X, Y), rtol=0, atol=1e-3)
+    copied = residual_sums(LocalChunks(X.copy(), Y.copy(), 3), ResidualStatistics(held, U, RADIUS))
+    assert passes[0] == 2  # equal values in other arrays: read again (the identity is the arrays'), same sums
+    np.testing.assert_allclose(copied, _reference_sums(X, Y), rtol=0, atol=1e-12)
+    own = residual_sums(first, ResidualStatistics(_held(second, rows), U, RADIUS))  # held from the second source
+    np.testing.assert_allclose(own, _reference_sums(X, Y), rtol=0, atol=1e-12)
+    assert np.array_equal(residual_sums(first, ResidualStatistics(held, U, RADIUS)), residual_sums(
+        first, ResidualStatistics(rows, U, RADIUS)))  # its own source: held, as a pass reading the rows
+    passes[0] = 0
+    unbound = _held(first, rows)
+    unbound.rows_of = None  # kept for no source (HeldRows without one): read again
+    np.testing.assert_allclose(residual_sums(first, ResidualStatistics(unbound, U, RADIUS)), _reference_sums(X, Y),
+                               rtol=0, atol=1e-12)
+    assert passes[0] == 2 and HeldRows(rows).rows_of is None
 
 
 def _release(chunk, **options):
     kernel = gpflow.kernels.SquaredExponential(variance=2.0, lengthscales=LENGTHSCALE)  # a fresh map: eager, then compiled
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return wr.release_rows(CountingChunks(X, Y, chunk), kernel, Z, x_bounds=BOX, y_bounds=BOUNDS, epsilon=1.0,
+        return wr.release_rows(LocalChunks(X, Y, chunk), kernel, Z, x_bounds=BOX, y_bounds=BOUNDS, epsilon=1.0,
                                delta=1e-3, seed=3, noise_variance=0.05, residual_fractions=(0.4, 0.2, 0.2, 0.2),
                                **options)
 
 
-def test_a_release_reads_the_rows_once_and_equals_one_reading_them_at_every_stage(monkeypatch):
-    CountingChunks.passes = 0
+def test_a_release_reads_the_rows_once_and_equals_one_reading_them_at_every_stage(monkeypatch, passes):
     held = _release(3, lengthscales=[3.0, 6.0])  # 5 chunks: each map compiled at the fifth, during the first pass
-    assert CountingChunks.passes == 1
+    assert passes[0] == 1
     monkeypatch.setattr(residual_module, "MAX_HELD_FEATURES", 0)
-    CountingChunks.passes = 0
+    passes[0] = 0
     read = _release(3, lengthscales=[3.0, 6.0])
-    assert CountingChunks.passes == 4  # the statistics, then each of the three residual stages
+    assert passes[0] == 4  # the statistics, then each of the three residual stages
     for key, value in held.statistics.items():
         assert np.array_equal(value, read.statistics[key]), key
     assert np.array_equal(held.estimates, read.estimates) and np.array_equal(held.radii, read.radii)
@@ -106,6 +148,8 @@ def test_only_in_process_sources_within_the_cap_are_held(monkeypatch):
     assert isinstance(holding(source, rows), HeldRows)  # one candidate: 39 entries
     other = type("Elsewhere", (dp.streaming.ChunkSource,), {"n": 13})()  # not read in this process (e.g. Dask)
     assert holding(other, rows) is rows
+    own = type("OwnReading", (LocalChunks,), {"map_reduce": lambda self, fn, combine, *args: None})(X, Y, 5)
+    assert holding(own, rows) is rows  # a subclass may read its rows its own way: not held
 
 
 def test_held_features_never_leave_the_process():
