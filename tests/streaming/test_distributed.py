@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import gpflow
 import numpy as np
 import pytest
@@ -114,7 +116,10 @@ def test_a_scheduler_address_with_worker_processes_gives_the_same_release():
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             distributed.Client(cluster.scheduler_address) as client, distributed.get_task_stream(client) as tasks:
         remote = streaming.release_function(_dask_model(DPSGPR, model, 500), epsilon=1.0, delta=1e-3, seed=5)
-    assert tasks.data and len({task["worker"] for task in tasks.data}) == 1  # the per-chunk work ran in the worker
+        pids = client.run(os.getpid)  # {the worker's address: its process id}
+    # the per-chunk work (chunks of 500 of the 1,500 rows) ran in that one worker, in another process than this one
+    assert len(pids) == 1 and next(iter(pids.values())) != os.getpid()
+    assert len(tasks.data) >= 3 and {task["worker"] for task in tasks.data} == set(pids)
     np.testing.assert_allclose(remote.release.noise_std, local.release.noise_std, rtol=1e-6)
     _same_released_mean(remote, local, 5)
     assert dp.audit(remote, model).passed
