@@ -108,6 +108,30 @@ class _NoiseProfile:
             return np.full(self._plan.k, np.inf)
 
 
+class _NoNoise:
+    """The noise of a fold whose map ``C`` is exactly zero: its test predictions do not read the outputs, so a
+    release of them adds none (``cloaking_release`` refuses such a ``C``: nothing to release privately). Zeros, as
+    the lower bound ``s d max |C_ji|`` of ``release_noise="bound"``. Public: ``C`` is."""
+
+    def __init__(self, k: int) -> None:
+        self.k = int(k)
+
+    def std(self, multiplier: float) -> np.ndarray:
+        return np.zeros(self.k)
+
+
+def _fold_profile(C, **options) -> Union[_NoiseProfile, _NoNoise]:
+    """:class:`_NoiseProfile` of a fold's map ``C`` (dense or factored), or :class:`_NoNoise` when ``C`` is exactly
+    zero (checked, densely, only when the plan refuses it: a non-finite ``C`` is still refused)."""
+    try:
+        return _NoiseProfile(C, **options)
+    except ValueError:
+        dense = dense_map(C).numpy()
+        if not (np.all(np.isfinite(dense)) and not np.any(dense)):
+            raise
+        return _NoNoise(dense.shape[0])
+
+
 def release_noise_std(C, *, data_sensitivity: float, output_bound: float, epsilon: float, delta: float,
                       objective: str = "mse", calibration: str = "analytic", rtol: Optional[float] = None,
                       tol: float = DEFAULT_TOL, max_iter: int = 500,
@@ -299,7 +323,7 @@ class CrossValidation:
         self._release_matrices = release_matrices
         self._output_bounds = output_bounds
         self._y = y  # private outputs (clipped), [n] or [n, Q]
-        self._profiles: Dict[Tuple[str, int, int], _NoiseProfile] = {}
+        self._profiles: Dict[Tuple[str, int, int], Union[_NoiseProfile, _NoNoise]] = {}
         self._largest: Dict[int, List[np.ndarray]] = {}
         self._model_state: Optional[Tuple[Any, Dict[str, np.ndarray]]] = None  # set by cross_validate
         one = self.columns.num_columns == 1 and self.columns.moved == 1  # the JMLR formula is for one output
@@ -367,7 +391,8 @@ class CrossValidation:
         (:func:`~dpgp_gpflow.noise_planning.noise_std_lower_bound`), the least noise any Gaussian release
         of those predictions can add, one pass over ``C``; ``"optimised"``: the cloaking release's
         own noise (:class:`~dpgp_gpflow.mechanisms.NoisePlan`, one noise optimisation per fold; ``inf``
-        where that release would be refused). With ``groups`` both protect persons: the bound is taken
+        where that release would be refused; zeros for a fold whose map is exactly zero, as the bound: its
+        predictions do not read the outputs). With ``groups`` both protect persons: the bound is taken
         over the columns of ``C A`` (:meth:`fold_neighbours`; ``s d max_G sum_{i in G} |C_ji|`` for
         persons of at most four rows) and the plan gets ``neighbours=A``. Public either way: functions
         of ``C``, the bounds and the persons.
@@ -400,7 +425,7 @@ class CrossValidation:
         for i, f in enumerate(self.folds[index]):
             key = (objective, index, i)
             if key not in self._profiles:
-                self._profiles[key] = _NoiseProfile(
+                self._profiles[key] = _fold_profile(
                     stacked_map(self._release_matrices[index][i], outputs), data_sensitivity=self.data_sensitivity,
                     output_bound=self._output_bounds[index][i], objective=objective,
                     neighbours=self.fold_neighbours(i))

@@ -92,8 +92,9 @@ def grids(draw, paths, valid):
 
     if not valid and draw(st.booleans()):
         # None (the default grid) is valid API, drawn here among the bad grids only: drawn among the valid ones
-        # it shifted the derandomized draws to a run whose share check failed (4 of 8 valid draws over budget,
-        # one refused "the cloaking matrix is zero or not finite"), not yet looked into
+        # (one in six) it shifts the derandomized draws to a run of 8 valid draws, 4 over budget, fewer within
+        # budget than the share check's 8. That run's refusal "the cloaking matrix is zero or not finite" was a
+        # bug, not the default grid's: a fold whose map is exactly zero (see the test at the end), now fixed
         return draw(st.sampled_from([[], {LS: 1.0}, "abc", None, [1, 2], ({LS: 1.0},), 3]))
     size = draw(st.integers(1, 3))
     grid = [config() for _ in range(size)]
@@ -282,3 +283,28 @@ def test_select_hyperparameters_fuzz(draws, models, share, data):
         return
     p = np.asarray(diag.probabilities)
     assert np.all(np.isfinite(p)) and np.all(p[~kept] == 0.0) and math.isclose(p.sum(), 1.0, rel_tol=1e-9)
+
+
+def test_a_fold_whose_map_is_zero_adds_no_noise_and_the_selection_selects(draws):
+    """Found by this fuzz (a valid draw refused "the cloaking matrix is zero or not finite"): at lengthscale 0.01 the
+    sparse classifier's fold trained on x = 0 alone predicts its 7 test points (0.43 and more away) from nothing it
+    read, as the kernel underflows to exactly 0: the fold's map is zero, and release_noise="optimised" refused it.
+    Its predictions read no output, so a release of them adds no noise: zeros, as the bound s d max|C| = 0 says."""
+    model = DPSparseLaplaceGPC((X_TRAIN, LABELS), kernel(), Z_TRAIN)
+    grid, folds = [{LS: 0.01}, {LS: 0.01, KV: 4.0}], [(np.array([0]), np.arange(1, N))]
+    # NumPy: K(test, Z) K(Z, train) has no path through any inducing point, and K(Z, Z) = I exactly, so every map
+    # K_te,u M K_u,tr with M from K(Z, Z) and a diagonal curvature is exactly zero (at any kernel variance)
+    k = lambda a, b: np.exp(-0.5 * ((a[:, None, 0] - b[None, :, 0]) / 0.01) ** 2)  # noqa: E731
+    assert np.all(np.abs(k(X_TRAIN[1:], Z_TRAIN)) @ np.abs(k(Z_TRAIN, X_TRAIN[:1])) == 0.0)
+    assert np.array_equal(k(Z_TRAIN, Z_TRAIN), np.eye(len(Z_TRAIN)))
+    options = dict(objective="entropy", release_noise="optimised")
+    cv = dp.selection.cross_validate(model, grid, folds=folds)
+    for release_noise in ("optimised", "bound"):
+        for i in range(len(grid)):
+            assert np.array_equal(cv.noise_std(i, 1e-3, 0.2, objective="entropy", release_noise=release_noise)[0],
+                                  np.zeros(N - 1))
+    acc = dp.PrivacyAccountant(epsilon=10.0, delta=0.5)
+    sel, diag = select_hyperparameters(model, grid, cross_validation=cv, epsilon=1.0, epsilon_release=1e-3,
+                                       delta_release=0.2, seed=7, accountant=acc, diagnostics=True, **options)
+    assert list(sel.kept) == [True, True] and np.all(np.isfinite(diag.probabilities))
+    assert len(draws) == 1 and len(acc.ledger) == 1 and acc.ledger[0].epsilon == 1.0
