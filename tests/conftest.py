@@ -129,6 +129,8 @@ _COMMAND_LINE_TESTS = ("test_cli.", "test_cli_", "test_demo.", "test_entry_point
 #: the order collected, the next file to whichever worker is nearly done. Collected first, the long files are spread
 #: before the short ones fill the gaps, so the two workers finish together (longest-first list scheduling); xdist's
 #: own order (most tests first) can leave a long file of few tests to one worker at the end while the other idles.
+#: Files of few but long tests belong here too: ranked by count they are handed out last, and the worker that takes
+#: one then runs alone (test_typing's mypy, 14 s in a clean clone, was the last file of every run before 2026-11-28).
 #: Re-rank from a new --durations=0 run when files change.
 LONG_FILES = (
     "test_notebooks.py",  # one child process for every notebook (~45 s quiet): first, so it never runs last
@@ -152,8 +154,14 @@ LONG_FILES = (
     "models/test_base.py",  # 1.7%
     "test_selection_groups.py",  # 1.6%
     "whole_rows/test_lengthscales.py",  # 6.0% before a47bcf6, about 1.2% after
+    # estimated (not from a --durations=0 run): a -n 0 run of the 20 files of fewest tests, loaded machine, and the
+    # 2026-11-28 09:25 clean-clone run's 40 slowest tests
+    "kernels/test_grid_integral.py",  # 7 tests, 23% of those 20 files' time (two tests of 6.0 and 5.2 s in CI)
+    "test_cli_startup.py",  # 2 tests, one a fresh process (16.2 s in CI)
+    "test_typing.py",  # 1 test: mypy with no cache in a clean clone (13.9 s in CI)
     "models/test_multiclass_streamed.py",  # 1.3%
     "whole_rows/test_classification.py",  # 1.2%
+    "test_default_grid.py",  # estimated: 7 tests, one a selection over the whole default grid (7.4 s in CI)
     "test_cli_multi_output.py",  # 2.8% before bf9dc37, about 1% after
 )
 
