@@ -123,8 +123,8 @@ class HistogramResidualRelease(StagedRelease):
         #: [M, M] the first-order covariance of the DP noise of the last estimate (post-processing)
         self.noise_covariance = residual_noise_covariance(first, start.chol, start.P, start.S,
                                                           [s.noise_std**2 for s in stages])
-        self.posterior = WeightPosterior(start.chol, tf.constant(self.estimates[-1]), self.kernel_variance,
-                                         self.noise_variance, 0.0, 0.0)
+        self.posterior = WeightPosterior(tf.constant(start.chol), tf.constant(self.estimates[-1]),
+                                         self.kernel_variance, self.noise_variance, 0.0, 0.0)
 
     @property
     def statistics(self) -> Dict[str, np.ndarray]:

@@ -28,11 +28,9 @@ import math
 from typing import Any, List, NamedTuple, Tuple
 
 import numpy as np
-import tensorflow as tf
+import scipy.linalg
 
-from ..noise_planning.dual import MATRIX_SPEC, REAL_SPEC
-from .posterior import compiled_on_reuse, floored
-from .residual import preconditioned_update, propagated_covariance
+from .residual import propagated_covariance
 from .residual_bounds import residual_radius
 
 __all__: list[str] = []  # internal: the package imports these names by name
@@ -116,8 +114,8 @@ def aware_noise_covariance(S: Any, counts: Any, phi: Any, b: Any, *, lam: float,
     ``g(w) = w / (w^2 + lambda w + kappa)``): ``sigma_b^2 g(S^)^2`` from ``b~``'s noise, plus the counts' noise
     through ``S^`` (``dS = sum_c e_c 1{n~_c > 0} phi_c phi_c^T``): by the Daleckii-Krein formula
     ``d u = V (G o (V^T dS V)) V^T b~`` with ``G_ij`` the divided difference ``g[w_i, w_j]``, so cell ``c`` moves
-    ``u_1`` by ``e_c V (psi_c o (G (psi_c o beta)))`` (``psi_c = V^T phi_c``, ``beta = V^T b~``; ``eigen``: ``S``'s ``(w, V)`` as :func:`_eig` gives them, if already
-    computed). Post-processing."""
+    ``u_1`` by ``e_c V (psi_c o (G (psi_c o beta)))`` (``psi_c = V^T phi_c``, ``beta = V^T b~``; ``eigen``:
+    ``S``'s ``(w, V)`` as :func:`_eig` gives them, if already computed). Post-processing."""
     w, V = _eig(np.asarray(S, dtype=np.float64)) if eigen is None else eigen
     den = w * w + lam * w + kappa
     g = w / den
@@ -142,12 +140,13 @@ def residual_noise_covariance(first: Any, chol: Any, P: Any, S: Any, variances: 
     return propagated_covariance(chol, P, S, first, variances).numpy()
 
 
-@compiled_on_reuse([MATRIX_SPEC, REAL_SPEC, REAL_SPEC])
-def _preconditioner(S: tf.Tensor, floor: tf.Tensor, lam: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-    """``(P, the Cholesky factor of lambda I + P)``: ``S`` with its eigenvalues raised to ``floor``
-    (:func:`~.posterior.regularised_statistic`'s graph), in one call. Post-processing."""
-    P = floored.python_function(S, floor)
-    return P, tf.linalg.cholesky(P + lam * tf.eye(tf.shape(P)[0], dtype=tf.float64))
+def _preconditioner(eigen: Tuple[np.ndarray, np.ndarray], floor: float, lam: float) -> Tuple[np.ndarray, np.ndarray]:
+    """``(P, the lower Cholesky factor of lambda I + P)``: ``P = V max(w, floor) V^T``, ``S^`` with its eigenvalues
+    raised to ``floor`` (:func:`~.posterior.regularised_statistic`'s rule) from ``S^``'s eigendecomposition ``eigen``
+    (:func:`_eig`: its negative eigenvalues read as 0, the same for a floor >= 0). Post-processing."""
+    w, V = eigen
+    P = (V * np.maximum(w, floor)[None, :]) @ V.T
+    return P, np.linalg.cholesky(P + lam * np.eye(P.shape[0]))
 
 
 class HistogramStart(NamedTuple):
@@ -156,11 +155,10 @@ class HistogramStart(NamedTuple):
 
     S: np.ndarray  #: [M, M] the histogram's ``S^``
     P: np.ndarray  #: [M, M] the preconditioner (``S^`` floored)
-    chol: tf.Tensor  #: [M, M] the Cholesky factor of ``lambda I + P``
+    chol: np.ndarray  #: [M, M] the lower Cholesky factor of ``lambda I + P``
     u: np.ndarray  #: [M] the first estimate ``u_1``
     eigen: Tuple[np.ndarray, np.ndarray]  #: ``S^``'s eigenvalues (negatives read as 0) and eigenvectors
     cells: Tuple[np.ndarray, np.ndarray]  #: the cells' terms of every radius (:func:`bayes_variance`)
-    P_tensor: tf.Tensor  #: [M, M] ``P`` as the updates read it
 
     def radius(self, *, kernel_variance: float, noise_variance: float, b_std: float, width: float,
                z: float = HISTOGRAM_Z) -> float:
@@ -171,9 +169,10 @@ class HistogramStart(NamedTuple):
         return residual_radius(noise_variance, v, width, z)
 
     def update(self, b_j: Any, u: Any) -> np.ndarray:
-        """``u_j = (lambda I + P)^{-1} (b~_j + P u_{j-1})`` (:func:`~.residual.preconditioned_update`)."""
-        return preconditioned_update(self.chol, self.P_tensor, tf.constant(np.asarray(b_j, dtype=np.float64)),
-                                     tf.constant(np.asarray(u, dtype=np.float64))).numpy()
+        """``u_j = (lambda I + P)^{-1} (b~_j + P u_{j-1})`` (:func:`~.residual.preconditioned_update`'s rule, by
+        Cholesky solves in NumPy: a TensorFlow call costs more than the M x M solves)."""
+        rhs = np.asarray(b_j, dtype=np.float64) + self.P @ np.asarray(u, dtype=np.float64)
+        return scipy.linalg.cho_solve((self.chol, True), rhs)
 
 
 def histogram_start(counts: Any, b: Any, phi: Any, *, counts_std: float, b_std: float, kernel_variance: float,
@@ -183,11 +182,10 @@ def histogram_start(counts: Any, b: Any, phi: Any, *, counts_std: float, b_std: 
     ``phi``. Post-processing."""
     lam = float(noise_variance) / float(kernel_variance)
     S = histogram_statistic(counts, phi)
-    P, chol = _preconditioner(tf.constant(S), tf.constant(floor * histogram_tau(phi, counts_std), tf.float64),
-                              tf.constant(lam, tf.float64))
     eigen = _eig(S)
+    P, chol = _preconditioner(eigen, floor * histogram_tau(phi, counts_std), lam)
     u = aware_mean(S, b, lam, float(b_std) ** 2 / float(kernel_variance), eigen)
-    return HistogramStart(S, P.numpy(), chol, u, eigen, _cell_terms(eigen[1], counts, phi), P)
+    return HistogramStart(S, P, chol, u, eigen, _cell_terms(eigen[1], counts, phi))
 
 
 class HistogramChain(NamedTuple):
