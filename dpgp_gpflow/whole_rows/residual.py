@@ -313,10 +313,14 @@ def _covariance(chol: tf.Tensor, P: tf.Tensor, S: tf.Tensor, first: tf.Tensor, v
 
 
 def propagated_covariance(chol: Any, P: Any, S: Any, first: Any, variances: Sequence[float]) -> tf.Tensor:
-    """:func:`_covariance` [M, M] (eager) from ``C_1 = first``, the Cholesky factor ``chol`` of ``lambda I + P``,
-    ``P``, the estimate ``S`` of the rows' ``S`` and the stages' noise variances. Post-processing."""
+    """:func:`_covariance` [M, M] (one graph, compiled on reuse) from ``C_1 = first``, the Cholesky factor ``chol`` of
+    ``lambda I + P``, ``P``, the estimate ``S`` of the rows' ``S`` and the stages' noise variances. Post-processing."""
     chol, P, S, first = (tf.convert_to_tensor(np.asarray(a, dtype=np.float64)) for a in (chol, P, S, first))
-    return _covariance(chol, P, S, first, tf.constant([float(v) for v in variances], tf.float64))
+    return _propagated(chol, P, S, first, tf.constant([float(v) for v in variances], tf.float64))
+
+
+#: :func:`_covariance` as one graph (traced once per shapes: M and the number of stages).
+_propagated = compiled_on_reuse()(_covariance)
 
 
 def _first(chol: tf.Tensor, u: tf.Tensor, b_var: tf.Tensor, offdiag_var: tf.Tensor) -> tf.Tensor:
