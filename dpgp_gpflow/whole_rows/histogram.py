@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Callable, Dict, List, NamedTuple, Sequence, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Sequence, Tuple
 
 import gpflow
 import numpy as np
@@ -134,11 +134,7 @@ class HeldCellCounts(HeldRows):
         """One chunk's counts [C] (int64) and ``b`` [M] (PRIVATE), its rows and clipped counts; keeps its features."""
         X, yc, outside_x, outside_y = self.prepared(X, Y)
         counts = np.bincount(cell_index(X, self.box, self.cells), minlength=self.num_cells).astype(np.int64)
-        kept: List[Tuple[tf.Tensor, tf.Tensor, tf.Tensor]] = []
-        (b,) = self.summed(chunk_b_and_features, X, yc, kept=kept)
-        compiled = self.features.compiled  # the mode summed ran in
-        self.held[(int(start), int(start) + int(X.shape[0]))] = [(phi, y, None if compiled else x)
-                                                                 for phi, y, x in kept]
+        (b,) = self.summed_and_held(chunk_b_and_features, X, yc, start)
         return {"counts": counts, "b": b, "n": int(X.shape[0]), "clipped_inputs": outside_x,
                 "clipped_outputs": outside_y}
 

@@ -107,12 +107,17 @@ class HeldRows(RowStatistics):
         self.rows_of: Optional[Tuple[Any, Any]] = (source.X, source.Y) if type(source) is LocalChunks else None
 
     def sums(self, X: np.ndarray, yc: np.ndarray, start: int) -> Tuple[Any, ...]:
+        return self.summed_and_held(chunk_sums_and_features, X, yc, start)
+
+    def summed_and_held(self, fn: Any, X: np.ndarray, yc: np.ndarray, start: int) -> Tuple[Any, ...]:
+        """:meth:`~.statistics.RowStatistics.summed` of ``fn`` (its last tensor the slice's features) over a chunk's
+        prepared rows starting at row ``start``, its slices kept in ``held`` (the one place of its layout; PRIVATE)."""
         kept: List[Tuple[tf.Tensor, tf.Tensor, tf.Tensor]] = []
-        S, b, q = self.summed(chunk_sums_and_features, X, yc, kept=kept)
+        sums = self.summed(fn, X, yc, kept=kept)
         compiled = self.features.compiled  # the mode summed ran in (prepared compiles before it)
         self.held[(int(start), int(start) + int(X.shape[0]))] = [(phi, y, None if compiled else x)
                                                                  for phi, y, x in kept]
-        return S, b, q
+        return sums
 
     def __reduce__(self) -> Any:
         raise TypeError("HeldRows keeps private features in this process: it is never pickled")
