@@ -26,6 +26,7 @@ SCRIPTS = {
     "scaling_gpu": "benchmarks/scaling.py",
     "utility_kung": "benchmarks/utility_kung.py",
     "overhead": "benchmarks/overhead.py",
+    "overhead_xla": "benchmarks/overhead_xla.py",
     "overhead_small_n": "benchmarks/overhead.py",
     "gpu": "benchmarks/gpu.py",
     "exact_noise": "benchmarks/exact_noise.py",
