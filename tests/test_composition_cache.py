@@ -35,25 +35,27 @@ def _ledgers():
 def test_a_cached_composition_equals_a_fresh_one_and_ledgers_never_share_an_entry():
     ledgers = _ledgers()
     composition._composed_pld.cache_clear()
-    first = {name: [pld_epsilon(events, d, discretization=STEP) for d in DELTAS] for name, events in ledgers.items()}
-    built = composition._composed_pld.cache_info().misses
-    assert built == len(ledgers)  # one construction per ledger, read at both deltas
-    for name, events in ledgers.items():
+    first = {}
+    for built, (name, events) in enumerate(ledgers.items(), start=1):
+        first[name] = [pld_epsilon(events, d, discretization=STEP) for d in DELTAS]
+        assert composition._composed_pld.cache_info().misses == built  # one construction, read at both deltas
         assert first[name] == reference_pld_epsilon(events, DELTAS, STEP), name  # built independently, no cache
+        # asked again, in another order and with other descriptions: from the cache, the same floats
+        again = [PrivacyEvent(e.epsilon, e.delta, e.kind, e.mu, "renamed") for e in reversed(events)]
+        assert [pld_epsilon(again, d, discretization=STEP) for d in DELTAS] == first[name], name
+        assert composition._composed_pld.cache_info().misses == built
     # every pair of ledgers differs (a key missing the mu, a kind, an epsilon or a count would merge two)
     for a, b in itertools.combinations(ledgers, 2):
         assert first[a] != first[b], (a, b)
-    # asked again, in another order and with other descriptions: from the cache, the same floats
-    for name, events in reversed(list(ledgers.items())):
-        again = [PrivacyEvent(e.epsilon, e.delta, e.kind, e.mu, "renamed") for e in reversed(events)]
-        assert [pld_epsilon(again, d, discretization=STEP) for d in DELTAS] == first[name], name
-    assert composition._composed_pld.cache_info().misses == built
     # the discretisation is part of the key; pld_delta reads the same entry
-    coarse = pld_epsilon(ledgers["one gaussian"], DELTAS[0], discretization=10 * STEP)
-    assert coarse == reference_pld_epsilon(ledgers["one gaussian"], DELTAS[:1], 10 * STEP)[0] != first["one gaussian"][0]
-    assert pld_delta(ledgers["one gaussian"], first["one gaussian"][0], discretization=STEP) == pytest.approx(
-        DELTAS[0], rel=1e-2)
-    assert composition._composed_pld.cache_info().misses == built + 1
+    one = ledgers["one gaussian"]
+    coarse = pld_epsilon(one, DELTAS[0], discretization=10 * STEP)
+    assert coarse == reference_pld_epsilon(one, DELTAS[:1], 10 * STEP)[0] != first["one gaussian"][0]
+    built = composition._composed_pld.cache_info().misses
+    assert pld_delta(one, coarse, discretization=10 * STEP) == pytest.approx(DELTAS[0], rel=1e-2)
+    assert composition._composed_pld.cache_info().misses == built
+    # bounded: the oldest entries go (8 ledgers and a coarse one asked, 8 kept)
+    assert composition._composed_pld.cache_info().currsize == composition._composed_pld.cache_info().maxsize == 8
 
 
 @pytest.mark.parametrize("mu, step", [(0.3, composition.PLD_DISCRETIZATION), (1.0, STEP), (2.5, STEP)])
