@@ -301,46 +301,38 @@ def clipped_sine_toy(lo: float, hi: float):
 
 
 def reference_pld_epsilon(events, deltas, discretization: float = 1e-4):
-    """Epsilons at each of ``deltas`` of the replace-one privacy loss distribution of ``events`` (objects with
-    ``kind``, ``epsilon``, ``delta``, ``mu``), built here with ``dp_accounting.pld`` directly (no cache): the Gaussian
-    events as ONE Gaussian at ``mu = sqrt(sum mu_i^2)`` (exact GDP composition) of std ``2 / mu`` against a shift of 1
-    (the replace-one conversion trap), each distinct pure event as binary randomised response at
-    ``p = 2 / (1 + e^eps)``, each distinct (epsilon, delta) event by its privacy parameters; identical events
-    self-composed; composed Gaussian first, then the others in sorted order (so the floats equal a correct
-    composition's to the last bit: the discretised construction is deterministic)."""
-    from collections import Counter
+    """Epsilons at each of ``deltas`` of the replace-one composition of ``events`` (objects with ``kind``,
+    ``epsilon``, ``delta``, ``mu``), built WITHOUT dpgp_gpflow.composition: dp_accounting's own ``PLDAccountant``
+    (``REPLACE_ONE``) composes every event one at a time, a Gaussian as ``GaussianDpEvent(2 / mu)`` (the replace-one
+    conversion trap: its shift is 2), a pure event as ``RandomizedResponseDpEvent(2 / (1 + e^eps), 2)``, and an
+    (epsilon, delta) event's randomised-response part the same way. dp-accounting 0.6.0 has no (epsilon, delta)
+    event, so that event's worst case (loss +inf with probability delta, else randomised response at epsilon, as
+    ``from_privacy_parameters`` builds it) enters in closed form: an infinite-loss outcome counts whole in the
+    hockey-stick divergence, so ``delta_total(eps) = 1 - prod(1 - delta_i) * (1 - delta_rest(eps))`` and the
+    epsilon at ``delta`` is the rest's epsilon at ``1 - (1 - delta) / prod(1 - delta_i)`` (inf if that is <= 0).
 
-    from dp_accounting import NeighboringRelation
-    from dp_accounting.pld import privacy_loss_distribution as pld_lib
-    from dp_accounting.pld.common import DifferentialPrivacyParameters
+    Not bit for bit: each of the ``k`` discretised PLDs composed rounds the loss up by less than ``discretization``,
+    so this and ``composition.pld_epsilon`` both lie in ``[exact, exact + k * discretization]`` (k <=
+    ``len(events)`` each). The events are composed one by one (``compose(event, count)`` of 0.6.0 ignores ``count``
+    for randomised response)."""
+    import dp_accounting
+    from dp_accounting.pld import PLDAccountant
 
-    replace_one = NeighboringRelation.REPLACE_ONE
-    mus = [e.mu for e in events if e.kind == "gaussian"]
-    parts = []
-    if mus:
-        mu = math.sqrt(math.fsum(m * m for m in mus))
-        parts.append(pld_lib.from_gaussian_mechanism(
-            standard_deviation=2.0 / mu, sensitivity=1.0, value_discretization_interval=discretization,
-            neighboring_relation=replace_one))
-    counts = Counter((e.kind, float(e.epsilon), float(e.delta)) for e in events if e.kind != "gaussian")
-    for (kind, eps, dlt), count in sorted(counts.items()):
-        if kind == "pure" and eps == 0.0:
-            continue  # a pure event at epsilon 0 loses nothing
-        if kind == "pure":
-            p = 2.0 / (1.0 + math.exp(eps)) if eps < 700 else 0.0
-            one = pld_lib.from_randomized_response(noise_parameter=p, num_buckets=2,
-                                                   value_discretization_interval=discretization,
-                                                   neighboring_relation=replace_one)
-        else:
-            one = pld_lib.from_privacy_parameters(DifferentialPrivacyParameters(eps, dlt),
-                                                  value_discretization_interval=discretization)
-        parts.append(one.self_compose(count) if count > 1 else one)
-    if not parts:
-        return [0.0 for _ in deltas]
-    total = parts[0]
-    for part in parts[1:]:
-        total = total.compose(part)
-    return [float(max(total.get_epsilon_for_delta(d), 0.0)) for d in deltas]
+    accountant = PLDAccountant(dp_accounting.NeighboringRelation.REPLACE_ONE, discretization)
+    kept = 1.0  # prod(1 - delta_i) of the (epsilon, delta) events: the mass of outcomes with a finite loss
+    for e in events:
+        if e.kind == "gaussian":
+            accountant.compose(dp_accounting.GaussianDpEvent(2.0 / e.mu))
+            continue
+        if e.kind == "approximate":
+            kept *= 1.0 - e.delta
+        if e.epsilon > 0.0:  # randomised response at epsilon 0 loses nothing (and dp_accounting refuses p = 1)
+            accountant.compose(dp_accounting.RandomizedResponseDpEvent(2.0 / (1.0 + math.exp(e.epsilon)), 2))
+    out = []
+    for delta in deltas:
+        rest = 1.0 - (1.0 - delta) / kept if kept > 0.0 else 0.0
+        out.append(math.inf if rest <= 0.0 else float(max(accountant.get_epsilon(rest), 0.0)))
+    return out
 
 
 def gdp_epsilon_closed_form(mu: float, delta: float) -> float:
