@@ -56,10 +56,11 @@ from ..validation import (
     validate_objective,
     validate_output_bounds,
 )
-from ..whole_rows.bounds import entry_noise_std, part_bounds, released_sensitivity, statistic_scales, validate_shares
+from ..whole_rows.bounds import entry_noise_std, released_sensitivity, statistic_scales, validate_shares
 from ..whole_rows.design import validate_box
 from ..whole_rows.residual_bounds import (
     MAX_HISTOGRAM_CELLS,
+    histogram_noise_stds,
     histogram_sensitivity,
     residual_sensitivity,
     validate_residual_fractions,
@@ -468,13 +469,15 @@ def whole_rows_arrays(arrays: Mapping[str, np.ndarray], prefix: str, m: int) -> 
     return {k: out[f"{prefix}{k}"] for k in shapes}
 
 
-def whole_rows_card(document: ReleaseDocument) -> WholeRowsCard:
+def whole_rows_card(document: ReleaseDocument, multiplier: Optional[float] = None) -> WholeRowsCard:
     """The card and released arrays of a ``WholeRowsRelease`` file checked, every number recomputed that can be
     (docs/release_file.md#what-loading-checks): the multiplier from (epsilon, delta, calibration); the shares
     normalised; the relation from ``person_rows``; the sensitivity with the release's own public formula
     (:func:`~dpgp_gpflow.whole_rows.bounds.released_sensitivity`: shares, M, n, chunking, persons, candidates);
     each released entry's noise std from ``multiplier x sensitivity`` and the parts' scales; the box, the bounds,
-    the statistics' shapes. ``ReleaseFileError`` naming the field. TensorFlow-free."""
+    the statistics' shapes. ``multiplier``: the recomputed multiplier the stds are checked at when the card's is a
+    stage's (a residual release's first stage, :func:`residual_card`; None: the one of (epsilon, delta,
+    calibration)). ``ReleaseFileError`` naming the field. TensorFlow-free."""
     card = document.card
     missing = [k for k in WHOLE_ROWS_CARD if k not in card]
     if missing:
@@ -484,7 +487,7 @@ def whole_rows_card(document: ReleaseDocument) -> WholeRowsCard:
         raise ReleaseFileError(f"card.lengthscale_candidates must be null or a list of at least 2, got {candidates!r}")
     B = 1 if candidates is None else len(candidates)
     checked = _whole_rows_statistics(document, WHOLE_ROWS_MECHANISM, B, f"{B} block(s)",
-                                     lambda: _card_bounds(card["y_bounds"], 1, "card"))
+                                     lambda: _card_bounds(card["y_bounds"], 1, "card"), multiplier)
     whole_rows_arrays(document.arrays, "statistics/", checked.m)
     for i in range(B if B > 1 else 0):
         whole_rows_arrays(document.arrays, f"candidates/{i}/", checked.m)
@@ -503,10 +506,11 @@ def _card_chunking(card: Mapping[str, Any], n: int) -> list:
 
 
 def _whole_rows_statistics(document: ReleaseDocument, mechanism: str, B: int, blocks: str,
-                           y_bounds: Callable[[], Any]) -> WholeRowsCard:
+                           y_bounds: Callable[[], Any], stage_multiplier: Optional[float] = None) -> WholeRowsCard:
     """The checks every whole-row card shares (regression and classifiers): privacy parameters, mechanism,
     multiplier, shares, relation, chunking, the sensitivity of ``B`` blocks recomputed (``blocks`` names them in
-    the error), the box, the bounds (``y_bounds()``), the booleans and the noise std arrays recomputed."""
+    the error), the box, the bounds (``y_bounds()``), the booleans and the noise std arrays recomputed, all at the
+    recomputed multiplier (``stage_multiplier`` when given, :func:`whole_rows_card`), never the card's."""
     card, where = document.card, "card"
     epsilon = _checked(where, "epsilon", validate_epsilon, card["epsilon"])
     delta = _checked(where, "delta", validate_delta, card["delta"])
@@ -524,6 +528,7 @@ def _whole_rows_statistics(document: ReleaseDocument, mechanism: str, B: int, bl
     normalised = _checked(where, "shares", validate_shares, shares)
     if not np.allclose(normalised, shares, rtol=RECOMPUTED_RTOL, atol=0.0):
         raise ReleaseFileError(f"card.shares {shares!r} are not normalised (squares summing to 1)")
+    multiplier = expected if stage_multiplier is None else stage_multiplier  # the card's only checked
     n, m, g = _card_int(card, "num_data", 1), _card_int(card, "num_inducing", 1), _card_int(card, "person_rows", 1)
     if card["neighbours"] != whole_rows_relation(g):
         raise ReleaseFileError(f"card.neighbours {card['neighbours']!r} is not {whole_rows_relation(g)!r} "
@@ -607,7 +612,7 @@ def whole_rows_summary(card: Mapping[str, Any]) -> str:
     if card.get("mechanism") == HISTOGRAM_MECHANISM:
         return (f"HistogramResidualRelease(mechanism='whole-row histogram + {len(card['radii'])} residual release(s)', "
                 f"epsilon={card['epsilon']:.6g}, delta={card['delta']:.6g}, m={card['num_inducing']}, "
-                f"cells={card['num_cells']}, n={card['num_data']}, fractions={card['residual_fractions']}, "
+                f"num_cells={card['num_cells']}, n={card['num_data']}, fractions={card['residual_fractions']}, "
                 f"bounds={tuple(card['y_bounds'])}, neighbours={card['neighbours']!r}"
                 + (", clip_to_bounds=True" if card["clip_to_bounds"] else "")
                 + (", reproducible=True)" if card["reproducible"] else ")"))
@@ -654,19 +659,26 @@ def residual_card(document: ReleaseDocument) -> WholeRowsCard:
     its noise std ``s_j Delta_j 2 R_j`` from the recorded radius (the loader recomputes the radii from the earlier
     stages). ``ReleaseFileError`` naming the field."""
     card = document.card
-    multipliers = _staged_multipliers(card, (*WHOLE_ROWS_CARD, *RESIDUAL_CARD), RESIDUAL_MECHANISM)
+    multipliers = residual_multipliers(card)
     J = len(multipliers)
     first = residual_first_stage(document)
     if first.card.get("noise_multiplier") != card["stage_multipliers"][0] or first.card.get("mechanism") != \
             WHOLE_ROWS_MECHANISM or any(first.card.get(k) != card[k] for k in _FIRST_STAGE_SHARED):
         raise ReleaseFileError("content.first_stage is not the whole-row release of the first stage (its multiplier "
                                "card.stage_multipliers[0], the same public pieces as the card)")
-    checked = whole_rows_card(first)
+    checked = whole_rows_card(first, multipliers[0])
     whole_rows_arrays(first.arrays, "statistics/", checked.m)
     if card["sensitivity"] != first.card["sensitivity"] or card["stage_sensitivities"][0] != card["sensitivity"]:
         raise ReleaseFileError("card.sensitivity and card.stage_sensitivities[0] must be the first stage's")
     _residual_stages(document, multipliers, checked.m, checked.y_bounds)
     return checked
+
+
+def residual_multipliers(card: Mapping[str, Any]) -> Tuple[float, ...]:
+    """The stages' multipliers of a ``ResidualRelease`` file's card recomputed from (epsilon, delta, calibration)
+    and the fractions (:func:`_staged_multipliers`): the first stage's noise is checked at the first (the loader's
+    too), never at the card's."""
+    return _staged_multipliers(card, (*WHOLE_ROWS_CARD, *RESIDUAL_CARD), RESIDUAL_MECHANISM)
 
 
 def _staged_multipliers(card: Mapping[str, Any], fields: Sequence[str], mechanism: str) -> Tuple[float, ...]:
@@ -676,7 +688,7 @@ def _staged_multipliers(card: Mapping[str, Any], fields: Sequence[str], mechanis
     (:func:`~dpgp_gpflow.whole_rows.residual_bounds.validate_residual_fractions`), ``stage_multipliers``,
     ``stage_sensitivities`` (J positive numbers) and ``radii`` (J - 1); returns the stages' multipliers
     ``s / sqrt(f_j)`` recomputed (:func:`~dpgp_gpflow.composition.gdp_fraction_multipliers`), which the card's
-    must be."""
+    must be (recomputed from the recomputed multiplier: the card's is only checked)."""
     where = "card"
     missing = [k for k in fields if k not in card]
     if missing:
@@ -694,7 +706,7 @@ def _staged_multipliers(card: Mapping[str, Any], fields: Sequence[str], mechanis
     fractions = _checked(where, "residual_fractions", validate_residual_fractions, card["residual_fractions"])
     if fractions is None:
         raise ReleaseFileError("card.residual_fractions must list the stages' fractions")
-    multipliers = gdp_fraction_multipliers(multiplier, fractions)
+    multipliers = gdp_fraction_multipliers(expected, fractions)  # the recomputed multiplier's, never the card's
     J = len(multipliers)
     for name in ("stage_multipliers", "stage_sensitivities", "radii"):
         values = card[name]
@@ -770,7 +782,8 @@ def histogram_card(document: ReleaseDocument) -> HistogramCard:
     :data:`~dpgp_gpflow.whole_rows.residual_bounds.MAX_HISTOGRAM_CELLS`; the counts-and-``b`` stage's sensitivity
     (:func:`~dpgp_gpflow.whole_rows.residual_bounds.histogram_sensitivity` of M, C, n, chunking and persons) and its
     two noise stds ``s_1 Delta_1 sqrt(2) / w_n`` (counts) and ``s_1 Delta_1 d / w_b`` (``b``; the parts' bounds of
-    :func:`~dpgp_gpflow.whole_rows.bounds.part_bounds`, the shares normalised); every residual stage as
+    :func:`~dpgp_gpflow.whole_rows.bounds.part_bounds`, the shares normalised: the release's own rule,
+    :func:`~dpgp_gpflow.whole_rows.residual_bounds.histogram_noise_stds`); every residual stage as
     :func:`residual_card` checks it; the arrays' shapes. The loader recomputes the grid from the kernel and the
     box, and every radius and estimate from the released values. ``ReleaseFileError`` naming the field."""
     card, where = document.card, "card"
@@ -814,10 +827,10 @@ def histogram_card(document: ReleaseDocument) -> HistogramCard:
     for name, shape in shapes.items():
         if arrays[name].shape != shape:
             raise ReleaseFileError(f"arrays.{name} must be {list(shape)}, got {list(arrays[name].shape)}")
-    # the released vector [w_n / sqrt(2) counts, w_b / d b] got noise of std s_1 Delta_1 on every entry
-    std = multipliers[0] * sensitivity
-    (count_bound, _, _), (_, b_bound, _) = part_bounds(1.0), part_bounds(bounds[1] - bounds[0])
-    expected = [std / (math.sqrt(shares[0]) / count_bound), std / (math.sqrt(shares[1]) / b_bound)]
+    # the released vector [w_n / sqrt(2) counts, w_b / d b] got noise of std s_1 Delta_1 on every entry: the
+    # release's own rule, the shares normalised, at the recomputed multiplier and sensitivity
+    noise = histogram_noise_stds(multipliers[0], sensitivity, shares, bounds[1] - bounds[0])
+    expected = [noise.counts_std, noise.b_std]
     if not np.allclose(arrays["histogram/noise_std"], expected, rtol=WHOLE_ROWS_RTOL, atol=0.0):
         raise ReleaseFileError("arrays.histogram/noise_std is not the counts' and b's noise std of "
                                "card.stage_multipliers[0] x card.stage_sensitivities[0] for the shares and bounds")

@@ -50,6 +50,7 @@ from .card import (
     releases_of_card,
     residual_card,
     residual_first_stage,
+    residual_multipliers,
     whole_rows_arrays,
     whole_rows_card,
     whole_rows_classifier_card,
@@ -189,13 +190,14 @@ def _load_multiclass(document: ReleaseDocument) -> Released:
                                        steps=steps, person_rows=guarantee.person_rows)
 
 
-def _load_whole_rows(document: ReleaseDocument) -> Released:
+def _load_whole_rows(document: ReleaseDocument, multiplier: Optional[float] = None) -> Released:
     """The :class:`~dpgp_gpflow.whole_rows.WholeRowsRelease` of a verified file: its card and released arrays
     checked (:func:`~dpgp_gpflow.io.card.whole_rows_card`, every public number recomputed), the feature map
     rebuilt from the kernel, ``Z``, ``k_max`` and the jitter, the variances given or refitted on the statistics,
     and with a grid every candidate rebuilt and the choice recomputed from their SGPR bounds (never read).
+    ``multiplier``: a residual release's first stage's, recomputed (:func:`~dpgp_gpflow.io.card.whole_rows_card`).
     ``ReleaseFileError`` naming the field otherwise."""
-    checked = whole_rows_card(document)
+    checked = whole_rows_card(document, multiplier)
     card, content, m = document.card, document.content, checked.m
     if not isinstance(content, dict) or set(content) != {*WHOLE_ROWS_PIECES, "candidates", "selection"}:
         raise ReleaseFileError(f"content must be an object with {sorted({*WHOLE_ROWS_PIECES, 'candidates', 'selection'})}")
@@ -272,7 +274,7 @@ def _load_residual(document: ReleaseDocument) -> Released:
     the recorded one is refused) and the noise's covariance propagated. ``ReleaseFileError`` naming the field."""
     residual_card(document)
     card = document.card
-    head = cast(WholeRowsRelease, _load_whole_rows(residual_first_stage(document)))
+    head = cast(WholeRowsRelease, _load_whole_rows(residual_first_stage(document), residual_multipliers(card)[0]))
     b, stds = document.arrays["residual/b"], document.arrays["residual/noise_std"]
     P = head.regularised_S  # the preconditioner: the file's S~ regularised as the first stage's posterior reads it
     points = radius_features(head.features, radius_points(head.features.kernel, head.x_bounds))
@@ -283,8 +285,11 @@ def _load_residual(document: ReleaseDocument) -> Released:
               for b_j, s, r, m, d in zip(b, stds, card["radii"], card["stage_multipliers"][1:],
                                          card["stage_sensitivities"][1:])]
     request = release_request(card["epsilon"], card["delta"], calibration=card["calibration"], objective=None)
-    released = residual_release(head, P, stages, posterior, estimates, fractions=card["residual_fractions"],
-                                request=request)
+    try:
+        released = residual_release(head, P, stages, posterior, estimates, fractions=card["residual_fractions"],
+                                    request=request)
+    except ValueError as exc:  # e.g. estimates that overflowed
+        raise ReleaseFileError(f"the stages: {exc}") from None
     return released.clipped() if card["clip_to_bounds"] else released.unclipped()
 
 

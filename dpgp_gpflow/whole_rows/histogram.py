@@ -25,7 +25,6 @@ and ``b`` are PRIVATE until noised by :func:`release_histogram`.
 
 from __future__ import annotations
 
-import math
 import warnings
 from typing import Any, Callable, Dict, NamedTuple, Sequence, Tuple
 
@@ -43,18 +42,14 @@ from ..relations import largest_person
 from ..streaming.chunks import ChunkSource
 from ..validation import validate_groups
 from . import features as feature_maps
-from .bounds import part_bounds, validate_shares
+from .bounds import validate_shares
 from .mechanism import checked_source, chunking
 from . import residual
 from .residual import HeldRows, grid_cells, grid_centres
-from .residual_bounds import MAX_HISTOGRAM_CELLS, histogram_sensitivity
+from .residual_bounds import MAX_HISTOGRAM_CELLS, histogram_noise_stds, histogram_sensitivity, histogram_share_pair
 from .statistics import RowStatistics, add_statistics
 
 __all__: list[str] = []  # internal: the package imports these names by name
-
-#: The L2 bound on the counts' shift when one row is replaced: it leaves one cell and enters one (the counts are
-#: ``S``'s diagonal for the cells' one-hot features: ``S``'s bound, :func:`~.bounds.part_bounds`).
-COUNT_BOUND = part_bounds(1.0)[0]
 
 
 def histogram_cells(kernel: gpflow.kernels.Kernel, box: np.ndarray) -> int:
@@ -72,7 +67,7 @@ def histogram_shares(shares: Any) -> Tuple[float, float]:
     """``(w_n^2, w_b^2)``: the squared shares of the counts and of ``b``, the package's shares of ``S`` and ``b``
     (``shares``: ``(S, b, q)``, :func:`~.bounds.validate_shares`) normalised to sum 1 (no ``q`` is released). Public."""
     w_S2, w_b2, _ = validate_shares(shares)
-    return w_S2 / (w_S2 + w_b2), w_b2 / (w_S2 + w_b2)
+    return histogram_share_pair(w_S2, w_b2)
 
 
 def cell_index(X: np.ndarray, box: np.ndarray, cells: int) -> np.ndarray:
@@ -189,18 +184,18 @@ def release_histogram(request: ReleaseRequest, reservation: Reservation, source:
     docstring), commit the request's one event into ``reservation`` and return the noised counts and ``b``.
     ``sensitivity``: :func:`histogram_sensitivity` for this source (computed by the caller before reserving).
     Privacy assumption: ``rows`` holds only public pieces; the counts and ``b`` are PRIVATE until noised here."""
-    w_n2, w_b2 = histogram_shares(shares)
     lo, hi = rows.y_bounds
-    a_n, a_b = math.sqrt(w_n2) / COUNT_BOUND, math.sqrt(w_b2) / part_bounds(hi - lo)[1]  # b's bound: d
+    w_S2, w_b2, _ = validate_shares(shares)
+    noise = histogram_noise_stds(request.multiplier, sensitivity, (w_S2, w_b2), hi - lo)  # the card's rule too
+    a_n, a_b, std = noise.counts_scale, noise.b_scale, noise.std
     counts, b = histogram_sums(source, rows)
-    std = request.multiplier * float(sensitivity)
     z = np.concatenate([counts.astype(np.float64) * a_n, b * a_b]) / std  # L2 shift <= 1 / s
     noised, reproducible = sampling.add_whitened_noise(z, request.seed)
     C = rows.num_cells
     reservation.commit(f"whole-row histogram ({C} cell counts and b, M = {rows.features.m}, n = {int(source.n)})")
-    return NoisedHistogram(noised[:C] * (std / a_n), noised[C:] * (std / a_b), std / a_n, std / a_b, rows.cells,
-                           int(source.n), float(sensitivity), request.multiplier, (w_n2, w_b2), reproducible,
-                           int(person_rows), chunking(source))
+    return NoisedHistogram(noised[:C] * noise.counts_std, noised[C:] * noise.b_std, noise.counts_std, noise.b_std,
+                           rows.cells, int(source.n), float(sensitivity), request.multiplier, noise.shares,
+                           reproducible, int(person_rows), chunking(source))
 
 
 def histogram_measurement(request: ReleaseRequest, source: ChunkSource, rows: RowStatistics, *, shares: Any,

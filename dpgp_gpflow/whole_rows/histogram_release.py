@@ -41,6 +41,7 @@ from .residual_release import (
     ResidualStage,
     StagedRelease,
     draw_residual_stage,
+    finite_estimates,
     stage_requests,
     stage_sensitivities,
 )
@@ -63,7 +64,7 @@ class HistogramResidualRelease(StagedRelease):
                  kernel_variance: float, noise_variance: float, clip_to_bounds: bool) -> None:
         """The object of what the stages released (a file's, or built by hand): the radii and estimates are
         replayed from the released values (:func:`~.histogram_scheme.histogram_chain`) and a radius that is not the
-        one its earlier stages give is refused."""
+        one its earlier stages give is refused, as are estimates or a noise covariance that are not finite."""
         centres = np.array(centres, dtype=np.float64, copy=True)
         phi = radius_features(features, centres).phi.numpy()  # public
         chain = histogram_chain(noised.counts, noised.b, np.stack([np.asarray(s.b, np.float64) for s in stages]),
@@ -76,6 +77,7 @@ class HistogramResidualRelease(StagedRelease):
         self._build(noised, features, centres, phi, stages, chain, fractions=fractions, request=request,
                     x_bounds=x_bounds, y_bounds=y_bounds, kernel_variance=kernel_variance,
                     noise_variance=noise_variance, clip_to_bounds=clip_to_bounds)
+        finite_estimates(self.estimates, self.noise_covariance)
 
     @classmethod
     def _released(cls, noised: NoisedHistogram, features: Any, centres: np.ndarray, phi: np.ndarray,

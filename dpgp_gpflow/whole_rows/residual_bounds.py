@@ -20,12 +20,12 @@ bounds' width, the shapes and the chunking).
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Tuple
+from typing import Any, NamedTuple, Optional, Sequence, Tuple
 
 from ..calibration import SENSITIVITY_SAFETY
 from ..composition import gdp_fraction_multipliers
 from ..sampling import UNIT_ROUNDOFF, gaussian_grid_factor
-from .bounds import rounding_slack
+from .bounds import part_bounds, rounding_slack
 
 __all__: list[str] = []  # internal: the package imports these names by name
 
@@ -121,3 +121,38 @@ def histogram_sensitivity(*, m: int, num_cells: int, multiplier: float, num_rows
         raise ValueError(f"num_cells must be >= 1, got {num_cells!r}")
     return released_sensitivity(m=m, entries=int(num_cells) + int(m), multiplier=multiplier, num_rows=num_rows,
                                 chunk_rows=chunk_rows, num_chunks=num_chunks, person_rows=person_rows)
+
+
+#: The L2 bound on the histogram's counts' shift when one row is replaced: it leaves one cell and enters one (the
+#: counts are ``S``'s diagonal for the cells' one-hot features: ``S``'s bound, :func:`~.bounds.part_bounds`).
+COUNT_BOUND = part_bounds(1.0)[0]
+
+
+class HistogramNoise(NamedTuple):
+    """The histogram stage's scales and noise stds (:func:`histogram_noise_stds`, public)."""
+
+    shares: Tuple[float, float]  #: ``(w_n^2, w_b^2)``, normalised to sum 1
+    counts_scale: float  #: ``a_n = w_n / sqrt(2)``
+    b_scale: float  #: ``a_b = w_b / d``
+    std: float  #: ``s Delta``, the noise std of every entry of the released (scaled) vector
+    counts_std: float  #: ``s Delta / a_n``, each count's noise std
+    b_std: float  #: ``s Delta / a_b``, each entry of ``b``'s noise std
+
+
+def histogram_share_pair(w_n2: float, w_b2: float) -> Tuple[float, float]:
+    """The counts' and ``b``'s squared shares normalised to sum 1 (``math.fsum``). Public."""
+    total = math.fsum((float(w_n2), float(w_b2)))
+    return float(w_n2) / total, float(w_b2) / total
+
+
+def histogram_noise_stds(multiplier: float, sensitivity: float, shares: Sequence[float],
+                         width: float) -> HistogramNoise:
+    """The one rule of the histogram stage's noise (:mod:`.histogram`): the squared shares ``(w_n^2, w_b^2)``
+    normalised to sum 1 (``math.fsum``), the scales ``a_n = w_n / sqrt(2)`` and ``a_b = w_b / d`` (the parts'
+    bounds, :func:`~.bounds.part_bounds` of the bounds' ``width`` ``d``), and the noise stds ``s Delta / a_n`` of the
+    counts and ``s Delta / a_b`` of ``b`` at ``multiplier`` ``s`` and ``sensitivity`` ``Delta``. The release and
+    a release file's check (:func:`~dpgp_gpflow.io.card.histogram_card`) both call it. Public."""
+    w_n2, w_b2 = histogram_share_pair(*shares)
+    a_n, a_b = math.sqrt(w_n2) / COUNT_BOUND, math.sqrt(w_b2) / part_bounds(width)[1]  # b's bound: d
+    std = float(multiplier) * float(sensitivity)
+    return HistogramNoise((w_n2, w_b2), a_n, a_b, std, std / a_n, std / a_b)

@@ -136,6 +136,19 @@ def _unseeded_stages(request: ReleaseRequest, fractions: Tuple[float, ...]) -> T
     return tuple(gdp_step_request(request, s) for s in multipliers)
 
 
+def finite_estimates(estimates: np.ndarray, covariance: np.ndarray) -> None:
+    """``ValueError`` unless the L2 norm of each of a staged release's estimates and the Frobenius norm of the
+    noise covariance of its last one are finite in float64: with features of norm at most 1 they bound every
+    prediction's ``|phi(x)^T u|`` and ``phi(x)^T C phi(x)`` and each partial sum of them, so a prediction's sums
+    stay finite, never NaN (values handed in, e.g. a release file's replayed from released sums of 1e308). Public."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        norms = np.append(np.linalg.norm(np.asarray(estimates, np.float64), axis=-1),
+                          np.linalg.norm(np.asarray(covariance, np.float64)))
+    if not np.all(np.isfinite(norms)):
+        raise ValueError("the estimates or their noise covariance replayed from the released values are not "
+                         "finite (their norms overflow float64: a prediction would be NaN)")
+
+
 class StagedRelease(RegressionPredictions, StatisticsRelease, Released):
     """Mixin: a release of stages composed in Gaussian DP that predicts from its last estimate
     (:class:`ResidualRelease`, :class:`~.histogram_release.HistogramResidualRelease`): ``person_rows``,
@@ -188,6 +201,7 @@ class ResidualRelease(StagedRelease):
         self.posterior = posterior
         #: [M, M] the first-order covariance of the DP noise of the last estimate (post-processing)
         self.noise_covariance = np.array(covariance, dtype=np.float64, copy=True)
+        finite_estimates(self.estimates, self.noise_covariance)
         self.features: FeatureMap = head.features
         self.num_data, self.person_rows, self.chunking = head.num_data, head.person_rows, head.chunking
         self.x_bounds, self.y_bounds = head.x_bounds.copy(), head.y_bounds

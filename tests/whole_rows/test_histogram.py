@@ -27,6 +27,7 @@ from dpgp_gpflow.measurement import measure
 from dpgp_gpflow.mechanisms.request import release_request
 from dpgp_gpflow.streaming import LocalChunks
 from dpgp_gpflow.whole_rows import histogram as histogram_module
+from dpgp_gpflow.whole_rows import residual_bounds
 from dpgp_gpflow.whole_rows.features import feature_map
 from dpgp_gpflow.whole_rows.statistics import RowStatistics
 
@@ -105,8 +106,9 @@ def test_every_extreme_neighbour_moves_the_release_within_its_charge():
 
 @pytest.mark.slow
 def test_counts_charged_as_if_their_shift_were_one_fail_the_same_check(monkeypatch):
-    """The broken variant: the counts' part scaled to its share of a unit bound 1 instead of sqrt 2."""
-    monkeypatch.setattr(histogram_module, "COUNT_BOUND", 1.0)
+    """The broken variant: the counts' part scaled to its share of a unit bound 1 instead of sqrt 2 (the one rule of
+    the histogram's noise, :func:`~dpgp_gpflow.whole_rows.residual_bounds.histogram_noise_stds`)."""
+    monkeypatch.setattr(residual_bounds, "COUNT_BOUND", 1.0)
     base, worst = _worst()
     assert worst > 1.1 / base.multiplier
 

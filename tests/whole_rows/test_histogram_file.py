@@ -26,6 +26,7 @@ from dpgp_gpflow import whole_rows as wr
 from dpgp_gpflow.io import ReleaseFileError
 from dpgp_gpflow.io import format as release_file
 from dpgp_gpflow.models import DPSGPR
+from dpgp_gpflow.whole_rows.residual_bounds import histogram_sensitivity, residual_sensitivity
 
 BOX = [(0.0, 10.0)]
 BOUNDS = (-3.0, 3.0)
@@ -130,6 +131,47 @@ def _kernel_lengthscale(raw) -> None:
     raw["content"]["kernel"]["parameters"]["lengthscales"] = 1e-3  # 10^4 cells over the box
 
 
+def _restated(raw, saved_release, counts_std, b_std) -> None:
+    """The histogram stage's noise stds set to ``(counts_std, b_std)``, every radius replayed from the released
+    values as the loader does (:func:`~dpgp_gpflow.whole_rows.histogram_scheme.histogram_chain`; radius ``j``
+    reads stage ``j - 1``'s std) and each residual std ``s_j Delta_j 2 R_j`` from the card: a file consistent
+    everywhere but in the noise its card charges, so only the recomputed noise std can refuse it."""
+    from dpgp_gpflow.whole_rows.histogram_scheme import histogram_chain
+    from dpgp_gpflow.whole_rows.residual import radius_features
+
+    card = raw["card"]
+    raw["arrays"]["histogram/noise_std"] = release_file.encode_array(np.array([counts_std, b_std]))
+    phi = radius_features(saved_release.features, saved_release.centres).phi.numpy()
+    stds = list(_array(raw, "residual/noise_std"))
+    for _ in range(len(stds) + 1):  # stage j's std is fixed once stage j - 1's is
+        chain = histogram_chain(_array(raw, "histogram/counts"), _array(raw, "histogram/b"),
+                                _array(raw, "residual/b"), stds, phi, counts_std=counts_std, b_std=b_std,
+                                kernel_variance=card["kernel_variance"], noise_variance=card["noise_variance"],
+                                width=BOUNDS[1] - BOUNDS[0])
+        stds = [s * d * 2.0 * r for s, d, r in zip(card["stage_multipliers"][1:], card["stage_sensitivities"][1:],
+                                                   chain.radii)]
+    card["radii"] = [float(r) for r in chain.radii]
+    raw["arrays"]["residual/noise_std"] = release_file.encode_array(np.array(stds))
+
+
+def _consistent_cells(raw) -> None:
+    """12 cells claimed with every number of the card that follows from them recomputed (the stage's sensitivity
+    for C + M = 18 entries, its two noise stds, the counts' and centres' shapes): only the grid recomputed from
+    the kernel and the box (10 cells) can refuse it."""
+    card = raw["card"]
+    n, (longest, chunks) = card["num_data"], card["chunking"]
+    old = card["stage_sensitivities"][0]
+    new = histogram_sensitivity(m=card["num_inducing"], num_cells=12,
+                                                   multiplier=card["stage_multipliers"][0], num_rows=n,
+                                                   chunk_rows=longest, num_chunks=chunks)
+    assert new != old  # the forgery changes what the card charges
+    card.update(cells=12, num_cells=12)
+    card["stage_sensitivities"][0] = new
+    _scaled(raw, "histogram/noise_std", new / old)
+    raw["arrays"]["histogram/counts"] = release_file.encode_array(np.resize(_array(raw, "histogram/counts"), 12))
+    raw["arrays"]["histogram/centres"] = release_file.encode_array((np.arange(12.0) + 0.5)[:, None] * 10.0 / 12.0)
+
+
 FORGERIES = {
     "the counts' noise std halved": (lambda raw: _scaled(raw, "histogram/noise_std", 0.5, index=0), "noise_std"),
     "b's noise std halved": (lambda raw: _scaled(raw, "histogram/noise_std", 0.5, index=1), "noise_std"),
@@ -153,6 +195,83 @@ FORGERIES = {
     "the kernel variance": (_card(kernel_variance=2.0), "earlier stages"),
     "an extra array": (lambda raw: raw["arrays"].update(**{"rows/X": raw["arrays"]["inducing_inputs"]}), "rows/X"),
 }
+
+
+def test_a_consistent_forgery_of_the_grid_reaches_the_grid_recomputed_from_the_kernel(saved, tmp_path):
+    """Two self-consistent forgeries whose card checks all pass (``dp.io.read_card`` reads them): the kernel's
+    lengthscale halved (20 cells of half a lengthscale, the card's 10), and 12 cells claimed with the stage's
+    sensitivity, noise stds, counts and centres recomputed for them. Only the loader's grid from the kernel and
+    the box refuses them (io/loading.py: card.cells against histogram_cells)."""
+    halved = forged(saved[2], tmp_path, lambda raw: raw["content"]["kernel"]["parameters"].update(
+        lengthscales=LENGTHSCALE / 2))
+    dp.io.read_card(halved)
+    with pytest.raises(ReleaseFileError, match="card.cells 10 is not the grid's 20 cells"):
+        dp.load(halved)
+    twelve = forged(saved[2], tmp_path, _consistent_cells)
+    assert dp.io.read_card(twelve)["num_cells"] == 12
+    with pytest.raises(ReleaseFileError, match="card.cells 12 is not the grid's 10 cells"):
+        dp.load(twelve)
+
+
+def _unnormalised_shares(saved_release):
+    """Both shares times (1 + 1e-10) (their sum within the card's 1e-9 of 1) and both stds over sqrt(1 + 1e-10), as
+    the written shares would give unnormalised, the radii and residual stds restated: noise too small by 5e-11 of
+    itself, which the release's rule (the shares normalised) recomputes."""
+    def edit(raw):
+        factor = 1.0 + 1e-10
+        raw["card"]["shares"] = [v * factor for v in raw["card"]["shares"]]
+        counts_std, b_std = _array(raw, "histogram/noise_std") / math.sqrt(factor)
+        _restated(raw, saved_release, counts_std, b_std)
+    return edit
+
+
+def _smaller_multiplier(saved_release):
+    """The card's noise multiplier and every stage's times (1 - 9e-10) (within the card's 1e-9 of the recomputed
+    multiplier), each stage's sensitivity recomputed at its forged multiplier, every noise std with them, the radii
+    and residual stds restated: noise too small by 9e-10 of itself, which the multipliers recomputed from epsilon
+    and delta (never the card's) refuse."""
+    def edit(raw):
+        card, factor = raw["card"], 1.0 - 9e-10
+        n, (longest, chunks), m = card["num_data"], card["chunking"], card["num_inducing"]
+        card["noise_multiplier"] *= factor
+        card["stage_multipliers"] = [s * factor for s in card["stage_multipliers"]]
+        first = histogram_sensitivity(m=m, num_cells=card["num_cells"],
+                                                         multiplier=card["stage_multipliers"][0], num_rows=n,
+                                                         chunk_rows=longest, num_chunks=chunks)
+        change = factor * first / card["stage_sensitivities"][0]
+        card["stage_sensitivities"] = [first] + [
+            residual_sensitivity(m=m, multiplier=s, num_rows=n, chunk_rows=longest, num_chunks=chunks)
+            for s in card["stage_multipliers"][1:]]
+        counts_std, b_std = _array(raw, "histogram/noise_std") * change
+        _restated(raw, saved_release, counts_std, b_std)
+    return edit
+
+
+@pytest.mark.parametrize("forgery", [_unnormalised_shares, _smaller_multiplier])
+def test_noise_a_hair_below_the_charge_is_refused_on_the_recomputed_numbers(saved, tmp_path, forgery):
+    """The card's shares and multipliers are trusted only within 1e-9: the noise stds are recomputed from the
+    shares normalised and the multipliers of (epsilon, delta), by the release's rule. Both forgeries loaded
+    before (their noise 5e-11 and 9e-10 of itself too small)."""
+    _, original, path, _ = saved
+    bad = forged(path, tmp_path, forgery(original))
+    raw = json.loads(Path(bad).read_text())
+    sigma_n, _ = _array(raw, "histogram/noise_std")
+    assert sigma_n < original.statistics_noise_std["counts"][0] * (1 - 4e-11)  # the forgery's noise is smaller
+    for read in (dp.io.read_card, dp.load):  # dpgp show and the loader
+        with pytest.raises(ReleaseFileError, match="histogram/noise_std"):
+            read(bad)
+
+
+def test_estimates_that_overflow_are_refused(saved, tmp_path):
+    """The last stage's b at 1e308 (hash consistent; its std and the radii do not read it): its estimate is not
+    finite, so the release would predict NaN; the constructor refuses it and the loader names the stages."""
+    def edit(raw):
+        values = _array(raw, "residual/b")
+        values[-1, 0] = 1e308
+        raw["arrays"]["residual/b"] = release_file.encode_array(values)
+
+    with pytest.raises(ReleaseFileError, match="not finite"):
+        dp.load(forged(saved[2], tmp_path, edit))
 
 
 @pytest.mark.parametrize("what", sorted(FORGERIES))

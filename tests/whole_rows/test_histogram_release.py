@@ -304,14 +304,14 @@ def test_the_audit_fails_a_release_whose_counts_were_charged_as_if_a_row_moved_t
     """The first stage broken: the counts scaled to a unit bound, not sqrt 2 (their noise sqrt 2 too small). The
     audit takes sqrt 2 from the mechanism, not from the module's constant, so it finds more privacy lost than
     claimed."""
-    from dpgp_gpflow.whole_rows import histogram
+    from dpgp_gpflow.whole_rows import residual_bounds  # the histogram's noise rule (histogram_noise_stds)
 
     X, Y = _rows(150)
     model = _model(X, Y)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dp.ReproducibleNoiseWarning)
         honest = model.release_function(epsilon=EPSILON, delta=DELTA, seed=8, residual_fractions="histogram")
-        monkeypatch.setattr(histogram, "COUNT_BOUND", 1.0)
+        monkeypatch.setattr(residual_bounds, "COUNT_BOUND", 1.0)
         broken = model.release_function(epsilon=EPSILON, delta=DELTA, seed=8, residual_fractions="histogram")
     ratio = broken.statistics_noise_std["counts"][0] / honest.statistics_noise_std["counts"][0]
     assert ratio == pytest.approx(1.0 / math.sqrt(2.0), rel=1e-9)  # the monkeypatch reached the release

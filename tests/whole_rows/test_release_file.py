@@ -128,6 +128,19 @@ def test_a_consistent_forgery_is_refused(saved, tmp_path, what):
         dp.load(path)
 
 
+def test_noise_a_hair_below_the_charge_is_refused_at_the_recomputed_multiplier(saved, tmp_path):
+    """The card's multiplier and every noise std times (1 - 9e-10), within the card's 1e-9 of the multiplier of
+    (epsilon, delta) (the sensitivity's grid factor does not move at this change): the stds are recomputed at the
+    recomputed multiplier, never the card's, so this is refused (it loaded before)."""
+    def edit(raw):
+        raw["card"]["noise_multiplier"] *= 1.0 - 9e-10
+        for name in ("noise_std/S", "noise_std/b", "noise_std/q"):
+            _scaled(raw, name, 1.0 - 9e-10)
+
+    with pytest.raises(ReleaseFileError, match="noise_std"):
+        dp.load(forged(saved["one"][1], tmp_path, edit))
+
+
 GRID_FORGERIES = {
     "the chosen statistics": lambda raw: _scaled(raw, "statistics/b", 1.5),  # no longer the chosen candidate's
     "the choice": lambda raw: raw["content"]["selection"].update(chosen=(raw["content"]["selection"]["chosen"] + 1) % 3),

@@ -266,6 +266,27 @@ FORGERIES = {
 }
 
 
+def _multipliers_a_hair_smaller(raw):
+    """Every multiplier (the whole's, each stage's, the first stage's card) and every noise std times (1 - 9e-10):
+    within the card's 1e-9 of the recomputed ones (the sensitivities' grid factor does not move at this change, the
+    radii within their 1e-9), so only noise stds recomputed at the multipliers of (epsilon, delta) refuse it."""
+    factor = 1.0 - 9e-10
+    card = raw["card"]
+    card["noise_multiplier"] *= factor
+    card["stage_multipliers"] = [s * factor for s in card["stage_multipliers"]]
+    raw["content"]["first_stage"]["noise_multiplier"] = card["stage_multipliers"][0]
+    for name in ("noise_std/S", "noise_std/b", "noise_std/q", "residual/noise_std"):
+        _scale_array(raw, name, factor)
+
+
+def _overflowing_last_sums(raw):
+    """The last stage's sums at 1e308 (no radius reads them): a finite but overflowing last estimate."""
+    entry = raw["arrays"]["residual/b"]
+    values = np.frombuffer(base64.b64decode(entry["data"]), dtype="<f8").reshape(entry["shape"]).copy()
+    values[-1] = 1e308
+    raw["arrays"]["residual/b"] = release_file.encode_array(values)
+
+
 def test_a_saved_residual_release_loads_and_predicts_the_same_and_forgeries_are_refused(tmp_path):
     released = _release(seed=None).unclipped()
     path = released.save(tmp_path / "residual.json")
@@ -280,6 +301,10 @@ def test_a_saved_residual_release_loads_and_predicts_the_same_and_forgeries_are_
         with pytest.raises(ReleaseFileError):
             dp.load(_forge(path, tmp_path, edit))
             pytest.fail(f"{what} was not refused")
+    with pytest.raises(ReleaseFileError, match="noise_std"):  # the card's multipliers are only checked (loaded before)
+        dp.load(_forge(path, tmp_path, _multipliers_a_hair_smaller))
+    with pytest.raises(ReleaseFileError, match="not finite"):  # predicted NaN before
+        dp.load(_forge(path, tmp_path, _overflowing_last_sums))
 
 
 def test_the_audit_recomputes_every_radius_and_the_noise_within_the_claim():
