@@ -187,7 +187,9 @@ REFUSALS = {
     "histogram with fractions": (["--private-inputs", *BOX_ARGS, "--lengthscale", "20", "--variance", "100",
                                   "--noise", "10", "--residual", "histogram", "0.5"], "--residual takes no number"),
     "histogram grid over the cap": (["--private-inputs", *BOX_ARGS, "--lengthscale", "0.5", "--variance", "100",
-                                     "--noise", "10", "--residual", "histogram"], "320^2 cells"),
+                                     "--noise", "10", "--residual", "histogram"],
+                                    "320^2 cells (half a lengthscale per cell over --x-bounds), more than 4096: use "
+                                    "--residual without histogram"),
 }
 
 

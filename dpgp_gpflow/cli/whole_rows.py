@@ -177,11 +177,18 @@ def cmd_release_whole_rows(args) -> int:
                                                              {"variance": args.variance}))
     if fractions == "histogram":  # the grid's cells under the library's cap, before anything is reserved
         from ..whole_rows.histogram import histogram_cells
+        from ..whole_rows.residual import grid_cells
+        from ..whole_rows.residual_bounds import MAX_HISTOGRAM_CELLS
 
         try:
-            histogram_cells(kernel, box)
+            histogram_cells(kernel, box)  # the library's rule; its refusal reworded in the command's terms
         except ValueError as exc:
-            raise UsageError(f"--residual histogram: {one_line(exc)}") from None
+            G, D = grid_cells(kernel, box), box.shape[0]
+            if G ** D <= MAX_HISTOGRAM_CELLS:
+                raise UsageError(f"--residual histogram: {one_line(exc)}") from None
+            raise UsageError(f"--residual histogram: the grid would count {G}^{D} cells (half a lengthscale per cell "
+                             f"over --x-bounds), more than {MAX_HISTOGRAM_CELLS}: use --residual without histogram "
+                             "(the whole-row statistics first) or a longer --lengthscale") from None
     Z = inducing_grid(box, per_column) if design == "grid" else inducing_design(box, args.sparse, kind=design)
     events = (gaussian_event(epsilon, delta, multiplier),)  # the release's one event (its request's)
     if accountant is not None:  # refuse an over-budget release before the model is even built
