@@ -28,9 +28,9 @@ import math
 from typing import Any, List, NamedTuple, Tuple
 
 import numpy as np
-import scipy.linalg
 
-from .residual import propagated_covariance
+from .posterior import regularised_statistic
+from .residual import preconditioned_update, propagated_covariance
 from .residual_bounds import residual_radius
 
 __all__: list[str] = []  # internal: the package imports these names by name
@@ -140,12 +140,11 @@ def residual_noise_covariance(first: Any, chol: Any, P: Any, S: Any, variances: 
     return propagated_covariance(chol, P, S, first, variances).numpy()
 
 
-def _preconditioner(eigen: Tuple[np.ndarray, np.ndarray], floor: float, lam: float) -> Tuple[np.ndarray, np.ndarray]:
+def _preconditioner(S: np.ndarray, floor: float, lam: float) -> Tuple[np.ndarray, np.ndarray]:
     """``(P, the lower Cholesky factor of lambda I + P)``: ``P = V max(w, floor) V^T``, ``S^`` with its eigenvalues
-    raised to ``floor`` (:func:`~.posterior.regularised_statistic`'s rule) from ``S^``'s eigendecomposition ``eigen``
-    (:func:`_eig`: its negative eigenvalues read as 0, the same for a floor >= 0). Post-processing."""
-    w, V = eigen
-    P = (V * np.maximum(w, floor)[None, :]) @ V.T
+    raised to ``floor`` (:func:`~.posterior.regularised_statistic`, the rule's one place: one TensorFlow call per
+    release). Post-processing."""
+    P = regularised_statistic(S, floor).numpy()
     return P, np.linalg.cholesky(P + lam * np.eye(P.shape[0]))
 
 
@@ -169,10 +168,8 @@ class HistogramStart(NamedTuple):
         return residual_radius(noise_variance, v, width, z)
 
     def update(self, b_j: Any, u: Any) -> np.ndarray:
-        """``u_j = (lambda I + P)^{-1} (b~_j + P u_{j-1})`` (:func:`~.residual.preconditioned_update`'s rule, by
-        Cholesky solves in NumPy: a TensorFlow call costs more than the M x M solves)."""
-        rhs = np.asarray(b_j, dtype=np.float64) + self.P @ np.asarray(u, dtype=np.float64)
-        return scipy.linalg.cho_solve((self.chol, True), rhs)
+        """``u_j = (lambda I + P)^{-1} (b~_j + P u_{j-1})`` (:func:`~.residual.preconditioned_update`)."""
+        return preconditioned_update(self.chol, self.P, b_j, u)
 
 
 def histogram_start(counts: Any, b: Any, phi: Any, *, counts_std: float, b_std: float, kernel_variance: float,
@@ -183,7 +180,7 @@ def histogram_start(counts: Any, b: Any, phi: Any, *, counts_std: float, b_std: 
     lam = float(noise_variance) / float(kernel_variance)
     S = histogram_statistic(counts, phi)
     eigen = _eig(S)
-    P, chol = _preconditioner(eigen, floor * histogram_tau(phi, counts_std), lam)
+    P, chol = _preconditioner(S, floor * histogram_tau(phi, counts_std), lam)
     u = aware_mean(S, b, lam, float(b_std) ** 2 / float(kernel_variance), eigen)
     return HistogramStart(S, P, chol, u, eigen, _cell_terms(eigen[1], counts, phi))
 

@@ -29,10 +29,10 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import gpflow
 import numpy as np
+import scipy.linalg
 import tensorflow as tf
 from check_shapes import check_shapes
 
-from ..noise_planning.dual import MATRIX_SPEC, VECTOR_SPEC
 from ..streaming.chunks import ChunkSource, LocalChunks
 from ..validation import parameter_value
 from . import features as feature_maps
@@ -215,22 +215,14 @@ def residual_sums(source: ChunkSource, rows: ResidualStatistics) -> np.ndarray:
     return np.asarray(total["b"], dtype=np.float64)
 
 
-@check_shapes("chol: [M, M]", "P: [M, M]", "b: [M]", "u: [M]", "return: [M]")
-def preconditioned_update(chol: tf.Tensor, P: tf.Tensor, b: tf.Tensor, u: tf.Tensor) -> tf.Tensor:
-    """``u_j = (lambda I + P)^{-1} (b~_j + P u_{j-1})`` by Cholesky solves (``chol``: the Cholesky factor of
-    ``lambda I + P``; ``b`` the released residual sum, ``u`` the previous estimate). Post-processing."""
-    return _update(tf.convert_to_tensor(chol, tf.float64), tf.convert_to_tensor(P, tf.float64),
-                   tf.convert_to_tensor(b, tf.float64), tf.convert_to_tensor(u, tf.float64))
-
-
-# This module's post-processing graphs are as :mod:`.posterior`'s: eager on their first call, compiled from the
-# second, the same operations either way, so the same numbers.
-
-
-@compiled_on_reuse([MATRIX_SPEC, MATRIX_SPEC, VECTOR_SPEC, VECTOR_SPEC])
-def _update(chol: tf.Tensor, P: tf.Tensor, b: tf.Tensor, u: tf.Tensor) -> tf.Tensor:
-    rhs = b + tf.linalg.matvec(P, u)
-    return tf.linalg.cholesky_solve(chol, rhs[:, None])[:, 0]
+def preconditioned_update(chol: Any, P: Any, b: Any, u: Any) -> np.ndarray:
+    """``u_j = (lambda I + P)^{-1} (b~_j + P u_{j-1})`` [M] by Cholesky solves (``chol`` [M, M]: the lower Cholesky
+    factor of ``lambda I + P``; ``P`` [M, M]; ``b`` [M] the released residual sum, ``u`` [M] the previous estimate):
+    the one rule of the residual releases, their replay and the histogram scheme, in NumPy/SciPy (its callers run
+    it stage by stage from Python loops, where a TensorFlow call, or a check_shapes wrapper, costs more than the
+    M x M solves). Post-processing."""
+    rhs = np.asarray(b, dtype=np.float64) + np.asarray(P, dtype=np.float64) @ np.asarray(u, dtype=np.float64)
+    return scipy.linalg.cho_solve((np.asarray(chol, dtype=np.float64), True), rhs)
 
 
 def radius_points(kernel: gpflow.kernels.Kernel, x_bounds: Any) -> np.ndarray:
@@ -300,6 +292,10 @@ def next_radius(posterior: WeightPosterior, points: RadiusPoints, width: float) 
     return residual_radius(posterior.noise_variance, mean_dp_variance(posterior, points), width)
 
 
+# This module's post-processing graphs are as :mod:`.posterior`'s: eager on their first call, compiled from the
+# second, the same operations either way, so the same numbers.
+
+
 def _covariance(chol: tf.Tensor, P: tf.Tensor, S: tf.Tensor, first: tf.Tensor, variances: tf.Tensor) -> tf.Tensor:
     """The first-order covariance of the DP noise of the last estimate ``u_J`` [M, M]: ``C_1 = first`` (stage 1's,
     :func:`_first`), then ``C_j = sigma_j^2 A A + B C_{j-1} B^T`` for each stage's noise variance ``sigma_j^2``
@@ -367,9 +363,10 @@ def replay(posterior: WeightPosterior, P: tf.Tensor, residual_b: Any, stds: Any,
     file's checks and the audit compare the radii with those recorded."""
     radii: List[float] = []
     estimates = [posterior.mean.numpy()]
+    chol, P_ = np.asarray(posterior.chol, dtype=np.float64), np.asarray(P, dtype=np.float64)
     for b, sigma in zip(residual_b, stds):
         radii.append(next_radius(posterior, points, width))
-        u = preconditioned_update(posterior.chol, P, tf.constant(np.asarray(b, dtype=np.float64)), posterior.mean)
-        posterior = posterior._replace(mean=u, b_std=float(sigma), offdiag_std=0.0)
-        estimates.append(u.numpy())
+        u = preconditioned_update(chol, P_, b, estimates[-1])
+        posterior = posterior._replace(mean=tf.constant(u), b_std=float(sigma), offdiag_std=0.0)
+        estimates.append(u)
     return radii, estimates, posterior

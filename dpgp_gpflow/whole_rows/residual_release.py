@@ -304,13 +304,14 @@ def release_residuals(request: ReleaseRequest, source: ChunkSource, rows: Any, *
         points = radius_features(chosen.features, radius_points(chosen.features.kernel, chosen.box))  # public
         P = released.regularised_S  # the preconditioner: S~ regularised as the first stage's posterior reads it
         posterior, estimates, stages = released.posterior, [released.posterior.mean.numpy()], []
+        chol, P_ = np.asarray(posterior.chol, dtype=np.float64), np.asarray(P, dtype=np.float64)  # NumPy updates
         for j, (stage, sensitivity) in enumerate(zip(requests[1:], state["sensitivities"]), start=2):
             drawn = draw_residual_stage(draws, state["source"], chosen, estimates[-1],
                                         next_radius(posterior, points, hi - lo), stage, sensitivity,
                                         f"residual release {j} of {len(requests)}")
-            u = preconditioned_update(posterior.chol, P, tf.constant(drawn.b), posterior.mean)
-            posterior = posterior._replace(mean=u, b_std=drawn.noise_std, offdiag_std=0.0)
-            estimates.append(u.numpy())
+            u = preconditioned_update(chol, P_, drawn.b, estimates[-1])
+            posterior = posterior._replace(mean=tf.constant(u), b_std=drawn.noise_std, offdiag_std=0.0)
+            estimates.append(u)
             stages.append(drawn)
         return residual_release(released, P, stages, posterior, estimates, fractions=fractions, request=request)
 
