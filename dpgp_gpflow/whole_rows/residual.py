@@ -221,8 +221,13 @@ def preconditioned_update(chol: Any, P: Any, b: Any, u: Any) -> np.ndarray:
     the one rule of the residual releases, their replay and the histogram scheme, in NumPy/SciPy (its callers run
     it stage by stage from Python loops, where a TensorFlow call, or a check_shapes wrapper, costs more than the
     M x M solves). Post-processing."""
-    rhs = np.asarray(b, dtype=np.float64) + np.asarray(P, dtype=np.float64) @ np.asarray(u, dtype=np.float64)
-    return scipy.linalg.cho_solve((np.asarray(chol, dtype=np.float64), True), rhs)
+    chol, P = np.asarray(chol, dtype=np.float64), np.asarray(P, dtype=np.float64)
+    b, u = np.asarray(b, dtype=np.float64), np.asarray(u, dtype=np.float64)
+    m = chol.shape[0] if chol.ndim == 2 else -1
+    if chol.shape != (m, m) or P.shape != (m, m) or b.shape != (m,) or u.shape != (m,):
+        raise ValueError(f"preconditioned_update needs chol and P [M, M], b and u [M]; got {chol.shape}, {P.shape}, "
+                         f"{b.shape}, {u.shape}")
+    return scipy.linalg.cho_solve((chol, True), b + P @ u)
 
 
 def radius_points(kernel: gpflow.kernels.Kernel, x_bounds: Any) -> np.ndarray:

@@ -333,3 +333,21 @@ def test_the_audit_recomputes_every_radius_and_the_noise_within_the_claim():
     forged.estimates = released.estimates * 1.01
     with pytest.raises(ValueError, match="estimates"):
         dp.audit(forged, model)
+
+
+def test_preconditioned_update_solves_its_system_and_refuses_wrong_shapes():
+    """u_j = (lambda I + P)^{-1} (b + P u) against numpy.linalg.solve of the dense system; a [1] b (which would
+    broadcast) and a [M, 1] u are refused."""
+    preconditioned_update = residual_module.preconditioned_update
+    rng = np.random.default_rng(3)
+    M, lam = 5, 0.3
+    A = rng.standard_normal((M, M))
+    P = A @ A.T
+    b, u = rng.standard_normal(M), rng.standard_normal(M)
+    chol = np.linalg.cholesky(lam * np.eye(M) + P)
+    expected = np.linalg.solve(lam * np.eye(M) + P, b + P @ u)
+    np.testing.assert_allclose(preconditioned_update(chol, P, b, u), expected, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match=r"b and u \[M\]"):
+        preconditioned_update(chol, P, b[:1], u)
+    with pytest.raises(ValueError, match=r"b and u \[M\]"):
+        preconditioned_update(chol, P, b, u[:, None])
