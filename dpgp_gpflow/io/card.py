@@ -556,8 +556,8 @@ def _whole_rows_statistics(document: ReleaseDocument, mechanism: str, B: int, bl
     written = whole_rows_arrays(document.arrays, "noise_std/", m)
     for k, a in recomputed.items():
         if not np.allclose(written[k], a, rtol=WHOLE_ROWS_RTOL, atol=0.0):
-            raise ReleaseFileError(f"arrays.noise_std/{k} is not the noise std of card.noise_multiplier x "
-                                   f"card.sensitivity for its shares and bounds")
+            raise ReleaseFileError(f"arrays.noise_std/{k} is not the noise std of the multiplier recomputed from "
+                                   f"epsilon and delta x the sensitivity recomputed, for its shares and bounds")
     return WholeRowsCard(m, B, box, bounds, written)
 
 
@@ -832,8 +832,9 @@ def histogram_card(document: ReleaseDocument) -> HistogramCard:
     noise = histogram_noise_stds(multipliers[0], sensitivity, shares, bounds[1] - bounds[0])
     expected = [noise.counts_std, noise.b_std]
     if not np.allclose(arrays["histogram/noise_std"], expected, rtol=WHOLE_ROWS_RTOL, atol=0.0):
-        raise ReleaseFileError("arrays.histogram/noise_std is not the counts' and b's noise std of "
-                               "card.stage_multipliers[0] x card.stage_sensitivities[0] for the shares and bounds")
+        raise ReleaseFileError("arrays.histogram/noise_std is not the counts' and b's noise std of the first "
+                               "stage's multiplier recomputed from epsilon, delta and the fractions x its "
+                               "sensitivity recomputed, for the shares (normalised) and bounds")
     arrays.update(_residual_stages(document, multipliers, m, bounds))
     return HistogramCard(m, G, box, bounds, arrays)
 

@@ -36,7 +36,7 @@ from .histogram_scheme import (
 )
 from .posterior import WeightPosterior
 from .residual import radius_features
-from .residual_bounds import validate_residual_fractions
+from .residual_bounds import radii_replayed, validate_residual_fractions
 from .residual_release import (
     ResidualStage,
     StagedRelease,
@@ -71,13 +71,12 @@ class HistogramResidualRelease(StagedRelease):
                                 [s.noise_std for s in stages], phi, counts_std=noised.counts_std, b_std=noised.b_std,
                                 kernel_variance=float(kernel_variance), noise_variance=float(noise_variance),
                                 width=float(y_bounds[1]) - float(y_bounds[0]))
-        if not np.allclose(chain.radii, [s.radius for s in stages], rtol=1e-12, atol=0.0):
+        if not radii_replayed([s.radius for s in stages], chain.radii, rtol=1e-12):
             raise ValueError(f"the stages' radii {[s.radius for s in stages]} are not those their earlier stages give "
                              f"({chain.radii})")
         self._build(noised, features, centres, phi, stages, chain, fractions=fractions, request=request,
                     x_bounds=x_bounds, y_bounds=y_bounds, kernel_variance=kernel_variance,
                     noise_variance=noise_variance, clip_to_bounds=clip_to_bounds)
-        finite_estimates(self.estimates, self.noise_covariance)
 
     @classmethod
     def _released(cls, noised: NoisedHistogram, features: Any, centres: np.ndarray, phi: np.ndarray,
@@ -127,6 +126,7 @@ class HistogramResidualRelease(StagedRelease):
                                                           [s.noise_std**2 for s in stages])
         self.posterior = WeightPosterior(tf.constant(start.chol), tf.constant(self.estimates[-1]),
                                          self.kernel_variance, self.noise_variance, 0.0, 0.0)
+        finite_estimates(self.estimates, self.noise_covariance)  # both paths: a release's and a file's
 
     @property
     def statistics(self) -> Dict[str, np.ndarray]:

@@ -66,6 +66,21 @@ def validate_residual_fractions(fractions: Any) -> Optional[Tuple[float, ...]]:
     return values
 
 
+#: How far below the radius its earlier stages give a recorded radius may be, relative (float rounding only).
+RADIUS_BELOW_RTOL = 1e-13
+
+
+def radii_replayed(recorded: Any, replayed: Any, rtol: float) -> bool:
+    """Whether a staged release's recorded radii are those its earlier stages give (``replayed``, recomputed from
+    the released values): within ``rtol`` above them and never more than :data:`RADIUS_BELOW_RTOL` below (a stage's
+    noise is ``s Delta 2 R`` of its recorded ``R``: a recorded radius below the replayed one would be less noise
+    than the stage's clipping needs). The residual and histogram loaders' one rule. Public."""
+    recorded = [float(r) for r in recorded]
+    replayed = [float(r) for r in replayed]
+    return len(recorded) == len(replayed) and all(
+        abs(a - b) <= rtol * abs(b) and a >= b * (1.0 - RADIUS_BELOW_RTOL) for a, b in zip(recorded, replayed))
+
+
 def residual_radius(noise_variance: float, dp_variance: float, width: float, z: float = RESIDUAL_Z) -> float:
     """``R_j = min(z sqrt(sigma^2 + v_{j-1}), d)``: the public clipping radius of release ``j``'s residuals from the
     noise variance ``sigma^2``, the mean first-order DP-noise variance ``v_{j-1}`` of the previous estimate

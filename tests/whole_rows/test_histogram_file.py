@@ -127,6 +127,13 @@ def _radius_and_its_noise(raw) -> None:
     _scaled(raw, "residual/noise_std", 1.01, index=1)
 
 
+def _radii_a_hair_smaller(raw) -> None:
+    """Every radius and residual noise std times (1 - 9e-13): the card consistent, the radii within the replay's
+    1e-12 but below the radii the earlier stages give (less noise than their clipping needs; loaded before)."""
+    raw["card"]["radii"] = [r * (1.0 - 9e-13) for r in raw["card"]["radii"]]
+    _scaled(raw, "residual/noise_std", 1.0 - 9e-13)
+
+
 def _kernel_lengthscale(raw) -> None:
     raw["content"]["kernel"]["parameters"]["lengthscales"] = 1e-3  # 10^4 cells over the box
 
@@ -180,6 +187,7 @@ FORGERIES = {
     "a residual sensitivity": (lambda raw: raw["card"]["stage_sensitivities"].__setitem__(2, 0.5), "sensitivit"),
     "a radius": (lambda raw: raw["card"]["radii"].__setitem__(0, raw["card"]["radii"][0] * 1.5), "noise_std"),
     "a radius and its noise": (_radius_and_its_noise, "earlier stages"),
+    "the radii a hair smaller": (_radii_a_hair_smaller, "earlier stages"),
     "fractions not summing to 1": (_card(residual_fractions=[0.3, 0.15, 0.15, 0.15, 0.2]), "summing to 1"),
     "other fractions": (_card(residual_fractions=[0.2, 0.2, 0.2, 0.15, 0.25]), "stage_multipliers"),
     "a grid over the cap": (_card(cells=5000, num_cells=5000), "at most 4096"),

@@ -279,6 +279,13 @@ def _multipliers_a_hair_smaller(raw):
         _scale_array(raw, name, factor)
 
 
+def _radii_a_hair_smaller(raw):
+    """Every radius and residual noise std times (1 - 9e-10) (the card consistent: s Delta 2 R): within the radii's
+    1e-9 of those the earlier stages give, but below them, so less noise than the replayed radii need."""
+    raw["card"]["radii"] = [r * (1.0 - 9e-10) for r in raw["card"]["radii"]]
+    _scale_array(raw, "residual/noise_std", 1.0 - 9e-10)
+
+
 def _overflowing_last_sums(raw):
     """The last stage's sums at 1e308 (no radius reads them): a finite but overflowing last estimate."""
     entry = raw["arrays"]["residual/b"]
@@ -305,6 +312,8 @@ def test_a_saved_residual_release_loads_and_predicts_the_same_and_forgeries_are_
         dp.load(_forge(path, tmp_path, _multipliers_a_hair_smaller))
     with pytest.raises(ReleaseFileError, match="not finite"):  # predicted NaN before
         dp.load(_forge(path, tmp_path, _overflowing_last_sums))
+    with pytest.raises(ReleaseFileError, match="none may be below"):  # loaded before (a review's forgery)
+        dp.load(_forge(path, tmp_path, _radii_a_hair_smaller))
 
 
 def test_the_audit_recomputes_every_radius_and_the_noise_within_the_claim():
