@@ -5,7 +5,7 @@ values and the model's public pieces, never read from the release's claimed sens
 Stage 1 (:mod:`.histogram`): with the noise stds ``sigma_n`` of the counts and ``sigma_b`` of ``b`` actually added,
 a person of ``G`` rows (the model's largest) moves the whitened vector by at most
 ``mu_1 = G sqrt(2 / sigma_n^2 + (d (1 + (M + 4) u))^2 / sigma_b^2)``. Stage ``j``: ``mu_j = 2 G R_j (1 + (M + 4) u) /
-sigma_j`` with ``R_j`` recomputed (:func:`~.histogram_scheme.histogram_radii_and_estimates`; a release whose radius
+sigma_j`` with ``R_j`` recomputed (:func:`~.histogram_scheme.histogram_chain`; a release whose radius
 differs is refused), at the model's variances (its kernel's bound on ``k(x, x)`` and its likelihood variance, what
 its release uses; a release stating others is refused). The whole is ``sqrt(sum_j mu_j^2)``-GDP. The noise test (PRIVATE: it reads the model's rows)
 recomputes the counts, ``b`` and every stage's residual sums around the recomputed estimates.
@@ -31,7 +31,7 @@ from .audit import STD_RTOL, WholeRowsAudit, check_kernel_bound, same_as_release
 from .design import validate_box
 from .features import kernel_bound
 from .histogram import CellCounts, histogram_cells, histogram_centres, histogram_sums
-from .histogram_scheme import histogram_radii_and_estimates
+from .histogram_scheme import histogram_chain
 from .release import model_rows
 from .residual import ResidualStatistics, residual_sums
 from .residual_audit import RADIUS_RTOL
@@ -82,9 +82,10 @@ def histogram_audit(release: Any, model: Any) -> WholeRowsAudit:
                          f"{centres.shape[0]} cells")
     phi = features(tf.constant(centres)).numpy()
     stds = [_one_std(noise, f"stage {j}") for j, noise in enumerate(std["residual_b"], start=2)]
-    radii, estimates, _, _ = histogram_radii_and_estimates(
-        statistics["counts"], statistics["b"], statistics["residual_b"], stds, phi, counts_std=sigma_n,
-        b_std=sigma_b, kernel_variance=kernel_variance, noise_variance=noise_variance, width=d)
+    chain = histogram_chain(statistics["counts"], statistics["b"], statistics["residual_b"], stds, phi,
+                            counts_std=sigma_n, b_std=sigma_b, kernel_variance=kernel_variance,
+                            noise_variance=noise_variance, width=d)
+    radii, estimates = chain.radii, chain.estimates
     same_as_released(release.estimates, np.stack(estimates), "estimates")  # what predict_f reads
     same_as_released(release.posterior.mean, estimates[-1], "last mean")
     rounding = 1.0 + (m + 4) * UNIT_ROUNDOFF

@@ -12,7 +12,7 @@ released); every sensitivity is recomputed from public values before anything is
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -31,6 +31,7 @@ from .histogram_scheme import (
     HistogramChain,
     aware_noise_covariance,
     histogram_chain,
+    histogram_stages,
     histogram_start,
     residual_noise_covariance,
 )
@@ -185,15 +186,16 @@ def release_histogram_residuals(request: ReleaseRequest, source: ChunkSource, ro
         phi = radius_features(rows.features, state["centres"]).phi.numpy()  # public
         start = histogram_start(noised.counts, noised.b, phi, counts_std=noised.counts_std, b_std=noised.b_std,
                                 kernel_variance=kernel_variance, noise_variance=noise_variance)
-        u, last_std, stages, chain = start.u, noised.b_std, [], HistogramChain(start, [], [start.u])
-        for j, (stage, sensitivity) in enumerate(zip(requests[1:], state["sensitivities"]), start=2):
-            radius = start.radius(kernel_variance=kernel_variance, noise_variance=noise_variance, b_std=last_std,
-                                  width=hi - lo)  # histogram_chain's calls, in its order
-            stages.append(draw_residual_stage(draws, state["source"], rows, u, radius, stage, sensitivity,
-                                              f"residual release {j} of {len(requests)}"))
-            u, last_std = start.update(stages[-1].b, u), stages[-1].noise_std
-            chain.radii.append(radius)
-            chain.estimates.append(u)
+        stages: List[ResidualStage] = []
+
+        def drawn(j: int, radius: float, u: np.ndarray) -> Tuple[Any, float]:  # stage j + 2's draw
+            stages.append(draw_residual_stage(draws, state["source"], rows, u, radius, requests[j + 1],
+                                              state["sensitivities"][j],
+                                              f"residual release {j + 2} of {len(requests)}"))
+            return stages[-1].b, stages[-1].noise_std
+
+        chain = histogram_stages(start, noised.b_std, drawn, len(requests) - 1, kernel_variance=kernel_variance,
+                                 noise_variance=noise_variance, width=hi - lo)
         return HistogramResidualRelease._released(noised, rows.features, state["centres"], phi, stages, chain,
                                                   fractions=fractions, request=request, x_bounds=rows.box,
                                                   y_bounds=(lo, hi), kernel_variance=kernel_variance,

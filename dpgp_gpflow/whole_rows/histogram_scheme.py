@@ -25,7 +25,7 @@ radii, centres and estimates are post-processing of earlier stages.
 from __future__ import annotations
 
 import math
-from typing import Any, List, NamedTuple, Tuple
+from typing import Any, Callable, List, NamedTuple, Tuple
 
 import numpy as np
 
@@ -80,16 +80,6 @@ def aware_mean(S: Any, b: Any, lam: float, kappa: float, eigen: Any = None) -> n
     return V @ ((w / (w * w + lam * w + kappa)) * (V.T @ np.asarray(b, dtype=np.float64)))
 
 
-def bayes_variance(S: Any, counts: Any, phi: Any, *, kernel_variance: float, noise_variance: float,
-                   b_std: float) -> float:
-    """``v``: the mean over the cells, weighted by ``max(n~_c, 0)``, of ``phi_c^T C phi_c``,
-    ``C = (I / sigma_f^2 + S (sigma^2 S + s^2 I)^{-1} S)^{-1}`` (``S`` the histogram's ``S^``, ``s = b_std``);
-    uniform weights when no count is positive. Post-processing."""
-    w, V = _eig(np.asarray(S, dtype=np.float64))
-    return _bayes_variance(w, *_cell_terms(V, counts, phi), kernel_variance=kernel_variance,
-                           noise_variance=noise_variance, b_std=b_std)
-
-
 def _cell_terms(V: np.ndarray, counts: Any, phi: Any) -> Tuple[np.ndarray, np.ndarray]:
     """``((phi_c^T V)^2 [C, M], the cells' weights [C])`` of :func:`bayes_variance`: the same for every stage."""
     squared = (np.asarray(phi, dtype=np.float64) @ V) ** 2  # [C, M]
@@ -99,9 +89,12 @@ def _cell_terms(V: np.ndarray, counts: Any, phi: Any) -> Tuple[np.ndarray, np.nd
     return squared, weights
 
 
-def _bayes_variance(w: np.ndarray, squared: np.ndarray, weights: np.ndarray, *, kernel_variance: float,
-                    noise_variance: float, b_std: float) -> float:
-    """:func:`bayes_variance` from ``S``'s eigenvalues ``w`` and :func:`_cell_terms`."""
+def bayes_variance(w: np.ndarray, squared: np.ndarray, weights: np.ndarray, *, kernel_variance: float,
+                   noise_variance: float, b_std: float) -> float:
+    """``v``: the mean over the cells, weighted by ``max(n~_c, 0)``, of ``phi_c^T C phi_c``,
+    ``C = (I / sigma_f^2 + S (sigma^2 S + s^2 I)^{-1} S)^{-1}`` (``S`` the histogram's ``S^``, ``s = b_std``);
+    uniform weights when no count is positive; from ``S``'s eigenvalues ``w`` and :func:`_cell_terms` (``squared``,
+    ``weights``). Post-processing."""
     # in S's eigenbasis C is diagonal: 1 / (1 / sigma_f^2 + w^2 / (sigma^2 w + s^2))
     c = 1.0 / (1.0 / kernel_variance + w * w / (noise_variance * w + b_std**2))
     quad = np.sum(squared * c[None, :], axis=1)  # [C]
@@ -163,7 +156,7 @@ class HistogramStart(NamedTuple):
                z: float = HISTOGRAM_Z) -> float:
         """``R_j = min(z sqrt(sigma^2 + v), d)`` with ``v`` :func:`bayes_variance` at the previous stage's noise std
         ``b_std`` (:func:`~.residual_bounds.residual_radius`)."""
-        v = _bayes_variance(self.eigen[0], *self.cells, kernel_variance=kernel_variance,
+        v = bayes_variance(self.eigen[0], *self.cells, kernel_variance=kernel_variance,
                             noise_variance=noise_variance, b_std=b_std)
         return residual_radius(noise_variance, v, width, z)
 
@@ -193,32 +186,34 @@ class HistogramChain(NamedTuple):
     estimates: List[np.ndarray]  #: [u_1 .. u_J]
 
 
+def histogram_stages(start: HistogramStart, b_std: float, stage: Callable[[int, float, np.ndarray], Tuple[Any, float]],
+                     count: int, *, kernel_variance: float, noise_variance: float, width: float,
+                     z: float = HISTOGRAM_Z) -> HistogramChain:
+    """The scheme's stages after the histogram, the one loop of a release and its replay: for ``j = 0 ..
+    count - 1`` the radius from the previous stage's noise std (``b_std`` the histogram's ``b~``'s), then
+    ``stage(j, radius, u_{j-1})`` gives the stage's released sum ``b~_j`` and its noise std (a release draws it, a
+    replay reads it), then ``u_j``. Post-processing of what ``stage`` gives."""
+    u, chain, last_std = start.u, HistogramChain(start, [], [start.u]), float(b_std)
+    for j in range(count):
+        radius = start.radius(kernel_variance=kernel_variance, noise_variance=noise_variance, b_std=last_std,
+                              width=width, z=z)
+        b_j, last_std = stage(j, radius, u)
+        u = start.update(b_j, u)
+        chain.radii.append(radius)
+        chain.estimates.append(u)
+    return chain
+
+
 def histogram_chain(counts: Any, b: Any, residual_b: Any, stds: Any, phi: Any, *, counts_std: float, b_std: float,
                     kernel_variance: float, noise_variance: float, width: float, z: float = HISTOGRAM_Z,
                     floor: float = PRECONDITIONER_FLOOR) -> HistogramChain:
     """The scheme's post-processing of what its stages released (module docstring), from the counts and ``b~``
     (noise stds ``counts_std``, ``b_std``), the residual sums ``residual_b`` (rows ``b~_j``, noise stds ``stds``)
-    and the cells' features ``phi``. A release computes each radius before its stage draws, as here
-    (:class:`HistogramStart`: the same calls in the same order); the released object of a file or built by hand
-    and the audit replay them here."""
+    and the cells' features ``phi``: :func:`histogram_start`, then :func:`histogram_stages` reading the released
+    sums (a release runs the same two, drawing each sum). The released object of a file or built by hand and the
+    audit replay them here."""
     start = histogram_start(counts, b, phi, counts_std=counts_std, b_std=b_std, kernel_variance=kernel_variance,
                             noise_variance=noise_variance, floor=floor)
-    u, estimates, radii, last_std = start.u, [start.u], [], float(b_std)
-    for b_j, s in zip(residual_b, stds):
-        radii.append(start.radius(kernel_variance=kernel_variance, noise_variance=noise_variance, b_std=last_std,
-                                  width=width, z=z))
-        u = start.update(b_j, u)
-        estimates.append(u)
-        last_std = float(s)
-    return HistogramChain(start, radii, estimates)
-
-
-def histogram_radii_and_estimates(counts: Any, b: Any, residual_b: Any, stds: Any, phi: Any, *, counts_std: float,
-                                  b_std: float, kernel_variance: float, noise_variance: float, width: float,
-                                  z: float = HISTOGRAM_Z, floor: float = PRECONDITIONER_FLOOR
-                                  ) -> Tuple[List[float], List[np.ndarray], np.ndarray, np.ndarray]:
-    """``(radii [R_2 ..], estimates [u_1 .. u_J], S^, P)`` of :func:`histogram_chain` (the audit's replay)."""
-    chain = histogram_chain(counts, b, residual_b, stds, phi, counts_std=counts_std, b_std=b_std,
-                            kernel_variance=kernel_variance, noise_variance=noise_variance, width=width, z=z,
-                            floor=floor)
-    return chain.radii, chain.estimates, chain.start.S, chain.start.P
+    residual_b, stds = list(residual_b), [float(s) for s in stds]
+    return histogram_stages(start, b_std, lambda j, radius, u: (residual_b[j], stds[j]), len(residual_b),
+                            kernel_variance=kernel_variance, noise_variance=noise_variance, width=width, z=z)
