@@ -494,6 +494,17 @@ def whole_rows_card(document: ReleaseDocument, multiplier: Optional[float] = Non
     return checked
 
 
+def _whole_row_bounds_and_flags(card: Mapping[str, Any], bounds: Any) -> Tuple[float, float]:
+    """The checked ``bounds`` of a whole-row card (a whole-row release always has them) after its ``reproducible``
+    and ``clip_to_bounds`` flags are checked to be booleans."""
+    if bounds is None:
+        raise ReleaseFileError("card.y_bounds: a whole-row release always has bounds")
+    for name in ("reproducible", "clip_to_bounds"):
+        if not isinstance(card[name], bool):
+            raise ReleaseFileError(f"card.{name} must be true or false, got {card[name]!r}")
+    return bounds
+
+
 def _card_chunking(card: Mapping[str, Any], n: int) -> list:
     """The card's ``chunking``: ``[longest chunk's rows, chunks]``, positive integers covering ``n`` rows."""
     chunking = card["chunking"]
@@ -544,12 +555,7 @@ def _whole_rows_statistics(document: ReleaseDocument, mechanism: str, B: int, bl
         raise ReleaseFileError(f"card.sensitivity {recorded!r} is not the whole-row sensitivity {sensitivity!r} of "
                                f"its shares, M = {m}, n = {n}, chunking {chunking}, person_rows {g} and {blocks}")
     box = _checked(where, "x_bounds", validate_box, card["x_bounds"])
-    bounds = y_bounds()
-    if bounds is None:
-        raise ReleaseFileError("card.y_bounds: a whole-row release always has bounds")
-    for name in ("reproducible", "clip_to_bounds"):
-        if not isinstance(card[name], bool):
-            raise ReleaseFileError(f"card.{name} must be true or false, got {card[name]!r}")
+    bounds = _whole_row_bounds_and_flags(card, y_bounds())
     std = entry_noise_std(multiplier * sensitivity, statistic_scales(bounds[1] - bounds[0], shares), m)
     upper = np.triu_indices(m)
     recomputed = {"S": std["S"][upper], "b": std["b"], "q": np.reshape(std["q"], [1])}
@@ -794,12 +800,7 @@ def histogram_card(document: ReleaseDocument) -> HistogramCard:
                                f"(person_rows {g})")
     chunking = _card_chunking(card, n)
     box = _checked(where, "x_bounds", validate_box, card["x_bounds"])
-    bounds = _card_bounds(card["y_bounds"], 1, where)
-    if bounds is None:
-        raise ReleaseFileError("card.y_bounds: a whole-row release always has bounds")
-    for name in ("reproducible", "clip_to_bounds"):
-        if not isinstance(card[name], bool):
-            raise ReleaseFileError(f"card.{name} must be true or false, got {card[name]!r}")
+    bounds = _whole_row_bounds_and_flags(card, _card_bounds(card["y_bounds"], 1, where))
     for name in ("kernel_variance", "noise_variance", "radius_z", "preconditioner_floor"):
         _checked(where, name, _positive, name, card[name])
     G, C, D = _card_int(card, "cells", 1), _card_int(card, "num_cells", 1), box.shape[0]
