@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import gpflow
 import numpy as np
@@ -359,19 +359,32 @@ def _release_covariance(chol: tf.Tensor, u: tf.Tensor, b_var: tf.Tensor, offdiag
     return _covariance(chol, P, projected, first, variances)
 
 
-def replay(posterior: WeightPosterior, P: tf.Tensor, residual_b: Any, stds: Any, points: RadiusPoints,
-           width: float) -> Tuple[List[float], List[np.ndarray], WeightPosterior]:
-    """The residual stages recomputed from what they released (post-processing): from the first stage's
-    ``posterior`` (``u_1``) and preconditioner ``P``, for each released ``b~_j`` (rows of ``residual_b``) with noise
-    std ``sigma_j`` (``stds``), the radius ``R_j`` its earlier stages give (:func:`next_radius`) and the update
-    ``u_j`` (:func:`preconditioned_update`). Returns ``(radii, [u_1, .., u_J], the last posterior)``; a release
-    file's checks and the audit compare the radii with those recorded."""
+def residual_stages(posterior: WeightPosterior, P: Any, stage: Callable[[int, float, np.ndarray], Tuple[Any, float]],
+                    count: int, points: RadiusPoints, width: float
+                    ) -> Tuple[List[float], List[np.ndarray], WeightPosterior]:
+    """The residual stages after the first, the one loop of a release and its replay: from the first stage's
+    ``posterior`` (``u_1``) and preconditioner ``P``, for ``j = 0 .. count - 1`` the radius its earlier stages give
+    (:func:`next_radius`), then ``stage(j, radius, u_{j-1})`` gives the stage's released sum ``b~_j`` and its noise
+    std (a release draws it, :func:`replay` reads it), then ``u_j`` (:func:`preconditioned_update`). Returns
+    ``(radii, [u_1, .., u_J], the last posterior)``. Post-processing of what ``stage`` gives."""
     radii: List[float] = []
     estimates = [posterior.mean.numpy()]
     chol, P_ = np.asarray(posterior.chol, dtype=np.float64), np.asarray(P, dtype=np.float64)
-    for b, sigma in zip(residual_b, stds):
-        radii.append(next_radius(posterior, points, width))
+    for j in range(count):
+        radius = next_radius(posterior, points, width)
+        b, sigma = stage(j, radius, estimates[-1])
         u = preconditioned_update(chol, P_, b, estimates[-1])
         posterior = posterior._replace(mean=tf.constant(u), b_std=float(sigma), offdiag_std=0.0)
+        radii.append(radius)
         estimates.append(u)
     return radii, estimates, posterior
+
+
+def replay(posterior: WeightPosterior, P: tf.Tensor, residual_b: Any, stds: Any, points: RadiusPoints,
+           width: float) -> Tuple[List[float], List[np.ndarray], WeightPosterior]:
+    """The residual stages recomputed from what they released (post-processing): :func:`residual_stages` reading
+    each released ``b~_j`` (rows of ``residual_b``) and its noise std ``sigma_j`` (``stds``). Returns ``(radii,
+    [u_1, .., u_J], the last posterior)``; a release file's checks and the audit compare the radii with those
+    recorded."""
+    released = list(zip(residual_b, stds))
+    return residual_stages(posterior, P, lambda j, radius, u: released[j], len(released), points, width)

@@ -21,7 +21,7 @@ stages; the sensitivities are recomputed here from public values before anything
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -43,11 +43,10 @@ from .released import RegressionPredictions, StatisticsRelease, WholeRowsRelease
 from .residual import (
     ResidualStatistics,
     holding,
-    next_radius,
-    preconditioned_update,
     radius_features,
     radius_points,
     release_noise_covariance,
+    residual_stages,
     residual_sums,
 )
 from .residual_bounds import residual_sensitivity, validate_residual_fractions
@@ -303,16 +302,15 @@ def release_residuals(request: ReleaseRequest, source: ChunkSource, rows: Any, *
         chosen = next(r for r in grid if r.features is released.features)  # the chosen candidate's pass
         points = radius_features(chosen.features, radius_points(chosen.features.kernel, chosen.box))  # public
         P = released.regularised_S  # the preconditioner: S~ regularised as the first stage's posterior reads it
-        posterior, estimates, stages = released.posterior, [released.posterior.mean.numpy()], []
-        chol, P_ = np.asarray(posterior.chol, dtype=np.float64), np.asarray(P, dtype=np.float64)  # NumPy updates
-        for j, (stage, sensitivity) in enumerate(zip(requests[1:], state["sensitivities"]), start=2):
-            drawn = draw_residual_stage(draws, state["source"], chosen, estimates[-1],
-                                        next_radius(posterior, points, hi - lo), stage, sensitivity,
-                                        f"residual release {j} of {len(requests)}")
-            u = preconditioned_update(chol, P_, drawn.b, estimates[-1])
-            posterior = posterior._replace(mean=tf.constant(u), b_std=drawn.noise_std, offdiag_std=0.0)
-            estimates.append(u)
-            stages.append(drawn)
+        stages: List[ResidualStage] = []
+
+        def drawn(j: int, radius: float, u: np.ndarray) -> Tuple[np.ndarray, float]:  # stage j + 2's draw
+            stages.append(draw_residual_stage(draws, state["source"], chosen, u, radius, requests[j + 1],
+                                              state["sensitivities"][j],
+                                              f"residual release {j + 2} of {len(requests)}"))
+            return stages[-1].b, stages[-1].noise_std
+
+        _, estimates, posterior = residual_stages(released.posterior, P, drawn, len(requests) - 1, points, hi - lo)
         return residual_release(released, P, stages, posterior, estimates, fractions=fractions, request=request)
 
     description = (f"whole-row statistics and {len(requests) - 1} residual release(s) (M = {m}"
