@@ -69,21 +69,6 @@ class ResidualStage(NamedTuple):
     reproducible: bool  #: the noise came from an explicit seed (not private)
 
 
-def estimate_terms(released: Any, Xnew: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``_terms`` of a release predicting from its last estimate (:class:`ResidualRelease`,
-    :class:`~.histogram_release.HistogramResidualRelease`): mean ``c + phi(x)^T u_J`` (clipped to the bounds when
-    ``clip_to_bounds``), SGPR's variance from ``released.posterior`` and the first-order DP-noise variance
-    ``phi(x)^T C phi(x)`` (``released.noise_covariance``), each [N, 1]. Post-processing."""
-    X = tf.constant(as_inputs("Xnew", Xnew, released.features.input_dim))
-    phi = released.features(X)
-    mean, model, _ = predictive_terms(released.posterior, phi, released.features.unit_variance(X))
-    noise = tf.reduce_sum(tf.linalg.matmul(phi, tf.constant(released.noise_covariance)) * phi, axis=1)
-    mean = mean.numpy() + released.midpoint
-    if released.clip_to_bounds:
-        mean = np.clip(mean, *released.y_bounds)
-    return mean[:, None], model.numpy()[:, None], noise.numpy()[:, None]
-
-
 def stage_sensitivities(source: ChunkSource, groups: Any, requests: Sequence[ReleaseRequest], m: int
                         ) -> Tuple[ChunkSource, list]:
     """``(the source chunked between persons, [Delta_2 .. Delta_J])``: every residual stage's sensitivity
@@ -151,10 +136,13 @@ def finite_estimates(estimates: np.ndarray, covariance: np.ndarray) -> None:
 class StagedRelease(RegressionPredictions, StatisticsRelease, Released):
     """Mixin: a release of stages composed in Gaussian DP that predicts from its last estimate
     (:class:`ResidualRelease`, :class:`~.histogram_release.HistogramResidualRelease`): ``person_rows``,
-    ``noise_multiplier`` (``s``), ``posterior`` and ``noise_covariance`` set by the subclass."""
+    ``noise_multiplier`` (``s``), ``features``, ``posterior`` and ``noise_covariance`` set by the subclass."""
 
     person_rows: int
     noise_multiplier: float
+    features: FeatureMap
+    posterior: WeightPosterior
+    noise_covariance: np.ndarray
 
     @property
     def neighbours(self) -> str:
@@ -167,7 +155,17 @@ class StagedRelease(RegressionPredictions, StatisticsRelease, Released):
         return 1.0 / self.noise_multiplier
 
     def _terms(self, Xnew: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return estimate_terms(self, Xnew)
+        """Mean ``c + phi(x)^T u_J`` (clipped to the bounds when ``clip_to_bounds``), SGPR's variance from
+        ``posterior`` and the first-order DP-noise variance ``phi(x)^T C phi(x)`` (``noise_covariance``), each
+        [N, 1]. Post-processing."""
+        X = tf.constant(as_inputs("Xnew", Xnew, self.features.input_dim))
+        phi = self.features(X)
+        mean, model, _ = predictive_terms(self.posterior, phi, self.features.unit_variance(X))
+        noise = tf.reduce_sum(tf.linalg.matmul(phi, tf.constant(self.noise_covariance)) * phi, axis=1)
+        mean = mean.numpy() + self.midpoint
+        if self.clip_to_bounds:
+            mean = np.clip(mean, *self.y_bounds)
+        return mean[:, None], model.numpy()[:, None], noise.numpy()[:, None]
 
 
 class ResidualRelease(StagedRelease):
