@@ -59,7 +59,8 @@ def histogram_cells(kernel: gpflow.kernels.Kernel, box: np.ndarray) -> int:
     D = int(box.shape[0])
     if cells ** D > MAX_HISTOGRAM_CELLS:
         raise ValueError(f"a histogram first stage would count {cells}^{D} cells (half a lengthscale per cell over "
-                         f"the box), more than {MAX_HISTOGRAM_CELLS}: use the statistics release first")
+                         f"the box), more than {MAX_HISTOGRAM_CELLS}: use residual_fractions='default' (the whole-row "
+                         "statistics first) or a kernel with a longer lengthscale")
     return cells
 
 
