@@ -307,8 +307,9 @@ def _covariance(chol: tf.Tensor, P: tf.Tensor, S: tf.Tensor, first: tf.Tensor, v
     in ``variances``, with ``A = (lambda I + P)^{-1}`` (``chol``: the Cholesky factor of ``lambda I + P``) and
     ``B = A (P - S)``: linearising ``b_j ~ b - S u_{j-1}`` (no clipping), the noise of ``u_{j-1}`` reaches ``u_j``
     through ``B``. ``S``: an estimate of the rows' ``S`` from the release (the PSD projection of the released
-    ``S~``). Run inside :func:`_release_covariance`'s graph (traced once per number of stages: a handful, not a loop
-    over data). Post-processing."""
+    ``S~`` for a residual release, the histogram's ``S^`` for the histogram scheme). Run as :data:`_propagated`'s
+    graph (:func:`propagated_covariance`, the histogram scheme's) and inside :func:`_release_covariance`'s (a
+    residual release's), each traced once per M and number of stages. Post-processing."""
     M = tf.shape(P)[0]
     A = tf.linalg.cholesky_solve(chol, tf.eye(M, dtype=tf.float64))  # [M, M], symmetric
     B = tf.linalg.matmul(A, P - S)
