@@ -127,8 +127,11 @@ def _pivot_columns(vectors: tf.Tensor, count: tf.Tensor, floor: Optional[float] 
     the other columns' residual norms are then downdated by one product with the block's new directions.
     O(count r n) at worst, matrix products only, each against the directions picked so far. ``floor`` (a float
     or a scalar tensor): stop after the first pick whose residual is below it (the later picks and sizes are
-    then zero).
+    then zero). A NaN or infinite entry of ``vectors`` raises (``InvalidArgumentError``, eager or in a graph):
+    its residuals would order the picks silently (a NaN is never the largest, nor below any floor).
     """
+    vectors = tf.debugging.assert_all_finite(vectors, "column pivoting needs finite vectors (a NaN or infinite "
+                                             "entry would order the picks silently)")
     r, n = tf.shape(vectors)[0], tf.shape(vectors)[1]
     T = tf.minimum(PIVOT_BLOCK_FACTOR * tf.maximum(count, 1), n)
     norms0 = tf.reduce_sum(vectors * vectors, axis=0)  # [n]
@@ -201,11 +204,13 @@ _floored_pivots = tf.function(_pivot_columns, input_signature=[MATRIX_SPEC, COUN
 
 
 def _pivots_of(vectors: tf.Tensor, count: tf.Tensor, floor: Optional[float] = None):
-    """:func:`_pivot_columns`; in a graph, a call of the one compiled body (``floor`` None: ``-inf``, no pick
-    stops at it, the residuals being finite)."""
+    """:func:`_pivot_columns` with the floor ``floor`` (None: ``-inf``, no pick stops at it, the residuals being
+    finite: :func:`_pivot_columns` refuses vectors that are not), eager or, in a graph, as a call of the one
+    compiled body: the same floor both ways."""
+    floor = tf.constant(-np.inf if floor is None else floor, tf.float64)
     if tf.executing_eagerly():
         return _pivot_columns(vectors, count, floor)
-    return _floored_pivots(vectors, count, tf.constant(-np.inf if floor is None else floor, tf.float64))
+    return _floored_pivots(vectors, count, floor)
 
 
 @check_shapes("vectors: [r, n]", "return[0]: [count]", "return[1]: [count]")
