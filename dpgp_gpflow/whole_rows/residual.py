@@ -33,6 +33,7 @@ import scipy.linalg
 import tensorflow as tf
 from check_shapes import check_shapes
 
+from ..noise_planning.dual import MATRIX_SPEC, REAL_SPEC, VECTOR_SPEC
 from ..streaming.chunks import ChunkSource, LocalChunks
 from ..validation import parameter_value
 from . import features as feature_maps
@@ -309,13 +310,17 @@ def _covariance(chol: tf.Tensor, P: tf.Tensor, S: tf.Tensor, first: tf.Tensor, v
     through ``B``. ``S``: an estimate of the rows' ``S`` from the release (the PSD projection of the released
     ``S~`` for a residual release, the histogram's ``S^`` for the histogram scheme). Run as :data:`_propagated`'s
     graph (:func:`propagated_covariance`, the histogram scheme's) and inside :func:`_release_covariance`'s (a
-    residual release's), each traced once per M and number of stages. Post-processing."""
+    residual release's), each traced once whatever M and the number of stages (their input signatures; the stages
+    in a ``tf.while_loop``, the same operations as a Python loop). Post-processing."""
     M = tf.shape(P)[0]
     A = tf.linalg.cholesky_solve(chol, tf.eye(M, dtype=tf.float64))  # [M, M], symmetric
     B = tf.linalg.matmul(A, P - S)
-    C = first
-    for j in range(variances.shape[0]):
-        C = variances[j] * tf.linalg.matmul(A, A) + tf.linalg.matmul(B, tf.linalg.matmul(C, B, transpose_b=True))
+    AA = tf.linalg.matmul(A, A)
+
+    def stage(j: tf.Tensor, C: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+        return j + 1, variances[j] * AA + tf.linalg.matmul(B, tf.linalg.matmul(C, B, transpose_b=True))
+
+    _, C = tf.while_loop(lambda j, C: j < tf.shape(variances)[0], stage, (tf.constant(0), first))
     return 0.5 * (C + tf.transpose(C))
 
 
@@ -326,8 +331,8 @@ def propagated_covariance(chol: Any, P: Any, S: Any, first: Any, variances: Sequ
     return _propagated(chol, P, S, first, tf.constant([float(v) for v in variances], tf.float64))
 
 
-#: :func:`_covariance` as one graph (traced once per shapes: M and the number of stages).
-_propagated = compiled_on_reuse()(_covariance)
+#: :func:`_covariance` as one graph (traced once, whatever M and the number of stages).
+_propagated = compiled_on_reuse([MATRIX_SPEC, MATRIX_SPEC, MATRIX_SPEC, MATRIX_SPEC, VECTOR_SPEC])(_covariance)
 
 
 def _first(chol: tf.Tensor, u: tf.Tensor, b_var: tf.Tensor, offdiag_var: tf.Tensor) -> tf.Tensor:
@@ -345,14 +350,15 @@ def release_noise_covariance(first: WeightPosterior, P: tf.Tensor, S: Any, stds:
     """The residual release's DP-noise covariance [M, M] of its last estimate (:func:`_covariance`) from the first
     stage's posterior ``first`` (its covariance: :func:`_first`), the preconditioner ``P``, the rows' ``S`` estimated
     by the PSD projection of the released ``S~`` ``S`` (:func:`~.posterior.regularised_statistic` at floor 0) and
-    the stages' noise stds, in one compiled call (the same operations). Post-processing."""
+    the stages' noise stds, in one compiled call (the same operations; traced once, whatever M and the number of
+    stages). Post-processing."""
     variances = tf.constant([float(sigma) ** 2 for sigma in stds], tf.float64)
     return _release_covariance(first.chol, first.mean, tf.constant(first.b_std ** 2, tf.float64),
                                tf.constant(first.offdiag_std ** 2, tf.float64), tf.convert_to_tensor(P, tf.float64),
                                tf.convert_to_tensor(S, tf.float64), variances)
 
 
-@compiled_on_reuse()
+@compiled_on_reuse([MATRIX_SPEC, VECTOR_SPEC, REAL_SPEC, REAL_SPEC, MATRIX_SPEC, MATRIX_SPEC, VECTOR_SPEC])
 def _release_covariance(chol: tf.Tensor, u: tf.Tensor, b_var: tf.Tensor, offdiag_var: tf.Tensor, P: tf.Tensor,
                         S: tf.Tensor, variances: tf.Tensor) -> tf.Tensor:
     first = _first(chol, u, b_var, offdiag_var)

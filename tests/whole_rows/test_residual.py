@@ -360,3 +360,29 @@ def test_preconditioned_update_solves_its_system_and_refuses_wrong_shapes():
         preconditioned_update(chol, P, b[:1], u)
     with pytest.raises(ValueError, match=r"b and u \[M\]"):
         preconditioned_update(chol, P, b, u[:, None])
+
+
+def test_the_propagated_covariances_are_traced_once_whatever_m_and_the_stages():
+    """``C_J`` (``C_j = s_j^2 A A + B C_{j-1} B^T``, ``A = (lambda I + P)^{-1}``, ``B = A (P - S)``; for a residual
+    release ``C_1`` from ``u_1``'s noise and ``S`` the PSD projection) against NumPy for (M, J) = (3, 2) and (5, 4),
+    twice each (the first call eager, the rest compiled: the same numbers); one trace each for both shapes (their
+    input signatures: a long-lived process keeps one graph, not one per (M, J); two before)."""
+    rng = np.random.default_rng(4)
+    for M, J in ((3, 2), (5, 4), (3, 2), (5, 4)):
+        P, S, F = (W @ W.T for W in rng.standard_normal((3, M, M)))
+        S = S - 2.0 * np.eye(M)  # not PSD: the residual release's covariance projects it
+        chol = np.linalg.cholesky(0.3 * np.eye(M) + P)
+        variances, u, b_var, o_var = rng.uniform(0.1, 2.0, J), rng.standard_normal(M), 0.7, 0.2
+        A = np.linalg.solve(0.3 * np.eye(M) + P, np.eye(M))
+        w, V = np.linalg.eigh(S)
+        first = A @ ((b_var + o_var * (u @ u)) * np.eye(M) + o_var * np.outer(u, u)) @ A
+        for S_, C, got in ((S, F, lambda: residual_module.propagated_covariance(chol, P, S, F, variances)),
+                           ((V * np.maximum(w, 0.0)) @ V.T, first, lambda: residual_module._release_covariance(
+                               *(tf.constant(a, tf.float64) for a in (chol, u, b_var, o_var, P, S, variances))))):
+            for v in variances:
+                C = v * A @ A + (A @ (P - S_)) @ C @ (A @ (P - S_)).T
+            eager, compiled = got().numpy(), got().numpy()
+            np.testing.assert_allclose(eager, C, rtol=1e-9, atol=1e-12 * np.max(np.abs(C)))
+            assert np.array_equal(eager, compiled)
+    for graph in (residual_module._propagated, residual_module._release_covariance):
+        assert graph._graph.experimental_get_tracing_count() == 1
