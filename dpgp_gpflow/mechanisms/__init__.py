@@ -6,7 +6,9 @@
 * :mod:`.standard`: the standard mechanism of Hall et al. (2013);
 
 (the mechanisms' entry points for a validated request, :func:`.cloaking.cloak` and
-:func:`.standard.standard`, are imported from their modules by :mod:`dpgp_gpflow.pipeline`);
+:func:`.standard.standard`, are imported from their modules by :mod:`dpgp_gpflow.pipeline`; the draw-and-spend
+step of every exact cloaking release, :func:`.cloaking.publish_cloaking`, commits into a reservation its caller
+holds, so it is internal: the package's releases reach it inside :func:`~dpgp_gpflow.measurement.measure`);
 * :mod:`.rounding`: what floating-point rounding costs every release (safety factors, refusals).
 
 The noise a cloaking release adds is chosen in :mod:`dpgp_gpflow.noise_planning` (public computations);
@@ -31,6 +33,5 @@ from .rounding import check_noise_condition, condition_number, safe_sensitivity
 from .standard import standard_release
 
 __all__ = [
-    "NoisePlan", "ReleaseRequest", "cloaking_release", "publish_cloaking", "release_request",
-    "standard_release",
+    "NoisePlan", "ReleaseRequest", "cloaking_release", "release_request", "standard_release",
 ]

@@ -64,7 +64,7 @@ from ..validation import check_count, check_real
 from .request import ReleaseRequest, release_request, validate_public_bounds
 from .rounding import SENSITIVITY_SAFETY, check_noise_condition, condition_number, safe_sensitivity
 
-__all__ = ["NoisePlan", "cloaking_release", "publish_cloaking"]
+__all__ = ["NoisePlan", "cloaking_release"]  # publish_cloaking: internal (commits into its caller's reservation)
 
 
 #: Relative inflation of the exact sampler's sensitivity (noise std 9e-10 larger) so that the shift
