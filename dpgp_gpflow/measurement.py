@@ -15,7 +15,11 @@ that was not charged.
 
 Every release states its :class:`SensitivityPath` (what its sensitivity is computed for): :func:`measure`
 refuses a relation that path does not protect before anything is reserved, and the released object records
-the measurement's relation (:func:`_recording`).
+the measurement's relation (:func:`_recording`). The path is a claim until the mechanism fixes its sensitivity:
+while the mechanism runs, the measurement's path is the running one, and the code that checks a draw's
+sensitivity (the cloaking releases' :func:`~dpgp_gpflow.mechanisms.cloaking.publish_cloaking`) states the
+persons and outputs that sensitivity was computed over (:func:`check_covered`): a mismatch is refused before
+the draw, nothing charged.
 
 Privacy assumption: the privacy map and the checks read public values, but for a check that validates the
 form of private data before it is used (a classifier's labels in their set, as a model's constructor checks
@@ -25,6 +29,7 @@ only part that reads the private data to release it, and it does so inside the r
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Generic, NamedTuple, Optional, Sequence, Tuple, TypeVar, cast
@@ -110,7 +115,9 @@ class Measurement(Generic[R]):
     file_pieces: Tuple[Any, ...] = field(default=(), kw_only=True)
 
     def check_relation(self) -> None:
-        """``ValueError`` unless ``relation`` is the one its ``path`` protects."""
+        """``ValueError`` unless ``relation`` is the one its ``path`` protects. (The sites that state
+        ``path.relation()`` pass it trivially; the path itself is checked against the sensitivity the mechanism
+        computes by :func:`check_covered`, while it runs.)"""
         if not isinstance(self.path, SensitivityPath):
             raise TypeError(f"a measurement states its SensitivityPath, got {type(self.path).__name__}")
         if self.relation != self.path.relation():
@@ -124,6 +131,32 @@ class Measurement(Generic[R]):
         if self.request is None:
             raise ValueError("a measurement without a Gaussian request must state its events")
         return (self.request.event(self.description),)
+
+
+#: The sensitivity path of the measurement whose mechanism is running (None: none is), read by :func:`check_covered`.
+_RUNNING: contextvars.ContextVar[Optional[SensitivityPath]] = contextvars.ContextVar("running_path", default=None)
+
+
+def check_covered(covered: SensitivityPath) -> None:
+    """``ValueError`` unless the persons and outputs a draw's sensitivity was computed over, ``covered`` (the
+    neighbour map its shift is bounded over), are those of the running measurement's path: the relation the
+    release records and is charged as. Called before the draw (a refusal charges nothing). Nothing to compare
+    with when no measurement runs (a mechanism called directly, into a caller's reservation). Public: counts."""
+    stated = _RUNNING.get()
+    if stated is None:
+        return
+    if (int(covered.person_rows), int(covered.num_outputs)) != (int(stated.person_rows), int(stated.num_outputs)):
+        raise ValueError(f"this release states the relation {stated.relation()!r} but its draw's sensitivity was "
+                         f"computed over {covered.relation()!r}: refused before the draw (nothing charged)")
+
+
+def _running(measurement: Measurement[R], reservation: Reservation) -> R:
+    """``measurement.mechanism(reservation)`` with the measurement's path as the running one."""
+    token = _RUNNING.set(measurement.path)
+    try:
+        return measurement.mechanism(reservation)
+    finally:
+        _RUNNING.reset(token)
 
 
 def measure(measurement: Measurement[R], accountant: Any = None) -> R:
@@ -149,9 +182,9 @@ def measure(measurement: Measurement[R], accountant: Any = None) -> R:
     with reserve(accountant, events) as reservation:
         before = reservation.uncommitted
         if measurement.store is None:
-            result = _recording(measurement.mechanism(reservation), measurement)
+            result = _recording(_running(measurement, reservation), measurement)
         else:  # its commits: drawn, still held
-            result = _recording(measurement.mechanism(reservation.deferred()), measurement)
+            result = _recording(_running(measurement, reservation.deferred()), measurement)
             measurement.store(result)  # raises: the drawn events are given back (never seen)
         if owned:
             if reservation.uncommitted:  # refused before anything is recorded: what was drawn is given back

@@ -395,3 +395,54 @@ def test_only_measure_checks_the_file_pieces():
                     if name == "check_file_pieces":
                         sites.add(f"{path.relative_to(package).as_posix()}:{fn.name}")
     assert sites == {"measurement.py:measure"}
+
+
+# -- the stated path against the sensitivity the draw is computed over (check_covered, in publish_cloaking) --
+
+def _cloaked(neighbours, seed=1):
+    """A cloaking mechanism over a small public C (k = 3, n = 6) whose sensitivity is bounded over ``neighbours``."""
+    import tensorflow as tf
+
+    from dpgp_gpflow.mechanisms.cloaking import cloak
+
+    C = np.array([[0.5, 0.3, 0.1, 0.0, 0.0, 0.1], [0.1, 0.4, 0.4, 0.1, 0.0, 0.0], [0.0, 0.0, 0.1, 0.3, 0.5, 0.2]])
+    request = release_request(1.0, 1e-3, seed=seed)
+
+    def mechanism(reservation):
+        return cloak(request, reservation, tf.constant(C), np.linspace(-0.5, 0.5, 6), np.zeros(3), np.ones(3),
+                     data_sensitivity=2.0, output_bound=1.0, neighbours=neighbours)
+    return request, mechanism
+
+
+@pytest.mark.parametrize("stated, persons", [
+    (SensitivityPath(3), None),  # persons of three rows stated, a per-row sensitivity drawn
+    (SensitivityPath(), np.repeat(np.arange(3), 2)),  # one row stated, persons of two rows drawn
+    (SensitivityPath(2), np.repeat(np.arange(2), 3)),  # persons of two rows stated, of three drawn
+])
+def test_a_draw_whose_sensitivity_covers_other_persons_than_stated_is_refused_before_the_draw(stated, persons):
+    """The path a measurement states is what its release records and is charged as; the draw's sensitivity is bounded
+    over the neighbour map it is handed. A mismatch is refused before the draw: nothing charged, nothing returned
+    (before, the release was published recording the stated persons over the other sensitivity)."""
+    import warnings
+
+    from dpgp_gpflow.neighbours import group_neighbours
+
+    neighbours = None if persons is None else group_neighbours(persons, 6)
+    request, mechanism = _cloaked(neighbours)
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+    with warnings.catch_warnings(record=True) as seen, pytest.raises(ValueError, match="sensitivity was computed over"):
+        warnings.simplefilter("always")
+        measure(Measurement(request, stated.relation(), mechanism, path=stated), acc)
+    assert not [w for w in seen if issubclass(w.category, dp.ReproducibleNoiseWarning)]  # nothing was drawn
+    assert acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
+    assert all(e["status"] == "cancelled" for e in acc.history())
+
+
+def test_a_draw_over_the_stated_persons_is_published_and_charged_once():
+    from dpgp_gpflow.neighbours import group_neighbours
+
+    request, mechanism = _cloaked(group_neighbours(np.repeat(np.arange(3), 2), 6))
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+    with pytest.warns(dp.ReproducibleNoiseWarning):
+        rel = measure(Measurement(request, SensitivityPath(2).relation(), mechanism, path=SensitivityPath(2)), acc)
+    assert rel.neighbours == "person (groups, up to 2 rows)" and acc.spent[0] == pytest.approx(1.0)

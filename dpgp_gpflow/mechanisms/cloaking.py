@@ -50,7 +50,7 @@ from ..noise_planning import (
 )
 from ..noise_planning.dual import COUNT_SPEC, MATRIX_SPEC, REAL_SPEC, VECTOR_SPEC
 from ..noise_planning.rank import bias_rounding, candidate_rtols, projection_bias
-from ..measurement import Measurement, measure
+from ..measurement import Measurement, SensitivityPath, check_covered, measure
 from ..neighbours import Neighbours, neighbour_columns, path_of
 from ..released import PrivateRelease
 from ..sampling import (
@@ -596,6 +596,10 @@ class WhitenedQuery(Protocol):
     def values(self) -> np.ndarray:
         """``z = W y_c`` ([r], PRIVATE)."""
 
+    @property
+    def covers(self) -> SensitivityPath:
+        """The persons and outputs :meth:`shift` is computed over (public)."""
+
 
 #: The :class:`WhitenedQuery` classes :func:`publish_cloaking` accepts: the package's own, whose ``shift``
 #: recomputes the L2 shift from the ``W`` whose values it returns (:func:`trusted_query` registers one).
@@ -634,6 +638,10 @@ class DenseQuery:
     def values(self) -> np.ndarray:
         return tf.linalg.matvec(self.whitening, self.y_centred).numpy()
 
+    @property
+    def covers(self) -> SensitivityPath:
+        return path_of(self.neighbours)
+
 
 def publish_cloaking(*, noise_factor: tf.Tensor, whitening: Any, y_centred: Any, offset: Any,
                      variance: Any, sensitivity: float, multiplier: float, output_bound: float,
@@ -660,6 +668,7 @@ def publish_cloaking(*, noise_factor: tf.Tensor, whitening: Any, y_centred: Any,
     """
     d, b = validate_public_bounds(record["data_sensitivity"], output_bound, record.get("y_bounds"))
     if isinstance(whitening, FloatProjection):  # sampler="float": the same plan, a floating-point draw
+        check_covered(path_of(neighbours))  # the persons its shift is checked over are those stated
         record["data_sensitivity"] = d
         return _draw_float(whitening, y_centred, offset=offset, variance=variance, sensitivity=sensitivity,
                            multiplier=multiplier, reservation=reservation, seed=seed, neighbours=neighbours,
@@ -682,6 +691,7 @@ def publish_cloaking(*, noise_factor: tf.Tensor, whitening: Any, y_centred: Any,
     if query.rank == 0 or query.rank != int(noise_factor.shape[1]):
         raise ValueError(f"the whitening matrix ({query.rank} rows) does not match the noise factor "
                          f"{noise_factor.shape}")
+    check_covered(query.covers)  # the persons its shift is computed over are those the measurement states
     mu = query.shift(d, b, float(multiplier))
     check_whitened_shift(mu, multiplier, query.rank)  # refused here: nothing drawn, nothing charged
     record["data_sensitivity"] = d

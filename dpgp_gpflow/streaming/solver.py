@@ -43,6 +43,8 @@ from ..noise_planning import (
 )
 from ..noise_planning.working_set import DUPLICATE_RTOL
 from ..mechanisms.cloaking import shift_of_norms, trusted_query
+from ..measurement import SensitivityPath
+from ..relations import largest_person
 from .chunks import ChunkSource
 from .persons import ChunkPersons, person_columns
 from .terms import ChunkTerms, Factors
@@ -439,6 +441,12 @@ class StreamedQuery:
                                                          self.basis, self.factor_u, self.divisor, cmap.persons)
         return float(shift_of_norms(largest, total, cmap.num_entries, self.rank, data_sensitivity, output_bound,
                                     multiplier))
+
+    @property
+    def covers(self) -> SensitivityPath:
+        """The persons (``cmap.persons``: their largest rows, the outputs of each row) :meth:`shift` is over."""
+        persons = self.cmap.persons
+        return SensitivityPath() if persons is None else SensitivityPath(largest_person(persons.ids), persons.outputs)
 
     def values(self) -> np.ndarray:
         if self._z is None:
