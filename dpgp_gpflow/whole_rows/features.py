@@ -131,12 +131,39 @@ def whitened_features(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor,
                       k_max: float) -> tf.Tensor:
     """``phi(X)`` [N, M]: row i is ``L^{-1} k(Z, x_i) / k_max``, rescaled onto the unit sphere if its computed
     norm exceeds 1 (a no-op in exact arithmetic: the norm is at most ``sqrt(k(x, x) / k_max) <= 1``).
-    Each row depends on its own input only. Memory O(N M): callers pass a chunk of rows."""
+    Each row depends on its own input only. Memory O(N M): callers pass a chunk of rows.
+
+    From :data:`SPLIT_FEATURE_ROWS` rows on, up to the solves :func:`~dpgp_gpflow.linalg.triangular_solve` splits
+    itself, the rows are computed in two blocks (split at a multiple of :data:`FEATURE_ROW_ALIGNMENT` rows), which a
+    compiled graph runs side by side: every row's features are the same numbers as in one block (each operation
+    is row by row, its vectorised loops aligned alike)."""
     X = tf.convert_to_tensor(X, dtype=tf.float64)
+    n = tf.shape(X)[0]
+    half = (n // (2 * FEATURE_ROW_ALIGNMENT)) * FEATURE_ROW_ALIGNMENT
+    m = tf.cast(tf.shape(L)[0], tf.float64)
+    one_solve = (n < linalg.WIDE_COLUMNS) & (m * m * tf.cast(n, tf.float64) < linalg.SPLIT_FLOPS)
+    return tf.cond((n >= SPLIT_FEATURE_ROWS) & one_solve,
+                   lambda: tf.concat([_unit_features(kernel, Z, L, X[:half], k_max),
+                                      _unit_features(kernel, Z, L, X[half:], k_max)], axis=0),
+                   lambda: _unit_features(kernel, Z, L, X, k_max))
+
+
+#: :func:`whitened_features` splits its rows in two blocks from this many rows on ...
+SPLIT_FEATURE_ROWS = 4096
+#: ... at a multiple of this many rows (the solve's and the element-wise loops' alignment: any multiple of 8 rows
+#: gives every row the bits of the one-block computation)
+FEATURE_ROW_ALIGNMENT = 64
+
+
+def _unit_features(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, X: tf.Tensor,
+                   k_max: float) -> tf.Tensor:
+    """:func:`whitened_features` of one block of rows: a row of computed norm above 1 is divided by its norm (the
+    division runs only when some row needs it: dividing by 1 is the identity)."""
     kzx = kernel(Z, X) / k_max  # [M, N]
     phi = tf.transpose(linalg.triangular_solve(L, kzx, lower=True))  # [N, M]
     norms = tf.norm(phi, axis=1, keepdims=True)  # [N, 1]
-    return phi / tf.maximum(norms, tf.constant(1.0, tf.float64))
+    return tf.cond(tf.reduce_any(norms > 1.0), lambda: phi / tf.maximum(norms, tf.constant(1.0, tf.float64)),
+                   lambda: phi)
 
 
 def _features(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, k_max: float, X: tf.Tensor) -> tf.Tensor:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from whole_rows_reference import features as reference_features
+from whole_rows_reference import se_kernel
 
 import dpgp_gpflow as dp
 from dpgp_gpflow import whole_rows as wr
@@ -106,6 +107,27 @@ def test_rows_of_too_large_a_norm_are_put_back_on_the_unit_sphere():
     fm = wr.FeatureMap(gpflow.kernels.SquaredExponential(variance=4.0), Z, k_max=0.5)
     norms = np.linalg.norm(fm(np.linspace(-1, 2, 31)[:, None]).numpy(), axis=1)
     assert np.all(norms <= 1.0 + 1e-12) and norms.max() == pytest.approx(1.0)
+
+
+def test_rows_split_in_two_blocks_have_the_bits_of_one_block_and_are_rescaled_in_each():
+    """From SPLIT_FEATURE_ROWS rows on, a map computes two blocks of rows (side by side when compiled): each row
+    the same numbers as in a call of fewer rows (one block), rows of too large a norm rescaled in both blocks."""
+    from dpgp_gpflow.whole_rows import features
+
+    rng = np.random.default_rng(5)
+    Z = rng.uniform(0, 10, (12, 2))  # M = 12: the solve's bits depend on its columns' alignment
+    X = np.vstack([rng.uniform(-5, 15, (features.SPLIT_FEATURE_ROWS + 887, 2)), Z])  # Z at the end: 2nd block
+    X[:12] = Z  # and in the first block: rows whose norm k(x, x) / k_max > 1 is rescaled
+    fm = wr.FeatureMap(gpflow.kernels.SquaredExponential(variance=3.0, lengthscales=2.0), Z, k_max=2.0)
+    split = fm(X).numpy()
+    pieces = np.vstack([fm(X[i:i + 1000]).numpy() for i in range(0, X.shape[0], 1000)])
+    assert np.array_equal(split, pieces)
+    L = np.linalg.cholesky(1.5 * se_kernel(Z, Z, 2.0) + gpflow.config.default_jitter() * np.eye(12))
+    reference = np.linalg.solve(L, 1.5 * se_kernel(Z, X, 2.0)).T  # k / k_max = 1.5 k1
+    reference /= np.maximum(np.linalg.norm(reference, axis=1, keepdims=True), 1.0)
+    np.testing.assert_allclose(split, reference, rtol=1e-9, atol=1e-12)
+    norms = np.linalg.norm(split, axis=1)
+    assert np.all(norms <= 1.0 + 1e-12) and norms[:12].min() == norms[-12:].min() == pytest.approx(1.0)
 
 
 def test_a_feature_map_is_reused_only_for_the_same_kernel_object_values_and_inducing_inputs():
