@@ -38,7 +38,7 @@ from ..streaming.chunks import ChunkSource, LocalChunks
 from ..validation import parameter_value
 from . import features as feature_maps
 from .design import inducing_design, validate_box
-from .features import FeatureMap
+from .features import MAP_CACHE_SIZE, FeatureMap
 from .posterior import WeightPosterior, compiled_on_reuse, floored, mean_noise_variance
 from .residual_bounds import MAX_RADIUS_POINTS, residual_radius
 from .statistics import GridStatistics, RowStatistics, add_statistics, feature_sums
@@ -68,11 +68,46 @@ def clipped_residual_sum(phi: tf.Tensor, yc: tf.Tensor, u: tf.Tensor, radius: tf
     return (tf.linalg.matvec(phi, residuals, transpose_a=True),)
 
 
-def held_residual_sums(kernel: gpflow.kernels.Kernel, Z: tf.Tensor, L: tf.Tensor, k_max: float, phi: tf.Tensor,
-                       yc: tf.Tensor, u: tf.Tensor, radius: tf.Tensor) -> tuple:
-    """:func:`chunk_residual_sums` of a slice whose features ``phi`` were kept by the first stage's pass
-    (:class:`HeldRows`; :meth:`~.features.FeatureMap.apply`'s argument order, the map's pieces unused)."""
-    return clipped_residual_sum(phi, yc, u, radius)
+def held_stage_sum(u: tf.Tensor, radius: tf.Tensor, held: Sequence[Sequence[Tuple[tf.Tensor, tf.Tensor]]],
+                   compiled: bool) -> tf.Tensor:
+    """A residual stage's sum [M] over the slices kept by the first stage's pass (:class:`HeldRows`; ``held``: per
+    chunk, in order, its slices' ``(phi, yc)``): each slice's :func:`clipped_residual_sum` added slice by slice, then
+    chunk by chunk, in order, as :meth:`ResidualStatistics.__call__`'s sums over those chunks are (the same numbers).
+    ``compiled``: in one call of a graph traced once per layout of chunks and slices (its slices' sums run side by
+    side), else eagerly (the map is not compiled yet). PRIVATE values."""
+    layout = tuple(len(slices) for slices in held)
+    flat = [t for slices in held for pair in slices for t in pair]
+    if not compiled:
+        return _stage_sum(layout, u, radius, *flat)
+    m = int(u.shape[0])
+    concrete = _STAGE_SUMS.get((layout, m))
+    if concrete is None:
+        specs = [tf.TensorSpec([m], tf.float64), tf.TensorSpec([1], tf.float64),
+                 *[tf.TensorSpec([None, m], tf.float64), tf.TensorSpec([None], tf.float64)] * sum(layout)]
+        traced = tf.function(lambda *args: _stage_sum(layout, *args), input_signature=specs, autograph=False)
+        concrete = _STAGE_SUMS[(layout, m)] = traced.get_concrete_function()  # called directly: less dispatch
+        while len(_STAGE_SUMS) > MAP_CACHE_SIZE:
+            _STAGE_SUMS.pop(next(iter(_STAGE_SUMS)))
+    return concrete(u, radius, *flat)
+
+
+def _stage_sum(layout: Tuple[int, ...], u: tf.Tensor, radius: tf.Tensor, *flat: tf.Tensor) -> tf.Tensor:
+    """:func:`held_stage_sum` of the slices ``flat`` (``phi_1, yc_1, phi_2, ...``), ``layout[k]`` of them in chunk
+    ``k``."""
+    total: Any = None
+    pairs = iter(zip(flat[::2], flat[1::2]))
+    for count in layout:
+        chunk: Any = None
+        for _ in range(count):
+            phi, yc = next(pairs)
+            (part,) = clipped_residual_sum(phi, yc, u, radius)
+            chunk = part if chunk is None else chunk + part
+        total = chunk if total is None else total + chunk
+    return total
+
+
+#: :func:`held_stage_sum`'s concrete functions by (layout, M), the most recent :data:`~.features.MAP_CACHE_SIZE`.
+_STAGE_SUMS: Dict[Tuple[Tuple[int, ...], int], Any] = {}
 
 
 @check_shapes("Z: [M, D]", "L: [M, M]", "X: [N, D]", "yc: [N]", "return[0]: [M, M]", "return[1]: [M]", "return[2]: []",
@@ -185,19 +220,15 @@ class ResidualStatistics(RowStatistics):
         if (self.held is None or not same_rows(self.held_of, source)
                 or list(self.held) != [(int(a), int(b)) for a, b in source.chunk_bounds()]):
             return None
-        u, radius = tf.constant(self.u, tf.float64), tf.constant([self.radius], tf.float64)
-        total: Optional[Dict[str, Any]] = None
-        for (start, stop), slices in self.held.items():
-            b: Any = None
+        compiled = self.features.compiled
+        for slices in self.held.values():
             for i, (phi, yc, X) in enumerate(slices):
-                if X is not None and self.features.compiled:  # eager features, the map compiled since
-                    phi = self.features(X)
-                    slices[i] = (phi, yc, None)
-                (part,) = self.features.apply(held_residual_sums, phi, yc, u, radius)
-                b = part.numpy() if b is None else b + part.numpy()
-            chunk = {"b": b, "n": stop - start}
-            total = chunk if total is None else add_statistics(total, chunk)
-        return total
+                if X is not None and compiled:  # eager features, the map compiled since
+                    slices[i] = (self.features(X), yc, None)
+        held = tuple(tuple((phi, yc) for phi, yc, _ in slices) for slices in self.held.values())
+        u, radius = tf.constant(self.u, tf.float64), tf.constant([self.radius], tf.float64)
+        b = held_stage_sum(u, radius, held, compiled)
+        return {"b": b.numpy(), "n": sum(stop - start for start, stop in self.held)}
 
     def __getstate__(self) -> Dict[str, Any]:
         return {**self.__dict__, "held": None, "held_of": None}  # a Dask worker's copy reads its rows
