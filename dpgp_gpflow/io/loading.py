@@ -37,7 +37,7 @@ from ..whole_rows.histogram import NoisedHistogram, histogram_cells, histogram_c
 from ..whole_rows.histogram_release import HistogramResidualRelease
 from ..whole_rows.released import WholeRowsRelease
 from ..whole_rows.residual import radius_features, radius_points, replay
-from ..whole_rows.residual_bounds import radii_replayed
+from ..whole_rows.residual_bounds import RESIDUAL_RADIUS_RTOL, radii_replayed
 from ..whole_rows.residual_release import ResidualRelease, ResidualStage, residual_release
 from ..mechanisms.request import release_request
 from .card import (
@@ -280,7 +280,7 @@ def _load_residual(document: ReleaseDocument) -> Released:
     P = head.regularised_S  # the preconditioner: the file's S~ regularised as the first stage's posterior reads it
     points = radius_features(head.features, radius_points(head.features.kernel, head.x_bounds))
     radii, estimates, posterior = replay(head.posterior, P, b, stds, points, head.y_bounds[1] - head.y_bounds[0])
-    if not radii_replayed(card["radii"], radii, rtol=1e-9):
+    if not radii_replayed(card["radii"], radii, RESIDUAL_RADIUS_RTOL):
         raise ReleaseFileError("card.radii are not the radii the earlier stages give (recomputed; none may be below)")
     stages = [ResidualStage(b_j, float(s), float(r), float(m), float(d), bool(card["reproducible"]))
               for b_j, s, r, m, d in zip(b, stds, card["radii"], card["stage_multipliers"][1:],

@@ -5,10 +5,11 @@ values and the model's public pieces, never read from the release's claimed sens
 Stage 1 (:mod:`.histogram`): with the noise stds ``sigma_n`` of the counts and ``sigma_b`` of ``b`` actually added,
 a person of ``G`` rows (the model's largest) moves the whitened vector by at most
 ``mu_1 = G sqrt(2 / sigma_n^2 + (d (1 + (M + 4) u))^2 / sigma_b^2)``. Stage ``j``: ``mu_j = 2 G R_j (1 + (M + 4) u) /
-sigma_j`` with ``R_j`` recomputed (:func:`~.histogram_scheme.histogram_chain`; a release whose radius
-differs is refused), at the model's variances (its kernel's bound on ``k(x, x)`` and its likelihood variance, what
-its release uses; a release stating others is refused). The whole is ``sqrt(sum_j mu_j^2)``-GDP. The noise test (PRIVATE: it reads the model's rows)
-recomputes the counts, ``b`` and every stage's residual sums around the recomputed estimates.
+sigma_j`` with ``R_j`` recomputed (:func:`~.histogram_scheme.histogram_chain`; a release whose radii are not those
+by the loaders' rule is refused, :func:`~.residual_audit.check_radii`), at the model's variances (its kernel's bound
+on ``k(x, x)`` and its likelihood variance, what its release uses; a release stating others is refused). The whole
+is ``sqrt(sum_j mu_j^2)``-GDP. The noise test (PRIVATE: it reads the model's rows) recomputes the counts, ``b`` and
+every stage's residual sums around the recomputed estimates.
 
 Privacy assumption of the audit itself: the model holds the rows, kernel, inducing inputs, box, bounds and
 variances the release was made from; its outcome is for the data owner.
@@ -34,7 +35,8 @@ from .histogram import CellCounts, histogram_cells, histogram_centres, histogram
 from .histogram_scheme import histogram_chain
 from .release import model_rows
 from .residual import ResidualStatistics, residual_sums
-from .residual_audit import RADIUS_RTOL
+from .residual_audit import check_radii, recorded_radii
+from .residual_bounds import HISTOGRAM_RADIUS_RTOL
 from .statistics import RowStatistics
 
 __all__: List[str] = []  # internal: dpgp_gpflow.audit calls histogram_audit
@@ -81,11 +83,13 @@ def histogram_audit(release: Any, model: Any) -> WholeRowsAudit:
         raise ValueError(f"the release has {statistics['counts'].shape[0]} counts, the model's grid "
                          f"{centres.shape[0]} cells")
     phi = features(tf.constant(centres)).numpy()
+    recorded = recorded_radii(release)
     stds = [_one_std(noise, f"stage {j}") for j, noise in enumerate(std["residual_b"], start=2)]
     chain = histogram_chain(statistics["counts"], statistics["b"], statistics["residual_b"], stds, phi,
                             counts_std=sigma_n, b_std=sigma_b, kernel_variance=kernel_variance,
                             noise_variance=noise_variance, width=d)
     radii, estimates = chain.radii, chain.estimates
+    check_radii(recorded, radii, HISTOGRAM_RADIUS_RTOL, "histogram residual release")
     same_as_released(release.estimates, np.stack(estimates), "estimates")  # what predict_f reads
     same_as_released(release.posterior.mean, estimates[-1], "last mean")
     rounding = 1.0 + (m + 4) * UNIT_ROUNDOFF
@@ -95,11 +99,7 @@ def histogram_audit(release: Any, model: Any) -> WholeRowsAudit:
     counts, b = histogram_sums(source, CellCounts(rows, histogram_cells(features.kernel, box)))
     released = [statistics["counts"] / sigma_n, statistics["b"] / sigma_b]
     recomputed = [counts / sigma_n, b / sigma_b]
-    stages = zip(statistics["residual_b"], stds, release.radii, radii, estimates)
-    for j, (b_j, sigma, claimed, radius, u) in enumerate(stages, start=2):
-        if not math.isclose(radius, float(claimed), rel_tol=RADIUS_RTOL):
-            raise ValueError(f"stage {j}'s radius {float(claimed):.17g} is not the one its earlier stages give, "
-                             f"{radius:.17g}: not a histogram residual release of this model")
+    for b_j, sigma, radius, u in zip(statistics["residual_b"], stds, radii, estimates):
         mus.append(G * 2.0 * radius * rounding / sigma)
         released.append(np.asarray(b_j) / sigma)
         recomputed.append(residual_sums(source, ResidualStatistics(rows, u, radius)) / sigma)

@@ -37,7 +37,7 @@ from .histogram_scheme import (
 )
 from .posterior import WeightPosterior
 from .residual import radius_features
-from .residual_bounds import radii_replayed, validate_residual_fractions
+from .residual_bounds import HISTOGRAM_RADIUS_RTOL, radii_replayed, validate_residual_fractions
 from .residual_release import (
     ResidualStage,
     StagedRelease,
@@ -72,7 +72,7 @@ class HistogramResidualRelease(StagedRelease):
                                 [s.noise_std for s in stages], phi, counts_std=noised.counts_std, b_std=noised.b_std,
                                 kernel_variance=float(kernel_variance), noise_variance=float(noise_variance),
                                 width=float(y_bounds[1]) - float(y_bounds[0]))
-        if not radii_replayed([s.radius for s in stages], chain.radii, rtol=1e-12):
+        if not radii_replayed([s.radius for s in stages], chain.radii, HISTOGRAM_RADIUS_RTOL):
             raise ValueError(f"the stages' radii {[s.radius for s in stages]} are not those their earlier stages give "
                              f"({chain.radii})")
         self._build(noised, features, centres, phi, stages, chain, fractions=fractions, request=request,

@@ -6,7 +6,8 @@ Stage 1 is audited as a whole-row release (:func:`~.audit.whole_rows_audit`: ``m
 persons and the noise each part actually carries). For each later stage ``j`` the audit recomputes, from the
 released statistics and the model's public pieces, the regularised ``S^``, the variances (the release's stated values,
 or fitted on stage 1), the estimates ``u_1 .. u_{j-1}`` and the radius ``R_j`` (:mod:`.residual`), refuses a release
-whose radius is not that, and takes ``mu_j = 2 G R_j (1 + (M + 4) u) / sigma_j`` from the noise std ``sigma_j``
+whose radii are not those by the loaders' rule (:func:`check_radii`: as many, none below), and
+takes ``mu_j = 2 G R_j (1 + (M + 4) u) / sigma_j`` from the noise std ``sigma_j``
 actually added to ``b~_j`` (``G`` the model's largest person). The whole is ``sqrt(sum_j mu_j^2)``-GDP (adaptive
 composition). The noise test (PRIVATE: it reads the model's rows) recomputes every stage's sums from the model's
 rows around the recomputed estimates.
@@ -29,12 +30,33 @@ from .audit import STD_RTOL, WholeRowsAudit, released_posterior, same_as_release
 from .design import validate_box
 from .release import model_rows
 from .residual import ResidualStatistics, radius_features, radius_points, replay, residual_sums
+from .residual_bounds import RESIDUAL_RADIUS_RTOL, radii_replayed
 from .statistics import RowStatistics
 
 __all__: List[str] = []  # internal: dpgp_gpflow.audit calls residual_audit
 
-#: Relative difference allowed between a released radius and the one recomputed from the earlier stages.
-RADIUS_RTOL = 1e-9
+
+def recorded_radii(release: Any) -> np.ndarray:
+    """The staged ``release``'s recorded radii [J - 1]; ``ValueError`` unless it has one residual sum, one row of
+    noise stds and one radius per stage (a stage without a radius or noise std would be left out of the composed
+    ``mu``)."""
+    sums, stds = np.shape(release.statistics["residual_b"]), np.shape(release.statistics_noise_std["residual_b"])
+    radii = np.asarray(release.radii, dtype=np.float64).reshape(-1)
+    if len(sums) != 2 or sums != stds or sums[0] != radii.size:
+        raise ValueError(f"the release's residual sums {list(sums)}, their noise stds {list(stds)} and radii "
+                         f"[{radii.size}] are not one per stage")
+    return radii
+
+
+def check_radii(recorded: np.ndarray, radii: Any, rtol: float, what: str) -> None:
+    """``ValueError`` unless the ``recorded`` radii are ``radii`` (recomputed from the earlier stages) by the loaders'
+    one rule (:func:`~.residual_bounds.radii_replayed` at ``rtol``: within ``rtol`` above, never below). The audit's
+    ``mu_j`` is taken from the recomputed radius and the noise actually added, so a recorded radius never enters
+    its epsilon; but a release whose radii a file's loader would refuse is not a ``what`` of this model."""
+    if not radii_replayed(recorded, radii, rtol):
+        raise ValueError(f"the release's radii {recorded.tolist()} are not those its earlier stages give, "
+                         f"{[float(r) for r in radii]} (a radius within {rtol:g} above, never below): not a {what} "
+                         "of this model")
 
 
 def residual_audit(release: Any, model: Any) -> WholeRowsAudit:
@@ -55,18 +77,17 @@ def residual_audit(release: Any, model: Any) -> WholeRowsAudit:
     source, groups = model_rows(model, None, DEFAULT_CHUNK_SIZE)
     rows = RowStatistics(features, box, (lo, hi), clip_inputs=model.clip_inputs)
     G = largest_person(groups)
+    recorded = recorded_radii(release)
     radii, estimates, last = replay(posterior, S_hat, statistics["residual_b"], std["residual_b"][:, 0], points,
                                     hi - lo)
+    check_radii(recorded, radii, RESIDUAL_RADIUS_RTOL, "residual release")
     # what predict_f reads must be post-processing of the released stages (a file or object could carry other weights)
     same_as_released(release.estimates, np.stack(estimates), "estimates")
     same_as_released(release.posterior.mean, last.mean, "last mean")
     same_as_released(release.posterior.chol, last.chol, "Cholesky factor")
     mus, released, recomputed = [first.mu], [first.released], [first.recomputed]
-    stages = zip(statistics["residual_b"], std["residual_b"], release.radii, radii, estimates)
-    for j, (b, noise, claimed, radius, u) in enumerate(stages, start=2):
-        if not math.isclose(radius, float(claimed), rel_tol=RADIUS_RTOL):
-            raise ValueError(f"stage {j}'s radius {float(claimed):.17g} is not the one its earlier stages give, "
-                             f"{radius:.17g}: not a residual release of this model")
+    stages = zip(statistics["residual_b"], std["residual_b"], radii, estimates)
+    for j, (b, noise, radius, u) in enumerate(stages, start=2):
         sigma = float(noise[0])
         if not (math.isfinite(sigma) and sigma > 0.0 and np.allclose(noise, sigma, rtol=STD_RTOL, atol=0.0)):
             raise ValueError(f"stage {j}'s noise std is not one Gaussian noise on every entry")

@@ -68,13 +68,19 @@ def validate_residual_fractions(fractions: Any) -> Optional[Tuple[float, ...]]:
 
 #: How far below the radius its earlier stages give a recorded radius may be, relative (float rounding only).
 RADIUS_BELOW_RTOL = 1e-13
+#: How far above the radius its earlier stages give a residual release's recorded radius may be, relative
+#: (:func:`radii_replayed`: its loader and its audit).
+RESIDUAL_RADIUS_RTOL = 1e-9
+#: The same for a histogram residual release (its constructor, which a file's loader runs, and its audit).
+HISTOGRAM_RADIUS_RTOL = 1e-12
 
 
 def radii_replayed(recorded: Any, replayed: Any, rtol: float) -> bool:
     """Whether a staged release's recorded radii are those its earlier stages give (``replayed``, recomputed from
-    the released values): within ``rtol`` above them and never more than :data:`RADIUS_BELOW_RTOL` below (a stage's
-    noise is ``s Delta 2 R`` of its recorded ``R``: a recorded radius below the replayed one would be less noise
-    than the stage's clipping needs). The residual and histogram loaders' one rule. Public."""
+    the released values): as many, each within ``rtol`` above and never more than :data:`RADIUS_BELOW_RTOL` below
+    (a stage's noise is ``s Delta 2 R`` of its recorded ``R``: a recorded radius below the replayed one would be less
+    noise than the stage's clipping needs). The one rule of the residual and histogram loaders and audits
+    (``rtol``: :data:`RESIDUAL_RADIUS_RTOL`, :data:`HISTOGRAM_RADIUS_RTOL`). Public."""
     recorded = [float(r) for r in recorded]
     replayed = [float(r) for r in replayed]
     return len(recorded) == len(replayed) and all(

@@ -276,6 +276,21 @@ def test_the_audit_recomputes_every_radius_and_the_noise_within_the_claim():
     wider.radii = released.radii * np.r_[1.5, np.ones(released.radii.size - 1)]
     with pytest.raises(ValueError, match="radius"):
         dp.audit(wider, model)
+    # the loaders' rule (residual_bounds.radii_replayed at the constructor's 1e-12), not a second one: radii with their
+    # noise a hair smaller (9e-13) or larger (1e-10), both within the audit's old two-sided 1e-9 (passed before; the
+    # constructor refuses both); the last stage's radius dropped, its noise cut to 1e-3 (passed before: left out)
+    for change in (1.0 - 9e-13, 1.0 + 1e-10):
+        hair = copy.copy(released)
+        hair.radii = released.radii * change
+        hair._noise_std = {**released._noise_std, "residual_b": released._noise_std["residual_b"] * change}
+        with pytest.raises(ValueError, match="never below"):
+            dp.audit(hair, model)
+    dropped = copy.copy(released)
+    dropped.radii = released.radii[:-1]
+    dropped._noise_std = {**released._noise_std, "residual_b": released._noise_std["residual_b"].copy()}
+    dropped._noise_std["residual_b"][-1] *= 1e-3
+    with pytest.raises(ValueError, match="one per stage"):
+        dp.audit(dropped, model)
     other = copy.copy(released)
     other.estimates = released.estimates + 0.01
     with pytest.raises(ValueError, match="estimates"):

@@ -330,6 +330,19 @@ def test_the_audit_recomputes_every_radius_and_the_noise_within_the_claim():
     wider.radii = released.radii * 1.5
     with pytest.raises(ValueError, match="radius"):
         dp.audit(wider, model)
+    # the loaders' rule (residual_bounds.radii_replayed), not a second one: radii and their noise a hair (9e-10)
+    # smaller, within the audit's old two-sided 1e-9 (passed before; a file's loader refuses it); and the last
+    # stage's radius dropped, its noise cut to 1e-3 (passed before at epsilon 0.84: that stage was left out)
+    hair = copy.copy(released)
+    hair.radii = released.radii * (1.0 - 9e-10)
+    hair._noise_std = {**released._noise_std, "residual_b": released._noise_std["residual_b"] * (1.0 - 9e-10)}
+    with pytest.raises(ValueError, match="never below"):
+        dp.audit(hair, model)
+    dropped = copy.copy(released)
+    dropped.radii = released.radii[:1]
+    dropped._noise_std = {**released._noise_std, "residual_b": released._noise_std["residual_b"] * [[1.0], [1e-3]]}
+    with pytest.raises(ValueError, match="one per stage"):
+        dp.audit(dropped, model)
     # predictions that are not post-processing of the released stages: the last mean replaced by the non-private
     # least-squares weights of the rows (a reviewer's forgery: the audit passed it before)
     phi = released.features(tf.constant(X)).numpy()
