@@ -52,7 +52,9 @@ def check_radii(recorded: np.ndarray, radii: Any, rtol: float, what: str) -> Non
     """``ValueError`` unless the ``recorded`` radii are ``radii`` (recomputed from the earlier stages) by the loaders'
     one rule (:func:`~.residual_bounds.radii_replayed` at ``rtol``: within ``rtol`` above, never below). The audit's
     ``mu_j`` is taken from the recomputed radius and the noise actually added, so a recorded radius never enters
-    its epsilon; but a release whose radii a file's loader would refuse is not a ``what`` of this model."""
+    its epsilon (a stage that clipped at its recorded radius, at most ``rtol`` above, has a ``mu_j`` at most
+    ``1 + rtol`` times the one taken: far inside the audit's ``AUDIT_RTOL``); but a release whose radii a file's
+    loader would refuse is not a ``what`` of this model."""
     if not radii_replayed(recorded, radii, rtol):
         raise ValueError(f"the release's radii {recorded.tolist()} are not those its earlier stages give, "
                          f"{[float(r) for r in radii]} (a radius within {rtol:g} above, never below): not a {what} "
