@@ -75,9 +75,12 @@ def cell_index(X: np.ndarray, box: np.ndarray, cells: int) -> np.ndarray:
     """The flat cell index [N] of each input row of ``X`` [N, D] (clipped to the box) on the grid of ``cells`` cells
     per column (:func:`~.residual.grid_centres`' order; a row on an inner edge falls in the upper cell, the box's
     upper bound in the last cell). PRIVATE values in, PRIVATE values out."""
-    lo, width = box[:, 0], box[:, 1] - box[:, 0]
-    per_axis = np.clip(np.floor((X - lo) / width * cells), 0, cells - 1).astype(np.int64)  # [N, D]
-    return np.ravel_multi_index(tuple(per_axis.T), (cells,) * box.shape[0])
+    flat = np.zeros(X.shape[0], dtype=np.int64)
+    for d, (lo, hi) in enumerate(box):  # column by column (NumPy's fast loops), the first column slowest
+        per_axis = np.clip(np.floor((X[:, d] - lo) / (hi - lo) * cells), 0, cells - 1).astype(np.int64)  # [N]
+        flat *= cells
+        flat += per_axis
+    return flat
 
 
 @check_shapes("Z: [M, D]", "L: [M, M]", "X: [N, D]", "yc: [N]", "return[0]: [M]")
