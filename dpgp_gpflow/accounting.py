@@ -270,6 +270,11 @@ class Reservation:
     nothing.
     """
 
+    #: True only on the reservations the package issues (:func:`reserve`, and the steps' draws of a multi-step
+    #: release, :func:`~dpgp_gpflow.measurement.stepwise`) and their views: :meth:`expect` refuses any other (one
+    #: built by hand commits into the accountants it names, or none, not into those a release must charge).
+    _issued = False
+
     def __init__(self, accountants: Sequence[PrivacyAccountant], events: Sequence[PrivacyEvent]) -> None:
         self._events = list(events)
         self._held: List[Tuple[PrivacyAccountant, str]] = []
@@ -291,6 +296,26 @@ class Reservation:
     def uncommitted(self) -> int:
         """The number of held events not committed yet (shared with a borrowed view's owner)."""
         return len(self._events)
+
+    def upcoming(self, count: int) -> Tuple[PrivacyEvent, ...]:
+        """The next ``count`` held events the next commits will record (fewer if fewer are left)."""
+        return tuple(self._events[:count])
+
+    def expect(self, events: Sequence[PrivacyEvent]) -> None:
+        """Refuse, before anything is drawn, a caller's reservation handed to a release that charges ``events``
+        (its privacy map, computed from its request): ``TypeError`` unless the package issued it (:func:`reserve`:
+        one built by hand charges the accountants it names, or none, not those the release must charge);
+        ``ValueError`` unless its next uncommitted events are exactly ``events`` (the same epsilon, delta, kind
+        and mu, in order), since each commit records the next *held* event, not the release's."""
+        if not self._issued:
+            raise TypeError("a Reservation passed to a release must be one the package issued "
+                            "(dpgp_gpflow.accounting.reserve), not one built by hand: nothing was drawn or charged")
+        wanted = [(e.epsilon, e.delta, e.kind, e.mu) for e in events]
+        held = [(e.epsilon, e.delta, e.kind, e.mu) for e in self.upcoming(len(wanted))]
+        if held != wanted:
+            raise ValueError(f"the reservation passed holds, as its next uncommitted event(s), {held} (epsilon, delta, "
+                             f"kind, mu) but this release charges {wanted}: refused before anything is drawn "
+                             "(nothing charged); reserve the release's own events")
 
     def commit(self, description: str = "") -> PrivacyEvent:
         """Record the next held event (with ``description``) in every accountant; returns it."""
@@ -338,7 +363,7 @@ class Reservation:
         """A view that commits into this reservation but whose ``close`` leaves it held (for a
         mechanism called by a caller that reserved for several releases)."""
         view = object.__new__(Reservation)
-        view._events, view._held, view._owner = self._events, self._held, False
+        view._events, view._held, view._owner, view._issued = self._events, self._held, False, self._issued
         view._drawn, view._defer = self._drawn, self._defer  # a deferred view's borrowers defer too
         return view
 
@@ -386,11 +411,16 @@ def reserve(accountant: Any, events: Sequence[PrivacyEvent]) -> Reservation:
 
     Raises :class:`BudgetExceededError` if they do not fit. Use the result as a context manager and
     :meth:`Reservation.commit` each event after its draw. A :class:`Reservation` passed as
-    ``accountant`` (a caller that already reserved) is borrowed: committed into, closed by its owner.
+    ``accountant`` (a caller that already reserved) is borrowed: committed into, closed by its owner; it must
+    be one this function issued and hold ``events`` as its next uncommitted events
+    (:meth:`Reservation.expect`: else ``TypeError`` / ``ValueError``, nothing drawn or charged).
     """
     if isinstance(accountant, Reservation):
+        accountant.expect(events)
         return accountant.borrow()
-    return Reservation(resolve_accountant(accountant), events)
+    reservation = Reservation(resolve_accountant(accountant), events)
+    reservation._issued = True
+    return reservation
 
 
 def _event(epsilon: float, delta: float, kind: str, mu: Optional[float] = None, description: str = "") -> PrivacyEvent:

@@ -231,9 +231,15 @@ class StepDraws(Reservation):
         self.drawn = 0
         self._event = event
 
+    def upcoming(self, count: int) -> Tuple[PrivacyEvent, ...]:
+        return (self._event,) * count  # every step's commit counts the step's event
+
     def commit(self, description: str = "") -> PrivacyEvent:
         self.drawn += 1
         return self._event
+
+    def borrow(self) -> "StepDraws":
+        return self  # its commits only count: a borrower counts into it
 
 
 def stepwise(steps: Callable[[StepDraws], R], step_event: PrivacyEvent, description: str) -> Callable[[Reservation], R]:
@@ -245,6 +251,7 @@ def stepwise(steps: Callable[[StepDraws], R], step_event: PrivacyEvent, descript
 
     def mechanism(reservation: Reservation) -> R:
         draws = StepDraws(step_event)
+        draws._issued = True  # the package's own (Reservation.expect): the steps' reservation, issued here only
         try:
             result = steps(draws)
         except BaseException:

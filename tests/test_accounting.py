@@ -328,3 +328,64 @@ def test_gdp_epsilon_at_a_subnormal_delta_is_infinite():
 
     assert gdp_epsilon(1.0, 1e-320) == math.inf  # sound: the profile cannot be resolved there
     assert gdp_epsilon(1.0, 2.3e-308) == pytest.approx(37.92, rel=1e-3)
+
+
+# -- a caller's reservation handed to a release (accountant=, streaming.cloak_function) ----------------
+
+
+def _recorded(acc):
+    return [(e.epsilon, e.delta, e.kind) for e in acc.ledger]
+
+
+@pytest.fixture(scope="module")
+def fitc(model):
+    """``model``'s rows in a sparse model the streamed release (streaming.cloak_function) takes."""
+    from dpgp_gpflow.models import DPGPRFITC
+
+    X, Y = (np.asarray(a) for a in model.data)
+    return DPGPRFITC((X, Y), gpflow.kernels.SquaredExponential(lengthscales=1.0), X[:3], y_bounds=(-1.0, 1.0),
+                     noise_variance=0.1, hyperparameters_public=True)
+
+
+def test_a_reservation_holding_another_event_is_refused_before_the_draw(model, fitc, draws):
+    """A reservation of a small event handed to a bigger release used to record the small event for it (a commit
+    records the next held event, not the release's): refused, nothing drawn or charged; the release it holds
+    then charges once."""
+    from dpgp_gpflow import streaming
+    from dpgp_gpflow.accounting import reserve
+    from dpgp_gpflow.mechanisms import release_request
+
+    small, big = release_request(0.1, 1e-6, objective=None), release_request(2.0, 1e-3, seed=0)
+    acc = PrivacyAccountant(epsilon=10.0, delta=1e-2)
+    with reserve(acc, [small.event(), big.event()]) as reservation:
+        with pytest.raises(ValueError, match="holds"):
+            model.release(XNEW, epsilon=2.0, delta=1e-3, seed=0, accountant=reservation)
+        with pytest.raises(ValueError, match="holds"):
+            model.release(XNEW, epsilon=2.0, delta=1e-3, seed=0, accountant=reservation, mechanism="standard")
+        with pytest.raises(ValueError, match="holds"):
+            streaming.cloak_function(fitc, big, reservation)
+        assert draws == [] and acc.ledger == () and reservation.uncommitted == 2
+        model.release(XNEW, epsilon=0.1, delta=1e-6, seed=0, accountant=reservation)  # the events it holds, in order
+        model.release(XNEW, epsilon=2.0, delta=1e-3, seed=0, accountant=reservation)
+    assert len(draws) == 2 and _recorded(acc) == [(0.1, 1e-6, "gaussian"), (2.0, 1e-3, "gaussian")]
+    assert [e.mu for e in acc.ledger] == [small.event().mu, big.event().mu] and acc.held == (0.0, 0.0)
+
+
+def test_a_reservation_built_by_hand_is_refused_not_committed_into_nothing(model, fitc, draws):
+    """Reservation((), [event]) holds nothing in any accountant: handed to a release inside a ``with`` block it
+    used to bypass the enclosing accountant (and a StepDraws, to draw, then fail to commit). Refused (TypeError),
+    nothing drawn or charged."""
+    from dpgp_gpflow import streaming
+    from dpgp_gpflow.accounting import Reservation
+    from dpgp_gpflow.measurement import StepDraws
+    from dpgp_gpflow.mechanisms import release_request
+
+    request = release_request(2.0, 1e-3, seed=0)
+    with PrivacyAccountant(epsilon=10.0, delta=1e-2) as outer:
+        with pytest.raises(TypeError, match="issued"):
+            model.release(XNEW, epsilon=2.0, delta=1e-3, seed=0, accountant=Reservation((), [request.event()]))
+        with pytest.raises(TypeError, match="issued"):
+            streaming.cloak_function(fitc, request, Reservation((), [request.event()]))
+        with pytest.raises(TypeError, match="issued"):  # the steps' draws of a multi-step release, built by hand
+            model.release(XNEW, epsilon=2.0, delta=1e-3, seed=0, accountant=StepDraws(request.event()))
+    assert draws == [] and outer.ledger == () and outer.held == (0.0, 0.0)

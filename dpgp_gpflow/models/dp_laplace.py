@@ -364,7 +364,9 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
         Privacy: each step is a Gaussian mechanism whose whitened shift between neighbouring labels (with
         ``groups``: over every corner of each person's box) is at most ``1 / request.multiplier`` (checked
         where it is drawn); step ``t + 1`` is linearised at the released latents of step ``t`` (public).
-        The caller composes the steps."""
+        The caller composes the steps: ``reservation`` must hold ``request``'s event as each of its next ``steps``
+        uncommitted events (:meth:`~dpgp_gpflow.accounting.Reservation.expect`, checked before anything is drawn)."""
+        reservation.expect((request.event(),) * int(steps))
         X, _ = self.data
         K, C = first
         n = int(X.shape[0])

@@ -233,11 +233,14 @@ def cloak_function(
     before reserving. It refuses, before any draw, what streaming does not support (a model without
     ``chunk_terms()``, persons whose rows are not consecutive, a ``source`` that does not carry the model's
     person ids, :func:`~dpgp_gpflow.streaming.chunks.source_persons`) and a noise that
-    cannot be guaranteed; a refusal before the draw commits nothing. Keywords as for
+    cannot be guaranteed; a refusal before the draw commits nothing. ``reservation`` must be one
+    :func:`~dpgp_gpflow.accounting.reserve` issued, holding ``request``'s event as its next uncommitted one
+    (:meth:`~dpgp_gpflow.accounting.Reservation.expect`: else ``TypeError`` / ``ValueError``). Keywords as for
     :func:`release_function`; returns ``model.function_type`` (default
     :class:`~dpgp_gpflow.released.PrivateFunction`) of the release, the frozen readout and ``R``.
     Privacy assumptions: see the module docstring.
     """
+    reservation.expect((request.event(),))  # the package's, holding this request's event next: before anything
     multiplier, seed = request.multiplier, request.seed
     objective = request.objective
     if objective is None:
