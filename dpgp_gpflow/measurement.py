@@ -29,10 +29,11 @@ only part that reads the private data to release it, and it does so inside the r
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Generic, NamedTuple, Optional, Sequence, Tuple, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterator, NamedTuple, Optional, Sequence, Tuple, TypeVar, cast
 
 from .accounting import PrivacyEvent, Reservation, reserve
 from .io.gpflow_specs import check_file_pieces
@@ -150,11 +151,13 @@ def check_covered(covered: SensitivityPath) -> None:
                          f"computed over {covered.relation()!r}: refused before the draw (nothing charged)")
 
 
-def _running(measurement: Measurement[R], reservation: Reservation) -> R:
-    """``measurement.mechanism(reservation)`` with the measurement's path as the running one."""
-    token = _RUNNING.set(measurement.path)
+@contextlib.contextmanager
+def _running(path: SensitivityPath) -> Iterator[None]:
+    """``path`` as the running one (a block, not a call: the mechanism runs in :func:`measure`'s own frame, which a
+    warning's ``stacklevel`` counts, e.g. the selection's release budget warning)."""
+    token = _RUNNING.set(path)
     try:
-        return measurement.mechanism(reservation)
+        yield
     finally:
         _RUNNING.reset(token)
 
@@ -181,10 +184,10 @@ def measure(measurement: Measurement[R], accountant: Any = None) -> R:
     events: Sequence[PrivacyEvent] = measurement.privacy_map()
     with reserve(accountant, events) as reservation:
         before = reservation.uncommitted
-        if measurement.store is None:
-            result = _recording(_running(measurement, reservation), measurement)
-        else:  # its commits: drawn, still held
-            result = _recording(_running(measurement, reservation.deferred()), measurement)
+        with _running(measurement.path):
+            result = measurement.mechanism(reservation if measurement.store is None else reservation.deferred())
+        result = _recording(result, measurement)
+        if measurement.store is not None:  # its commits: drawn, still held
             measurement.store(result)  # raises: the drawn events are given back (never seen)
         if owned:
             if reservation.uncommitted:  # refused before anything is recorded: what was drawn is given back
