@@ -73,6 +73,9 @@ def clip_private_inputs(X: np.ndarray, box: np.ndarray, clip_inputs: bool = True
     count). The one rule for private inputs, in every model that holds them (the whole-row release at
     construction and chunk by chunk, the DP-SGD baseline)."""
     X = np.asarray(X, dtype=np.float64)  # as np.clip's result against the float64 box
+    if X.ndim != 2 or X.shape[1] != box.shape[0]:
+        raise ValueError(f"the private inputs must be [N, {box.shape[0]}] (one column per row of the box), got "
+                         f"shape {list(X.shape)}")
     clipped, rows_outside = np.empty_like(X), np.zeros(X.shape[0], dtype=bool)
     for d, (lo, hi) in enumerate(box):  # column by column: NumPy's loops over rows (a row's D values: slow)
         column = X[:, d]

@@ -80,14 +80,15 @@ def held_stage_sum(u: tf.Tensor, radius: tf.Tensor, held: Sequence[Sequence[Tupl
     if not compiled:
         return _stage_sum(layout, u, radius, *flat)
     m = int(u.shape[0])
-    concrete = _STAGE_SUMS.get((layout, m))
+    concrete = _STAGE_SUMS.pop((layout, m), None)  # reinserted below: the most recently used last
     if concrete is None:
         specs = [tf.TensorSpec([m], tf.float64), tf.TensorSpec([1], tf.float64),
                  *[tf.TensorSpec([None, m], tf.float64), tf.TensorSpec([None], tf.float64)] * sum(layout)]
         traced = tf.function(lambda *args: _stage_sum(layout, *args), input_signature=specs, autograph=False)
-        concrete = _STAGE_SUMS[(layout, m)] = traced.get_concrete_function()  # called directly: less dispatch
-        while len(_STAGE_SUMS) > MAP_CACHE_SIZE:
-            _STAGE_SUMS.pop(next(iter(_STAGE_SUMS)))
+        concrete = traced.get_concrete_function()  # called directly: less dispatch
+    _STAGE_SUMS[(layout, m)] = concrete
+    while len(_STAGE_SUMS) > MAP_CACHE_SIZE:
+        _STAGE_SUMS.pop(next(iter(_STAGE_SUMS)))  # the least recently used
     return concrete(u, radius, *flat)
 
 
@@ -106,7 +107,8 @@ def _stage_sum(layout: Tuple[int, ...], u: tf.Tensor, radius: tf.Tensor, *flat: 
     return total
 
 
-#: :func:`held_stage_sum`'s concrete functions by (layout, M), the most recent :data:`~.features.MAP_CACHE_SIZE`.
+#: :func:`held_stage_sum`'s concrete functions by (layout, M), the :data:`~.features.MAP_CACHE_SIZE` most recently used
+#: (insertion order = order of last use).
 _STAGE_SUMS: Dict[Tuple[Tuple[int, ...], int], Any] = {}
 
 

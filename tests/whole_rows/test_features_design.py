@@ -11,7 +11,7 @@ from whole_rows_reference import se_kernel
 
 import dpgp_gpflow as dp
 from dpgp_gpflow import whole_rows as wr
-from dpgp_gpflow.whole_rows.design import check_public_inducing_inputs, is_data_derived
+from dpgp_gpflow.whole_rows.design import check_public_inducing_inputs, clip_private_inputs, is_data_derived
 
 
 def test_kernel_bound_is_k_of_x_x_for_stationary_kernels_and_their_sums_and_products():
@@ -122,6 +122,9 @@ def test_rows_split_in_two_blocks_have_the_bits_of_one_block_and_are_rescaled_in
     split = fm(X).numpy()
     pieces = np.vstack([fm(X[i:i + 1000]).numpy() for i in range(0, X.shape[0], 1000)])
     assert np.array_equal(split, pieces)
+    compiled = wr.FeatureMap(fm.kernel, Z, k_max=2.0).compile()  # the graph: its two blocks side by side
+    assert np.array_equal(compiled(X).numpy(),
+                          np.vstack([compiled(X[i:i + 1000]).numpy() for i in range(0, X.shape[0], 1000)]))
     L = np.linalg.cholesky(1.5 * se_kernel(Z, Z, 2.0) + gpflow.config.default_jitter() * np.eye(12))
     reference = np.linalg.solve(L, 1.5 * se_kernel(Z, X, 2.0)).T  # k / k_max = 1.5 k1
     reference /= np.maximum(np.linalg.norm(reference, axis=1, keepdims=True), 1.0)
@@ -229,6 +232,18 @@ def test_a_bad_box_is_refused(bad, error):
 def test_a_box_of_another_width_is_refused():
     with pytest.raises(ValueError, match="2 column"):
         wr.validate_box([(0, 1)], 2)
+
+
+def test_clipping_private_inputs_equals_np_clip_counts_rows_outside_and_refuses_other_columns():
+    box = np.array([[0.0, 1.0], [-2.0, 2.0]])
+    X = np.array([[0.5, 0.0], [-1.0, 3.0], [2.0, -2.0], [1.0, 2.0], [0.2, -2.5]])  # rows 1, 2, 4 outside
+    clipped, outside = clip_private_inputs(X, box)
+    assert np.array_equal(clipped, np.clip(X, box[:, 0], box[:, 1])) and outside == 3
+    with pytest.raises(ValueError, match="clipping is off"):
+        clip_private_inputs(X, box, clip_inputs=False)
+    for bad in (np.zeros((4, 3)), np.zeros((4, 1)), np.zeros(4)):  # never columns the box does not cover
+        with pytest.raises(ValueError, match=r"\[N, 2\]"):
+            clip_private_inputs(bad, box)
 
 
 def test_kmeans_centres_are_remembered_as_data_derived_and_refused():
