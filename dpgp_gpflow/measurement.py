@@ -19,7 +19,8 @@ the measurement's relation (:func:`_recording`). The path is a claim until the m
 while the mechanism runs, the measurement's path is the running one, and the code that checks a draw's
 sensitivity (the cloaking releases' :func:`~dpgp_gpflow.mechanisms.cloaking.publish_cloaking`) states the
 persons and outputs that sensitivity was computed over (:func:`check_covered`): a mismatch is refused before
-the draw, nothing charged.
+the draw, nothing charged. A draw with no measurement running is refused too (:func:`running_path`): every draw
+happens inside :func:`measure`.
 
 Privacy assumption: the privacy map and the checks read public values, but for a check that validates the
 form of private data before it is used (a classifier's labels in their set, as a model's constructor checks
@@ -134,18 +135,29 @@ class Measurement(Generic[R]):
         return (self.request.event(self.description),)
 
 
-#: The sensitivity path of the measurement whose mechanism is running (None: none is), read by :func:`check_covered`.
+#: The sensitivity path of the measurement whose mechanism is running (None: none is), read by :func:`running_path`.
 _RUNNING: contextvars.ContextVar[Optional[SensitivityPath]] = contextvars.ContextVar("running_path", default=None)
+
+
+def running_path() -> SensitivityPath:
+    """The path of the measurement whose mechanism is running: ``RuntimeError`` when none runs. Every draw happens
+    inside :func:`measure` (its checks, its one reservation, its recorded relation); a draw's code calls this before
+    anything is drawn or committed, so a mechanism called directly (into a caller's reservation) is refused, never
+    drawn unchecked."""
+    stated = _RUNNING.get()
+    if stated is None:
+        raise RuntimeError("a draw runs only inside dpgp_gpflow.measurement.measure (a model's release, "
+                           "streaming.release_function, mechanisms.cloaking_release, ...): no measurement is running, "
+                           "refused before anything is drawn or charged")
+    return stated
 
 
 def check_covered(covered: SensitivityPath) -> None:
     """``ValueError`` unless the persons and outputs a draw's sensitivity was computed over, ``covered`` (the
     neighbour map its shift is bounded over), are those of the running measurement's path: the relation the
-    release records and is charged as. Called before the draw (a refusal charges nothing). Nothing to compare
-    with when no measurement runs (a mechanism called directly, into a caller's reservation). Public: counts."""
-    stated = _RUNNING.get()
-    if stated is None:
-        return
+    release records and is charged as. Called before the draw (a refusal charges nothing). No measurement
+    running: ``RuntimeError`` (:func:`running_path`). Public: counts."""
+    stated = running_path()
     if (int(covered.person_rows), int(covered.num_outputs)) != (int(stated.person_rows), int(stated.num_outputs)):
         raise ValueError(f"this release states the relation {stated.relation()!r} but its draw's sensitivity was "
                          f"computed over {covered.relation()!r}: refused before the draw (nothing charged)")

@@ -29,12 +29,12 @@ import sparse_cases  # noqa: E402
 
 import dpgp_gpflow as dp  # noqa: E402
 from dpgp_gpflow import engine  # noqa: E402
-from dpgp_gpflow.accounting import PrivacyAccountant, reserve  # noqa: E402
+from dpgp_gpflow.accounting import PrivacyAccountant  # noqa: E402
 from dpgp_gpflow.noise_planning import column_space, projection_rows  # noqa: E402
 from dpgp_gpflow.mechanisms import cloaking_release, release_request  # noqa: E402
 from dpgp_gpflow.mechanisms.cloaking import publish_cloaking  # noqa: E402
 from dpgp_gpflow.models import DPGPR, DPGPRFITC, DPSGPR  # noqa: E402
-from dpgp_gpflow.measurement import SensitivityPath  # noqa: E402
+from dpgp_gpflow.measurement import Measurement, SensitivityPath, measure  # noqa: E402
 from dpgp_gpflow.neighbours import MAX_CORNER_ROWS, Neighbours, group_neighbours, neighbour_columns  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpgp_gpflow.exceptions.ReproducibleNoiseWarning")
@@ -212,6 +212,12 @@ def test_the_per_row_release_of_grouped_data_fails_the_grouped_audit(problem):
     assert audit.delta_at_mu > 10 * DELTA
 
 
+def _published(accountant, request, path, **kwargs):
+    """publish_cloaking(**kwargs) as a release runs it: inside measure, its relation that of ``path``."""
+    return measure(Measurement(request, path.relation(), lambda reservation: publish_cloaking(
+        reservation=reservation, **kwargs), path=path), accountant)
+
+
 def test_the_whitened_shift_is_rechecked_with_the_groups_before_anything_is_drawn(problem):
     """A whitening matrix made for rows, published for persons, is refused; nothing is charged."""
     X, Y, groups, Xs, C = problem
@@ -224,17 +230,15 @@ def test_the_whitened_shift_is_rechecked_with_the_groups_before_anything_is_draw
     record = dict(epsilon=EPS, delta=DELTA, data_sensitivity=D, calibration="analytic", objective="mse",
                   certificate=None, rank=int(plan.rank), rtol=float(plan.rtol), bias_bound=0.0, y_bounds=(LO, HI))
     with pytest.raises(FloatingPointError, match="whitened query"):
-        with reserve(accountant, [request.event()]) as reservation:
-            publish_cloaking(noise_factor=plan.noise_factor, whitening=plan.whitening, y_centred=model.centred_outputs(),
-                             offset=np.zeros(len(Xs)), variance=np.zeros(len(Xs)), sensitivity=float(plan.sensitivity),
-                             multiplier=request.multiplier, output_bound=model.output_bound, reservation=reservation,
-                             seed=None, neighbours=nb, **record)
+        _published(accountant, request, nb.path, noise_factor=plan.noise_factor, whitening=plan.whitening,
+                   y_centred=model.centred_outputs(), offset=np.zeros(len(Xs)), variance=np.zeros(len(Xs)),
+                   sensitivity=float(plan.sensitivity), multiplier=request.multiplier,
+                   output_bound=model.output_bound, seed=None, neighbours=nb, **record)
     assert accountant.spent == (0.0, 0.0)
-    with reserve(accountant, [request.event()]) as reservation:  # the same plan for rows passes
-        publish_cloaking(noise_factor=plan.noise_factor, whitening=plan.whitening, y_centred=model.centred_outputs(),
-                         offset=np.zeros(len(Xs)), variance=np.zeros(len(Xs)), sensitivity=float(plan.sensitivity),
-                         multiplier=request.multiplier, output_bound=model.output_bound, reservation=reservation,
-                         seed=None, **record)
+    _published(accountant, request, SensitivityPath(), noise_factor=plan.noise_factor,  # the same plan for rows passes
+               whitening=plan.whitening, y_centred=model.centred_outputs(), offset=np.zeros(len(Xs)),
+               variance=np.zeros(len(Xs)), sensitivity=float(plan.sensitivity), multiplier=request.multiplier,
+               output_bound=model.output_bound, seed=None, **record)
     assert accountant.spent[0] == pytest.approx(EPS)
 
 
@@ -260,11 +264,10 @@ def test_a_query_object_from_outside_is_refused_before_anything_is_drawn(problem
     record = dict(epsilon=EPS, delta=DELTA, data_sensitivity=D, calibration="analytic", objective="mse",
                   certificate=None, rank=rank, rtol=float(plan.rtol), bias_bound=0.0, y_bounds=(LO, HI))
     with pytest.raises(TypeError, match="whitened queries"):
-        with reserve(accountant, [request.event()]) as reservation:
-            publish_cloaking(noise_factor=plan.noise_factor, whitening=Forged(), y_centred=None,
-                             offset=np.zeros(len(Xs)), variance=np.zeros(len(Xs)), sensitivity=float(plan.sensitivity),
-                             multiplier=request.multiplier, output_bound=model.output_bound, reservation=reservation,
-                             seed=None, **record)
+        _published(accountant, request, SensitivityPath(), noise_factor=plan.noise_factor, whitening=Forged(),
+                   y_centred=None, offset=np.zeros(len(Xs)), variance=np.zeros(len(Xs)),
+                   sensitivity=float(plan.sensitivity), multiplier=request.multiplier,
+                   output_bound=model.output_bound, seed=None, **record)
     assert accountant.spent == (0.0, 0.0)
 
 

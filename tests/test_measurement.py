@@ -399,14 +399,14 @@ def test_only_measure_checks_the_file_pieces():
 
 # -- the stated path against the sensitivity the draw is computed over (check_covered, in publish_cloaking) --
 
-def _cloaked(neighbours, seed=1):
+def _cloaked(neighbours, seed=1, sampler="exact"):
     """A cloaking mechanism over a small public C (k = 3, n = 6) whose sensitivity is bounded over ``neighbours``."""
     import tensorflow as tf
 
     from dpgp_gpflow.mechanisms.cloaking import cloak
 
     C = np.array([[0.5, 0.3, 0.1, 0.0, 0.0, 0.1], [0.1, 0.4, 0.4, 0.1, 0.0, 0.0], [0.0, 0.0, 0.1, 0.3, 0.5, 0.2]])
-    request = release_request(1.0, 1e-3, seed=seed)
+    request = release_request(1.0, 1e-3, seed=seed, sampler=sampler)
 
     def mechanism(reservation):
         return cloak(request, reservation, tf.constant(C), np.linspace(-0.5, 0.5, 6), np.zeros(3), np.ones(3),
@@ -446,3 +446,23 @@ def test_a_draw_over_the_stated_persons_is_published_and_charged_once():
     with pytest.warns(dp.ReproducibleNoiseWarning):
         rel = measure(Measurement(request, SensitivityPath(2).relation(), mechanism, path=SensitivityPath(2)), acc)
     assert rel.neighbours == "person (groups, up to 2 rows)" and acc.spent[0] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("sampler", ["exact", "float"])
+def test_a_draw_with_no_measurement_running_is_refused_before_anything_is_drawn(sampler):
+    """The cloaking draw called directly, into a package-issued reservation holding its event (as
+    streaming.cloak_function was publicly): nothing compared its sensitivity with a stated path and no release
+    check ran (it published and charged). Every draw runs inside measure: RuntimeError, nothing drawn or charged."""
+    import warnings
+
+    from dpgp_gpflow.accounting import reserve
+
+    request, mechanism = _cloaked(None, sampler=sampler)
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+    with warnings.catch_warnings(record=True) as seen, pytest.raises(RuntimeError, match="only inside"):
+        warnings.simplefilter("always")
+        with reserve(acc, [request.event()]) as reservation:
+            mechanism(reservation)
+    assert not [w for w in seen if issubclass(w.category, (dp.ReproducibleNoiseWarning, dp.PrivacyLeakWarning))]
+    assert acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
+    assert [e["status"] for e in acc.history()] == ["cancelled"]

@@ -810,7 +810,7 @@ def test_a_float_projection_from_outside_is_refused_before_anything_is_drawn_or_
     review: a FloatProjection of the raw outputs with sensitivity 1e-12 released them within 1e-11 and charged).
     The needed shift here is the closed form d max_i ||F^{-1} V e_i|| = 2 for V = F = I."""
     from dpgp_gpflow import PrivacyAccountant
-    from dpgp_gpflow.accounting import reserve
+    from dpgp_gpflow.measurement import Measurement, SensitivityPath, measure
     from dpgp_gpflow.mechanisms import publish_cloaking, release_request
     from dpgp_gpflow.mechanisms.cloaking import FloatProjection
 
@@ -821,17 +821,19 @@ def test_a_float_projection_from_outside_is_refused_before_anything_is_drawn_or_
     record = dict(epsilon=1.0, delta=1e-5, data_sensitivity=2.0, calibration="analytic", objective="mse",
                   certificate=None, rank=n, rtol=0.0, bias_bound=0.0, y_bounds=(-1.0, 1.0))
     acc = PrivacyAccountant(epsilon=10.0, delta=0.5)
+
+    def published(factor, sensitivity, seed):  # as a release runs it: inside measure, one row's relation
+        return measure(Measurement(request, "row", lambda r: publish_cloaking(
+            noise_factor=factor, whitening=FloatProjection(eye, eye, eye), y_centred=y, offset=np.zeros(n),
+            variance=np.zeros(n), sensitivity=sensitivity, multiplier=request.multiplier, output_bound=1.0,
+            reservation=r, seed=seed, **record), path=SensitivityPath()), acc)
+
     for forged in (1e-12, 2.0 * (1.0 - 1e-6)):
         with pytest.raises(FloatingPointError, match="below the shift 2 recomputed"):
-            with reserve(acc, [request.event()]) as r:
-                publish_cloaking(noise_factor=eye * forged, whitening=FloatProjection(eye, eye, eye), y_centred=y,
-                                 offset=np.zeros(n), variance=np.zeros(n), sensitivity=forged,
-                                 multiplier=request.multiplier, output_bound=1.0, reservation=r, seed=None, **record)
+            published(eye * forged, forged, None)
     assert acc.spent == (0.0, 0.0) and draws == []
-    with pytest.warns(Warning), reserve(acc, [request.event()]) as r:  # the closed form itself is accepted
-        out = publish_cloaking(noise_factor=eye, whitening=FloatProjection(eye, eye, eye), y_centred=y,
-                               offset=np.zeros(n), variance=np.zeros(n), sensitivity=2.0,
-                               multiplier=request.multiplier, output_bound=1.0, reservation=r, seed=1, **record)
+    with pytest.warns(Warning):  # the closed form itself is accepted
+        out = published(eye, 2.0, 1)
     np.testing.assert_allclose(out.noise_factor, 2.0 * request.multiplier * np.eye(n))  # recomputed, not handed in
     assert acc.spent[0] > 0.0
 

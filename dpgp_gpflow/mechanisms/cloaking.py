@@ -50,7 +50,7 @@ from ..noise_planning import (
 )
 from ..noise_planning.dual import COUNT_SPEC, MATRIX_SPEC, REAL_SPEC, VECTOR_SPEC
 from ..noise_planning.rank import bias_rounding, candidate_rtols, projection_bias
-from ..measurement import Measurement, SensitivityPath, check_covered, measure
+from ..measurement import Measurement, SensitivityPath, check_covered, measure, running_path
 from ..neighbours import Neighbours, neighbour_columns, path_of
 from ..released import PrivateRelease
 from ..sampling import (
@@ -664,8 +664,11 @@ def publish_cloaking(*, noise_factor: tf.Tensor, whitening: Any, y_centred: Any,
     extreme change of a person (:func:`whitened_shift`). Privacy assumptions: ``y_centred`` moves by at most
     the declared data sensitivity in one entry (with ``neighbours``: in each entry of one person) between
     neighbours and lies within ``output_bound``; ``noise_factor`` is public (any public factor: re-colouring
-    is post-processing).
+    is post-processing). It runs inside :func:`~dpgp_gpflow.measurement.measure` only (with no measurement
+    running: ``RuntimeError``, before anything), and the persons and outputs its shift is computed over must be
+    the running measurement's (:func:`~dpgp_gpflow.measurement.check_covered`: ``ValueError`` before the draw).
     """
+    running_path()  # every draw inside measure (its checks, its reservation): refused here, before anything
     d, b = validate_public_bounds(record["data_sensitivity"], output_bound, record.get("y_bounds"))
     if isinstance(whitening, FloatProjection):  # sampler="float": the same plan, a floating-point draw
         check_covered(path_of(neighbours))  # the persons its shift is checked over are those stated
@@ -706,8 +709,10 @@ def draw_and_spend(z: np.ndarray, *, noise_factor: tf.Tensor, offset: Any, varia
     (``offset + noise_factor z``: post-processing), the event committed into ``reservation`` and the :class:`PrivateRelease` built.
 
     Privacy assumption: the caller has checked ``z``'s L2 shift against ``1 / (s K)``
-    (:func:`check_whitened_shift`) for the multiplier being charged; ``noise_factor`` is public.
+    (:func:`check_whitened_shift`) for the multiplier being charged; ``noise_factor`` is public. Refused
+    (``RuntimeError``, nothing drawn) with no measurement running (:func:`~dpgp_gpflow.measurement.running_path`).
     """
+    running_path()  # every draw inside measure: before anything is drawn
     z, reproducible = sampling.add_whitened_noise(z, seed)
     released = tf.reshape(tf.cast(offset, tf.float64), [-1]) + tf.linalg.matvec(noise_factor, tf.constant(z))
     reservation.commit(_description(record["objective"], int(noise_factor.shape[0])))
@@ -721,7 +726,9 @@ def _draw_float(projection: FloatProjection, y_centred: Any, *, offset: Any, var
     (V y_c + s Delta F xi)`` with floating-point normals ``xi`` (:func:`dpgp_gpflow.sampling.float_standard_normal`).
     Trusts no plan: before anything is drawn, ``Delta`` is checked against the L2 shift of ``F^{-1} V y_c``
     recomputed from the projection itself (``d max_i ||F^{-1} V e_i||``; with ``neighbours``, over every person)
-    and refused (``FloatingPointError``, nothing charged) when smaller; the noise factor is recomputed from it."""
+    and refused (``FloatingPointError``, nothing charged) when smaller; the noise factor is recomputed from it.
+    Refused (``RuntimeError``) with no measurement running, as :func:`draw_and_spend`."""
+    running_path()  # every draw inside measure: before anything is drawn
     V = tf.convert_to_tensor(projection.vectors, tf.float64)
     F = tf.convert_to_tensor(projection.factor, tf.float64)
     basis = tf.convert_to_tensor(projection.basis, tf.float64)

@@ -37,7 +37,7 @@ from ..mechanisms import (ReleaseRequest, check_noise_condition, publish_cloakin
                           safe_sensitivity)
 from ..mechanisms.cloaking import (checked_noise, factor_in_basis, optimiser_scale, plan_cloaking, release_record,
                                   whitened_sensitivity_of_norms)
-from ..measurement import Measurement, measure
+from ..measurement import Measurement, measure, running_path
 from ..neighbours import model_outputs, sensitivity_path
 from ..released import PrivateFunction, PrivatePrediction
 from ..validation import as_inputs, require_float64
@@ -241,6 +241,7 @@ def cloak_function(
     Privacy assumptions: see the module docstring.
     """
     reservation.expect((request.event(),))  # the package's, holding this request's event next: before anything
+    running_path()  # inside measure only (RuntimeError): before any pass over the chunks
     multiplier, seed = request.multiplier, request.seed
     objective = request.objective
     if objective is None:

@@ -1,5 +1,6 @@
-"""streaming.cloak_function: the streamed release under a caller's validated request and held reservation,
-committing one event into it (release_function is validation + one reservation + this)."""
+"""streaming.release.cloak_function (internal): the streamed release under a validated request and a held
+reservation, committing one event into it, run inside measure only (release_function is validation + one
+measurement of this; the multiclass streamed release runs it per class)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,22 @@ from dpgp_gpflow import streaming
 from dpgp_gpflow.accounting import reserve
 from dpgp_gpflow.mechanisms import release_request
 from dpgp_gpflow.mechanisms import cloaking as cloaking_module
+from dpgp_gpflow.measurement import Measurement, measure
 from dpgp_gpflow.mechanisms.rounding import SENSITIVITY_SAFETY
 from dpgp_gpflow.models import DPSGPR
+from dpgp_gpflow.neighbours import sensitivity_path
 from dpgp_gpflow.sampling import DISCRETE_GAUSSIAN_FACTOR, GRID_EXPONENT
+from dpgp_gpflow.streaming.release import cloak_function
 from dpgp_gpflow.streaming.solver import StreamedQuery
 
 from test_streaming import _model  # noqa: E402
+
+
+def _measured(model, request, accountant, **kwargs):
+    """cloak_function as release_function runs it: one measurement of the model's sensitivity path."""
+    path = sensitivity_path(model)
+    return measure(Measurement(request, path.relation(), lambda reservation: cloak_function(
+        model, request, reservation, **kwargs), path=path), accountant)
 
 
 def test_cloak_function_commits_one_event_per_release_into_the_callers_reservation():
@@ -26,9 +37,9 @@ def test_cloak_function_commits_one_event_per_release_into_the_callers_reservati
     request = release_request(0.5, 1e-4, seed=5)
     with dp.PrivacyAccountant(epsilon=2.0, delta=1e-2) as acc:
         with reserve(acc, [request.event(), request.event()]) as reservation:
-            first = streaming.cloak_function(model, request, reservation, chunk_size=150)
+            first = _measured(model, request, reservation, chunk_size=150)
             assert acc.spent[0] == pytest.approx(0.5)  # committed after its draw, the second still held
-            second = streaming.cloak_function(model, request._replace(seed=6), reservation, chunk_size=150)
+            second = _measured(model, request._replace(seed=6), reservation, chunk_size=150)
         assert acc.spent[0] == pytest.approx(1.0) and len(acc.ledger) == 2
     # the same release as the public entry point (which validates, reserves once and calls it)
     again = streaming.release_function(model, epsilon=0.5, delta=1e-4, seed=5, chunk_size=150)
@@ -41,10 +52,27 @@ def test_cloak_function_refuses_without_an_objective_and_commits_nothing():
     model = _model(DPSGPR, 200, 6)
     request = release_request(0.5, 1e-4, objective=None)
     with dp.PrivacyAccountant(epsilon=2.0, delta=1e-2) as acc:
-        with reserve(acc, [request.event()]) as reservation:
-            with pytest.raises(ValueError, match="objective"):
-                streaming.cloak_function(model, request, reservation)
+        with pytest.raises(ValueError, match="objective"):
+            _measured(model, request, acc)
         assert acc.spent[0] == 0.0
+
+
+def test_cloak_function_outside_measure_is_refused_before_any_pass_over_the_chunks(monkeypatch):
+    """Called directly into a caller's (package-issued, matching) reservation, the streamed release skipped the
+    leak guard, the file-pieces check and the stated path (found by review: a model fitted by gpflow's Scipy on its
+    outputs was published): every draw runs inside measure, so it is refused (RuntimeError) before the chunks are
+    read; nothing drawn or charged, the reservation still holds its event."""
+    module = importlib.import_module("dpgp_gpflow.streaming.release")
+    passes = []
+    monkeypatch.setattr(module, "streamed_map", lambda *a, **k: passes.append(1))
+    model = _model(DPSGPR, 60, 4)
+    request = release_request(0.5, 1e-4, seed=5)
+    with dp.PrivacyAccountant(epsilon=2.0, delta=1e-2) as acc:
+        with reserve(acc, [request.event()]) as reservation:
+            with pytest.raises(RuntimeError, match="only inside"):
+                cloak_function(model, request, reservation)
+            assert reservation.uncommitted == 1 and passes == []
+        assert acc.spent == (0.0, 0.0) and acc.ledger == ()
 
 
 def _publish_spy(monkeypatch):
