@@ -156,9 +156,13 @@ def check_covered(covered: SensitivityPath) -> None:
     """``ValueError`` unless the persons and outputs a draw's sensitivity was computed over, ``covered`` (the
     neighbour map its shift is bounded over), are those of the running measurement's path: the relation the
     release records and is charged as. Called before the draw (a refusal charges nothing). No measurement
-    running: ``RuntimeError`` (:func:`running_path`). Public: counts."""
+    running: ``RuntimeError`` (:func:`running_path`). Whole rows (``inputs``) must match too: a draw whose
+    sensitivity covers the outputs only cannot be recorded as protecting the inputs. (``classes`` is not compared:
+    a several-class release states the label moves between classes, and each class's step draws over its own
+    problem's persons; the classes' composition is its privacy map.) Public: counts."""
     stated = running_path()
-    if (int(covered.person_rows), int(covered.num_outputs)) != (int(stated.person_rows), int(stated.num_outputs)):
+    if (int(covered.person_rows), int(covered.num_outputs), bool(covered.inputs)) != \
+            (int(stated.person_rows), int(stated.num_outputs), bool(stated.inputs)):
         raise ValueError(f"this release states the relation {stated.relation()!r} but its draw's sensitivity was "
                          f"computed over {covered.relation()!r}: refused before the draw (nothing charged)")
 

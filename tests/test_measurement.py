@@ -418,6 +418,8 @@ def _cloaked(neighbours, seed=1, sampler="exact"):
     (SensitivityPath(3), None),  # persons of three rows stated, a per-row sensitivity drawn
     (SensitivityPath(), np.repeat(np.arange(3), 2)),  # one row stated, persons of two rows drawn
     (SensitivityPath(2), np.repeat(np.arange(2), 3)),  # persons of two rows stated, of three drawn
+    (SensitivityPath(inputs=True), None),  # whole rows stated, the outputs only drawn (was recorded as whole rows)
+    (SensitivityPath(2, inputs=True), np.repeat(np.arange(3), 2)),  # whole persons stated, their outputs drawn
 ])
 def test_a_draw_whose_sensitivity_covers_other_persons_than_stated_is_refused_before_the_draw(stated, persons):
     """The path a measurement states is what its release records and is charged as; the draw's sensitivity is bounded
@@ -446,6 +448,18 @@ def test_a_draw_over_the_stated_persons_is_published_and_charged_once():
     with pytest.warns(dp.ReproducibleNoiseWarning):
         rel = measure(Measurement(request, SensitivityPath(2).relation(), mechanism, path=SensitivityPath(2)), acc)
     assert rel.neighbours == "person (groups, up to 2 rows)" and acc.spent[0] == pytest.approx(1.0)
+
+
+def test_a_class_step_drawn_over_its_problems_rows_is_published_under_the_label_moves_stated():
+    """A several-class release states its rows' labels moved between classes (``classes``); each class's step draws
+    over its one-vs-rest problem's rows: the same persons and outputs, so it is published, recorded as stated."""
+    request, mechanism = _cloaked(None)
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+    stated = SensitivityPath(classes=True)
+    with pytest.warns(dp.ReproducibleNoiseWarning):
+        rel = measure(Measurement(request, stated.relation(), mechanism, path=stated), acc)
+    assert rel.neighbours == stated.relation() == "row, labels moved between classes"
+    assert acc.spent[0] == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("sampler", ["exact", "float"])
