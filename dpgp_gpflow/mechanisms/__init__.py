@@ -7,8 +7,9 @@
 
 (the mechanisms' entry points for a validated request, :func:`.cloaking.cloak` and
 :func:`.standard.standard`, are imported from their modules by :mod:`dpgp_gpflow.pipeline`; the draw-and-spend
-step of every exact cloaking release, :func:`.cloaking.publish_cloaking`, commits into a reservation its caller
-holds, so it is internal: the package's releases reach it inside :func:`~dpgp_gpflow.measurement.measure`);
+step of every exact cloaking release, :func:`.cloaking.publish_cloaking` (and its draw,
+:func:`.cloaking.draw_and_spend`), commits into a reservation its caller holds, so it is internal: the package's
+releases reach it inside :func:`~dpgp_gpflow.measurement.measure`, and it refuses to draw anywhere else);
 * :mod:`.rounding`: what floating-point rounding costs every release (safety factors, refusals).
 
 The noise a cloaking release adds is chosen in :mod:`dpgp_gpflow.noise_planning` (public computations);
@@ -21,7 +22,6 @@ from .cloaking import (
     check_whitened_shift,
     cloak,
     cloaking_release,
-    draw_and_spend,
     noise_in_space,
     publish_cloaking,
     shift_bound_of_norms,

@@ -5,9 +5,11 @@
 :class:`~dpgp_gpflow.distributed.DaskChunks`); :func:`predict` predicts at many inputs in chunks;
 :func:`minibatch_kmeans_inducing_inputs` chooses inducing inputs by a k-means that streams;
 :class:`OneVsRestChunks` streams integer class labels as one class's one-vs-rest problem.
-:func:`cloak_function` is :func:`release_function`'s body after validation and reservation: the streamed
-release under a caller's validated request and held reservation (as :func:`dpgp_gpflow.pipeline.cloak_outputs`
-is in memory), for callers composing several releases under one budget.
+Several streamed releases share a budget as in-memory ones do (one ``with PrivacyAccountant(...)`` block,
+``docs/guides/scaling.md``). :func:`~dpgp_gpflow.streaming.release.cloak_function`, :func:`release_function`'s
+body (it draws and commits into a reservation its caller holds), is internal: it runs inside
+:func:`~dpgp_gpflow.measurement.measure` only (the release's checks, among them the leak guard, and its
+reservation; the multiclass streamed release runs it per class).
 """
 
 from .chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks
@@ -18,6 +20,6 @@ from .solver import StreamedMap
 from .terms import ChunkTerms
 
 __all__ = [
-    "DEFAULT_CHUNK_SIZE", "ChunkSource", "LocalChunks", "OneVsRestChunks", "cloak_function",
-    "minibatch_kmeans_inducing_inputs", "predict", "release_function", "rows_source",
+    "DEFAULT_CHUNK_SIZE", "ChunkSource", "LocalChunks", "OneVsRestChunks", "minibatch_kmeans_inducing_inputs",
+    "predict", "release_function", "rows_source",
 ]

@@ -55,7 +55,7 @@ from .solver import (
 )
 from .terms import ChunkTerms, Factors, add_summaries
 
-__all__ = ["cloak_function", "minibatch_kmeans_inducing_inputs", "predict", "release_function"]
+__all__ = ["minibatch_kmeans_inducing_inputs", "predict", "release_function"]  # cloak_function: internal
 
 
 def minibatch_kmeans_inducing_inputs(X: Any, num_inducing: int, *, seed: int = 0,
@@ -227,13 +227,14 @@ def cloak_function(
     into which it commits exactly one event, after the draw: the streamed counterpart of
     :func:`dpgp_gpflow.pipeline.cloak_outputs`, and the body of :func:`release_function`.
 
-    For callers composing several streamed releases under one budget (e.g. one per class, each at its own
-    multiplier, all committed into one reservation). Neither validates the privacy parameters nor reserves
-    nor checks the leak guard (:func:`~dpgp_gpflow.contract.check_release_hyperparameters`): the caller does,
-    before reserving. It refuses, before any draw, what streaming does not support (a model without
-    ``chunk_terms()``, persons whose rows are not consecutive, a ``source`` that does not carry the model's
-    person ids, :func:`~dpgp_gpflow.streaming.chunks.source_persons`) and a noise that
-    cannot be guaranteed; a refusal before the draw commits nothing. ``reservation`` must be one
+    Internal: it runs inside :func:`~dpgp_gpflow.measurement.measure` only (``RuntimeError`` otherwise, before
+    any pass over the chunks), whose measurement validates the privacy parameters, checks the leak guard
+    (:func:`~dpgp_gpflow.contract.check_release_hyperparameters`) and the file pieces and reserves:
+    :func:`release_function`, and the multiclass streamed release (one per class, all committed into one
+    reservation), which it does not repeat. It refuses, before any draw, what streaming does not support (a model
+    without ``chunk_terms()``, persons whose rows are not consecutive, a ``source`` that does not carry the
+    model's person ids, :func:`~dpgp_gpflow.streaming.chunks.source_persons`) and a noise that cannot be
+    guaranteed; a refusal before the draw commits nothing. ``reservation`` must be one
     :func:`~dpgp_gpflow.accounting.reserve` issued, holding ``request``'s event as its next uncommitted one
     (:meth:`~dpgp_gpflow.accounting.Reservation.expect`: else ``TypeError`` / ``ValueError``). Keywords as for
     :func:`release_function`; returns ``model.function_type`` (default

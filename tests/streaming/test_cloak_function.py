@@ -73,6 +73,7 @@ def test_cloak_function_outside_measure_is_refused_before_any_pass_over_the_chun
                 cloak_function(model, request, reservation)
             assert reservation.uncommitted == 1 and passes == []
         assert acc.spent == (0.0, 0.0) and acc.ledger == ()
+    assert "cloak_function" not in streaming.__all__ + module.__all__  # internal: composing is release_function's
 
 
 def _publish_spy(monkeypatch):
