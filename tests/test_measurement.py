@@ -440,6 +440,39 @@ def test_a_draw_whose_sensitivity_covers_other_persons_than_stated_is_refused_be
     assert all(e["status"] == "cancelled" for e in acc.history())
 
 
+def _streamed(seed=1):
+    """The streamed release (its internal body) of a DPSGPR of 60 rows, one per person, as release_function runs it."""
+    import gpflow
+
+    from dpgp_gpflow.models import DPSGPR
+    from dpgp_gpflow.streaming.release import cloak_function
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0.0, 10.0, (60, 1))
+    model = DPSGPR((X, np.sin(X)), gpflow.kernels.SquaredExponential(lengthscales=2.0), np.linspace(0, 10, 4)[:, None],
+                   noise_variance=0.1, y_bounds=(-2.0, 2.0), hyperparameters_public=True)
+    request = release_request(1.0, 1e-3, seed=seed)
+    return request, lambda reservation: cloak_function(model, request, reservation, chunk_size=60)
+
+
+@pytest.mark.parametrize("kind", ["float", "streamed"])
+def test_a_float_or_streamed_draw_over_other_persons_than_stated_is_refused_before_the_draw(kind):
+    """check_covered in the float sampler's branch and for the streamed query (its persons: the chunks' own): persons
+    of 3 rows stated, a per-row sensitivity drawn. Refused before the draw, nothing charged (without the check both
+    were published, recording persons of 3 rows)."""
+    import warnings
+
+    request, mechanism = _cloaked(None, sampler="float") if kind == "float" else _streamed()
+    stated = SensitivityPath(3)
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+    with warnings.catch_warnings(record=True) as seen, pytest.raises(ValueError, match="sensitivity was computed over"):
+        warnings.simplefilter("always")
+        measure(Measurement(request, stated.relation(), mechanism, path=stated), acc)
+    assert not [w for w in seen if issubclass(w.category, (dp.ReproducibleNoiseWarning, dp.PrivacyLeakWarning))]
+    assert acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
+    assert [e["status"] for e in acc.history()] == ["cancelled"]
+
+
 def test_a_draw_over_the_stated_persons_is_published_and_charged_once():
     from dpgp_gpflow.neighbours import group_neighbours
 
