@@ -19,8 +19,8 @@ the measurement's relation (:func:`_recording`). The path is a claim until the m
 while the mechanism runs, the measurement's path is the running one, and the code that checks a draw's
 sensitivity (the cloaking releases' :func:`~dpgp_gpflow.mechanisms.cloaking.publish_cloaking`) states the
 persons and outputs that sensitivity was computed over (:func:`check_covered`): a mismatch is refused before
-the draw, nothing charged. A draw with no measurement running is refused too (:func:`running_path`): every draw
-happens inside :func:`measure`.
+the draw, nothing charged. A cloaking draw with no measurement running is refused too (:func:`running_path`); the other
+internal drawing functions (not exported) rely on being called inside :func:`measure`.
 
 Privacy assumption: the privacy map and the checks read public values, but for a check that validates the
 form of private data before it is used (a classifier's labels in their set, as a model's constructor checks
@@ -140,10 +140,10 @@ _RUNNING: contextvars.ContextVar[Optional[SensitivityPath]] = contextvars.Contex
 
 
 def running_path() -> SensitivityPath:
-    """The path of the measurement whose mechanism is running: ``RuntimeError`` when none runs. Every draw happens
-    inside :func:`measure` (its checks, its one reservation, its recorded relation); a draw's code calls this before
-    anything is drawn or committed, so a mechanism called directly (into a caller's reservation) is refused, never
-    drawn unchecked."""
+    """The path of the measurement whose mechanism is running: ``RuntimeError`` when none runs. A draw belongs
+    inside :func:`measure` (its checks, its one reservation, its recorded relation); the cloaking draws call this
+    before anything is drawn or committed, so a cloaking mechanism called directly (into a caller's reservation) is
+    refused, never drawn unchecked."""
     stated = _RUNNING.get()
     if stated is None:
         raise RuntimeError("a draw runs only inside dpgp_gpflow.measurement.measure (a model's release, "
