@@ -709,10 +709,9 @@ def draw_and_spend(z: np.ndarray, *, noise_factor: tf.Tensor, offset: Any, varia
     (``offset + noise_factor z``: post-processing), the event committed into ``reservation`` and the :class:`PrivateRelease` built.
 
     Privacy assumption: the caller has checked ``z``'s L2 shift against ``1 / (s K)``
-    (:func:`check_whitened_shift`) for the multiplier being charged; ``noise_factor`` is public. Refused
-    (``RuntimeError``, nothing drawn) with no measurement running (:func:`~dpgp_gpflow.measurement.running_path`).
+    (:func:`check_whitened_shift`) for the multiplier being charged, inside a running measurement
+    (:func:`publish_cloaking`, its one caller, checks both); ``noise_factor`` is public.
     """
-    running_path()  # every draw inside measure: before anything is drawn
     z, reproducible = sampling.add_whitened_noise(z, seed)
     released = tf.reshape(tf.cast(offset, tf.float64), [-1]) + tf.linalg.matvec(noise_factor, tf.constant(z))
     reservation.commit(_description(record["objective"], int(noise_factor.shape[0])))
@@ -727,8 +726,7 @@ def _draw_float(projection: FloatProjection, y_centred: Any, *, offset: Any, var
     Trusts no plan: before anything is drawn, ``Delta`` is checked against the L2 shift of ``F^{-1} V y_c``
     recomputed from the projection itself (``d max_i ||F^{-1} V e_i||``; with ``neighbours``, over every person)
     and refused (``FloatingPointError``, nothing charged) when smaller; the noise factor is recomputed from it.
-    Refused (``RuntimeError``) with no measurement running, as :func:`draw_and_spend`."""
-    running_path()  # every draw inside measure: before anything is drawn
+    Called by :func:`publish_cloaking` only, after its check that a measurement is running."""
     V = tf.convert_to_tensor(projection.vectors, tf.float64)
     F = tf.convert_to_tensor(projection.factor, tf.float64)
     basis = tf.convert_to_tensor(projection.basis, tf.float64)
