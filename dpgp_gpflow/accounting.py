@@ -23,12 +23,13 @@ interface, so the checks, composition and reservations below are written once.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import math
 import os
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from .composition import COMPOSITIONS, PrivacyEvent, composed_epsilon
 from .exceptions import BudgetExceededError
@@ -45,6 +46,10 @@ _ACTIVE: contextvars.ContextVar[Tuple["PrivacyAccountant", ...]] = contextvars.C
 #: How many ``with`` blocks are open in the whole process (any thread); see :func:`resolve_accountant`.
 _OPEN_BLOCKS = [0]
 _OPEN_LOCK = threading.Lock()
+
+#: What the measurement whose mechanism is running states (its sensitivity path; None: none runs). Set by
+#: :func:`measuring` (:func:`~dpgp_gpflow.measurement.measure` only), read by every commit (:func:`running_measurement`).
+_RUNNING: contextvars.ContextVar[Any] = contextvars.ContextVar("dpgp_gpflow_running_measurement", default=None)
 
 #: Relative slack when comparing spent budget with the ceiling (floating-point rounding only).
 _BUDGET_RTOL = 1e-12
@@ -318,7 +323,10 @@ class Reservation:
                              "(nothing charged); reserve the release's own events")
 
     def commit(self, description: str = "") -> PrivacyEvent:
-        """Record the next held event (with ``description``) in every accountant; returns it."""
+        """Record the next held event (with ``description``) in every accountant; returns it. Every draw commits
+        here, so this is where a draw outside :func:`~dpgp_gpflow.measurement.measure` is refused
+        (:func:`running_measurement`: ``RuntimeError`` before anything is recorded or marked drawn)."""
+        running_measurement()
         if not self._events:
             raise RuntimeError("nothing left to commit in this reservation")
         held = self._events.pop(0)
@@ -341,7 +349,9 @@ class Reservation:
 
     def commit_drawn(self) -> Tuple[PrivacyEvent, ...]:
         """Record, in every accountant, each event committed through a :meth:`deferred` view and not yet
-        recorded (in the order drawn); returns them."""
+        recorded (in the order drawn); returns them. (No check of a running measurement here: each was marked
+        drawn by a :meth:`commit`, which checked; :func:`~dpgp_gpflow.measurement.measure` records them after its
+        mechanism returns and its ``store`` step ran.)"""
         recorded = []
         while self._drawn:
             event = self._drawn[0]
@@ -372,6 +382,32 @@ class Reservation:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def running_measurement() -> Any:
+    """What the measurement whose mechanism is running states (its
+    :class:`~dpgp_gpflow.measurement.SensitivityPath`): ``RuntimeError`` when none runs. A draw belongs inside
+    :func:`~dpgp_gpflow.measurement.measure` (its checks, its one reservation, its recorded relation): every
+    :meth:`Reservation.commit` calls this first, so a drawing function called directly, into a caller's
+    reservation, is refused before anything is recorded (its result never returned)."""
+    stated = _RUNNING.get()
+    if stated is None:
+        raise RuntimeError("a draw runs only inside dpgp_gpflow.measurement.measure (a model's release, "
+                           "streaming.release_function, mechanisms.cloaking_release, ...): no measurement is running, "
+                           "refused before anything is charged")
+    return stated
+
+
+@contextlib.contextmanager
+def measuring(stated: Any) -> Iterator[None]:
+    """``stated`` (a measurement's sensitivity path) as the running measurement's, for a block: the mechanism of
+    :func:`~dpgp_gpflow.measurement.measure` runs inside it (a block, not a call: the mechanism runs in measure's
+    own frame, which a warning's ``stacklevel`` counts)."""
+    token = _RUNNING.set(stated)
+    try:
+        yield
+    finally:
+        _RUNNING.reset(token)
 
 
 def current_accountant() -> Optional[PrivacyAccountant]:

@@ -19,8 +19,9 @@ the measurement's relation (:func:`_recording`). The path is a claim until the m
 while the mechanism runs, the measurement's path is the running one, and the code that checks a draw's
 sensitivity (the cloaking releases' :func:`~dpgp_gpflow.mechanisms.cloaking.publish_cloaking`) states the
 persons and outputs that sensitivity was computed over (:func:`check_covered`): a mismatch is refused before
-the draw, nothing charged. A cloaking draw with no measurement running is refused too (:func:`running_path`); the other
-internal drawing functions (not exported) rely on being called inside :func:`measure`.
+the draw, nothing charged. Every draw commits inside a running measurement: a commit with none running is refused
+(:meth:`~dpgp_gpflow.accounting.Reservation.commit`, :meth:`StepDraws.commit`: ``RuntimeError`` before anything is
+recorded, the result never returned), and a cloaking draw is refused before it is drawn (:func:`check_covered`).
 
 Privacy assumption: the privacy map and the checks read public values, but for a check that validates the
 form of private data before it is used (a classifier's labels in their set, as a model's constructor checks
@@ -30,13 +31,11 @@ only part that reads the private data to release it, and it does so inside the r
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Generic, Iterator, NamedTuple, Optional, Sequence, Tuple, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Callable, Generic, NamedTuple, Optional, Sequence, Tuple, TypeVar, cast
 
-from .accounting import PrivacyEvent, Reservation, reserve
+from .accounting import PrivacyEvent, Reservation, measuring, reserve, running_measurement
 from .io.gpflow_specs import check_file_pieces
 from .relations import class_relation, relation_of, whole_rows_relation
 
@@ -135,21 +134,11 @@ class Measurement(Generic[R]):
         return (self.request.event(self.description),)
 
 
-#: The sensitivity path of the measurement whose mechanism is running (None: none is), read by :func:`running_path`.
-_RUNNING: contextvars.ContextVar[Optional[SensitivityPath]] = contextvars.ContextVar("running_path", default=None)
-
-
 def running_path() -> SensitivityPath:
-    """The path of the measurement whose mechanism is running: ``RuntimeError`` when none runs. A draw belongs
-    inside :func:`measure` (its checks, its one reservation, its recorded relation); the cloaking draws call this
-    before anything is drawn or committed, so a cloaking mechanism called directly (into a caller's reservation) is
-    refused, never drawn unchecked."""
-    stated = _RUNNING.get()
-    if stated is None:
-        raise RuntimeError("a draw runs only inside dpgp_gpflow.measurement.measure (a model's release, "
-                           "streaming.release_function, mechanisms.cloaking_release, ...): no measurement is running, "
-                           "refused before anything is drawn or charged")
-    return stated
+    """The path of the measurement whose mechanism is running: ``RuntimeError`` when none runs
+    (:func:`~dpgp_gpflow.accounting.running_measurement`, which every commit calls: a draw belongs inside
+    :func:`measure`)."""
+    return cast(SensitivityPath, running_measurement())
 
 
 def check_covered(covered: SensitivityPath) -> None:
@@ -165,17 +154,6 @@ def check_covered(covered: SensitivityPath) -> None:
             (int(stated.person_rows), int(stated.num_outputs), bool(stated.inputs)):
         raise ValueError(f"this release states the relation {stated.relation()!r} but its draw's sensitivity was "
                          f"computed over {covered.relation()!r}: refused before the draw (nothing charged)")
-
-
-@contextlib.contextmanager
-def _running(path: SensitivityPath) -> Iterator[None]:
-    """``path`` as the running one (a block, not a call: the mechanism runs in :func:`measure`'s own frame, which a
-    warning's ``stacklevel`` counts, e.g. the selection's release budget warning)."""
-    token = _RUNNING.set(path)
-    try:
-        yield
-    finally:
-        _RUNNING.reset(token)
 
 
 def measure(measurement: Measurement[R], accountant: Any = None) -> R:
@@ -200,7 +178,7 @@ def measure(measurement: Measurement[R], accountant: Any = None) -> R:
     events: Sequence[PrivacyEvent] = measurement.privacy_map()
     with reserve(accountant, events) as reservation:
         before = reservation.uncommitted
-        with _running(measurement.path):
+        with measuring(measurement.path):
             result = measurement.mechanism(reservation if measurement.store is None else reservation.deferred())
         result = _recording(result, measurement)
         if measurement.store is not None:  # its commits: drawn, still held
@@ -254,6 +232,7 @@ class StepDraws(Reservation):
         return (self._event,) * count  # every step's commit counts the step's event
 
     def commit(self, description: str = "") -> PrivacyEvent:
+        running_measurement()  # a step's draw too: refused with no measurement running, before it is counted
         self.drawn += 1
         return self._event
 

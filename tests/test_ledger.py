@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from dpgp_gpflow import BudgetExceededError, PrivacyAccountant
-from dpgp_gpflow.accounting import reserve
+from dpgp_gpflow.accounting import measuring, reserve
 from dpgp_gpflow.calibration import gaussian_multiplier
 from dpgp_gpflow.composition import PrivacyEvent
 from dpgp_gpflow.exceptions import LedgerError
@@ -35,6 +35,13 @@ pytestmark = pytest.mark.filterwarnings("ignore::dpgp_gpflow.ReproducibleNoiseWa
 
 #: One release at (1, 0.01); a budget (3, 0.03) admits exactly three.
 ONE = PrivacyEvent(1.0, 0.01, "gaussian", 0.5, "")
+
+
+def _commit(reservation, description):
+    """Commit the next held event as a release's mechanism does: inside a running measurement (every commit is, or
+    is refused; measurement.measure sets it, which would import TensorFlow here)."""
+    with measuring("a release of this test"):
+        return reservation.commit(description)
 
 
 def _context():
@@ -80,7 +87,7 @@ def _race_worker(path: str, out: str, barrier) -> None:
         with reserve(acc, [ONE]) as reservation:
             time.sleep(0.3)  # every winner holds its budget while the others check theirs
             draws.append(sampling.standard_normal(3)[0])
-            reservation.commit("race")
+            _commit(reservation, "race")
         outcome = "released"
     except BudgetExceededError:
         outcome = "refused"
@@ -110,7 +117,7 @@ def test_memory_stays_the_default():
     assert acc.ledger_path is None and acc.dataset is None
     with reserve(acc, [ONE, ONE]) as r:
         assert acc.held == (2.0, 0.02) and acc.remaining == pytest.approx((0.0, 0.0))
-        r.commit("first")
+        _commit(r, "first")
     assert acc.held == (0.0, 0.0) and acc.spent == (1.0, 0.01) and acc.remaining == pytest.approx((1.0, 0.01))
     assert [(r["status"], r["description"]) for r in acc.history()] == [("committed", "first"), ("cancelled", "")]
 
@@ -169,7 +176,7 @@ def test_history_is_append_only_held_then_committed_or_cancelled(tmp_path):
         assert acc.remaining == pytest.approx((1.0, 0.01)) and acc.spent == (0.0, 0.0)
         with pytest.raises(BudgetExceededError):
             acc.check(1.5, 0.0)  # held budget counts
-        r.commit("release 1")
+        _commit(r, "release 1")
     rows = acc.history()
     assert [(row["id"], row["status"], row["description"]) for row in rows] == [
         (1, "committed", "release 1"), (2, "cancelled", "")]
@@ -241,7 +248,7 @@ def _gaussian_releases(acc: PrivacyAccountant, count: int, epsilon: float = 1.0,
     for _ in range(count):
         try:
             with reserve(acc, [event]) as r:
-                r.commit("gaussian")
+                _commit(r, "gaussian")
         except BudgetExceededError:
             break
         done += 1
@@ -321,7 +328,7 @@ def test_a_process_killed_between_hold_and_commit_leaves_its_budget_spent(tmp_pa
     assert acc.remaining == pytest.approx((1.0, 0.01))
     start = time.monotonic()
     with reserve(acc, [ONE]) as r:
-        r.commit("after the crash")
+        _commit(r, "after the crash")
     assert time.monotonic() - start < 5  # the dead process's lock is gone
     with pytest.raises(BudgetExceededError):
         acc.check(1.0, 0.01)
@@ -341,7 +348,7 @@ def _used_ledger(tmp_path: Path) -> Path:
     path = tmp_path / "budget.sqlite"
     acc = PrivacyAccountant(epsilon=3.0, delta=0.03, ledger=path)
     with reserve(acc, [ONE]) as r:
-        r.commit("first")
+        _commit(r, "first")
     reserve(acc, [ONE])  # never committed nor closed: a process that died after its hold
     assert acc.spent == (1.0, 0.01) and acc.held == (1.0, 0.01)
     return path
@@ -612,7 +619,7 @@ def test_threads_creating_and_spending_on_one_new_ledger(tmp_path):
             for _ in range(2):
                 try:
                     with reserve(acc, [ONE]) as r:
-                        r.commit("thread")
+                        _commit(r, "thread")
                     outcomes.append("released")
                 except BudgetExceededError:
                     outcomes.append("refused")
@@ -639,7 +646,7 @@ def test_values_sqlite_would_store_differently_still_verify(tmp_path):
     acc = PrivacyAccountant(epsilon=3.0, delta=0.03, ledger=path)
     acc.spend(0.5, -0.0, description=5)
     with reserve(acc, [PrivacyEvent(0.5, -0.0, "gaussian", 0.25, "")]) as r:
-        r.commit(7)
+        _commit(r, 7)
     assert SQLiteLedger.open(path).verify() == 3
     assert [(r["delta"], r["description"]) for r in PrivacyAccountant.open(path).history()] == [(0.0, "5"), (0.0, "7")]
 
@@ -684,7 +691,7 @@ def test_a_transaction_checks_only_the_rows_written_since(tmp_path, monkeypatch)
     other.spend(1.0, 1e-5)
     counts.update(replays=0, rows=0)
     with reserve(acc, [small]) as r:  # first reads the other process's two rows, then writes its hold and commit
-        r.commit("after the other")
+        _commit(r, "after the other")
     assert counts == {"replays": 0, "rows": 4}
     assert len(acc.ledger) == 204 and acc.spent == pytest.approx((204.0, 204e-5))
     assert SQLiteLedger.open(path).verify() == 405 and counts["replays"] == 2  # open and verify replay it all

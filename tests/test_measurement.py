@@ -513,3 +513,97 @@ def test_a_draw_with_no_measurement_running_is_refused_before_anything_is_drawn(
     assert not [w for w in seen if issubclass(w.category, (dp.ReproducibleNoiseWarning, dp.PrivacyLeakWarning))]
     assert acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
     assert [e["status"] for e in acc.history()] == ["cancelled"]
+
+
+# -- every commit inside a running measurement (the rule at Reservation.commit and StepDraws.commit) --
+
+def test_a_commit_with_no_measurement_running_is_refused_before_anything_is_recorded():
+    """A package-issued reservation (and its deferred view, and a multi-step release's StepDraws) committed with no
+    measurement running: RuntimeError before anything is recorded or marked drawn; the hold is given back."""
+    from dpgp_gpflow.accounting import reserve
+    from dpgp_gpflow.measurement import StepDraws
+
+    event = _request().event()
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+    with reserve(acc, [event, event]) as reservation:
+        for commit in (reservation.commit, reservation.deferred().commit):
+            with pytest.raises(RuntimeError, match="no measurement is running"):
+                commit("drawn outside measure")
+        assert reservation.uncommitted == 2 and reservation.commit_drawn() == ()
+    assert acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
+    assert [e["status"] for e in acc.history()] == ["cancelled", "cancelled"]
+    draws = StepDraws(event)
+    with pytest.raises(RuntimeError, match="no measurement is running"):
+        draws.commit("a step outside measure")
+    assert draws.drawn == 0
+
+
+def _whole_rows_pieces():
+    """A small source (40 rows, 1 input) and the public pieces of its pass (3 features)."""
+    import gpflow
+
+    from dpgp_gpflow import whole_rows as wr
+    from dpgp_gpflow.streaming import LocalChunks
+    from dpgp_gpflow.whole_rows.features import feature_map
+    from dpgp_gpflow.whole_rows.statistics import RowStatistics
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0.0, 10.0, (40, 1))
+    box = [(0.0, 10.0)]
+    kernel = gpflow.kernels.SquaredExponential(lengthscales=4.0)
+    rows = RowStatistics(feature_map(kernel, wr.inducing_grid(box, 3), box), box, (-2.0, 2.0))
+    return LocalChunks(X, np.sin(X), 20), rows
+
+
+def _direct_standard(request, reservation):
+    from dpgp_gpflow.mechanisms.standard import standard
+
+    return standard(request, reservation, np.zeros(3), np.ones(3), np.eye(3) + 0.5, sensitivity=1.0,
+                    data_sensitivity=1.0)
+
+
+def _direct_statistics(request, reservation):
+    from dpgp_gpflow.whole_rows.mechanism import release_statistics
+
+    source, rows = _whole_rows_pieces()
+    return release_statistics(request, reservation, source, rows, shares=(0.3, 0.68, 0.02), sensitivity=1.0)
+
+
+def _direct_histogram(request, reservation):
+    from dpgp_gpflow.whole_rows.histogram import CellCounts, release_histogram
+
+    source, rows = _whole_rows_pieces()
+    return release_histogram(request, reservation, source, CellCounts(rows, 4), shares=(0.3, 0.68, 0.02),
+                             sensitivity=1.0)
+
+
+def _direct_residual(request, reservation):
+    from dpgp_gpflow.measurement import StepDraws
+    from dpgp_gpflow.whole_rows.residual_release import draw_residual_stage
+
+    source, rows = _whole_rows_pieces()
+    draws = StepDraws(request.event())
+    try:
+        return draw_residual_stage(draws, source, rows, np.zeros(rows.features.m), 1.0, request, 1.0, "a stage")
+    finally:
+        assert draws.drawn == 0  # nothing counted as drawn (the release's one event is never committed)
+
+
+@pytest.mark.parametrize("mechanism", [_direct_standard, _direct_statistics, _direct_histogram, _direct_residual])
+def test_a_mechanism_called_directly_with_no_measurement_running_records_nothing(mechanism):
+    """The internal drawing functions (mechanisms.standard, the whole-row statistics, histogram and residual stage)
+    called directly, into a package-issued reservation holding their event: before, each drew and committed (the
+    ledger recorded a release no measurement ran: no checks, no recorded relation). Now their commit refuses:
+    RuntimeError, nothing recorded, the result never returned."""
+    import warnings
+
+    from dpgp_gpflow.accounting import reserve
+
+    request = release_request(1.0, 1e-3, objective=None, seed=3)
+    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+    with warnings.catch_warnings(), pytest.raises(RuntimeError, match="no measurement is running"):
+        warnings.simplefilter("ignore", dp.ReproducibleNoiseWarning)
+        with reserve(acc, [request.event()]) as reservation:
+            mechanism(request, reservation)
+    assert acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
+    assert [e["status"] for e in acc.history()] == ["cancelled"]

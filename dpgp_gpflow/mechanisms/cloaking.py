@@ -50,7 +50,7 @@ from ..noise_planning import (
 )
 from ..noise_planning.dual import COUNT_SPEC, MATRIX_SPEC, REAL_SPEC, VECTOR_SPEC
 from ..noise_planning.rank import bias_rounding, candidate_rtols, projection_bias
-from ..measurement import Measurement, SensitivityPath, check_covered, measure, running_path
+from ..measurement import Measurement, SensitivityPath, check_covered, measure
 from ..neighbours import Neighbours, neighbour_columns, path_of
 from ..released import PrivateRelease
 from ..sampling import (
@@ -664,11 +664,11 @@ def publish_cloaking(*, noise_factor: tf.Tensor, whitening: Any, y_centred: Any,
     extreme change of a person (:func:`whitened_shift`). Privacy assumptions: ``y_centred`` moves by at most
     the declared data sensitivity in one entry (with ``neighbours``: in each entry of one person) between
     neighbours and lies within ``output_bound``; ``noise_factor`` is public (any public factor: re-colouring
-    is post-processing). It runs inside :func:`~dpgp_gpflow.measurement.measure` only (with no measurement
-    running: ``RuntimeError``, before anything), and the persons and outputs its shift is computed over must be
-    the running measurement's (:func:`~dpgp_gpflow.measurement.check_covered`: ``ValueError`` before the draw).
+    is post-processing). The persons and outputs its shift is computed over must be the running measurement's
+    (:func:`~dpgp_gpflow.measurement.check_covered`, before the draw: ``ValueError``; with no measurement running,
+    ``RuntimeError``, so it runs inside :func:`~dpgp_gpflow.measurement.measure` only, refused before the draw, as
+    every commit is refused outside it: :meth:`~dpgp_gpflow.accounting.Reservation.commit`).
     """
-    running_path()  # every draw inside measure (its checks, its reservation): refused here, before anything
     d, b = validate_public_bounds(record["data_sensitivity"], output_bound, record.get("y_bounds"))
     if isinstance(whitening, FloatProjection):  # sampler="float": the same plan, a floating-point draw
         check_covered(path_of(neighbours))  # the persons its shift is checked over are those stated
@@ -709,7 +709,7 @@ def draw_and_spend(z: np.ndarray, *, noise_factor: tf.Tensor, offset: Any, varia
     (``offset + noise_factor z``: post-processing), the event committed into ``reservation`` and the :class:`PrivateRelease` built.
 
     Privacy assumption: the caller has checked ``z``'s L2 shift against ``1 / (s K)``
-    (:func:`check_whitened_shift`) for the multiplier being charged, inside a running measurement
+    (:func:`check_whitened_shift`) for the multiplier being charged, over the running measurement's persons
     (:func:`publish_cloaking`, its one caller, checks both); ``noise_factor`` is public.
     """
     z, reproducible = sampling.add_whitened_noise(z, seed)
@@ -726,7 +726,7 @@ def _draw_float(projection: FloatProjection, y_centred: Any, *, offset: Any, var
     Trusts no plan: before anything is drawn, ``Delta`` is checked against the L2 shift of ``F^{-1} V y_c``
     recomputed from the projection itself (``d max_i ||F^{-1} V e_i||``; with ``neighbours``, over every person)
     and refused (``FloatingPointError``, nothing charged) when smaller; the noise factor is recomputed from it.
-    Called by :func:`publish_cloaking` only, after its check that a measurement is running."""
+    Called by :func:`publish_cloaking` only, after its check of the running measurement's persons."""
     V = tf.convert_to_tensor(projection.vectors, tf.float64)
     F = tf.convert_to_tensor(projection.factor, tf.float64)
     basis = tf.convert_to_tensor(projection.basis, tf.float64)

@@ -242,7 +242,8 @@ def cloak_function(
     Privacy assumptions: see the module docstring.
     """
     reservation.expect((request.event(),))  # the package's, holding this request's event next: before anything
-    running_path()  # inside measure only (RuntimeError): before any pass over the chunks
+    running_path()  # fail-fast (RuntimeError) before the passes over the chunks (public inputs, but minutes on a
+    # cluster); the rule itself is the commit's (Reservation.commit) and publish_cloaking's check_covered
     multiplier, seed = request.multiplier, request.seed
     objective = request.objective
     if objective is None:
