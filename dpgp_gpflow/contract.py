@@ -26,7 +26,7 @@ import tensorflow as tf
 from check_shapes import check_shapes
 
 from .leak_guard import validate_declaration
-from .validation import validate_hyperparameter_magnitudes
+from .validation import reading_once, validate_hyperparameter_magnitudes
 
 __all__ = [
     "FactoredPrivateModel", "PrivateModel", "PublicReadout", "ReleaseMap", "ReleaseTerms", "cloaking_matrix",
@@ -152,14 +152,17 @@ def check_release_hyperparameters(model: PrivateModel, declared: bool) -> None:
     """The leak guard before a release: ``model.check_hyperparameters_public(declared)`` (raises), then,
     unless ``declared``, the optional ``model.check_undeclared_hyperparameters()`` (values given at
     construction and never declared public: fitted elsewhere on the same outputs, they would leak; raises
-    ``PrivacyLeakError``, or warns inside ``with dpgp_gpflow.allow_undeclared_hyperparameters():``)."""
+    ``PrivacyLeakError``, or warns inside ``with dpgp_gpflow.allow_undeclared_hyperparameters():``). Each
+    parameter is read once for all of them (:func:`~dpgp_gpflow.validation.reading_once`)."""
     declared = validate_declaration(declared)  # a truthy string must not declare everything public
-    model.check_hyperparameters_public(declared)
-    check = getattr(model, "check_undeclared_hyperparameters", None)
-    if not declared and check is not None:
-        check()
-    # and their magnitudes: beyond +-MAX_MAGNITUDE (or a positive scale below its reciprocal) the release overflows
-    validate_hyperparameter_magnitudes(model)
+    with reading_once():
+        model.check_hyperparameters_public(declared)
+        check = getattr(model, "check_undeclared_hyperparameters", None)
+        if not declared and check is not None:
+            check()
+        # and their magnitudes: beyond +-MAX_MAGNITUDE (or a positive scale below its reciprocal) the release
+        # overflows
+        validate_hyperparameter_magnitudes(model)
 
 
 def dense_map(map_: ReleaseMap) -> tf.Tensor:

@@ -6,11 +6,13 @@ rule has one wording and one implementation.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import sys
 import warnings
 from numbers import Real
-from typing import Any, Dict, Literal, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, Literal, Optional, Tuple, Union
 
 import numpy as np
 
@@ -187,15 +189,55 @@ def _fixed_transform(transform: Any) -> bool:
     return fixed
 
 
+#: Inside :func:`reading_once`: each parameter's value as first read there, by ``id``, with the parameter itself
+#: (kept alive for the block, so no other object takes its ``id``).
+_ONCE: "contextvars.ContextVar[Optional[Dict[int, Tuple[Any, np.ndarray]]]]" = contextvars.ContextVar(
+    "dpgp_gpflow_reading_once", default=None)
+
+
+@contextlib.contextmanager
+def reading_once() -> Iterator[None]:
+    """Inside this block (one release: its checks, the leak guard's included, and its public setup)
+    :func:`parameter_value` reads each parameter once, and its later calls return copies of that value: nothing
+    inside a release assigns a parameter, so every check and the release see the same values, the reads of one
+    snapshot. A block inside another shares the outer one's reads. This thread or asyncio task only."""
+    token = _ONCE.set({}) if _ONCE.get() is None else None
+    try:
+        yield
+    finally:
+        if token is not None:
+            _ONCE.reset(token)
+
+
+def variable_value(variable: Any) -> np.ndarray:
+    """The current value of a ``tf.Variable`` (``value()``: one read op, half the cost of ``numpy()``'s read and
+    copy), as an array. The one place the package reads a parameter's unconstrained variable."""
+    return np.asarray(variable.value().numpy())
+
+
 def parameter_value(parameter: Any) -> np.ndarray:
     """A copy of a GPflow parameter's (constrained) value, ``parameter.numpy()``: read through its transform only
     when the parameter's unconstrained value or its transform changed since this process last read it (a TFP
-    bijector call costs milliseconds; the unconstrained variable microseconds). Anything else: its ``numpy()``."""
+    bijector call costs milliseconds; the unconstrained variable microseconds). Anything else: its ``numpy()``.
+    Inside :func:`reading_once`, read once."""
+    once = _ONCE.get()
+    if once is not None:
+        hit = once.get(id(parameter))
+        if hit is not None and hit[0] is parameter:
+            return hit[1].copy()
+    value = _read_parameter(parameter)
+    if once is not None:
+        once[id(parameter)] = (parameter, value.copy())
+    return value
+
+
+def _read_parameter(parameter: Any) -> np.ndarray:
+    """:func:`parameter_value` read now."""
     transform = getattr(parameter, "transform", None)
     raw_variable = getattr(parameter, "unconstrained_variable", None)
     if transform is None or raw_variable is None or not _fixed_transform(transform):
         return np.array(parameter.numpy(), copy=True)
-    raw = np.asarray(raw_variable.numpy()).tobytes()
+    raw = variable_value(raw_variable).tobytes()
     hit = _READS.get(id(parameter))
     if hit is not None and hit[0]() is parameter and hit[1]() is transform and hit[2] == raw:
         return hit[3].copy()

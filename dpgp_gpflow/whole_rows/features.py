@@ -34,7 +34,7 @@ from check_shapes import check_shapes
 
 from .. import linalg
 from ..io.gpflow_specs import kernel_from_spec, kernel_spec
-from ..validation import parameter_value
+from ..validation import parameter_value, variable_value
 from .signature import InputSignature
 
 __all__: list[str] = []  # internal: the package imports these names by name
@@ -318,8 +318,8 @@ def _map_key(kernel: gpflow.kernels.Kernel, Z: np.ndarray, box: Optional[np.ndar
         transform = getattr(p, "transform", None)
         if transform is not None and _has_variables(transform):
             return None
-        raw = p.unconstrained_variable if isinstance(p, gpflow.Parameter) else p
-        values.append((path, type(transform), id(transform), np.asarray(raw.numpy()).tobytes()))
+        raw = variable_value(p.unconstrained_variable) if isinstance(p, gpflow.Parameter) else np.asarray(p.numpy())
+        values.append((path, type(transform), id(transform), raw.tobytes()))
     # every kernel's class and active_dims: a kernel inside a Sum replaced by another class sharing the same
     # Parameter objects changes the key
     dims = tuple((type(k), repr(getattr(k, "active_dims", None)), repr(getattr(k, "degree", None)))

@@ -31,6 +31,7 @@ from ..streaming.chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks
 from ..streaming.release import rows_source
 from ..validation import (
     parameter_value,
+    reading_once,
     require_float64,
     validate_bounds,
     validate_noise_variance,
@@ -233,6 +234,7 @@ def model_rows(model: Any, source: Optional[ChunkSource], chunk_size: int) -> Tu
     return rows_source(model, source, chunk_size), groups
 
 
+@reading_once()  # each parameter read once per release (its checks, the leak guard's included)
 def release_model(model: Any, *, epsilon: float, delta: float, calibration: str = "analytic",
                   seed: Optional[int] = None, accountant: Any = None, hyperparameters_public: bool = False,
                   source: Optional[ChunkSource] = None, chunk_size: int = DEFAULT_CHUNK_SIZE,

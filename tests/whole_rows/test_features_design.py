@@ -208,6 +208,28 @@ def test_parameter_value_follows_every_assignment_and_equals_the_parameters_own_
     np.testing.assert_array_equal(parameter_value(plain), [3.0, 4.0])
 
 
+
+def test_reading_once_reads_each_parameter_once_and_only_inside_its_block():
+    """Inside validation.reading_once (a release) a parameter's first read is its value for the block: a read
+    after an assignment there still gives it (one snapshot), a copy each time; a nested block shares the outer
+    reads; outside, every read follows the variable again."""
+    from dpgp_gpflow.validation import parameter_value, reading_once, variable_value
+
+    kernel = gpflow.kernels.SquaredExponential(variance=2.0, lengthscales=1.5)
+    np.testing.assert_array_equal(variable_value(kernel.variance.unconstrained_variable),
+                                  kernel.variance.unconstrained_variable.numpy())
+    with reading_once():
+        first = parameter_value(kernel.variance)
+        first[...] = -1.0  # a copy
+        kernel.variance.assign(3.0)
+        with reading_once():
+            assert parameter_value(kernel.variance) == pytest.approx(2.0)
+        assert parameter_value(kernel.variance) == pytest.approx(2.0)
+        assert parameter_value(kernel.lengthscales) == pytest.approx(1.5)  # read first here, after no assignment
+    assert parameter_value(kernel.variance) == pytest.approx(3.0)
+    with reading_once():  # a new block reads again
+        assert parameter_value(kernel.variance) == pytest.approx(3.0)
+
 def test_grid_and_design_come_from_the_box_alone():
     grid = wr.inducing_grid([(0.0, 90.0)], 8)
     np.testing.assert_array_equal(grid[:, 0], np.linspace(0, 90, 8))
