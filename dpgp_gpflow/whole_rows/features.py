@@ -266,10 +266,39 @@ class FeatureMap:
         self.L = tf.constant(state["L"])  # the client's factor itself: every worker sums the same features
 
 
+class RecentlyUsed:
+    """The ``size`` most recently used entries of a cache of public values (feature maps, compiled functions), the
+    package's one least-recently-used rule: :meth:`get` and :meth:`put` make an entry the most recent; :meth:`put`
+    then forgets the least recent beyond ``size``."""
+
+    def __init__(self, size: int) -> None:
+        self.size = int(size)
+        self._entries: "OrderedDict[Any, Any]" = OrderedDict()
+
+    def get(self, key: Any) -> Any:
+        """The entry of ``key`` (now the most recent), or None."""
+        value = self._entries.get(key)
+        if value is not None:
+            self._entries.move_to_end(key)
+        return value
+
+    def put(self, key: Any, value: Any) -> Any:
+        """Keep ``value`` (not None) as the most recent entry of ``key``; returns it."""
+        self._entries[key] = value
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+        return value
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 #: How many feature maps :func:`feature_map` keeps (each holds a frozen kernel, ``Z``, ``L`` and its compiled
-#: features).
+#: features), and compiled functions :func:`~.residual.held_stage_sum` keeps.
 MAP_CACHE_SIZE = 16
-_MAPS: "OrderedDict[Tuple[Any, ...], Tuple[Any, FeatureMap]]" = OrderedDict()
+#: :func:`feature_map`'s maps by :func:`_map_key`, each with a weak reference to its kernel.
+_MAPS = RecentlyUsed(MAP_CACHE_SIZE)
 
 
 #: Kernel classes (exactly these, not subclasses) whose kernels inside are only their ``kernels`` (a ``Sum`` /
@@ -342,10 +371,7 @@ def feature_map(kernel: gpflow.kernels.Kernel, Z: Any, x_bounds: Any = None) -> 
         return FeatureMap(kernel, Z, x_bounds=box)
     hit = _MAPS.get(key)
     if hit is not None and hit[0]() is kernel:  # the same object (an id is reused only after it died)
-        _MAPS.move_to_end(key)
         return hit[1].compile()
     features = FeatureMap(kernel, Z, x_bounds=box)
-    _MAPS[key] = (weakref.ref(kernel), features)
-    while len(_MAPS) > MAP_CACHE_SIZE:
-        _MAPS.popitem(last=False)
+    _MAPS.put(key, (weakref.ref(kernel), features))
     return features

@@ -38,7 +38,7 @@ from ..streaming.chunks import ChunkSource, LocalChunks
 from ..validation import parameter_value
 from . import features as feature_maps
 from .design import inducing_design, validate_box
-from .features import MAP_CACHE_SIZE, FeatureMap
+from .features import MAP_CACHE_SIZE, FeatureMap, RecentlyUsed
 from .posterior import WeightPosterior, compiled_on_reuse, floored, mean_noise_variance
 from .residual_bounds import MAX_RADIUS_POINTS, residual_radius
 from .statistics import GridStatistics, RowStatistics, add_statistics, feature_sums
@@ -80,15 +80,13 @@ def held_stage_sum(u: tf.Tensor, radius: tf.Tensor, held: Sequence[Sequence[Tupl
     if not compiled:
         return _stage_sum(layout, u, radius, *flat)
     m = int(u.shape[0])
-    concrete = _STAGE_SUMS.pop((layout, m), None)  # reinserted below: the most recently used last
+    concrete = _STAGE_SUMS.get((layout, m))
     if concrete is None:
         specs = [tf.TensorSpec([m], tf.float64), tf.TensorSpec([1], tf.float64),
                  *[tf.TensorSpec([None, m], tf.float64), tf.TensorSpec([None], tf.float64)] * sum(layout)]
         traced = tf.function(lambda *args: _stage_sum(layout, *args), input_signature=specs, autograph=False)
-        concrete = traced.get_concrete_function()  # called directly: less dispatch
-    _STAGE_SUMS[(layout, m)] = concrete
-    while len(_STAGE_SUMS) > MAP_CACHE_SIZE:
-        _STAGE_SUMS.pop(next(iter(_STAGE_SUMS)))  # the least recently used
+        # called directly: less dispatch
+        concrete = _STAGE_SUMS.put((layout, m), traced.get_concrete_function())
     return concrete(u, radius, *flat)
 
 
@@ -107,9 +105,8 @@ def _stage_sum(layout: Tuple[int, ...], u: tf.Tensor, radius: tf.Tensor, *flat: 
     return total
 
 
-#: :func:`held_stage_sum`'s concrete functions by (layout, M), the :data:`~.features.MAP_CACHE_SIZE` most recently used
-#: (insertion order = order of last use).
-_STAGE_SUMS: Dict[Tuple[Tuple[int, ...], int], Any] = {}
+#: :func:`held_stage_sum`'s concrete functions by (layout, M), the :data:`~.features.MAP_CACHE_SIZE` most recently used.
+_STAGE_SUMS = RecentlyUsed(MAP_CACHE_SIZE)
 
 
 @check_shapes("Z: [M, D]", "L: [M, M]", "X: [N, D]", "yc: [N]", "return[0]: [M, M]", "return[1]: [M]", "return[2]: []",

@@ -301,3 +301,19 @@ def test_a_compiled_map_refuses_args_outside_its_first_calls_signature():
         features.apply(_column_sums, tf.constant(X, tf.float32))
     with pytest.raises(TypeError, match="takes 1 tensors"):
         features.apply(_column_sums, tf.constant(X), tf.constant(X))
+
+
+def test_recently_used_keeps_the_most_recent_entries():
+    """features.RecentlyUsed (the feature maps' and the residual stages' compiled sums' cache): a get or a put makes an
+    entry the most recent; beyond its size the least recent is forgotten."""
+    from dpgp_gpflow.whole_rows.features import RecentlyUsed
+
+    cache = RecentlyUsed(2)
+    assert cache.put("a", 1) == 1 and cache.get("missing") is None
+    cache.put("b", 2)
+    assert cache.get("a") == 1  # now b is the least recent
+    cache.put("c", 3)
+    assert (cache.get("b"), cache.get("a"), cache.get("c"), len(cache)) == (None, 1, 3, 2)
+    cache.put("a", 4)  # a again: c is the least recent
+    cache.put("d", 5)
+    assert (cache.get("c"), cache.get("a"), cache.get("d"), len(cache)) == (None, 4, 5, 2)
