@@ -38,7 +38,10 @@ and public offset, and the model's data sensitivity ``d`` (never the release's o
    below it; one farther from this model's noiseless value than the noise explains (more noise, or a
    release of other outputs, inputs or hyperparameters) above it: both fail. Where the outputs cannot be
    read, or a release saved clipped keeps too few values inside the bounds to recover its noise, the
-   test is reported not run (:attr:`AuditReport.noise_test`), never passed silently.
+   test is reported not run (:attr:`AuditReport.noise_test`), never passed silently. A whole-row release
+   (docs/whole_rows.md#the-audit) is tested part by part (``S``, ``b``, ``q`` of every candidate or class block,
+   every later stage; :attr:`ReleaseAudit.noise_parts`), the rate shared equally by the parts, and fails when any
+   part fails.
 
 What it cannot establish: noise drawn from a guessable seed looks like any other draw; a model handed to
 the audit with other public inputs or hyperparameters than the release was made with changes the privacy
@@ -70,7 +73,7 @@ from .neighbours import Neighbours, model_neighbours
 from .released import PrivateFunction, PrivateRelease, Released
 from .sampling import GRID_EXPONENT
 from .validation import bound_columns
-from .whole_rows.audit import whole_rows_audit
+from .whole_rows.audit import AuditPart, whole_rows_audit
 from .whole_rows.classification import WholeRowsClassifier
 from .whole_rows.released import WholeRowsRelease
 from .whole_rows.histogram_audit import histogram_audit
@@ -115,6 +118,8 @@ class NoiseTest(NamedTuple):
     upper: float  #: ... and <= this
     false_alarm: float  #: the probability that an honest release fails this test
     note: str = ""  #: why it was not run, or what a failure means
+    #: the part of a whole-row release tested (e.g. ``"b"``, ``"stage 3: residual b"``); "" for a release tested whole
+    part: str = ""
 
     @property
     def ran(self) -> bool:
@@ -142,8 +147,12 @@ class ReleaseAudit(NamedTuple):
     #: relative part of ``mean - offset`` outside ``span(F)`` (published without noise if not ~0)
     mean_outside: float
     passed: bool
-    #: the test of the noise the mean carries (not run when the model's outputs are not given)
+    #: the test of the noise the mean carries (not run when the model's outputs are not given); of a whole-row
+    #: release, its first failed part's test, else the parts' statistics and degrees of freedom summed (``lower``,
+    #: ``upper``: nan, each part has its own interval)
     noise: NoiseTest = _not_run("the model's outputs were not given")
+    #: a whole-row release's noise test of every part on its own (docs/whole_rows.md#the-audit); () otherwise
+    noise_parts: Tuple[NoiseTest, ...] = ()
 
 
 class AuditReport(NamedTuple):
@@ -160,7 +169,8 @@ class AuditReport(NamedTuple):
 
 def _noise_summary(reports: Sequence[ReleaseAudit]) -> str:
     """One line for :attr:`AuditReport.noise_test`."""
-    failed = [f"release {i}: {r.noise.outcome} ({r.noise.note})" for i, r in enumerate(reports) if r.noise.failed]
+    failed = [f"release {i}{', part ' + t.part if t.part else ''}: {t.outcome} ({t.note})"
+              for i, r in enumerate(reports) for t in r.noise_parts or (r.noise,) if t.failed]
     if failed:
         return "failed: " + "; ".join(failed)
     skipped = [(i, r.noise.note) for i, r in enumerate(reports) if not r.noise.ran]
@@ -391,18 +401,33 @@ def _audit_whole_rows(release: Any, model: Any) -> AuditReport:
     and the noise each part of the statistics actually carries, never the release's sensitivity
     (:func:`~dpgp_gpflow.whole_rows.audit.whole_rows_audit`); its epsilon at the release's delta must not exceed
     the claim; the noise test of the released statistics against those of the model's rows (PRIVATE), every
-    entry whitened by its noise (so ``F = I``)."""
+    entry whitened by its noise (so ``F = I``), part by part (:func:`_part_tests`)."""
     pieces = (residual_audit(release, model) if isinstance(release, ResidualRelease)  # every stage, composed
               else histogram_audit(release, model) if isinstance(release, HistogramResidualRelease)
               else whole_rows_audit(release, model))
     epsilon = float(analytic_gaussian_epsilon(pieces.mu, release.delta))
-    k = pieces.released.size
-    eye = np.eye(k)
-    noise = noise_test(pieces.released, eye, eye, eye, np.zeros(k), pieces.recomputed, np.ones(k, dtype=bool),
-                       NOISE_FALSE_ALARM)
+    tests = _part_tests(pieces.parts)
+    noise = next((t for t in tests if t.failed), None) or NoiseTest(
+        "passed", math.fsum(t.statistic for t in tests), sum(t.dof for t in tests), math.nan, math.nan,
+        NOISE_FALSE_ALARM, f"each of its {len(tests)} parts within its own interval", "every part")
     passed = epsilon <= release.epsilon * (1.0 + AUDIT_RTOL) and not noise.failed
-    report = ReleaseAudit(pieces.mu, epsilon, release.delta, release.epsilon, 0.0, 0.0, bool(passed), noise)
+    report = ReleaseAudit(pieces.mu, epsilon, release.delta, release.epsilon, 0.0, 0.0, bool(passed), noise, tests)
     return AuditReport((report,), epsilon, release.delta, bool(passed), _noise_summary((report,)))
+
+
+def _part_tests(parts: Sequence[AuditPart]) -> Tuple[NoiseTest, ...]:
+    """The noise test of every part of a whole-row release on its own (docs/whole_rows.md#the-audit), at
+    :data:`NOISE_FALSE_ALARM` shared equally by the parts (Bonferroni: an honest release fails one with probability
+    at most :data:`NOISE_FALSE_ALARM`). One test over all parts together would pass a part published exactly (no
+    noise) whose missing noise was added to another part; tested apart, that part falls below its interval."""
+    false_alarm = NOISE_FALSE_ALARM / max(len(parts), 1)
+    tests = []
+    for part in parts:
+        k = part.released.size
+        eye = np.eye(k)
+        tests.append(noise_test(part.released, eye, eye, eye, np.zeros(k), part.recomputed, np.ones(k, dtype=bool),
+                                false_alarm)._replace(part=part.name))
+    return tuple(tests)
 
 
 def _centred_outputs(model: Any) -> Tuple[Optional[np.ndarray], str]:

@@ -14,8 +14,10 @@ features' rounding ``(1 + (M + 4) u)^2``. The release's shares and sensitivity a
 noise actually gives are. The epsilon of a Gaussian mechanism of that ``mu`` at the release's delta must not
 exceed its claim. What the release predicts from (its weights' posterior) must be the one its released
 statistics give (:func:`released_posterior`: regularised, at its stated variances or fitted on the release), else
-its predictions are not post-processing of this release and it is refused. The noise test (PRIVATE: it reads the model's rows) recomputes the statistics from the model's
-rows and checks that the released ones differ from them by a draw of the noise described.
+its predictions are not post-processing of this release and it is refused. The noise test (PRIVATE: it reads the
+model's rows) recomputes the statistics from the model's rows; :func:`dpgp_gpflow.audit` checks, part by part
+(:class:`AuditPart`: ``S``, ``b`` and ``q`` of every candidate or class block, every later stage), that the released
+ones differ from them by a draw of the noise described (docs/whole_rows.md#the-audit).
 
 Privacy assumption of the audit itself: the model holds the rows, kernel, inducing inputs, box and bounds the
 release was made from; its outcome is for the data owner.
@@ -156,33 +158,48 @@ def check_kernel_bound(features: Any, box: np.ndarray) -> None:
                          f"the model's box, {expected:.17g}: audit it against the model it was released from")
 
 
-def _whitened(release: Any, statistics: Dict[str, Any]) -> np.ndarray:
-    """The released vector's entries (``S`` through its upper triangle) divided by their noise std."""
-    return _whitened_block(release.statistics_noise_std, statistics, release.features.m)
+class AuditPart(NamedTuple):
+    """One part of a whole-row release that the noise test checks on its own (docs/whole_rows.md#the-audit): its
+    released entries and those recomputed from the model's rows (PRIVATE), each divided by its noise std."""
+
+    name: str  #: e.g. ``"b"``, ``"candidate 1: S"``, ``"class 2: q"``, ``"stage 3: residual b"``, ``"stage 1: counts"``
+    released: np.ndarray
+    recomputed: np.ndarray
 
 
-def _whitened_block(std: Dict[str, Any], statistics: Dict[str, Any], m: int) -> np.ndarray:
+def block_parts(std: Dict[str, Any], released: Dict[str, Any], exact: Any, m: int, prefix: str = "") -> List[AuditPart]:
+    """The parts ``S`` (through its upper triangle), ``b`` and ``q`` of one block: its ``released`` statistics and the
+    ``exact`` ones (``.S``, ``.b``, ``.q``: the model's rows' sums, PRIVATE), each entry divided by its noise std
+    ``std``; named ``prefix`` + the part."""
     upper = np.triu_indices(m)
-    return np.concatenate([np.asarray(statistics["S"])[upper] / np.asarray(std["S"])[upper],
-                           np.asarray(statistics["b"]) / np.asarray(std["b"]),
-                           np.reshape(np.asarray(statistics["q"]) / np.asarray(std["q"]), [1])])
+    recomputed = {"S": exact.S, "b": exact.b, "q": exact.q}
+
+    def whitened(statistics: Dict[str, Any], part: str) -> np.ndarray:
+        value, noise = np.asarray(statistics[part]), np.asarray(std[part])
+        return np.reshape(value[upper] / noise[upper] if part == "S" else value / noise, [-1])
+
+    return [AuditPart(prefix + part, whitened(released, part), whitened(recomputed, part)) for part in "Sbq"]
+
+
+def staged(prefix: str, parts: List[AuditPart]) -> List[AuditPart]:
+    """``parts`` renamed ``prefix: name`` (a stage's parts)."""
+    return [part._replace(name=f"{prefix}: {part.name}") for part in parts]
 
 
 class WholeRowsAudit(NamedTuple):
-    """What :func:`dpgp_gpflow.audit` needs of a whole-row release (it builds the report): ``mu`` and the released
-    and recomputed statistics, whitened by their noise (every candidate's, concatenated; PRIVATE: the recomputed
-    ones are the model's rows' sums)."""
+    """What :func:`dpgp_gpflow.audit` needs of a whole-row release (it builds the report): ``mu`` and every part of
+    the released statistics with its recomputed one (:class:`AuditPart`; every candidate's, class's and stage's
+    parts), each tested on its own."""
 
     mu: float
-    released: np.ndarray
-    recomputed: np.ndarray
+    parts: Tuple[AuditPart, ...]
 
 
 def whole_rows_audit(release: Any, model: Any) -> WholeRowsAudit:
     """The audit's pieces of a whole-row release against the ``DPSGPR(..., private_inputs=True)`` it was released
     from: ``mu`` from the model's bounds and persons and the noise added (:func:`audited_mu`), and every
-    candidate's statistics, released and recomputed from the model's rows (PRIVATE), whitened by the noise.
-    ``ValueError`` when the model is not one with private inputs or its public pieces (``Z``, box, bounds) are not
+    candidate's parts (``S``, ``b``, ``q``), released and recomputed from the model's rows (PRIVATE), whitened by the
+    noise. ``ValueError`` when the model is not one with private inputs or its public pieces (``Z``, box, bounds) are not
     the release's. A :class:`~.classification.WholeRowsClassifier` is audited by :func:`classifier_audit`."""
     if isinstance(release, WholeRowsClassifier):
         return classifier_audit(release, model)
@@ -201,13 +218,13 @@ def whole_rows_audit(release: Any, model: Any) -> WholeRowsAudit:
     # what predict_f reads must be post-processing of the released statistics (a copy could carry other weights)
     check_posterior(release.posterior, released_posterior(release, model, box)[1])
     source, _ = model_rows(model, None, DEFAULT_CHUNK_SIZE)
-    released, recomputed = [], []
-    for c in release.candidates or (release,):
+    parts: List[AuditPart] = []
+    for i, c in enumerate(release.candidates or (release,)):
         check_kernel_bound(c.features, box)
         exact = sufficient_statistics(source, RowStatistics(c.features, box, (lo, hi), clip_inputs=model.clip_inputs))
-        released.append(_whitened(c, c.statistics))
-        recomputed.append(_whitened(c, {"S": exact.S, "b": exact.b, "q": exact.q}))
-    return WholeRowsAudit(mu, np.concatenate(released), np.concatenate(recomputed))
+        parts += block_parts(c.statistics_noise_std, c.statistics, exact, c.features.m,
+                             f"candidate {i}: " if release.candidates else "")
+    return WholeRowsAudit(mu, tuple(parts))
 
 
 def _blocks(parts: Dict[str, Any], B: int) -> List[Dict[str, np.ndarray]]:
@@ -260,6 +277,6 @@ def classifier_audit(release: Any, model: Any) -> WholeRowsAudit:
         exact = grid_statistics(source, OneVsRestStatistics([
             LabelStatistics(release.features, box, label=a, num_classes=B, clip_inputs=first.clip_inputs)
             for a in range(B)]))
-    released = [_whitened_block(s, r, m) for s, r in zip(stds, _blocks(release.statistics, B))]
-    recomputed = [_whitened_block(s, {"S": e.S, "b": e.b, "q": e.q}, m) for s, e in zip(stds, exact)]
-    return WholeRowsAudit(mu, np.concatenate(released), np.concatenate(recomputed))
+    tested = [part for a, (s, r, e) in enumerate(zip(stds, _blocks(release.statistics, B), exact))
+              for part in block_parts(s, r, e, m, "" if num_classes is None else f"class {a}: ")]
+    return WholeRowsAudit(mu, tuple(tested))

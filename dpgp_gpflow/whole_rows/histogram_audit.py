@@ -9,7 +9,7 @@ sigma_j`` with ``R_j`` recomputed (:func:`~.histogram_scheme.histogram_chain`; a
 by the loaders' rule is refused, :func:`~.residual_audit.check_radii`), at the model's variances (its kernel's bound
 on ``k(x, x)`` and its likelihood variance, what its release uses; a release stating others is refused). The whole
 is ``sqrt(sum_j mu_j^2)``-GDP. The noise test (PRIVATE: it reads the model's rows) recomputes the counts, ``b`` and
-every stage's residual sums around the recomputed estimates.
+every stage's residual sums around the recomputed estimates, each tested on its own (:class:`~.audit.AuditPart`).
 
 Privacy assumption of the audit itself: the model holds the rows, kernel, inducing inputs, box, bounds and
 variances the release was made from; its outcome is for the data owner.
@@ -28,7 +28,7 @@ from ..relations import largest_person
 from ..sampling import UNIT_ROUNDOFF
 from ..streaming.chunks import DEFAULT_CHUNK_SIZE
 from ..validation import parameter_value
-from .audit import STD_RTOL, WholeRowsAudit, check_kernel_bound, same_as_released
+from .audit import STD_RTOL, AuditPart, WholeRowsAudit, check_kernel_bound, same_as_released
 from .design import validate_box
 from .features import kernel_bound
 from .histogram import CellCounts, histogram_cells, histogram_centres, histogram_sums
@@ -97,11 +97,11 @@ def histogram_audit(release: Any, model: Any) -> WholeRowsAudit:
     source, _ = model_rows(model, None, DEFAULT_CHUNK_SIZE)
     rows = RowStatistics(features, box, (lo, hi), clip_inputs=model.clip_inputs)
     counts, b = histogram_sums(source, CellCounts(rows, histogram_cells(features.kernel, box)))
-    released = [statistics["counts"] / sigma_n, statistics["b"] / sigma_b]
-    recomputed = [counts / sigma_n, b / sigma_b]
-    for b_j, sigma, radius, u in zip(statistics["residual_b"], stds, radii, estimates):
+    parts = [AuditPart("stage 1: counts", statistics["counts"] / sigma_n, counts / sigma_n),
+             AuditPart("stage 1: b", statistics["b"] / sigma_b, b / sigma_b)]
+    stages = zip(statistics["residual_b"], stds, radii, estimates)
+    for j, (b_j, sigma, radius, u) in enumerate(stages, start=2):
         mus.append(G * 2.0 * radius * rounding / sigma)
-        released.append(np.asarray(b_j) / sigma)
-        recomputed.append(residual_sums(source, ResidualStatistics(rows, u, radius)) / sigma)
-    return WholeRowsAudit(math.sqrt(math.fsum(mu * mu for mu in mus)), np.concatenate(released),
-                          np.concatenate(recomputed))
+        exact = residual_sums(source, ResidualStatistics(rows, u, radius))
+        parts.append(AuditPart(f"stage {j}: residual b", np.asarray(b_j) / sigma, exact / sigma))
+    return WholeRowsAudit(math.sqrt(math.fsum(mu * mu for mu in mus)), tuple(parts))

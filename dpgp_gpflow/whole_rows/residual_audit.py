@@ -10,7 +10,7 @@ whose radii are not those by the loaders' rule (:func:`check_radii`: as many, no
 takes ``mu_j = 2 G R_j (1 + (M + 4) u) / sigma_j`` from the noise std ``sigma_j``
 actually added to ``b~_j`` (``G`` the model's largest person). The whole is ``sqrt(sum_j mu_j^2)``-GDP (adaptive
 composition). The noise test (PRIVATE: it reads the model's rows) recomputes every stage's sums from the model's
-rows around the recomputed estimates.
+rows around the recomputed estimates; each stage's parts are tested on their own (:class:`~.audit.AuditPart`).
 
 Privacy assumption of the audit itself: the model holds the rows, kernel, inducing inputs, box, bounds and
 variances the release was made from; its outcome is for the data owner.
@@ -26,7 +26,7 @@ import numpy as np
 from ..relations import largest_person
 from ..sampling import UNIT_ROUNDOFF
 from ..streaming.chunks import DEFAULT_CHUNK_SIZE
-from .audit import STD_RTOL, WholeRowsAudit, released_posterior, same_as_released, whole_rows_audit
+from .audit import AuditPart, STD_RTOL, WholeRowsAudit, released_posterior, same_as_released, staged, whole_rows_audit
 from .design import validate_box
 from .release import model_rows
 from .residual import ResidualStatistics, radius_features, radius_points, replay, residual_sums
@@ -64,7 +64,8 @@ def check_radii(recorded: np.ndarray, radii: Any, rtol: float, what: str) -> Non
 def residual_audit(release: Any, model: Any) -> WholeRowsAudit:
     """The audit's pieces of a :class:`~.residual_release.ResidualRelease` against the
     ``DPSGPR(..., private_inputs=True)`` it was released from (module docstring): ``mu`` of the whole and every
-    stage's statistics, released and recomputed from the model's rows (PRIVATE), whitened by their noise.
+    stage's parts (stage 1's ``S``, ``b``, ``q``, each later stage's residual sum), released and recomputed from the
+    model's rows (PRIVATE), whitened by their noise.
     ``ValueError`` when the model's public pieces are not the release's, or a radius or noise is not what the
     earlier stages and the mechanism give."""
     head = release.first_stage
@@ -87,7 +88,7 @@ def residual_audit(release: Any, model: Any) -> WholeRowsAudit:
     same_as_released(release.estimates, np.stack(estimates), "estimates")
     same_as_released(release.posterior.mean, last.mean, "last mean")
     same_as_released(release.posterior.chol, last.chol, "Cholesky factor")
-    mus, released, recomputed = [first.mu], [first.released], [first.recomputed]
+    mus, parts = [first.mu], staged("stage 1", list(first.parts))
     stages = zip(statistics["residual_b"], std["residual_b"], radii, estimates)
     for j, (b, noise, radius, u) in enumerate(stages, start=2):
         sigma = float(noise[0])
@@ -95,7 +96,5 @@ def residual_audit(release: Any, model: Any) -> WholeRowsAudit:
             raise ValueError(f"stage {j}'s noise std is not one Gaussian noise on every entry")
         mus.append(G * 2.0 * radius * (1.0 + (m + 4) * UNIT_ROUNDOFF) / sigma)
         exact = residual_sums(source, ResidualStatistics(rows, u, radius))  # around the recomputed u_{j-1}
-        released.append(np.asarray(b) / sigma)
-        recomputed.append(exact / sigma)
-    return WholeRowsAudit(math.sqrt(math.fsum(mu * mu for mu in mus)), np.concatenate(released),
-                          np.concatenate(recomputed))
+        parts.append(AuditPart(f"stage {j}: residual b", np.asarray(b) / sigma, exact / sigma))
+    return WholeRowsAudit(math.sqrt(math.fsum(mu * mu for mu in mus)), tuple(parts))
