@@ -399,14 +399,14 @@ def test_only_measure_checks_the_file_pieces():
 
 # -- the stated path against the sensitivity the draw is computed over (check_covered, in publish_cloaking) --
 
-def _cloaked(neighbours, seed=1, sampler="exact"):
+def _cloaked(neighbours, seed=1, sampler="exact", epsilon=1.0):
     """A cloaking mechanism over a small public C (k = 3, n = 6) whose sensitivity is bounded over ``neighbours``."""
     import tensorflow as tf
 
     from dpgp_gpflow.mechanisms.cloaking import cloak
 
     C = np.array([[0.5, 0.3, 0.1, 0.0, 0.0, 0.1], [0.1, 0.4, 0.4, 0.1, 0.0, 0.0], [0.0, 0.0, 0.1, 0.3, 0.5, 0.2]])
-    request = release_request(1.0, 1e-3, seed=seed, sampler=sampler)
+    request = release_request(epsilon, 1e-3, seed=seed, sampler=sampler)
 
     def mechanism(reservation):
         return cloak(request, reservation, tf.constant(C), np.linspace(-0.5, 0.5, 6), np.zeros(3), np.ones(3),
@@ -605,5 +605,29 @@ def test_a_mechanism_called_directly_with_no_measurement_running_records_nothing
         warnings.simplefilter("ignore", dp.ReproducibleNoiseWarning)
         with reserve(acc, [request.event()]) as reservation:
             mechanism(request, reservation)
+    assert acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
+    assert [e["status"] for e in acc.history()] == ["cancelled"]
+
+
+# -- the event committed is the event drawn (Reservation.expect in publish_cloaking and standard) --
+
+@pytest.mark.parametrize("kind", ["exact", "float", "standard"])
+def test_a_mechanism_drawing_at_another_request_than_its_measurements_is_refused_before_the_draw(kind):
+    """A hand-written Measurement of a request at epsilon 0.5 whose mechanism draws at epsilon 4 (less noise): before,
+    the draw committed the measurement's held event (epsilon 0.5 recorded for an epsilon-4 release). Each drawing
+    function now expects its own request's event next: ValueError before the draw, nothing charged."""
+    import warnings
+
+    if kind == "standard":
+        drawn = release_request(4.0, 1e-3, objective=None, seed=3)
+        mechanism = functools.partial(_direct_standard, drawn)
+    else:
+        drawn, mechanism = _cloaked(None, sampler=kind, epsilon=4.0)
+    stated = release_request(0.5, 1e-3, objective=None)
+    acc = dp.PrivacyAccountant(epsilon=8.0, delta=1e-2)
+    with warnings.catch_warnings(record=True) as seen, pytest.raises(ValueError, match="this release charges"):
+        warnings.simplefilter("always")
+        measure(RowMeasurement(stated, "row", mechanism), acc)
+    assert not [w for w in seen if issubclass(w.category, (dp.ReproducibleNoiseWarning, dp.PrivacyLeakWarning))]
     assert acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
     assert [e["status"] for e in acc.history()] == ["cancelled"]

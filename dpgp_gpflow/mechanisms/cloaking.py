@@ -61,7 +61,7 @@ from ..sampling import (
     grid_loss,
 )
 from ..validation import check_count, check_real
-from .request import ReleaseRequest, release_request, validate_public_bounds
+from .request import ReleaseRequest, gaussian_event, release_request, validate_public_bounds
 from .rounding import SENSITIVITY_SAFETY, check_noise_condition, condition_number, safe_sensitivity
 
 __all__ = ["NoisePlan", "cloaking_release"]  # publish_cloaking: internal (commits into its caller's reservation)
@@ -667,8 +667,12 @@ def publish_cloaking(*, noise_factor: tf.Tensor, whitening: Any, y_centred: Any,
     is post-processing). The persons and outputs its shift is computed over must be the running measurement's
     (:func:`~dpgp_gpflow.measurement.check_covered`, before the draw: ``ValueError``; with no measurement running,
     ``RuntimeError``, so it runs inside :func:`~dpgp_gpflow.measurement.measure` only, refused before the draw, as
-    every commit is refused outside it: :meth:`~dpgp_gpflow.accounting.Reservation.commit`).
+    every commit is refused outside it: :meth:`~dpgp_gpflow.accounting.Reservation.commit`). ``reservation`` must
+    hold, as its next uncommitted event, the event of what is drawn here (``record``'s epsilon and delta at
+    ``multiplier``: :meth:`~dpgp_gpflow.accounting.Reservation.expect`, ``ValueError`` before anything), since its
+    commit records the next *held* event: a measurement's request other than the draw's is never recorded for it.
     """
+    reservation.expect((gaussian_event(record["epsilon"], record["delta"], multiplier),))  # the event drawn, held next
     d, b = validate_public_bounds(record["data_sensitivity"], output_bound, record.get("y_bounds"))
     if isinstance(whitening, FloatProjection):  # sampler="float": the same plan, a floating-point draw
         check_covered(path_of(neighbours))  # the persons its shift is checked over are those stated

@@ -71,8 +71,11 @@ def standard(request: ReleaseRequest, reservation: Reservation, mean: Any, varia
              y_bounds: Optional[Tuple[float, float]] = None) -> PrivateRelease:
     """The standard mechanism of :func:`standard_release` for a validated ``request`` (and a finite
     ``prior_cov``, checked by the caller), committing its one event into the caller's ``reservation``
-    after the draw: it neither validates the privacy parameters nor reserves. Privacy assumptions:
+    after the draw: it neither validates the privacy parameters nor reserves. ``reservation`` must hold
+    ``request``'s event as its next uncommitted one (:meth:`~dpgp_gpflow.accounting.Reservation.expect`:
+    ``ValueError`` before anything is drawn), as its commit records the next held event. Privacy assumptions:
     those of :func:`standard_release`."""
+    reservation.expect((request.event(),))  # the event committed is the event drawn
     multiplier, seed = request.multiplier, request.seed
     prior_cov = tf.convert_to_tensor(prior_cov, dtype=tf.float64)
     k = int(prior_cov.shape[0])
