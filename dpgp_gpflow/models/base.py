@@ -182,6 +182,20 @@ def _selection_hint() -> str:
             "default grid from public information), then selection.apply(model)")
 
 
+def _ways_forward(model: Any) -> Tuple[str, str]:
+    """``(how to choose the parameters privately, when they may be declared public)`` for the leak guard's messages.
+    A model with private inputs (whole rows) protects its inputs too: :func:`~dpgp_gpflow.selection.select_hyperparameters`
+    refuses it, its lengthscale is chosen inside the release, and public values must not come from the inputs either."""
+    if getattr(model, "private_inputs", False):
+        return ("choose the lengthscale privately inside the release, model.release_function(epsilon=..., delta=..., "
+                "lengthscales=[...]) (a grid, docs/guides/whole_rows.md#lengthscales; select_hyperparameters refuses "
+                "models with private inputs), and take the inducing inputs from the public box "
+                "(dpgp_gpflow.whole_rows.inducing_grid or inducing_design, never from the rows)",
+                "chosen without the private inputs and outputs (inducing inputs from the public box, never from the "
+                "rows)")
+    return _selection_hint(), "chosen without the outputs"
+
+
 def _parameter_owner(module: Any, path: str) -> Tuple[Any, str]:
     """The module holding the parameter at a ``gpflow.utilities.parameter_dict`` path, and its attribute name."""
     tokens = re.findall(r"\.([A-Za-z_]\w*)|\[(\d+)\]", path)
@@ -343,13 +357,14 @@ class LeakGuardMixin:
         if validate_declaration(hyperparameters_public):
             return
         name = type(self).__name__
+        select, public = _ways_forward(self)
         if self._private_objective_evaluated:
             raise PrivacyLeakError(
                 f"{name}'s training objective (the marginal likelihood of the private outputs) was "
                 "evaluated, e.g. by training the hyperparameters with gpflow.optimizers.Scipy; "
                 "hyperparameters fitted on private outputs leak them, and this release would not be DP. "
-                f"Set them a priori from public information, or {_selection_hint()}. If they were in fact "
-                "chosen without the private outputs, call model.declare_hyperparameters_public() or pass "
+                f"Set them a priori from public information, or {select}. If they were in fact "
+                f"{public}, call model.declare_hyperparameters_public() or pass "
                 "hyperparameters_public=True (docs/guides/from_gpflow.md)."
             )
         changed = self.changed_hyperparameters()
@@ -357,8 +372,8 @@ class LeakGuardMixin:
             raise PrivacyLeakError(
                 f"the parameters {changed} of {name} changed since the model was built (or last declared "
                 "public); values trained on the private outputs (through any objective or another model "
-                f"sharing them) leak them. To choose them from the data, {_selection_hint()}. If the new "
-                "values were chosen without the outputs, call model.declare_hyperparameters_public() or pass "
+                f"sharing them) leak them. To choose them from the data, {select}. If the new "
+                f"values were {public}, call model.declare_hyperparameters_public() or pass "
                 "hyperparameters_public=True (docs/guides/from_gpflow.md)."
             )
 
@@ -380,8 +395,9 @@ class LeakGuardMixin:
                  "defaults and were never declared public; nothing can tell them from values fitted on these "
                  "outputs (e.g. a kernel trained in gpflow.models.GPR with gpflow.optimizers.Scipy and reused), and "
                  f"then {where} would not be DP.")
-        private = _selection_hint() if grid is None else "add them to the grid (the selection then chooses them privately)"
-        ways = (f"Either {private}; or, if they were chosen without the outputs, build the model with "
+        select, public = _ways_forward(self)
+        private = select if grid is None else "add them to the grid (the selection then chooses them privately)"
+        ways = (f"Either {private}; or, if they were {public}, build the model with "
                 "hyperparameters_public=True (or call model.declare_hyperparameters_public()) "
                 "(docs/guides/from_gpflow.md).")
         if undeclared_hyperparameters_refused():
