@@ -191,15 +191,46 @@ def _load_multiclass(document: ReleaseDocument) -> Released:
                                        steps=steps, person_rows=guarantee.person_rows)
 
 
+def _feature_map(pieces: Mapping[str, Any], Z: np.ndarray, box: np.ndarray, where: str) -> FeatureMap:
+    """The feature map of a whole-row file's public pieces at ``where`` (``content``, ``content.candidates[i]``):
+    the kernel rebuilt from its specification, ``Z`` and the jitter, and ``k_max`` recomputed from the kernel and
+    the card's box (:func:`~dpgp_gpflow.whole_rows.features.kernel_bound`, as every release computes it), never
+    read: a file whose ``k_max`` is another number is refused (it scales every prediction's variance)."""
+    features = FeatureMap(kernel_from_spec(pieces["kernel"], Z.shape[1]), Z, jitter=pieces["jitter"], x_bounds=box)
+    if pieces["k_max"] != features.k_max or isinstance(pieces["k_max"], bool):
+        raise ReleaseFileError(f"{where}.k_max {pieces['k_max']!r} is not the kernel's bound on k(x, x) over "
+                               f"card.x_bounds, {features.k_max!r} (recomputed)")
+    return features
+
+
+_Loaded = TypeVar("_Loaded", WholeRowsRelease, WholeRowsClassifier, HistogramResidualRelease)
+
+
+def _own_card(document: ReleaseDocument, released: _Loaded, where: str, recomputed: Tuple[str, ...] = ()) -> _Loaded:
+    """``released`` unless the file's card (at ``where``) is not the loaded object's own card
+    (``privacy_card()``, as read back) but its ``recomputed`` fields: every field a whole-row kind's card records
+    (its kernel and noise variances, lengthscales, ``k_max`` as a classifier's kernel variance, ...) must be
+    what the object predicts with. ``ReleaseFileError`` naming the first field that differs."""
+    own = as_read_back(released.privacy_card(), "card")
+    for name in recomputed:
+        own.pop(name)
+    place = _difference({k: document.card.get(k) for k in own}, own, where)
+    if place:
+        raise ReleaseFileError(f"{place}: not what the loaded {type(released).__name__} records")
+    return released
+
+
 def _load_whole_rows(document: ReleaseDocument, multiplier: Optional[float] = None) -> Released:
     """The :class:`~dpgp_gpflow.whole_rows.WholeRowsRelease` of a verified file: its card and released arrays
     checked (:func:`~dpgp_gpflow.io.card.whole_rows_card`, every public number recomputed), the feature map
     rebuilt from the kernel, ``Z``, ``k_max`` and the jitter, the variances given or refitted on the statistics,
-    and with a grid every candidate rebuilt and the choice recomputed from their SGPR bounds (never read).
-    ``multiplier``: a residual release's first stage's, recomputed (:func:`~dpgp_gpflow.io.card.whole_rows_card`).
-    ``ReleaseFileError`` naming the field otherwise."""
+    and with a grid every candidate rebuilt and the choice recomputed from their SGPR bounds (never read); ``k_max``
+    recomputed (:func:`_feature_map`) and the card must be the loaded object's own (:func:`_own_card`: its
+    variances and lengthscales those of the content). ``multiplier``: a residual release's first stage's,
+    recomputed (:func:`~dpgp_gpflow.io.card.whole_rows_card`). ``ReleaseFileError`` naming the field otherwise."""
     checked = whole_rows_card(document, multiplier)
     card, content, m = document.card, document.content, checked.m
+    card_name = "card" if multiplier is None else "content.first_stage"  # a residual release's first stage's card
     if not isinstance(content, dict) or set(content) != {*WHOLE_ROWS_PIECES, "candidates", "selection"}:
         raise ReleaseFileError(f"content must be an object with {sorted({*WHOLE_ROWS_PIECES, 'candidates', 'selection'})}")
     Z = take_arrays("WholeRowsRelease", document.arrays, {"inducing_inputs": 2})["inducing_inputs"]
@@ -226,8 +257,7 @@ def _load_whole_rows(document: ReleaseDocument, multiplier: Optional[float] = No
                                   tuple(card["shares"]), card["reproducible"], card["person_rows"],
                                   tuple(card["chunking"]))
         try:
-            features = FeatureMap(kernel_from_spec(pieces["kernel"], Z.shape[1]), Z, jitter=pieces["jitter"],
-                                  k_max=pieces["k_max"])
+            features = _feature_map(pieces, Z, checked.box, where)
             given = pieces["variances"] == "given"
             return WholeRowsRelease(noised, features, x_bounds=checked.box, y_bounds=checked.y_bounds,
                                     epsilon=card["epsilon"], delta=card["delta"], calibration=card["calibration"],
@@ -246,7 +276,7 @@ def _load_whole_rows(document: ReleaseDocument, multiplier: Optional[float] = No
         if entries != [] or selection is not None:
             raise ReleaseFileError("content.candidates must be [] and content.selection null without "
                                    "card.lengthscale_candidates")
-        return released
+        return _own_card(document, released, card_name)
     if not (isinstance(entries, list) and len(entries) == checked.candidates):
         raise ReleaseFileError(f"content.candidates must list the {checked.candidates} candidates of "
                                "card.lengthscale_candidates")
@@ -265,7 +295,7 @@ def _load_whole_rows(document: ReleaseDocument, multiplier: Optional[float] = No
             or not all(np.allclose(c.lengthscales, v, rtol=1e-12, atol=0.0) for c, v in zip(candidates, lengthscales))):
         raise ReleaseFileError("content.selection.lengthscales must be card.lengthscale_candidates, the candidates' "
                                "kernels' lengthscales")
-    return released.with_selection(candidates, lengthscales, bounds, chosen)
+    return _own_card(document, released.with_selection(candidates, lengthscales, bounds, chosen), card_name)
 
 
 def _load_residual(document: ReleaseDocument) -> Released:
@@ -297,7 +327,7 @@ def _load_residual(document: ReleaseDocument) -> Released:
 def _load_histogram(document: ReleaseDocument) -> Released:
     """The :class:`~dpgp_gpflow.whole_rows.histogram_release.HistogramResidualRelease` of a verified file: its card
     and arrays checked (:func:`~dpgp_gpflow.io.card.histogram_card`), the feature map rebuilt from the kernel,
-    ``Z``, ``k_max`` and the jitter, the grid recomputed from the kernel and the box
+    ``Z`` and the jitter (``k_max`` recomputed, :func:`_feature_map`), the grid recomputed from the kernel and the box
     (:func:`~dpgp_gpflow.whole_rows.histogram.histogram_cells`, its cap; the file's centres must be its centres),
     and the object built by its own constructor from the released values, which recomputes every radius and
     estimate (never read: a radius that differs from the recorded one is refused); the loaded object's card must
@@ -307,8 +337,7 @@ def _load_histogram(document: ReleaseDocument) -> Released:
     if not isinstance(content, dict) or set(content) != {"kernel", "k_max", "jitter"}:
         raise ReleaseFileError("content must be an object with ['jitter', 'k_max', 'kernel']")
     try:
-        features = FeatureMap(kernel_from_spec(content["kernel"], checked.box.shape[0]), a["inducing_inputs"],
-                              jitter=content["jitter"], k_max=content["k_max"])
+        features = _feature_map(content, a["inducing_inputs"], checked.box, "content")
         cells = histogram_cells(features.kernel, checked.box)  # the library's grid and cap, from public pieces
     except ReleaseFileError:
         raise
@@ -337,12 +366,8 @@ def _load_histogram(document: ReleaseDocument) -> Released:
                                             clip_to_bounds=card["clip_to_bounds"])
     except (TypeError, ValueError, FloatingPointError, np.linalg.LinAlgError, tf.errors.InvalidArgumentError) as exc:
         raise ReleaseFileError(f"the stages: {exc}") from None
-    own = as_read_back(released.privacy_card(), "card")
-    own.pop("radii")  # recomputed by the constructor, equal to the file's within its tolerance (it refused otherwise)
-    place = _difference({k: card.get(k) for k in own}, own, "card")
-    if place:
-        raise ReleaseFileError(f"{place}: not what the loaded HistogramResidualRelease records")
-    return released
+    # radii: recomputed by the constructor, equal to the file's within its tolerance (it refused otherwise)
+    return _own_card(document, released, "card", recomputed=("radii",))
 
 
 def _symmetric(v: np.ndarray, m: int) -> np.ndarray:
@@ -357,8 +382,8 @@ def _symmetric(v: np.ndarray, m: int) -> np.ndarray:
 def _load_whole_rows_classifier(document: ReleaseDocument) -> Released:
     """The :class:`~dpgp_gpflow.whole_rows.classification.WholeRowsClassifier` of a verified file: its card and
     released arrays checked (:func:`~dpgp_gpflow.io.card.whole_rows_classifier_card`, the whole-row card checks
-    with the public counts), the feature map rebuilt from the kernel, ``Z``, ``k_max`` and the jitter, each
-    block's statistics with the recomputed noise std; the loaded object's own card must be the file's (e.g.
+    with the public counts), the feature map rebuilt from the kernel, ``Z`` and the jitter (``k_max`` recomputed,
+    :func:`_feature_map`), each block's statistics with the recomputed noise std; the loaded object's own card must be the file's (e.g.
     ``kernel_variance`` is ``k_max``). ``ReleaseFileError`` naming the field otherwise."""
     checked = whole_rows_classifier_card(document)
     card, content, m = document.card, document.content, checked.m
@@ -378,19 +403,14 @@ def _load_whole_rows_classifier(document: ReleaseDocument) -> Released:
                                        tuple(card["shares"]), card["reproducible"], card["person_rows"],
                                        tuple(card["chunking"])))
     try:
-        features = FeatureMap(kernel_from_spec(content["kernel"], Z.shape[1]), Z, jitter=content["jitter"],
-                              k_max=content["k_max"])
+        features = _feature_map(content, Z, checked.box, "content")
         released = WholeRowsClassifier(blocks, features, x_bounds=checked.box, num_classes=card["num_classes"],
                                        epsilon=card["epsilon"], delta=card["delta"], calibration=card["calibration"])
     except ReleaseFileError:
         raise
     except (TypeError, ValueError, FloatingPointError, NotImplementedError) as exc:
         raise ReleaseFileError(f"content: {exc}") from None
-    own = as_read_back(released.privacy_card(), "card")
-    place = _difference({k: card[k] for k in own}, own, "card")
-    if place:
-        raise ReleaseFileError(f"{place}: not what the loaded WholeRowsClassifier records")
-    return released
+    return _own_card(document, released, "card")
 
 
 #: Object kind (its class name, as written in the file) -> loader of a verified document.

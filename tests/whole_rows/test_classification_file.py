@@ -138,6 +138,8 @@ FORGERIES = {
 LOAD_FORGERIES = {
     "the kernel variance": lambda raw: raw["card"].update(kernel_variance=raw["card"]["kernel_variance"] * 2),
     "k_max": lambda raw: raw["content"].update(k_max=raw["content"]["k_max"] * 2),
+    "k_max with the card's kernel variance": lambda raw: (raw["content"].update(k_max=1.0),  # loaded before
+                                                          raw["card"].update(kernel_variance=1.0)),
     "an extra array": lambda raw: _set_array(raw, "rows/X", np.zeros((3, 2))),
     "a fourth class's statistics": lambda raw: _set_array(raw, "statistics/3/b", np.zeros(M)),
     "Z of another shape": lambda raw: _set_array(raw, "inducing_inputs", np.zeros((M, 3))),

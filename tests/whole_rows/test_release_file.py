@@ -118,14 +118,22 @@ FORGERIES = {
     "b non-finite": lambda raw: _set_array(raw, "statistics/b", _array(raw, "statistics/b") * np.inf),
     "the kernel": lambda raw: raw["content"]["kernel"].update(**{"class": "NoSuchKernel"}),
     "an extra array": lambda raw: _set_array(raw, "rows/X", X),
+    # the public pieces predictions read, against the card and the kernel (found by a fresh-user trial: each loaded)
+    "k_max halved": lambda raw: raw["content"].update(k_max=raw["content"]["k_max"] / 2),
+    "the card's kernel variance": lambda raw: raw["card"].update(kernel_variance=1.0),
+    "the card's noise variance": lambda raw: raw["card"].update(noise_variance=0.5),
+    "the card's lengthscales": lambda raw: raw["card"].update(lengthscales=6.0),
+    "the content's lengthscales": lambda raw: raw["content"]["kernel"]["parameters"].update(lengthscales=6.0),
+    "the variances' kind": lambda raw: raw["card"].update(variances="fit"),
 }
 
 
 @pytest.mark.parametrize("what", sorted(FORGERIES))
 def test_a_consistent_forgery_is_refused(saved, tmp_path, what):
     path = forged(saved["one"][1], tmp_path, FORGERIES[what])
-    with pytest.raises(ReleaseFileError):
+    with pytest.raises(ReleaseFileError) as caught:
         dp.load(path)
+    assert "\n" not in str(caught.value)
 
 
 def test_noise_a_hair_below_the_charge_is_refused_at_the_recomputed_multiplier(saved, tmp_path):
@@ -146,6 +154,8 @@ GRID_FORGERIES = {
     "the choice": lambda raw: raw["content"]["selection"].update(chosen=(raw["content"]["selection"]["chosen"] + 1) % 3),
     "the candidates": lambda raw: raw["card"].update(lengthscale_candidates=[2.0, 4.0]),
     "a fitted variance": lambda raw: raw["content"].update(noise_variance=raw["content"]["noise_variance"] * 2),
+    "a candidate's k_max": lambda raw: raw["content"]["candidates"][0].update(k_max=1.0),
+    "the card's fitted kernel variance": lambda raw: raw["card"].update(kernel_variance=1.0),
 }
 
 

@@ -263,6 +263,8 @@ FORGERIES = {
     "the fractions": lambda raw: raw["card"].update(residual_fractions=[0.6, 0.2, 0.2]),
     "a stage sensitivity": lambda raw: raw["card"]["stage_sensitivities"].__setitem__(1, 0.5),
     "the first stage's multiplier": lambda raw: raw["content"]["first_stage"].update(noise_multiplier=1.0),
+    "the cards' kernel variance": lambda raw: [c.update(kernel_variance=1.0)  # not the content's
+                                               for c in (raw["card"], raw["content"]["first_stage"])],
 }
 
 
