@@ -313,14 +313,18 @@ class Reservation:
         ``ValueError`` unless its next uncommitted events are exactly ``events`` (the same epsilon, delta, kind
         and mu, in order), since each commit records the next *held* event, not the release's."""
         if not self._issued:
-            raise TypeError("a Reservation passed to a release must be one the package issued "
-                            "(dpgp_gpflow.accounting.reserve), not one built by hand: nothing was drawn or charged")
+            raise TypeError("accountant= was given a Reservation built by hand, not one the package issued: it charges "
+                            "the accountants it names (or none), not those this release must charge. Nothing was drawn "
+                            "or charged: pass the PrivacyAccountant itself as accountant= (or None inside "
+                            "`with PrivacyAccountant(...)`)")
         wanted = [(e.epsilon, e.delta, e.kind, e.mu) for e in events]
         held = [(e.epsilon, e.delta, e.kind, e.mu) for e in self.upcoming(len(wanted))]
         if held != wanted:
-            raise ValueError(f"the reservation passed holds, as its next uncommitted event(s), {held} (epsilon, delta, "
-                             f"kind, mu) but this release charges {wanted}: refused before anything is drawn "
-                             "(nothing charged); reserve the release's own events")
+            raise ValueError(f"accountant= was given a reservation that holds, as its next uncommitted event(s), {held} "
+                             f"(epsilon, delta, kind, mu) but this release charges {wanted} (each commit records the "
+                             "next held event, not the release's). Nothing was drawn or charged: pass the "
+                             "PrivacyAccountant itself as accountant=, or a reservation of this release's own "
+                             "events, in the order the releases run")
 
     def commit(self, description: str = "") -> PrivacyEvent:
         """Record the next held event (with ``description``) in every accountant; returns it. Every draw commits
@@ -449,10 +453,17 @@ def reserve(accountant: Any, events: Sequence[PrivacyEvent]) -> Reservation:
     :meth:`Reservation.commit` each event after its draw. A :class:`Reservation` passed as
     ``accountant`` (a caller that already reserved) is borrowed: committed into, closed by its owner; it must
     be one this function issued and hold ``events`` as its next uncommitted events
-    (:meth:`Reservation.expect`: else ``TypeError`` / ``ValueError``, nothing drawn or charged).
+    (:meth:`Reservation.expect`: else ``TypeError`` / ``ValueError``, nothing drawn or charged), and it must charge
+    some accountant when a ``with PrivacyAccountant(...)`` block is active (one reserved outside every block, with no
+    accountant, would leave that block's uncharged: ``ValueError``, nothing drawn or charged).
     """
     if isinstance(accountant, Reservation):
         accountant.expect(events)
+        if not accountant.accountants and resolve_accountant(None):
+            raise ValueError("accountant= was given a reservation that charges no accountant (reserved outside every "
+                             "`with PrivacyAccountant(...)` block) inside such a block: the release would go "
+                             "uncharged. Nothing was drawn or charged: pass accountant=None (the enclosing blocks') "
+                             "or the PrivacyAccountant itself")
         return accountant.borrow()
     reservation = Reservation(resolve_accountant(accountant), events)
     reservation._issued = True

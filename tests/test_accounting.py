@@ -330,7 +330,7 @@ def test_gdp_epsilon_at_a_subnormal_delta_is_infinite():
     assert gdp_epsilon(1.0, 2.3e-308) == pytest.approx(37.92, rel=1e-3)
 
 
-# -- a caller's reservation handed to a release (accountant=, streaming.cloak_function) ----------------
+# -- a caller's reservation handed to a release (accountant=, streaming.release.cloak_function) ----------------
 
 
 def _recorded(acc):
@@ -339,7 +339,7 @@ def _recorded(acc):
 
 @pytest.fixture(scope="module")
 def fitc(model):
-    """``model``'s rows in a sparse model the streamed release (streaming.cloak_function) takes."""
+    """``model``'s rows in a sparse model the streamed release (streaming.release.cloak_function) takes."""
     from dpgp_gpflow.models import DPGPRFITC
 
     X, Y = (np.asarray(a) for a in model.data)
@@ -351,9 +351,9 @@ def test_a_reservation_holding_another_event_is_refused_before_the_draw(model, f
     """A reservation of a small event handed to a bigger release used to record the small event for it (a commit
     records the next held event, not the release's): refused, nothing drawn or charged; the release it holds
     then charges once."""
-    from dpgp_gpflow import streaming
     from dpgp_gpflow.accounting import reserve
     from dpgp_gpflow.mechanisms import release_request
+    from dpgp_gpflow.streaming.release import cloak_function
 
     small, big = release_request(0.1, 1e-6, objective=None), release_request(2.0, 1e-3, seed=0)
     acc = PrivacyAccountant(epsilon=10.0, delta=1e-2)
@@ -363,7 +363,7 @@ def test_a_reservation_holding_another_event_is_refused_before_the_draw(model, f
         with pytest.raises(ValueError, match="holds"):
             model.release(XNEW, epsilon=2.0, delta=1e-3, seed=0, accountant=reservation, mechanism="standard")
         with pytest.raises(ValueError, match="holds"):
-            streaming.cloak_function(fitc, big, reservation)
+            cloak_function(fitc, big, reservation)
         assert draws == [] and acc.ledger == () and reservation.uncommitted == 2
         model.release(XNEW, epsilon=0.1, delta=1e-6, seed=0, accountant=reservation)  # the events it holds, in order
         model.release(XNEW, epsilon=2.0, delta=1e-3, seed=0, accountant=reservation)
@@ -375,17 +375,35 @@ def test_a_reservation_built_by_hand_is_refused_not_committed_into_nothing(model
     """Reservation((), [event]) holds nothing in any accountant: handed to a release inside a ``with`` block it
     used to bypass the enclosing accountant (and a StepDraws, to draw, then fail to commit). Refused (TypeError),
     nothing drawn or charged."""
-    from dpgp_gpflow import streaming
     from dpgp_gpflow.accounting import Reservation
     from dpgp_gpflow.measurement import StepDraws
     from dpgp_gpflow.mechanisms import release_request
+    from dpgp_gpflow.streaming.release import cloak_function
 
     request = release_request(2.0, 1e-3, seed=0)
     with PrivacyAccountant(epsilon=10.0, delta=1e-2) as outer:
         with pytest.raises(TypeError, match="issued"):
             model.release(XNEW, epsilon=2.0, delta=1e-3, seed=0, accountant=Reservation((), [request.event()]))
         with pytest.raises(TypeError, match="issued"):
-            streaming.cloak_function(fitc, request, Reservation((), [request.event()]))
+            cloak_function(fitc, request, Reservation((), [request.event()]))
         with pytest.raises(TypeError, match="issued"):  # the steps' draws of a multi-step release, built by hand
             model.release(XNEW, epsilon=2.0, delta=1e-3, seed=0, accountant=StepDraws(request.event()))
     assert draws == [] and outer.ledger == () and outer.held == (0.0, 0.0)
+
+
+def test_a_reservation_charging_no_accountant_is_refused_inside_a_with_block(model, draws):
+    """reserve(None, ...) made outside any ``with`` block holds in no accountant: handed as ``accountant=`` to a
+    release inside ``with PrivacyAccountant(...)`` it used to charge nothing (the block's accountant skipped).
+    Refused, nothing drawn or charged; outside every block it is accepted, as a release with no accountant is."""
+    from dpgp_gpflow.accounting import reserve
+    from dpgp_gpflow.mechanisms import release_request
+
+    request = release_request(2.0, 1e-3, seed=0)
+    with reserve(None, [request.event()]) as loose:
+        assert loose.accountants == ()
+        with PrivacyAccountant(epsilon=10.0, delta=1e-2) as outer:
+            with pytest.raises(ValueError, match="charges no accountant"):
+                model.release(XNEW, epsilon=2.0, delta=1e-3, seed=0, accountant=loose)
+        assert draws == [] and outer.ledger == () and outer.held == (0.0, 0.0) and loose.uncommitted == 1
+        model.release(XNEW, epsilon=2.0, delta=1e-3, seed=0, accountant=loose)  # no block open: none to charge
+    assert len(draws) == 1 and outer.ledger == ()

@@ -57,8 +57,8 @@ from ..mechanisms import ReleaseRequest, release_request
 from ..neighbours import relation, sensitivity_path
 from ..pipeline import cloak_outputs
 from ..released import PrivateClassifier
-from ..streaming import DEFAULT_CHUNK_SIZE, ChunkSource, cloak_function, rows_source
-from ..streaming.release import model_inputs
+from ..streaming import DEFAULT_CHUNK_SIZE, ChunkSource, rows_source
+from ..streaming.release import cloak_function, model_inputs
 from ..streaming.chunks import check_source_shape, source_persons
 from ..streaming.one_vs_rest_chunks import OneVsRestChunks, check_class_labels
 from ..validation import as_inputs, is_dask_array, require_float64, validate_groups, validate_public_terms
@@ -353,7 +353,7 @@ class DPSparseMulticlassLaplaceGPC(_OneVsRest):
                          max_iter: int = 2000, source: Optional[ChunkSource] = None,
                          chunk_size: int = DEFAULT_CHUNK_SIZE) -> PrivateMulticlassClassifier:
         """:meth:`release` streamed over row chunks, without the m x n map: each class's first Newton step is
-        :func:`dpgp_gpflow.streaming.cloak_function` of its problem over :class:`OneVsRestChunks` of the rows,
+        :func:`dpgp_gpflow.streaming.release.cloak_function` of its problem over :class:`OneVsRestChunks` of the rows,
         at the same multiplier ``sqrt(m) s(epsilon, delta)`` (``m = 2``, with groups ``min(K, 2g)``), all under
         one reservation and one ledger event (as :meth:`release`).
 

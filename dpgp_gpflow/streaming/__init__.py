@@ -14,8 +14,7 @@ reservation; the multiclass streamed release runs it per class).
 
 from .chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks
 from .one_vs_rest_chunks import OneVsRestChunks
-from .release import (cloak_function, minibatch_kmeans_inducing_inputs, predict, release_function, rows_source,
-                      streamed_map)
+from .release import minibatch_kmeans_inducing_inputs, predict, release_function, rows_source, streamed_map
 from .solver import StreamedMap
 from .terms import ChunkTerms
 

@@ -1,5 +1,5 @@
 """DPSparseMulticlassLaplaceGPC.release_streamed: the sparse multi-class release from streamed rows (a chunk
-source of ``(X, labels)``, or Dask arrays), each class through ``dp.streaming.cloak_function`` under the one
+source of ``(X, labels)``, or Dask arrays), each class through ``dp.streaming.release.cloak_function`` under the one
 reservation of the whole release.
 
 References: the in-memory release of the same model and seed (independently tested against NumPy in

@@ -74,6 +74,7 @@ def test_cloak_function_outside_measure_is_refused_before_any_pass_over_the_chun
             assert reservation.uncommitted == 1 and passes == []
         assert acc.spent == (0.0, 0.0) and acc.ledger == ()
     assert "cloak_function" not in streaming.__all__ + module.__all__  # internal: composing is release_function's
+    assert not hasattr(streaming, "cloak_function")  # nor reachable as dp.streaming.cloak_function
 
 
 def _publish_spy(monkeypatch):
