@@ -150,6 +150,11 @@ class StagedRelease(RegressionPredictions, StatisticsRelease, Released):
         return relation(self.person_rows)
 
     @property
+    def lengthscales(self) -> Any:
+        """The lengthscales of the released features' kernel (as :attr:`~.released.WholeRowsRelease.lengthscales`)."""
+        return WholeRowsRelease.lengthscales.fget(self)  # type: ignore[attr-defined]
+
+    @property
     def mu(self) -> float:
         """The Gaussian-DP parameter of the whole release, ``sqrt(sum_j mu_j^2) = 1 / s``."""
         return 1.0 / self.noise_multiplier

@@ -70,6 +70,7 @@ def test_a_loaded_release_predicts_bit_for_bit_as_the_saved_one_and_passes_the_a
     model, original, _, loaded = saved
     assert type(loaded) is type(original) and repr(loaded) == repr(original)
     assert loaded.privacy_card() == original.privacy_card()
+    assert original.lengthscales == loaded.lengthscales == LENGTHSCALE  # as a whole-row release's
     for a, b in zip(original.predict_f(XQ), loaded.predict_f(XQ)):
         assert b.shape == (XQ.shape[0], 1)
         np.testing.assert_array_equal(b, a)

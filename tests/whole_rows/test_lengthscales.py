@@ -198,7 +198,7 @@ def test_a_grid_with_residual_releases_is_one_event_composing_every_stage(draws,
     radii = _reference_radii(released.statistics, released.statistics_noise_std, CANDIDATES[chosen])
     expected = s / np.sqrt(FRACTIONS[1:]) * 2.0 * 1 * np.array(radii)
     assert np.all(std >= expected) and np.all(std <= expected * (1 + 1e-6))
-    assert head.selection["chosen"] == chosen and head.lengthscales == CANDIDATES[chosen]
+    assert head.selection["chosen"] == chosen and head.lengthscales == CANDIDATES[chosen] == released.lengthscales
     assert float(released.features.kernel.lengthscales.numpy()) == CANDIDATES[chosen]
     np.testing.assert_array_equal(released.statistics["b"], head.candidates[chosen].statistics["b"])
     # the file: the card states the candidates and the stages, and loads to the same predictions
@@ -208,6 +208,7 @@ def test_a_grid_with_residual_releases_is_one_event_composing_every_stage(draws,
     Xnew = np.linspace(0.0, 10.0, 7)[:, None]
     loaded = dp.load(tmp_path / "grid.json")
     np.testing.assert_array_equal(loaded.predict(Xnew).mean, released.predict(Xnew).mean)
+    assert loaded.lengthscales == CANDIDATES[chosen]  # as a whole-row release's (AttributeError before)
     np.testing.assert_array_equal(loaded.radii, released.radii)
     model = DPSGPR((X, Y), gpflow.kernels.SquaredExponential(variance=2.0, lengthscales=3.0), Z, noise_variance=0.1,
                    y_bounds=BOUNDS, x_bounds=BOX, private_inputs=True, hyperparameters_public=True)
