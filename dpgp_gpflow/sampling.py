@@ -311,9 +311,12 @@ def add_whitened_noise(z: Any, seed: Optional[int] = None) -> Tuple[np.ndarray, 
     ``z`` is the whitened query: noise std 1, its L2 shift between neighbours at most ``1 / s`` of the
     release's multiplier ``s`` after inflating its sensitivity by :func:`gaussian_grid_factor`. Exact
     (``seed=None``): ``z`` rounded to the grid and the grid noise added exactly (:func:`grid_sum`), so the
-    result depends on ``z`` only through its grid point. Seeded: ``z + xi`` in floating point.
+    result depends on ``z`` only through its grid point. Seeded: ``z + xi`` in floating point. ``ValueError``
+    (nothing drawn, so nothing charged) for a ``z`` that is not finite, seeded or not: no release publishes NaN.
     """
     z = np.asarray(z, dtype=np.float64).reshape(-1)
+    if not np.all(np.isfinite(z)):
+        raise ValueError("the whitened query is not finite (a public scale overflowed float64): nothing drawn")
     xi, reproducible = standard_normal(z.size, seed)
     return (z + xi if reproducible else grid_sum(z, xi)), reproducible
 

@@ -34,6 +34,7 @@ from ..validation import (
     reading_once,
     require_float64,
     validate_bounds,
+    validate_data_sensitivity,
     validate_noise_variance,
     validate_seed,
 )
@@ -161,6 +162,7 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
     request, groups, Z, box = public_setup(source, kernel, inducing_inputs, x_bounds, epsilon, delta, calibration,
                                            seed, groups)
     bounds = validate_bounds(y_bounds)
+    validate_data_sensitivity(None, bounds)  # d = hi - lo >= 1e-100 (so q's bound d^2 / 4 is a normal float64)
     validate_shares(shares)
     variances = _resolve_variances(variances, kernel_variance, noise_variance)
     if noise_variance is not None:
