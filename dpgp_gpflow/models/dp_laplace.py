@@ -65,7 +65,7 @@ from ..readouts import LaplaceReadout, SoRReadout
 from ..released import PrivateClassifier, PrivateRelease
 from ..streaming.terms import Factors
 from ..whole_rows import classification as whole_row_classes
-from ..whole_rows.inputs import PrivateInputsMixin, private_input_data
+from ..whole_rows.inputs import PrivateInputsMixin, private_input_data, refuse_private_input_options
 from ..validation import as_inputs, is_dask_array, require_float64, validate_public_terms
 from .base import DaskRowsMixin, FactoredModelMixin, PrivateModelMixin, inducing_inputs, split_dask_rows
 from .fitc import FITCChunkTerms
@@ -490,8 +490,8 @@ class DPSparseLaplaceGPC(_LabelContract, DaskRowsMixin, FactoredModelMixin, Priv
         box = None
         if private_inputs:  # whole rows private (docs/whole_rows.md#classification); refusals before anything else
             data, box = private_input_data(data, kernel, inducing_variable, x_bounds, clip_inputs)
-        elif x_bounds is not None:
-            raise ValueError("x_bounds is the public box of private inputs: give it with private_inputs=True")
+        else:
+            refuse_private_input_options(x_bounds, clip_inputs)
         self._hold_private_inputs(box, clip_inputs)
         X, Y, dask_rows = _sparse_rows(data)
         if dask_rows is not None and is_dask_array(groups):

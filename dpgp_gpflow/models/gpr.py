@@ -68,6 +68,11 @@ def cloaking_matrix(model: Any, Xnew: Any) -> tf.Tensor:
     return contract_cloaking_matrix(model, Xnew)
 
 
+#: Why ``DPGPR(..., private_inputs=True)`` is refused, and what to use.
+FULL_GP_REFUSAL = ("the full GP releases its latent values at the training inputs, and its function's file holds "
+                   "them: with private inputs use the sparse DPSGPR(..., private_inputs=True, x_bounds=...)")
+
+
 class DPGPR(PrivateModelMixin, gpflow.models.GPR):
     """GPflow's ``GPR`` with public output bounds and differentially private releases.
 
@@ -94,6 +99,9 @@ class DPGPR(PrivateModelMixin, gpflow.models.GPR):
     one person (with ``groups``: all outputs of all of a person's rows), output p moving by up to its
     ``d_p``; releases are of all outputs at once (``release.mean`` [k, P]), ``data_sensitivity`` is the
     largest ``d_p`` and :attr:`output_sensitivities` holds them all.
+
+    ``private_inputs=True`` (inputs private too) is refused: use ``DPSGPR(..., private_inputs=True, x_bounds=...)``
+    (docs/guides/whole_rows.md).
     """
 
     def __init__(
@@ -107,7 +115,10 @@ class DPGPR(PrivateModelMixin, gpflow.models.GPR):
         data_sensitivity: Optional[float] = None,
         hyperparameters_public: bool = False,
         groups: Any = None,
+        private_inputs: bool = False,
     ) -> None:
+        if private_inputs is not False:
+            raise NotImplementedError(FULL_GP_REFUSAL)
         X, Y, bounds, d = prepare_private_data(data, y_bounds, data_sensitivity, noise_variance, several_outputs=True,
                                                mean_function=mean_function)
         self._hold_outputs(Y.shape[1])

@@ -27,7 +27,7 @@ from .. import linalg, whole_rows
 from ..exceptions import PrivacyLeakError
 from ..readouts import SGPRReadout, SparseTerms
 from ..streaming.terms import ChunkTerms, Factors
-from ..whole_rows.inputs import PrivateInputsMixin, private_input_data
+from ..whole_rows.inputs import PrivateInputsMixin, private_input_data, refuse_private_input_options
 from .sgpr_base import DPSGPRBase
 
 __all__ = ["DPSGPR"]
@@ -126,8 +126,8 @@ class DPSGPR(DPSGPRBase, PrivateInputsMixin, gpflow.models.SGPR):
         box = None
         if private_inputs:
             data, box = private_input_data(data, kernel, inducing_variable, x_bounds, clip_inputs)
-        elif x_bounds is not None:
-            raise ValueError("x_bounds is the public box of private inputs: give it with private_inputs=True")
+        else:
+            refuse_private_input_options(x_bounds, clip_inputs)
         super().__init__(data, kernel, inducing_variable, noise_variance, y_bounds, **options)
         if private_inputs and self.num_outputs != 1:
             raise NotImplementedError("private_inputs=True takes one output per row for now (Y [N, 1])")

@@ -342,8 +342,8 @@ def release_classifier_model(model: Any, *, epsilon: float, delta: float, calibr
     released by :func:`release_classifier_rows` with its kernel, inducing inputs, box, input clipping and persons,
     its leak guard (every problem's) checked before anything is reserved."""
     if options:
-        raise TypeError(f"{sorted(options)} do not apply to a whole-row release (private inputs): it releases the "
-                        "statistics once, with no noise optimiser or reference inputs")
+        raise TypeError(f"{sorted(options)} do not apply to a whole-row classifier (private inputs): it releases "
+                        "its statistics once, with no residual releases, noise optimiser or reference inputs")
     problems = getattr(model, "problems", (model,))
     num_classes = getattr(model, "num_classes", None)
     first = problems[0]

@@ -48,6 +48,16 @@ def private_input_data(data: Any, kernel: Any, inducing_variable: Any, x_bounds:
     return (X, Y), box
 
 
+def refuse_private_input_options(x_bounds: Any, clip_inputs: Any) -> None:
+    """``ValueError`` (one line) for the options of private inputs given to a model whose inputs are public
+    (``private_inputs`` False): a box ``x_bounds``, or ``clip_inputs`` other than its default True (nothing would
+    be clipped or refused, so a silent no-op)."""
+    for name, given in (("x_bounds", x_bounds is not None), ("clip_inputs", clip_inputs is not True)):
+        if given:
+            raise ValueError(f"{name} applies to private inputs (their public box, and clipping to it or refusing "
+                             "rows outside it): give it with private_inputs=True")
+
+
 class PrivateInputsMixin:
     """What a model built with ``private_inputs=True`` holds: its public box and whether inputs outside it
     were clipped or refused (fixed at construction, outside GPflow's module tracking)."""

@@ -53,8 +53,9 @@ def validate_residual_fractions(fractions: Any) -> Optional[Tuple[float, ...]]:
         return None
     if isinstance(fractions, str) and fractions == "default":
         return DEFAULT_RESIDUAL_FRACTIONS
-    message = ("residual_fractions must be None, 'default' or two or more fractions of the budget, each > 0, summing "
-               "to 1 (the first for the statistics release, one for each residual release), got " + repr(fractions))
+    message = ("residual_fractions must be None, 'default', 'histogram' (a release's histogram scheme) or two or more "
+               "fractions of the budget, each > 0, summing to 1 (the first for the statistics release, one for each "
+               "residual release), got " + repr(fractions))
     try:
         items = tuple(fractions)
         gdp_fraction_multipliers(1.0, items)  # the composition's one rule: each finite and > 0, summing to 1

@@ -13,7 +13,7 @@ import pytest
 
 import dpgp_gpflow as dp
 from dpgp_gpflow import whole_rows as wr
-from dpgp_gpflow.models import DPSGPR, DPSparseMulticlassLaplaceGPC, kmeans_inducing_inputs
+from dpgp_gpflow.models import DPGPR, DPSGPR, DPSparseLaplaceGPC, DPSparseMulticlassLaplaceGPC, kmeans_inducing_inputs
 from dpgp_gpflow.streaming import LocalChunks
 from dpgp_gpflow.whole_rows.classification import release_classifier_rows
 
@@ -93,3 +93,34 @@ def test_a_streamed_row_outside_the_box_is_refused_where_clipping_is_off(kind):
     _untouched(acc, read_rows=True)
     _regression(inputs=OUTSIDE)(acc) if kind == "regression" else _classifier(inputs=OUTSIDE)(acc)  # clipping on
     assert [h["status"] for h in acc.history()] == ["cancelled", "committed"] and acc.spent[0] == pytest.approx(1.0)
+
+
+#: Options of private inputs where they cannot apply, each refused in one line naming what to do (found by a
+#: fresh-user trial: DPGPR raised a bare TypeError, clip_inputs=False without private_inputs was silently accepted,
+#: and the classifier's residual_fractions and a misspelt scheme got messages that did not say what applies).
+MISPLACED = {
+    "DPGPR with private inputs": (NotImplementedError, r"DPSGPR\(\.\.\., private_inputs=True",
+                                  lambda: DPGPR((X, Y), _se(), y_bounds=(-1.0, 1.5), private_inputs=True)),
+    "clip_inputs without private inputs (regression)": (
+        ValueError, "clip_inputs applies to private inputs.*give it with private_inputs=True",
+        lambda: DPSGPR((X, Y), _se(), Z, noise_variance=0.1, y_bounds=(-1.0, 1.5), clip_inputs=False)),
+    "clip_inputs without private inputs (classifier)": (
+        ValueError, "clip_inputs applies to private inputs",
+        lambda: DPSparseLaplaceGPC((X, np.where(LABELS[:, None] > 0, 1.0, -1.0)), _se(), Z, clip_inputs=False)),
+    "residual releases of a classifier": (
+        TypeError, "no residual releases",
+        lambda: DPSparseMulticlassLaplaceGPC((X, LABELS), _se(), Z, num_classes=3, private_inputs=True, x_bounds=BOX,
+                                             hyperparameters_public=True).release(
+            epsilon=1.0, delta=1e-3, residual_fractions="default")),
+    "a misspelt scheme": (ValueError, "'histogram'", _regression(residual_fractions="histo")),
+}
+
+
+@pytest.mark.parametrize("what", sorted(MISPLACED))
+def test_options_that_do_not_apply_are_refused_in_one_line_saying_what_does(what):
+    error, match, build = MISPLACED[what]
+    acc = dp.PrivacyAccountant(epsilon=5.0, delta=1e-2)
+    with pytest.raises(error, match=match) as refused:
+        build(acc) if what == "a misspelt scheme" else build()
+    assert "\n" not in str(refused.value)
+    _untouched(acc)
