@@ -687,6 +687,18 @@ def test_every_option_has_help_and_every_command_has_examples_that_parse():
             "dpgp budget show", "dpgp demo"} <= set(names)
 
 
+def test_the_help_on_inputs_is_true_with_and_without_private_inputs():
+    """Found by a fresh-user trial: the help said the inputs are public, ``--x`` public columns and ``--sparse M``
+    k-means inducing inputs, all wrong with ``--private-inputs`` (k-means is refused there)."""
+    help_of = {name: " ".join(parser.format_help().split()) for name, parser in _parsers()}
+    assert "the inputs are public, or private too with release --private-inputs" in help_of["dpgp"]
+    assert "Inputs are public;" not in help_of["dpgp"]
+    release = help_of["dpgp release"]
+    assert "input column(s): public, or private too with --private-inputs" in release
+    assert "(k-means of the public inputs; with --private-inputs from the --x-bounds box, --inducing)" in release
+    assert "input column(s): public" in help_of["dpgp select"] and "or private too" not in help_of["dpgp select"]
+
+
 def test_help_is_fast_and_shows_the_examples(work):
     """``dpgp --help`` imports no TensorFlow (the real point: importing it takes seconds) and takes at most a few
     times a bare ``python -c "import numpy"`` started the same way (the machine's load slows both), within a

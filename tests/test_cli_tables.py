@@ -186,7 +186,9 @@ def test_csv_refusals_name_the_column_and_row_and_spend_nothing(work, case):
 def test_an_at_file_is_read_with_the_same_rules(work):
     ledger = _ledger(work, "at.sqlite")
     (work / "at-bool.csv").write_text("age\n1\nyes\n")
+    (work / "at-blank.csv").write_text("age\n1\n\n3\n")  # one column: a blank line is an empty value (dropped before)
     for at, message in (("at-bool.csv", "at-bool.csv: column 'age', line 3: a boolean 'yes'"),
+                        ("at-blank.csv", "at-blank.csv: column 'age', line 3: an empty cell (a missing value)"),
                         ("at-komma.csv", None)):  # sniffed: read as at.csv
         argv = _release(work, "data.csv", "--ledger", ledger, "-o", "at-out.json", at=("--at", at))
         code, stderr = _run(argv, work)

@@ -121,9 +121,11 @@ def _csv_options(p: argparse.ArgumentParser) -> None:
                         "or . in 1.234,5; default: none, and numbers written with one are refused)")
 
 
-def _data_options(p: argparse.ArgumentParser, variance_help: str, noise_help: str, classes: bool = False) -> None:
+def _data_options(p: argparse.ArgumentParser, variance_help: str, noise_help: str, classes: bool = False,
+                  private_inputs: bool = False) -> None:
     p.add_argument("data", help="CSV or Parquet file with the inputs and the private output")
-    p.add_argument("--x", nargs="+", required=True, metavar="COL", help="public input column(s)")
+    p.add_argument("--x", nargs="+", required=True, metavar="COL",
+                   help="input column(s): public" + (", or private too with --private-inputs" if private_inputs else ""))
     p.add_argument("--y", nargs="+", required=True, metavar="COL",
                    help="the private output column(s); several: one person's outputs per row, released together "
                         "(docs/guides/multi_output.md)")
@@ -146,7 +148,9 @@ def _data_options(p: argparse.ArgumentParser, variance_help: str, noise_help: st
 def _release_options(p: argparse.ArgumentParser, required_output: bool) -> None:
     p.add_argument("--at", metavar="TEST.csv", help="inputs to predict at (same column names as --x)")
     p.add_argument("--grid", type=int, metavar="N", help="predict on an N-per-axis grid over the inputs' range")
-    p.add_argument("--sparse", type=int, metavar="M", help="sparse GP with M k-means inducing inputs: a function")
+    p.add_argument("--sparse", type=int, metavar="M",
+                   help="sparse GP with M inducing inputs (k-means of the public inputs; with --private-inputs "
+                        "from the --x-bounds box, --inducing): a function")
     p.add_argument("--objective", choices=OBJECTIVES, default=None,
                    help="what the cloaking noise covariance minimises: mse (its trace, the squared error the noise "
                         "adds; default) or entropy (its log-determinant, as in the papers)")
@@ -160,7 +164,8 @@ def _release_options(p: argparse.ArgumentParser, required_output: bool) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="dpgp", description="Differentially private Gaussian-process releases (dpgp_gpflow "
-                     f"{__version__}). Inputs are public; the output column(s) are private.", **_examples("dpgp"))
+                     f"{__version__}). The output column(s) are private; the inputs are public, or private too with release "
+                     "--private-inputs.", **_examples("dpgp"))
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser,
                                 help="the command to run (dpgp COMMAND --help for its options)")
 
@@ -175,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "(docs/getting_started.md#classifiers).")
     _data_options(p, "kernel variance (public; with --lengthscale and --noise, else selected privately)",
                   "likelihood noise variance (public; with --lengthscale and --variance, else selected privately)",
-                  classes=True)
+                  classes=True, private_inputs=True)
     p.add_argument("--epsilon", type=float, required=True, help="the total epsilon (selection included)")
     p.add_argument("--delta", type=float, required=True,
                    help="the release's delta, in (0, 1) (the chance that the epsilon guarantee fails)")

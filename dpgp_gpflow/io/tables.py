@@ -178,7 +178,10 @@ def read_table(path: Path, sep: Optional[str] = None, decimal: Optional[str] = N
             for record in reader:
                 start, end = end + 1, reader.line_num
                 if len(record) <= 1 and not "".join(record).strip():
-                    continue  # a blank line
+                    if header is None or len(header) > 1:
+                        continue  # a blank line: no fields
+                    # one column: a blank line is an empty value (as a missing one is written), never dropped
+                    record = [""]
                 if header is None:
                     header, header_line = record, start
                     _check_header(path, header)
