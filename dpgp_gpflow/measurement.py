@@ -229,7 +229,11 @@ class StepDraws(Reservation):
         self._event = event
 
     def upcoming(self, count: int) -> Tuple[PrivacyEvent, ...]:
-        return (self._event,) * count  # every step's commit counts the step's event
+        """``count`` copies of the step's event (every step's commit counts it). Not bounded by the number of steps
+        the release's composition covers: :func:`stepwise` is not told it (its callers compose T steps, K x T, or
+        the whole-row stages, which draw at their own multipliers under the first stage's event), so
+        :meth:`~dpgp_gpflow.accounting.Reservation.expect` here checks each step's event, never how many are drawn."""
+        return (self._event,) * count
 
     def commit(self, description: str = "") -> PrivacyEvent:
         running_measurement()  # a step's draw too: refused with no measurement running, before it is counted
