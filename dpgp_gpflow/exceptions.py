@@ -17,6 +17,7 @@ __all__ = [
     "PrivacyLeakWarning",
     "ReleaseBudgetWarning",
     "ReproducibleNoiseWarning",
+    "VarianceFitWarning",
 ]
 
 
@@ -74,6 +75,12 @@ class ReleaseBudgetWarning(UserWarning):
 
 class ClippingWarning(UserWarning):
     """Private outputs were clipped to their public bounds (the count, never the values)."""
+
+
+class VarianceFitWarning(UserWarning):
+    """The kernel or noise variance fitted on released statistics (post-processing) ended on the edge of its
+    searched range: the released statistics' noise hides it, and the predictive variance is then unreliable.
+    Give the noise variance from public knowledge. Not a privacy issue."""
 
 
 # Appended, so that a user's own filters (inserted in front) still take precedence.

@@ -77,7 +77,8 @@ def released_posterior(release: Any, model: Any, box: np.ndarray) -> Tuple[tf.Te
         lo, hi = (float(v) for v in model.y_bounds)
         kernel_variance, noise_variance = fit_variances(
             regularised.S_hat, statistics["b"], float(statistics["q"]), float(np.trace(statistics["S"])),
-            int(release.num_data), b_std, hi - lo)
+            int(release.num_data), b_std, hi - lo, q_std=float(np.asarray(std["q"])),
+            offdiag_std=regularised.offdiag_std)
     else:  # the variances the release states (public; any given pair is post-processing, e.g. with_variances)
         kernel_variance, noise_variance = float(release.kernel_variance), float(release.noise_variance)
     return regularised.S_hat, weight_posterior(regularised.S_hat, tf.constant(statistics["b"]),

@@ -140,7 +140,8 @@ def test_fitted_variances_maximise_gpflows_bound_on_exact_statistics():
     P = reference_features(X, Z, LENGTHSCALE)
     yc = np.clip(Y, *BOUNDS)
     S, b, q = P.T @ P, P.T @ yc[:, 0], float(np.sum(yc**2))
-    kf, nv = fit_variances(tf.constant(S), tf.constant(b), q, float(np.trace(S)), 300, 0.0, 6.0)
+    kf, nv = fit_variances(tf.constant(S), tf.constant(b), q, float(np.trace(S)), 300, 0.0, 6.0, q_std=0.0,
+                           offdiag_std=0.0)
     model = gpflow.models.SGPR((X, yc), gpflow.kernels.SquaredExponential(lengthscales=LENGTHSCALE), Z)
 
     def elbo(kernel_variance, noise_variance):
