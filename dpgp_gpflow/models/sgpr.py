@@ -107,7 +107,8 @@ class DPSGPR(DPSGPRBase, PrivateInputsMixin, gpflow.models.SGPR):
     ...]``, a public box holding the inputs, is then required (inputs outside are clipped to it with a count
     warning, or refused with ``clip_inputs=False``); ``Z`` must be public, from the box alone
     (:func:`~dpgp_gpflow.whole_rows.inducing_grid`; k-means on the private inputs is refused); the kernel needs
-    a public bound on ``k(x, x)`` (stationary kernels). :meth:`release_function` then releases the whole-row
+    a public bound on ``k(x, x)`` (stationary kernels); the prior mean is ``y_bounds``' midpoint (a
+    ``mean_function`` is refused). :meth:`release_function` then releases the whole-row
     statistics once (:func:`~dpgp_gpflow.whole_rows.release_model`) and returns a
     :class:`~dpgp_gpflow.whole_rows.WholeRowsRelease`; every release that treats the inputs as public
     (``release``, the streamed and compiled releases, selection) refuses. With ``groups=`` (public person ids)
@@ -125,6 +126,9 @@ class DPSGPR(DPSGPRBase, PrivateInputsMixin, gpflow.models.SGPR):
             raise TypeError(f"private_inputs must be True or False, got {private_inputs!r}")
         box = None
         if private_inputs:
+            if options.get("mean_function") is not None:  # whole_rows centres Y at the bounds' midpoint, always
+                raise ValueError("private_inputs=True takes no mean_function: the whole-row release's prior mean is "
+                                 "y_bounds' midpoint (subtract a public mean from Y first, and shift the bounds)")
             data, box = private_input_data(data, kernel, inducing_variable, x_bounds, clip_inputs)
         else:
             refuse_private_input_options(x_bounds, clip_inputs)

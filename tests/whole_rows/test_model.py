@@ -96,6 +96,17 @@ def test_bad_public_pieces_are_refused_when_the_model_is_built(options, error, m
     _refused(lambda acc: _model(**options).release_function(epsilon=1.0, delta=1e-3, accountant=acc), error, match)
 
 
+@pytest.mark.parametrize("mean_function", [gpflow.functions.Constant(0.0), gpflow.functions.Constant(160.0),
+                                           gpflow.functions.Linear()])
+def test_a_mean_function_with_private_inputs_is_refused_in_one_line(mean_function):
+    """The whole-row release centres the outputs at the bounds' midpoint whatever the model's mean function: a given
+    one was silently ignored (a fresh-user trial: Constant(0), Constant(160) and Linear predicted the same)."""
+    with pytest.raises(ValueError, match="private_inputs=True takes no mean_function") as refused:
+        _model(mean_function=mean_function)
+    assert "\n" not in str(refused.value)
+    _model(private_inputs=False, x_bounds=None, mean_function=mean_function)  # public inputs: it is used
+
+
 def test_inducing_inputs_by_kmeans_on_the_private_inputs_are_refused():
     X, Y = _data()
     Z = kmeans_inducing_inputs(X, 5)
