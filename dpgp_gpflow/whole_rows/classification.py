@@ -48,7 +48,7 @@ from .design import check_public_inducing_inputs, clip_private_inputs
 from .features import FeatureMap, feature_map, kernel_bound
 from .mechanism import NoisedStatistics, relation, statistics_measurement
 from .posterior import WeightPosterior, predictive_terms, regularised_release, weight_posterior
-from .release import model_rows, public_setup
+from .release import _unset_lengthscales, model_rows, public_setup
 from .released import StatisticsRelease
 from .statistics import GridStatistics, RowStatistics
 
@@ -340,13 +340,18 @@ def release_classifier_model(model: Any, *, epsilon: float, delta: float, calibr
     (:class:`~dpgp_gpflow.models.DPSparseLaplaceGPC`, or :class:`~dpgp_gpflow.models.DPSparseMulticlassLaplaceGPC`
     with its ``num_classes``): its rows (``source``, else its Dask rows or its data in chunks of ``chunk_size``)
     released by :func:`release_classifier_rows` with its kernel, inducing inputs, box, input clipping and persons,
-    its leak guard (every problem's) checked before anything is reserved."""
+    its leak guard (every problem's) checked before anything is reserved. A kernel whose lengthscales were left at
+    GPflow's default is refused (no private grid here, unlike ``DPSGPR``)."""
     if options:
         raise TypeError(f"{sorted(options)} do not apply to a whole-row classifier (private inputs): it releases "
                         "its statistics once, with no residual releases, noise optimiser or reference inputs")
     problems = getattr(model, "problems", (model,))
     num_classes = getattr(model, "num_classes", None)
     first = problems[0]
+    if _unset_lengthscales(first.kernel):  # (DPSGPR chooses them from a public grid; a classifier does not)
+        raise ValueError("the kernel's lengthscales are all 1.0, GPflow's default, read as none given: a "
+                         "private-inputs classifier has no private grid to choose them (DPSGPR has): give them from "
+                         "public knowledge (e.g. a fraction of the box's width)")
     rows, groups = model_rows(model, source, chunk_size)
 
     def leak_guard() -> None:  # every problem's, before anything is reserved

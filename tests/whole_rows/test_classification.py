@@ -220,7 +220,7 @@ def test_at_large_epsilon_the_accuracy_is_close_to_the_non_private_classifier(nu
     X1, Y1 = _toy(600, 0, num_classes)
     Xt, Yt = _toy(300, 1, num_classes)
     Zt = wr.inducing_grid(TOY_BOX, 5)
-    kernel = gpflow.kernels.SquaredExponential(variance=4.0, lengthscales=1.0)
+    kernel = gpflow.kernels.SquaredExponential(variance=4.0, lengthscales=1.1)  # not 1.0: refused
     if num_classes is None:
         private = dp.models.DPSparseLaplaceGPC((X1, Y1), kernel, Zt, private_inputs=True, x_bounds=TOY_BOX,
                                                hyperparameters_public=True)
@@ -247,7 +247,7 @@ def test_at_large_epsilon_the_accuracy_is_close_to_the_non_private_classifier(nu
 
 def test_a_model_release_is_one_draw_and_one_committed_event(draws):
     X1, Y1 = _toy(300, 2, 3)
-    model = dp.models.DPSparseMulticlassLaplaceGPC((X1, Y1), _kernel(1.0), wr.inducing_grid(TOY_BOX, 3),
+    model = dp.models.DPSparseMulticlassLaplaceGPC((X1, Y1), _kernel(1.1), wr.inducing_grid(TOY_BOX, 3),
                                                    num_classes=3, private_inputs=True, x_bounds=TOY_BOX,
                                                    hyperparameters_public=True)
     acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
@@ -271,7 +271,7 @@ def test_refusals_charge_nothing():
     acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
     X1, Y1 = _toy(50, 4)
     Zt = wr.inducing_grid(TOY_BOX, 3)
-    kernel = _kernel(1.0)
+    kernel = _kernel(1.1)
     build = dict(private_inputs=True, x_bounds=TOY_BOX, hyperparameters_public=True)
     with pytest.raises(TypeError, match="x_bounds"):
         dp.models.DPSparseLaplaceGPC((X1, Y1), kernel, Zt, private_inputs=True)
@@ -343,8 +343,8 @@ def test_a_model_with_persons_and_a_streamed_source_release_the_same_statistics(
     ids = np.repeat(np.arange(40), 3)
     Zt = wr.inducing_grid(TOY_BOX, 3)
     build = dict(num_classes=3, private_inputs=True, x_bounds=TOY_BOX, hyperparameters_public=True)
-    persons = dp.models.DPSparseMulticlassLaplaceGPC((X1, Y1), _kernel(1.0), Zt, groups=ids, **build)
-    rows = dp.models.DPSparseMulticlassLaplaceGPC((X1, Y1), _kernel(1.0), Zt, **build)
+    persons = dp.models.DPSparseMulticlassLaplaceGPC((X1, Y1), _kernel(1.1), Zt, groups=ids, **build)
+    rows = dp.models.DPSparseMulticlassLaplaceGPC((X1, Y1), _kernel(1.1), Zt, **build)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dp.ReproducibleNoiseWarning)
         a = persons.release(epsilon=1.0, delta=1e-3, seed=3)
@@ -354,3 +354,19 @@ def test_a_model_with_persons_and_a_streamed_source_release_the_same_statistics(
     assert a.sensitivity / c.sensitivity == pytest.approx(3.0, rel=1e-6)
     for key in ("S", "b"):
         np.testing.assert_allclose(a.statistics[key], b.statistics[key], rtol=1e-9, atol=1e-9 * a.sensitivity)
+
+
+@pytest.mark.parametrize("num_classes", [None, 3])
+def test_a_classifier_with_lengthscales_left_at_gpflows_default_is_refused_before_reserving(num_classes):
+    """A private-inputs classifier has no private lengthscale grid (DPSGPR has): GPflow's default lengthscale 1 was
+    used silently (a fresh-user trial: accuracy 0.90 against 0.976 at lengthscale 3 on a box of width 10)."""
+    build = dict(private_inputs=True, x_bounds=BOX, hyperparameters_public=True)
+    default = gpflow.kernels.SquaredExponential()
+    if num_classes is None:
+        model = dp.models.DPSparseLaplaceGPC((X, T), default, Z, **build)
+    else:
+        model = dp.models.DPSparseMulticlassLaplaceGPC((X, LABELS), default, Z, num_classes=num_classes, **build)
+    acc = dp.PrivacyAccountant(epsilon=5.0, delta=1e-2)
+    with pytest.raises(ValueError, match="lengthscales are all 1.0, GPflow's default.*public knowledge") as refused:
+        model.release(epsilon=1.0, delta=1e-3, accountant=acc)
+    assert "\n" not in str(refused.value) and acc.history() == [] and acc.held == acc.spent == (0.0, 0.0)
