@@ -185,14 +185,22 @@ def _selection_hint() -> str:
 def _ways_forward(model: Any) -> Tuple[str, str]:
     """``(how to choose the parameters privately, when they may be declared public)`` for the leak guard's messages.
     A model with private inputs (whole rows) protects its inputs too: :func:`~dpgp_gpflow.selection.select_hyperparameters`
-    refuses it, its lengthscale is chosen inside the release, and public values must not come from the inputs either."""
+    refuses it, its lengthscale is chosen inside the release (``DPSGPR``'s grid) or, for a classifier (no grid), from
+    public knowledge, and public values must not come from the inputs either."""
     if getattr(model, "private_inputs", False):
-        return ("choose the lengthscale privately inside the release, model.release_function(epsilon=..., delta=..., "
-                "lengthscales=[...]) (a grid, docs/guides/whole_rows.md#lengthscales; select_hyperparameters refuses "
-                "models with private inputs), and take the inducing inputs from the public box "
-                "(dpgp_gpflow.whole_rows.inducing_grid or inducing_design, never from the rows)",
-                "chosen without the private inputs and outputs (inducing inputs from the public box, never from the "
-                "rows)")
+        box = ("take the inducing inputs from the public box (dpgp_gpflow.whole_rows.inducing_grid or "
+               "inducing_design, never from the rows)")
+        if getattr(model, "classifier_latent", False):  # a whole-row classifier: model.release, no lengthscale grid
+            choose = ("note that a private-inputs classifier cannot choose them from the data (it has no private "
+                      "lengthscale grid, and select_hyperparameters refuses models with private inputs): give the "
+                      f"lengthscale from public knowledge (e.g. a fraction of the box's width) and {box}, then "
+                      "model.release(epsilon=..., delta=...)")
+        else:
+            choose = ("choose the lengthscale privately inside the release, model.release_function(epsilon=..., "
+                      "delta=..., lengthscales=[...]) (a grid, docs/guides/whole_rows.md#lengthscales; "
+                      f"select_hyperparameters refuses models with private inputs), and {box}")
+        return choose, ("chosen without the private inputs and outputs (inducing inputs from the public box, never "
+                        "from the rows)")
     return _selection_hint(), "chosen without the outputs"
 
 

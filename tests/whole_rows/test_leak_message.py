@@ -51,3 +51,24 @@ def test_a_public_inputs_models_refusal_keeps_its_advice():
     model.kernel.lengthscales.assign(3.0)
     message = _refusal(model)
     assert SELECT in message and "chosen without the outputs," in message and "private inputs" not in message
+
+
+@pytest.mark.parametrize("num_classes", [None, 3])
+def test_a_private_inputs_classifiers_refusal_advises_public_knowledge_not_a_grid(num_classes):
+    """A whole-row classifier releases with model.release and has no lengthscale grid (review V, session 19):
+    the advice to call release_function(lengthscales=[...]) was wrong for it."""
+    labels = np.where(np.sin(X) > 0, 1.0, -1.0)
+    kernel = gpflow.kernels.SquaredExponential(lengthscales=2.0)
+    build = dict(private_inputs=True, x_bounds=BOX)
+    if num_classes is None:
+        model = dp.models.DPSparseLaplaceGPC((X, labels), kernel, wr.inducing_grid(BOX, 4), **build)
+    else:
+        classes = np.floor(X / 10.0 * 3).clip(0, 2)
+        model = dp.models.DPSparseMulticlassLaplaceGPC((X, classes), kernel, wr.inducing_grid(BOX, 4),
+                                                       num_classes=num_classes, **build)
+    with pytest.raises(dp.exceptions.PrivacyLeakError) as refused:
+        model.release(epsilon=1.0, delta=1e-3)
+    message = str(refused.value)
+    assert "lengthscales=[...]" not in message and "release_function" not in message and SELECT not in message
+    assert "from public knowledge" in message and "model.release(epsilon=" in message and "inducing_grid" in message
+    assert "without the private inputs and outputs" in message
