@@ -454,12 +454,14 @@ def reserve(accountant: Any, events: Sequence[PrivacyEvent]) -> Reservation:
     ``accountant`` (a caller that already reserved) is borrowed: committed into, closed by its owner; it must
     be one this function issued and hold ``events`` as its next uncommitted events
     (:meth:`Reservation.expect`: else ``TypeError`` / ``ValueError``, nothing drawn or charged), and it must charge
-    some accountant when a ``with PrivacyAccountant(...)`` block is active (one reserved outside every block, with no
-    accountant, would leave that block's uncharged: ``ValueError``, nothing drawn or charged).
+    some accountant when a ``with PrivacyAccountant(...)`` block of this context is active (one reserved outside
+    every block, with no accountant, would leave that block's uncharged: ``ValueError``, nothing drawn or charged).
+    Only this context's blocks count: a block another thread opened after the reservation was made is not this
+    release's (its own release with no accountant is refused by :func:`resolve_accountant`, which reads them all).
     """
     if isinstance(accountant, Reservation):
         accountant.expect(events)
-        if not accountant.accountants and resolve_accountant(None):
+        if not accountant.accountants and _ACTIVE.get():  # this context's blocks only: another thread's are not ours
             raise ValueError("accountant= was given a reservation that charges no accountant (reserved outside every "
                              "`with PrivacyAccountant(...)` block) inside such a block: the release would go "
                              "uncharged. Nothing was drawn or charged: pass accountant=None (the enclosing blocks') "

@@ -407,3 +407,36 @@ def test_a_reservation_charging_no_accountant_is_refused_inside_a_with_block(mod
         assert draws == [] and outer.ledger == () and outer.held == (0.0, 0.0) and loose.uncommitted == 1
         model.release(XNEW, epsilon=2.0, delta=1e-3, seed=0, accountant=loose)  # no block open: none to charge
     assert len(draws) == 1 and outer.ledger == ()
+
+
+def test_a_reservation_charging_no_accountant_is_borrowed_while_another_thread_has_a_with_block():
+    """The empty reservation's refusal reads this context's blocks only: a ``with PrivacyAccountant(...)`` another
+    thread opened after the release began is not this release's. Before, reserve's borrow asked
+    resolve_accountant(None), which raises when a block is open in any thread (RuntimeError: a wrong refusal of
+    the release's own nested borrow, as a nested measure makes); now borrowed. A block of this context still
+    refuses it (the test above)."""
+    import threading
+
+    from dpgp_gpflow.accounting import reserve
+    from dpgp_gpflow.mechanisms import release_request
+
+    events = (release_request(1.0, 1e-3, objective=None).event(),)
+    opened, done = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with PrivacyAccountant(epsilon=5.0, delta=1e-2):
+            opened.set()
+            done.wait(10.0)
+
+    with reserve(None, events) as outer:  # no block open anywhere: a release with no accountant
+        thread = threading.Thread(target=other)
+        thread.start()
+        try:
+            assert opened.wait(10.0)
+            borrowed = reserve(outer, events)  # the same release's borrow, while the other thread's block is open
+            assert borrowed.accountants == () and borrowed.uncommitted == 1
+            with PrivacyAccountant(epsilon=5.0, delta=1e-2), pytest.raises(ValueError, match="charges no accountant"):
+                reserve(outer, events)  # a block of this context: refused as before
+        finally:
+            done.set()
+            thread.join()
