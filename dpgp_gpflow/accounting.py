@@ -389,16 +389,26 @@ class Reservation:
 
 
 def running_measurement() -> Any:
-    """What the measurement whose mechanism is running states (its
+    """What the measurement whose mechanism is running in this thread/context states (its
     :class:`~dpgp_gpflow.measurement.SensitivityPath`): ``RuntimeError`` when none runs. A draw belongs inside
     :func:`~dpgp_gpflow.measurement.measure` (its checks, its one reservation, its recorded relation): every
     :meth:`Reservation.commit` calls this first, so a drawing function called directly, into a caller's
-    reservation, is refused before anything is recorded (its result never returned)."""
+    reservation, is refused before anything is recorded (its result never returned).
+
+    The running measurement is a context variable (:func:`measuring`), as the ``with PrivacyAccountant(...)``
+    blocks are: a thread or executor does not inherit it. The package's own draws commit on measure's thread; a
+    mechanism that commits from a worker thread runs that work under a context copied inside measure
+    (``ctx = contextvars.copy_context()`` in the mechanism, then ``executor.submit(ctx.run, work)``), which carries
+    the running measurement, while a context copied outside every measurement carries none and is still refused
+    (a copy keeps what it carried after measure returns: run it within the mechanism only)."""
     stated = _RUNNING.get()
     if stated is None:
-        raise RuntimeError("a draw runs only inside dpgp_gpflow.measurement.measure (a model's release, "
-                           "streaming.release_function, mechanisms.cloaking_release, ...): no measurement is running, "
-                           "refused before anything is charged")
+        raise RuntimeError("a draw commits only inside dpgp_gpflow.measurement.measure (a model's release, "
+                           "streaming.release_function, mechanisms.cloaking_release, ...): no measurement is running "
+                           "in this thread/context, refused before anything is charged. A mechanism that commits "
+                           "from another thread must run that work under contextvars.copy_context() taken inside "
+                           "measure (ctx = contextvars.copy_context(); executor.submit(ctx.run, work)), or commit on "
+                           "measure's thread")
     return stated
 
 

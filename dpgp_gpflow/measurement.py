@@ -21,7 +21,9 @@ sensitivity (the cloaking releases' :func:`~dpgp_gpflow.mechanisms.cloaking.publ
 persons and outputs that sensitivity was computed over (:func:`check_covered`): a mismatch is refused before
 the draw, nothing charged. Every draw commits inside a running measurement: a commit with none running is refused
 (:meth:`~dpgp_gpflow.accounting.Reservation.commit`, :meth:`StepDraws.commit`: ``RuntimeError`` before anything is
-recorded, the result never returned), and a cloaking draw is refused before it is drawn (:func:`check_covered`).
+recorded, the result never returned; the running measurement is this thread's/context's, so a mechanism's worker
+thread commits under a context copied inside :func:`measure`), and a cloaking draw is refused before it is drawn
+(:func:`check_covered`).
 
 Privacy assumption: the privacy map and the checks read public values, but for a check that validates the
 form of private data before it is used (a classifier's labels in their set, as a model's constructor checks
@@ -76,7 +78,10 @@ class Measurement(Generic[R]):
     """One release: what it charges, what it protects, what must hold first and what draws it.
 
     ``mechanism(reservation)`` reads the private data, draws and commits every event of
-    :meth:`privacy_map` into ``reservation`` (after its draw), then returns the released object.
+    :meth:`privacy_map` into ``reservation`` (after its draw), then returns the released object. It commits in
+    :func:`measure`'s thread/context (the running measurement is a context variable, which a thread does not
+    inherit): work that commits from a worker thread runs under ``contextvars.copy_context()`` taken inside the
+    mechanism (:func:`~dpgp_gpflow.accounting.running_measurement`), else its commit is refused.
     ``checks`` run in order before anything is reserved and raise to refuse. ``events`` overrides the
     default privacy map (the request's one Gaussian event) for a multi-step release or a non-Gaussian one
     (``request`` None: a pure-epsilon selection or Laplace release, or several events held together); it

@@ -538,6 +538,38 @@ def test_a_commit_with_no_measurement_running_is_refused_before_anything_is_reco
     assert draws.drawn == 0
 
 
+def test_a_commit_from_a_worker_thread_inside_measure_runs_under_a_context_copied_there():
+    """The running measurement is a context variable: a user's mechanism committing from a worker thread is
+    refused even inside measure. The message used to claim no measurement was running at all; it now says
+    this thread/context and names the way: contextvars.copy_context() taken inside measure, which is accepted
+    (one event recorded), while a context copied outside every measurement is still refused."""
+    import concurrent.futures
+    import contextvars
+
+    request = _request()
+    outside = contextvars.copy_context()  # taken with no measurement running
+
+    def committing(context):  # "bare": the worker's own (empty) context; None: one copied inside measure
+        def mechanism(reservation):
+            ctx = contextvars.copy_context() if context is None else context
+            work = functools.partial(reservation.commit, "a worker's draw")
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                pool.submit(work if ctx == "bare" else functools.partial(ctx.run, work)).result()
+            return 0.5
+        return mechanism
+
+    for context, spent in (("bare", 0.0), (outside, 0.0), (None, 1.0)):
+        acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
+        measurement = Measurement(request, "row", committing(context), path=SensitivityPath())
+        if spent:
+            assert measure(measurement, acc) == 0.5
+        else:
+            with pytest.raises(RuntimeError, match=r"no measurement is running in this thread/context(.|\n)*"
+                                                   r"contextvars\.copy_context\(\) taken inside measure"):
+                measure(measurement, acc)
+        assert acc.spent[0] == pytest.approx(spent) and acc.held == (0.0, 0.0)
+
+
 def _whole_rows_pieces():
     """A small source (40 rows, 1 input) and the public pieces of its pass (3 features)."""
     import gpflow
