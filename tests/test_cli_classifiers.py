@@ -183,3 +183,13 @@ def test_regression_still_needs_bounds(work):
     code, err = _run(["release", "data.csv", "--x", "a", "--y", "b", "--epsilon", "1", "--delta", "1e-3",
                       "--sparse", "4", "-o", "r.json"], work)
     assert code == 2 and "required" in err and "--bounds" in err
+
+
+def test_a_private_inputs_classifier_with_lengthscale_one_is_released(work):
+    """--lengthscale is required with --classes, so a given 1 is deliberate: released with the kernel's own
+    lengthscale (review V, session 19: refused as 'GPflow's default, read as none given')."""
+    argv = ["release", "data.csv", "--x", "a", "b", *MODES["rows2"], "--lengthscale", "1", "--variance", "2",
+            "--epsilon", EPS, "--delta", DELTA, "--seed", SEED, "--quiet", "-o", "one.json"]
+    code, err = _run(argv, work)
+    assert code == 0, err
+    assert dp.load(work / "one.json").features.kernel.lengthscales.numpy() == 1.0

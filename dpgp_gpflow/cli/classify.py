@@ -183,6 +183,8 @@ def cmd_release_classifier(args) -> int:
                          "hyperparameters_public": True}
         if box is None:
             options["objective"] = objective_of(args)
+        else:  # --lengthscale is required (public, given): the kernel's own, a 1.0 included
+            options["lengthscales"] = "kernel"
         if args.sparse is None:
             options["steps"] = 1 if args.steps is None else args.steps
         file.drawing()

@@ -48,7 +48,7 @@ from .design import check_public_inducing_inputs, clip_private_inputs
 from .features import FeatureMap, feature_map, kernel_bound
 from .mechanism import NoisedStatistics, relation, statistics_measurement
 from .posterior import WeightPosterior, predictive_terms, regularised_release, weight_posterior
-from .release import _unset_lengthscales, model_rows, public_setup
+from .release import model_rows, public_setup, unset_lengthscales
 from .released import StatisticsRelease
 from .statistics import GridStatistics, RowStatistics
 
@@ -335,23 +335,30 @@ def release_classifier_rows(source: ChunkSource, kernel: Any, inducing_inputs: A
 def release_classifier_model(model: Any, *, epsilon: float, delta: float, calibration: str = "analytic",
                              seed: Optional[int] = None, accountant: Any = None, hyperparameters_public: bool = False,
                              source: Optional[ChunkSource] = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                             shares: Any = CLASSIFICATION_SHARES, **options: Any) -> WholeRowsClassifier:
+                             shares: Any = CLASSIFICATION_SHARES, lengthscales: Optional[str] = None,
+                             **options: Any) -> WholeRowsClassifier:
     """``model.release(...)`` of a sparse Laplace classifier built with ``private_inputs=True``
     (:class:`~dpgp_gpflow.models.DPSparseLaplaceGPC`, or :class:`~dpgp_gpflow.models.DPSparseMulticlassLaplaceGPC`
     with its ``num_classes``): its rows (``source``, else its Dask rows or its data in chunks of ``chunk_size``)
     released by :func:`release_classifier_rows` with its kernel, inducing inputs, box, input clipping and persons,
-    its leak guard (every problem's) checked before anything is reserved. A kernel whose lengthscales were left at
-    GPflow's default is refused (no private grid here, unlike ``DPSGPR``)."""
+    its leak guard (every problem's) checked before anything is reserved. ``lengthscales`` None: the kernel's own,
+    refused when they were left at GPflow's default 1.0 (read as none given; no private grid here, unlike
+    ``DPSGPR``); ``"kernel"``: the kernel's own, a deliberate 1.0 included (as ``DPSGPR``'s)."""
     if options:
         raise TypeError(f"{sorted(options)} do not apply to a whole-row classifier (private inputs): it releases "
                         "its statistics once, with no residual releases, noise optimiser or reference inputs")
     problems = getattr(model, "problems", (model,))
     num_classes = getattr(model, "num_classes", None)
     first = problems[0]
-    if _unset_lengthscales(first.kernel):  # (DPSGPR chooses them from a public grid; a classifier does not)
+    if lengthscales is not None and not (isinstance(lengthscales, str) and lengthscales == "kernel"):
+        raise ValueError(f"lengthscales must be None or 'kernel' (the kernel's own) for a private-inputs classifier, "
+                         f"got {lengthscales!r}: it has no private lengthscale grid (DPSGPR has); give them from "
+                         "public knowledge in the kernel")
+    if lengthscales is None and unset_lengthscales(first.kernel):  # (DPSGPR chooses them from a grid; no grid here)
         raise ValueError("the kernel's lengthscales are all 1.0, GPflow's default, read as none given: a "
                          "private-inputs classifier has no private grid to choose them (DPSGPR has): give them from "
-                         "public knowledge (e.g. a fraction of the box's width)")
+                         "public knowledge (e.g. a fraction of the box's width), or release(..., "
+                         "lengthscales='kernel') if 1.0 is intended")
     rows, groups = model_rows(model, source, chunk_size)
 
     def leak_guard() -> None:  # every problem's, before anything is reserved

@@ -216,9 +216,10 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
 _NOT_WHOLE_ROWS = ("objective", "reference_inputs", "rtol", "tol", "mechanism")
 
 
-def _unset_lengthscales(kernel: Any) -> bool:
+def unset_lengthscales(kernel: Any) -> bool:
     """True when ``kernel`` is one stationary kernel with lengthscales whose every lengthscale is GPflow's default
-    (1.0): none were given, so a model release chooses them privately from the default grid."""
+    (1.0), read as none given: ``DPSGPR``'s model release then chooses them privately from the default grid, a
+    classifier's refuses; ``lengthscales="kernel"`` keeps the kernel's own (a deliberate 1.0) in both."""
     values = getattr(kernel, "lengthscales", None)
     return (isinstance(kernel, gpflow.kernels.Stationary) and values is not None
             and bool(np.all(parameter_value(values) == 1.0)))
@@ -265,7 +266,7 @@ def release_model(model: Any, *, epsilon: float, delta: float, calibration: str 
     if variances is None:
         variances = "given" if getattr(model, "noise_variance_given", False) else "fit"
     if lengthscales is None:
-        lengthscales = "default" if _unset_lengthscales(model.kernel) else "kernel"
+        lengthscales = "default" if unset_lengthscales(model.kernel) else "kernel"
     given = variances == "given"
     kernel_variance = kernel_bound(model.kernel, model.x_bounds) if given else None
     noise_variance = float(parameter_value(model.likelihood.variance)) if given else None

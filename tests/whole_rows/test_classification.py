@@ -370,3 +370,23 @@ def test_a_classifier_with_lengthscales_left_at_gpflows_default_is_refused_befor
     with pytest.raises(ValueError, match="lengthscales are all 1.0, GPflow's default.*public knowledge") as refused:
         model.release(epsilon=1.0, delta=1e-3, accountant=acc)
     assert "\n" not in str(refused.value) and acc.history() == [] and acc.held == acc.spent == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("num_classes", [None, 3])
+def test_a_deliberate_lengthscale_of_one_is_kept_with_lengthscales_kernel(num_classes):
+    """lengthscales='kernel' keeps a deliberate 1.0, as DPSGPR's release does (review V, session 19: it was refused
+    with no way to say it is intended); a grid is refused before anything is reserved (no grid here)."""
+    build = dict(private_inputs=True, x_bounds=BOX, hyperparameters_public=True)
+    one = gpflow.kernels.SquaredExponential(lengthscales=1.0)
+    if num_classes is None:
+        model = dp.models.DPSparseLaplaceGPC((X, T), one, Z, **build)
+    else:
+        model = dp.models.DPSparseMulticlassLaplaceGPC((X, LABELS), one, Z, num_classes=num_classes, **build)
+    acc = dp.PrivacyAccountant(epsilon=5.0, delta=1e-2)
+    with pytest.raises(ValueError, match="lengthscales must be None or 'kernel'.*no private lengthscale grid"):
+        model.release(epsilon=1.0, delta=1e-3, accountant=acc, lengthscales=[1.0, 2.0])
+    assert acc.history() == [] and acc.held == acc.spent == (0.0, 0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dp.ReproducibleNoiseWarning)
+        kept = model.release(epsilon=1.0, delta=1e-3, accountant=acc, seed=1, lengthscales="kernel")
+    assert float(kept.features.kernel.lengthscales.numpy()) == 1.0 and len(acc.history()) == 1
