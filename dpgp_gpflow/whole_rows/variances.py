@@ -104,11 +104,22 @@ def _loss(S_hat: tf.Tensor, b: tf.Tensor, q: tf.Tensor, trace: tf.Tensor, n: tf.
     return value, tape.gradient(value, log_values)
 
 
+#: The public ranges searched (:func:`variance_box`), in units of ``(d/2)^2``: the kernel variance's, the noise
+#: variance's.
+_KERNEL_RANGE, _NOISE_RANGE = (1e-4, 10.0), (1e-6, 1.0)
+
+
 def variance_box(d: float) -> Tuple[Tuple[float, float], Tuple[float, float]]:
-    """The public ranges searched for ``(sigma_f^2, sigma^2)`` with outputs of width ``d``: kernel variance in
-    ``[1e-4, 10] (d/2)^2``, noise variance in ``[1e-6, 1] (d/2)^2``."""
+    """The public ranges searched for ``(sigma_f^2, sigma^2)`` with outputs of width ``d``: ``_KERNEL_RANGE`` and
+    ``_NOISE_RANGE`` times ``(d/2)^2``."""
     half = (float(d) / 2.0) ** 2
-    return (1e-4 * half, 10.0 * half), (1e-6 * half, half)
+    return (_KERNEL_RANGE[0] * half, _KERNEL_RANGE[1] * half), (_NOISE_RANGE[0] * half, _NOISE_RANGE[1] * half)
+
+
+def _searched() -> str:
+    """The searched ranges as the warning states them, from ``_KERNEL_RANGE`` and ``_NOISE_RANGE``."""
+    return ", ".join(f"{name} variance [{lo:g}, {hi:g}] (d/2)^2"
+                     for name, (lo, hi) in (("kernel", _KERNEL_RANGE), ("noise", _NOISE_RANGE)))
 
 
 def fit_variances(S_hat: tf.Tensor, b: tf.Tensor, q: float, trace: float, n: int, b_std: float,
@@ -135,7 +146,7 @@ def fit_variances(S_hat: tf.Tensor, b: tf.Tensor, q: float, trace: float, n: int
                if min(value - lo, hi - value) <= 1e-6]
     if on_edge:
         warnings.warn(f"the {' and the '.join(on_edge)} fitted on the released statistics ended on the edge of "
-                      "the searched range (kernel variance [1e-4, 10] (d/2)^2, noise variance [1e-6, 1] (d/2)^2): the predictive "
+                      f"the searched range ({_searched()}): the predictive "
                       "variance is then unreliable; give the noise variance from public knowledge "
                       "(noise_variance=, or with_variances(...))", VarianceFitWarning, stacklevel=2)
     kernel_variance, noise_variance = np.exp(result.x)

@@ -15,6 +15,7 @@ from whole_rows_reference import features as reference_features
 
 import dpgp_gpflow as dp
 from dpgp_gpflow import whole_rows as wr
+from dpgp_gpflow.whole_rows import variances
 from dpgp_gpflow.whole_rows.variances import fit_variances, nonnegative_mean, sgpr_bound, variance_box
 
 BOX, D, LENGTHSCALE = [(0.0, 10.0)], 6.0, 2.0
@@ -83,3 +84,20 @@ def test_a_negative_released_residual_no_longer_collapses_the_noise_variance():
     near = [_numpy_bound(S, b, q_low, trace, n, 0.0, q_std, 0.0, kf * a, nv * c)
             for a in (0.8, 1.25) for c in (0.8, 1.25)]
     assert best >= max(near)
+
+
+def test_the_edge_warning_states_the_ranges_variance_box_searches(monkeypatch):
+    """The warning's ranges come from variance_box's constants (review V, session 19: a second, hard-coded copy):
+    with other ranges searched, the fit ends on the new floor and the warning names it."""
+    monkeypatch.setattr(variances, "_KERNEL_RANGE", (2e-3, 30.0))
+    monkeypatch.setattr(variances, "_NOISE_RANGE", (3e-5, 0.5))
+    S, b, q, n = _statistics()
+    q_low = float(b @ np.linalg.solve(S, b)) - 150.0  # a negative residual: the fit without q's noise hits the floor
+    (_, _), (nv_lo, _) = variance_box(D)
+    assert nv_lo == pytest.approx(3e-5 * (D / 2.0) ** 2)
+    with pytest.warns(dp.VarianceFitWarning) as warned:
+        _, nv = fit_variances(tf.constant(S), tf.constant(b), q_low, float(np.trace(S)), n, 0.0, D, q_std=0.0,
+                              offdiag_std=0.0)
+    assert nv == pytest.approx(nv_lo)
+    message = str(warned[0].message)
+    assert "kernel variance [0.002, 30] (d/2)^2, noise variance [3e-05, 0.5] (d/2)^2" in message
