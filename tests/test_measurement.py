@@ -643,23 +643,25 @@ def test_a_mechanism_called_directly_with_no_measurement_running_records_nothing
 
 # -- the event committed is the event drawn (Reservation.expect in publish_cloaking and standard) --
 
-@pytest.mark.parametrize("kind", ["exact", "float", "standard"])
+@pytest.mark.parametrize("kind", ["exact", "float", "standard", "whole-row statistics"])
 def test_a_mechanism_drawing_at_another_request_than_its_measurements_is_refused_before_the_draw(kind):
     """A hand-written Measurement of a request at epsilon 0.5 whose mechanism draws at epsilon 4 (less noise): before,
-    the draw committed the measurement's held event (epsilon 0.5 recorded for an epsilon-4 release). Each drawing
-    function now expects its own request's event next: ValueError before the draw, nothing charged."""
+    the draw committed the measurement's held event (epsilon 0.5 recorded for an epsilon-4 release). Each of these
+    drawing functions (publish_cloaking, standard, the whole-row statistics) now expects its own request's event
+    next: ValueError before the draw, nothing charged."""
     import warnings
 
-    if kind == "standard":
+    path = SensitivityPath(inputs=kind == "whole-row statistics")
+    if kind in ("standard", "whole-row statistics"):
         drawn = release_request(4.0, 1e-3, objective=None, seed=3)
-        mechanism = functools.partial(_direct_standard, drawn)
+        mechanism = functools.partial(_direct_standard if kind == "standard" else _direct_statistics, drawn)
     else:
         drawn, mechanism = _cloaked(None, sampler=kind, epsilon=4.0)
     stated = release_request(0.5, 1e-3, objective=None)
     acc = dp.PrivacyAccountant(epsilon=8.0, delta=1e-2)
     with warnings.catch_warnings(record=True) as seen, pytest.raises(ValueError, match="this release charges"):
         warnings.simplefilter("always")
-        measure(RowMeasurement(stated, "row", mechanism), acc)
+        measure(Measurement(stated, path.relation(), mechanism, path=path), acc)
     assert not [w for w in seen if issubclass(w.category, (dp.ReproducibleNoiseWarning, dp.PrivacyLeakWarning))]
     assert acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
     assert [e["status"] for e in acc.history()] == ["cancelled"]

@@ -92,8 +92,11 @@ def release_statistics(request: ReleaseRequest, reservation: Reservation, source
     and return the noised statistics: one :class:`NoisedStatistics` for a :class:`RowStatistics`, a tuple of them
     (in the candidates' order) for a :class:`GridStatistics`. ``sensitivity``: from :func:`statistics_sensitivity`
     for this source, persons (of at most ``person_rows`` rows) and number of candidates (the caller computes it
-    before reserving). Privacy
+    before reserving). ``reservation`` must hold ``request``'s event as its next uncommitted one
+    (:meth:`~dpgp_gpflow.accounting.Reservation.expect`: ``ValueError`` before anything is read or drawn), as its
+    commit records the next held event. Privacy
     assumption: ``rows`` holds only public pieces; the statistics are PRIVATE until noised here."""
+    reservation.expect((request.event(),))  # the event committed is the event drawn
     grid = rows if isinstance(rows, GridStatistics) else GridStatistics([rows])
     m = grid.rows[0].features.m
     lo, hi = grid.rows[0].y_bounds
