@@ -210,13 +210,18 @@ def _own_card(document: ReleaseDocument, released: _Loaded, where: str, recomput
     """``released`` unless the file's card (at ``where``) is not the loaded object's own card
     (``privacy_card()``, as read back) but its ``recomputed`` fields: every field a whole-row kind's card records
     (its kernel and noise variances, lengthscales, ``k_max`` as a classifier's kernel variance, ...) must be
-    what the object predicts with. ``ReleaseFileError`` naming the first field that differs."""
+    what the object predicts with. ``ReleaseFileError`` naming the first field that differs (and, for fitted
+    variances, refitted on load, what likely happened)."""
     own = as_read_back(released.privacy_card(), "card")
     for name in recomputed:
         own.pop(name)
     place = _difference({k: document.card.get(k) for k in own}, own, where)
     if place:
-        raise ReleaseFileError(f"{place}: not what the loaded {type(released).__name__} records")
+        refitted = own.get("variances") == "fit" and place.rsplit(".", 1)[-1] in ("kernel_variance", "noise_variance")
+        why = (": the variances refitted from the released statistics differ from the file's: a file written by "
+               "another version of dpgp_gpflow (the fit changed at 4a34f08: docs/release_file.md#fitted-variances), "
+               "or edited") if refitted else ""
+        raise ReleaseFileError(f"{place}: not what the loaded {type(released).__name__} records{why}")
     return released
 
 

@@ -251,3 +251,17 @@ def test_every_kernel_a_release_accepts_saves_and_loads_predicting_the_same(name
     assert loaded.features.k_max == released.features.k_max
     for a, b in zip(released.predict_f(XQ2), loaded.predict_f(XQ2)):
         np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-300)
+
+
+@pytest.mark.parametrize("name", ["one", "grid"])
+def test_a_fitted_variance_not_the_refit_says_what_likely_happened(saved, tmp_path, name):
+    """A file whose fitted variances are not what loading refits (e.g. written before 4a34f08 changed the fit, review
+    V, session 19) is refused saying so; a file's given variances are refused without that reason."""
+
+    def edit(raw):
+        raw["card"].update(kernel_variance=raw["card"]["kernel_variance"] * 1.01)
+
+    with pytest.raises(ReleaseFileError, match=r"card\.kernel_variance: not what the loaded") as caught:
+        dp.load(forged(saved[name][1], tmp_path, edit))
+    refitted = "the variances refitted from the released statistics differ from the file's" in str(caught.value)
+    assert refitted == (name == "grid") and "\n" not in str(caught.value)
