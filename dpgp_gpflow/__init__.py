@@ -133,6 +133,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
         PrivacyLeakWarning,
         ReleaseBudgetWarning,
         ReproducibleNoiseWarning,
+        VarianceFitWarning,
     )
     from .leak_guard import allow_undeclared_hyperparameters
     from .models import cloaking_matrix

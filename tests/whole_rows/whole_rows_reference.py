@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+from scipy import stats
 
 
 def se_kernel(A: np.ndarray, B: np.ndarray, lengthscale: float, variance: float = 1.0) -> np.ndarray:
@@ -56,3 +59,22 @@ def extreme_neighbours(X: np.ndarray, Y: np.ndarray, points, bounds):
             X2[i] = x
             Y2[i] = lo if Y[i, 0] >= (lo + hi) / 2 else hi
             yield X2, Y2
+
+
+def sgpr_bound(S, b, q, trace, n, b_std, q_std, so, kf, nv):
+    """The bound of docs/whole_rows.md#variances-as-post-processing, in NumPy and scipy."""
+    m = S.shape[0]
+    A = nv * np.eye(m) + kf * S
+    Ainv = np.linalg.inv(A)  # a reference: an explicit inverse is fine here
+    r = q - kf * (b @ Ainv @ b - b_std**2 * np.trace(Ainv))
+    u = kf * Ainv @ b
+    s_r = math.sqrt(q_std**2 + 4 * b_std**2 * u @ u + 2 * so**2 * (u @ u) ** 2
+                    + 2 * b_std**4 * kf**2 * np.trace(Ainv @ Ainv))
+    s_t = math.sqrt(2 * m) * so
+
+    def mean(x, s):  # E[x | released x, x >= 0]: max(x, 0) without noise
+        return stats.truncnorm(-x / s, np.inf, loc=x, scale=s).mean() if s > 0 else max(x, 0.0)
+
+    r_bar, t_bar = mean(r, s_r), mean(n - trace, s_t)
+    return (-n / 2 * math.log(2 * math.pi) - (n - m) / 2 * math.log(nv) - 0.5 * np.linalg.slogdet(A)[1]
+            - r_bar / (2 * nv) - kf * t_bar / (2 * nv))
