@@ -320,7 +320,8 @@ class Reservation:
         wanted = [(e.epsilon, e.delta, e.kind, e.mu) for e in events]
         held = [(e.epsilon, e.delta, e.kind, e.mu) for e in self.upcoming(len(wanted))]
         if held != wanted:
-            raise ValueError(f"accountant= was given a reservation that holds, as its next uncommitted event(s), {held} "
+            raise ValueError(f"the reservation this draw commits into (one passed as accountant=, or a measurement's whose "
+                             f"request is not this draw's) holds, as its next uncommitted event(s), {held} "
                              f"(epsilon, delta, kind, mu) but this release charges {wanted} (each commit records the "
                              "next held event, not the release's). Nothing was drawn or charged: pass the "
                              "PrivacyAccountant itself as accountant=, or a reservation of this release's own "

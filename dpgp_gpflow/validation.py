@@ -199,7 +199,8 @@ _ONCE: "contextvars.ContextVar[Optional[Dict[int, Tuple[Any, np.ndarray]]]]" = c
 def reading_once() -> Iterator[None]:
     """Inside this block (one release: its checks, the leak guard's included, and its public setup)
     :func:`parameter_value` reads each parameter once, and its later calls return copies of that value: nothing
-    inside a release assigns a parameter, so every check and the release see the same values, the reads of one
+    inside a release assigns a parameter already read in the block (a grid's candidate kernels are copies, assigned
+    before their first read), so every check and the release see the same values, the reads of one
     snapshot. A block inside another shares the outer one's reads. This thread or asyncio task only."""
     token = _ONCE.set({}) if _ONCE.get() is None else None
     try:

@@ -219,7 +219,7 @@ def _own_card(document: ReleaseDocument, released: _Loaded, where: str, recomput
     if place:
         refitted = own.get("variances") == "fit" and place.rsplit(".", 1)[-1] in ("kernel_variance", "noise_variance")
         why = (": the variances refitted from the released statistics differ from the file's: a file written by "
-               "another version of dpgp_gpflow (the fit changed at 4a34f08: docs/release_file.md#fitted-variances), "
+               "a version of dpgp_gpflow from before the fit changed (still numbered 0.1.0: docs/release_file.md#fitted-variances), "
                "or edited") if refitted else ""
         raise ReleaseFileError(f"{place}: not what the loaded {type(released).__name__} records{why}")
     return released

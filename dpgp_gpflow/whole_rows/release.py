@@ -19,14 +19,12 @@ release; the lengthscales are public values or chosen from a public grid on the 
 from __future__ import annotations
 
 import functools
-import warnings
 from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 import gpflow
 import numpy as np
 
 from ..contract import check_release_hyperparameters
-from ..exceptions import VarianceFitWarning
 from ..measurement import measure
 from ..mechanisms.request import release_request
 from ..streaming.chunks import DEFAULT_CHUNK_SIZE, ChunkSource, LocalChunks
@@ -190,18 +188,9 @@ def release_rows(source: ChunkSource, kernel: Any, inducing_inputs: Any, *, x_bo
     def released(noised: Any, stage: Any = request) -> WholeRowsRelease:  # post-processing, after the commit
         if candidates is None:
             return one(noised, maps[0], stage)
-        releases, caught = [], []
-        for n, f in zip(noised, maps):  # a fit's warnings are the chosen candidate's concern only
-            with warnings.catch_warnings(record=True) as record:
-                warnings.simplefilter("always", VarianceFitWarning)
-                releases.append(one(n, f, stage))
-            caught.append(record)
+        releases = [one(n, f, stage) for n, f in zip(noised, maps)]
         fitted = [r.bound() for r in releases]
         chosen = choose(fitted)
-        for index, record in enumerate(caught):
-            for warning in record:
-                if index == chosen or not issubclass(warning.category, VarianceFitWarning):
-                    warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
         return releases[chosen].with_selection(tuple(releases), candidates, fitted, chosen)
 
     # the box, bounds, Z and the kernel's bound were checked above (public_setup); a grid's candidates here
