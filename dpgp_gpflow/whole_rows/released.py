@@ -243,8 +243,8 @@ class WholeRowsRelease(RegressionPredictions, StatisticsRelease, Released):
         released statistics (:func:`~dpgp_gpflow.whole_rows.variances.sgpr_bound`; post-processing)."""
         return float(sgpr_bound(self._S_hat, self._statistics["b"], float(self._statistics["q"]),
                                 float(np.trace(self._statistics["S"])), self.num_data, self._b_std,
-                                self.kernel_variance, self.noise_variance, float(self._noise_std["q"]),
-                                self.offdiag_std))
+                                self.kernel_variance, self.noise_variance, q_std=float(self._noise_std["q"]),
+                                offdiag_std=self.offdiag_std))
 
     def with_selection(self, candidates: Tuple["WholeRowsRelease", ...], lengthscales: Any, bounds: Any,
                        chosen: int) -> "WholeRowsRelease":

@@ -59,8 +59,8 @@ def nonnegative_mean(value: tf.Tensor, std: tf.Tensor) -> tf.Tensor:
 
 @check_shapes("S_hat: [M, M]", "b: [M]", "return: []")
 def sgpr_bound(S_hat: tf.Tensor, b: tf.Tensor, q: tf.Tensor, trace: tf.Tensor, n: int, b_std: float,
-               kernel_variance: tf.Tensor, noise_variance: tf.Tensor, q_std: float = 0.0,
-               offdiag_std: float = 0.0) -> tf.Tensor:
+               kernel_variance: tf.Tensor, noise_variance: tf.Tensor, *, q_std: float,
+               offdiag_std: float) -> tf.Tensor:
     """The collapsed SGPR bound (module docstring) at unit-scale statistics ``S_hat`` (regularised), ``b``,
     ``q`` and ``trace`` (``tr S~``, the released diagonal's sum), ``n`` rows, and the public noise stds of
     ``b`` (``b_std``), ``q`` (``q_std``) and ``S``'s off-diagonal entries (``offdiag_std``; its diagonal's are
@@ -99,8 +99,8 @@ def _loss(S_hat: tf.Tensor, b: tf.Tensor, q: tf.Tensor, trace: tf.Tensor, n: tf.
     """``-sgpr_bound / n`` at ``exp(log_values)`` and its gradient in ``log_values`` (compiled once per ``M``)."""
     with tf.GradientTape() as tape:
         tape.watch(log_values)
-        value = -sgpr_bound(S_hat, b, q, trace, n, stds[0], tf.exp(log_values[0]), tf.exp(log_values[1]), stds[1],
-                            stds[2]) / tf.maximum(n, 1.0)
+        value = -sgpr_bound(S_hat, b, q, trace, n, stds[0], tf.exp(log_values[0]), tf.exp(log_values[1]),
+                            q_std=stds[1], offdiag_std=stds[2]) / tf.maximum(n, 1.0)
     return value, tape.gradient(value, log_values)
 
 

@@ -121,7 +121,8 @@ def test_the_bound_on_exact_statistics_is_gpflows_sgpr_elbo(kernel_variance, noi
     yc = np.clip(Y, *BOUNDS)  # midpoint 0
     S, b, q = P.T @ P, P.T @ yc[:, 0], float(np.sum(yc**2))
     ours = sgpr_bound(tf.constant(S), tf.constant(b), tf.constant(q, tf.float64), tf.constant(np.trace(S)), 150, 0.0,
-                      tf.constant(kernel_variance, tf.float64), tf.constant(noise_variance, tf.float64))
+                      tf.constant(kernel_variance, tf.float64), tf.constant(noise_variance, tf.float64), q_std=0.0,
+                      offdiag_std=0.0)  # exact statistics
     kernel = gpflow.kernels.SquaredExponential(variance=kernel_variance, lengthscales=LENGTHSCALE)
     previous = gpflow.config.default_jitter()
     gpflow.config.set_default_jitter(jitter * kernel_variance)  # GPflow's jitter is absolute: the same Nystrom map

@@ -42,7 +42,7 @@ def test_the_bound_with_noise_stds_equals_a_numpy_reference():
     S, b, q, n = _statistics()
     args = (S, b, q - 200.0, float(np.trace(S)) + 2.0, n)  # a negative residual and trace residual
     for kf, nv in [(1.0, 0.1), (4.0, 1e-2)]:
-        ours = float(sgpr_bound(tf.constant(S), tf.constant(b), *args[2:], 0.5, kf, nv, 30.0, 0.2))
+        ours = float(sgpr_bound(tf.constant(S), tf.constant(b), *args[2:], 0.5, kf, nv, q_std=30.0, offdiag_std=0.2))
         assert ours == pytest.approx(reference_bound(*args, 0.5, 30.0, 0.2, kf, nv), rel=1e-9)
 
 
