@@ -455,22 +455,29 @@ def _streamed(seed=1):
     return request, lambda reservation: cloak_function(model, request, reservation, chunk_size=60)
 
 
+def _refused_before_the_draw(measurement, match, epsilon=2.0):
+    """``measure`` refuses ``measurement`` (ValueError matching ``match``) before anything is drawn (no noise
+    warning) or charged (its one reservation cancelled)."""
+    import warnings
+
+    acc = dp.PrivacyAccountant(epsilon=epsilon, delta=1e-2)
+    with warnings.catch_warnings(record=True) as seen, pytest.raises(ValueError, match=match):
+        warnings.simplefilter("always")
+        measure(measurement, acc)
+    assert not [w for w in seen if issubclass(w.category, (dp.ReproducibleNoiseWarning, dp.PrivacyLeakWarning))]
+    assert acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
+    assert [e["status"] for e in acc.history()] == ["cancelled"]
+
+
 @pytest.mark.parametrize("kind", ["float", "streamed"])
 def test_a_float_or_streamed_draw_over_other_persons_than_stated_is_refused_before_the_draw(kind):
     """check_covered in the float sampler's branch and for the streamed query (its persons: the chunks' own): persons
     of 3 rows stated, a per-row sensitivity drawn. Refused before the draw, nothing charged (without the check both
     were published, recording persons of 3 rows)."""
-    import warnings
-
     request, mechanism = _cloaked(None, sampler="float") if kind == "float" else _streamed()
     stated = SensitivityPath(3)
-    acc = dp.PrivacyAccountant(epsilon=2.0, delta=1e-2)
-    with warnings.catch_warnings(record=True) as seen, pytest.raises(ValueError, match="sensitivity was computed over"):
-        warnings.simplefilter("always")
-        measure(Measurement(request, stated.relation(), mechanism, path=stated), acc)
-    assert not [w for w in seen if issubclass(w.category, (dp.ReproducibleNoiseWarning, dp.PrivacyLeakWarning))]
-    assert acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
-    assert [e["status"] for e in acc.history()] == ["cancelled"]
+    _refused_before_the_draw(Measurement(request, stated.relation(), mechanism, path=stated),
+                             "sensitivity was computed over")
 
 
 def test_a_draw_over_the_stated_persons_is_published_and_charged_once():
@@ -649,8 +656,6 @@ def test_a_mechanism_drawing_at_another_request_than_its_measurements_is_refused
     the draw committed the measurement's held event (epsilon 0.5 recorded for an epsilon-4 release). Each of these
     drawing functions (publish_cloaking, standard, the whole-row statistics) now expects its own request's event
     next: ValueError before the draw, nothing charged."""
-    import warnings
-
     path = SensitivityPath(inputs=kind == "whole-row statistics")
     if kind in ("standard", "whole-row statistics"):
         drawn = release_request(4.0, 1e-3, objective=None, seed=3)
@@ -658,10 +663,5 @@ def test_a_mechanism_drawing_at_another_request_than_its_measurements_is_refused
     else:
         drawn, mechanism = _cloaked(None, sampler=kind, epsilon=4.0)
     stated = release_request(0.5, 1e-3, objective=None)
-    acc = dp.PrivacyAccountant(epsilon=8.0, delta=1e-2)
-    with warnings.catch_warnings(record=True) as seen, pytest.raises(ValueError, match="this release charges"):
-        warnings.simplefilter("always")
-        measure(Measurement(stated, path.relation(), mechanism, path=path), acc)
-    assert not [w for w in seen if issubclass(w.category, (dp.ReproducibleNoiseWarning, dp.PrivacyLeakWarning))]
-    assert acc.spent == (0.0, 0.0) and acc.held == (0.0, 0.0)
-    assert [e["status"] for e in acc.history()] == ["cancelled"]
+    _refused_before_the_draw(Measurement(stated, path.relation(), mechanism, path=path), "this release charges",
+                             epsilon=8.0)
