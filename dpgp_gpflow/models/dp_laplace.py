@@ -65,7 +65,7 @@ from ..readouts import LaplaceReadout, SoRReadout
 from ..released import PrivateClassifier, PrivateRelease
 from ..streaming.terms import Factors
 from ..whole_rows import classification as whole_row_classes
-from ..whole_rows.inputs import PrivateInputsMixin, private_input_data, refuse_private_input_options
+from ..whole_rows.inputs import PrivateInputsMixin, private_input_data, refuse_full_gp, refuse_private_input_options
 from ..validation import as_inputs, is_dask_array, require_float64, validate_public_terms
 from .base import DaskRowsMixin, FactoredModelMixin, PrivateModelMixin, inducing_inputs, split_dask_rows
 from .fitc import FITCChunkTerms
@@ -244,8 +244,8 @@ class DPLaplaceGPC(_LabelContract, PrivateModelMixin, LaplaceGPC):
 
     def __init__(self, data: Any, kernel: gpflow.kernels.Kernel, *, max_iter: int = 100, tol: float = 1e-10,
                  hyperparameters_public: bool = False, groups: Any = None, private_inputs: bool = False) -> None:
-        if private_inputs is not False:
-            raise NotImplementedError(whole_row_classes.FULL_GP_REFUSAL)
+        refuse_full_gp(private_inputs, "the full-GP classifiers release",
+                       "DPSparseLaplaceGPC / DPSparseMulticlassLaplaceGPC")
         X, Y = _unpack(data)
         self._hold_groups(groups, X.shape[0])
         super().__init__((X, Y), kernel, max_iter=max_iter, tol=tol)

@@ -12,6 +12,7 @@ from .. import linalg
 from ..contract import PrivateModel, ReleaseTerms, output_terms
 from ..contract import cloaking_matrix as contract_cloaking_matrix
 from ..pipeline import StandardTerms
+from ..whole_rows.inputs import refuse_full_gp
 from .base import PrivateModelMixin, prepare_private_data, public_constant_mean
 
 __all__ = ["DPGPR", "cloaking_matrix", "gpr_cloaking_matrix"]
@@ -68,11 +69,6 @@ def cloaking_matrix(model: Any, Xnew: Any) -> tf.Tensor:
     return contract_cloaking_matrix(model, Xnew)
 
 
-#: Why ``DPGPR(..., private_inputs=True)`` is refused, and what to use.
-FULL_GP_REFUSAL = ("the full GP releases its latent values at the training inputs, and its function's file holds "
-                   "them: with private inputs use the sparse DPSGPR(..., private_inputs=True, x_bounds=...)")
-
-
 class DPGPR(PrivateModelMixin, gpflow.models.GPR):
     """GPflow's ``GPR`` with public output bounds and differentially private releases.
 
@@ -117,8 +113,7 @@ class DPGPR(PrivateModelMixin, gpflow.models.GPR):
         groups: Any = None,
         private_inputs: bool = False,
     ) -> None:
-        if private_inputs is not False:
-            raise NotImplementedError(FULL_GP_REFUSAL)
+        refuse_full_gp(private_inputs, "the full GP releases", "DPSGPR")
         X, Y, bounds, d = prepare_private_data(data, y_bounds, data_sensitivity, noise_variance, several_outputs=True,
                                                mean_function=mean_function)
         self._hold_outputs(Y.shape[1])

@@ -63,7 +63,7 @@ from ..streaming.chunks import check_source_shape, source_persons
 from ..streaming.one_vs_rest_chunks import OneVsRestChunks, check_class_labels
 from ..validation import as_inputs, is_dask_array, require_float64, validate_groups, validate_public_terms
 from ..whole_rows import classification as whole_row_classes
-from ..whole_rows.inputs import private_input_data
+from ..whole_rows.inputs import private_input_data, refuse_full_gp
 from .base import split_dask_rows
 from .dp_laplace import DPLaplaceGPC, DPSparseLaplaceGPC, PrivateSparseClassifier, check_steps
 from .multiclass_classifier import PrivateMulticlassClassifier
@@ -221,8 +221,8 @@ class DPMulticlassLaplaceGPC(_OneVsRest):
     def __init__(self, data: Any, kernel: gpflow.kernels.Kernel, *, num_classes: int, max_iter: int = 100,
                  tol: float = 1e-10, hyperparameters_public: bool = False, groups: Any = None,
                  private_inputs: bool = False) -> None:
-        if private_inputs is not False:
-            raise NotImplementedError(whole_row_classes.FULL_GP_REFUSAL)
+        refuse_full_gp(private_inputs, "the full-GP classifiers release",
+                       "DPSparseLaplaceGPC / DPSparseMulticlassLaplaceGPC")
         X, labels = _unpack(data, num_classes)
         super().__init__(X, labels, kernel, int(num_classes), lambda y, ids: DPLaplaceGPC(
             (X, y), kernel, max_iter=max_iter, tol=tol, hyperparameters_public=hyperparameters_public, groups=ids),

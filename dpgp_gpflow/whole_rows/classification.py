@@ -148,12 +148,6 @@ def public_inputs_refused(model: Any) -> None:
         "it returns")
 
 
-#: The full-GP classifiers' refusal of private inputs (one line).
-FULL_GP_REFUSAL = ("the full-GP classifiers release latents at the training inputs, which would publish functions of "
-                   "private inputs: with private inputs use the sparse DPSparseLaplaceGPC / "
-                   "DPSparseMulticlassLaplaceGPC(..., private_inputs=True, x_bounds=...)")
-
-
 def check_one_step(steps: int) -> None:
     """``NotImplementedError`` (one line) for ``steps > 1`` with private inputs (``steps`` checked by the model)."""
     if steps != 1:

@@ -58,6 +58,16 @@ def refuse_private_input_options(x_bounds: Any, clip_inputs: Any) -> None:
                              "rows outside it): give it with private_inputs=True")
 
 
+def refuse_full_gp(private_inputs: Any, releases: str, sparse: str) -> None:
+    """``NotImplementedError`` (one line) for ``private_inputs`` given to a full-GP model: it releases (``releases``,
+    e.g. "the full GP releases") latent values at the training inputs, functions of private inputs; ``sparse`` names
+    the sparse model(s) to use instead."""
+    if private_inputs is not False:
+        raise NotImplementedError(f"{releases} latent values at the training inputs, which would publish functions of "
+                                  f"private inputs: with private inputs use the sparse {sparse}(..., "
+                                  "private_inputs=True, x_bounds=...)")
+
+
 class PrivateInputsMixin:
     """What a model built with ``private_inputs=True`` holds: its public box and whether inputs outside it
     were clipped or refused (fixed at construction, outside GPflow's module tracking)."""
